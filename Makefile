@@ -1,0 +1,40 @@
+# docsum — the two commands that matter: `make run` and `make test`. Both set up everything they need.
+SHELL := /bin/bash
+UV := .run/bootstrap/bin/uv
+VENV := .venv/.synced
+
+.PHONY: setup run up down test test-unit lint bench clean
+
+setup: $(VENV)
+
+# uv comes from PyPI into a private bootstrap environment; it then builds .venv from uv.lock.
+$(UV):
+	python3 -m venv .run/bootstrap
+	.run/bootstrap/bin/pip install --quiet --disable-pip-version-check uv
+
+$(VENV): $(UV) uv.lock pyproject.toml shared/pyproject.toml services/*/pyproject.toml cli/pyproject.toml
+	$(UV) sync --locked --quiet
+	touch $@
+
+run: setup
+	scripts/run.sh
+
+up: setup
+	scripts/stack.sh up
+
+down:
+	scripts/stack.sh down
+
+test: setup
+	scripts/stack.sh infra
+	.venv/bin/pytest -q
+
+test-unit: setup
+	.venv/bin/pytest -q tests/unit
+
+lint: setup
+	.venv/bin/ruff check .
+	.venv/bin/mypy shared/docsum_shared
+
+clean: down
+	rm -rf .run .venv

@@ -1,0 +1,67 @@
+"""A small client for the gateway's REST API."""
+
+from __future__ import annotations
+
+import mimetypes
+import os
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+# Where `make up` keeps the key it generated for the local stack.
+LOCAL_KEY_FILE = Path(".run") / "api-key"
+
+
+class GatewayError(Exception):
+    pass
+
+
+def api_key() -> str | None:
+    key = os.environ.get("DOCSUM_API_KEY")
+    if key:
+        return key
+    if LOCAL_KEY_FILE.is_file():
+        return LOCAL_KEY_FILE.read_text().strip()
+    return None
+
+
+class Gateway:
+    def __init__(self, url: str | None = None, key: str | None = None, timeout_s: float = 120.0) -> None:
+        key = key or api_key()
+        if not key:
+            raise GatewayError("no API key: set DOCSUM_API_KEY (make up writes the local one to .run/api-key)")
+        self._http = httpx.Client(
+            base_url=url or os.environ.get("DOCSUM_GATEWAY_URL", DEFAULT_URL),
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=timeout_s,
+        )
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise GatewayError(f"cannot reach the gateway at {self._http.base_url}: {exc}") from exc
+        if response.is_error:
+            try:
+                detail = response.json().get("detail", response.text)
+            except ValueError:
+                detail = response.text
+            raise GatewayError(f"gateway answered {response.status_code}: {detail}")
+        return response.json()
+
+    def submit(self, paths: list[Path], title: str | None = None) -> dict[str, Any]:
+        handles = [p.open("rb") for p in paths]
+        try:
+            files = [
+                ("files", (p.name, h, mimetypes.guess_type(p.name)[0] or "application/octet-stream"))
+                for p, h in zip(paths, handles, strict=True)
+            ]
+            return self._call("POST", "/v1/tasks", files=files, data={"title": title} if title else None)
+        finally:
+            for h in handles:
+                h.close()
+
+    def task(self, task_id: str) -> dict[str, Any]:
+        return self._call("GET", f"/v1/tasks/{task_id}")

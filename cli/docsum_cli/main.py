@@ -1,0 +1,118 @@
+"""`docsum`: submit documents to the gateway, follow their progress, print their summaries."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn
+
+from .client import Gateway, GatewayError
+
+FINAL = {"COMPLETED", "COMPLETED_WITH_ERRORS", "FAILED", "CANCELLED", "EXPIRED"}
+DOC_FINAL = {"COMPLETED", "FAILED", "CANCELLED"}
+
+err = Console(stderr=True)
+out = Console(highlight=False, soft_wrap=True)
+
+
+def _doc_fraction(doc: dict[str, Any]) -> float:
+    if doc["status"] in DOC_FINAL:
+        return 1.0
+    total = doc["chunks"]["total"]
+    if not total:
+        return 0.05
+    return 0.1 + 0.85 * (doc["chunks"]["done"] + doc["chunks"]["failed"]) / total
+
+
+def wait(gateway: Gateway, task_id: str, *, quiet: bool, poll_s: float = 0.5) -> dict[str, Any]:
+    """Poll the task until it is final, showing one progress bar per document on stderr."""
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[state]}"),
+        console=err, disable=quiet, transient=False,
+    ) as progress:
+        bars: dict[str, Any] = {}
+        while True:
+            task = gateway.task(task_id)
+            for doc in task["documents"]:
+                if doc["document_id"] not in bars:
+                    bars[doc["document_id"]] = progress.add_task(doc["filename"][:40], total=1.0, state="")
+                chunks = doc["chunks"]
+                state = doc["status"] + (f" {chunks['done']}/{chunks['total']}" if chunks["total"] else "")
+                progress.update(bars[doc["document_id"]], completed=_doc_fraction(doc), state=state)
+            if task["status"] in FINAL:
+                return task
+            time.sleep(poll_s)
+
+
+def as_json(task: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "task_id": task["task_id"],
+        "status": task["status"],
+        "summary": task["summary"],
+        "documents": [
+            {k: d[k] for k in ("document_id", "filename", "status", "summary", "error")} for d in task["documents"]
+        ],
+    }
+
+
+def show(task: dict[str, Any]) -> None:
+    for doc in task["documents"]:
+        out.rule(f"[bold]{doc['filename']}[/] — {doc['status']}")
+        out.print(doc["summary"] if doc["status"] == "COMPLETED" else f"[red]{doc['error']}[/]")
+    out.rule(f"[bold]Task {task['task_id']}[/] — {task['status']}")
+    out.print(task["summary"] or task.get("error") or "")
+
+
+def _finish(task: dict[str, Any], json_output: bool) -> int:
+    if json_output:
+        print(json.dumps(as_json(task), ensure_ascii=False, indent=2))
+    else:
+        show(task)
+    return 0 if all(d["status"] == "COMPLETED" for d in task["documents"]) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="docsum", description="Summarize documents with docsum.")
+    parser.add_argument("--url", help="gateway URL (default: $DOCSUM_GATEWAY_URL or http://127.0.0.1:8000)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    summarize = sub.add_parser("summarize", help="submit files as one task and print their summaries")
+    summarize.add_argument("files", nargs="+", type=Path)
+    summarize.add_argument("--title")
+    summarize.add_argument("--json", action="store_true", help="print one JSON object")
+    summarize.add_argument("--no-wait", action="store_true", help="print the task id and return at once")
+    waiting = sub.add_parser("wait", help="wait for a task and print its summaries")
+    waiting.add_argument("task_id")
+    waiting.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+
+    try:
+        gateway = Gateway(args.url)
+        if args.command == "summarize":
+            missing = [str(p) for p in args.files if not p.is_file()]
+            if missing:
+                err.print(f"[red]not a file: {', '.join(missing)}[/]")
+                return 2
+            created = gateway.submit(args.files, args.title)
+            if args.no_wait:
+                print(json.dumps({"task_id": created["task_id"]}))
+                return 0
+            task_id = created["task_id"]
+        else:
+            task_id = args.task_id
+        task = wait(gateway, task_id, quiet=args.json or not err.is_terminal)
+        return _finish(task, args.json)
+    except GatewayError as exc:
+        err.print(f"[red]docsum: {exc}[/]")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

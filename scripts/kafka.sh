@@ -1,0 +1,379 @@
+#!/usr/bin/env bash
+# Run a real single-node Apache Kafka (KRaft, broker+controller in one JVM) for
+# local runs and tests.
+#
+#   scripts/kafka.sh install   fetch the broker jars from Maven Central (cached)
+#   scripts/kafka.sh start     install if needed, start in the background, wait until ready
+#   scripts/kafka.sh stop      SIGTERM, wait up to 20s, then SIGKILL; fine if not running
+#   scripts/kafka.sh status    exit 0 if running and accepting connections
+#
+# Environment:
+#   DOCSUM_STATE_DIR               state dir (default <repo>/.run)
+#   DOCSUM_KAFKA_PORT              client listener port (default 9092)
+#   DOCSUM_KAFKA_CONTROLLER_PORT   KRaft controller port (default 9093)
+#   DOCSUM_KAFKA_START_TIMEOUT     seconds to wait for readiness (default 90)
+#   KAFKA_BOOTSTRAP_SERVERS        if set, an external broker is used: start does nothing
+#
+# Kafka is assembled from Maven Central (scripts/kafka/pom.xml) because that is
+# the only source of Kafka we can download from; there is no tarball install.
+set -euo pipefail
+
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_DIR="$(dirname "$SCRIPT_DIR")"
+STATE_DIR="${DOCSUM_STATE_DIR:-$REPO_DIR/.run}"
+
+KAFKA_VERSION="4.1.1"
+PORT="${DOCSUM_KAFKA_PORT:-9092}"
+CONTROLLER_PORT="${DOCSUM_KAFKA_CONTROLLER_PORT:-9093}"
+START_TIMEOUT="${DOCSUM_KAFKA_START_TIMEOUT:-90}"
+
+KAFKA_DIR="$STATE_DIR/kafka"
+# One folder per version: two Kafka versions in one classpath folder would mix
+# classes at random.
+LIBS_DIR="$KAFKA_DIR/libs-$KAFKA_VERSION"
+LIBS_MARKER="$LIBS_DIR/.complete"
+DATA_DIR="$KAFKA_DIR/data"
+PROPS="$KAFKA_DIR/server.properties"
+CLUSTER_ID_FILE="$KAFKA_DIR/cluster-id"
+PID_FILE="$STATE_DIR/kafka.pid"
+LOG_FILE="$STATE_DIR/kafka.log"
+LOCK_FILE="$STATE_DIR/kafka.lock"
+POM="$SCRIPT_DIR/kafka/pom.xml"
+LOG4J_CONFIG="$SCRIPT_DIR/kafka/log4j2.properties"
+
+# Logged once by KafkaRaftServer when both the controller and the broker are up
+# (the broker is unfenced by then, so clients can create topics and join groups).
+READY_LINE="Kafka Server started"
+START_MARKER="kafka.sh start"
+START_OFFSET="" # where this start's output begins in the log
+
+JAVA_OPTS=(
+  -Xms256m -Xmx512m
+  -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:+ExplicitGCInvokesConcurrent
+  # Only the C1 compiler: the JVM starts faster and uses less CPU while warming
+  # up, which matters more on a 2-core test machine than peak throughput.
+  -XX:TieredStopAtLevel=1
+  -XX:+ExitOnOutOfMemoryError
+  -Djava.awt.headless=true
+  "-Dlog4j2.configurationFile=$LOG4J_CONFIG"
+)
+
+log() { echo "kafka.sh: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# Whole-command lock: make (or two test runs) may call start/stop concurrently.
+take_lock() {
+  mkdir -p "$STATE_DIR"
+  exec 9>"$LOCK_FILE"
+  flock 9
+}
+
+# kill -0 is not enough: on machines whose init reaps late (containers, VMs with
+# a minimal pid 1) a dead process stays a zombie for a while and kill -0 still
+# succeeds. A zombie counts as dead.
+pid_alive() {
+  local state
+  state="$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)" || return 1
+  [[ -n "$state" && "$state" != Z ]]
+}
+
+port_open() {
+  # bash's /dev/tcp: no client tools needed. timeout guards against a hung connect.
+  timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null
+}
+
+# Prints the pid of our broker if it is running. Checks the command line, not just
+# that the pid exists: after kill -9 or a reboot the pid may belong to something else.
+running_pid() {
+  [[ -f "$PID_FILE" ]] || return 1
+  local pid
+  pid="$(cat "$PID_FILE" 2>/dev/null || true)"
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  [[ -r "/proc/$pid/cmdline" ]] || return 1
+  # No grep -q in pipes: it exits at the first match, the writer gets SIGPIPE
+  # and pipefail turns the match into a failure.
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -F -- "kafka.Kafka $PROPS" >/dev/null || return 1
+  echo "$pid"
+}
+
+ensure_tools() {
+  local missing=()
+  command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
+  command -v mvn >/dev/null || missing+=(maven)
+  if ((${#missing[@]})); then
+    if [[ $EUID -ne 0 ]]; then
+      die "missing ${missing[*]}; install them (e.g. sudo apt-get install -y ${missing[*]})"
+    fi
+    log "installing ${missing[*]} with apt-get"
+    apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+  fi
+  # Kafka 4.x brokers need Java 17+.
+  local major
+  major="$(java -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p')"
+  [[ "${major%%.*}" -ge 17 ]] 2>/dev/null || die "Kafka $KAFKA_VERSION needs Java 17+, found '${major:-unknown}'"
+}
+
+do_install() {
+  if [[ -f "$LIBS_MARKER" ]]; then
+    return 0
+  fi
+  ensure_tools
+  mkdir -p "$KAFKA_DIR"
+  log "fetching Kafka $KAFKA_VERSION jars from Maven Central into $LIBS_DIR"
+  # Copy into a temporary folder and rename at the end, so an interrupted
+  # download never leaves a half-filled classpath that looks installed.
+  local tmp="$LIBS_DIR.tmp"
+  rm -rf "$tmp"
+  # mvn's output goes to a file (even -q prints stray colour codes) and is shown on failure.
+  local mvn_log="$KAFKA_DIR/mvn.log"
+  if ! (cd "$SCRIPT_DIR/kafka" &&
+    mvn -B -Dstyle.color=never -f "$POM" dependency:copy-dependencies \
+      -DoutputDirectory="$tmp" -DincludeScope=runtime >"$mvn_log" 2>&1); then
+    tail -n 40 "$mvn_log" >&2
+    die "mvn could not fetch the Kafka jars (full output: $mvn_log)"
+  fi
+  ls "$tmp"/kafka_2.13-"$KAFKA_VERSION".jar >/dev/null 2>&1 || die "kafka_2.13-$KAFKA_VERSION.jar missing after mvn"
+  rm -rf "$LIBS_DIR"
+  mv "$tmp" "$LIBS_DIR"
+  touch "$LIBS_MARKER"
+}
+
+run_java_tool() {
+  # Short-lived JVM for StorageTool (random-uuid, format); same classpath and
+  # logging config as the broker.
+  java -Xmx256m -XX:TieredStopAtLevel=1 "-Dlog4j2.configurationFile=$LOG4J_CONFIG" \
+    -cp "$LIBS_DIR/*" "$@"
+}
+
+write_config() {
+  # Rewritten on every start so that port changes take effect; node id and
+  # cluster id never change, so the data dir stays valid.
+  cat >"$PROPS" <<EOF
+# Generated by scripts/kafka.sh on every start; edit the script, not this file.
+process.roles=broker,controller
+node.id=1
+listeners=PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$PORT
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+# Static quorum of one voter: storage format needs no --standalone.
+controller.quorum.voters=1@127.0.0.1:$CONTROLLER_PORT
+log.dirs=$DATA_DIR
+
+# Single node: every internal topic with one replica.
+default.replication.factor=1
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+# Fewer internal partitions: quicker first group join / first transaction.
+offsets.topic.num.partitions=10
+transaction.state.log.num.partitions=10
+
+# Topics are created explicitly by the services (admin client).
+auto.create.topics.enable=false
+num.partitions=3
+
+# Fast group joins for classic-protocol consumers (aiokafka): no initial
+# rebalance delay, and allow short session timeouts in tests.
+group.initial.rebalance.delay.ms=0
+group.min.session.timeout.ms=1000
+# Same for KIP-848 (consumer protocol) groups, should a client use them.
+group.consumer.min.heartbeat.interval.ms=500
+group.consumer.heartbeat.interval.ms=1000
+group.consumer.min.session.timeout.ms=3000
+group.consumer.session.timeout.ms=10000
+
+# After kill -9 the old broker registration stays until its session times
+# out (default 9s), and the restarted broker cannot register before that.
+# A shorter session makes such restarts take ~3s longer instead of ~9s; broker
+# and controller share one JVM here, so only a >3s stall could fence it.
+broker.heartbeat.interval.ms=500
+broker.session.timeout.ms=3000
+
+# Small machine: few threads, small retention.
+num.network.threads=2
+num.io.threads=4
+num.recovery.threads.per.data.dir=1
+log.retention.hours=24
+EOF
+}
+
+ensure_formatted() {
+  # meta.properties marks a formatted log dir. A dir without it holds nothing
+  # of value (e.g. an interrupted format), so start it over.
+  if [[ -f "$DATA_DIR/meta.properties" ]]; then
+    return 0
+  fi
+  if [[ ! -s "$CLUSTER_ID_FILE" ]]; then
+    # Log lines share stdout with the id: keep only the 22-char base64url uuid.
+    run_java_tool kafka.tools.StorageTool random-uuid | grep -E '^[A-Za-z0-9_-]{22}$' >"$CLUSTER_ID_FILE.tmp" ||
+      die "could not generate a cluster id"
+    mv "$CLUSTER_ID_FILE.tmp" "$CLUSTER_ID_FILE"
+  fi
+  rm -rf "$DATA_DIR"
+  log "formatting $DATA_DIR (cluster id $(cat "$CLUSTER_ID_FILE"))"
+  run_java_tool kafka.tools.StorageTool format -t "$(cat "$CLUSTER_ID_FILE")" -c "$PROPS" >>"$LOG_FILE" 2>&1 ||
+    fail_with_log "storage format failed"
+}
+
+fail_with_log() {
+  log "error: $1"
+  # The cause is usually an ERROR line followed by a long shutdown sequence,
+  # so show the first errors of this start as well as the tail.
+  if [[ -n "$START_OFFSET" ]]; then
+    local errors
+    errors="$(tail -c +"$((START_OFFSET + 1))" "$LOG_FILE" | grep -E -A 3 '^\[[^]]*\] (ERROR|FATAL) ' | head -n 16 || true)"
+    [[ -n "$errors" ]] && printf 'kafka.sh: first errors in this start:\n%s\n' "$errors" >&2
+  fi
+  log "last lines of $LOG_FILE:"
+  tail -n 30 "$LOG_FILE" >&2 2>/dev/null || true
+  exit 1
+}
+
+do_start() {
+  if [[ -n "${KAFKA_BOOTSTRAP_SERVERS:-}" ]]; then
+    log "KAFKA_BOOTSTRAP_SERVERS is set: using the broker at $KAFKA_BOOTSTRAP_SERVERS, not starting one"
+    return 0
+  fi
+  take_lock
+  local pid
+  if pid="$(running_pid)"; then
+    if port_open "$PORT"; then
+      log "already running (pid $pid) on 127.0.0.1:$PORT"
+      return 0
+    fi
+    # Started but not ready yet: wait, reading the log from that start's marker.
+    local marker
+    marker="$(grep -b -F "$START_MARKER" "$LOG_FILE" | tail -n 1 | cut -d: -f1 || true)"
+    START_OFFSET="${marker:-0}"
+    wait_ready "$pid" "$START_OFFSET"
+    return 0
+  fi
+  rm -f "$PID_FILE" # stale: the process is gone (kill -9, reboot)
+
+  do_install
+  mkdir -p "$KAFKA_DIR"
+  # A port still taken means another program (or another state dir's broker).
+  # Retry briefly: right after kill -9 the dying JVM can hold it for a moment.
+  local p i
+  for p in "$PORT" "$CONTROLLER_PORT"; do
+    for ((i = 0; i < 25; i++)); do
+      port_open "$p" || continue 2
+      sleep 0.2
+    done
+    die "port 127.0.0.1:$p is already in use by another process (set DOCSUM_KAFKA_PORT / DOCSUM_KAFKA_CONTROLLER_PORT)"
+  done
+  write_config
+
+  # Keep one old log around instead of letting it grow without bound.
+  if [[ -f "$LOG_FILE" ]] && (($(stat -c %s "$LOG_FILE") > 20 * 1024 * 1024)); then
+    mv -f "$LOG_FILE" "$LOG_FILE.1"
+  fi
+  touch "$LOG_FILE"
+  ensure_formatted
+  # Readiness is judged only from what this start appends to the log.
+  local offset
+  offset="$(stat -c %s "$LOG_FILE")"
+  echo "=== $(date -Is) $START_MARKER (Kafka $KAFKA_VERSION, 127.0.0.1:$PORT) ===" >>"$LOG_FILE"
+  START_OFFSET="$offset"
+
+  # setsid: own session, so the broker outlives the calling shell/make and gets
+  # no SIGHUP or terminal signals. The wrapper writes its own pid and then execs
+  # java, so the pid file holds the JVM's pid whether or not setsid forked.
+  # Lock fd 9 is closed for the broker, otherwise it would hold the lock forever.
+  # shellcheck disable=SC2016 # $$ and $@ are for the inner bash
+  setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$PID_FILE" \
+    java "${JAVA_OPTS[@]}" -cp "$LIBS_DIR/*" kafka.Kafka "$PROPS" \
+    </dev/null >>"$LOG_FILE" 2>&1 9>&- &
+
+  # The wrapper writes the pid file almost at once.
+  for ((i = 0; i < 50; i++)); do
+    [[ -s "$PID_FILE" ]] && break
+    sleep 0.1
+  done
+  [[ -s "$PID_FILE" ]] || fail_with_log "broker did not start"
+  wait_ready "$(cat "$PID_FILE")" "$offset"
+}
+
+wait_ready() {
+  local pid="$1" offset="$2" start=$SECONDS
+  while ((SECONDS - start < START_TIMEOUT)); do
+    if ! pid_alive "$pid"; then
+      rm -f "$PID_FILE"
+      fail_with_log "broker exited during start-up"
+    fi
+    if tail -c +"$((offset + 1))" "$LOG_FILE" | grep -F "$READY_LINE" >/dev/null && port_open "$PORT"; then
+      log "ready on 127.0.0.1:$PORT (pid $pid, ${SECONDS}s)"
+      return 0
+    fi
+    sleep 0.2
+  done
+  fail_with_log "broker not ready after ${START_TIMEOUT}s (still running as pid $pid; 'scripts/kafka.sh stop' to stop it)"
+}
+
+do_stop() {
+  take_lock
+  local pid
+  if ! pid="$(running_pid)"; then
+    rm -f "$PID_FILE"
+    log "not running"
+    return 0
+  fi
+  log "stopping pid $pid"
+  # SIGTERM = controlled shutdown: logs are flushed and the next start needs no recovery.
+  kill -TERM "$pid" 2>/dev/null || true
+  local i
+  for ((i = 0; i < 200; i++)); do
+    pid_alive "$pid" || break
+    sleep 0.1
+  done
+  if pid_alive "$pid"; then
+    log "still running after 20s, sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    for ((i = 0; i < 50; i++)); do
+      pid_alive "$pid" || break
+      sleep 0.1
+    done
+  fi
+  rm -f "$PID_FILE"
+  log "stopped"
+}
+
+do_status() {
+  if [[ -n "${KAFKA_BOOTSTRAP_SERVERS:-}" ]]; then
+    # External broker: check that its first address accepts connections.
+    local first="${KAFKA_BOOTSTRAP_SERVERS%%,*}"
+    first="${first#*://}"
+    if timeout 2 bash -c "exec 3<>/dev/tcp/${first%:*}/${first##*:}" 2>/dev/null; then
+      echo "external broker $first is reachable"
+      return 0
+    fi
+    echo "external broker $first is not reachable"
+    return 1
+  fi
+  local pid
+  if pid="$(running_pid)" && port_open "$PORT"; then
+    echo "kafka running (pid $pid) on 127.0.0.1:$PORT"
+    return 0
+  fi
+  echo "kafka not running"
+  return 1
+}
+
+case "${1:-}" in
+  install)
+    take_lock
+    do_install
+    ;;
+  start) do_start ;;
+  stop) do_stop ;;
+  status) do_status ;;
+  *)
+    echo "usage: $0 {install|start|stop|status}" >&2
+    exit 2
+    ;;
+esac

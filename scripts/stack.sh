@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The whole docsum stack on one machine: PostgreSQL, Kafka and the five services as processes.
+#   scripts/stack.sh up      start whatever is not running (idempotent); returns when the gateway answers
+#   scripts/stack.sh down    stop what `up` started
+#   scripts/stack.sh infra   start only PostgreSQL and Kafka
+#   scripts/stack.sh env     print the environment the services run with (for `eval`)
+# Each process writes its pid to .run/<name>.pid and its log to .run/<name>.log.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+STATE=${DOCSUM_STATE_DIR:-$ROOT/.run}
+PY=$ROOT/.venv/bin/python
+SERVICES=(parser chunker summarizer merger gateway)
+mkdir -p "$STATE"
+
+alive() { [ -f "$STATE/$1.pid" ] && kill -0 "$(cat "$STATE/$1.pid")" 2>/dev/null; }
+
+service_env() {
+  DATABASE_URL=${DATABASE_URL:-$("$ROOT/scripts/postgres.sh" url)}
+  export DATABASE_URL
+  if [ -z "${DOCSUM_API_KEYS:-}" ]; then
+    # A key for the local owner, made once; the CLI finds it in .run/api-key.
+    if [ ! -s "$STATE/api-key" ]; then
+      (umask 077 && "$PY" -c 'import secrets; print(secrets.token_urlsafe(32))' > "$STATE/api-key")
+    fi
+    export DOCSUM_API_KEYS="local=$(cat "$STATE/api-key")"
+  fi
+}
+
+infra() {
+  "$ROOT/scripts/postgres.sh" start
+  "$ROOT/scripts/kafka.sh" start
+}
+
+start_service() {
+  local name=$1
+  if alive "$name"; then return; fi
+  # setsid: the service outlives this shell and gets its own process group for `down`.
+  setsid nohup "$PY" -m "docsum_$name" >>"$STATE/$name.log" 2>&1 < /dev/null &
+  echo $! > "$STATE/$name.pid"
+  echo "started $name (pid $!)"
+}
+
+wait_gateway() {
+  local url="http://${DOCSUM_GATEWAY_HOST:-127.0.0.1}:${DOCSUM_GATEWAY_PORT:-8000}/healthz"
+  for _ in $(seq 1 120); do
+    if "$PY" -c "import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=1)" "$url" 2>/dev/null; then
+      echo "gateway answering at ${url%/healthz}"
+      return 0
+    fi
+    if ! alive gateway; then break; fi
+    sleep 0.5
+  done
+  echo "the gateway did not come up; the end of $STATE/gateway.log:" >&2
+  tail -n 30 "$STATE/gateway.log" >&2 || true
+  return 1
+}
+
+stop_service() {
+  local name=$1 pid
+  [ -f "$STATE/$name.pid" ] || return 0
+  pid=$(cat "$STATE/$name.pid")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+    kill -KILL "$pid" 2>/dev/null || true
+    echo "stopped $name"
+  fi
+  rm -f "$STATE/$name.pid"
+}
+
+case "${1:-}" in
+  up)
+    infra
+    service_env
+    for name in "${SERVICES[@]}"; do start_service "$name"; done
+    wait_gateway
+    ;;
+  down)
+    for name in "${SERVICES[@]}"; do stop_service "$name"; done
+    "$ROOT/scripts/kafka.sh" stop
+    "$ROOT/scripts/postgres.sh" stop
+    ;;
+  infra) infra ;;
+  env)
+    service_env
+    echo "export DATABASE_URL='$DATABASE_URL' DOCSUM_API_KEYS='$DOCSUM_API_KEYS'"
+    ;;
+  *) echo "usage: $0 up|down|infra|env" >&2; exit 2 ;;
+esac

@@ -1,0 +1,49 @@
+"""The chunker's decision: cut a parsed document into chunk rows, then announce every one of them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from docsum_shared.events import ChunkCreated, DocumentParsed
+from docsum_shared.settings import Settings
+from docsum_shared.states import DocumentStatus
+
+from .chunking import Chunk, split_into_chunks
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    id: str
+    index: int
+    chunk: Chunk | None = None  # present only for rows still to be written
+
+
+def chunk_id(document_id: str, index: int) -> str:
+    """Derived, not random: cutting the same document twice yields the same rows."""
+    return f"{document_id}-c{index:05d}"
+
+
+def cut(document_id: str, text: str, settings: Settings) -> list[ChunkRow]:
+    chunks = split_into_chunks(
+        text,
+        chunk_chars=settings.chunk_chars,
+        overlap_chars=settings.overlap_chars,
+        context_after_chars=settings.context_after_chars,
+        small_max=settings.small_max_chars,
+    )
+    return [ChunkRow(chunk_id(document_id, c.index), c.index, c) for c in chunks]
+
+
+def announce(event: DocumentParsed, rows: list[ChunkRow]) -> list[ChunkCreated]:
+    return [
+        ChunkCreated(task_id=event.task_id, document_id=event.document_id, chunk_id=r.id, chunk_index=r.index)
+        for r in rows
+    ]
+
+
+def should_announce_again(status: DocumentStatus) -> bool:
+    """Chunks are stored but maybe never announced (a crash between the two): announce them again.
+
+    Past SUMMARIZING the merger has seen every chunk finished, which proves they were announced.
+    """
+    return status is DocumentStatus.SUMMARIZING

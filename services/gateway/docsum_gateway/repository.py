@@ -1,0 +1,81 @@
+"""The gateway's SQL: registering tasks and reading them back for their owner only."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from dataclasses import dataclass
+
+import asyncpg
+from docsum_shared.states import DocumentStatus, TaskStatus
+
+
+@dataclass(frozen=True)
+class Upload:
+    filename: str
+    content_type: str | None
+    data: bytes
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+
+@dataclass(frozen=True)
+class NewDocument:
+    id: str
+    upload: Upload
+
+
+def new_id() -> str:
+    """Task and document ids: 122 random bits, so nobody can guess another's."""
+    return str(uuid.uuid4())
+
+
+async def create_task(
+    pool: asyncpg.Pool, owner: str, title: str | None, uploads: list[Upload]
+) -> tuple[str, list[NewDocument]]:
+    task_id = new_id()
+    documents = [NewDocument(new_id(), upload) for upload in uploads]
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.executemany(
+            "INSERT INTO blobs (sha256, data, size_bytes) VALUES ($1, $2, $3) ON CONFLICT (sha256) DO NOTHING",
+            list({u.sha256: (u.sha256, u.data, len(u.data)) for u in uploads}.values()),
+        )
+        await conn.execute(
+            "INSERT INTO tasks (id, owner, title, status) VALUES ($1, $2, $3, $4)",
+            task_id, owner, title, TaskStatus.PROCESSING,
+        )
+        await conn.executemany(
+            "INSERT INTO documents (id, task_id, position, filename, content_type, blob_sha256, size_bytes, status)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            [
+                (d.id, task_id, i, d.upload.filename, d.upload.content_type, d.upload.sha256, len(d.upload.data),
+                 DocumentStatus.PENDING)
+                for i, d in enumerate(documents)
+            ],
+        )
+    return task_id, documents
+
+
+async def get_task(pool: asyncpg.Pool, owner: str, task_id: str) -> tuple[asyncpg.Record, list[asyncpg.Record]] | None:
+    task = await pool.fetchrow("SELECT * FROM tasks WHERE id = $1 AND owner = $2", task_id, owner)
+    if task is None:
+        return None
+    documents = await pool.fetch(
+        "SELECT d.id, d.filename, d.status, d.size_level, d.text_chars, d.chunk_total, d.summary,"
+        " d.summary_model, d.error,"
+        " count(c.id) FILTER (WHERE c.status = 'COMPLETED') AS chunks_done,"
+        " count(c.id) FILTER (WHERE c.status = 'FAILED') AS chunks_failed"
+        " FROM documents d LEFT JOIN chunks c ON c.document_id = d.id"
+        " WHERE d.task_id = $1 GROUP BY d.id ORDER BY d.position",
+        task_id,
+    )
+    return task, documents
+
+
+async def list_tasks(pool: asyncpg.Pool, owner: str, limit: int) -> list[asyncpg.Record]:
+    return await pool.fetch(
+        "SELECT id, title, status, created_at FROM tasks WHERE owner = $1 ORDER BY created_at DESC LIMIT $2",
+        owner, limit,
+    )

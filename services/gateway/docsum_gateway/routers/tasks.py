@@ -1,0 +1,106 @@
+"""/v1/tasks: submit a batch of documents, follow it, read its summaries."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+from docsum_shared.events import DocumentSubmitted
+from docsum_shared.kafka import publish
+from fastapi import APIRouter, File, Form, HTTPException, Query, UploadFile, status
+
+from .. import repository
+from ..deps import OwnerDep, PoolDep, ProducerDep, SettingsDep
+from ..schemas import ChunkProgress, CreatedDocument, DocumentView, TaskCreated, TaskListItem, TaskView
+
+log = logging.getLogger(__name__)
+router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
+
+_READ_BLOCK = 1024 * 1024
+
+
+async def _read_limited(upload: UploadFile, max_bytes: int) -> bytes:
+    data = bytearray()
+    while block := await upload.read(_READ_BLOCK):
+        data += block
+        if len(data) > max_bytes:
+            raise HTTPException(
+                status.HTTP_413_CONTENT_TOO_LARGE,
+                f"file '{upload.filename}' is over the limit of {max_bytes} bytes",
+            )
+    return bytes(data)
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=TaskCreated)
+async def create_task(
+    owner: OwnerDep,
+    settings: SettingsDep,
+    pool: PoolDep,
+    producer: ProducerDep,
+    files: Annotated[list[UploadFile] | None, File(description="the documents to summarize")] = None,
+    title: Annotated[str | None, Form(max_length=500)] = None,
+) -> TaskCreated:
+    if not files:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, "no files: send one or more as multipart field 'files'")
+    if len(files) > settings.max_files_per_task:
+        raise HTTPException(
+            status.HTTP_413_CONTENT_TOO_LARGE,
+            f"{len(files)} files is over the limit of {settings.max_files_per_task} per task",
+        )
+    uploads = [
+        repository.Upload(
+            filename=(f.filename or f"document-{i + 1}")[:255],
+            content_type=f.content_type,
+            data=await _read_limited(f, settings.max_file_bytes),
+        )
+        for i, f in enumerate(files)
+    ]
+    task_id, documents = await repository.create_task(pool, owner, title, uploads)
+    await publish(
+        producer,
+        settings,
+        [
+            DocumentSubmitted(
+                task_id=task_id, document_id=d.id, owner=owner, filename=d.upload.filename,
+                content_type=d.upload.content_type, blob_sha256=d.upload.sha256, size_bytes=len(d.upload.data),
+            )
+            for d in documents
+        ],
+    )
+    log.info("task %s: %d documents submitted by %s", task_id, len(documents), owner)
+    return TaskCreated(
+        task_id=task_id,
+        status="PROCESSING",
+        documents=[CreatedDocument(document_id=d.id, filename=d.upload.filename) for d in documents],
+    )
+
+
+@router.get("", response_model=list[TaskListItem])
+async def list_tasks(
+    owner: OwnerDep, pool: PoolDep, limit: Annotated[int, Query(ge=1, le=500)] = 50
+) -> list[TaskListItem]:
+    rows = await repository.list_tasks(pool, owner, limit)
+    return [TaskListItem(task_id=r["id"], title=r["title"], status=r["status"], created_at=r["created_at"])
+            for r in rows]
+
+
+@router.get("/{task_id}", response_model=TaskView)
+async def get_task(task_id: str, owner: OwnerDep, pool: PoolDep) -> TaskView:
+    found = await repository.get_task(pool, owner, task_id)
+    if found is None:  # another owner's task looks exactly like a missing one
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no task {task_id}")
+    task, documents = found
+    return TaskView(
+        task_id=task["id"], title=task["title"], status=task["status"], created_at=task["created_at"],
+        updated_at=task["updated_at"], summary=task["summary"], summary_model=task["summary_model"],
+        error=task["error"],
+        documents=[
+            DocumentView(
+                document_id=d["id"], filename=d["filename"], status=d["status"], size_level=d["size_level"],
+                text_chars=d["text_chars"],
+                chunks=ChunkProgress(done=d["chunks_done"], failed=d["chunks_failed"], total=d["chunk_total"]),
+                summary=d["summary"], summary_model=d["summary_model"], error=d["error"],
+            )
+            for d in documents
+        ],
+    )

@@ -1,0 +1,87 @@
+"""The merger service.
+
+chunk-summarized (keyed by document) → document summary → document-merged;
+document-merged (keyed by task) → task summary → task-events.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import asyncpg
+from docsum_shared.consumer import run_service, serve
+from docsum_shared.errors import PermanentError
+from docsum_shared.events import ChunkSummarized, DocumentMerged, DocumentOutcome, Event, TaskEvent, Topic
+from docsum_shared.settings import Settings
+from docsum_shared.states import DOCUMENT_FINAL, TASK_FINAL, DocumentStatus
+from docsum_shared.summarizers import make_backend
+from docsum_shared.summarizers.cache import summarize_cached
+
+from . import repository
+from .handler import FailDocument, decide_document, decide_task
+
+log = logging.getLogger("docsum_merger")
+
+
+def build_handlers(settings: Settings, pool: asyncpg.Pool):
+    backend = make_backend(settings)
+
+    async def on_chunk_summarized(event: Event) -> list[Event]:
+        assert isinstance(event, ChunkSummarized)
+        loaded = await repository.load_document(pool, event.document_id)
+        if loaded is None:
+            raise PermanentError(f"document {event.document_id} of task {event.task_id} is not registered")
+        doc, task_status = loaded
+        if task_status in TASK_FINAL:
+            return []
+        if doc.status not in DOCUMENT_FINAL:
+            decision = decide_document(doc, await repository.load_chunks(pool, event.document_id))
+            if decision is None:
+                return []
+            if isinstance(decision, FailDocument):
+                await repository.fail_document(pool, doc.id, decision.error)
+            elif decision.request is None:
+                chunk = (await repository.load_chunks(pool, doc.id))[0]
+                await repository.complete_document(pool, doc.id, chunk.summary or "", backend.model)
+            else:
+                result, _ = await summarize_cached(pool, backend, decision.request)
+                await repository.complete_document(pool, doc.id, result.text, result.model)
+            log.info("document %s finished", doc.id)
+            loaded = await repository.load_document(pool, event.document_id)
+            assert loaded is not None
+            doc = loaded[0]
+        if doc.status is DocumentStatus.CANCELLED:
+            return []
+        outcome = DocumentOutcome.COMPLETED if doc.status is DocumentStatus.COMPLETED else DocumentOutcome.FAILED
+        return [DocumentMerged(task_id=event.task_id, document_id=doc.id, outcome=outcome)]
+
+    async def on_document_merged(event: Event) -> list[Event]:
+        assert isinstance(event, DocumentMerged)
+        loaded = await repository.load_task(pool, event.task_id)
+        if loaded is None:
+            raise PermanentError(f"task {event.task_id} is not registered")
+        status, title, docs = loaded
+        if status not in TASK_FINAL:
+            decision = decide_task(title, docs)
+            if decision is None:
+                return []
+            summary, model = decision.summary, backend.model
+            if decision.request is not None:
+                result, _ = await summarize_cached(pool, backend, decision.request)
+                summary, model = result.text, result.model
+            await repository.finish_task(pool, event.task_id, decision.status, summary, model, decision.error)
+            log.info("task %s finished: %s", event.task_id, decision.status)
+            loaded = await repository.load_task(pool, event.task_id)
+            assert loaded is not None
+            status = loaded[0]
+        return [TaskEvent(task_id=event.task_id, status=status)]
+
+    return {Topic.CHUNK_SUMMARIZED: on_chunk_summarized, Topic.DOCUMENT_MERGED: on_document_merged}
+
+
+def main() -> None:
+    run_service(lambda stop: serve("merger", stop, build_handlers))
+
+
+if __name__ == "__main__":
+    main()

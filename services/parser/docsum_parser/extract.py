@@ -1,0 +1,364 @@
+"""Pure text extraction: bytes in, normalized text out (or a ParseError a user can act on).
+
+No IO happens here besides reading the bytes we are given, so everything is unit-testable and the
+service layer only has to map ParseError to a failed-document event.
+"""
+
+from __future__ import annotations
+
+import codecs
+import io
+import re
+import struct
+import zipfile
+import zlib
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Literal
+
+import docx
+from docx.exceptions import PythonDocxError
+from docx.opc.exceptions import OpcError
+from docx.table import Table
+from docx.text.paragraph import Paragraph
+from lxml import etree
+from pypdf import PasswordType, PdfReader
+from pypdf.errors import PyPdfError
+from pypdf.generic import DictionaryObject, NullObject
+
+Format = Literal["pdf", "docx", "text"]
+
+
+class ParseError(Exception):
+    """The document cannot be turned into text; str(e) tells the user what to do about it.
+
+    `kind` is a stable machine-readable tag (empty, unsupported, encrypted, damaged, invalid_docx,
+    encoding, no_text) for metrics and tests; the message is what the user sees.
+    """
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class ExtractedText:
+    text: str
+    format: Format
+    pages: int | None = None  # PDFs only
+
+
+SUPPORTED = "PDF, DOCX, TXT, Markdown"
+MSG_EMPTY = "file is empty"
+MSG_ENCRYPTED = "PDF is encrypted; remove the password (or submit an unencrypted copy) and try again"
+MSG_ENCODING = (
+    "text file is not in a supported encoding (UTF-8, UTF-16 with BOM, GB18030); "
+    "save it as UTF-8 and try again"
+)
+MSG_NO_TEXT = {
+    "pdf": "no extractable text: the PDF seems to contain only scanned images; run OCR first",
+    "docx": "no extractable text: the Word document has no text in its body "
+    "(images, text boxes, headers and footers are not read)",
+    "text": "no extractable text: the text file contains only whitespace",
+}
+
+_EXTENSIONS: dict[str, Format] = {
+    ".pdf": "pdf",
+    ".docx": "docx",
+    ".txt": "text",
+    ".text": "text",
+    ".md": "text",
+    ".markdown": "text",
+}
+_CONTENT_TYPES: dict[str, Format] = {
+    "application/pdf": "pdf",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
+    "text/plain": "text",
+    "text/markdown": "text",
+    "text/x-markdown": "text",
+}
+# Legacy binary Office files (.doc/.xls/.ppt) are OLE2 compound files with this signature.
+_OLE2_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+
+
+def detect_format(data: bytes, filename: str, content_type: str | None) -> Format:
+    """Decide how to parse: magic bytes beat the extension, which beats the (client-supplied) type."""
+    ext = PurePosixPath((filename or "").replace("\\", "/")).suffix.lower()
+    ctype = (content_type or "").split(";")[0].strip().lower()
+
+    if data[:1024].lstrip().startswith(b"%PDF-"):
+        return "pdf"
+    if data.startswith(b"PK\x03\x04") and "word/document.xml" in (_zip_members(data) or ()):
+        return "docx"
+    # Any other zip (xlsx, odt, a damaged docx) is judged by its name: .docx gets the DOCX error.
+    if data.startswith(_OLE2_MAGIC):
+        raise ParseError(
+            f"unsupported file type {_label(ext or '.doc', ctype)}; supported: {SUPPORTED} "
+            "(legacy .doc files must be saved as .docx or PDF first)",
+            "unsupported",
+        )
+    if ext in _EXTENSIONS:
+        return _EXTENSIONS[ext]
+    if ctype in _CONTENT_TYPES:  # last resort, e.g. a pasted upload without a file name
+        return _CONTENT_TYPES[ctype]
+    raise ParseError(f"unsupported file type {_label(ext, ctype)}; supported: {SUPPORTED}", "unsupported")
+
+
+def extract_text(data: bytes, filename: str, content_type: str | None = None) -> ExtractedText:
+    """Extract normalized plain text; raises ParseError with a user-facing message on any failure."""
+    if not data:
+        raise ParseError(MSG_EMPTY, "empty")
+    fmt = detect_format(data, filename, content_type)
+    pages: int | None = None
+    if fmt == "pdf":
+        text, pages = _extract_pdf(data)
+    elif fmt == "docx":
+        text = _extract_docx(data)
+    else:
+        text = _decode_text(data)
+    text = normalize(text)
+    if not text:
+        raise ParseError(MSG_NO_TEXT[fmt], "no_text")
+    return ExtractedText(text=text, format=fmt, pages=pages)
+
+
+# ---------------------------------------------------------------------------------------- helpers
+
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f\ufeff]")  # NUL etc.; keeps \t \n \v \f \r for below
+_HSPACE = re.compile(r"[^\S\n]+")  # any whitespace except newline (incl. NBSP, ideographic space)
+_BLANK_RUNS = re.compile(r"\n{3,}")
+
+
+def normalize(text: str) -> str:
+    """Unix newlines, no control chars, single spaces, at most one blank line in a row.
+
+    Leading indentation survives (as spaces) so indented code such as "    # comment" is not
+    mistaken for a Markdown heading downstream.
+    """
+    text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\f", "\n").replace("\v", "\n")
+    text = _CONTROL.sub("", text).expandtabs(4)
+    text = "\n".join(_normalize_line(line) for line in text.split("\n"))
+    return _BLANK_RUNS.sub("\n\n", text).strip("\n")
+
+
+def _normalize_line(line: str) -> str:
+    body = line.lstrip()
+    if not body:
+        return ""
+    indent = len(line) - len(body)
+    return " " * indent + _HSPACE.sub(" ", body).rstrip()
+
+
+def _label(ext: str, ctype: str) -> str:
+    if ext:
+        return f"'{ext}'"
+    return f"'{ctype}'" if ctype else "(no file extension)"
+
+
+def _zip_members(data: bytes) -> dict[str, int] | None:
+    """Member name -> declared uncompressed size, or None if this is not a readable zip."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            return {info.filename: info.file_size for info in archive.infolist()}
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError):
+        return None
+
+
+def _short(exc: BaseException) -> str:
+    """One line of an exception, short enough to show a user."""
+    lines = str(exc).strip().splitlines()
+    # pypdf likes to append raw bytes (b'\x8c...' @offset) that mean nothing to a user.
+    line = re.split(r" (?:starting with )?b['\"]", lines[0])[0].rstrip(" .:") if lines else ""
+    line = line or type(exc).__name__
+    return line if len(line) <= 100 else line[:97] + "..."
+
+
+# -------------------------------------------------------------------------------------------- PDF
+
+# With strict=False pypdf repairs what it can and otherwise fails with its own errors or with plain
+# Python errors from deep inside the parser (bad offsets, broken streams, odd object types).
+_PDF_ERRORS = (
+    PyPdfError,
+    ValueError,
+    TypeError,
+    KeyError,
+    IndexError,
+    AttributeError,
+    AssertionError,
+    RecursionError,
+    NotImplementedError,  # e.g. "Unsupported filter" when a filter name is garbled
+    zlib.error,
+    struct.error,
+)
+
+
+_OBJECT_HEADER = re.compile(rb"\d+\s+\d+\s+obj\b")
+
+
+def _damaged(reason: str) -> ParseError:
+    return ParseError(f"PDF is damaged or truncated: {reason}; re-export it and try again", "damaged")
+
+
+def _extract_pdf(data: bytes) -> tuple[str, int]:
+    if b"%PDF-" not in data[:1024]:
+        raise _damaged("it does not start with a %PDF header")
+    # pypdf searches the *whole* file backwards for %%EOF, so a cut-off file that contains an
+    # earlier revision (incremental update, linearized PDF) "opens" and silently loses pages.
+    # Readers require the marker in the last 1024 bytes, and objects after it mean the last
+    # update was cut off.
+    eof = data.rfind(b"%%EOF")
+    if eof < 0 or len(data) - eof > 1024 or _OBJECT_HEADER.search(data, eof):
+        raise _damaged("the end of the file is missing (no final %%EOF marker)")
+    try:
+        reader = PdfReader(io.BytesIO(data), strict=False)
+        if reader.is_encrypted:
+            _decrypt_with_empty_password(reader)
+        page_texts = [page.extract_text() or "" for page in reader.pages]
+        if not any(t.strip() for t in page_texts):
+            # extract_text() swallows some errors and returns "", which would turn a damaged file
+            # into a misleading "run OCR" message; make sure the page content is really there.
+            _check_page_contents(reader)
+    except _PDF_ERRORS as exc:
+        raise _damaged(_short(exc)) from exc
+    # Normalize per page so a page of only whitespace does not leave a double separator.
+    text = "\n\n".join(t for t in (normalize(p) for p in page_texts) if t)
+    return text, len(page_texts)
+
+
+def _check_page_contents(reader: PdfReader) -> None:
+    # A broken page tree makes pypdf return fewer (or bogus) pages instead of failing.
+    tree = reader.root_object["/Pages"].get_object()
+    declared = tree.get("/Count") if isinstance(tree, DictionaryObject) else None
+    if len(reader.pages) == 0:
+        raise _damaged("it has no readable pages")
+    if isinstance(declared, int) and declared != len(reader.pages):
+        raise _damaged(f"only {len(reader.pages)} of {declared} pages could be read")
+    for number, page in enumerate(reader.pages, start=1):
+        reference = page.get("/Contents")  # unresolved: None means a legitimately blank page
+        if reference is None:
+            continue
+        if isinstance(reference.get_object(), NullObject) or page.get_contents() is None:
+            raise _damaged(f"the content of page {number} is missing")
+
+
+def _decrypt_with_empty_password(reader: PdfReader) -> None:
+    # Many PDFs are encrypted with only an owner password (to restrict printing/copying) and an
+    # empty user password: every viewer opens them, so we must too.
+    try:
+        if reader.decrypt("") != PasswordType.NOT_DECRYPTED:
+            return
+    except (PyPdfError, NotImplementedError) as exc:  # e.g. an unsupported security handler
+        raise ParseError(MSG_ENCRYPTED, "encrypted") from exc
+    raise ParseError(MSG_ENCRYPTED, "encrypted")
+
+
+# ------------------------------------------------------------------------------------------- DOCX
+
+_MAX_DOCX_UNZIPPED = 256 * 2**20
+_HEADING_STYLE = re.compile(r"heading ([1-9])", re.IGNORECASE)
+# Damaged members surface from zipfile/zlib (bad CRC, unknown compression), bad XML from lxml.
+_DOCX_ERRORS = (
+    PythonDocxError,
+    OpcError,
+    KeyError,
+    ValueError,
+    zipfile.BadZipFile,
+    zlib.error,
+    EOFError,
+    NotImplementedError,
+    etree.LxmlError,
+)
+
+
+def _invalid_docx(reason: str) -> ParseError:
+    return ParseError(
+        f"DOCX is not a valid Word document ({reason}); open it in Word or LibreOffice, "
+        "save it as .docx and try again",
+        "invalid_docx",
+    )
+
+
+def _extract_docx(data: bytes) -> str:
+    members = _zip_members(data)
+    if members is None:
+        raise _invalid_docx("it is not a readable zip archive; it may be truncated or another format")
+    if "word/document.xml" not in members:
+        raise _invalid_docx("the archive has no word/document.xml")
+    # python-docx inflates every part in memory; zipfile never reads past the declared sizes, so
+    # checking them is enough to stop a zip bomb.
+    if sum(members.values()) > _MAX_DOCX_UNZIPPED:
+        raise _invalid_docx(f"it unpacks to more than {_MAX_DOCX_UNZIPPED // 2**20} MB")
+    try:
+        document = docx.Document(io.BytesIO(data))
+        blocks = [
+            _paragraph_text(item) if isinstance(item, Paragraph) else _table_text(item)
+            for item in document.iter_inner_content()  # paragraphs and tables in document order
+        ]
+    except _DOCX_ERRORS as exc:
+        raise _invalid_docx(_short(exc)) from exc
+    # A blank line between blocks keeps paragraph boundaries visible to the chunker.
+    return "\n\n".join(b for b in blocks if b.strip())
+
+
+def _paragraph_text(paragraph: Paragraph) -> str:
+    text = paragraph.text
+    style = paragraph.style.name if paragraph.style is not None else ""
+    level = 1 if style == "Title" else None
+    if match := _HEADING_STYLE.fullmatch(style or ""):
+        level = min(int(match.group(1)), 6)
+    if level is None or not text.strip():
+        return text
+    # Headings become Markdown-style lines so the chunker can split on document structure.
+    return "#" * level + " " + " ".join(text.split())
+
+
+def _table_text(table: Table) -> str:
+    lines = []
+    for row in table.rows:
+        cells: list[str] = []
+        previous = None
+        for cell in row.cells:
+            if cell == previous:  # a horizontally merged cell is repeated once per grid column
+                continue
+            previous = cell
+            cells.append(" ".join(cell.text.split()))
+        if any(cells):
+            lines.append(" | ".join(cells))
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------- text
+
+_BAD_CHARS = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f\ue000-\uf8ff]")  # controls, private use
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+_CJK = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uff00-\uffef\u2014\u2018-\u201d\u2026]")
+
+
+def _decode_text(data: bytes) -> str:
+    if data.startswith(codecs.BOM_UTF8):
+        candidates = ["utf-8-sig"]
+    elif data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        candidates = ["utf-16"]  # the codec reads the BOM to pick the byte order
+    else:
+        candidates = ["utf-8", "gb18030"]  # GB18030 for Chinese text saved by Windows tools
+    for encoding in candidates:
+        try:
+            text = data.decode(encoding)  # strict: a wrong guess must fail, not produce mojibake
+        except UnicodeDecodeError:
+            continue
+        if _looks_like_text(text, chinese=encoding == "gb18030"):
+            return text
+    raise ParseError(MSG_ENCODING, "encoding")
+
+
+def _looks_like_text(text: str, chinese: bool) -> bool:
+    # A strict decode can still "succeed" on binary data (or on UTF-16 without a BOM, which is
+    # valid UTF-8 full of NULs); real text has almost no control or private-use characters.
+    if len(_BAD_CHARS.findall(text)) > 3 + len(text) * 0.01:
+        return False
+    if chinese:
+        # GB18030 maps nearly every byte pair to *some* character; Chinese text is mostly Han
+        # characters and CJK punctuation.
+        non_ascii = len(_NON_ASCII.findall(text))
+        return len(_CJK.findall(text)) >= non_ascii * 0.5
+    return True

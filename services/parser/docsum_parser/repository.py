@@ -1,0 +1,44 @@
+"""The parser's SQL: every write a guarded transition, so a redelivered event changes nothing."""
+
+from __future__ import annotations
+
+import asyncpg
+from docsum_shared.states import DocumentStatus
+
+from .handler import NEEDS_PARSE, StoredDocument
+
+
+async def load(pool: asyncpg.Pool, document_id: str) -> StoredDocument | None:
+    row = await pool.fetchrow(
+        "SELECT status, text_chars, size_level, error FROM documents WHERE id = $1", document_id
+    )
+    if row is None:
+        return None
+    return StoredDocument(DocumentStatus(row["status"]), row["text_chars"], row["size_level"], row["error"])
+
+
+async def load_bytes(pool: asyncpg.Pool, sha256: str) -> bytes | None:
+    return await pool.fetchval("SELECT data FROM blobs WHERE sha256 = $1", sha256)
+
+
+async def store_text(pool: asyncpg.Pool, document_id: str, text: str, size_level: str) -> None:
+    async with pool.acquire() as conn, conn.transaction():
+        moved = await conn.fetchval(
+            "UPDATE documents SET status = $2, size_level = $3, text_chars = $4, updated_at = now()"
+            " WHERE id = $1 AND status = ANY($5::text[]) RETURNING id",
+            document_id, DocumentStatus.CHUNKING, size_level, len(text), list(NEEDS_PARSE),
+        )
+        if moved is not None:
+            await conn.execute(
+                "INSERT INTO document_texts (document_id, text) VALUES ($1, $2)"
+                " ON CONFLICT (document_id) DO UPDATE SET text = EXCLUDED.text",
+                document_id, text,
+            )
+
+
+async def fail(pool: asyncpg.Pool, document_id: str, error: str) -> None:
+    await pool.execute(
+        "UPDATE documents SET status = $2, error = $3, updated_at = now()"
+        " WHERE id = $1 AND status = ANY($4::text[])",
+        document_id, DocumentStatus.FAILED, error, list(NEEDS_PARSE),
+    )

@@ -1,0 +1,63 @@
+"""Postgres access: the connection pool and the versioned migrations, applied once under a lock."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from importlib import resources
+
+import asyncpg
+
+log = logging.getLogger(__name__)
+
+# Any number would do; it only has to be the same for every process that migrates this database.
+_MIGRATION_LOCK_ID = 0x646F6373756D  # "docsum"
+
+
+async def connect_pool(database_url: str, *, max_size: int = 10, wait_s: float = 60.0) -> asyncpg.Pool:
+    """Open a pool, waiting for the database to come up (it may be restarting) for up to `wait_s`."""
+    deadline = asyncio.get_running_loop().time() + wait_s
+    while True:
+        try:
+            return await asyncpg.create_pool(database_url, min_size=1, max_size=max_size)
+        except (OSError, asyncpg.CannotConnectNowError, asyncpg.TooManyConnectionsError) as exc:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            log.warning("database not reachable yet (%s); retrying", exc)
+            await asyncio.sleep(1.0)
+
+
+def _migrations() -> list[tuple[int, str, str]]:
+    found = []
+    for entry in resources.files("docsum_shared.migrations").iterdir():
+        match = re.fullmatch(r"(\d+)_.*\.sql", entry.name)
+        if match:
+            found.append((int(match.group(1)), entry.name, entry.read_text()))
+    return sorted(found)
+
+
+async def migrate(pool: asyncpg.Pool) -> list[str]:
+    """Apply the migrations not applied yet; concurrent callers wait for each other. Returns the new ones."""
+    applied: list[str] = []
+    async with pool.acquire() as conn:
+        await conn.execute("SELECT pg_advisory_lock($1)", _MIGRATION_LOCK_ID)
+        try:
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                " version int PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            done = {r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")}
+            for version, name, sql in _migrations():
+                if version in done:
+                    continue
+                async with conn.transaction():
+                    await conn.execute(sql)
+                    await conn.execute(
+                        "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", version, name
+                    )
+                log.info("applied migration %s", name)
+                applied.append(name)
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock($1)", _MIGRATION_LOCK_ID)
+    return applied

@@ -1,0 +1,78 @@
+"""Kafka plumbing shared by the services: topic creation, the producer, publishing events."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
+
+from .events import TOPIC_OF, Event, Topic
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+DLQ_SUFFIX = ".dlq"
+
+
+def topic_partitions(settings: Settings) -> dict[str, int]:
+    """Every topic the pipeline uses, with its partition count (the ceiling of its parallelism)."""
+    wanted: dict[str, int] = {}
+    for topic in Topic:
+        count = settings.chunk_topic_partitions if topic is Topic.CHUNK_CREATED else settings.topic_partitions
+        wanted[settings.topic(topic)] = count
+        wanted[settings.topic(topic) + DLQ_SUFFIX] = 1
+    return wanted
+
+
+async def ensure_topics(settings: Settings, *, wait_s: float = 120.0) -> None:
+    """Create the missing topics; idempotent, and safe when several services start at once."""
+    deadline = asyncio.get_running_loop().time() + wait_s
+    while True:
+        admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers)
+        try:
+            await admin.start()
+            existing = set(await admin.list_topics())
+            missing = [
+                NewTopic(name=name, num_partitions=count, replication_factor=1)
+                for name, count in topic_partitions(settings).items()
+                if name not in existing
+            ]
+            if missing:
+                response = await admin.create_topics(missing)
+                for name, code, *_ in getattr(response, "topic_errors", []):
+                    # 36 = TOPIC_ALREADY_EXISTS: another service created it first.
+                    if code not in (0, TopicAlreadyExistsError.errno):
+                        raise RuntimeError(f"cannot create topic {name}: error code {code}")
+                log.info("created topics: %s", ", ".join(t.name for t in missing))
+            return
+        except (KafkaConnectionError, OSError) as exc:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            log.warning("Kafka not reachable yet (%s); retrying", exc)
+            await asyncio.sleep(1.0)
+        finally:
+            await admin.close()
+
+
+def make_producer(settings: Settings) -> AIOKafkaProducer:
+    # acks=all + idempotence: an acknowledged event is on the log exactly once per send.
+    return AIOKafkaProducer(
+        bootstrap_servers=settings.kafka_bootstrap_servers,
+        acks="all",
+        enable_idempotence=True,
+        linger_ms=5,
+    )
+
+
+async def publish(producer: AIOKafkaProducer, settings: Settings, events: Iterable[Event]) -> None:
+    """Send the events and wait until Kafka has acknowledged every one of them."""
+    pending = [
+        await producer.send(settings.topic(TOPIC_OF[type(event)]), event.to_bytes(), key=event.key().encode())
+        for event in events
+    ]
+    for delivery in pending:
+        await delivery

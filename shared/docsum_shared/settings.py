@@ -1,0 +1,68 @@
+"""Settings shared by every service, read from the environment (pydantic-settings).
+
+Defaults work on one machine with the stack that `make up` starts; every name can be overridden with
+an environment variable `DOCSUM_<NAME>` (plus the standard `DATABASE_URL`, `KAFKA_BOOTSTRAP_SERVERS`,
+`OPENAI_BASE_URL` and `OPENAI_API_KEY`).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="DOCSUM_", env_ignore_empty=True, extra="ignore")
+
+    # Infrastructure
+    kafka_bootstrap_servers: str = Field(
+        "127.0.0.1:9092",
+        validation_alias=AliasChoices("KAFKA_BOOTSTRAP_SERVERS", "DOCSUM_KAFKA_BOOTSTRAP_SERVERS"),
+    )
+    database_url: str = Field(
+        "postgresql://docsum@127.0.0.1:5433/docsum",
+        validation_alias=AliasChoices("DATABASE_URL", "DOCSUM_DATABASE_URL"),
+    )
+    # Prepended to every topic and consumer group name, so that several deployments (or test runs)
+    # can share one cluster without seeing each other's events.
+    topic_prefix: str = ""
+    topic_partitions: int = Field(6, ge=1)
+    chunk_topic_partitions: int = Field(12, ge=1)  # chunk-created spreads one document's chunks
+    db_pool_max: int = Field(10, ge=1)
+
+    # Chunking
+    small_max_chars: int = Field(8_000, ge=100)
+    medium_max_chars: int = Field(100_000, ge=1_000)
+    chunk_chars: int = Field(2_000, ge=200)
+    overlap_chars: int = Field(200, ge=0)
+    context_after_chars: int = Field(200, ge=0)
+
+    # Summarizer backend
+    llm_backend: Literal["extractive", "openai"] = "extractive"
+    llm_model: str = "gpt-4o-mini"
+    llm_timeout_s: float = Field(120.0, gt=0)
+    llm_max_attempts: int = Field(4, ge=1)
+    openai_base_url: str | None = Field(None, validation_alias=AliasChoices("OPENAI_BASE_URL"))
+    openai_api_key: str | None = Field(None, validation_alias=AliasChoices("OPENAI_API_KEY"))
+
+    # Gateway
+    gateway_host: str = "127.0.0.1"
+    gateway_port: int = 8000
+    max_file_bytes: int = Field(50 * 1024 * 1024, ge=1)
+    max_files_per_task: int = Field(100, ge=1)
+    # "owner=key,owner2=key2": who may call the gateway, and as whom.
+    api_keys: str = ""
+
+    def topic(self, name: str) -> str:
+        return f"{self.topic_prefix}{name}"
+
+    def group(self, service: str) -> str:
+        return f"{self.topic_prefix}docsum-{service}"
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

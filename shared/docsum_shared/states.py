@@ -1,0 +1,45 @@
+"""Statuses stored in Postgres. They tell each service where a task, document or chunk resumes."""
+
+from enum import StrEnum
+
+
+class TaskStatus(StrEnum):
+    PENDING = "PENDING"
+    PROCESSING = "PROCESSING"
+    PAUSED = "PAUSED"
+    COMPLETED = "COMPLETED"
+    COMPLETED_WITH_ERRORS = "COMPLETED_WITH_ERRORS"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    EXPIRED = "EXPIRED"
+
+
+class DocumentStatus(StrEnum):
+    PENDING = "PENDING"
+    PARSING = "PARSING"
+    CHUNKING = "CHUNKING"
+    SUMMARIZING = "SUMMARIZING"
+    MERGING = "MERGING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+class ChunkStatus(StrEnum):
+    PENDING = "PENDING"
+    SUMMARIZING = "SUMMARIZING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+
+
+TASK_FINAL = frozenset(
+    {
+        TaskStatus.COMPLETED,
+        TaskStatus.COMPLETED_WITH_ERRORS,
+        TaskStatus.FAILED,
+        TaskStatus.CANCELLED,
+        TaskStatus.EXPIRED,
+    }
+)
+DOCUMENT_FINAL = frozenset({DocumentStatus.COMPLETED, DocumentStatus.FAILED, DocumentStatus.CANCELLED})
+CHUNK_FINAL = frozenset({ChunkStatus.COMPLETED, ChunkStatus.FAILED})

@@ -1,0 +1,58 @@
+"""The summarizer backends' interface: one request shape for chunk, document and task summaries.
+
+A backend turns a `SummaryRequest` into a `SummaryResult`. The chunk summarizer calls it once per chunk;
+the merger calls it to merge chunk summaries into a document summary and document summaries into a
+task summary. Backends are stateless and safe to share between concurrent calls.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class SummaryKind(StrEnum):
+    CHUNK = "chunk"  # summarize one chunk of a document's text
+    DOCUMENT = "document"  # merge chunk summaries into one document summary
+    TASK = "task"  # merge document summaries into one task summary
+
+
+@dataclass(frozen=True)
+class SummaryRequest:
+    kind: SummaryKind
+    # CHUNK: one element, the chunk text. DOCUMENT/TASK: the summaries to merge, in order.
+    texts: tuple[str, ...]
+    # CHUNK only: the text just before the chunk (already summarized elsewhere) and just after it.
+    context_before: str = ""
+    context_after: str = ""
+    # A title for DOCUMENT/TASK merges (file name or task title); TASK: the file names of `texts`.
+    title: str = ""
+    labels: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class SummaryResult:
+    text: str
+    model: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class PermanentLLMError(Exception):
+    """The provider rejected the request for good (bad request, content refused): do not retry."""
+
+
+class RetriableLLMError(Exception):
+    """A passing failure (5xx, timeout, rate limit, connection): retry with back-off."""
+
+
+class SummarizerBackend(abc.ABC):
+    #: Identifies what produced a summary (stored beside it, part of the cache key).
+    model: str
+
+    @abc.abstractmethod
+    async def summarize(self, request: SummaryRequest) -> SummaryResult: ...
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release connections; the default backend holds none."""

@@ -1,0 +1,42 @@
+"""Any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, Ollama, llama.cpp...)."""
+
+from __future__ import annotations
+
+import openai
+
+from .base import PermanentLLMError, RetriableLLMError, SummarizerBackend, SummaryRequest, SummaryResult
+from .prompts import build_messages
+
+
+class OpenAIBackend(SummarizerBackend):
+    def __init__(self, model: str, *, base_url: str | None, api_key: str | None, timeout_s: float) -> None:
+        self.model = model
+        # Retries are ours (the consumer backs off and keeps its place), so the client makes one try.
+        self._client = openai.AsyncOpenAI(
+            base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=0
+        )
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        try:
+            response = await self._client.chat.completions.create(
+                model=self.model, messages=build_messages(request), temperature=0  # type: ignore[arg-type]
+            )
+        except (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError) as exc:
+            raise RetriableLLMError(f"LLM provider unavailable: {exc}") from exc
+        except openai.APIStatusError as exc:
+            if exc.status_code >= 500 or exc.status_code in (408, 409):
+                raise RetriableLLMError(f"LLM provider error {exc.status_code}: {exc.message}") from exc
+            raise PermanentLLMError(f"LLM provider rejected the request ({exc.status_code}): {exc.message}") from exc
+        text = (response.choices[0].message.content or "").strip() if response.choices else ""
+        if not text:
+            raise RetriableLLMError("LLM provider returned an empty answer")
+        usage = response.usage
+        return SummaryResult(
+            text=text,
+            model=response.model or self.model,
+            prompt_tokens=usage.prompt_tokens if usage else 0,
+            completion_tokens=usage.completion_tokens if usage else 0,
+        )
+
+    async def aclose(self) -> None:
+        await self._client.close()

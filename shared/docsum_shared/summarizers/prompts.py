@@ -1,0 +1,52 @@
+"""Every prompt docsum sends to an LLM: chunk summaries, document merges and task merges.
+
+Changing a prompt's wording changes what the model returns, so raise PROMPT_VERSION with it: the
+version is part of the result cache's key, and a stored answer to an old prompt is not reused.
+"""
+
+from __future__ import annotations
+
+from .base import SummaryKind, SummaryRequest
+
+PROMPT_VERSION = "2026-11-30.1"
+
+_SYSTEM = (
+    "You summarize documents faithfully. Write the summary in the same language as the text you are "
+    "given (a Chinese text gets a Chinese summary). State only what the text says; no preamble, no "
+    "mention of 'this chunk' or 'the summaries'."
+)
+
+
+def build_messages(request: SummaryRequest) -> list[dict[str, str]]:
+    if request.kind is SummaryKind.CHUNK:
+        parts = []
+        if request.context_before:
+            parts.append(f"<previous_context>\n{request.context_before}\n</previous_context>")
+        parts.append(f"<text>\n{request.texts[0]}\n</text>")
+        if request.context_after:
+            parts.append(f"<following_context>\n{request.context_after}\n</following_context>")
+        user = (
+            "Summarize the text between <text> tags in a few sentences. The surrounding context is only "
+            "there to resolve references; do not summarize it.\n\n" + "\n\n".join(parts)
+        )
+    elif request.kind is SummaryKind.DOCUMENT:
+        sections = "\n\n".join(f"<part n={i + 1}>\n{t}\n</part>" for i, t in enumerate(request.texts))
+        user = (
+            f"These are summaries of consecutive parts of one document{_titled(request)}. "
+            "Merge them into one coherent summary of the whole document, in order, without repetition.\n\n"
+            + sections
+        )
+    else:
+        labels = request.labels or tuple(f"document {i + 1}" for i in range(len(request.texts)))
+        sections = "\n\n".join(
+            f'<document name="{label}">\n{t}\n</document>' for label, t in zip(labels, request.texts, strict=True)
+        )
+        user = (
+            f"These are summaries of the documents of one batch{_titled(request)}. Write an overall "
+            "summary of the batch: the main themes first, then what each document adds.\n\n" + sections
+        )
+    return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": user}]
+
+
+def _titled(request: SummaryRequest) -> str:
+    return f' titled "{request.title}"' if request.title else ""

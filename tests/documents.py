@@ -1,0 +1,321 @@
+"""Deterministic test-document generators shared by unit and integration tests.
+
+Everything here returns bytes or str built in memory, so tests never depend on files in the repo
+(apart from the committed examples, which scripts/make_examples.py builds with these same helpers).
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import zipfile
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import cast
+
+import docx
+from fpdf import FPDF
+from pypdf import PdfReader, PdfWriter
+
+# A fixed timestamp keeps generated PDFs/DOCX byte-for-byte reproducible.
+FIXED_TIME = datetime(2024, 1, 1, tzinfo=UTC)
+
+# ("heading", level, text) | ("paragraph", text) | ("table", rows)
+Block = tuple[str, int, str] | tuple[str, str] | tuple[str, Sequence[Sequence[str]]]
+
+
+# --------------------------------------------------------------------------------------------- PDF
+
+
+def make_pdf(pages: list[str]) -> bytes:
+    """One PDF page per string (text wraps onto extra pages if it does not fit); latin-1 text only.
+
+    Paragraphs are separated by blank lines in the input; multi_cell honours the newlines.
+    """
+    pdf = FPDF(format="A4")
+    pdf.set_creation_date(FIXED_TIME)
+    pdf.set_auto_page_break(auto=True, margin=15)
+    pdf.set_font("Helvetica", size=11)
+    for text in pages:
+        pdf.add_page()
+        if text:
+            pdf.multi_cell(0, 5.5, text)
+    return bytes(pdf.output())
+
+
+def make_encrypted_pdf(text: str, user_password: str = "secret", owner_password: str = "owner") -> bytes:
+    """A one-page PDF encrypted with AES-256.
+
+    With the default non-empty user password it cannot be opened without the password; with
+    user_password="" it is the common "owner-password only" PDF that any viewer opens.
+    """
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(make_pdf([text]))))
+    writer.encrypt(user_password=user_password, owner_password=owner_password, algorithm="AES-256")
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def truncate(data: bytes, fraction: float = 0.5) -> bytes:
+    """The first `fraction` of the bytes, like an interrupted upload or download."""
+    return data[: int(len(data) * fraction)]
+
+
+# -------------------------------------------------------------------------------------------- DOCX
+
+
+def make_docx(blocks: Sequence[Block]) -> bytes:
+    """Build a DOCX from ("heading", level, text), ("paragraph", text) and ("table", rows) blocks.
+
+    Heading level 0 is the Title style, 1..9 are Heading 1..9.
+    """
+    document = docx.Document()
+    props = document.core_properties
+    props.created = props.modified = props.last_printed = FIXED_TIME.replace(tzinfo=None)
+    props.author = props.last_modified_by = "docsum tests"
+    for block in blocks:
+        kind = block[0]
+        if kind == "heading":
+            _, level, text = cast(tuple[str, int, str], block)
+            document.add_heading(text, level=level)
+        elif kind == "paragraph":
+            document.add_paragraph(cast(tuple[str, str], block)[1])
+        elif kind == "table":
+            rows = [list(r) for r in cast(tuple[str, Sequence[Sequence[str]]], block)[1]]
+            n_cols = max((len(r) for r in rows), default=1)
+            table = document.add_table(rows=len(rows), cols=n_cols)
+            table.style = "Table Grid"
+            for r, row in enumerate(rows):
+                for c, value in enumerate(row):
+                    table.cell(r, c).text = str(value)
+        else:
+            raise ValueError(f"unknown block kind {kind!r}")
+    out = io.BytesIO()
+    document.save(out)
+    return _fix_zip_timestamps(out.getvalue())
+
+
+def _fix_zip_timestamps(data: bytes) -> bytes:
+    # python-docx stamps every zip member with the current time; rewrite them for reproducibility.
+    src = zipfile.ZipFile(io.BytesIO(data))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            fixed = zipfile.ZipInfo(info.filename, date_time=(1980, 1, 1, 0, 0, 0))
+            fixed.compress_type = zipfile.ZIP_DEFLATED
+            dst.writestr(fixed, src.read(info.filename))
+    return out.getvalue()
+
+
+# ------------------------------------------------------------------------------------ English prose
+
+# Each theme gives the slots a coherent vocabulary, so a paragraph stays on one subject and
+# sentence-ranking summarizers see repeated content words instead of uniform noise.
+_EN_THEMES: dict[str, dict[str, list[str]]] = {
+    "rivers": {
+        "subject": ["the river", "the old harbour", "the ferry crossing", "the flood plain", "the canal"],
+        "actors": ["the boatmen", "the town council", "the fishermen", "the mill owners", "local farmers"],
+        "thing": ["the stone embankment", "the spring floods", "the cargo barges", "the water level",
+                  "the silt on the riverbed", "the wooden locks"],
+        "quality": ["muddy", "patient", "unpredictable", "generous", "slow", "restless"],
+        "place": ["the market square", "the lower town", "the northern bank", "the grain warehouses",
+                  "the old bridge"],
+    },
+    "libraries": {
+        "subject": ["the public library", "the reading room", "the county archive", "the lending desk"],
+        "actors": ["the librarians", "students from the college", "retired teachers", "the volunteers",
+                   "young parents"],
+        "thing": ["the card catalogue", "the rare map collection", "the evening opening hours",
+                  "the donated books", "the heating system", "the interlibrary loans"],
+        "quality": ["quiet", "crowded", "underfunded", "welcoming", "old-fashioned", "surprisingly busy"],
+        "place": ["the upstairs gallery", "the children's corner", "the basement stacks", "the front steps"],
+    },
+    "railways": {
+        "subject": ["the branch line", "the night train", "the junction station", "the signal box"],
+        "actors": ["the station staff", "daily commuters", "the track engineers", "the timetable planners",
+                   "the freight companies"],
+        "thing": ["the single track", "the winter timetable", "the level crossing", "the ticket prices",
+                  "the old steam locomotives", "the weekend engineering works"],
+        "quality": ["reliable", "crowded", "slow", "punctual", "noisy", "indispensable"],
+        "place": ["the valley villages", "the coastal towns", "the main platform", "the goods yard"],
+    },
+    "gardens": {
+        "subject": ["the community garden", "the allotment", "the orchard", "the greenhouse"],
+        "actors": ["the gardeners", "the neighbours", "the beekeepers", "a group of schoolchildren",
+                   "the older residents"],
+        "thing": ["the tomato harvest", "the compost heaps", "the late frost", "the water butts",
+                  "the apple trees", "the seed exchange"],
+        "quality": ["overgrown", "productive", "peaceful", "fragile", "carefully planned", "sunny"],
+        "place": ["the back lane", "the shared shed", "the south-facing wall", "the school fence"],
+    },
+    "software": {
+        "subject": ["the billing service", "the deployment pipeline", "the message queue",
+                    "the old monolith"],
+        "actors": ["the on-call engineers", "the platform team", "the product managers", "the new hires",
+                   "the database administrators"],
+        "thing": ["the nightly batch job", "the retry logic", "the error dashboards", "the test suite",
+                  "the configuration files", "the database migrations"],
+        "quality": ["fragile", "well tested", "slow to change", "surprisingly robust", "poorly documented",
+                    "overloaded"],
+        "place": ["the staging environment", "the incident channel", "the weekly review",
+                  "the shared runbook"],
+    },
+    "weather": {
+        "subject": ["the coastal weather", "the monsoon season", "the mountain climate", "the long winter"],
+        "actors": ["the forecasters", "the harbour pilots", "the hill farmers", "the road crews",
+                   "the lighthouse keepers"],
+        "thing": ["the morning fog", "the storm warnings", "the snowfall records", "the wind patterns",
+                  "the rain gauges", "the sudden thaw"],
+        "quality": ["harsh", "changeable", "mild", "dramatic", "gentle", "treacherous"],
+        "place": ["the high pass", "the fishing villages", "the airfield", "the weather station"],
+    },
+}
+
+_EN_TEMPLATES: list[str] = [
+    "{actors} had watched {thing} for years before anyone thought to write down what they saw.",
+    "In {season}, {subject} became {quality}, and {actors} adjusted their plans accordingly.",
+    "Nobody could say exactly when {thing} began to change, but the records kept near {place} "
+    "suggest that it happened slowly.",
+    "{subject} shaped the daily routine of {actors} far more than any rule or schedule did.",
+    "It is easy to forget how much {place} depended on {thing}.",
+    "When {thing} caused trouble, {actors} met at {place} to decide what to do next.",
+    "Some argued that {thing} brought more good than harm, while others saw only a source of worry.",
+    "The most {quality} part of the story, however, is how {actors} learned to live with {subject}.",
+    "Over the following decade, {actors} changed their approach to {thing} twice, each time more carefully.",
+    "Visitors often describe {subject} as {quality}, yet people who live near {place} tend to disagree.",
+    "A careful look at {thing} shows why {actors} were so cautious.",
+    "Even today, {subject} is the first thing people mention when they talk about {place}.",
+    "Every {season}, {actors} counted the days until they could check {thing} again.",
+    "The lesson, if there is one, is that {subject} rewards those who pay attention.",
+    "Why did {actors} keep returning to {place}?",
+    "The answer has more to do with {thing} than with money.",
+    "According to {actors}, {thing} mattered more than any single decision made at {place}.",
+    "By the end of {season}, {subject} looked {quality} again, and the arguments faded.",
+    "Few outsiders understood that {thing} and {subject} were really two sides of one problem.",
+    "{actors} kept a small notebook about {thing}, and its pages are still read at {place}.",
+    "What looked like a minor detail, {thing}, turned out to decide the fate of {subject}.",
+    "There were years when {subject} seemed {quality} and years when it seemed almost forgotten.",
+    "Nothing about {thing} was simple, and {actors} said so openly.",
+    "Still, {actors} insisted that {subject} could be improved without losing its character.",
+    "If {thing} had been handled differently, {place} might look very different today.",
+    "Perhaps the clearest sign of progress is that {actors} now talk about {thing} calmly.",
+]
+
+_SEASONS = ["spring", "summer", "autumn", "winter", "the dry months", "the rainy season"]
+
+
+def _capitalize(sentence: str) -> str:
+    return sentence[:1].upper() + sentence[1:]
+
+
+def english_prose(n_chars: int, seed: int = 0) -> str:
+    """Readable, varied English paragraphs of at least n_chars characters (overshoots by < 1 sentence).
+
+    Deterministic for a given (n_chars, seed); paragraphs are separated by blank lines.
+    """
+    rng = random.Random(seed)
+
+    def paragraph() -> list[str]:
+        vocab = _EN_THEMES[rng.choice(sorted(_EN_THEMES))]
+        sentences = []
+        for template in rng.sample(_EN_TEMPLATES, rng.randint(4, 7)):
+            slots = {key: rng.choice(words) for key, words in vocab.items()}
+            sentences.append(_capitalize(template.format(season=rng.choice(_SEASONS), **slots)))
+        return sentences
+
+    return _assemble(paragraph, n_chars, sentence_sep=" ")
+
+
+def _assemble(paragraph: Callable[[], list[str]], n_chars: int, sentence_sep: str) -> str:
+    # Add whole sentences until the joined text reaches n_chars; `length` tracks len(result) exactly.
+    paragraphs: list[str] = []
+    length = -2  # no "\n\n" before the first paragraph
+    while length < n_chars:
+        taken: list[str] = []
+        length += 2 - len(sentence_sep)
+        for sentence in paragraph():
+            taken.append(sentence)
+            length += len(sentence_sep) + len(sentence)
+            if length >= n_chars:
+                break
+        paragraphs.append(sentence_sep.join(taken))
+    return "\n\n".join(paragraphs)
+
+
+# ------------------------------------------------------------------------------------ Chinese prose
+
+_ZH_THEMES: dict[str, dict[str, list[str]]] = {
+    "河流": {
+        "subject": ["这条河", "老码头", "渡口", "河边的堤岸", "城南的水闸"],
+        "actors": ["船工们", "沿河的居民", "老渔民", "水利站的工程师", "住在桥边的人"],
+        "thing": ["春天的汛期", "河面上的货船", "水位的变化", "两岸的柳树", "河底的淤泥"],
+        "quality": ["安静", "浑浊", "温和", "难以预料", "慷慨"],
+        "place": ["石桥下", "河湾里", "老街口", "码头旁的茶馆"],
+    },
+    "读书": {
+        "subject": ["那间小书店", "学校的图书馆", "旧书摊", "社区阅览室"],
+        "actors": ["学生们", "退休的老师", "年轻的父母", "图书管理员", "爱书的人"],
+        "thing": ["借书的规矩", "泛黄的旧书", "夜里的阅读时间", "读书笔记", "一本难懂的书"],
+        "quality": ["安静", "拥挤", "朴素", "温暖", "有些陈旧"],
+        "place": ["窗边的座位上", "楼上的角落里", "巷子深处", "公园的长椅上"],
+    },
+    "城市": {
+        "subject": ["这座城市", "老城区", "新修的地铁", "城东的菜市场"],
+        "actors": ["上班族", "街坊邻居", "城市规划师", "外地来的年轻人", "小店的老板"],
+        "thing": ["早高峰的人流", "老房子的改造", "街边的小吃", "公交线路的调整", "夜晚的灯光"],
+        "quality": ["热闹", "忙碌", "包容", "嘈杂", "有活力"],
+        "place": ["十字路口", "老街两旁", "广场中央", "地铁站门口"],
+    },
+    "四季": {
+        "subject": ["山里的天气", "江南的梅雨季", "北方的冬天", "海边的秋天"],
+        "actors": ["农民们", "护林员", "赶路的人", "渔村的老人", "孩子们"],
+        "thing": ["清晨的薄雾", "突如其来的暴雨", "第一场雪", "田里的庄稼", "山坡上的茶树"],
+        "quality": ["寒冷", "多变", "温润", "干燥", "清爽"],
+        "place": ["山脚下", "田埂上", "村口的大树下", "半山腰的小路上"],
+    },
+}
+
+_ZH_TEMPLATES: list[str] = [
+    "{actors}常常在{place}谈起{thing}。",
+    "到了{season}，{subject}就变得格外{quality}。",
+    "没有人说得清{thing}是从什么时候开始改变的。",
+    "对{actors}来说，{subject}比任何规定都更能影响日常生活。",
+    "人们很容易忘记，{actors}的日子其实离不开{thing}。",
+    "每当{thing}出了问题，{actors}就会聚在{place}商量办法。",
+    "有人认为{thing}是一种福气，也有人觉得它是无尽的烦恼。",
+    "最让人感慨的，是{actors}如何学会与{subject}相处。",
+    "在后来的十年里，{actors}一点一点地改变了{thing}。",
+    "外地人常说{subject}很{quality}，本地的{actors}却不这么看。",
+    "仔细想想{thing}，就能明白{actors}为什么那样小心。",
+    "直到今天，说起{subject}，{actors}首先想到的还是{thing}。",
+    "为什么{actors}总是回到{place}呢？",
+    "答案也许就藏在{thing}里！",
+    "{actors}把关于{thing}的事情记在一个小本子上。",
+    "看似不起眼的{thing}，最终决定了{subject}的命运。",
+    "有些年份，{subject}显得很{quality}；有些年份，它几乎被人遗忘。",
+    "{actors}坦白地说，{thing}从来都不简单。",
+    "如果当初换一种方式对待{thing}，{subject}今天也许会完全不同。",
+    "{season}的{subject}多么{quality}啊！",
+    "{actors}相信，{subject}可以变得更好，同时又不失去原来的味道。",
+    "也许最明显的变化是，{actors}如今谈起{thing}时已经很平静了。",
+]
+
+_ZH_SEASONS = ["春天", "夏天", "秋天", "冬天", "雨季", "农忙时节"]
+
+
+def chinese_prose(n_chars: int, seed: int = 0) -> str:
+    """Readable Chinese paragraphs (sentences end in 。！？) of at least n_chars characters.
+
+    Deterministic for a given (n_chars, seed); paragraphs are separated by blank lines.
+    """
+    rng = random.Random(seed)
+
+    def paragraph() -> list[str]:
+        vocab = _ZH_THEMES[rng.choice(sorted(_ZH_THEMES))]
+        sentences = []
+        for template in rng.sample(_ZH_TEMPLATES, rng.randint(4, 7)):
+            slots = {key: rng.choice(words) for key, words in vocab.items()}
+            sentences.append(template.format(season=rng.choice(_ZH_SEASONS), **slots))
+        return sentences
+
+    return _assemble(paragraph, n_chars, sentence_sep="")

@@ -1,0 +1,83 @@
+"""Replaying a task's events: read them back from every topic, publish them again, wait for the consumers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import asyncpg
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from docsum_shared.events import Topic
+
+SERVICE_TOPICS = {
+    "parser": [Topic.DOCUMENT_SUBMITTED],
+    "chunker": [Topic.DOCUMENT_PARSED],
+    "summarizer": [Topic.CHUNK_CREATED],
+    "merger": [Topic.CHUNK_SUMMARIZED, Topic.DOCUMENT_MERGED],
+}
+
+
+async def republish_task_events(env: dict[str, str], task_id: str) -> int:
+    prefix, servers = env["DOCSUM_TOPIC_PREFIX"], env["KAFKA_BOOTSTRAP_SERVERS"]
+    topics = [prefix + t for t in Topic]
+    consumer = AIOKafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False, auto_offset_reset="earliest")
+    producer = AIOKafkaProducer(bootstrap_servers=servers, acks="all")
+    await consumer.start()
+    await producer.start()
+    try:
+        partitions = [TopicPartition(t, p) for t in topics for p in (consumer.partitions_for_topic(t) or set())]
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        ends = await consumer.end_offsets(partitions)
+        found = []
+        while any(await consumer.position(tp) < ends[tp] for tp in partitions):
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                found += [r for r in records if json.loads(r.value).get("task_id") == task_id]
+        for record in found:
+            await producer.send_and_wait(record.topic, record.value, key=record.key)
+        return len(found)
+    finally:
+        await consumer.stop()
+        await producer.stop()
+
+
+async def wait_until_consumed(env: dict[str, str], timeout: float = 60.0) -> None:
+    """Until every service's consumer group has committed up to the end of its topics."""
+    prefix, servers = env["DOCSUM_TOPIC_PREFIX"], env["KAFKA_BOOTSTRAP_SERVERS"]
+    admin = AIOKafkaAdminClient(bootstrap_servers=servers)
+    consumer = AIOKafkaConsumer(bootstrap_servers=servers)
+    await admin.start()
+    await consumer.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            lagging = []
+            for service, topics in SERVICE_TOPICS.items():
+                committed = await admin.list_consumer_group_offsets(f"{prefix}docsum-{service}")
+                partitions = [
+                    TopicPartition(prefix + t, p) for t in topics for p in consumer.partitions_for_topic(prefix + t) or ()
+                ]
+                ends = await consumer.end_offsets(partitions)
+                lagging += [tp for tp in partitions if ends[tp] > (committed.get(tp).offset if tp in committed else 0)]
+            if not lagging:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"consumers still lagging on {lagging}")
+            await asyncio.sleep(0.3)
+    finally:
+        await admin.close()
+        await consumer.stop()
+
+
+async def snapshot(db: asyncpg.Pool, task_id: str) -> dict[str, list]:
+    """Every stored row of the task, as plain tuples."""
+    return {
+        "tasks": [tuple(r) for r in await db.fetch("SELECT * FROM tasks WHERE id = $1", task_id)],
+        "documents": [tuple(r) for r in await db.fetch("SELECT * FROM documents WHERE task_id = $1 ORDER BY id", task_id)],
+        "chunks": [tuple(r) for r in await db.fetch(
+            "SELECT c.* FROM chunks c JOIN documents d ON d.id = c.document_id WHERE d.task_id = $1 ORDER BY c.id",
+            task_id)],
+        "llm_results": [tuple(r) for r in await db.fetch("SELECT * FROM llm_results ORDER BY key")],
+    }

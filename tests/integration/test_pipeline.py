@@ -1,0 +1,120 @@
+"""Whole tasks through the five services on the real broker and database."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+import pytest
+
+from tests.documents import english_prose, make_docx, make_encrypted_pdf, make_pdf, truncate
+from tests.integration.conftest import Stack, wait_for_task
+
+pytestmark = pytest.mark.integration
+
+
+def _large_docx() -> bytes:
+    blocks = []
+    for section in range(12):
+        blocks.append(("heading", 1, f"Part {section + 1}"))
+        for paragraph in english_prose(9_500, seed=100 + section).split("\n\n"):
+            blocks.append(("paragraph", paragraph))
+    return make_docx(blocks)
+
+
+async def test_three_documents_complete(stack: Stack, db: asyncpg.Pool) -> None:
+    files = [
+        ("files", ("notes.txt", english_prose(3_000, seed=1).encode(), "text/plain")),
+        ("files", ("report.pdf", make_pdf([english_prose(2_500, seed=s) for s in range(2, 7)]), "application/pdf")),
+        ("files", ("book.docx", _large_docx(), "application/octet-stream")),
+    ]
+    async with stack.client() as client:
+        created = (await client.post("/v1/tasks", files=files, data={"title": "three"})).json()
+        task = await wait_for_task(client, created["task_id"], stack)
+
+    assert task["status"] == "COMPLETED", task
+    assert task["summary"]
+    by_name = {d["filename"]: d for d in task["documents"]}
+    assert {d["status"] for d in by_name.values()} == {"COMPLETED"}
+    assert all(d["summary"] for d in by_name.values())
+    assert by_name["notes.txt"]["size_level"] == "SMALL"
+    assert by_name["report.pdf"]["size_level"] == "MEDIUM"
+    assert by_name["book.docx"]["size_level"] == "LARGE"
+    assert by_name["book.docx"]["text_chars"] > 100_000
+    book = by_name["book.docx"]["chunks"]
+    assert book["total"] > 40 and book["done"] == book["total"]
+    # Every chunk summarized exactly once into the cache, and no chunk left unfinished.
+    pending = await db.fetchval(
+        "SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id"
+        " WHERE d.task_id = $1 AND c.status <> 'COMPLETED'", created["task_id"],
+    )
+    assert pending == 0
+
+
+async def test_bad_files_fail_alone(stack: Stack) -> None:
+    good = english_prose(1_500, seed=9).encode()
+    pdf = make_pdf([english_prose(1_200, seed=10), english_prose(1_200, seed=11)])
+    files = [
+        ("files", ("secret.pdf", make_encrypted_pdf("top secret text"), "application/pdf")),
+        ("files", ("broken.pdf", truncate(pdf, 0.5), "application/pdf")),
+        ("files", ("empty.txt", b"", "text/plain")),
+        ("files", ("good.txt", good, "text/plain")),
+    ]
+    async with stack.client() as client:
+        created = (await client.post("/v1/tasks", files=files)).json()
+        task = await wait_for_task(client, created["task_id"], stack)
+
+    assert task["status"] == "COMPLETED_WITH_ERRORS"
+    by_name = {d["filename"]: d for d in task["documents"]}
+    assert by_name["good.txt"]["status"] == "COMPLETED" and by_name["good.txt"]["summary"]
+    assert task["summary"] == by_name["good.txt"]["summary"]
+    for name, words in {"secret.pdf": "encrypted", "broken.pdf": "damaged", "empty.txt": "empty"}.items():
+        assert by_name[name]["status"] == "FAILED"
+        assert words in by_name[name]["error"].lower(), by_name[name]["error"]
+
+
+async def test_owner_isolation_and_auth(stack: Stack) -> None:
+    async with stack.client("alice") as alice, stack.client("bob") as bob:
+        created = (await alice.post("/v1/tasks", files=[("files", ("a.txt", b"Hello there. A short note.", "text/plain"))])).json()
+        assert (await bob.get(f"/v1/tasks/{created['task_id']}")).status_code == 404
+        assert created["task_id"] not in [t["task_id"] for t in (await bob.get("/v1/tasks")).json()]
+        assert created["task_id"] in [t["task_id"] for t in (await alice.get("/v1/tasks")).json()]
+        anonymous = alice.headers.copy()
+        del anonymous["Authorization"]
+        assert (await alice.get(f"/v1/tasks/{created['task_id']}", headers={"Authorization": "Bearer wrong-key-000000000"})).status_code == 401
+        await wait_for_task(alice, created["task_id"], stack)
+
+
+async def test_request_limits(stack: Stack) -> None:
+    async with stack.client() as client:
+        no_files = await client.post("/v1/tasks", data={"title": "nothing"})
+        assert no_files.status_code == 400
+        too_big = await client.post("/v1/tasks", files=[("files", ("big.txt", b"a" * (5 * 1024 * 1024 + 1), "text/plain"))])
+        assert too_big.status_code == 413
+        too_many = await client.post("/v1/tasks", files=[("files", (f"{i}.txt", b"x", "text/plain")) for i in range(26)])
+        assert too_many.status_code == 413
+
+
+async def test_replay_changes_nothing(stack: Stack, db: asyncpg.Pool, llm) -> None:
+    """Re-publishing every event of a finished task changes no row and makes no LLM call."""
+    from tests.integration.replay import republish_task_events, snapshot, wait_until_consumed
+
+    files = [
+        ("files", ("replay.txt", english_prose(20_000, seed=21).encode(), "text/plain")),
+        ("files", ("replay-small.txt", english_prose(2_000, seed=22).encode(), "text/plain")),
+    ]
+    async with stack.client() as client:
+        created = (await client.post("/v1/tasks", files=files)).json()
+        task = await wait_for_task(client, created["task_id"], stack)
+    assert task["status"] == "COMPLETED"
+    await wait_until_consumed(stack.env)
+    before, calls_before = await snapshot(db, created["task_id"]), llm.llm.count()
+
+    republished = await republish_task_events(stack.env, created["task_id"])
+    assert republished >= 2 + 10  # submitted ×2, parsed ×2, chunks and their summaries...
+    await wait_until_consumed(stack.env)
+    await asyncio.sleep(1.0)  # let a straggling re-emit (if any) land before comparing
+    await wait_until_consumed(stack.env)
+
+    assert await snapshot(db, created["task_id"]) == before
+    assert llm.llm.count() == calls_before

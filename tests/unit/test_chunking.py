@@ -1,0 +1,252 @@
+"""The chunking core: size levels, chunk bounds, overlap, contexts, structure-aware cuts."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from docsum_chunker.chunking import Chunk, SizeLevel, size_level, split_into_chunks
+from docsum_shared.text import sentence_spans
+
+CHUNK = 2000
+OVERLAP = 200
+MAX_LEN = int(CHUNK * 1.25)
+
+_EN_WORDS = (
+    "kafka broker topic partition replica leader follower offset consumer producer message record "
+    "batch latency throughput retention schema registry stream window cluster network storage disk "
+    "index cache request response timeout retry backoff election quorum log segment compaction"
+).split()
+_ZH_PHRASES = (
+    "消息队列 分区副本 主节点 从节点 消费者组 生产者 数据流 时间窗口 集群网络 磁盘存储 索引缓存 请求响应 "
+    "超时重试 退避策略 选举过程 日志分段 压缩策略 文档摘要 分块处理 批量写入"
+).split()
+
+
+def english_document(n_chars: int, *, seed: int = 7, heading_every: int | None = 7) -> str:
+    """Paragraphs of 2-7 sentences (each under 150 chars), with a "# Heading" every few paragraphs."""
+    rng = random.Random(seed)
+    parts: list[str] = []
+    total = 0
+    paragraph = 0
+    while total < n_chars:
+        if heading_every and paragraph % heading_every == 0:
+            parts.append(f"# Part {paragraph // heading_every + 1}: {rng.choice(_EN_WORDS).title()}")
+        sentences = []
+        for _ in range(rng.randint(2, 7)):
+            words = [rng.choice(_EN_WORDS) for _ in range(rng.randint(5, 14))]
+            sentence = " ".join(words).capitalize()
+            roll = rng.random()
+            if roll < 0.1:
+                sentence += ", e.g. the " + rng.choice(_EN_WORDS) + " at 3.5 ms"
+            elif roll < 0.2:
+                sentence = "Dr. Lee noted that " + sentence.lower()
+            sentences.append(sentence + rng.choice("..!?"))
+        parts.append(" ".join(sentences))
+        total += len(parts[-1]) + 2
+        paragraph += 1
+    return "\n\n".join(parts)
+
+
+def chinese_document(n_chars: int, *, seed: int = 11) -> str:
+    """Chinese paragraphs of sentences ending in 。！？； with occasional headings."""
+    rng = random.Random(seed)
+    parts: list[str] = []
+    total = 0
+    paragraph = 0
+    while total < n_chars:
+        if paragraph % 9 == 0:
+            parts.append(f"# 第{paragraph // 9 + 1}章 {rng.choice(_ZH_PHRASES)}")
+        sentences = []
+        for _ in range(rng.randint(2, 8)):
+            body = "".join(rng.choice(_ZH_PHRASES) for _ in range(rng.randint(3, 9)))
+            if rng.random() < 0.4:
+                body += "，" + "".join(rng.choice(_ZH_PHRASES) for _ in range(rng.randint(2, 5)))
+            sentences.append(body + rng.choice("。。。！？；"))
+        parts.append("".join(sentences))
+        total += len(parts[-1]) + 2
+        paragraph += 1
+    return "\n\n".join(parts)
+
+
+def check_invariants(
+    text: str, chunks: list[Chunk], *, chunk_chars: int = CHUNK, overlap: int = OVERLAP, after: int = 200
+) -> None:
+    """Everything the module docstring promises about offsets, sizes, overlap and contexts."""
+    assert chunks, "at least one chunk"
+    assert [c.index for c in chunks] == list(range(len(chunks)))
+    assert chunks[0].start == 0
+    assert chunks[-1].end == len(text)
+    assert chunks[0].context_before == ""
+    assert chunks[-1].context_after == ""
+    rebuilt = [chunks[0].text]
+    for prev, cur in zip(chunks, chunks[1:], strict=False):
+        assert prev.start < cur.start <= prev.end, "no gap, and progress"
+        assert prev.end - cur.start <= overlap, "overlap bounded"
+        rebuilt.append(cur.text[prev.end - cur.start :])  # drop the declared overlap
+    assert "".join(rebuilt) == text, "no lost or duplicated text beyond the overlap"
+    for c in chunks:
+        assert c.text == text[c.start : c.end]
+        assert len(c.text) <= chunk_chars * 1.25
+        assert len(c.context_before) <= overlap
+        assert len(c.context_after) <= after
+        assert text[c.start - len(c.context_before) : c.start] == c.context_before
+        assert text[c.end : c.end + len(c.context_after)] == c.context_after
+    for c in chunks[:-1]:
+        assert len(c.text) >= chunk_chars * 0.5, "only the last chunk may be short"
+    if len(chunks) > 1:
+        assert len(chunks[-1].text) >= chunk_chars * 0.2, "a tiny tail is merged into the last chunk"
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("chars", "level"),
+    [
+        (0, SizeLevel.SMALL),
+        (8000, SizeLevel.SMALL),
+        (8001, SizeLevel.MEDIUM),
+        (100_000, SizeLevel.MEDIUM),
+        (100_001, SizeLevel.LARGE),
+    ],
+)
+def test_size_level_thresholds(chars: int, level: SizeLevel) -> None:
+    assert size_level("x" * chars) is level
+
+
+def test_size_level_custom_thresholds() -> None:
+    assert size_level("x" * 11, small_max=10, medium_max=20) is SizeLevel.MEDIUM
+    assert size_level("x" * 21, small_max=10, medium_max=20) is SizeLevel.LARGE
+
+
+@pytest.mark.parametrize("text", ["", "One short sentence.", english_document(7000), "x" * 8000])
+def test_small_document_is_one_chunk(text: str) -> None:
+    assert len(text) <= 8000
+    assert split_into_chunks(text) == [Chunk(0, 0, len(text), text, "", "")]
+
+
+def test_just_above_small_max_is_chunked() -> None:
+    text = english_document(8500)
+    assert len(text) > 8000
+    chunks = split_into_chunks(text)
+    assert len(chunks) >= 3
+    check_invariants(text, chunks)
+
+
+def test_medium_english_document() -> None:
+    text = english_document(30_000)
+    chunks = split_into_chunks(text)
+    check_invariants(text, chunks)
+    assert 13 <= len(chunks) <= 30
+    starts = {s for s, _ in sentence_spans(text)}
+    ends = {e for _, e in sentence_spans(text)}
+    for prev, cur in zip(chunks, chunks[1:], strict=False):
+        # Every cut falls at a sentence start (sentences are short, so one is always in reach) ...
+        assert prev.end in starts
+        assert text[prev.end - 1].isspace()
+        # ... and so does every overlap (each sentence < 150 chars, so the 200-char window has one).
+        assert cur.start in starts
+        assert cur.start < prev.end or cur.text.startswith("#"), "overlap except at a heading"
+        assert cur.context_before == "" or cur.start - len(cur.context_before) in starts
+    for c in chunks[:-1]:
+        assert c.context_after, "a following context for every chunk but the last"
+        assert c.start + len(c.text) + len(c.context_after) in ends, "context_after ends a sentence"
+
+
+def test_medium_chinese_document() -> None:
+    text = chinese_document(20_000)
+    assert 20_000 <= len(text) < 21_000
+    chunks = split_into_chunks(text)
+    check_invariants(text, chunks)
+    assert 9 <= len(chunks) <= 20
+    starts = {s for s, _ in sentence_spans(text)}
+    for prev, cur in zip(chunks, chunks[1:], strict=False):
+        assert prev.end in starts
+        assert text[prev.end - 1] in "。！？；\n", "Chinese cuts follow sentence-final punctuation"
+        assert cur.start in starts
+    for c in chunks[:-1]:
+        assert c.context_after[-1] in "。！？；"
+
+
+def test_headings_start_chunks() -> None:
+    # Sections of 1,500-2,300 chars, each opening with a heading: every chunk is exactly one section,
+    # even though paragraph breaks and sentence ends closer to the 2,000-char target exist.
+    rng = random.Random(3)
+    sections = []
+    for k in range(12):
+        size = rng.randint(1500, 2300)
+        body = english_document(size * 3, seed=k, heading_every=None)[: size - 20]
+        body = body[: body.rfind(". ") + 1]
+        sections.append(f"# Section {k}\n\n{body}")
+    text = "\n\n".join(sections)
+    chunks = split_into_chunks(text)
+    check_invariants(text, chunks)
+    assert [c.text.split("\n", 1)[0] for c in chunks] == [f"# Section {k}" for k in range(12)]
+    for prev, cur in zip(chunks, chunks[1:], strict=False):
+        assert cur.start == prev.end, "no overlap before a heading"
+        assert cur.context_before, "but the text before it is still given as context"
+
+
+def test_heading_near_the_boundary_beats_a_closer_paragraph_break() -> None:
+    para = "Alpha beta gamma delta. " * 12  # ~290 chars
+    text = "\n\n".join([para] * 4 + ["# Next part", para] + [para] * 40)
+    heading = text.index("# Next part")
+    assert 1000 < heading < 2000
+    chunks = split_into_chunks(text)
+    check_invariants(text, chunks)
+    assert chunks[0].end == heading
+    assert chunks[1].text.startswith("# Next part")
+
+
+def test_overlap_zero_partitions_the_text() -> None:
+    text = english_document(20_000)
+    chunks = split_into_chunks(text, overlap_chars=0)
+    check_invariants(text, chunks, overlap=0)
+    assert all(c.context_before == "" for c in chunks)
+    assert "".join(c.text for c in chunks) == text
+
+
+def test_context_after_follows_the_chunk_exactly() -> None:
+    text = english_document(12_000)
+    chunks = split_into_chunks(text, context_after_chars=120)
+    check_invariants(text, chunks, after=120)
+    for c, nxt in zip(chunks, chunks[1:], strict=False):
+        assert 0 < len(c.context_after) <= 120
+        assert text.startswith(c.context_after, c.end)
+        # it is how the next chunk's own part begins
+        assert nxt.text[c.end - nxt.start :].startswith(c.context_after)
+
+
+def test_giant_unpunctuated_line_is_cut_at_whitespace_then_hard() -> None:
+    words = " ".join(f"w{i:05d}" for i in range(8000))  # one 55,999-char line, no punctuation
+    cjk = "数据处理" * 5000  # 20,000 CJK chars without any punctuation or space
+    text = "Intro sentence.\n\n" + words + "\n\n" + cjk + "\n\nOutro sentence."
+    chunks = split_into_chunks(text)
+    check_invariants(text, chunks)
+    word_chunks = [c for c in chunks if c.start > 20 and c.end < len("Intro sentence.\n\n") + len(words)]
+    assert len(word_chunks) >= 20
+    for c in word_chunks:
+        assert text[c.end - 1] == " " and text[c.start - 1] == " ", "cut between words"
+    cjk_start = text.index(cjk)
+    cjk_chunks = [c for c in chunks if c.start > cjk_start and c.end < cjk_start + len(cjk)]
+    assert len(cjk_chunks) >= 8
+    assert all(len(c.text) <= MAX_LEN for c in cjk_chunks)
+
+
+def test_one_million_characters() -> None:
+    text = english_document(1_000_000, seed=99)
+    chunks = split_into_chunks(text)
+    check_invariants(text, chunks)
+    assert 450 <= len(chunks) <= 650
+
+
+def test_deterministic() -> None:
+    text = chinese_document(30_000, seed=5) + "\n\n" + english_document(30_000, seed=5)
+    assert split_into_chunks(text) == split_into_chunks(text)
+
+
+def test_overlap_is_capped_at_a_quarter_of_the_chunk() -> None:
+    text = english_document(20_000)
+    chunks = split_into_chunks(text, chunk_chars=400, overlap_chars=300, small_max=100)
+    check_invariants(text, chunks, chunk_chars=400, overlap=100)

@@ -1,0 +1,119 @@
+"""The services' decisions as pure functions: no broker, no database."""
+
+from __future__ import annotations
+
+import pytest
+from docsum_chunker.handler import announce, chunk_id, cut, should_announce_again
+from docsum_merger.handler import ChunkState, DocumentState, FailDocument, MergeChunks, decide_document, decide_task
+from docsum_parser.handler import Fail, StoredDocument, StoreText, already_done, parse
+from docsum_summarizer.handler import StoredChunk, needs_summary, should_report
+
+from docsum_shared.events import (
+    EVENT_TYPES,
+    DocumentMerged,
+    DocumentParsed,
+    DocumentSubmitted,
+    Topic,
+    decode,
+)
+from docsum_shared.settings import Settings
+from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
+from docsum_shared.summarizers.base import SummaryKind
+from tests.documents import english_prose
+
+SETTINGS = Settings(_env_file=None)
+
+
+def _submitted(filename: str = "a.txt") -> DocumentSubmitted:
+    return DocumentSubmitted(task_id="t", document_id="d", owner="o", filename=filename, blob_sha256="x", size_bytes=1)
+
+
+def test_events_round_trip_and_reject_wrong_shapes() -> None:
+    event = _submitted()
+    assert decode(Topic.DOCUMENT_SUBMITTED, event.to_bytes()) == event
+    assert event.key() == "d"
+    with pytest.raises(ValueError):
+        decode(Topic.DOCUMENT_SUBMITTED, b"\x00garbage")
+    with pytest.raises(ValueError):
+        decode(Topic.CHUNK_CREATED, b'{"task_id": "t", "document_id": "d"}')
+    assert set(EVENT_TYPES) == set(Topic)
+
+
+def test_parser_stores_text_and_announces_it() -> None:
+    decision = parse(_submitted(), english_prose(10_000).encode(), SETTINGS)
+    assert isinstance(decision.write, StoreText) and decision.write.size_level == "MEDIUM"
+    [parsed] = decision.emit
+    assert isinstance(parsed, DocumentParsed) and parsed.text_chars == len(decision.write.text)
+
+
+def test_parser_fails_a_bad_file_with_its_reason() -> None:
+    decision = parse(_submitted("empty.txt"), b"", SETTINGS)
+    assert isinstance(decision.write, Fail) and "empty" in decision.write.error
+    [merged] = decision.emit
+    assert isinstance(merged, DocumentMerged) and merged.outcome == "FAILED"
+
+
+def test_parser_emits_again_what_followed_a_stored_parse() -> None:
+    parsed = already_done(_submitted(), StoredDocument(DocumentStatus.SUMMARIZING, 42, "SMALL", None))
+    assert parsed.write is None and isinstance(parsed.emit[0], DocumentParsed) and parsed.emit[0].text_chars == 42
+    failed = already_done(_submitted(), StoredDocument(DocumentStatus.FAILED, None, None, "bad"))
+    assert isinstance(failed.emit[0], DocumentMerged)
+
+
+def test_chunker_ids_are_derived_and_every_chunk_is_announced() -> None:
+    rows = cut("doc", english_prose(30_000, seed=3), SETTINGS)
+    assert [r.id for r in rows] == [chunk_id("doc", i) for i in range(len(rows))]
+    assert rows == cut("doc", english_prose(30_000, seed=3), SETTINGS)
+    parsed = DocumentParsed(task_id="t", document_id="doc", text_chars=30_000, size_level="MEDIUM")
+    assert [e.chunk_id for e in announce(parsed, rows)] == [r.id for r in rows]
+    assert should_announce_again(DocumentStatus.SUMMARIZING)
+    assert not should_announce_again(DocumentStatus.COMPLETED)
+
+
+def _chunk(status: ChunkStatus, doc: DocumentStatus = DocumentStatus.SUMMARIZING,
+           task: TaskStatus = TaskStatus.PROCESSING) -> StoredChunk:
+    return StoredChunk(status, "text", "", "", doc, task)
+
+
+def test_summarizer_calls_only_for_unfinished_chunks_of_live_tasks() -> None:
+    assert needs_summary(_chunk(ChunkStatus.PENDING))
+    assert needs_summary(_chunk(ChunkStatus.SUMMARIZING))  # a crash mid-call: the chunk is redone
+    assert not needs_summary(_chunk(ChunkStatus.COMPLETED))
+    assert not needs_summary(_chunk(ChunkStatus.PENDING, task=TaskStatus.CANCELLED))
+    assert should_report(_chunk(ChunkStatus.COMPLETED))
+    assert not should_report(_chunk(ChunkStatus.COMPLETED, doc=DocumentStatus.COMPLETED))
+
+
+def _doc(status: DocumentStatus, summary: str | None = None, name: str = "a.txt") -> DocumentState:
+    return DocumentState(name, name, status, summary, None)
+
+
+def test_merger_waits_for_every_chunk_then_merges_in_order() -> None:
+    doc = _doc(DocumentStatus.SUMMARIZING)
+    chunks = [ChunkState(1, ChunkStatus.COMPLETED, "second", None), ChunkState(0, ChunkStatus.PENDING, None, None)]
+    assert decide_document(doc, chunks) is None
+    chunks[1] = ChunkState(0, ChunkStatus.COMPLETED, "first", None)
+    decision = decide_document(doc, chunks)
+    assert isinstance(decision, MergeChunks) and decision.request is not None
+    assert decision.request.kind is SummaryKind.DOCUMENT and decision.request.texts == ("first", "second")
+    assert decide_document(doc, chunks[:1]) == MergeChunks(None)
+
+
+def test_merger_fails_a_document_with_failed_chunks() -> None:
+    decision = decide_document(
+        _doc(DocumentStatus.SUMMARIZING),
+        [ChunkState(0, ChunkStatus.COMPLETED, "s", None), ChunkState(1, ChunkStatus.FAILED, None, "provider said no")],
+    )
+    assert isinstance(decision, FailDocument) and "provider said no" in decision.error and "1 of 2" in decision.error
+
+
+def test_task_status_follows_its_documents() -> None:
+    assert decide_task(None, [_doc(DocumentStatus.COMPLETED, "s"), _doc(DocumentStatus.PARSING)]) is None
+    one_failed = decide_task(None, [_doc(DocumentStatus.COMPLETED, "s"), _doc(DocumentStatus.FAILED, name="b")])
+    assert one_failed is not None and one_failed.status is TaskStatus.COMPLETED_WITH_ERRORS
+    assert one_failed.request is None and one_failed.summary == "s"
+    all_failed = decide_task(None, [_doc(DocumentStatus.FAILED)])
+    assert all_failed is not None and all_failed.status is TaskStatus.FAILED
+    both = decide_task("t", [_doc(DocumentStatus.COMPLETED, "x", "a"), _doc(DocumentStatus.COMPLETED, "y", "b")])
+    assert both is not None and both.status is TaskStatus.COMPLETED
+    assert both.request is not None and both.request.labels == ("a", "b") and both.request.kind is SummaryKind.TASK

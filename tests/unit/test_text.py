@@ -1,0 +1,167 @@
+"""Sentence splitting, script detection and similarity tokens (docsum_shared.text)."""
+
+from __future__ import annotations
+
+import pytest
+from docsum_shared.text import (
+    cjk_ratio,
+    detect_language,
+    estimate_tokens,
+    is_cjk_char,
+    sentence_spans,
+    split_sentences,
+    tokens_for_similarity,
+)
+
+
+def _assert_spans_rebuild(text: str) -> None:
+    """Spans are ordered, trimmed, and only whitespace lies between (and around) them."""
+    spans = sentence_spans(text)
+    pos = 0
+    for s, e in spans:
+        assert pos <= s < e
+        assert text[pos:s].strip() == ""
+        assert not text[s].isspace() and not text[e - 1].isspace()
+        pos = e
+    assert text[pos:].strip() == ""
+    assert [text[s:e] for s, e in spans] == split_sentences(text)
+
+
+def test_english_abbreviations_and_decimals_do_not_split() -> None:
+    text = (
+        "Mr. Smith paid 3.50 dollars for coffee, i.e. far too much. Dr. Jones agreed! "
+        "Did they complain, e.g. to the manager? Pi is about 3.14159. See Fig. 2 and No. 7 for "
+        "details. The U.S. team, led by J. K. Rowling et al. in 2021, won."
+    )
+    assert split_sentences(text) == [
+        "Mr. Smith paid 3.50 dollars for coffee, i.e. far too much.",
+        "Dr. Jones agreed!",
+        "Did they complain, e.g. to the manager?",
+        "Pi is about 3.14159.",
+        "See Fig. 2 and No. 7 for details.",
+        "The U.S. team, led by J. K. Rowling et al. in 2021, won.",
+    ]
+    _assert_spans_rebuild(text)
+
+
+def test_english_quotes_ellipsis_and_lowercase_continuation() -> None:
+    text = 'He said "Stop." Then he left... and came back?! Apples, pears, etc. are fruit. The end'
+    assert split_sentences(text) == [
+        'He said "Stop."',
+        "Then he left... and came back?!",
+        "Apples, pears, etc. are fruit.",
+        "The end",
+    ]
+
+
+def test_chinese_sentence_ends_and_closing_quotes() -> None:
+    text = "今天天气很好。我们去公园散步吧！你要一起去吗？他说：“我不去了。”然后离开了；大家都笑了。"
+    assert split_sentences(text) == [
+        "今天天气很好。",
+        "我们去公园散步吧！",
+        "你要一起去吗？",
+        "他说：“我不去了。”",
+        "然后离开了；",
+        "大家都笑了。",
+    ]
+    _assert_spans_rebuild(text)
+
+
+def test_mixed_english_and_chinese() -> None:
+    text = "我们使用Kafka 3.6实现了事件驱动架构。The system is fast. 结果很好!然后呢? It works."
+    assert split_sentences(text) == [
+        "我们使用Kafka 3.6实现了事件驱动架构。",
+        "The system is fast.",
+        "结果很好!",
+        "然后呢?",
+        "It works.",
+    ]
+
+
+def test_paragraphs_headings_lists_and_soft_wraps() -> None:
+    text = (
+        "# 1. Introduction\n"
+        "This line wraps\nonto the next line. Second sentence\n"
+        "\n"
+        "Paragraph without end punctuation\n\n\n"
+        "Steps:\n1. Install the tool.\n2. Run it\n- a bullet\n"
+        "| a | b |\n| 1 | 2 |\n"
+        "## 第二章\n中文段落。"
+    )
+    assert split_sentences(text) == [
+        "# 1. Introduction",
+        "This line wraps\nonto the next line.",
+        "Second sentence",
+        "Paragraph without end punctuation",
+        "Steps:",
+        "1. Install the tool.",
+        "2. Run it",
+        "- a bullet",
+        "| a | b |",
+        "| 1 | 2 |",
+        "## 第二章",
+        "中文段落。",
+    ]
+    _assert_spans_rebuild(text)
+
+
+@pytest.mark.parametrize("text", ["", "   \n\n  ", "no punctuation at all", "。。。", "...", "\n#\n"])
+def test_degenerate_inputs(text: str) -> None:
+    _assert_spans_rebuild(text)
+    assert "".join("".join(s.split()) for s in split_sentences(text)) == "".join(text.split())
+
+
+def test_sentence_spans_are_linear_on_a_long_text() -> None:
+    text = "Short sentence number one. 中文句子。\n" * 20_000
+    spans = sentence_spans(text)
+    assert len(spans) == 40_000
+    assert text[spans[-1][0] : spans[-1][1]] == "中文句子。"
+
+
+def test_cjk_characters_and_ratio() -> None:
+    assert is_cjk_char("中") and is_cjk_char("の") and is_cjk_char("カ") and is_cjk_char("한")
+    assert not is_cjk_char("a") and not is_cjk_char("。") and not is_cjk_char("1") and not is_cjk_char("")
+    assert cjk_ratio("") == 0.0
+    assert cjk_ratio("abc") == 0.0
+    assert cjk_ratio("中文") == 1.0
+    assert cjk_ratio("ab中文, 12") == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize(
+    ("text", "language"),
+    [
+        ("The quick brown fox jumps over the lazy dog.", "en"),
+        ("今天天气很好，我们去公园散步。", "zh"),
+        ("我们使用Kafka和PostgreSQL实现了事件驱动架构。", "zh"),  # English terms in a Chinese sentence
+        ("The report mentions 北京 once but is written in English throughout the text.", "en"),
+        ("これは日本語の文章です。テストをしています。", "ja"),
+        ("한국어 문장입니다", "ko"),
+        ("", "en"),
+    ],
+)
+def test_detect_language(text: str, language: str) -> None:
+    assert detect_language(text) == language
+
+
+def test_tokens_for_similarity_english() -> None:
+    assert tokens_for_similarity("The Brokers' replicas of Kafka's topics are in 2023 studies, a test.") == [
+        "broker",
+        "replica",
+        "kafka",
+        "topic",
+        "2023",
+        "study",
+        "test",
+    ]
+
+
+def test_tokens_for_similarity_chinese_bigrams() -> None:
+    # 的 splits the run; a one-character run gives the character itself.
+    assert tokens_for_similarity("数据的处理很快") == ["数据", "处理", "理很", "很快"]
+    assert tokens_for_similarity("猫 and 狗") == ["猫", "狗"]
+    assert tokens_for_similarity("用Kafka处理") == ["用", "kafka", "处理"]
+
+
+def test_estimate_tokens_counts_words_and_cjk_characters() -> None:
+    assert estimate_tokens("我们使用Kafka和 PostgreSQL 3.14") == 9
+    assert estimate_tokens("") == 0
