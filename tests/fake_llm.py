@@ -67,16 +67,21 @@ class FakeLLM:
             usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
             with self._lock:
                 self.ledger.append(
-                    LedgerEntry(time.time(), body["model"], hashlib.sha256(prompt.encode()).hexdigest(),
-                                len(prompt), usage["prompt_tokens"], usage["completion_tokens"])
+                    LedgerEntry(
+                        time.time(),
+                        body["model"],
+                        hashlib.sha256(prompt.encode()).hexdigest(),
+                        len(prompt),
+                        usage["prompt_tokens"],
+                        usage["completion_tokens"],
+                    )
                 )
             return {
                 "id": f"chatcmpl-{len(self.ledger)}",
                 "object": "chat.completion",
                 "created": int(time.time()),
                 "model": body["model"],
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": text}}],
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
                 "usage": usage,
             }
 

@@ -31,20 +31,32 @@ def _doc_fraction(doc: dict[str, Any]) -> float:
 
 
 def wait(gateway: Gateway, task_id: str, *, quiet: bool, poll_s: float = 0.5) -> dict[str, Any]:
-    """Poll the task until it is final, showing one progress bar per document on stderr."""
+    """Poll the task until it is final, showing its progress on stderr.
+
+    On a terminal: one live bar per document. Elsewhere (a log, CI): one line per change of state.
+    """
+    live = err.is_terminal and not quiet
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[state]}"),
-        console=err, disable=quiet, transient=False,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[state]}"),
+        console=err,
+        disable=not live,
     ) as progress:
         bars: dict[str, Any] = {}
+        last: dict[str, str] = {}
         while True:
             task = gateway.task(task_id)
             for doc in task["documents"]:
-                if doc["document_id"] not in bars:
-                    bars[doc["document_id"]] = progress.add_task(doc["filename"][:40], total=1.0, state="")
                 chunks = doc["chunks"]
                 state = doc["status"] + (f" {chunks['done']}/{chunks['total']}" if chunks["total"] else "")
-                progress.update(bars[doc["document_id"]], completed=_doc_fraction(doc), state=state)
+                if live:
+                    if doc["document_id"] not in bars:
+                        bars[doc["document_id"]] = progress.add_task(doc["filename"][:40], total=1.0, state="")
+                    progress.update(bars[doc["document_id"]], completed=_doc_fraction(doc), state=state)
+                elif not quiet and last.get(doc["document_id"]) != doc["status"]:
+                    err.print(f"{doc['filename']}: {state}")
+                last[doc["document_id"]] = doc["status"]
             if task["status"] in FINAL:
                 return task
             time.sleep(poll_s)
@@ -105,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             task_id = created["task_id"]
         else:
             task_id = args.task_id
-        task = wait(gateway, task_id, quiet=args.json or not err.is_terminal)
+        task = wait(gateway, task_id, quiet=args.json)
         return _finish(task, args.json)
     except GatewayError as exc:
         err.print(f"[red]docsum: {exc}[/]")

@@ -108,7 +108,12 @@ class ConsumerService:
                 delay = min(MAX_BACKOFF_S, 0.5 * 2 ** min(attempt, 5))
                 log.warning(
                     "%s: %s on %s@%d (attempt %d); retrying in %.1fs",
-                    self.name, type(exc).__name__, record.topic, record.offset, attempt, delay,
+                    self.name,
+                    type(exc).__name__,
+                    record.topic,
+                    record.offset,
+                    attempt,
+                    delay,
                 )
                 try:
                     await asyncio.wait_for(self._stopping.wait(), timeout=delay)

@@ -53,9 +53,7 @@ async def migrate(pool: asyncpg.Pool) -> list[str]:
                     continue
                 async with conn.transaction():
                     await conn.execute(sql)
-                    await conn.execute(
-                        "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", version, name
-                    )
+                    await conn.execute("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", version, name)
                 log.info("applied migration %s", name)
                 applied.append(name)
         finally:

@@ -224,7 +224,40 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
         while end > m.start() and text[end - 1].isspace():
             end -= 1
         spans.append((m.start(), end))
-    return spans
+    return [piece for span in spans for piece in _split_title_line(text, span)]
+
+
+_SMALL_WORDS = frozenset("a an and as at by for from in of on or the to vs via with".split())
+
+
+def _is_title_line(line: str, next_line: str) -> bool:
+    """A heading that PDF text gives as a plain line: no end mark, and in Title Case or much shorter
+    than the line after it."""
+    words = line.split()
+    if not 1 <= len(words) <= 15 or line.rstrip(_CLOSERS)[-1:] in _END_MARKS + ",;:":
+        return False
+    if len(words) <= 8 and len(line) < 0.5 * len(next_line):
+        return True
+    significant = [w for w in words if w.lower() not in _SMALL_WORDS]
+    capitalized = sum(1 for w in significant if w[:1].isupper() or w[:1].isdigit())
+    return bool(significant) and capitalized >= 0.8 * len(significant)
+
+
+def _split_title_line(text: str, span: tuple[int, int]) -> list[tuple[int, int]]:
+    start, end = span
+    newline = text.find("\n", start, end)
+    if newline < 0:
+        return [span]
+    rest = _NONSPACE_RE.search(text, newline, end)
+    if rest is None or not text[rest.start()].isupper():
+        return [span]
+    next_end = text.find("\n", rest.start(), end)
+    if not _is_title_line(text[start:newline], text[rest.start() : next_end if next_end >= 0 else end]):
+        return [span]
+    head_end = newline
+    while head_end > start and text[head_end - 1].isspace():
+        head_end -= 1
+    return [(start, head_end), (rest.start(), end)]
 
 
 def split_sentences(text: str) -> list[str]:

@@ -31,8 +31,9 @@ FINAL = {"COMPLETED", "COMPLETED_WITH_ERRORS", "FAILED", "CANCELLED", "EXPIRED"}
 
 
 def _script(*args: str) -> str:
-    return subprocess.run([str(ROOT / "scripts" / args[0]), *args[1:]], check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        [str(ROOT / "scripts" / args[0]), *args[1:]], check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 @pytest.fixture(scope="session")
@@ -75,7 +76,10 @@ class Stack:
     def start(self, name: str) -> None:
         log = (self.logs / f"{name}.log").open("ab")
         self.processes[name] = subprocess.Popen(
-            [sys.executable, "-m", f"docsum_{name}"], env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            [sys.executable, "-m", f"docsum_{name}"],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             cwd=ROOT,
         )
 

@@ -10,6 +10,8 @@ import asyncpg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from docsum_shared.events import Topic
+from docsum_shared.kafka import topic_partitions
+from docsum_shared.settings import Settings
 
 SERVICE_TOPICS = {
     "parser": [Topic.DOCUMENT_SUBMITTED],
@@ -27,12 +29,12 @@ async def republish_task_events(env: dict[str, str], task_id: str) -> int:
     await consumer.start()
     await producer.start()
     try:
-        partitions = [TopicPartition(t, p) for t in topics for p in (consumer.partitions_for_topic(t) or set())]
+        partitions = [TopicPartition(t, p) for t in topics for p in range(_declared(prefix)[t])]
         consumer.assign(partitions)
         await consumer.seek_to_beginning(*partitions)
         ends = await consumer.end_offsets(partitions)
         found = []
-        while any(await consumer.position(tp) < ends[tp] for tp in partitions):
+        while [tp for tp in partitions if await consumer.position(tp) < ends[tp]]:
             for records in (await consumer.getmany(timeout_ms=500)).values():
                 found += [r for r in records if json.loads(r.value).get("task_id") == task_id]
         for record in found:
@@ -57,7 +59,7 @@ async def wait_until_consumed(env: dict[str, str], timeout: float = 60.0) -> Non
             for service, topics in SERVICE_TOPICS.items():
                 committed = await admin.list_consumer_group_offsets(f"{prefix}docsum-{service}")
                 partitions = [
-                    TopicPartition(prefix + t, p) for t in topics for p in consumer.partitions_for_topic(prefix + t) or ()
+                    TopicPartition(prefix + t, p) for t in topics for p in range(_declared(prefix)[prefix + t])
                 ]
                 ends = await consumer.end_offsets(partitions)
                 lagging += [tp for tp in partitions if ends[tp] > (committed.get(tp).offset if tp in committed else 0)]
@@ -75,9 +77,20 @@ async def snapshot(db: asyncpg.Pool, task_id: str) -> dict[str, list]:
     """Every stored row of the task, as plain tuples."""
     return {
         "tasks": [tuple(r) for r in await db.fetch("SELECT * FROM tasks WHERE id = $1", task_id)],
-        "documents": [tuple(r) for r in await db.fetch("SELECT * FROM documents WHERE task_id = $1 ORDER BY id", task_id)],
-        "chunks": [tuple(r) for r in await db.fetch(
-            "SELECT c.* FROM chunks c JOIN documents d ON d.id = c.document_id WHERE d.task_id = $1 ORDER BY c.id",
-            task_id)],
+        "documents": [
+            tuple(r) for r in await db.fetch("SELECT * FROM documents WHERE task_id = $1 ORDER BY id", task_id)
+        ],
+        "chunks": [
+            tuple(r)
+            for r in await db.fetch(
+                "SELECT c.* FROM chunks c JOIN documents d ON d.id = c.document_id WHERE d.task_id = $1 ORDER BY c.id",
+                task_id,
+            )
+        ],
         "llm_results": [tuple(r) for r in await db.fetch("SELECT * FROM llm_results ORDER BY key")],
     }
+
+
+def _declared(prefix: str) -> dict[str, int]:
+    """The topics' partition counts, as the services declare them."""
+    return topic_partitions(Settings(topic_prefix=prefix))

@@ -46,7 +46,8 @@ async def test_three_documents_complete(stack: Stack, db: asyncpg.Pool) -> None:
     # Every chunk summarized exactly once into the cache, and no chunk left unfinished.
     pending = await db.fetchval(
         "SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id"
-        " WHERE d.task_id = $1 AND c.status <> 'COMPLETED'", created["task_id"],
+        " WHERE d.task_id = $1 AND c.status <> 'COMPLETED'",
+        created["task_id"],
     )
     assert pending == 0
 
@@ -75,13 +76,17 @@ async def test_bad_files_fail_alone(stack: Stack) -> None:
 
 async def test_owner_isolation_and_auth(stack: Stack) -> None:
     async with stack.client("alice") as alice, stack.client("bob") as bob:
-        created = (await alice.post("/v1/tasks", files=[("files", ("a.txt", b"Hello there. A short note.", "text/plain"))])).json()
+        created = (
+            await alice.post("/v1/tasks", files=[("files", ("a.txt", b"Hello there. A short note.", "text/plain"))])
+        ).json()
         assert (await bob.get(f"/v1/tasks/{created['task_id']}")).status_code == 404
         assert created["task_id"] not in [t["task_id"] for t in (await bob.get("/v1/tasks")).json()]
         assert created["task_id"] in [t["task_id"] for t in (await alice.get("/v1/tasks")).json()]
         anonymous = alice.headers.copy()
         del anonymous["Authorization"]
-        assert (await alice.get(f"/v1/tasks/{created['task_id']}", headers={"Authorization": "Bearer wrong-key-000000000"})).status_code == 401
+        assert (
+            await alice.get(f"/v1/tasks/{created['task_id']}", headers={"Authorization": "Bearer wrong-key-000000000"})
+        ).status_code == 401
         await wait_for_task(alice, created["task_id"], stack)
 
 
@@ -89,9 +94,13 @@ async def test_request_limits(stack: Stack) -> None:
     async with stack.client() as client:
         no_files = await client.post("/v1/tasks", data={"title": "nothing"})
         assert no_files.status_code == 400
-        too_big = await client.post("/v1/tasks", files=[("files", ("big.txt", b"a" * (5 * 1024 * 1024 + 1), "text/plain"))])
+        too_big = await client.post(
+            "/v1/tasks", files=[("files", ("big.txt", b"a" * (5 * 1024 * 1024 + 1), "text/plain"))]
+        )
         assert too_big.status_code == 413
-        too_many = await client.post("/v1/tasks", files=[("files", (f"{i}.txt", b"x", "text/plain")) for i in range(26)])
+        too_many = await client.post(
+            "/v1/tasks", files=[("files", (f"{i}.txt", b"x", "text/plain")) for i in range(26)]
+        )
         assert too_many.status_code == 413
 
 

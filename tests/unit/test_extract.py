@@ -261,9 +261,7 @@ def test_binary_junk_named_txt_is_an_encoding_error() -> None:
     error = parse_error(junk, "data.txt")
 
     assert error.kind == "encoding"
-    assert str(error).startswith(
-        "text file is not in a supported encoding (UTF-8, UTF-16 with BOM, GB18030)"
-    )
+    assert str(error).startswith("text file is not in a supported encoding (UTF-8, UTF-16 with BOM, GB18030)")
 
 
 def test_utf16_without_bom_is_an_encoding_error() -> None:
@@ -304,9 +302,7 @@ def test_unsupported_types(data: bytes, filename: str) -> None:
 
 
 def test_unsupported_message_names_the_extension() -> None:
-    assert str(parse_error(b"MZ", "tool.exe")) == (
-        "unsupported file type '.exe'; supported: PDF, DOCX, TXT, Markdown"
-    )
+    assert str(parse_error(b"MZ", "tool.exe")) == ("unsupported file type '.exe'; supported: PDF, DOCX, TXT, Markdown")
     assert "'.doc'" in str(parse_error(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(64), "old.doc"))
 
 

@@ -6,8 +6,6 @@ import pytest
 from docsum_chunker.handler import announce, chunk_id, cut, should_announce_again
 from docsum_merger.handler import ChunkState, DocumentState, FailDocument, MergeChunks, decide_document, decide_task
 from docsum_parser.handler import Fail, StoredDocument, StoreText, already_done, parse
-from docsum_summarizer.handler import StoredChunk, needs_summary, should_report
-
 from docsum_shared.events import (
     EVENT_TYPES,
     DocumentMerged,
@@ -19,6 +17,8 @@ from docsum_shared.events import (
 from docsum_shared.settings import Settings
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.base import SummaryKind
+from docsum_summarizer.handler import StoredChunk, needs_summary, should_report
+
 from tests.documents import english_prose
 
 SETTINGS = Settings(_env_file=None)
@@ -70,8 +70,9 @@ def test_chunker_ids_are_derived_and_every_chunk_is_announced() -> None:
     assert not should_announce_again(DocumentStatus.COMPLETED)
 
 
-def _chunk(status: ChunkStatus, doc: DocumentStatus = DocumentStatus.SUMMARIZING,
-           task: TaskStatus = TaskStatus.PROCESSING) -> StoredChunk:
+def _chunk(
+    status: ChunkStatus, doc: DocumentStatus = DocumentStatus.SUMMARIZING, task: TaskStatus = TaskStatus.PROCESSING
+) -> StoredChunk:
     return StoredChunk(status, "text", "", "", doc, task)
 
 

@@ -165,3 +165,18 @@ def test_tokens_for_similarity_chinese_bigrams() -> None:
 def test_estimate_tokens_counts_words_and_cjk_characters() -> None:
     assert estimate_tokens("我们使用Kafka和 PostgreSQL 3.14") == 9
     assert estimate_tokens("") == 0
+
+
+def test_a_heading_line_of_pdf_text_is_not_glued_to_the_next_sentence() -> None:
+    text = (
+        "Why Logs Survive Crashes\nEvery system that does real work will eventually crash in the middle\n"
+        "of it. Consumers and offsets\nA consumer reads records in order and commits its offset after\n"
+        "the work. A long line that wraps before a name keeps going on the line after it, as in\nKafka Streams."
+    )
+    assert split_sentences(text) == [
+        "Why Logs Survive Crashes",
+        "Every system that does real work will eventually crash in the middle\nof it.",
+        "Consumers and offsets",
+        "A consumer reads records in order and commits its offset after\nthe work.",
+        "A long line that wraps before a name keeps going on the line after it, as in\nKafka Streams.",
+    ]

@@ -18,8 +18,7 @@ class ParsedDocument:
 
 async def load(pool: asyncpg.Pool, document_id: str) -> ParsedDocument | None:
     row = await pool.fetchrow(
-        "SELECT d.status, t.text FROM documents d LEFT JOIN document_texts t ON t.document_id = d.id"
-        " WHERE d.id = $1",
+        "SELECT d.status, t.text FROM documents d LEFT JOIN document_texts t ON t.document_id = d.id WHERE d.id = $1",
         document_id,
     )
     return None if row is None else ParsedDocument(DocumentStatus(row["status"]), row["text"])
@@ -35,8 +34,16 @@ async def stored_chunks(pool: asyncpg.Pool, document_id: str) -> list[ChunkRow]:
 async def store_chunks(pool: asyncpg.Pool, document_id: str, rows: list[ChunkRow]) -> None:
     """All chunk rows and the document's move to SUMMARIZING, in one transaction."""
     records = [
-        (r.id, document_id, r.index, r.chunk.start, r.chunk.end, r.chunk.text, r.chunk.context_before,
-         r.chunk.context_after)
+        (
+            r.id,
+            document_id,
+            r.index,
+            r.chunk.start,
+            r.chunk.end,
+            r.chunk.text,
+            r.chunk.context_before,
+            r.chunk.context_after,
+        )
         for r in rows
         if r.chunk is not None
     ]
@@ -44,7 +51,10 @@ async def store_chunks(pool: asyncpg.Pool, document_id: str, rows: list[ChunkRow
         moved = await conn.fetchval(
             "UPDATE documents SET status = $2, chunk_total = $3, updated_at = now()"
             " WHERE id = $1 AND status = $4 RETURNING id",
-            document_id, DocumentStatus.SUMMARIZING, len(rows), DocumentStatus.CHUNKING,
+            document_id,
+            DocumentStatus.SUMMARIZING,
+            len(rows),
+            DocumentStatus.CHUNKING,
         )
         if moved is None:
             return

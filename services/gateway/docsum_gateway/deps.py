@@ -27,13 +27,12 @@ def get_producer(request: Request) -> AIOKafkaProducer:
     return request.app.state.producer
 
 
-def get_owner(
-    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-) -> str:
+def get_owner(request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> str:
     owner = owner_for(request.app.state.api_keys, credentials.credentials) if credentials else None
     if owner is None:
         raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED, "a valid API key is required (Authorization: Bearer <key>)",
+            status.HTTP_401_UNAUTHORIZED,
+            "a valid API key is required (Authorization: Bearer <key>)",
             headers={"WWW-Authenticate": "Bearer"},
         )
     return owner

@@ -44,14 +44,25 @@ async def create_task(
         )
         await conn.execute(
             "INSERT INTO tasks (id, owner, title, status) VALUES ($1, $2, $3, $4)",
-            task_id, owner, title, TaskStatus.PROCESSING,
+            task_id,
+            owner,
+            title,
+            TaskStatus.PROCESSING,
         )
         await conn.executemany(
             "INSERT INTO documents (id, task_id, position, filename, content_type, blob_sha256, size_bytes, status)"
             " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
             [
-                (d.id, task_id, i, d.upload.filename, d.upload.content_type, d.upload.sha256, len(d.upload.data),
-                 DocumentStatus.PENDING)
+                (
+                    d.id,
+                    task_id,
+                    i,
+                    d.upload.filename,
+                    d.upload.content_type,
+                    d.upload.sha256,
+                    len(d.upload.data),
+                    DocumentStatus.PENDING,
+                )
                 for i, d in enumerate(documents)
             ],
         )
@@ -77,5 +88,6 @@ async def get_task(pool: asyncpg.Pool, owner: str, task_id: str) -> tuple[asyncp
 async def list_tasks(pool: asyncpg.Pool, owner: str, limit: int) -> list[asyncpg.Record]:
     return await pool.fetch(
         "SELECT id, title, status, created_at FROM tasks WHERE owner = $1 ORDER BY created_at DESC LIMIT $2",
-        owner, limit,
+        owner,
+        limit,
     )

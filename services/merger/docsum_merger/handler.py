@@ -31,6 +31,7 @@ class DocumentState:
 
 # --- document stage -------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class MergeChunks:
     request: SummaryRequest | None  # None: a single chunk, whose summary is the document's
@@ -60,6 +61,7 @@ def decide_document(doc: DocumentState, chunks: list[ChunkState]) -> MergeChunks
 
 
 # --- task stage -----------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class FinishTask:

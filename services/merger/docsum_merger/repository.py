@@ -33,7 +33,10 @@ async def complete_document(pool: asyncpg.Pool, document_id: str, summary: str, 
     await pool.execute(
         "UPDATE documents SET status = $2, summary = $3, summary_model = $4, updated_at = now()"
         " WHERE id = $1 AND status IN ('SUMMARIZING', 'MERGING')",
-        document_id, DocumentStatus.COMPLETED, summary, model,
+        document_id,
+        DocumentStatus.COMPLETED,
+        summary,
+        model,
     )
 
 
@@ -41,7 +44,9 @@ async def fail_document(pool: asyncpg.Pool, document_id: str, error: str) -> Non
     await pool.execute(
         "UPDATE documents SET status = $2, error = $3, updated_at = now()"
         " WHERE id = $1 AND status IN ('SUMMARIZING', 'MERGING')",
-        document_id, DocumentStatus.FAILED, error,
+        document_id,
+        DocumentStatus.FAILED,
+        error,
     )
 
 
@@ -62,5 +67,10 @@ async def finish_task(
     await pool.execute(
         "UPDATE tasks SET status = $2, summary = $3, summary_model = $4, error = $5, updated_at = now(),"
         " last_active_at = now() WHERE id = $1 AND NOT (status = ANY($6::text[]))",
-        task_id, status, summary, model, error, list(TASK_FINAL),
+        task_id,
+        status,
+        summary,
+        model,
+        error,
+        list(TASK_FINAL),
     )

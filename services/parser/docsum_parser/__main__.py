@@ -32,8 +32,7 @@ def build_handlers(settings: Settings, pool: asyncpg.Pool):
         decision = await asyncio.to_thread(parse, event, data, settings)
         if isinstance(decision.write, StoreText):
             await repository.store_text(pool, event.document_id, decision.write.text, decision.write.size_level)
-            log.info("parsed document %s (%s): %d chars", event.document_id, event.filename,
-                     len(decision.write.text))
+            log.info("parsed document %s (%s): %d chars", event.document_id, event.filename, len(decision.write.text))
         elif isinstance(decision.write, Fail):
             await repository.fail(pool, event.document_id, decision.write.error)
             log.info("document %s (%s) failed: %s", event.document_id, event.filename, decision.write.error)

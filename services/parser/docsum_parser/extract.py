@@ -52,8 +52,7 @@ SUPPORTED = "PDF, DOCX, TXT, Markdown"
 MSG_EMPTY = "file is empty"
 MSG_ENCRYPTED = "PDF is encrypted; remove the password (or submit an unencrypted copy) and try again"
 MSG_ENCODING = (
-    "text file is not in a supported encoding (UTF-8, UTF-16 with BOM, GB18030); "
-    "save it as UTF-8 and try again"
+    "text file is not in a supported encoding (UTF-8, UTF-16 with BOM, GB18030); save it as UTF-8 and try again"
 )
 MSG_NO_TEXT = {
     "pdf": "no extractable text: the PDF seems to contain only scanned images; run OCR first",
@@ -272,8 +271,7 @@ _DOCX_ERRORS = (
 
 def _invalid_docx(reason: str) -> ParseError:
     return ParseError(
-        f"DOCX is not a valid Word document ({reason}); open it in Word or LibreOffice, "
-        "save it as .docx and try again",
+        f"DOCX is not a valid Word document ({reason}); open it in Word or LibreOffice, save it as .docx and try again",
         "invalid_docx",
     )
 

@@ -48,8 +48,14 @@ def already_done(event: DocumentSubmitted, doc: StoredDocument) -> Decision:
         return Decision(None, [])
     return Decision(
         None,
-        [DocumentParsed(task_id=event.task_id, document_id=event.document_id,
-                        text_chars=doc.text_chars or 0, size_level=doc.size_level or "")],
+        [
+            DocumentParsed(
+                task_id=event.task_id,
+                document_id=event.document_id,
+                text_chars=doc.text_chars or 0,
+                size_level=doc.size_level or "",
+            )
+        ],
     )
 
 
@@ -62,8 +68,11 @@ def parse(event: DocumentSubmitted, data: bytes, settings: Settings) -> Decision
     level = size_level(len(extracted.text), small_max=settings.small_max_chars, medium_max=settings.medium_max_chars)
     return Decision(
         StoreText(extracted.text, level),
-        [DocumentParsed(task_id=event.task_id, document_id=event.document_id,
-                        text_chars=len(extracted.text), size_level=level)],
+        [
+            DocumentParsed(
+                task_id=event.task_id, document_id=event.document_id, text_chars=len(extracted.text), size_level=level
+            )
+        ],
     )
 
 

@@ -9,9 +9,7 @@ from .handler import NEEDS_PARSE, StoredDocument
 
 
 async def load(pool: asyncpg.Pool, document_id: str) -> StoredDocument | None:
-    row = await pool.fetchrow(
-        "SELECT status, text_chars, size_level, error FROM documents WHERE id = $1", document_id
-    )
+    row = await pool.fetchrow("SELECT status, text_chars, size_level, error FROM documents WHERE id = $1", document_id)
     if row is None:
         return None
     return StoredDocument(DocumentStatus(row["status"]), row["text_chars"], row["size_level"], row["error"])
@@ -26,19 +24,26 @@ async def store_text(pool: asyncpg.Pool, document_id: str, text: str, size_level
         moved = await conn.fetchval(
             "UPDATE documents SET status = $2, size_level = $3, text_chars = $4, updated_at = now()"
             " WHERE id = $1 AND status = ANY($5::text[]) RETURNING id",
-            document_id, DocumentStatus.CHUNKING, size_level, len(text), list(NEEDS_PARSE),
+            document_id,
+            DocumentStatus.CHUNKING,
+            size_level,
+            len(text),
+            list(NEEDS_PARSE),
         )
         if moved is not None:
             await conn.execute(
                 "INSERT INTO document_texts (document_id, text) VALUES ($1, $2)"
                 " ON CONFLICT (document_id) DO UPDATE SET text = EXCLUDED.text",
-                document_id, text,
+                document_id,
+                text,
             )
 
 
 async def fail(pool: asyncpg.Pool, document_id: str, error: str) -> None:
     await pool.execute(
-        "UPDATE documents SET status = $2, error = $3, updated_at = now()"
-        " WHERE id = $1 AND status = ANY($4::text[])",
-        document_id, DocumentStatus.FAILED, error, list(NEEDS_PARSE),
+        "UPDATE documents SET status = $2, error = $3, updated_at = now() WHERE id = $1 AND status = ANY($4::text[])",
+        document_id,
+        DocumentStatus.FAILED,
+        error,
+        list(NEEDS_PARSE),
     )

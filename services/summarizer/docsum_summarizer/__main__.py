@@ -41,7 +41,7 @@ def build_handlers(settings: Settings, pool: asyncpg.Pool):
                         await repository.fail(pool, event.chunk_id, f"gave up after {attempt} attempts: {exc}")
                         break
                     log.warning("chunk %s: %s (attempt %d); retrying", event.chunk_id, exc, attempt)
-                    await asyncio.sleep(min(30.0, 2.0 ** attempt))
+                    await asyncio.sleep(min(30.0, 2.0**attempt))
                 else:
                     await repository.complete(pool, event.chunk_id, result.text, result.model)
                     log.info("chunk %s summarized%s", event.chunk_id, " (cached)" if cached else "")

@@ -43,6 +43,8 @@ def request_for(chunk: StoredChunk) -> SummaryRequest:
 
 def report(event: ChunkCreated) -> ChunkSummarized:
     return ChunkSummarized(
-        task_id=event.task_id, document_id=event.document_id, chunk_id=event.chunk_id,
+        task_id=event.task_id,
+        document_id=event.document_id,
+        chunk_id=event.chunk_id,
         chunk_index=event.chunk_index,
     )

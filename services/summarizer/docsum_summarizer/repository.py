@@ -19,8 +19,12 @@ async def load(pool: asyncpg.Pool, chunk_id: str) -> StoredChunk | None:
     if row is None:
         return None
     return StoredChunk(
-        ChunkStatus(row["status"]), row["text"], row["context_before"], row["context_after"],
-        DocumentStatus(row["document_status"]), TaskStatus(row["task_status"]),
+        ChunkStatus(row["status"]),
+        row["text"],
+        row["context_before"],
+        row["context_after"],
+        DocumentStatus(row["document_status"]),
+        TaskStatus(row["task_status"]),
     )
 
 
@@ -28,7 +32,8 @@ async def start_attempt(pool: asyncpg.Pool, chunk_id: str) -> None:
     await pool.execute(
         "UPDATE chunks SET status = $2, attempts = attempts + 1, updated_at = now()"
         " WHERE id = $1 AND status IN ('PENDING', 'SUMMARIZING')",
-        chunk_id, ChunkStatus.SUMMARIZING,
+        chunk_id,
+        ChunkStatus.SUMMARIZING,
     )
 
 
@@ -36,7 +41,10 @@ async def complete(pool: asyncpg.Pool, chunk_id: str, summary: str, model: str) 
     await pool.execute(
         "UPDATE chunks SET status = $2, summary = $3, summary_model = $4, error = NULL, updated_at = now()"
         " WHERE id = $1 AND status IN ('PENDING', 'SUMMARIZING')",
-        chunk_id, ChunkStatus.COMPLETED, summary, model,
+        chunk_id,
+        ChunkStatus.COMPLETED,
+        summary,
+        model,
     )
 
 
@@ -44,5 +52,7 @@ async def fail(pool: asyncpg.Pool, chunk_id: str, error: str) -> None:
     await pool.execute(
         "UPDATE chunks SET status = $2, error = $3, updated_at = now()"
         " WHERE id = $1 AND status IN ('PENDING', 'SUMMARIZING')",
-        chunk_id, ChunkStatus.FAILED, error,
+        chunk_id,
+        ChunkStatus.FAILED,
+        error,
     )

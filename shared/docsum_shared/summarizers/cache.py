@@ -33,6 +33,11 @@ async def summarize_cached(
     await pool.execute(
         "INSERT INTO llm_results (key, model, kind, result, prompt_tokens, completion_tokens)"
         " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (key) DO NOTHING",
-        key, result.model, str(request.kind), result.text, result.prompt_tokens, result.completion_tokens,
+        key,
+        result.model,
+        str(request.kind),
+        result.text,
+        result.prompt_tokens,
+        result.completion_tokens,
     )
     return result, False

@@ -52,10 +52,30 @@ class _Sentence:
     tokens: list[str]
 
 
+_TITLE_MAX_UNITS = 12
+_END_MARKS = CJK_SENTENCE_END + ".!?:"
+_LINE_BREAK_RE = re.compile(r"\s*\n\s*")
+
+
 def _is_candidate(sentence: str, min_units: int) -> bool:
     if sentence.startswith(("#", "|")):
         return False
-    return estimate_tokens(sentence) >= min_units  # words, each CJK character counting as one
+    units = estimate_tokens(sentence)  # words, each CJK character counting as one
+    # A short line without an end mark is a title or a caption, not a sentence worth quoting.
+    if units <= _TITLE_MAX_UNITS and sentence.rstrip(_CLOSERS)[-1:] not in _END_MARKS:
+        return False
+    return units >= min_units
+
+
+def _unwrap(sentence: str) -> str:
+    """Join the lines of a wrapped sentence (PDF text keeps its line breaks): a space, none between CJK."""
+
+    def join(match: re.Match[str]) -> str:
+        before = sentence[match.start() - 1 : match.start()]
+        after = sentence[match.end() : match.end() + 1]
+        return "" if before and after and is_cjk_char(before) and is_cjk_char(after) else " "
+
+    return _LINE_BREAK_RE.sub(join, sentence)
 
 
 def _ends_cjk(sentence: str) -> bool:
@@ -228,7 +248,7 @@ class ExtractiveBackend(SummarizerBackend):
         seen: set[str] = set()
         for text in texts:
             for position, (s, e) in enumerate(sentence_spans(text)):
-                sentence = text[s:e].strip()
+                sentence = _unwrap(text[s:e].strip())
                 all_sentences.append(sentence)
                 if not _is_candidate(sentence, self.min_units):
                     continue

@@ -19,7 +19,9 @@ class OpenAIBackend(SummarizerBackend):
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
         try:
             response = await self._client.chat.completions.create(
-                model=self.model, messages=build_messages(request), temperature=0  # type: ignore[arg-type]
+                model=self.model,
+                messages=build_messages(request),
+                temperature=0,
             )
         except (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError) as exc:
             raise RetriableLLMError(f"LLM provider unavailable: {exc}") from exc

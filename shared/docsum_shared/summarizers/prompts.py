@@ -6,6 +6,8 @@ version is part of the result cache's key, and a stored answer to an old prompt 
 
 from __future__ import annotations
 
+from openai.types.chat import ChatCompletionMessageParam
+
 from .base import SummaryKind, SummaryRequest
 
 PROMPT_VERSION = "2026-11-30.1"
@@ -17,7 +19,7 @@ _SYSTEM = (
 )
 
 
-def build_messages(request: SummaryRequest) -> list[dict[str, str]]:
+def build_messages(request: SummaryRequest) -> list[ChatCompletionMessageParam]:
     if request.kind is SummaryKind.CHUNK:
         parts = []
         if request.context_before:
@@ -33,8 +35,7 @@ def build_messages(request: SummaryRequest) -> list[dict[str, str]]:
         sections = "\n\n".join(f"<part n={i + 1}>\n{t}\n</part>" for i, t in enumerate(request.texts))
         user = (
             f"These are summaries of consecutive parts of one document{_titled(request)}. "
-            "Merge them into one coherent summary of the whole document, in order, without repetition.\n\n"
-            + sections
+            "Merge them into one coherent summary of the whole document, in order, without repetition.\n\n" + sections
         )
     else:
         labels = request.labels or tuple(f"document {i + 1}" for i in range(len(request.texts)))

@@ -61,8 +61,13 @@ async def create_task(
         settings,
         [
             DocumentSubmitted(
-                task_id=task_id, document_id=d.id, owner=owner, filename=d.upload.filename,
-                content_type=d.upload.content_type, blob_sha256=d.upload.sha256, size_bytes=len(d.upload.data),
+                task_id=task_id,
+                document_id=d.id,
+                owner=owner,
+                filename=d.upload.filename,
+                content_type=d.upload.content_type,
+                blob_sha256=d.upload.sha256,
+                size_bytes=len(d.upload.data),
             )
             for d in documents
         ],
@@ -80,8 +85,9 @@ async def list_tasks(
     owner: OwnerDep, pool: PoolDep, limit: Annotated[int, Query(ge=1, le=500)] = 50
 ) -> list[TaskListItem]:
     rows = await repository.list_tasks(pool, owner, limit)
-    return [TaskListItem(task_id=r["id"], title=r["title"], status=r["status"], created_at=r["created_at"])
-            for r in rows]
+    return [
+        TaskListItem(task_id=r["id"], title=r["title"], status=r["status"], created_at=r["created_at"]) for r in rows
+    ]
 
 
 @router.get("/{task_id}", response_model=TaskView)
@@ -91,15 +97,25 @@ async def get_task(task_id: str, owner: OwnerDep, pool: PoolDep) -> TaskView:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no task {task_id}")
     task, documents = found
     return TaskView(
-        task_id=task["id"], title=task["title"], status=task["status"], created_at=task["created_at"],
-        updated_at=task["updated_at"], summary=task["summary"], summary_model=task["summary_model"],
+        task_id=task["id"],
+        title=task["title"],
+        status=task["status"],
+        created_at=task["created_at"],
+        updated_at=task["updated_at"],
+        summary=task["summary"],
+        summary_model=task["summary_model"],
         error=task["error"],
         documents=[
             DocumentView(
-                document_id=d["id"], filename=d["filename"], status=d["status"], size_level=d["size_level"],
+                document_id=d["id"],
+                filename=d["filename"],
+                status=d["status"],
+                size_level=d["size_level"],
                 text_chars=d["text_chars"],
                 chunks=ChunkProgress(done=d["chunks_done"], failed=d["chunks_failed"], total=d["chunk_total"]),
-                summary=d["summary"], summary_model=d["summary_model"], error=d["error"],
+                summary=d["summary"],
+                summary_model=d["summary_model"],
+                error=d["error"],
             )
             for d in documents
         ],
