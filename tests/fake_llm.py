@@ -1,44 +1,330 @@
 """A stand-in LLM provider: a real HTTP server speaking the OpenAI chat-completions API.
 
 Answers are derived from the request alone (so two runs compare byte for byte) and keep the input's
-language; every request is recorded in a ledger so tests can count calls and repeats.
+language; every request - answered, failed or refused - is recorded in a ledger so tests can count
+calls, repeats, refusals, tokens and concurrency.
+
+In a test (the server runs in a background thread; the ledger and the controls are thread-safe)::
+
+    with FakeLLMServer(FakeLLM(latency_s=0.2, max_prompt_tokens=3000)) as server:
+        ...  # point OPENAI_BASE_URL at server.base_url
+        server.llm.fail_next(2)            # the next two calls answer 500
+        server.llm.fail_rate = 0.1         # 10% of calls answer 500 (deterministic per prompt+attempt)
+        assert server.llm.max_in_flight == 8 and server.llm.repeats() == 0
+
+As its own process (controls and ledger over HTTP: GET /_ledger, POST /_config, POST /_reset)::
+
+    python -m tests.fake_llm --port 8100 --latency 0.4 --fail-rate 0.05 --rpm 120 --max-prompt-tokens 3000
+
+What a request meets, in this order (the first that applies decides):
+
+1. a malformed body or ``stream: true`` -> 400 (``invalid_request``);
+2. the queue filled by `fail_next` / `rate_limit_next` / `hang_next` (the next n calls, whatever they are);
+3. `rpm_limit`: more than that many requests accepted in the rolling `rate_window_s` -> 429 with
+   ``Retry-After`` (seconds until the oldest accepted request leaves the window);
+4. `max_prompt_tokens`: a longer prompt -> 400 "maximum context length" (entry flagged ``over_budget``);
+5. `reject_marker` found in the prompt -> 400 (a provider refusing that prompt);
+6. `hang_rate` -> the server holds the request `hang_s` seconds (longer than any client timeout);
+7. `fail_rate` -> 500;
+8. the answer.
+
+Answers and 5xx failures arrive after `latency_s` plus a jitter in ``[0, jitter_s)`` derived from the
+prompt's hash; 4xx refusals are immediate. Rates are decided by hashing (seed, prompt, attempt number),
+so a run is reproducible and a retry of a failed prompt gets a fresh draw. A client that gives up while
+its request waits is recorded with status 499; a server that stops answers waiting requests 503 at once.
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import contextlib
+import dataclasses
 import hashlib
+import json
+import math
 import re
+import signal
 import socket
+import sys
 import threading
 import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
 
 _SECTION = re.compile(r"<(text|part|document)[^>]*>\n(.*?)\n</\1>", re.S)
 _FIRST_SENTENCE = re.compile(r".+?(?:[.!?](?=\s)|[。！？；]|$)", re.S)
+# Han, kana, Hangul, CJK punctuation and full-width forms: one token each.
+_CJK = re.compile(
+    "[\u3000-\u303f\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af"
+    "\u1100-\u11ff\u3130-\u318f\uf900-\ufaff\uff00-\uffef\U00020000-\U0002fa1f]"
+)
+
+DEFAULT_MODEL = "stand-in-1"
+# Config fields: settable as attributes, with `configure(...)`, over POST /_config and from the CLI.
+CONFIG_FIELDS = (
+    "latency_s",
+    "jitter_s",
+    "fail_rate",
+    "hang_rate",
+    "hang_s",
+    "rpm_limit",
+    "rate_window_s",
+    "max_prompt_tokens",
+    "reject_marker",
+    "seed",
+    "models",
+)
+_POLL_S = 0.02  # how often a waiting request checks for a client that left or a server that stops
+
+
+def estimate_tokens(text: str) -> int:
+    """About one token per 4 non-CJK characters, one per CJK character (0 for an empty text)."""
+    cjk = len(_CJK.findall(text))
+    return cjk + math.ceil((len(text) - cjk) / 4)
+
+
+def _content_text(content: Any) -> str:
+    """A message's text: a string, or the text parts of a list of content parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+def prompt_text(messages: list[dict[str, Any]]) -> str:
+    """What the ledger hashes and counts: the messages' texts, joined by blank lines."""
+    return "\n\n".join(_content_text(m.get("content")) for m in messages)
+
+
+def user_text(messages: list[dict[str, Any]]) -> str:
+    """The last user message (what `FakeLLM.answer` summarizes)."""
+    return next((_content_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _truncate(text: str, max_tokens: int) -> str:
+    """The longest prefix of `text` whose estimate fits in `max_tokens`."""
+    if estimate_tokens(text) <= max_tokens:
+        return text
+    lo, hi = 0, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if estimate_tokens(text[:mid]) <= max_tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[:lo]
+
+
+def _error_body(message: str, type_: str, code: str | None, param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
 @dataclass
 class LedgerEntry:
-    at: float
+    """One request, recorded when it finished (answered, failed, refused, or abandoned by its client)."""
+
+    started: float  # time.time() when the request arrived
+    finished: float  # time.time() when it was answered (or found abandoned)
     model: str
+    status: int  # HTTP status sent; 499 = the client gave up first
     prompt_sha256: str
+    prompt: str  # the messages' texts joined by blank lines (see `prompt_text`)
+    user: str  # the last user message
     prompt_chars: int
     prompt_tokens: int
-    completion_tokens: int
+    completion_tokens: int  # 0 unless answered
+    attempt: int = 0  # how many requests with the same prompt arrived before this one
+    in_flight: int = 1  # requests in flight when this one arrived, itself included
+    error: str | None = None  # why it was not answered (see `FakeLLM._decide`), None when answered
+    over_budget: bool = False  # refused because the prompt exceeded max_prompt_tokens
+    hung: bool = False  # held by hang_next / hang_rate
+    retry_after: float | None = None  # the Retry-After sent with a 429
+
+    @property
+    def at(self) -> float:
+        return self.started
+
+    @property
+    def duration_s(self) -> float:
+        return self.finished - self.started
+
+    def as_dict(self, text: bool = True) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        if not text:
+            del data["prompt"], data["user"]
+        return data
 
 
 @dataclass
+class _Decision:
+    status: int = 200
+    error: str | None = None
+    wait_s: float = 0.0
+    hung: bool = False
+    over_budget: bool = False
+    retry_after: float | None = None
+    body: dict[str, Any] | None = None
+
+
+@dataclass(eq=False)
 class FakeLLM:
-    latency_s: float = 0.0
+    latency_s: float = 0.0  # every answer and 5xx failure waits this long...
+    jitter_s: float = 0.0  # ... plus [0, jitter_s) derived from the prompt's hash
+    fail_rate: float = 0.0  # share of requests answered 500
+    hang_rate: float = 0.0  # share of requests held hang_s seconds
+    hang_s: float = 3600.0
+    rpm_limit: int | None = None  # requests accepted per rolling window; beyond -> 429 + Retry-After
+    rate_window_s: float = 60.0
+    max_prompt_tokens: int | None = None  # longer prompts -> 400 context_length_exceeded
+    reject_marker: str | None = "FAKE_LLM_REJECT"  # a prompt containing it -> 400; None disables
+    seed: int = 0  # mixed into every hash-based decision (fail_rate, hang_rate, jitter)
+    models: list[str] = field(default_factory=lambda: [DEFAULT_MODEL])  # what GET /v1/models lists
     ledger: list[LedgerEntry] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    max_in_flight: int = field(default=0, init=False)
+    _lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
+    _in_flight: int = field(default=0, init=False, repr=False)
+    _forced: deque[tuple[str, int, float | None]] = field(default_factory=deque, init=False, repr=False)
+    _window: deque[float] = field(default_factory=deque, init=False, repr=False)  # accepted, monotonic
+    _attempts: Counter[str] = field(default_factory=Counter, init=False, repr=False)
+    _sequence: int = field(default=0, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.configure(**self.config())  # validates the constructor's values
+
+    # ----------------------------------------------------------------------------------------------
+    # Controls
+
+    def config(self) -> dict[str, Any]:
+        with self._lock:
+            values = {name: getattr(self, name) for name in CONFIG_FIELDS}
+        values["models"] = list(values["models"])
+        return values
+
+    def configure(self, **changes: Any) -> dict[str, Any]:
+        """Set config fields (validated, all or none); returns the new config."""
+        unknown = set(changes) - set(CONFIG_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown config field(s): {', '.join(sorted(unknown))}")
+        values = {name: _validate(name, value) for name, value in changes.items()}
+        with self._lock:
+            for name, value in values.items():
+                setattr(self, name, value)
+        return self.config()
+
+    def fail_next(self, n: int = 1, status: int = 500, retry_after: float | None = None) -> None:
+        """The next `n` requests fail with `status` (a 429 carries Retry-After, 1 s unless given)."""
+        if not 400 <= status <= 599:
+            raise ValueError("status must be a 4xx or 5xx code")
+        if status == 429 and retry_after is None:
+            retry_after = 1.0
+        with self._lock:
+            self._forced.extend([("fail", status, retry_after)] * n)
+
+    def rate_limit_next(self, n: int = 1, retry_after: float = 1.0) -> None:
+        """The next `n` requests are refused 429 with ``Retry-After: retry_after``."""
+        self.fail_next(n, status=429, retry_after=retry_after)
+
+    def hang_next(self, n: int = 1) -> None:
+        """The next `n` requests are held `hang_s` seconds (the client times out first)."""
+        with self._lock:
+            self._forced.extend([("hang", 0, None)] * n)
+
+    def reset(self, config: bool = False) -> None:
+        """Forget the ledger, attempts, rate window and pending fail/hang_next; `config=True` also
+        restores every config field to its default."""
+        with self._lock:
+            self.ledger.clear()
+            self._forced.clear()
+            self._window.clear()
+            self._attempts.clear()
+            self.max_in_flight = self._in_flight
+            if config:
+                for f in dataclasses.fields(self):
+                    if f.name in CONFIG_FIELDS:
+                        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+                        setattr(self, f.name, default)
+
+    # ----------------------------------------------------------------------------------------------
+    # Ledger
+
+    @property
+    def in_flight(self) -> int:
+        with self._lock:
+            return self._in_flight
+
+    def entries(self, status: int | None = None) -> list[LedgerEntry]:
+        """A copy of the ledger (only the entries with `status` when given)."""
+        with self._lock:
+            return [e for e in self.ledger if status is None or e.status == status]
+
+    def count(self, status: int | None = 200) -> int:
+        """Requests finished with `status` (answered ones by default; None counts all)."""
+        return len(self.entries(status))
+
+    def repeats(self) -> int:
+        """Answered requests whose prompt had already been answered (calls paid twice)."""
+        seen: set[str] = set()
+        repeated = 0
+        for entry in self.entries(200):
+            repeated += entry.prompt_sha256 in seen
+            seen.add(entry.prompt_sha256)
+        return repeated
+
+    def tokens(self) -> tuple[int, int]:
+        """(prompt tokens, completion tokens) summed over answered requests."""
+        answered = self.entries(200)
+        return sum(e.prompt_tokens for e in answered), sum(e.completion_tokens for e in answered)
+
+    def summary(self, entries: bool = True, text: bool = True, since: int = 0) -> dict[str, Any]:
+        """What GET /_ledger returns; `since` skips the first entries, `text=False` drops prompts."""
+        with self._lock:
+            ledger = list(self.ledger)
+            in_flight, max_in_flight = self._in_flight, self.max_in_flight
+        prompt, completion = self.tokens()
+        data: dict[str, Any] = {
+            "count": len(ledger),
+            "by_status": {str(k): v for k, v in sorted(Counter(e.status for e in ledger).items())},
+            "repeats": self.repeats(),
+            "tokens": {"prompt": prompt, "completion": completion},
+            "over_budget": sum(e.over_budget for e in ledger),
+            "max_prompt_tokens_seen": max((e.prompt_tokens for e in ledger), default=0),
+            "in_flight": in_flight,
+            "max_in_flight": max_in_flight,
+            "config": self.config(),
+        }
+        if entries:
+            data["entries"] = [e.as_dict(text) for e in ledger[since:]]
+        return data
+
+    def wait_idle(self, timeout: float = 5.0) -> bool:
+        """Wait until no request is in flight (e.g. until abandoned requests are recorded)."""
+        deadline = time.monotonic() + timeout
+        while self.in_flight:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(_POLL_S)
+        return True
+
+    # ----------------------------------------------------------------------------------------------
+    # Answers
 
     def answer(self, messages: list[dict[str, Any]]) -> str:
-        user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+        """ "[8 hex of the user message's sha256] " + the first sentence of each <text>/<part>/<document>
+        section of the last user message (or of the whole message): same request, same answer, same
+        language."""
+        user = user_text(messages)
         sections = [body for _, body in _SECTION.findall(user)] or [user]
         firsts = []
         for body in sections:
@@ -47,45 +333,268 @@ class FakeLLM:
         digest = hashlib.sha256(user.encode()).hexdigest()[:8]
         return f"[{digest}] " + " ".join(f for f in firsts if f)
 
-    def count(self) -> int:
+    def delay_s(self, prompt_sha256: str) -> float:
+        """The wait before an answer or 5xx failure: latency_s plus the prompt's deterministic jitter."""
         with self._lock:
-            return len(self.ledger)
+            latency, jitter = self.latency_s, self.jitter_s
+        return latency + (jitter * self._draw("jitter", prompt_sha256, 0) if jitter else 0.0)
+
+    def _draw(self, kind: str, prompt_sha256: str, attempt: int) -> float:
+        """A number in [0, 1) fixed by (seed, kind, prompt, attempt)."""
+        digest = hashlib.sha256(f"{self.seed}:{kind}:{prompt_sha256}:{attempt}".encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2**64
+
+    def _decide(self, sha: str, tokens: int, prompt: str, attempt: int) -> _Decision:
+        """What happens to a request (called under the lock)."""
+        if self._forced:
+            kind, status, retry_after = self._forced.popleft()
+            if kind == "hang":
+                return _Decision(error="hang", wait_s=self.hang_s, hung=True)
+            if status == 429:
+                return _rate_limited(retry_after or 1.0, "fail_next")
+            body = _error_body(
+                f"injected failure ({status})", "server_error" if status >= 500 else "invalid_request_error", None
+            )
+            return _Decision(status, "fail_next", self.delay_s(sha) if status >= 500 else 0.0, body=body)
+        if self.rpm_limit is not None:
+            now = time.monotonic()
+            while self._window and self._window[0] <= now - self.rate_window_s:
+                self._window.popleft()
+            if len(self._window) >= self.rpm_limit:
+                wait = self._window[0] + self.rate_window_s - now if self._window else self.rate_window_s
+                return _rate_limited(max(wait, 0.001), "rate_limited")
+            self._window.append(now)
+        if self.max_prompt_tokens is not None and tokens > self.max_prompt_tokens:
+            message = (
+                f"This model's maximum context length is {self.max_prompt_tokens} tokens. However, your "
+                f"messages resulted in {tokens} tokens. Please reduce the length of the messages."
+            )
+            body = _error_body(message, "invalid_request_error", "context_length_exceeded", "messages")
+            return _Decision(400, "context_length_exceeded", over_budget=True, body=body)
+        if self.reject_marker and self.reject_marker in prompt:
+            body = _error_body(
+                "The provider rejected this prompt.", "invalid_request_error", "invalid_prompt", "messages"
+            )
+            return _Decision(400, "rejected_prompt", body=body)
+        if self.hang_rate and self._draw("hang", sha, attempt) < self.hang_rate:
+            return _Decision(error="hang", wait_s=self.hang_s, hung=True)
+        if self.fail_rate and self._draw("fail", sha, attempt) < self.fail_rate:
+            body = _error_body("injected failure (fail_rate)", "server_error", None)
+            return _Decision(500, "fail_rate", self.delay_s(sha), body=body)
+        return _Decision(wait_s=self.delay_s(sha))
 
     def app(self) -> FastAPI:
+        """A FastAPI app serving this FakeLLM. Setting ``app.state.stopping`` (a threading.Event) makes
+        waiting requests answer 503 at once, so the server can shut down."""
         app = FastAPI()
+        stopping = threading.Event()
+        app.state.stopping = stopping
 
-        @app.post("/v1/chat/completions")
-        async def completions(request: Request) -> dict[str, Any]:
-            body = await request.json()
-            if self.latency_s:
-                import asyncio
+        async def wait(request: Request, seconds: float) -> str | None:
+            """Sleep `seconds`; "client_closed" / "shutdown" when interrupted."""
+            deadline = time.monotonic() + seconds
+            while (left := deadline - time.monotonic()) > 0:
+                if stopping.is_set():
+                    return "shutdown"
+                if await request.is_disconnected():
+                    return "client_closed"
+                await asyncio.sleep(min(left, _POLL_S))
+            return None
 
-                await asyncio.sleep(self.latency_s)
-            prompt = "".join(m.get("content", "") for m in body["messages"])
-            text = self.answer(body["messages"])
-            usage = {"prompt_tokens": max(1, len(prompt) // 4), "completion_tokens": max(1, len(text) // 4)}
-            usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        def record(entry: LedgerEntry) -> None:
             with self._lock:
-                self.ledger.append(
-                    LedgerEntry(
-                        time.time(),
-                        body["model"],
-                        hashlib.sha256(prompt.encode()).hexdigest(),
-                        len(prompt),
-                        usage["prompt_tokens"],
-                        usage["completion_tokens"],
-                    )
+                self.ledger.append(entry)
+
+        async def completions(request: Request) -> Response:
+            started = time.time()
+            try:
+                body = await request.json()
+                messages = body["messages"]
+                if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+                    raise TypeError("messages must be a list of objects")
+                model = str(body.get("model") or "")
+            except (ValueError, KeyError, TypeError) as exc:
+                entry = LedgerEntry(
+                    started, time.time(), "", 400, _sha256(""), "", "", 0, 0, 0, error="invalid_request"
                 )
-            return {
-                "id": f"chatcmpl-{len(self.ledger)}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": body["model"],
-                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
-                "usage": usage,
-            }
+                record(entry)
+                return JSONResponse(_error_body(f"invalid request: {exc}", "invalid_request_error", None), 400)
+            prompt, user = prompt_text(messages), user_text(messages)
+            sha, tokens = _sha256(prompt), max(1, estimate_tokens(prompt))
+            with self._lock:
+                attempt = self._attempts[sha]
+                self._attempts[sha] += 1
+                self._in_flight += 1
+                in_flight = self._in_flight
+                self.max_in_flight = max(self.max_in_flight, in_flight)
+                self._sequence += 1
+                sequence = self._sequence
+                if body.get("stream"):
+                    message = "the stand-in LLM does not stream"
+                    decision = _Decision(
+                        400, "invalid_request", body=_error_body(message, "invalid_request_error", None)
+                    )
+                else:
+                    decision = self._decide(sha, tokens, prompt, attempt)
+            entry = LedgerEntry(
+                started,
+                0.0,
+                model,
+                decision.status,
+                sha,
+                prompt,
+                user,
+                len(prompt),
+                tokens,
+                0,
+                attempt=attempt,
+                in_flight=in_flight,
+                error=decision.error,
+                over_budget=decision.over_budget,
+                hung=decision.hung,
+                retry_after=decision.retry_after,
+            )
+            try:
+                interrupted = await wait(request, decision.wait_s) if decision.wait_s > 0 else None
+                if interrupted == "shutdown":
+                    entry.status, entry.error = 503, entry.error or "shutdown"
+                    return JSONResponse(_error_body("the stand-in is shutting down", "server_error", None), 503)
+                if interrupted == "client_closed":
+                    entry.status, entry.error = 499, entry.error or "client_closed"
+                    return Response(status_code=499)
+                if decision.status != 200:
+                    headers = {}
+                    if decision.retry_after is not None:
+                        headers["Retry-After"] = str(math.ceil(decision.retry_after))
+                        headers["retry-after-ms"] = str(math.ceil(decision.retry_after * 1000))
+                    return JSONResponse(decision.body or {}, decision.status, headers=headers)
+                text = self.answer(messages)
+                finish_reason = "stop"
+                limit = body.get("max_completion_tokens") or body.get("max_tokens")
+                if isinstance(limit, int) and limit > 0 and estimate_tokens(text) > limit:
+                    text, finish_reason = _truncate(text, limit), "length"
+                entry.status, entry.error = 200, None
+                entry.completion_tokens = max(1, estimate_tokens(text))
+                usage = {
+                    "prompt_tokens": tokens,
+                    "completion_tokens": entry.completion_tokens,
+                    "total_tokens": tokens + entry.completion_tokens,
+                }
+                return JSONResponse(
+                    {
+                        "id": f"chatcmpl-{sha[:12]}-{sequence}",
+                        "object": "chat.completion",
+                        "created": int(started),
+                        "model": model,
+                        "system_fingerprint": "fake-llm",
+                        "choices": [
+                            {
+                                "index": 0,
+                                "finish_reason": finish_reason,
+                                "message": {"role": "assistant", "content": text},
+                                "logprobs": None,
+                            }
+                        ],
+                        "usage": usage,
+                    }
+                )
+            finally:
+                entry.finished = time.time()
+                with self._lock:
+                    self._in_flight -= 1
+                    self.ledger.append(entry)
+
+        def model_card(name: str) -> dict[str, Any]:
+            return {"id": name, "object": "model", "created": 0, "owned_by": "fake-llm"}
+
+        async def list_models() -> dict[str, Any]:
+            return {"object": "list", "data": [model_card(m) for m in self.config()["models"] or [DEFAULT_MODEL]]}
+
+        async def get_model(model_id: str) -> Response:
+            if model_id in (self.config()["models"] or [DEFAULT_MODEL]):
+                return JSONResponse(model_card(model_id))
+            return JSONResponse(
+                _error_body(f"The model '{model_id}' does not exist", "invalid_request_error", "model_not_found"), 404
+            )
+
+        for prefix in ("/v1", ""):  # some clients are given a base URL without /v1
+            app.add_api_route(f"{prefix}/chat/completions", completions, methods=["POST"])
+            app.add_api_route(f"{prefix}/models", list_models, methods=["GET"])
+            app.add_api_route(f"{prefix}/models/{{model_id:path}}", get_model, methods=["GET"])
+
+        @app.get("/healthz")
+        async def healthz() -> dict[str, Any]:
+            return {"ok": True}
+
+        @app.get("/_ledger")
+        async def ledger(entries: bool = True, text: bool = True, since: int = 0) -> dict[str, Any]:
+            return self.summary(entries=entries, text=text, since=since)
+
+        @app.post("/_config")
+        async def set_config(request: Request) -> Response:
+            """Body: any config fields, plus ``fail_next`` (n, or {"n", "status", "retry_after"}) and
+            ``hang_next`` (n). Answers the config now in force."""
+            try:
+                changes = await request.json()
+                if not isinstance(changes, dict):
+                    raise ValueError("the body must be a JSON object")
+                fail_next, hang_next = changes.pop("fail_next", None), changes.pop("hang_next", None)
+                config = self.configure(**changes)
+                if fail_next is not None:
+                    self.fail_next(**({"n": fail_next} if isinstance(fail_next, int) else fail_next))
+                if hang_next is not None:
+                    self.hang_next(int(hang_next))
+            except (ValueError, TypeError) as exc:
+                return JSONResponse({"error": str(exc)}, 400)
+            return JSONResponse(config)
+
+        @app.post("/_reset")
+        async def reset(request: Request) -> dict[str, Any]:
+            """Clears the ledger; ``{"config": true}`` also restores the default config."""
+            try:
+                options = await request.json()
+            except ValueError:
+                options = {}
+            self.reset(config=bool(isinstance(options, dict) and options.get("config")))
+            return {"ok": True, "config": self.config()}
 
         return app
+
+
+def _rate_limited(retry_after: float, error: str) -> _Decision:
+    message = f"Rate limit reached. Please try again in {retry_after:.3f}s."
+    body = _error_body(message, "requests", "rate_limit_exceeded")
+    return _Decision(429, error, retry_after=retry_after, body=body)
+
+
+def _validate(name: str, value: Any) -> Any:
+    if name in ("latency_s", "jitter_s", "hang_s", "rate_window_s", "fail_rate", "hang_rate"):
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise ValueError(f"{name} must be a number >= 0")
+        if name in ("fail_rate", "hang_rate") and value > 1:
+            raise ValueError(f"{name} must be between 0 and 1")
+        if name == "rate_window_s" and value == 0:
+            raise ValueError("rate_window_s must be > 0")
+        return float(value)
+    if name in ("rpm_limit", "max_prompt_tokens"):
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "rpm_limit" else 1):
+            raise ValueError(f"{name} must be a positive integer or null")
+        return value
+    if name == "reject_marker":
+        if value is not None and not isinstance(value, str):
+            raise ValueError("reject_marker must be a string or null")
+        return value or None
+    if name == "seed":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError("seed must be an integer")
+        return value
+    if name == "models":
+        if isinstance(value, str) or not all(isinstance(m, str) and m for m in value):
+            raise ValueError("models must be a list of names")
+        return list(value)
+    raise ValueError(f"unknown config field: {name}")  # pragma: no cover
 
 
 def free_port() -> int:
@@ -94,30 +603,138 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class FakeLLMServer:
-    """Runs a FakeLLM on 127.0.0.1 in a background thread."""
+class _Server(uvicorn.Server):
+    """A uvicorn server whose exit also releases waiting requests, and whose signal handling (in the
+    main thread only) ends the process normally instead of re-raising the signal."""
 
-    def __init__(self, llm: FakeLLM) -> None:
-        self.llm = llm
-        self.port = free_port()
-        self._server = uvicorn.Server(
-            uvicorn.Config(llm.app(), host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
+    def __init__(self, config: uvicorn.Config, stopping: threading.Event) -> None:
+        super().__init__(config)
+        self.stopping = stopping
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        self.stopping.set()
+        if self.should_exit and sig == signal.SIGINT:
+            self.force_exit = True
+        self.should_exit = True
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        handled = (signal.SIGINT, signal.SIGTERM)
+        previous: dict[int, Callable[..., Any] | int | None] = {s: signal.signal(s, self.handle_exit) for s in handled}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+class FakeLLMServer:
+    """Runs a FakeLLM on 127.0.0.1: in a background thread as a context manager, or in the calling
+    thread with `serve_forever` (stopped by SIGTERM / Ctrl-C)."""
+
+    def __init__(self, llm: FakeLLM | None = None, *, port: int = 0, log_level: str = "warning") -> None:
+        self.llm = llm if llm is not None else FakeLLM()
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Accepted connections inherit it; without it every response waits ~40 ms (Nagle + delayed ACK).
+        self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._socket.bind(("127.0.0.1", port))  # bound now: the port is known and stays ours
+        self.port: int = self._socket.getsockname()[1]
+        self.app = self.llm.app()
+        config = uvicorn.Config(
+            self.app,
+            host="127.0.0.1",
+            port=self.port,
+            log_level=log_level,
+            lifespan="off",
+            access_log=False,
+            timeout_graceful_shutdown=5,
         )
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._server = _Server(config, self.app.state.stopping)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """The server's root (where /_ledger, /_config and /_reset live)."""
+        return f"http://127.0.0.1:{self.port}"
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        """What OPENAI_BASE_URL should be."""
+        return f"{self.url}/v1"
+
+    def serve_forever(self) -> None:
+        self._server.run(sockets=[self._socket])
+        self._socket.close()
+
+    def stop(self) -> None:
+        self.app.state.stopping.set()
+        self._server.should_exit = True
 
     def __enter__(self) -> FakeLLMServer:
+        self._thread = threading.Thread(target=self.serve_forever, name="fake-llm", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + 10
         while not self._server.started:
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or not self._thread.is_alive():
                 raise RuntimeError("the stand-in LLM server did not start")
-            time.sleep(0.05)
+            time.sleep(0.01)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
+        self.stop()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._socket.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.fake_llm",
+        description="A stand-in OpenAI-compatible LLM on 127.0.0.1 (ledger: GET /_ledger; controls: "
+        "POST /_config, POST /_reset). Prints its base URL, stops on SIGTERM / Ctrl-C.",
+    )
+    parser.add_argument("--port", type=int, default=8100, help="0 = any free port (default 8100)")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before each answer")
+    parser.add_argument("--jitter", type=float, default=0.0, help="up to this many more seconds (per prompt)")
+    parser.add_argument("--fail-rate", type=float, default=0.0, help="share of requests answered 500")
+    parser.add_argument("--hang-rate", type=float, default=0.0, help="share of requests held --hang-s seconds")
+    parser.add_argument("--hang-s", type=float, default=3600.0)
+    parser.add_argument("--rpm", type=int, default=None, help="requests accepted per --rate-window seconds")
+    parser.add_argument("--rate-window", type=float, default=60.0)
+    parser.add_argument("--max-prompt-tokens", type=int, default=None, help="longer prompts are refused 400")
+    parser.add_argument("--reject-marker", default=FakeLLM.reject_marker, help="prompts containing it get 400")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model", action="append", dest="models", help="a model name for /v1/models (repeatable)")
+    parser.add_argument("--log-level", default="warning")
+    args = parser.parse_args(argv)
+    try:
+        llm = FakeLLM(
+            latency_s=args.latency,
+            jitter_s=args.jitter,
+            fail_rate=args.fail_rate,
+            hang_rate=args.hang_rate,
+            hang_s=args.hang_s,
+            rpm_limit=args.rpm,
+            rate_window_s=args.rate_window,
+            max_prompt_tokens=args.max_prompt_tokens,
+            reject_marker=args.reject_marker,
+            seed=args.seed,
+            models=args.models or [DEFAULT_MODEL],
+        )
+        server = FakeLLMServer(llm, port=args.port, log_level=args.log_level)
+    except (ValueError, OSError) as exc:
+        parser.error(str(exc))
+    print(server.base_url, flush=True)
+    print(f"fake LLM: {json.dumps(llm.config())}", file=sys.stderr, flush=True)
+    server.serve_forever()
+    summary = llm.summary(entries=False)
+    totals = {k: summary[k] for k in ("by_status", "repeats", "tokens", "max_in_flight")}
+    print(f"fake LLM stopped: {json.dumps(totals)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

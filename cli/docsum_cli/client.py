@@ -65,3 +65,13 @@ class Gateway:
 
     def task(self, task_id: str) -> dict[str, Any]:
         return self._call("GET", f"/v1/tasks/{task_id}")
+
+    def control(self, task_id: str, action: str) -> dict[str, Any]:
+        """pause, resume, cancel or retry."""
+        return self._call("POST", f"/v1/tasks/{task_id}/{action}")
+
+    def failures(self, task_id: str) -> list[dict[str, Any]]:
+        return self._call("GET", f"/v1/tasks/{task_id}/failures")
+
+    def reconcile(self) -> dict[str, Any]:
+        return self._call("POST", "/v1/reconcile")

@@ -67,6 +67,8 @@ def as_json(task: dict[str, Any]) -> dict[str, Any]:
         "task_id": task["task_id"],
         "status": task["status"],
         "summary": task["summary"],
+        "usage": task.get("usage"),
+        "recovery": task.get("recovery"),
         "documents": [
             {k: d[k] for k in ("document_id", "filename", "status", "summary", "error")} for d in task["documents"]
         ],
@@ -101,10 +103,28 @@ def main(argv: list[str] | None = None) -> int:
     waiting = sub.add_parser("wait", help="wait for a task and print its summaries")
     waiting.add_argument("task_id")
     waiting.add_argument("--json", action="store_true", help="print one JSON object")
+    for action, text in {
+        "pause": "stop starting LLM calls for a task (work in flight finishes)",
+        "resume": "resume a paused task",
+        "cancel": "cancel a task for good",
+        "retry": "retry the failed documents and chunks of a task",
+    }.items():
+        sub.add_parser(action, help=text).add_argument("task_id")
+    sub.add_parser("failures", help="list what failed in a task and why").add_argument("task_id")
+    sub.add_parser("reconcile", help="re-drive your unfinished tasks from stored state")
     args = parser.parse_args(argv)
 
     try:
         gateway = Gateway(args.url)
+        if args.command in ("pause", "resume", "cancel", "retry"):
+            print(json.dumps(gateway.control(args.task_id, args.command)))
+            return 0
+        if args.command == "failures":
+            print(json.dumps(gateway.failures(args.task_id), ensure_ascii=False, indent=2))
+            return 0
+        if args.command == "reconcile":
+            print(json.dumps(gateway.reconcile()))
+            return 0
         if args.command == "summarize":
             missing = [str(p) for p in args.files if not p.is_file()]
             if missing:

@@ -1,20 +1,29 @@
 """The consumer shell every service runs: decode, handle, commit — and never crash-loop.
 
 A service gives one async handler per topic. The handler stores its state and returns the events to
-emit; the shell publishes them, waits for Kafka's acknowledgement, and only then commits the offset.
-Delivery is at-least-once, so handlers are idempotent (see ARCHITECTURE.md, "the one rule").
+emit; the shell publishes them, waits for Kafka's acknowledgement, and only then counts the message as
+done. Delivery is at-least-once, so handlers are idempotent (see ARCHITECTURE.md, "the one rule").
+
+Concurrency: up to `max_inflight` messages are handled at once, messages with the same key one after
+another in offset order. Per partition the committed offset is the lowest one not yet done, so a crash
+redelivers only unfinished work. The poll loop never waits for a handler: it keeps calling `getmany`
+(pausing the partitions while every slot is busy), so a slow LLM call never makes the consumer miss
+`max_poll_interval_ms` and get thrown out of its group (aiokafka issue #848).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import signal
 import traceback
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import asyncpg
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 from pydantic import ValidationError
 
 from .db import connect_pool, migrate
@@ -26,90 +35,191 @@ from .settings import Settings, get_settings
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Event], Awaitable[list[Event]]]
+# Work a service runs beside its consumer (the merger's maintenance loop), given the producer.
+Background = Callable[[AIOKafkaProducer], Coroutine[Any, Any, None]]
 
 # A handler that keeps failing for a reason that is neither the input's fault nor a known passing
 # outage (a bug, say) gets this many tries before its message is parked in the dead-letter topic.
 UNEXPECTED_ATTEMPTS = 3
 MAX_BACKOFF_S = 10.0
+POLL_MS = 200
+
+
+@dataclass
+class _PartitionProgress:
+    """Offsets of one partition handed to handlers, in order, and which of them are done."""
+
+    pending: collections.OrderedDict[int, bool] = field(default_factory=collections.OrderedDict)
+    committable: int | None = None  # the offset to commit next (one past the last contiguous done)
+    committed: int | None = None
+
+    def add(self, offset: int) -> None:
+        self.pending[offset] = False
+
+    def finish(self, offset: int) -> None:
+        if offset in self.pending:
+            self.pending[offset] = True
+        for offset, done in list(self.pending.items()):
+            if not done:
+                break
+            del self.pending[offset]
+            self.committable = offset + 1
 
 
 class ConsumerService:
-    def __init__(self, name: str, settings: Settings, handlers: Mapping[Topic, Handler]) -> None:
+    def __init__(
+        self,
+        name: str,
+        settings: Settings,
+        handlers: Mapping[Topic, Handler],
+        *,
+        max_inflight: int | None = None,
+        background: Background | None = None,
+    ) -> None:
+        self.background = background
         self.name = name
         self.settings = settings
         self.handlers = {settings.topic(topic): (topic, handler) for topic, handler in handlers.items()}
+        self.max_inflight = max_inflight or settings.max_inflight
         self.producer = make_producer(settings)
         self.consumer = AIOKafkaConsumer(
-            *self.handlers,
             bootstrap_servers=settings.kafka_bootstrap_servers,
             group_id=settings.group(name),
             enable_auto_commit=False,
             auto_offset_reset="earliest",
-            max_poll_records=50,
+            session_timeout_ms=settings.session_timeout_ms,
+            heartbeat_interval_ms=settings.heartbeat_interval_ms,
+            max_poll_interval_ms=settings.max_poll_interval_ms,
         )
         self._stopping = asyncio.Event()
+        self._progress: dict[TopicPartition, _PartitionProgress] = {}
+        self._tasks: dict[tuple[TopicPartition, int], asyncio.Task[None]] = {}
+        self._key_locks: dict[bytes | None, asyncio.Lock] = {}
+        self._slot_freed = asyncio.Event()
 
     def stop(self) -> None:
         self._stopping.set()
+
+    # --- the poll loop ---------------------------------------------------------------------------
 
     async def run(self) -> None:
         await ensure_topics(self.settings)
         await self.producer.start()
         await self.consumer.start()
-        log.info("%s consuming %s", self.name, ", ".join(self.handlers))
+        self.consumer.subscribe(list(self.handlers), listener=_Rebalance(self))
+        log.info("%s consuming %s (%d in flight)", self.name, ", ".join(self.handlers), self.max_inflight)
+        beside: asyncio.Task[None] | None = (
+            asyncio.create_task(self.background(self.producer)) if self.background else None
+        )
         try:
             while not self._stopping.is_set():
-                batches = await self.consumer.getmany(timeout_ms=500)
-                for partition, records in batches.items():
-                    for record in records:
-                        if self._stopping.is_set():
-                            break
-                        await self._process(record)
-                        await self._commit(partition, record.offset + 1)
+                free = self.max_inflight - len(self._tasks)
+                assigned = self.consumer.assignment()
+                if free <= 0:
+                    # Still poll, so the group sees this member alive, but fetch nothing.
+                    self.consumer.pause(*assigned)
+                    await self.consumer.getmany(timeout_ms=0)
+                    self._slot_freed.clear()
+                    try:
+                        await asyncio.wait_for(self._slot_freed.wait(), POLL_MS / 1000)
+                    except TimeoutError:
+                        pass
+                else:
+                    self.consumer.resume(*assigned)
+                    batches = await self.consumer.getmany(timeout_ms=POLL_MS, max_records=free)
+                    for partition, records in batches.items():
+                        for record in records:
+                            self._start(partition, record)
+                await self._commit_progress()
+            await self._drain()
         finally:
+            if beside is not None:
+                beside.cancel()
             await self.consumer.stop()
             await self.producer.stop()
 
-    async def _commit(self, partition: TopicPartition, offset: int) -> None:
-        while True:
-            try:
-                await self.consumer.commit({partition: offset})
-                return
-            except Exception as exc:  # a rebalance or a broker restart: the next poll sorts it out
-                if not is_retriable(exc):
-                    log.warning("commit of %s@%d skipped: %s", partition, offset, exc)
-                    return
-                log.warning("commit failed (%s); retrying", exc)
-                await asyncio.sleep(1.0)
+    def _start(self, partition: TopicPartition, record: ConsumerRecord) -> None:
+        self._progress.setdefault(partition, _PartitionProgress()).add(record.offset)
+        task = asyncio.create_task(self._handle_in_key_order(partition, record))
+        self._tasks[(partition, record.offset)] = task
 
-    async def _process(self, record: ConsumerRecord) -> None:
+    async def _handle_in_key_order(self, partition: TopicPartition, record: ConsumerRecord) -> None:
+        lock = self._key_locks.setdefault(record.key, asyncio.Lock())
+        try:
+            async with lock:
+                if await self._process(record):
+                    progress = self._progress.get(partition)
+                    if progress is not None:
+                        progress.finish(record.offset)
+        finally:
+            if not lock.locked() and self._key_locks.get(record.key) is lock:
+                del self._key_locks[record.key]
+            self._tasks.pop((partition, record.offset), None)
+            self._slot_freed.set()
+
+    async def _commit_progress(self, partitions: list[TopicPartition] | None = None) -> None:
+        offsets = {
+            tp: p.committable
+            for tp, p in self._progress.items()
+            if (partitions is None or tp in partitions) and p.committable is not None and p.committable != p.committed
+        }
+        if not offsets:
+            return
+        try:
+            await self.consumer.commit(offsets)
+        except Exception as exc:  # a rebalance or a broker restart: the next round commits again
+            log.warning("%s: commit failed (%s); will retry", self.name, exc)
+            return
+        for tp, offset in offsets.items():
+            self._progress[tp].committed = offset
+
+    async def _drain(self, partitions: list[TopicPartition] | None = None) -> None:
+        """Let in-flight work on `partitions` (all if None) finish, hand back the rest, commit."""
+        tasks = [t for (tp, _), t in self._tasks.items() if partitions is None or tp in partitions]
+        if tasks:
+            log.info("%s: waiting for %d messages in flight", self.name, len(tasks))
+            _, unfinished = await asyncio.wait(tasks, timeout=self.settings.drain_timeout_s)
+            for task in unfinished:  # handed back: their offsets stay uncommitted
+                task.cancel()
+            if unfinished:
+                await asyncio.wait(unfinished, timeout=5)
+                log.warning("%s: handed back %d unfinished messages", self.name, len(unfinished))
+        await self._commit_progress(partitions)
+        for tp in partitions if partitions is not None else list(self._progress):
+            self._progress.pop(tp, None)
+
+    # --- one message ---------------------------------------------------------------------------
+
+    async def _process(self, record: ConsumerRecord) -> bool:
+        """Handle one message; True once it is done (handled or dead-lettered), False if handed back."""
         topic, handler = self.handlers[record.topic]
         try:
             event = decode(topic, record.value)
         except ValidationError as exc:
             await self._dead_letter(record, f"malformed {topic} event: {exc.errors(include_url=False)}")
-            return
+            return True
         attempt = 0
         while True:
             attempt += 1
             try:
                 outgoing = await handler(event)
                 await publish(self.producer, self.settings, outgoing)
-                return
+                return True
             except PermanentError as exc:
                 await self._dead_letter(record, str(exc))
-                return
+                return True
             except Exception as exc:
                 retriable = is_retriable(exc)
                 if not retriable and attempt >= UNEXPECTED_ATTEMPTS:
                     log.exception("%s: giving up on %s@%d", self.name, record.topic, record.offset)
                     await self._dead_letter(record, "".join(traceback.format_exception_only(exc)).strip())
-                    return
-                delay = min(MAX_BACKOFF_S, 0.5 * 2 ** min(attempt, 5))
+                    return True
+                delay = min(MAX_BACKOFF_S, 0.25 * 2 ** min(attempt, 6))
                 log.warning(
-                    "%s: %s on %s@%d (attempt %d); retrying in %.1fs",
+                    "%s: %s: %s on %s@%d (attempt %d); retrying in %.1fs",
                     self.name,
                     type(exc).__name__,
+                    exc,
                     record.topic,
                     record.offset,
                     attempt,
@@ -117,7 +227,7 @@ class ConsumerService:
                 )
                 try:
                     await asyncio.wait_for(self._stopping.wait(), timeout=delay)
-                    raise asyncio.CancelledError  # asked to stop: leave the offset uncommitted
+                    return False  # asked to stop: hand the message back
                 except TimeoutError:
                     pass
 
@@ -141,6 +251,21 @@ class ConsumerService:
                 await asyncio.sleep(1.0)
 
 
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Before partitions move to another member, finish (or hand back) their work and commit it,
+    so that two members never work on the same message at once."""
+
+    def __init__(self, service: ConsumerService) -> None:
+        self.service = service
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        if revoked:
+            await self.service._drain(list(revoked))
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        log.info("%s: assigned %s", self.service.name, sorted(f"{tp.topic}[{tp.partition}]" for tp in assigned))
+
+
 def run_service(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
     """Entry point helper: logging, SIGTERM/SIGINT → graceful stop, one event loop."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -160,13 +285,21 @@ async def serve(
     name: str,
     stop: asyncio.Event,
     build_handlers: Callable[[Settings, asyncpg.Pool], Mapping[Topic, Handler]],
+    *,
+    max_inflight: Callable[[Settings], int] | None = None,
+    background: Callable[[Settings, asyncpg.Pool], Background] | None = None,
 ) -> None:
     """Connect to Postgres (migrating it), then consume until `stop` is set."""
     settings = get_settings()
     pool = await connect_pool(settings.database_url, max_size=settings.db_pool_max)
     try:
         await migrate(pool)
-        service = ConsumerService(name, settings, build_handlers(settings, pool))
+        service = ConsumerService(
+            name,
+            settings,
+            build_handlers(settings, pool),
+            max_inflight=max_inflight(settings) if max_inflight else None,
+        )
         watcher = asyncio.create_task(_stop_when(stop, service))
         try:
             await service.run()

@@ -21,7 +21,7 @@ RETRIABLE: tuple[type[BaseException], ...] = (
     asyncio.TimeoutError,
     asyncpg.PostgresConnectionError,
     asyncpg.InterfaceError,
-    asyncpg.CannotConnectNowError,
+    asyncpg.OperatorInterventionError,  # admin shutdown, cannot connect now: a restarting server
     asyncpg.TooManyConnectionsError,
     asyncpg.DeadlockDetectedError,
     asyncpg.SerializationError,

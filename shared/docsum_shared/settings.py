@@ -33,6 +33,21 @@ class Settings(BaseSettings):
     chunk_topic_partitions: int = Field(12, ge=1)  # chunk-created spreads one document's chunks
     db_pool_max: int = Field(10, ge=1)
 
+    # Consumers. Messages of one key are handled in order, up to `max_inflight` keys at once; the
+    # offset committed is the lowest unfinished one, so a crash loses nothing.
+    max_inflight: int = Field(4, ge=1)
+    session_timeout_ms: int = Field(10_000, ge=1_000)
+    heartbeat_interval_ms: int = Field(3_000, ge=100)
+    max_poll_interval_ms: int = Field(300_000, ge=1_000)
+    # On SIGTERM or a rebalance, how long in-flight work may take to finish before it is handed back.
+    drain_timeout_s: float = Field(20.0, ge=0)
+
+    # Lifecycle: unfinished tasks idle longer than the TTL expire; those idle for `reconcile_idle_s`
+    # are re-driven from Postgres (start-up and every `maintenance_interval_s`).
+    task_ttl_s: float = Field(24 * 3600.0, gt=0)
+    reconcile_idle_s: float = Field(60.0, gt=0)
+    maintenance_interval_s: float = Field(30.0, gt=0)
+
     # Chunking
     small_max_chars: int = Field(8_000, ge=100)
     medium_max_chars: int = Field(100_000, ge=1_000)
@@ -45,6 +60,11 @@ class Settings(BaseSettings):
     llm_model: str = "gpt-4o-mini"
     llm_timeout_s: float = Field(120.0, gt=0)
     llm_max_attempts: int = Field(4, ge=1)
+    llm_max_inflight: int = Field(4, ge=1)  # LLM calls in flight per summarizer process
+    # A chunk being summarized is leased to one process; a lease not renewed (its holder died) expires.
+    lease_ttl_s: float = Field(15.0, ge=1)
+    # USD per million tokens, per model: {"gpt-4o-mini": [0.15, 0.60]} (prompt, completion).
+    llm_prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
     openai_base_url: str | None = Field(None, validation_alias=AliasChoices("OPENAI_BASE_URL"))
     openai_api_key: str | None = Field(None, validation_alias=AliasChoices("OPENAI_API_KEY"))
 
@@ -55,6 +75,10 @@ class Settings(BaseSettings):
     max_files_per_task: int = Field(100, ge=1)
     # "owner=key,owner2=key2": who may call the gateway, and as whom.
     api_keys: str = ""
+
+    def cost_usd(self, model: str, prompt_tokens: int, completion_tokens: int) -> float:
+        prompt_price, completion_price = self.llm_prices.get(model, (0.0, 0.0))
+        return (prompt_tokens * prompt_price + completion_tokens * completion_price) / 1_000_000
 
     def topic(self, name: str) -> str:
         return f"{self.topic_prefix}{name}"

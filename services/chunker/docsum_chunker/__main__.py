@@ -10,7 +10,7 @@ from docsum_shared.consumer import run_service, serve
 from docsum_shared.errors import PermanentError
 from docsum_shared.events import DocumentParsed, Event, Topic
 from docsum_shared.settings import Settings
-from docsum_shared.states import DocumentStatus
+from docsum_shared.states import TASK_FINAL, DocumentStatus, TaskStatus
 
 from . import repository
 from .handler import announce, cut, should_announce_again
@@ -24,6 +24,8 @@ def build_handlers(settings: Settings, pool: asyncpg.Pool):
         doc = await repository.load(pool, event.document_id)
         if doc is None:
             raise PermanentError(f"document {event.document_id} of task {event.task_id} is not registered")
+        if doc.task_status is TaskStatus.PAUSED or doc.task_status in TASK_FINAL:
+            return []  # resume and retry re-drive held work
         if doc.status is DocumentStatus.CHUNKING:
             if doc.text is None:
                 raise PermanentError(f"document {event.document_id} has no stored text")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import asyncpg
-from docsum_shared.states import DocumentStatus
+from docsum_shared.states import DocumentStatus, TaskStatus
 
 from .handler import ChunkRow
 
@@ -14,14 +14,20 @@ from .handler import ChunkRow
 class ParsedDocument:
     status: DocumentStatus
     text: str | None
+    task_status: TaskStatus
 
 
 async def load(pool: asyncpg.Pool, document_id: str) -> ParsedDocument | None:
     row = await pool.fetchrow(
-        "SELECT d.status, t.text FROM documents d LEFT JOIN document_texts t ON t.document_id = d.id WHERE d.id = $1",
+        "SELECT d.status, x.text, t.status AS task_status FROM documents d JOIN tasks t ON t.id = d.task_id"
+        " LEFT JOIN document_texts x ON x.document_id = d.id WHERE d.id = $1",
         document_id,
     )
-    return None if row is None else ParsedDocument(DocumentStatus(row["status"]), row["text"])
+    return (
+        None
+        if row is None
+        else ParsedDocument(DocumentStatus(row["status"]), row["text"], TaskStatus(row["task_status"]))
+    )
 
 
 async def stored_chunks(pool: asyncpg.Pool, document_id: str) -> list[ChunkRow]:

@@ -11,7 +11,7 @@ from docsum_shared.settings import Settings, get_settings
 from fastapi import FastAPI
 
 from .limits import BodySizeLimit
-from .routers import tasks
+from .routers import maintenance, tasks
 from .security import parse_api_keys
 
 # Room for the multipart framing around the files themselves.
@@ -41,6 +41,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.api_keys = api_keys
     app.include_router(tasks.router)
+    app.include_router(maintenance.router)
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:

@@ -85,6 +85,42 @@ async def get_task(pool: asyncpg.Pool, owner: str, task_id: str) -> tuple[asyncp
     return task, documents
 
 
+async def usage_rows(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
+    """Usage per document (None: the task-level merge) and model, from the calls ledger."""
+    return await pool.fetch(
+        "SELECT document_id, model, coalesce(sum(prompt_tokens), 0) AS prompt_tokens,"
+        " coalesce(sum(completion_tokens), 0) AS completion_tokens,"
+        " count(*) FILTER (WHERE NOT cached) AS llm_calls, count(*) FILTER (WHERE cached) AS cached_calls"
+        " FROM llm_calls WHERE task_id = $1 GROUP BY document_id, model",
+        task_id,
+    )
+
+
+async def recovery(pool: asyncpg.Pool, task_id: str) -> asyncpg.Record:
+    return await pool.fetchrow(
+        "SELECT coalesce(sum(c.attempts), 0) AS attempts, coalesce(sum(c.interruptions), 0) AS interruptions"
+        " FROM chunks c JOIN documents d ON d.id = c.document_id WHERE d.task_id = $1",
+        task_id,
+    )
+
+
+async def failures(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
+    return await pool.fetch(
+        "SELECT d.id AS document_id, d.filename, c.chunk_index, coalesce(c.error, d.error) AS error, c.attempts"
+        " FROM documents d LEFT JOIN chunks c ON c.document_id = d.id AND c.status = 'FAILED'"
+        " WHERE d.task_id = $1 AND (d.status = 'FAILED' OR c.id IS NOT NULL) ORDER BY d.position, c.chunk_index",
+        task_id,
+    )
+
+
+async def owns(pool: asyncpg.Pool, owner: str, task_id: str) -> bool:
+    return bool(await pool.fetchval("SELECT 1 FROM tasks WHERE id = $1 AND owner = $2", task_id, owner))
+
+
+async def task_status(pool: asyncpg.Pool, task_id: str) -> str:
+    return await pool.fetchval("SELECT status FROM tasks WHERE id = $1", task_id)
+
+
 async def list_tasks(pool: asyncpg.Pool, owner: str, limit: int) -> list[asyncpg.Record]:
     return await pool.fetch(
         "SELECT id, title, status, created_at FROM tasks WHERE owner = $1 ORDER BY created_at DESC LIMIT $2",

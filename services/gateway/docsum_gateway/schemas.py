@@ -24,6 +24,25 @@ class ChunkProgress(BaseModel):
     total: int | None
 
 
+class Usage(BaseModel):
+    """Tokens and cost of the provider's answers; cached_calls were answered from stored results."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    llm_calls: int = 0
+    cached_calls: int = 0
+    cost_usd: float = 0.0
+
+
+class Recovery(BaseModel):
+    """How the work got through failures: attempts made, interruptions survived, calls saved."""
+
+    attempts: int = 0  # summarizer attempts over all chunks (1 per chunk when nothing went wrong)
+    interruptions: int = 0  # chunks taken over after the process working on them died
+    redrives: int = 0  # times the task's unfinished work was re-driven (resume, retry, reconcile)
+    calls_saved: int = 0  # requests answered from stored results instead of the provider
+
+
 class DocumentView(BaseModel):
     document_id: str
     filename: str
@@ -34,6 +53,7 @@ class DocumentView(BaseModel):
     summary: str | None
     summary_model: str | None
     error: str | None
+    usage: Usage
 
 
 class TaskView(BaseModel):
@@ -45,7 +65,23 @@ class TaskView(BaseModel):
     summary: str | None
     summary_model: str | None
     error: str | None
+    usage: Usage
+    recovery: Recovery
     documents: list[DocumentView]
+
+
+class FailureView(BaseModel):
+    document_id: str
+    filename: str
+    chunk_index: int | None  # None: the document failed as a whole (its file could not be read)
+    error: str | None
+    attempts: int | None
+
+
+class LifecycleResult(BaseModel):
+    task_id: str
+    status: str
+    redriven_events: int = 0
 
 
 class TaskListItem(BaseModel):

@@ -12,10 +12,11 @@ import asyncpg
 from docsum_shared.consumer import run_service, serve
 from docsum_shared.errors import PermanentError
 from docsum_shared.events import ChunkSummarized, DocumentMerged, DocumentOutcome, Event, TaskEvent, Topic
+from docsum_shared.lifecycle import maintain_forever
 from docsum_shared.settings import Settings
-from docsum_shared.states import DOCUMENT_FINAL, TASK_FINAL, DocumentStatus
+from docsum_shared.states import DOCUMENT_FINAL, TASK_FINAL, DocumentStatus, TaskStatus
 from docsum_shared.summarizers import make_backend
-from docsum_shared.summarizers.cache import summarize_cached
+from docsum_shared.summarizers.cache import CallContext, summarize_cached
 
 from . import repository
 from .handler import FailDocument, decide_document, decide_task
@@ -32,8 +33,8 @@ def build_handlers(settings: Settings, pool: asyncpg.Pool):
         if loaded is None:
             raise PermanentError(f"document {event.document_id} of task {event.task_id} is not registered")
         doc, task_status = loaded
-        if task_status in TASK_FINAL:
-            return []
+        if task_status in TASK_FINAL or task_status is TaskStatus.PAUSED:
+            return []  # paused: resume re-drives the merge
         if doc.status not in DOCUMENT_FINAL:
             decision = decide_document(doc, await repository.load_chunks(pool, event.document_id))
             if decision is None:
@@ -44,7 +45,8 @@ def build_handlers(settings: Settings, pool: asyncpg.Pool):
                 chunk = (await repository.load_chunks(pool, doc.id))[0]
                 await repository.complete_document(pool, doc.id, chunk.summary or "", backend.model)
             else:
-                result, _ = await summarize_cached(pool, backend, decision.request)
+                context = CallContext(event.task_id, doc.id)
+                result, _ = await summarize_cached(pool, backend, decision.request, context)
                 await repository.complete_document(pool, doc.id, result.text, result.model)
             log.info("document %s finished", doc.id)
             loaded = await repository.load_document(pool, event.document_id)
@@ -61,13 +63,15 @@ def build_handlers(settings: Settings, pool: asyncpg.Pool):
         if loaded is None:
             raise PermanentError(f"task {event.task_id} is not registered")
         status, title, docs = loaded
+        if status is TaskStatus.PAUSED:
+            return []
         if status not in TASK_FINAL:
             decision = decide_task(title, docs)
             if decision is None:
                 return []
             summary, model = decision.summary, backend.model
             if decision.request is not None:
-                result, _ = await summarize_cached(pool, backend, decision.request)
+                result, _ = await summarize_cached(pool, backend, decision.request, CallContext(event.task_id))
                 summary, model = result.text, result.model
             await repository.finish_task(pool, event.task_id, decision.status, summary, model, decision.error)
             log.info("task %s finished: %s", event.task_id, decision.status)
@@ -79,8 +83,13 @@ def build_handlers(settings: Settings, pool: asyncpg.Pool):
     return {Topic.CHUNK_SUMMARIZED: on_chunk_summarized, Topic.DOCUMENT_MERGED: on_document_merged}
 
 
+def maintenance(settings: Settings, pool: asyncpg.Pool):
+    """Expiry and reconcile run beside the merger (one process at a time, under a database lock)."""
+    return lambda producer: maintain_forever(pool, producer, settings)
+
+
 def main() -> None:
-    run_service(lambda stop: serve("merger", stop, build_handlers))
+    run_service(lambda stop: serve("merger", stop, build_handlers, background=maintenance))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from docsum_shared.events import DocumentSubmitted, Event, Topic
 from docsum_shared.settings import Settings
 
 from . import repository
-from .handler import NEEDS_PARSE, Fail, StoreText, already_done, parse
+from .handler import NEEDS_PARSE, Fail, StoreText, already_done, parse, task_holds_work
 
 log = logging.getLogger("docsum_parser")
 
@@ -23,6 +23,8 @@ def build_handlers(settings: Settings, pool: asyncpg.Pool):
         doc = await repository.load(pool, event.document_id)
         if doc is None:
             raise PermanentError(f"document {event.document_id} of task {event.task_id} is not registered")
+        if task_holds_work(doc):
+            return []
         if doc.status not in NEEDS_PARSE:
             return already_done(event, doc).emit
         data = await repository.load_bytes(pool, event.blob_sha256)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from docsum_shared.events import DocumentMerged, DocumentOutcome, DocumentParsed, DocumentSubmitted, Event
 from docsum_shared.levels import size_level
 from docsum_shared.settings import Settings
-from docsum_shared.states import DocumentStatus
+from docsum_shared.states import TASK_FINAL, DocumentStatus, TaskStatus
 
 from .extract import ParseError, extract_text
 
@@ -21,6 +21,7 @@ class StoredDocument:
     text_chars: int | None
     size_level: str | None
     error: str | None
+    task_status: TaskStatus = TaskStatus.PROCESSING
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,11 @@ class Fail:
 class Decision:
     write: StoreText | Fail | None
     emit: list[Event]
+
+
+def task_holds_work(doc: StoredDocument) -> bool:
+    """Paused, cancelled or finished tasks get no more work; resume and retry re-drive them."""
+    return doc.task_status is TaskStatus.PAUSED or doc.task_status in TASK_FINAL
 
 
 def already_done(event: DocumentSubmitted, doc: StoredDocument) -> Decision:

@@ -1,9 +1,18 @@
-"""The summarizer service: chunk-created → one LLM summary per chunk, stored → chunk-summarized."""
+"""The summarizer service: chunk-created → one LLM summary per chunk, stored → chunk-summarized.
+
+A chunk is summarized under a lease in Postgres, renewed while the call runs: a second consumer that
+gets the same chunk (a rebalance, a redelivery) waits for the first instead of paying again, and the
+chunk of a process that died is taken over once its lease expires.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import socket
+import uuid
 
 import asyncpg
 from docsum_shared.consumer import run_service, serve
@@ -11,50 +20,87 @@ from docsum_shared.errors import PermanentError
 from docsum_shared.events import ChunkCreated, Event, Topic
 from docsum_shared.settings import Settings
 from docsum_shared.summarizers import make_backend
-from docsum_shared.summarizers.base import PermanentLLMError, RetriableLLMError
-from docsum_shared.summarizers.cache import summarize_cached
+from docsum_shared.summarizers.base import PermanentLLMError, RetriableLLMError, SummarizerBackend
+from docsum_shared.summarizers.cache import CallContext, summarize_cached
 
 from . import repository
-from .handler import needs_summary, report, request_for, should_report
+from .handler import backoff_s, needs_summary, report, request_for, should_report
+from .repository import Claim
 
 log = logging.getLogger("docsum_summarizer")
+
+# Rate limits (429) are waited out, not counted; this bounds how long one chunk waits for them.
+MAX_RATE_LIMIT_WAITS = 100
 
 
 def build_handlers(settings: Settings, pool: asyncpg.Pool):
     backend = make_backend(settings)
+    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
     async def on_chunk(event: Event) -> list[Event]:
         assert isinstance(event, ChunkCreated)
-        chunk = await repository.load(pool, event.chunk_id)
-        if chunk is None:
-            raise PermanentError(f"chunk {event.chunk_id} of document {event.document_id} is not stored")
-        if needs_summary(chunk):
-            await repository.start_attempt(pool, event.chunk_id)
-            for attempt in range(1, settings.llm_max_attempts + 1):
-                try:
-                    result, cached = await summarize_cached(pool, backend, request_for(chunk))
-                except PermanentLLMError as exc:
-                    await repository.fail(pool, event.chunk_id, str(exc))
-                    break
-                except RetriableLLMError as exc:
-                    if attempt == settings.llm_max_attempts:
-                        await repository.fail(pool, event.chunk_id, f"gave up after {attempt} attempts: {exc}")
-                        break
-                    log.warning("chunk %s: %s (attempt %d); retrying", event.chunk_id, exc, attempt)
-                    await asyncio.sleep(min(30.0, 2.0**attempt))
+        while True:
+            chunk = await repository.load(pool, event.chunk_id)
+            if chunk is None:
+                raise PermanentError(f"chunk {event.chunk_id} of document {event.document_id} is not stored")
+            if not needs_summary(chunk):
+                return [report(event)] if should_report(chunk) else []
+            claim = await repository.claim(pool, event.chunk_id, owner, settings.lease_ttl_s)
+            if claim is Claim.TAKEN:
+                await summarize_under_lease(event, request_for(chunk))
+            elif claim is Claim.HELD:
+                await asyncio.sleep(min(2.0, settings.lease_ttl_s / 4))  # another process is on it
+
+    async def summarize_under_lease(event: ChunkCreated, request) -> None:
+        renewer = asyncio.create_task(keep_lease(event.chunk_id))
+        try:
+            await call_with_retries(event, request, backend)
+        except asyncio.CancelledError:
+            # Shutting down mid-call: hand the chunk back so its next owner starts at once.
+            await asyncio.shield(repository.release(pool, event.chunk_id, owner))
+            raise
+        finally:
+            renewer.cancel()
+
+    async def keep_lease(chunk_id: str) -> None:
+        while True:
+            await asyncio.sleep(settings.lease_ttl_s / 3)
+            with contextlib.suppress(Exception):  # a missed renewal is retried; expiry is the backstop
+                await repository.renew(pool, chunk_id, owner, settings.lease_ttl_s)
+
+    async def call_with_retries(event: ChunkCreated, request, backend: SummarizerBackend) -> None:
+        context = CallContext(event.task_id, event.document_id, event.chunk_id)
+        failures = waits = 0
+        while True:
+            try:
+                result, cached = await summarize_cached(pool, backend, request, context)
+            except PermanentLLMError as exc:
+                await repository.fail(pool, event.chunk_id, str(exc))
+                log.warning("chunk %s failed: %s", event.chunk_id, exc)
+                return
+            except RetriableLLMError as exc:
+                if exc.counts:
+                    failures += 1
                 else:
-                    await repository.complete(pool, event.chunk_id, result.text, result.model)
-                    log.info("chunk %s summarized%s", event.chunk_id, " (cached)" if cached else "")
-                    break
-        elif not should_report(chunk):
-            return []
-        return [report(event)]
+                    waits += 1
+                if failures >= settings.llm_max_attempts or waits >= MAX_RATE_LIMIT_WAITS:
+                    await repository.fail(pool, event.chunk_id, f"gave up after {failures + waits} attempts: {exc}")
+                    log.warning("chunk %s failed for good: %s", event.chunk_id, exc)
+                    return
+                await repository.record_error(pool, event.chunk_id, str(exc))
+                delay = backoff_s(exc, failures)
+                log.info("chunk %s: %s; retrying in %.1fs", event.chunk_id, exc, delay)
+                await asyncio.sleep(delay)
+            else:
+                await repository.complete(pool, event.chunk_id, event.task_id, result.text, result.model)
+                log.info("chunk %s summarized%s", event.chunk_id, " (from cache)" if cached else "")
+                return
 
     return {Topic.CHUNK_CREATED: on_chunk}
 
 
 def main() -> None:
-    run_service(lambda stop: serve("summarizer", stop, build_handlers))
+    run_service(lambda stop: serve("summarizer", stop, build_handlers, max_inflight=lambda s: s.llm_max_inflight))
 
 
 if __name__ == "__main__":

@@ -1,11 +1,19 @@
-"""The summarizer's SQL."""
+"""The summarizer's SQL, including the lease that keeps one chunk in one process's hands."""
 
 from __future__ import annotations
+
+from enum import Enum
 
 import asyncpg
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 
 from .handler import StoredChunk
+
+
+class Claim(Enum):
+    TAKEN = "taken"  # the lease is ours: call the LLM
+    HELD = "held"  # another live process holds it: wait
+    UNAVAILABLE = "unavailable"  # final already, or the task no longer wants it
 
 
 async def load(pool: asyncpg.Pool, chunk_id: str) -> StoredChunk | None:
@@ -28,31 +36,66 @@ async def load(pool: asyncpg.Pool, chunk_id: str) -> StoredChunk | None:
     )
 
 
-async def start_attempt(pool: asyncpg.Pool, chunk_id: str) -> None:
-    await pool.execute(
-        "UPDATE chunks SET status = $2, attempts = attempts + 1, updated_at = now()"
-        " WHERE id = $1 AND status IN ('PENDING', 'SUMMARIZING')",
+async def claim(pool: asyncpg.Pool, chunk_id: str, owner: str, ttl_s: float) -> Claim:
+    """Take the chunk's lease if it is free, expired or already ours (a takeover counts as an interruption)."""
+    taken = await pool.fetchval(
+        "UPDATE chunks SET status = 'SUMMARIZING', attempts = attempts + 1,"
+        " interruptions = interruptions + (status = 'SUMMARIZING' AND lease_owner IS DISTINCT FROM $2)::int,"
+        " lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3), updated_at = now()"
+        " WHERE id = $1 AND (status = 'PENDING' OR (status = 'SUMMARIZING'"
+        "   AND (lease_owner = $2 OR lease_expires_at IS NULL OR lease_expires_at < now())))"
+        " RETURNING id",
         chunk_id,
-        ChunkStatus.SUMMARIZING,
+        owner,
+        ttl_s,
+    )
+    if taken is not None:
+        return Claim.TAKEN
+    status = await pool.fetchval("SELECT status FROM chunks WHERE id = $1", chunk_id)
+    return Claim.HELD if status == ChunkStatus.SUMMARIZING else Claim.UNAVAILABLE
+
+
+async def renew(pool: asyncpg.Pool, chunk_id: str, owner: str, ttl_s: float) -> None:
+    await pool.execute(
+        "UPDATE chunks SET lease_expires_at = now() + make_interval(secs => $3)"
+        " WHERE id = $1 AND lease_owner = $2 AND status = 'SUMMARIZING'",
+        chunk_id,
+        owner,
+        ttl_s,
     )
 
 
-async def complete(pool: asyncpg.Pool, chunk_id: str, summary: str, model: str) -> None:
+async def release(pool: asyncpg.Pool, chunk_id: str, owner: str) -> None:
+    """Hand the chunk back untouched (shutting down mid-call): the next owner need not wait for expiry."""
     await pool.execute(
-        "UPDATE chunks SET status = $2, summary = $3, summary_model = $4, error = NULL, updated_at = now()"
-        " WHERE id = $1 AND status IN ('PENDING', 'SUMMARIZING')",
+        "UPDATE chunks SET status = 'PENDING', lease_owner = NULL, lease_expires_at = NULL"
+        " WHERE id = $1 AND lease_owner = $2 AND status = 'SUMMARIZING'",
         chunk_id,
-        ChunkStatus.COMPLETED,
-        summary,
-        model,
+        owner,
     )
+
+
+async def complete(pool: asyncpg.Pool, chunk_id: str, task_id: str, summary: str, model: str) -> None:
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(
+            "UPDATE chunks SET status = 'COMPLETED', summary = $2, summary_model = $3, error = NULL,"
+            " lease_owner = NULL, lease_expires_at = NULL, updated_at = now()"
+            " WHERE id = $1 AND status IN ('PENDING', 'SUMMARIZING')",
+            chunk_id,
+            summary,
+            model,
+        )
+        await conn.execute("UPDATE tasks SET last_active_at = now() WHERE id = $1", task_id)
 
 
 async def fail(pool: asyncpg.Pool, chunk_id: str, error: str) -> None:
     await pool.execute(
-        "UPDATE chunks SET status = $2, error = $3, updated_at = now()"
-        " WHERE id = $1 AND status IN ('PENDING', 'SUMMARIZING')",
+        "UPDATE chunks SET status = 'FAILED', error = $2, lease_owner = NULL, lease_expires_at = NULL,"
+        " updated_at = now() WHERE id = $1 AND status IN ('PENDING', 'SUMMARIZING')",
         chunk_id,
-        ChunkStatus.FAILED,
         error,
     )
+
+
+async def record_error(pool: asyncpg.Pool, chunk_id: str, error: str) -> None:
+    await pool.execute("UPDATE chunks SET error = $2 WHERE id = $1 AND status = 'SUMMARIZING'", chunk_id, error)

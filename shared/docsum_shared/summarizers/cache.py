@@ -1,15 +1,29 @@
-"""The result cache: an answer to a request already answered comes from Postgres, not the provider."""
+"""The result cache: an answer to a request already answered comes from Postgres, not the provider.
+
+Every request is also recorded in `llm_calls` (tokens, latency, whether the cache answered it), which
+is what a task's usage, cost and savings are computed from.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict
+import time
+from dataclasses import asdict, dataclass
 
 import asyncpg
 
 from .base import SummarizerBackend, SummaryRequest, SummaryResult
 from .prompts import PROMPT_VERSION
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """What a request is for, so its cost is booked to the right task, document and chunk."""
+
+    task_id: str | None = None
+    document_id: str | None = None
+    chunk_id: str | None = None
 
 
 def cache_key(model: str, request: SummaryRequest) -> str:
@@ -20,24 +34,57 @@ def cache_key(model: str, request: SummaryRequest) -> str:
 
 
 async def summarize_cached(
-    pool: asyncpg.Pool, backend: SummarizerBackend, request: SummaryRequest
+    pool: asyncpg.Pool, backend: SummarizerBackend, request: SummaryRequest, context: CallContext | None = None
 ) -> tuple[SummaryResult, bool]:
     """The backend's answer to `request`, and whether it came from the cache."""
+    context = context or CallContext()
     key = cache_key(backend.model, request)
     row = await pool.fetchrow(
         "SELECT result, model, prompt_tokens, completion_tokens FROM llm_results WHERE key = $1", key
     )
     if row is not None:
-        return SummaryResult(row["result"], row["model"], row["prompt_tokens"], row["completion_tokens"]), True
+        result = SummaryResult(row["result"], row["model"], row["prompt_tokens"], row["completion_tokens"])
+        await _record(pool, context, request, key, result, cached=True, latency_ms=0)
+        return result, True
+    started = time.monotonic()
     result = await backend.summarize(request)
-    await pool.execute(
-        "INSERT INTO llm_results (key, model, kind, result, prompt_tokens, completion_tokens)"
-        " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (key) DO NOTHING",
+    latency_ms = int((time.monotonic() - started) * 1000)
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(
+            "INSERT INTO llm_results (key, model, kind, result, prompt_tokens, completion_tokens)"
+            " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (key) DO NOTHING",
+            key,
+            result.model,
+            str(request.kind),
+            result.text,
+            result.prompt_tokens,
+            result.completion_tokens,
+        )
+        await _record(conn, context, request, key, result, cached=False, latency_ms=latency_ms)
+    return result, False
+
+
+async def _record(
+    db: asyncpg.Pool | asyncpg.Connection,
+    context: CallContext,
+    request: SummaryRequest,
+    key: str,
+    result: SummaryResult,
+    *,
+    cached: bool,
+    latency_ms: int,
+) -> None:
+    await db.execute(
+        "INSERT INTO llm_calls (task_id, document_id, chunk_id, kind, cache_key, model, cached, prompt_tokens,"
+        " completion_tokens, latency_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        context.task_id,
+        context.document_id,
+        context.chunk_id,
+        str(request.kind),
         key,
         result.model,
-        str(request.kind),
-        result.text,
-        result.prompt_tokens,
-        result.completion_tokens,
+        cached,
+        0 if cached else result.prompt_tokens,
+        0 if cached else result.completion_tokens,
+        latency_ms,
     )
-    return result, False

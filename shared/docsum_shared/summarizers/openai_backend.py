@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import openai
 
 from .base import PermanentLLMError, RetriableLLMError, SummarizerBackend, SummaryRequest, SummaryResult
@@ -23,11 +25,18 @@ class OpenAIBackend(SummarizerBackend):
                 messages=build_messages(request),
                 temperature=0,
             )
-        except (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError) as exc:
+        except openai.RateLimitError as exc:
+            raise RetriableLLMError(
+                f"LLM provider rate limit: {exc.message}", retry_after=_retry_after(exc.response.headers), counts=False
+            ) from exc
+        except (openai.APIConnectionError, openai.APITimeoutError) as exc:
             raise RetriableLLMError(f"LLM provider unavailable: {exc}") from exc
         except openai.APIStatusError as exc:
             if exc.status_code >= 500 or exc.status_code in (408, 409):
-                raise RetriableLLMError(f"LLM provider error {exc.status_code}: {exc.message}") from exc
+                raise RetriableLLMError(
+                    f"LLM provider error {exc.status_code}: {exc.message}",
+                    retry_after=_retry_after(exc.response.headers),
+                ) from exc
             raise PermanentLLMError(f"LLM provider rejected the request ({exc.status_code}): {exc.message}") from exc
         text = (response.choices[0].message.content or "").strip() if response.choices else ""
         if not text:
@@ -42,3 +51,11 @@ class OpenAIBackend(SummarizerBackend):
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    value = headers.get("retry-after")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None  # an HTTP date: rare from LLM providers; fall back to our own back-off

@@ -5,13 +5,28 @@ from __future__ import annotations
 import logging
 from typing import Annotated
 
-from docsum_shared.events import DocumentSubmitted
+import asyncpg
+from docsum_shared import lifecycle
+from docsum_shared.events import DocumentSubmitted, TaskEvent
 from docsum_shared.kafka import publish
+from docsum_shared.redrive import redrive_task
+from docsum_shared.states import TaskStatus
 from fastapi import APIRouter, File, Form, HTTPException, Query, UploadFile, status
 
 from .. import repository
 from ..deps import OwnerDep, PoolDep, ProducerDep, SettingsDep
-from ..schemas import ChunkProgress, CreatedDocument, DocumentView, TaskCreated, TaskListItem, TaskView
+from ..schemas import (
+    ChunkProgress,
+    CreatedDocument,
+    DocumentView,
+    FailureView,
+    LifecycleResult,
+    Recovery,
+    TaskCreated,
+    TaskListItem,
+    TaskView,
+    Usage,
+)
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
@@ -91,11 +106,22 @@ async def list_tasks(
 
 
 @router.get("/{task_id}", response_model=TaskView)
-async def get_task(task_id: str, owner: OwnerDep, pool: PoolDep) -> TaskView:
+async def get_task(task_id: str, owner: OwnerDep, pool: PoolDep, settings: SettingsDep) -> TaskView:
     found = await repository.get_task(pool, owner, task_id)
     if found is None:  # another owner's task looks exactly like a missing one
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no task {task_id}")
     task, documents = found
+    per_document: dict[str | None, Usage] = {}
+    total = Usage()
+    for row in await repository.usage_rows(pool, task_id):
+        cost = settings.cost_usd(row["model"], row["prompt_tokens"], row["completion_tokens"])
+        for usage in (per_document.setdefault(row["document_id"], Usage()), total):
+            usage.prompt_tokens += row["prompt_tokens"]
+            usage.completion_tokens += row["completion_tokens"]
+            usage.llm_calls += row["llm_calls"]
+            usage.cached_calls += row["cached_calls"]
+            usage.cost_usd += cost
+    recovered = await repository.recovery(pool, task_id)
     return TaskView(
         task_id=task["id"],
         title=task["title"],
@@ -105,6 +131,13 @@ async def get_task(task_id: str, owner: OwnerDep, pool: PoolDep) -> TaskView:
         summary=task["summary"],
         summary_model=task["summary_model"],
         error=task["error"],
+        usage=total,
+        recovery=Recovery(
+            attempts=recovered["attempts"],
+            interruptions=recovered["interruptions"],
+            redrives=task["redrives"],
+            calls_saved=total.cached_calls,
+        ),
         documents=[
             DocumentView(
                 document_id=d["id"],
@@ -116,7 +149,73 @@ async def get_task(task_id: str, owner: OwnerDep, pool: PoolDep) -> TaskView:
                 summary=d["summary"],
                 summary_model=d["summary_model"],
                 error=d["error"],
+                usage=per_document.get(d["id"], Usage()),
             )
             for d in documents
         ],
     )
+
+
+@router.get("/{task_id}/failures", response_model=list[FailureView])
+async def get_failures(task_id: str, owner: OwnerDep, pool: PoolDep) -> list[FailureView]:
+    await _owned(pool, owner, task_id)
+    return [
+        FailureView(
+            document_id=r["document_id"],
+            filename=r["filename"],
+            chunk_index=r["chunk_index"],
+            error=r["error"],
+            attempts=r["attempts"],
+        )
+        for r in await repository.failures(pool, task_id)
+    ]
+
+
+@router.post("/{task_id}/pause", response_model=LifecycleResult)
+async def pause(task_id: str, owner: OwnerDep, pool: PoolDep, producer: ProducerDep, settings: SettingsDep):
+    """Work in flight finishes and is stored; no new LLM call starts for this task."""
+    await _owned(pool, owner, task_id)
+    if not await lifecycle.pause(pool, task_id):
+        raise await _conflict(pool, task_id, "paused")
+    await publish(producer, settings, [TaskEvent(task_id=task_id, status=TaskStatus.PAUSED)])
+    return LifecycleResult(task_id=task_id, status=TaskStatus.PAUSED)
+
+
+@router.post("/{task_id}/resume", response_model=LifecycleResult)
+async def resume(task_id: str, owner: OwnerDep, pool: PoolDep, producer: ProducerDep, settings: SettingsDep):
+    """Back to PROCESSING; the remaining work is re-driven from Postgres."""
+    await _owned(pool, owner, task_id)
+    if not await lifecycle.resume(pool, task_id):
+        raise await _conflict(pool, task_id, "resumed")
+    published = await redrive_task(pool, producer, settings, task_id)
+    return LifecycleResult(task_id=task_id, status=TaskStatus.PROCESSING, redriven_events=published)
+
+
+@router.post("/{task_id}/cancel", response_model=LifecycleResult)
+async def cancel(task_id: str, owner: OwnerDep, pool: PoolDep, producer: ProducerDep, settings: SettingsDep):
+    """Terminal: nothing more is spent on the task."""
+    await _owned(pool, owner, task_id)
+    if not await lifecycle.cancel(pool, task_id):
+        raise await _conflict(pool, task_id, "cancelled")
+    await publish(producer, settings, [TaskEvent(task_id=task_id, status=TaskStatus.CANCELLED)])
+    return LifecycleResult(task_id=task_id, status=TaskStatus.CANCELLED)
+
+
+@router.post("/{task_id}/retry", response_model=LifecycleResult)
+async def retry(task_id: str, owner: OwnerDep, pool: PoolDep, producer: ProducerDep, settings: SettingsDep):
+    """Re-drive the FAILED documents and chunks; every stored summary is reused."""
+    await _owned(pool, owner, task_id)
+    if not await lifecycle.retry_failed(pool, task_id):
+        raise await _conflict(pool, task_id, "retried (nothing failed)")
+    published = await redrive_task(pool, producer, settings, task_id)
+    return LifecycleResult(task_id=task_id, status=TaskStatus.PROCESSING, redriven_events=published)
+
+
+async def _owned(pool: asyncpg.Pool, owner: str, task_id: str) -> None:
+    if not await repository.owns(pool, owner, task_id):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no task {task_id}")
+
+
+async def _conflict(pool: asyncpg.Pool, task_id: str, verb: str) -> HTTPException:
+    current = await repository.task_status(pool, task_id)
+    return HTTPException(status.HTTP_409_CONFLICT, f"task {task_id} is {current} and cannot be {verb}")

@@ -1,0 +1,103 @@
+"""Re-drive: from Postgres state alone, the next event every unfinished piece of a task needs.
+
+Used by resume, retry, reconcile and start-up recovery. It never depends on Kafka retention or on
+consumer offsets, and publishing its events twice is harmless: every handler is idempotent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import asyncpg
+from aiokafka import AIOKafkaProducer
+
+from .events import (
+    ChunkCreated,
+    ChunkSummarized,
+    DocumentMerged,
+    DocumentOutcome,
+    DocumentParsed,
+    DocumentSubmitted,
+    Event,
+)
+from .kafka import publish
+from .settings import Settings
+from .states import CHUNK_FINAL, DOCUMENT_FINAL, ChunkStatus, DocumentStatus
+
+
+@dataclass(frozen=True)
+class DocumentRow:
+    id: str
+    status: DocumentStatus
+    filename: str
+    content_type: str | None
+    blob_sha256: str
+    size_bytes: int
+    text_chars: int | None
+    size_level: str | None
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    id: str
+    index: int
+    status: ChunkStatus
+
+
+def plan(task_id: str, owner: str, documents: list[DocumentRow], chunks: dict[str, list[ChunkRow]]) -> list[Event]:
+    """The events that move every unfinished document of the task one step on."""
+    events: list[Event] = []
+    for doc in documents:
+        if doc.status in (DocumentStatus.PENDING, DocumentStatus.PARSING):
+            events.append(
+                DocumentSubmitted(
+                    task_id=task_id, document_id=doc.id, owner=owner, filename=doc.filename,
+                    content_type=doc.content_type, blob_sha256=doc.blob_sha256, size_bytes=doc.size_bytes,
+                )
+            )  # fmt: skip
+        elif doc.status is DocumentStatus.CHUNKING:
+            events.append(
+                DocumentParsed(
+                    task_id=task_id, document_id=doc.id, text_chars=doc.text_chars or 0, size_level=doc.size_level or ""
+                )
+            )
+        elif doc.status in (DocumentStatus.SUMMARIZING, DocumentStatus.MERGING):
+            rows = chunks.get(doc.id, [])
+            unfinished = [c for c in rows if c.status not in CHUNK_FINAL]
+            for c in unfinished:
+                events.append(ChunkCreated(task_id=task_id, document_id=doc.id, chunk_id=c.id, chunk_index=c.index))
+            if rows and not unfinished:  # every chunk final: only the merge is missing
+                last = rows[-1]
+                events.append(
+                    ChunkSummarized(task_id=task_id, document_id=doc.id, chunk_id=last.id, chunk_index=last.index)
+                )
+    if documents and all(d.status in DOCUMENT_FINAL for d in documents):  # only the task merge is missing
+        last_doc = documents[-1]
+        outcome = DocumentOutcome.COMPLETED if last_doc.status is DocumentStatus.COMPLETED else DocumentOutcome.FAILED
+        events.append(DocumentMerged(task_id=task_id, document_id=last_doc.id, outcome=outcome))
+    return events
+
+
+async def redrive_task(pool: asyncpg.Pool, producer: AIOKafkaProducer, settings: Settings, task_id: str) -> int:
+    """Publish what the task's unfinished work needs; returns how many events were published."""
+    owner = await pool.fetchval("SELECT owner FROM tasks WHERE id = $1", task_id)
+    if owner is None:
+        return 0
+    doc_rows = await pool.fetch(
+        "SELECT id, status, filename, content_type, blob_sha256, size_bytes, text_chars, size_level"
+        " FROM documents WHERE task_id = $1 ORDER BY position",
+        task_id,
+    )
+    documents = [DocumentRow(**{**dict(r), "status": DocumentStatus(r["status"])}) for r in doc_rows]
+    chunk_rows = await pool.fetch(
+        "SELECT c.document_id, c.id, c.chunk_index, c.status FROM chunks c JOIN documents d ON d.id = c.document_id"
+        " WHERE d.task_id = $1 AND d.status IN ('SUMMARIZING', 'MERGING') ORDER BY c.document_id, c.chunk_index",
+        task_id,
+    )
+    chunks: dict[str, list[ChunkRow]] = {}
+    for r in chunk_rows:
+        chunks.setdefault(r["document_id"], []).append(ChunkRow(r["id"], r["chunk_index"], ChunkStatus(r["status"])))
+    events = plan(task_id, owner, documents, chunks)
+    await publish(producer, settings, events)
+    await pool.execute("UPDATE tasks SET redrives = redrives + 1, last_active_at = now() WHERE id = $1", task_id)
+    return len(events)
