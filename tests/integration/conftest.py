@@ -28,6 +28,10 @@ from tests.fake_llm import FakeLLM, FakeLLMServer, free_port
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("parser", "chunker", "summarizer", "merger", "gateway")
 FINAL = {"COMPLETED", "COMPLETED_WITH_ERRORS", "FAILED", "CANCELLED", "EXPIRED"}
+# The broker the project's scripts start (or the one named by KAFKA_BOOTSTRAP_SERVERS).
+OWN_BROKER = not os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or f"127.0.0.1:{os.environ.get('DOCSUM_KAFKA_PORT', '9092')}"
+OWN_DATABASE = not os.environ.get("DATABASE_URL")
 
 
 def _script(*args: str) -> str:
@@ -54,8 +58,7 @@ def infra() -> dict[str, str]:
     base, _, _ = server_url.rpartition("/")
     return {
         "DATABASE_URL": f"{base}/{database}",
-        "KAFKA_BOOTSTRAP_SERVERS": os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
-        "DOCSUM_TOPIC_PREFIX": f"test-{uuid.uuid4().hex[:8]}.",
+        "KAFKA_BOOTSTRAP_SERVERS": BOOTSTRAP,
     }
 
 
@@ -73,11 +76,12 @@ class Stack:
     logs: Path
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
 
-    def start(self, name: str) -> None:
+    def start(self, name: str, **env: str) -> None:
+        """Start service `name` ("summarizer", or "summarizer-2" for a second replica) as a process."""
         log = (self.logs / f"{name}.log").open("ab")
         self.processes[name] = subprocess.Popen(
-            [sys.executable, "-m", f"docsum_{name}"],
-            env=self.env,
+            [sys.executable, "-m", f"docsum_{name.partition('-')[0]}"],
+            env={**self.env, **env},
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=ROOT,
@@ -92,6 +96,24 @@ class Stack:
             process.kill()
             process.wait()
 
+    def kill(self, name: str) -> None:
+        """SIGKILL: no clean-up, no commit, no goodbye."""
+        process = self.processes.pop(name)
+        process.kill()
+        process.wait()
+
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if httpx.get(f"{self.gateway_url}/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or self.processes["gateway"].poll() is not None:
+                pytest.fail("the gateway did not start:\n" + self.log_tail())
+            time.sleep(0.3)
+
     def client(self, owner: str = "alice") -> httpx.AsyncClient:
         return httpx.AsyncClient(
             base_url=self.gateway_url, headers={"Authorization": f"Bearer {self.keys[owner]}"}, timeout=60
@@ -99,45 +121,68 @@ class Stack:
 
     def log_tail(self, lines: int = 40) -> str:
         parts = []
-        for name in SERVICES:
-            path = self.logs / f"{name}.log"
+        for path in sorted(self.logs.glob("*.log")):
+            name = path.stem
             if path.exists():
                 parts.append(f"--- {name}\n" + "\n".join(path.read_text(errors="replace").splitlines()[-lines:]))
         return "\n".join(parts)
 
 
+class StackFactory:
+    """Starts stacks of the five services as real processes; each stack has its own topic and consumer
+    group prefix, so tests that kill, pause or reconfigure services never disturb one another."""
+
+    def __init__(self, infra: dict[str, str], llm: FakeLLMServer, logs: pytest.TempPathFactory) -> None:
+        self.infra, self.llm, self.logs = infra, llm, logs
+        self.stacks: list[Stack] = []
+
+    def __call__(self, services: tuple[str, ...] = SERVICES, **overrides: str) -> Stack:
+        keys = {"alice": secrets.token_urlsafe(24), "bob": secrets.token_urlsafe(24)}
+        port = free_port()
+        env = {
+            **os.environ,
+            **self.infra,
+            "DOCSUM_TOPIC_PREFIX": f"test-{uuid.uuid4().hex[:8]}.",
+            "DOCSUM_LLM_BACKEND": "openai",
+            "DOCSUM_LLM_MODEL": "stand-in-1",
+            "OPENAI_BASE_URL": self.llm.base_url,
+            "OPENAI_API_KEY": "test-key",
+            "DOCSUM_API_KEYS": ",".join(f"{owner}={key}" for owner, key in keys.items()),
+            "DOCSUM_GATEWAY_PORT": str(port),
+            "DOCSUM_MAX_FILE_BYTES": str(5 * 1024 * 1024),
+            "DOCSUM_MAX_FILES_PER_TASK": "25",
+            # Fast group membership: a killed consumer's partitions move on within seconds.
+            "DOCSUM_SESSION_TIMEOUT_MS": "6000",
+            "DOCSUM_HEARTBEAT_INTERVAL_MS": "1000",
+            **overrides,
+        }
+        stack = Stack(env, f"http://127.0.0.1:{port}", keys, self.logs.mktemp("logs"))
+        self.stacks.append(stack)
+        for name in services:
+            stack.start(name)
+        if "gateway" in services:
+            stack.wait_ready()
+        return stack
+
+    def stop_all(self) -> None:
+        for stack in self.stacks:
+            for name in list(stack.processes):
+                stack.stop(name)
+
+
 @pytest.fixture(scope="session")
-def stack(infra: dict[str, str], llm: FakeLLMServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    keys = {"alice": secrets.token_urlsafe(24), "bob": secrets.token_urlsafe(24)}
-    port = free_port()
-    env = {
-        **os.environ,
-        **infra,
-        "DOCSUM_LLM_BACKEND": "openai",
-        "DOCSUM_LLM_MODEL": "stand-in-1",
-        "OPENAI_BASE_URL": llm.base_url,
-        "OPENAI_API_KEY": "test-key",
-        "DOCSUM_API_KEYS": ",".join(f"{owner}={key}" for owner, key in keys.items()),
-        "DOCSUM_GATEWAY_PORT": str(port),
-        "DOCSUM_MAX_FILE_BYTES": str(5 * 1024 * 1024),
-        "DOCSUM_MAX_FILES_PER_TASK": "25",
-    }
-    stack = Stack(env, f"http://127.0.0.1:{port}", keys, tmp_path_factory.mktemp("logs"))
-    for name in SERVICES:
-        stack.start(name)
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            if httpx.get(f"{stack.gateway_url}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline or stack.processes["gateway"].poll() is not None:
-            pytest.fail("the gateway did not start:\n" + stack.log_tail())
-        time.sleep(0.3)
-    yield stack
-    for name in list(stack.processes):
-        stack.stop(name)
+def make_stack(
+    infra: dict[str, str], llm: FakeLLMServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[StackFactory]:
+    factory = StackFactory(infra, llm, tmp_path_factory)
+    yield factory
+    factory.stop_all()
+
+
+@pytest.fixture(scope="session")
+def stack(make_stack: StackFactory) -> Stack:
+    """The stack most tests share: default settings, never killed."""
+    return make_stack()
 
 
 @pytest_asyncio.fixture(scope="session")
