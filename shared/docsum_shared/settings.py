@@ -63,6 +63,11 @@ class Settings(BaseSettings):
     llm_max_inflight: int = Field(4, ge=1)  # LLM calls in flight per summarizer process
     # A chunk being summarized is leased to one process; a lease not renewed (its holder died) expires.
     lease_ttl_s: float = Field(15.0, ge=1)
+    # The provider's limits: requests and tokens per minute for the whole cluster (None: no limit), and
+    # the model's input budget in tokens (None: unlimited; merges then never split).
+    llm_rpm: float | None = Field(None, gt=0)
+    llm_tpm: float | None = Field(None, gt=0)
+    llm_context_tokens: int | None = Field(None, ge=500)
     # USD per million tokens, per model: {"gpt-4o-mini": [0.15, 0.60]} (prompt, completion).
     llm_prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
     openai_base_url: str | None = Field(None, validation_alias=AliasChoices("OPENAI_BASE_URL"))

@@ -14,6 +14,7 @@ from docsum_shared.events import (
     Topic,
     decode,
 )
+from docsum_shared.options import TaskOptions
 from docsum_shared.settings import Settings
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.base import SummaryKind
@@ -97,15 +98,36 @@ def test_merger_waits_for_every_chunk_then_merges_in_order() -> None:
     decision = decide_document(doc, chunks)
     assert isinstance(decision, MergeChunks) and decision.request is not None
     assert decision.request.kind is SummaryKind.DOCUMENT and decision.request.texts == ("first", "second")
-    assert decide_document(doc, chunks[:1]) == MergeChunks(None)
+    assert decide_document(doc, chunks[1:]) == MergeChunks(None, "first")
 
 
-def test_merger_fails_a_document_with_failed_chunks() -> None:
-    decision = decide_document(
-        _doc(DocumentStatus.SUMMARIZING),
-        [ChunkState(0, ChunkStatus.COMPLETED, "s", None), ChunkState(1, ChunkStatus.FAILED, None, "provider said no")],
-    )
-    assert isinstance(decision, FailDocument) and "provider said no" in decision.error and "1 of 2" in decision.error
+def test_merger_summarizes_what_it_can_and_says_what_is_missing() -> None:
+    chunks = [
+        ChunkState(0, ChunkStatus.COMPLETED, "s0", None),
+        ChunkState(1, ChunkStatus.FAILED, None, "provider said no"),
+        ChunkState(2, ChunkStatus.COMPLETED, "s2", None),
+        ChunkState(3, ChunkStatus.COMPLETED, "s3", None),
+    ]
+    partial = decide_document(_doc(DocumentStatus.SUMMARIZING), chunks)
+    assert isinstance(partial, MergeChunks) and partial.request is not None
+    assert partial.request.texts == ("s0", "s2", "s3")
+    assert partial.coverage == 0.75 and partial.failed_indexes == (1,)
+    assert "75%" in partial.note() and "2" in partial.note()
+
+
+def test_merger_fails_the_document_when_strict_or_nothing_was_summarized() -> None:
+    chunks = [ChunkState(0, ChunkStatus.COMPLETED, "s", None), ChunkState(1, ChunkStatus.FAILED, None, "said no")]
+    strict = decide_document(_doc(DocumentStatus.SUMMARIZING), chunks, TaskOptions(strict=True))
+    assert isinstance(strict, FailDocument) and "said no" in strict.error and "1 of 2" in strict.error
+    nothing = decide_document(_doc(DocumentStatus.SUMMARIZING), [ChunkState(0, ChunkStatus.FAILED, None, "x")])
+    assert isinstance(nothing, FailDocument)
+
+
+def test_options_reach_the_requests() -> None:
+    docs = [_doc(DocumentStatus.COMPLETED, "x", "a"), _doc(DocumentStatus.COMPLETED, "y", "b")]
+    finish = decide_task("t", docs, TaskOptions(language="French", length="brief", style="bullets"))
+    assert finish is not None and finish.request is not None
+    assert (finish.request.language, finish.request.length, finish.request.style) == ("French", "brief", "bullets")
 
 
 def test_task_status_follows_its_documents() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import asyncpg
+
 from docsum_shared.states import DocumentStatus, TaskStatus
 
 from .handler import ChunkRow

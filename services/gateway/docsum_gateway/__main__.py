@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 import uvicorn
+
 from docsum_shared.settings import get_settings
 
 from .app import create_app

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from fastapi import FastAPI
+
 from docsum_shared.db import connect_pool, migrate
 from docsum_shared.kafka import ensure_topics, make_producer
 from docsum_shared.settings import Settings, get_settings
-from fastapi import FastAPI
 
 from .limits import BodySizeLimit
 from .routers import maintenance, tasks

@@ -6,9 +6,10 @@ from typing import Annotated
 
 import asyncpg
 from aiokafka import AIOKafkaProducer
-from docsum_shared.settings import Settings
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from docsum_shared.settings import Settings
 
 from .security import owner_for
 

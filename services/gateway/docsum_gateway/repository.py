@@ -7,6 +7,8 @@ import uuid
 from dataclasses import dataclass
 
 import asyncpg
+
+from docsum_shared.options import TaskOptions
 from docsum_shared.states import DocumentStatus, TaskStatus
 
 
@@ -33,7 +35,7 @@ def new_id() -> str:
 
 
 async def create_task(
-    pool: asyncpg.Pool, owner: str, title: str | None, uploads: list[Upload]
+    pool: asyncpg.Pool, owner: str, title: str | None, uploads: list[Upload], options: TaskOptions
 ) -> tuple[str, list[NewDocument]]:
     task_id = new_id()
     documents = [NewDocument(new_id(), upload) for upload in uploads]
@@ -43,11 +45,12 @@ async def create_task(
             list({u.sha256: (u.sha256, u.data, len(u.data)) for u in uploads}.values()),
         )
         await conn.execute(
-            "INSERT INTO tasks (id, owner, title, status) VALUES ($1, $2, $3, $4)",
+            "INSERT INTO tasks (id, owner, title, status, options) VALUES ($1, $2, $3, $4, $5)",
             task_id,
             owner,
             title,
             TaskStatus.PROCESSING,
+            options.model_dump_json(),
         )
         await conn.executemany(
             "INSERT INTO documents (id, task_id, position, filename, content_type, blob_sha256, size_bytes, status)"
@@ -75,7 +78,7 @@ async def get_task(pool: asyncpg.Pool, owner: str, task_id: str) -> tuple[asyncp
         return None
     documents = await pool.fetch(
         "SELECT d.id, d.filename, d.status, d.size_level, d.text_chars, d.chunk_total, d.summary,"
-        " d.summary_model, d.error,"
+        " d.summary_model, d.error, d.coverage, d.failed_chunks,"
         " count(c.id) FILTER (WHERE c.status = 'COMPLETED') AS chunks_done,"
         " count(c.id) FILTER (WHERE c.status = 'FAILED') AS chunks_failed"
         " FROM documents d LEFT JOIN chunks c ON c.document_id = d.id"

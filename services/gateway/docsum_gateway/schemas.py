@@ -6,6 +6,8 @@ from datetime import datetime
 
 from pydantic import BaseModel
 
+from docsum_shared.options import TaskOptions
+
 
 class CreatedDocument(BaseModel):
     document_id: str
@@ -53,6 +55,8 @@ class DocumentView(BaseModel):
     summary: str | None
     summary_model: str | None
     error: str | None
+    coverage: float | None  # share of the document its summary covers, when parts failed for good
+    failed_chunks: list[int]
     usage: Usage
 
 
@@ -65,6 +69,7 @@ class TaskView(BaseModel):
     summary: str | None
     summary_model: str | None
     error: str | None
+    options: TaskOptions
     usage: Usage
     recovery: Recovery
     documents: list[DocumentView]

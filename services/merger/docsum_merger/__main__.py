@@ -9,49 +9,52 @@ from __future__ import annotations
 import logging
 
 import asyncpg
+
 from docsum_shared.consumer import run_service, serve
 from docsum_shared.errors import PermanentError
 from docsum_shared.events import ChunkSummarized, DocumentMerged, DocumentOutcome, Event, TaskEvent, Topic
 from docsum_shared.lifecycle import maintain_forever
 from docsum_shared.settings import Settings
 from docsum_shared.states import DOCUMENT_FINAL, TASK_FINAL, DocumentStatus, TaskStatus
-from docsum_shared.summarizers import make_backend
-from docsum_shared.summarizers.cache import CallContext, summarize_cached
+from docsum_shared.summarizers import Summarizing
+from docsum_shared.summarizers.cache import CallContext
 
-from . import repository
+from . import repository, tree
 from .handler import FailDocument, decide_document, decide_task
 
 log = logging.getLogger("docsum_merger")
 
 
 def build_handlers(settings: Settings, pool: asyncpg.Pool):
-    backend = make_backend(settings)
+    llm = Summarizing.from_settings(settings, pool)
 
     async def on_chunk_summarized(event: Event) -> list[Event]:
         assert isinstance(event, ChunkSummarized)
         loaded = await repository.load_document(pool, event.document_id)
         if loaded is None:
             raise PermanentError(f"document {event.document_id} of task {event.task_id} is not registered")
-        doc, task_status = loaded
+        doc, task_status, options = loaded
         if task_status in TASK_FINAL or task_status is TaskStatus.PAUSED:
             return []  # paused: resume re-drives the merge
         if doc.status not in DOCUMENT_FINAL:
-            decision = decide_document(doc, await repository.load_chunks(pool, event.document_id))
+            decision = decide_document(doc, await repository.load_chunks(pool, event.document_id), options)
             if decision is None:
                 return []
             if isinstance(decision, FailDocument):
                 await repository.fail_document(pool, doc.id, decision.error)
-            elif decision.request is None:
-                chunk = (await repository.load_chunks(pool, doc.id))[0]
-                await repository.complete_document(pool, doc.id, chunk.summary or "", backend.model)
             else:
-                context = CallContext(event.task_id, doc.id)
-                result, _ = await summarize_cached(pool, backend, decision.request, context)
-                await repository.complete_document(pool, doc.id, result.text, result.model)
+                if decision.request is None:
+                    summary, model = decision.single_summary or "", llm.backend.model
+                else:
+                    result = await tree.merge(llm, decision.request, CallContext(event.task_id, doc.id), doc.id)
+                    summary, model = result.text, result.model
+                await repository.complete_document(
+                    pool, doc.id, summary + decision.note(), model, decision.coverage, list(decision.failed_indexes)
+                )
             log.info("document %s finished", doc.id)
-            loaded = await repository.load_document(pool, event.document_id)
-            assert loaded is not None
-            doc = loaded[0]
+            reloaded = await repository.load_document(pool, event.document_id)
+            assert reloaded is not None
+            doc = reloaded[0]
         if doc.status is DocumentStatus.CANCELLED:
             return []
         outcome = DocumentOutcome.COMPLETED if doc.status is DocumentStatus.COMPLETED else DocumentOutcome.FAILED
@@ -62,22 +65,22 @@ def build_handlers(settings: Settings, pool: asyncpg.Pool):
         loaded = await repository.load_task(pool, event.task_id)
         if loaded is None:
             raise PermanentError(f"task {event.task_id} is not registered")
-        status, title, docs = loaded
+        status, title, docs, options = loaded
         if status is TaskStatus.PAUSED:
             return []
         if status not in TASK_FINAL:
-            decision = decide_task(title, docs)
+            decision = decide_task(title, docs, options)
             if decision is None:
                 return []
-            summary, model = decision.summary, backend.model
+            summary, model = decision.summary, llm.backend.model
             if decision.request is not None:
-                result, _ = await summarize_cached(pool, backend, decision.request, CallContext(event.task_id))
+                result = await tree.merge(llm, decision.request, CallContext(event.task_id), event.task_id)
                 summary, model = result.text, result.model
             await repository.finish_task(pool, event.task_id, decision.status, summary, model, decision.error)
             log.info("task %s finished: %s", event.task_id, decision.status)
-            loaded = await repository.load_task(pool, event.task_id)
-            assert loaded is not None
-            status = loaded[0]
+            reloaded = await repository.load_task(pool, event.task_id)
+            assert reloaded is not None
+            status = reloaded[0]
         return [TaskEvent(task_id=event.task_id, status=status)]
 
     return {Topic.CHUNK_SUMMARIZED: on_chunk_summarized, Topic.DOCUMENT_MERGED: on_document_merged}

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from docsum_shared.options import TaskOptions
 from docsum_shared.states import CHUNK_FINAL, DOCUMENT_FINAL, ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
+
+DEFAULT_OPTIONS = TaskOptions()
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,17 @@ class DocumentState:
 
 @dataclass(frozen=True)
 class MergeChunks:
-    request: SummaryRequest | None  # None: a single chunk, whose summary is the document's
+    request: SummaryRequest | None  # None: a single chunk summarized, whose summary is the document's
+    single_summary: str | None = None
+    coverage: float = 1.0  # the share of the document's chunks that the summary covers
+    failed_indexes: tuple[int, ...] = ()
+
+    def note(self) -> str:
+        """What a partial summary says about itself."""
+        if not self.failed_indexes:
+            return ""
+        parts = ", ".join(str(i + 1) for i in self.failed_indexes[:20]) + ("…" if len(self.failed_indexes) > 20 else "")
+        return f"\n\n[Partial summary: covers {self.coverage:.0%} of the document; part(s) {parts} could not be read.]"
 
 
 @dataclass(frozen=True)
@@ -42,22 +55,30 @@ class FailDocument:
     error: str
 
 
-def decide_document(doc: DocumentState, chunks: list[ChunkState]) -> MergeChunks | FailDocument | None:
-    """What the document needs now; None while a chunk is unfinished (or when it has no chunk yet)."""
+def decide_document(
+    doc: DocumentState, chunks: list[ChunkState], options: TaskOptions = DEFAULT_OPTIONS
+) -> MergeChunks | FailDocument | None:
+    """What the document needs now; None while a chunk is unfinished (or when it has no chunk yet).
+
+    Chunks that FAILED for good leave a partial summary of the others, which says what it covers;
+    with the task option `strict`, or when nothing was summarized, the document fails instead.
+    """
     if not chunks or any(c.status not in CHUNK_FINAL for c in chunks):
         return None
-    failed = [c for c in chunks if c.status is ChunkStatus.FAILED]
-    if failed:
+    ordered = sorted(chunks, key=lambda c: c.index)
+    failed = [c for c in ordered if c.status is ChunkStatus.FAILED]
+    done = [c for c in ordered if c.status is ChunkStatus.COMPLETED]
+    if failed and (options.strict or not done):
         return FailDocument(
             f"{len(failed)} of {len(chunks)} parts could not be summarized "
             f"(part {failed[0].index + 1}: {failed[0].error or 'unknown error'})"
         )
-    if len(chunks) == 1:
-        return MergeChunks(None)
-    ordered = sorted(chunks, key=lambda c: c.index)
-    return MergeChunks(
-        SummaryRequest(kind=SummaryKind.DOCUMENT, texts=tuple(c.summary or "" for c in ordered), title=doc.filename)
-    )
+    coverage = len(done) / len(chunks)
+    failed_indexes = tuple(c.index for c in failed)
+    if len(done) == 1:
+        return MergeChunks(None, done[0].summary or "", coverage, failed_indexes)
+    request = SummaryRequest(kind=SummaryKind.DOCUMENT, texts=tuple(c.summary or "" for c in done), title=doc.filename)
+    return MergeChunks(options.apply(request), None, coverage, failed_indexes)
 
 
 # --- task stage -----------------------------------------------------------------------------------
@@ -71,7 +92,9 @@ class FinishTask:
     error: str | None
 
 
-def decide_task(title: str | None, docs: list[DocumentState]) -> FinishTask | None:
+def decide_task(
+    title: str | None, docs: list[DocumentState], options: TaskOptions = DEFAULT_OPTIONS
+) -> FinishTask | None:
     """The task's final status and summary once every document is final; None until then."""
     if not docs or any(d.status not in DOCUMENT_FINAL for d in docs):
         return None
@@ -89,4 +112,4 @@ def decide_task(title: str | None, docs: list[DocumentState]) -> FinishTask | No
         title=title or "",
         labels=tuple(d.filename for d in completed),
     )
-    return FinishTask(status, request, None, error)
+    return FinishTask(status, options.apply(request), None, error)

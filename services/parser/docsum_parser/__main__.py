@@ -6,6 +6,7 @@ import asyncio
 import logging
 
 import asyncpg
+
 from docsum_shared.consumer import run_service, serve
 from docsum_shared.errors import PermanentError
 from docsum_shared.events import DocumentSubmitted, Event, Topic

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncpg
+
 from docsum_shared.states import DocumentStatus
 
 from .handler import NEEDS_PARSE, StoredDocument

@@ -15,13 +15,14 @@ import socket
 import uuid
 
 import asyncpg
+
 from docsum_shared.consumer import run_service, serve
 from docsum_shared.errors import PermanentError
 from docsum_shared.events import ChunkCreated, Event, Topic
 from docsum_shared.settings import Settings
-from docsum_shared.summarizers import make_backend
-from docsum_shared.summarizers.base import PermanentLLMError, RetriableLLMError, SummarizerBackend
-from docsum_shared.summarizers.cache import CallContext, summarize_cached
+from docsum_shared.summarizers import Summarizing
+from docsum_shared.summarizers.base import PermanentLLMError, RetriableLLMError, SummaryRequest
+from docsum_shared.summarizers.cache import CallContext
 
 from . import repository
 from .handler import backoff_s, needs_summary, report, request_for, should_report
@@ -34,7 +35,7 @@ MAX_RATE_LIMIT_WAITS = 100
 
 
 def build_handlers(settings: Settings, pool: asyncpg.Pool):
-    backend = make_backend(settings)
+    llm = Summarizing.from_settings(settings, pool)
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
     async def on_chunk(event: Event) -> list[Event]:
@@ -47,14 +48,14 @@ def build_handlers(settings: Settings, pool: asyncpg.Pool):
                 return [report(event)] if should_report(chunk) else []
             claim = await repository.claim(pool, event.chunk_id, owner, settings.lease_ttl_s)
             if claim is Claim.TAKEN:
-                await summarize_under_lease(event, request_for(chunk))
+                await summarize_under_lease(event, llm.fit_chunk(request_for(chunk)))
             elif claim is Claim.HELD:
                 await asyncio.sleep(min(2.0, settings.lease_ttl_s / 4))  # another process is on it
 
-    async def summarize_under_lease(event: ChunkCreated, request) -> None:
+    async def summarize_under_lease(event: ChunkCreated, request: SummaryRequest) -> None:
         renewer = asyncio.create_task(keep_lease(event.chunk_id))
         try:
-            await call_with_retries(event, request, backend)
+            await call_with_retries(event, request)
         except asyncio.CancelledError:
             # Shutting down mid-call: hand the chunk back so its next owner starts at once.
             await asyncio.shield(repository.release(pool, event.chunk_id, owner))
@@ -68,12 +69,12 @@ def build_handlers(settings: Settings, pool: asyncpg.Pool):
             with contextlib.suppress(Exception):  # a missed renewal is retried; expiry is the backstop
                 await repository.renew(pool, chunk_id, owner, settings.lease_ttl_s)
 
-    async def call_with_retries(event: ChunkCreated, request, backend: SummarizerBackend) -> None:
+    async def call_with_retries(event: ChunkCreated, request: SummaryRequest) -> None:
         context = CallContext(event.task_id, event.document_id, event.chunk_id)
         failures = waits = 0
         while True:
             try:
-                result, cached = await summarize_cached(pool, backend, request, context)
+                result, cached = await llm.summarize(request, context)
             except PermanentLLMError as exc:
                 await repository.fail(pool, event.chunk_id, str(exc))
                 log.warning("chunk %s failed: %s", event.chunk_id, exc)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from docsum_shared.events import ChunkCreated, ChunkSummarized
+from docsum_shared.options import TaskOptions
 from docsum_shared.states import CHUNK_FINAL, DOCUMENT_FINAL, TASK_FINAL, ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.base import RetriableLLMError, SummaryKind, SummaryRequest
 
@@ -17,6 +18,7 @@ class StoredChunk:
     context_after: str
     document_status: DocumentStatus
     task_status: TaskStatus
+    options: TaskOptions = TaskOptions()
 
 
 def is_live(chunk: StoredChunk) -> bool:
@@ -38,12 +40,13 @@ def should_report(chunk: StoredChunk) -> bool:
 
 
 def request_for(chunk: StoredChunk) -> SummaryRequest:
-    return SummaryRequest(
+    request = SummaryRequest(
         kind=SummaryKind.CHUNK,
         texts=(chunk.text,),
         context_before=chunk.context_before,
         context_after=chunk.context_after,
     )
+    return chunk.options.apply(request)
 
 
 def report(event: ChunkCreated) -> ChunkSummarized:

@@ -5,7 +5,10 @@ from __future__ import annotations
 from enum import Enum
 
 import asyncpg
+
+from docsum_shared.options import TaskOptions
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
+from docsum_shared.summarizers.prompts import PROMPT_VERSION
 
 from .handler import StoredChunk
 
@@ -19,7 +22,7 @@ class Claim(Enum):
 async def load(pool: asyncpg.Pool, chunk_id: str) -> StoredChunk | None:
     row = await pool.fetchrow(
         "SELECT c.status, c.text, c.context_before, c.context_after, d.status AS document_status,"
-        " t.status AS task_status"
+        " t.status AS task_status, t.options"
         " FROM chunks c JOIN documents d ON d.id = c.document_id JOIN tasks t ON t.id = d.task_id"
         " WHERE c.id = $1",
         chunk_id,
@@ -33,6 +36,7 @@ async def load(pool: asyncpg.Pool, chunk_id: str) -> StoredChunk | None:
         row["context_after"],
         DocumentStatus(row["document_status"]),
         TaskStatus(row["task_status"]),
+        TaskOptions.from_stored(row["options"]),
     )
 
 
@@ -79,6 +83,7 @@ async def complete(pool: asyncpg.Pool, chunk_id: str, task_id: str, summary: str
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute(
             "UPDATE chunks SET status = 'COMPLETED', summary = $2, summary_model = $3, error = NULL,"
+            f" summary_prompt_version = '{PROMPT_VERSION}',"
             " lease_owner = NULL, lease_expires_at = NULL, updated_at = now()"
             " WHERE id = $1 AND status IN ('PENDING', 'SUMMARIZING')",
             chunk_id,

@@ -29,6 +29,15 @@ class SummaryRequest:
     # A title for DOCUMENT/TASK merges (file name or task title); TASK: the file names of `texts`.
     title: str = ""
     labels: tuple[str, ...] = field(default_factory=tuple)
+    # What the submitter asked for. language: "" = the text's own language, else e.g. "en", "zh", "French";
+    # length: "brief" | "" (standard) | "detailed"; style: "" (prose) | "bullets".
+    language: str = ""
+    length: str = ""
+    style: str = ""
+
+
+LENGTHS = ("brief", "", "detailed")
+STYLES = ("", "bullets")
 
 
 @dataclass(frozen=True)

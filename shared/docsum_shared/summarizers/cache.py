@@ -13,7 +13,9 @@ from dataclasses import asdict, dataclass
 
 import asyncpg
 
-from .base import SummarizerBackend, SummaryRequest, SummaryResult
+from ..ratelimit import RateLimiter
+from .base import RetriableLLMError, SummarizerBackend, SummaryRequest, SummaryResult
+from .budget import COMPLETION_RESERVE, TokenCalibration, estimate_request_tokens
 from .prompts import PROMPT_VERSION
 
 
@@ -34,9 +36,18 @@ def cache_key(model: str, request: SummaryRequest) -> str:
 
 
 async def summarize_cached(
-    pool: asyncpg.Pool, backend: SummarizerBackend, request: SummaryRequest, context: CallContext | None = None
+    pool: asyncpg.Pool,
+    backend: SummarizerBackend,
+    request: SummaryRequest,
+    context: CallContext | None = None,
+    *,
+    limiter: RateLimiter | None = None,
+    calibration: TokenCalibration | None = None,
 ) -> tuple[SummaryResult, bool]:
-    """The backend's answer to `request`, and whether it came from the cache."""
+    """The backend's answer to `request`, and whether it came from the cache.
+
+    A call that goes to the provider first takes its slot from the cluster-wide rate limiter.
+    """
     context = context or CallContext()
     key = cache_key(backend.model, request)
     row = await pool.fetchrow(
@@ -46,8 +57,19 @@ async def summarize_cached(
         result = SummaryResult(row["result"], row["model"], row["prompt_tokens"], row["completion_tokens"])
         await _record(pool, context, request, key, result, cached=True, latency_ms=0)
         return result, True
+    estimate = estimate_request_tokens(request)
+    reservation = await limiter.acquire(estimate + COMPLETION_RESERVE) if limiter else None
     started = time.monotonic()
-    result = await backend.summarize(request)
+    try:
+        result = await backend.summarize(request)
+    except RetriableLLMError as exc:
+        if limiter and not exc.counts:
+            await limiter.refused(exc.retry_after)
+        raise
+    if reservation is not None and limiter is not None:
+        await limiter.settle(reservation, result.prompt_tokens + result.completion_tokens)
+    if calibration is not None:
+        calibration.observe(estimate, result.prompt_tokens)
     latency_ms = int((time.monotonic() - started) * 1000)
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute(

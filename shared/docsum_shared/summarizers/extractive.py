@@ -34,7 +34,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..text import CJK_SENTENCE_END, estimate_tokens, is_cjk_char, sentence_spans, tokens_for_similarity
+from ..text import (
+    CJK_SENTENCE_END,
+    estimate_tokens,
+    is_cjk_char,
+    sentence_spans,
+    split_sentences,
+    tokens_for_similarity,
+)
 from .base import SummarizerBackend, SummaryKind, SummaryRequest, SummaryResult
 
 MODEL = "extractive-textrank-v1"
@@ -52,6 +59,8 @@ class _Sentence:
     tokens: list[str]
 
 
+# The `length` option scales every sentence and character budget.
+_LENGTH_SCALE = {"brief": 0.5, "": 1.0, "detailed": 2.0}
 _TITLE_MAX_UNITS = 12
 _END_MARKS = CJK_SENTENCE_END + ".!?:"
 _LINE_BREAK_RE = re.compile(r"\s*\n\s*")
@@ -232,7 +241,10 @@ class ExtractiveBackend(SummarizerBackend):
 
     def summarize_sync(self, request: SummaryRequest) -> SummaryResult:
         texts = [t for t in request.texts if t and t.strip()]
-        summary = self._summarize(texts, request.kind) if texts else ""
+        scale = _LENGTH_SCALE.get(request.length, 1.0)
+        summary = self._summarize(texts, request.kind, scale) if texts else ""
+        if summary and request.style == "bullets":
+            summary = "\n".join(f"- {sentence}" for sentence in split_sentences(summary))
         return SummaryResult(
             text=summary,
             model=self.model,
@@ -242,7 +254,7 @@ class ExtractiveBackend(SummarizerBackend):
 
     # ----------------------------------------------------------------------------------------------
 
-    def _summarize(self, texts: list[str], kind: SummaryKind) -> str:
+    def _summarize(self, texts: list[str], kind: SummaryKind, scale: float = 1.0) -> str:
         all_sentences: list[str] = []
         candidates: list[_Sentence] = []
         seen: set[str] = set()
@@ -263,12 +275,13 @@ class ExtractiveBackend(SummarizerBackend):
 
         input_chars = sum(len(t) for t in texts)
         if kind is SummaryKind.CHUNK:
-            max_sentences = max(1, min(self.chunk_max_sentences, math.ceil(self.chunk_ratio * len(candidates))))
-            hard_chars = self.chunk_max_chars
-            soft_chars = min(hard_chars, max(int(self.chunk_ratio * input_chars), 200))
+            limit = math.ceil(self.chunk_max_sentences * scale)
+            max_sentences = max(1, min(limit, math.ceil(self.chunk_ratio * scale * len(candidates))))
+            hard_chars = int(self.chunk_max_chars * scale)
+            soft_chars = min(hard_chars, max(int(self.chunk_ratio * scale * input_chars), 200))
         else:
-            max_sentences = self.merge_max_sentences
-            hard_chars = soft_chars = self.merge_max_chars
+            max_sentences = max(1, math.ceil(self.merge_max_sentences * scale))
+            hard_chars = soft_chars = int(self.merge_max_chars * scale)
 
         if kind is not SummaryKind.CHUNK and self._fits(candidates, max_sentences, soft_chars):
             order = list(range(len(candidates)))  # a merge that already fits: keep everything

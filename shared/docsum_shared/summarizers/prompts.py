@@ -10,13 +10,24 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from .base import SummaryKind, SummaryRequest
 
-PROMPT_VERSION = "2026-11-30.1"
+PROMPT_VERSION = "2026-11-30.2"
 
 _SYSTEM = (
-    "You summarize documents faithfully. Write the summary in the same language as the text you are "
-    "given (a Chinese text gets a Chinese summary). State only what the text says; no preamble, no "
-    "mention of 'this chunk' or 'the summaries'."
+    "You summarize documents faithfully. State only what the text says; no preamble, no mention of "
+    "'this chunk' or 'the summaries'."
 )
+_SAME_LANGUAGE = "Write in the same language as the text you are given (a Chinese text gets a Chinese summary)."
+_LENGTH = {
+    "brief": "Be brief: two or three sentences at most.",
+    "": "Keep it concise.",
+    "detailed": "Be detailed: cover every main point, with the key facts and figures.",
+}
+_STYLE = {"": "Write prose.", "bullets": "Write a bulleted list, one point per line starting with '- '."}
+
+
+def _system(request: SummaryRequest) -> str:
+    language = f"Write in {request.language}." if request.language else _SAME_LANGUAGE
+    return " ".join((_SYSTEM, language, _LENGTH.get(request.length, _LENGTH[""]), _STYLE.get(request.style, "")))
 
 
 def build_messages(request: SummaryRequest) -> list[ChatCompletionMessageParam]:
@@ -46,7 +57,7 @@ def build_messages(request: SummaryRequest) -> list[ChatCompletionMessageParam]:
             f"These are summaries of the documents of one batch{_titled(request)}. Write an overall "
             "summary of the batch: the main themes first, then what each document adds.\n\n" + sections
         )
-    return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": user}]
+    return [{"role": "system", "content": _system(request)}, {"role": "user", "content": user}]
 
 
 def _titled(request: SummaryRequest) -> str:

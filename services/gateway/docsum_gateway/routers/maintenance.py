@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from docsum_shared.lifecycle import idle_unfinished
-from docsum_shared.redrive import redrive_task
 from fastapi import APIRouter
 from pydantic import BaseModel
+
+from docsum_shared.lifecycle import idle_unfinished
+from docsum_shared.redrive import redrive_task
 
 from ..deps import OwnerDep, PoolDep, ProducerDep, SettingsDep
 

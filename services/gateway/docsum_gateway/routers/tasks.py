@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+from typing import Annotated, Literal
 
 import asyncpg
+from fastapi import APIRouter, File, Form, HTTPException, Query, UploadFile, status
+
 from docsum_shared import lifecycle
 from docsum_shared.events import DocumentSubmitted, TaskEvent
 from docsum_shared.kafka import publish
+from docsum_shared.options import TaskOptions
 from docsum_shared.redrive import redrive_task
 from docsum_shared.states import TaskStatus
-from fastapi import APIRouter, File, Form, HTTPException, Query, UploadFile, status
 
 from .. import repository
 from ..deps import OwnerDep, PoolDep, ProducerDep, SettingsDep
@@ -54,6 +56,12 @@ async def create_task(
     producer: ProducerDep,
     files: Annotated[list[UploadFile] | None, File(description="the documents to summarize")] = None,
     title: Annotated[str | None, Form(max_length=500)] = None,
+    strict: Annotated[bool, Form(description="fail a document if any part of it fails")] = False,
+    language: Annotated[
+        str | None, Form(max_length=40, description="summary language; default: the document's")
+    ] = None,
+    length: Annotated[Literal["brief", "standard", "detailed"], Form()] = "standard",
+    style: Annotated[Literal["prose", "bullets"], Form()] = "prose",
 ) -> TaskCreated:
     if not files:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, "no files: send one or more as multipart field 'files'")
@@ -70,7 +78,8 @@ async def create_task(
         )
         for i, f in enumerate(files)
     ]
-    task_id, documents = await repository.create_task(pool, owner, title, uploads)
+    options = TaskOptions(strict=strict, language=language or None, length=length, style=style)
+    task_id, documents = await repository.create_task(pool, owner, title, uploads, options)
     await publish(
         producer,
         settings,
@@ -131,6 +140,7 @@ async def get_task(task_id: str, owner: OwnerDep, pool: PoolDep, settings: Setti
         summary=task["summary"],
         summary_model=task["summary_model"],
         error=task["error"],
+        options=TaskOptions.from_stored(task["options"]),
         usage=total,
         recovery=Recovery(
             attempts=recovered["attempts"],
@@ -149,6 +159,8 @@ async def get_task(task_id: str, owner: OwnerDep, pool: PoolDep, settings: Setti
                 summary=d["summary"],
                 summary_model=d["summary_model"],
                 error=d["error"],
+                coverage=d["coverage"],
+                failed_chunks=d["failed_chunks"] or [],
                 usage=per_document.get(d["id"], Usage()),
             )
             for d in documents

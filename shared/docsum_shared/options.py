@@ -1,0 +1,36 @@
+"""What a submitter can ask of a task's summaries, stored with the task and applied to every request."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .summarizers.base import SummaryRequest
+
+
+class TaskOptions(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    # Fail a document when any of its chunks failed, instead of summarizing the rest and saying so.
+    strict: bool = False
+    # The summaries' language ("en", "zh", "French"...); None: each document's own language.
+    language: str | None = Field(None, min_length=1, max_length=40)
+    length: Literal["brief", "standard", "detailed"] = "standard"
+    style: Literal["prose", "bullets"] = "prose"
+
+    @classmethod
+    def from_stored(cls, stored: str | dict | None) -> TaskOptions:
+        if isinstance(stored, str):
+            stored = json.loads(stored)
+        return cls.model_validate(stored or {})
+
+    def apply(self, request: SummaryRequest) -> SummaryRequest:
+        return replace(
+            request,
+            language=self.language or "",
+            length="" if self.length == "standard" else self.length,
+            style="" if self.style == "prose" else self.style,
+        )
