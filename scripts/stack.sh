@@ -4,7 +4,9 @@
 #   scripts/stack.sh down    stop what `up` started
 #   scripts/stack.sh infra   start only PostgreSQL and Kafka
 #   scripts/stack.sh env     print the environment the services run with (for `eval`)
-# Each process writes its pid to .run/<name>.pid and its log to .run/<name>.log.
+# Each process writes its pid to .run/<name>.pid and its log to .run/<name>.log. PARSER_REPLICAS,
+# CHUNKER_REPLICAS, SUMMARIZER_REPLICAS and MERGER_REPLICAS (default 1) start more processes of a
+# service: summarizer, summarizer-2, summarizer-3...
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -32,11 +34,20 @@ infra() {
   "$ROOT/scripts/kafka.sh" start
 }
 
+# The process names of a service: its replicas beyond the first are <service>-2, <service>-3...
+replicas() {
+  local service=$1 var count i
+  var="$(echo "$service" | tr '[:lower:]' '[:upper:]')_REPLICAS"
+  count=${!var:-1}
+  echo "$service"
+  for ((i = 2; i <= count; i++)); do echo "$service-$i"; done
+}
+
 start_service() {
   local name=$1
   if alive "$name"; then return; fi
   # setsid: the service outlives this shell and gets its own process group for `down`.
-  setsid nohup "$PY" -m "docsum_$name" >>"$STATE/$name.log" 2>&1 < /dev/null &
+  setsid nohup "$PY" -m "docsum_${name%%-*}" >>"$STATE/$name.log" 2>&1 < /dev/null &
   echo $! > "$STATE/$name.pid"
   echo "started $name (pid $!)"
 }
@@ -73,11 +84,16 @@ case "${1:-}" in
   up)
     infra
     service_env
-    for name in "${SERVICES[@]}"; do start_service "$name"; done
+    for service in "${SERVICES[@]}"; do
+      for name in $(replicas "$service"); do start_service "$name"; done
+    done
     wait_gateway
     ;;
   down)
-    for name in "${SERVICES[@]}"; do stop_service "$name"; done
+    for pidfile in "$STATE"/*.pid; do  # every service process and replica that `up` started
+      name=$(basename "$pidfile" .pid)
+      case $name in kafka|postgres) ;; *) stop_service "$name" ;; esac
+    done
     "$ROOT/scripts/kafka.sh" stop
     "$ROOT/scripts/postgres.sh" stop
     ;;

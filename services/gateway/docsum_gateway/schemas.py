@@ -36,6 +36,15 @@ class Usage(BaseModel):
     cost_usd: float = 0.0
 
 
+class Estimate(BaseModel):
+    """What the rest of the task should cost and take, known from the moment its chunks exist."""
+
+    remaining_chunks: int
+    prompt_tokens: int  # of the remaining chunk requests (merges come on top)
+    cost_usd: float
+    eta_s: float | None  # from the task's calls of the last minute; None before there is a rate
+
+
 class Recovery(BaseModel):
     """How the work got through failures: attempts made, interruptions survived, calls saved."""
 
@@ -71,6 +80,7 @@ class TaskView(BaseModel):
     error: str | None
     options: TaskOptions
     usage: Usage
+    estimate: Estimate
     recovery: Recovery
     documents: list[DocumentView]
 

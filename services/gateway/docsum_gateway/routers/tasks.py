@@ -21,6 +21,7 @@ from ..schemas import (
     ChunkProgress,
     CreatedDocument,
     DocumentView,
+    Estimate,
     FailureView,
     LifecycleResult,
     Recovery,
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
 
 _READ_BLOCK = 1024 * 1024
+# What one chunk summary is expected to cost in completion tokens, for estimates before the calls.
+EXPECTED_COMPLETION_TOKENS = 150
 
 
 async def _read_limited(upload: UploadFile, max_bytes: int) -> bytes:
@@ -131,6 +134,17 @@ async def get_task(task_id: str, owner: OwnerDep, pool: PoolDep, settings: Setti
             usage.cached_calls += row["cached_calls"]
             usage.cost_usd += cost
     recovered = await repository.recovery(pool, task_id)
+    remaining = await repository.remaining_work(pool, task_id)
+    rate_per_s = remaining["calls_last_minute"] / 60.0
+    completion_tokens = remaining["chunks"] * EXPECTED_COMPLETION_TOKENS
+    estimate = Estimate(
+        remaining_chunks=remaining["chunks"],
+        prompt_tokens=remaining["prompt_tokens"],
+        cost_usd=settings.cost_usd(settings.llm_model, remaining["prompt_tokens"], completion_tokens),
+        eta_s=round(remaining["chunks"] / rate_per_s, 1)
+        if rate_per_s > 0
+        else (0.0 if not remaining["chunks"] else None),
+    )
     return TaskView(
         task_id=task["id"],
         title=task["title"],
@@ -142,6 +156,7 @@ async def get_task(task_id: str, owner: OwnerDep, pool: PoolDep, settings: Setti
         error=task["error"],
         options=TaskOptions.from_stored(task["options"]),
         usage=total,
+        estimate=estimate,
         recovery=Recovery(
             attempts=recovered["attempts"],
             interruptions=recovered["interruptions"],

@@ -1,0 +1,78 @@
+"""Token estimates and fitting requests into the model's input budget, without a tokenizer."""
+
+from __future__ import annotations
+
+from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
+from docsum_shared.summarizers.budget import (
+    COMPLETION_RESERVE,
+    TokenCalibration,
+    estimate_request_tokens,
+    estimate_text_tokens,
+    fit_chunk_request,
+    fits,
+    group_to_fit,
+    next_level,
+    part_of,
+    trim_to_fit,
+)
+from tests.documents import chinese_prose, english_prose
+from tests.fake_llm import estimate_tokens as provider_count
+
+
+def test_estimates_are_never_below_what_the_stand_in_provider_counts() -> None:
+    for text in (english_prose(5_000, seed=1), chinese_prose(3_000, seed=2), "mixed 中文 and English, 2026."):
+        assert estimate_text_tokens(text) >= provider_count(text)
+
+
+def test_chinese_costs_a_token_a_character() -> None:
+    text = chinese_prose(1_000, seed=3)
+    assert estimate_text_tokens(text) >= len([c for c in text if "\u4e00" <= c <= "\u9fff"])
+
+
+def test_calibration_follows_an_under_estimate_at_once_and_drifts_back_slowly() -> None:
+    calibration = TokenCalibration()
+    calibration.observe(estimated=100, reported=150)
+    assert calibration.ratio == 1.5
+    calibration.observe(estimated=100, reported=80)
+    assert 1.4 < calibration.ratio < 1.5
+    request = SummaryRequest(SummaryKind.CHUNK, ("word " * 200,))
+    assert estimate_request_tokens(request, calibration) > estimate_request_tokens(request)
+
+
+def _merge(n: int, chars: int) -> SummaryRequest:
+    return SummaryRequest(SummaryKind.DOCUMENT, tuple(english_prose(chars, seed=i) for i in range(n)), title="book")
+
+
+def test_groups_are_consecutive_cover_everything_and_each_fits() -> None:
+    request, budget = _merge(40, 600), 1_500
+    assert not fits(request, budget)
+    groups = group_to_fit(request, budget)
+    assert groups[0][0] == 0 and groups[-1][1] == 40
+    assert all(a[1] == b[0] for a, b in zip(groups, groups[1:], strict=False))
+    assert len(groups) > 1
+    for start, end in groups:
+        assert fits(part_of(request, start, end), budget)
+        assert estimate_request_tokens(part_of(request, start, end)) + COMPLETION_RESERVE <= budget
+
+
+def test_task_merges_keep_their_labels_and_label_parts_above() -> None:
+    request = SummaryRequest(SummaryKind.TASK, ("a", "b", "c"), labels=("x.pdf", "y.pdf", "z.pdf"))
+    assert part_of(request, 1, 3).labels == ("y.pdf", "z.pdf")
+    assert next_level(request, ["r1", "r2"]).labels == ("part 1", "part 2")
+
+
+def test_a_text_too_big_for_any_request_is_trimmed_until_it_fits() -> None:
+    request, budget = _merge(1, 20_000), 1_000
+    trimmed = trim_to_fit(request, budget)
+    assert fits(trimmed, budget) and trimmed.texts[0] and request.texts[0].startswith(trimmed.texts[0])
+
+
+def test_a_chunk_request_drops_its_contexts_before_its_text() -> None:
+    text = english_prose(2_000, seed=5)
+    request = SummaryRequest(SummaryKind.CHUNK, (text,), context_before="b " * 400, context_after="a " * 400)
+    budget = estimate_request_tokens(SummaryRequest(SummaryKind.CHUNK, (text,))) + COMPLETION_RESERVE
+    fitted = fit_chunk_request(request, budget)
+    assert fitted.texts == (text,) and not fitted.context_before and not fitted.context_after
+    smaller = fit_chunk_request(request, budget - 200)
+    assert fits(smaller, budget - 200) and text.startswith(smaller.texts[0]) and smaller.texts[0] != text
+    assert fit_chunk_request(request, None) == request
