@@ -281,34 +281,52 @@ def run_service(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
     asyncio.run(_main())
 
 
+@dataclass(frozen=True)
+class Consumer:
+    """One consumer group of a service: its handlers and how many messages it handles at once."""
+
+    handlers: Mapping[Topic, Handler]
+    max_inflight: int | None = None
+    group_suffix: str = ""  # a second group in the same service (e.g. "-retry")
+
+
 async def serve(
     name: str,
     stop: asyncio.Event,
-    build_handlers: Callable[[Settings, asyncpg.Pool], Mapping[Topic, Handler]],
+    build: Callable[[Settings, asyncpg.Pool], Mapping[Topic, Handler] | list[Consumer]],
     *,
-    max_inflight: Callable[[Settings], int] | None = None,
     background: Callable[[Settings, asyncpg.Pool], Background] | None = None,
 ) -> None:
-    """Connect to Postgres (migrating it), then consume until `stop` is set."""
+    """Connect to Postgres (migrating it), then consume until `stop` is set.
+
+    `build` gives the handlers of one consumer group, or several `Consumer`s run side by side.
+    """
     settings = get_settings()
     pool = await connect_pool(settings.database_url, max_size=settings.db_pool_max)
     try:
         await migrate(pool)
-        service = ConsumerService(
-            name,
-            settings,
-            build_handlers(settings, pool),
-            max_inflight=max_inflight(settings) if max_inflight else None,
-        )
-        watcher = asyncio.create_task(_stop_when(stop, service))
+        built = build(settings, pool)
+        consumers = built if isinstance(built, list) else [Consumer(built)]
+        services = [
+            ConsumerService(
+                name + c.group_suffix,
+                settings,
+                c.handlers,
+                max_inflight=c.max_inflight,
+                background=background(settings, pool) if background and i == 0 else None,
+            )
+            for i, c in enumerate(consumers)
+        ]
+        watcher = asyncio.create_task(_stop_when(stop, services))
         try:
-            await service.run()
+            await asyncio.gather(*(service.run() for service in services))
         finally:
             watcher.cancel()
     finally:
         await pool.close()
 
 
-async def _stop_when(stop: asyncio.Event, service: ConsumerService) -> None:
+async def _stop_when(stop: asyncio.Event, services: list[ConsumerService]) -> None:
     await stop.wait()
-    service.stop()
+    for service in services:
+        service.stop()

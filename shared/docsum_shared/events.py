@@ -72,6 +72,13 @@ class ChunkCreated(Event):
         return self.chunk_id
 
 
+class ChunkRetry(ChunkCreated):
+    """A chunk whose LLM calls kept failing for a passing reason: try again at `not_before`."""
+
+    not_before: datetime
+    failures: int = Field(ge=0)  # attempts that failed so far
+
+
 class ChunkSummarized(Event):
     """The chunk reached a final state (its summary stored, or FAILED)."""
 
@@ -106,6 +113,7 @@ class Topic(StrEnum):
     DOCUMENT_SUBMITTED = "document-submitted"
     DOCUMENT_PARSED = "document-parsed"
     CHUNK_CREATED = "chunk-created"
+    CHUNK_RETRY = "chunk-created.retry"  # delayed retries of chunk-created
     CHUNK_SUMMARIZED = "chunk-summarized"
     DOCUMENT_MERGED = "document-merged"
     TASK_EVENTS = "task-events"
@@ -115,6 +123,7 @@ EVENT_TYPES: dict[Topic, type[Event]] = {
     Topic.DOCUMENT_SUBMITTED: DocumentSubmitted,
     Topic.DOCUMENT_PARSED: DocumentParsed,
     Topic.CHUNK_CREATED: ChunkCreated,
+    Topic.CHUNK_RETRY: ChunkRetry,
     Topic.CHUNK_SUMMARIZED: ChunkSummarized,
     Topic.DOCUMENT_MERGED: DocumentMerged,
     Topic.TASK_EVENTS: TaskEvent,

@@ -59,7 +59,11 @@ class Settings(BaseSettings):
     llm_backend: Literal["extractive", "openai"] = "extractive"
     llm_model: str = "gpt-4o-mini"
     llm_timeout_s: float = Field(120.0, gt=0)
+    # A chunk's call is tried `llm_inplace_attempts` times in place (with back-off), then again after
+    # `llm_retry_delay_s` through the retry topic, until `llm_max_attempts` failed: then it is FAILED.
     llm_max_attempts: int = Field(4, ge=1)
+    llm_inplace_attempts: int = Field(2, ge=1)
+    llm_retry_delay_s: float = Field(30.0, ge=0)
     llm_max_inflight: int = Field(4, ge=1)  # LLM calls in flight per summarizer process
     # A chunk being summarized is leased to one process; a lease not renewed (its holder died) expires.
     lease_ttl_s: float = Field(15.0, ge=1)

@@ -4,16 +4,26 @@ from __future__ import annotations
 
 import asyncpg
 
-from docsum_shared.states import DocumentStatus
+from docsum_shared.states import DocumentStatus, TaskStatus
 
 from .handler import NEEDS_PARSE, StoredDocument
 
 
 async def load(pool: asyncpg.Pool, document_id: str) -> StoredDocument | None:
-    row = await pool.fetchrow("SELECT status, text_chars, size_level, error FROM documents WHERE id = $1", document_id)
+    row = await pool.fetchrow(
+        "SELECT d.status, d.text_chars, d.size_level, d.error, t.status AS task_status"
+        " FROM documents d JOIN tasks t ON t.id = d.task_id WHERE d.id = $1",
+        document_id,
+    )
     if row is None:
         return None
-    return StoredDocument(DocumentStatus(row["status"]), row["text_chars"], row["size_level"], row["error"])
+    return StoredDocument(
+        DocumentStatus(row["status"]),
+        row["text_chars"],
+        row["size_level"],
+        row["error"],
+        TaskStatus(row["task_status"]),
+    )
 
 
 async def load_bytes(pool: asyncpg.Pool, sha256: str) -> bytes | None:

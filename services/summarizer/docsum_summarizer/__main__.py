@@ -13,12 +13,13 @@ import logging
 import os
 import socket
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
-from docsum_shared.consumer import run_service, serve
+from docsum_shared.consumer import Consumer, run_service, serve
 from docsum_shared.errors import PermanentError
-from docsum_shared.events import ChunkCreated, Event, Topic
+from docsum_shared.events import ChunkCreated, ChunkRetry, Event, Topic
 from docsum_shared.settings import Settings
 from docsum_shared.summarizers import Summarizing
 from docsum_shared.summarizers.base import PermanentLLMError, RetriableLLMError, SummaryRequest
@@ -34,12 +35,17 @@ log = logging.getLogger("docsum_summarizer")
 MAX_RATE_LIMIT_WAITS = 100
 
 
-def build_handlers(settings: Settings, pool: asyncpg.Pool):
+def build_handlers(settings: Settings, pool: asyncpg.Pool) -> list[Consumer]:
     llm = Summarizing.from_settings(settings, pool)
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    calls = asyncio.Semaphore(settings.llm_max_inflight)  # LLM calls in flight in this process
 
     async def on_chunk(event: Event) -> list[Event]:
         assert isinstance(event, ChunkCreated)
+        failed_before = 0
+        if isinstance(event, ChunkRetry):
+            failed_before = event.failures
+            await asyncio.sleep(max(0.0, (event.not_before - datetime.now(UTC)).total_seconds()))
         while True:
             chunk = await repository.load(pool, event.chunk_id)
             if chunk is None:
@@ -48,14 +54,21 @@ def build_handlers(settings: Settings, pool: asyncpg.Pool):
                 return [report(event)] if should_report(chunk) else []
             claim = await repository.claim(pool, event.chunk_id, owner, settings.lease_ttl_s)
             if claim is Claim.TAKEN:
-                await summarize_under_lease(event, llm.fit_chunk(request_for(chunk)))
+                later = await summarize_under_lease(event, llm.fit_chunk(request_for(chunk)), failed_before)
+                if later is not None:
+                    return [later]
             elif claim is Claim.HELD:
                 await asyncio.sleep(min(2.0, settings.lease_ttl_s / 4))  # another process is on it
 
-    async def summarize_under_lease(event: ChunkCreated, request: SummaryRequest) -> None:
+    async def summarize_under_lease(
+        event: ChunkCreated, request: SummaryRequest, failed_before: int
+    ) -> ChunkRetry | None:
         renewer = asyncio.create_task(keep_lease(event.chunk_id))
         try:
-            await call_with_retries(event, request)
+            later = await call_with_retries(event, request, failed_before)
+            if later is not None:  # through the retry topic: free the chunk until then
+                await repository.release(pool, event.chunk_id, owner)
+            return later
         except asyncio.CancelledError:
             # Shutting down mid-call: hand the chunk back so its next owner starts at once.
             await asyncio.shield(repository.release(pool, event.chunk_id, owner))
@@ -69,39 +82,53 @@ def build_handlers(settings: Settings, pool: asyncpg.Pool):
             with contextlib.suppress(Exception):  # a missed renewal is retried; expiry is the backstop
                 await repository.renew(pool, chunk_id, owner, settings.lease_ttl_s)
 
-    async def call_with_retries(event: ChunkCreated, request: SummaryRequest) -> None:
+    async def call_with_retries(event: ChunkCreated, request: SummaryRequest, failed_before: int) -> ChunkRetry | None:
+        """Summarize and store; returns the retry event when the failures should wait for a later round."""
         context = CallContext(event.task_id, event.document_id, event.chunk_id)
-        failures = waits = 0
+        failures = waits = 0  # in this round
         while True:
             try:
-                result, cached = await llm.summarize(request, context)
+                async with calls:
+                    result, cached = await llm.summarize(request, context)
             except PermanentLLMError as exc:
                 await repository.fail(pool, event.chunk_id, str(exc))
                 log.warning("chunk %s failed: %s", event.chunk_id, exc)
-                return
+                return None
             except RetriableLLMError as exc:
                 if exc.counts:
                     failures += 1
                 else:
                     waits += 1
-                if failures >= settings.llm_max_attempts or waits >= MAX_RATE_LIMIT_WAITS:
-                    await repository.fail(pool, event.chunk_id, f"gave up after {failures + waits} attempts: {exc}")
+                total = failed_before + failures
+                if total >= settings.llm_max_attempts or waits >= MAX_RATE_LIMIT_WAITS:
+                    await repository.fail(pool, event.chunk_id, f"gave up after {total + waits} attempts: {exc}")
                     log.warning("chunk %s failed for good: %s", event.chunk_id, exc)
-                    return
+                    return None
                 await repository.record_error(pool, event.chunk_id, str(exc))
+                if exc.counts and failures >= settings.llm_inplace_attempts:
+                    log.info("chunk %s: %s; retrying in %.0fs", event.chunk_id, exc, settings.llm_retry_delay_s)
+                    return ChunkRetry(
+                        **event.model_dump(exclude={"event_id", "occurred_at", "not_before", "failures"}),
+                        not_before=datetime.now(UTC) + timedelta(seconds=settings.llm_retry_delay_s),
+                        failures=total,
+                    )
                 delay = backoff_s(exc, failures)
                 log.info("chunk %s: %s; retrying in %.1fs", event.chunk_id, exc, delay)
                 await asyncio.sleep(delay)
             else:
                 await repository.complete(pool, event.chunk_id, event.task_id, result.text, result.model)
                 log.info("chunk %s summarized%s", event.chunk_id, " (from cache)" if cached else "")
-                return
+                return None
 
-    return {Topic.CHUNK_CREATED: on_chunk}
+    return [
+        Consumer({Topic.CHUNK_CREATED: on_chunk}, max_inflight=settings.llm_max_inflight),
+        # Delayed retries wait in their own group, so that waiting never takes a slot from fresh work.
+        Consumer({Topic.CHUNK_RETRY: on_chunk}, max_inflight=64, group_suffix="-retry"),
+    ]
 
 
 def main() -> None:
-    run_service(lambda stop: serve("summarizer", stop, build_handlers, max_inflight=lambda s: s.llm_max_inflight))
+    run_service(lambda stop: serve("summarizer", stop, build_handlers))
 
 
 if __name__ == "__main__":
