@@ -51,14 +51,17 @@ class Gateway:
             raise GatewayError(f"gateway answered {response.status_code}: {detail}")
         return response.json()
 
-    def submit(self, paths: list[Path], title: str | None = None) -> dict[str, Any]:
+    def submit(
+        self, paths: list[Path], title: str | None = None, options: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         handles = [p.open("rb") for p in paths]
         try:
             files = [
                 ("files", (p.name, h, mimetypes.guess_type(p.name)[0] or "application/octet-stream"))
                 for p, h in zip(paths, handles, strict=True)
             ]
-            return self._call("POST", "/v1/tasks", files=files, data={"title": title} if title else None)
+            data = {**(options or {}), **({"title": title} if title else {})}
+            return self._call("POST", "/v1/tasks", files=files, data=data or None)
         finally:
             for h in handles:
                 h.close()

@@ -100,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     summarize.add_argument("--title")
     summarize.add_argument("--json", action="store_true", help="print one JSON object")
     summarize.add_argument("--no-wait", action="store_true", help="print the task id and return at once")
+    summarize.add_argument("--language", help="the summaries' language (default: each document's own)")
+    summarize.add_argument("--length", choices=("brief", "standard", "detailed"), default="standard")
+    summarize.add_argument("--style", choices=("prose", "bullets"), default="prose")
+    summarize.add_argument("--strict", action="store_true", help="fail a document when any part of it fails")
     waiting = sub.add_parser("wait", help="wait for a task and print its summaries")
     waiting.add_argument("task_id")
     waiting.add_argument("--json", action="store_true", help="print one JSON object")
@@ -130,7 +134,10 @@ def main(argv: list[str] | None = None) -> int:
             if missing:
                 err.print(f"[red]not a file: {', '.join(missing)}[/]")
                 return 2
-            created = gateway.submit(args.files, args.title)
+            options = {"length": args.length, "style": args.style, "strict": str(args.strict).lower()}
+            if args.language:
+                options["language"] = args.language
+            created = gateway.submit(args.files, args.title, options)
             if args.no_wait:
                 print(json.dumps({"task_id": created["task_id"]}))
                 return 0
