@@ -19,7 +19,8 @@ alive() { [ -f "$STATE/$1.pid" ] && kill -0 "$(cat "$STATE/$1.pid")" 2>/dev/null
 
 service_env() {
   DATABASE_URL=${DATABASE_URL:-$("$ROOT/scripts/postgres.sh" url)}
-  export DATABASE_URL
+  KAFKA_BOOTSTRAP_SERVERS=${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:${DOCSUM_KAFKA_PORT:-9092}}
+  export DATABASE_URL KAFKA_BOOTSTRAP_SERVERS
   if [ -z "${DOCSUM_API_KEYS:-}" ]; then
     # A key for the local owner, made once; the CLI finds it in .run/api-key.
     if [ ! -s "$STATE/api-key" ]; then
@@ -100,7 +101,8 @@ case "${1:-}" in
   infra) infra ;;
   env)
     service_env
-    echo "export DATABASE_URL='$DATABASE_URL' DOCSUM_API_KEYS='$DOCSUM_API_KEYS'"
+    echo "export DATABASE_URL='$DATABASE_URL' KAFKA_BOOTSTRAP_SERVERS='$KAFKA_BOOTSTRAP_SERVERS'" \
+         "DOCSUM_API_KEYS='$DOCSUM_API_KEYS'"
     ;;
   *) echo "usage: $0 up|down|infra|env" >&2; exit 2 ;;
 esac
