@@ -44,9 +44,19 @@ replicas() {
   for ((i = 2; i <= count; i++)); do echo "$service-$i"; done
 }
 
+# A fingerprint of the code the services run: `up` restarts a running service whose code changed.
+code_hash() {
+  (cd "$ROOT" && find shared services -name '*.py' -o -name '*.sql' | sort | xargs cat | cksum | cut -d' ' -f1)
+}
+
 start_service() {
   local name=$1
-  if alive "$name"; then return; fi
+  if alive "$name"; then
+    if [ "$(cat "$STATE/$name.code" 2>/dev/null)" = "$CODE" ]; then return; fi
+    echo "$name runs older code: restarting it"
+    stop_service "$name"
+  fi
+  echo "$CODE" > "$STATE/$name.code"
   # setsid: the service outlives this shell and gets its own process group for `down`.
   setsid nohup "$PY" -m "docsum_${name%%-*}" >>"$STATE/$name.log" 2>&1 < /dev/null &
   echo $! > "$STATE/$name.pid"
@@ -85,6 +95,7 @@ case "${1:-}" in
   up)
     infra
     service_env
+    CODE=$(code_hash)
     for service in "${SERVICES[@]}"; do
       for name in $(replicas "$service"); do start_service "$name"; done
     done
