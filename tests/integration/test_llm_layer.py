@@ -1,0 +1,148 @@
+"""The LLM layer against a provider with limits: concurrency, a shared rate limit, budgets, usage.
+
+Each test runs its own stand-in provider, so its limits and its ledger belong to that test alone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import asyncpg
+import pytest
+
+from tests.documents import english_prose
+from tests.fake_llm import FakeLLM, FakeLLMServer
+from tests.integration.conftest import StackFactory, wait_for_task
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def server() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer(FakeLLM()) as server:
+        yield server
+
+
+def _txt(name: str, text: str) -> tuple[str, tuple[str, bytes, str]]:
+    return ("files", (name, text.encode(), "text/plain"))
+
+
+async def _poll(predicate, timeout: float = 120.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while not await predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.2)
+
+
+async def test_one_partition_keeps_the_in_flight_limit_busy(make_stack: StackFactory, server: FakeLLMServer) -> None:
+    provider = server.llm
+    provider.configure(latency_s=0.6)
+    stack = make_stack(
+        OPENAI_BASE_URL=server.base_url,
+        DOCSUM_CHUNK_TOPIC_PARTITIONS="1",
+        DOCSUM_LLM_MAX_INFLIGHT="8",
+        DOCSUM_LEASE_TTL_S="4",
+    )
+    async with stack.client() as client:
+        created = (await client.post("/v1/tasks", files=[_txt("wide.txt", english_prose(70_000, seed=41))])).json()
+        await _poll(lambda: _async(provider.count() >= 16), what="16 answered calls")
+        stack.kill("summarizer")  # a crash mid-way...
+        stack.start("summarizer")
+        task = await wait_for_task(client, created["task_id"], stack)
+    assert task["status"] == "COMPLETED"  # ... loses nothing
+    assert provider.max_in_flight == 8  # the limit is filled from one partition, and never exceeded
+    assert provider.repeats() <= 8  # at most what was in flight at the crash is paid twice
+
+
+async def test_usage_and_cost_add_up_to_the_providers_ledger(make_stack: StackFactory, server: FakeLLMServer) -> None:
+    provider = server.llm
+    stack = make_stack(
+        OPENAI_BASE_URL=server.base_url,
+        DOCSUM_LLM_PRICES='{"stand-in-1": [2.0, 8.0]}',
+    )
+    files = [_txt("a.txt", english_prose(30_000, seed=51)), _txt("b.txt", english_prose(3_000, seed=52))]
+    async with stack.client() as client:
+        created = (await client.post("/v1/tasks", files=files)).json()
+        task = await wait_for_task(client, created["task_id"], stack)
+    assert task["status"] == "COMPLETED"
+    prompt, completion = provider.tokens()
+    usage = task["usage"]
+    assert (usage["prompt_tokens"], usage["completion_tokens"]) == (prompt, completion)
+    assert usage["llm_calls"] == provider.count() and usage["cached_calls"] == 0
+    assert usage["cost_usd"] == pytest.approx((prompt * 2.0 + completion * 8.0) / 1e6)
+    per_document = sum(d["usage"]["prompt_tokens"] for d in task["documents"])
+    assert 0 < per_document < usage["prompt_tokens"]  # the task merge is booked to the task only
+    assert task["estimate"]["remaining_chunks"] == 0
+
+
+async def test_a_rate_limited_provider_refuses_few_calls_from_two_replicas(
+    make_stack: StackFactory, server: FakeLLMServer
+) -> None:
+    # The provider accepts 10 requests per 5 s (120/min); the cluster is told 120/min.
+    provider = server.llm
+    provider.configure(rpm_limit=10, rate_window_s=5.0, latency_s=0.05)
+    stack = make_stack(
+        OPENAI_BASE_URL=server.base_url,
+        DOCSUM_LLM_RPM="120",
+        DOCSUM_LLM_MAX_INFLIGHT="4",
+        DOCSUM_LLM_MAX_ATTEMPTS="2",
+    )
+    stack.start("summarizer-2")
+    async with stack.client() as client:
+        created = (await client.post("/v1/tasks", files=[_txt("paced.txt", english_prose(50_000, seed=61))])).json()
+        task = await wait_for_task(client, created["task_id"], stack, timeout=240)
+    assert task["status"] == "COMPLETED"
+    assert all(d["chunks"]["failed"] == 0 for d in task["documents"])
+    refused, answered = provider.count(429), provider.count(200)
+    assert answered >= 25
+    assert refused < 0.05 * (refused + answered), f"{refused} of {refused + answered} calls refused"
+
+
+async def test_a_thousand_chunks_merge_in_a_tree_within_the_budget(
+    make_stack: StackFactory, server: FakeLLMServer, db: asyncpg.Pool
+) -> None:
+    budget = 1_500
+    provider = server.llm
+    provider.configure(max_prompt_tokens=budget, latency_s=0.2)
+    stack = make_stack(
+        OPENAI_BASE_URL=server.base_url,
+        DOCSUM_CHUNK_CHARS="300",
+        DOCSUM_OVERLAP_CHARS="30",
+        DOCSUM_CONTEXT_AFTER_CHARS="60",
+        DOCSUM_LLM_CONTEXT_TOKENS=str(budget),
+        DOCSUM_LLM_MAX_INFLIGHT="16",
+    )
+    async with stack.client() as client:
+        created = (await client.post("/v1/tasks", files=[_txt("book.txt", english_prose(290_000, seed=71))])).json()
+        document_id = created["documents"][0]["document_id"]
+
+        async def some_nodes_stored() -> bool:
+            return (await db.fetchval("SELECT count(*) FROM merge_nodes WHERE scope_id = $1", document_id)) >= 5
+
+        await _poll(some_nodes_stored, timeout=300, what="the first merge nodes")
+        stack.kill("merger")  # mid-tree
+        nodes_before = await db.fetchval("SELECT count(*) FROM merge_nodes WHERE scope_id = $1", document_id)
+        stack.start("merger")
+        task = await wait_for_task(client, created["task_id"], stack, timeout=300)
+
+    assert task["status"] == "COMPLETED"
+    assert task["documents"][0]["chunks"]["total"] >= 1_000
+    levels = await db.fetch(
+        "SELECT level, count(*) AS nodes FROM merge_nodes WHERE scope_id = $1 GROUP BY level ORDER BY level",
+        document_id,
+    )
+    assert len(levels) > 1, levels  # a real tree
+    assert provider.count(400) == 0 and not [e for e in provider.entries() if e.over_budget]
+    assert max(e.prompt_tokens for e in provider.entries()) <= budget
+    # Nodes finished before the kill were answered from the cache on the way back up: only the node
+    # (or nodes) in flight at the kill can have been paid twice.
+    assert nodes_before >= 5
+    assert provider.repeats() <= 16
+
+
+async def _async(value: bool) -> bool:
+    return value
