@@ -104,8 +104,11 @@ def build_handlers(settings: Settings, pool: asyncpg.Pool) -> list[Consumer]:
                     await repository.fail(pool, event.chunk_id, f"gave up after {total + waits} attempts: {exc}")
                     log.warning("chunk %s failed for good: %s", event.chunk_id, exc)
                     return None
-                await repository.record_error(pool, event.chunk_id, str(exc))
-                if exc.counts and failures >= settings.llm_inplace_attempts:
+                later = exc.counts and failures >= settings.llm_inplace_attempts
+                # Retried here and now, a failed call makes another attempt; a rate limit does not (the
+                # request was fine, its timing was not), nor a retry round, whose claim counts it.
+                await repository.record_error(pool, event.chunk_id, str(exc), next_attempt=exc.counts and not later)
+                if later:
                     log.info("chunk %s: %s; retrying in %.0fs", event.chunk_id, exc, settings.llm_retry_delay_s)
                     return ChunkRetry(
                         **event.model_dump(exclude={"event_id", "occurred_at", "not_before", "failures"}),

@@ -102,12 +102,12 @@ async def fail(pool: asyncpg.Pool, chunk_id: str, error: str) -> None:
     )
 
 
-async def record_error(pool: asyncpg.Pool, chunk_id: str, error: str, *, counts: bool = True) -> None:
-    """The error of a try about to be retried in place; a counted failure makes the retry another attempt
-    (a rate limit does not: the request was fine, only its timing was not)."""
+async def record_error(pool: asyncpg.Pool, chunk_id: str, error: str, *, next_attempt: bool) -> None:
+    """The error of a try that failed for a passing reason; `next_attempt`: the call is tried again at
+    once, and that try counts as one more attempt (the first attempt was counted by the claim)."""
     await pool.execute(
         "UPDATE chunks SET error = $2, attempts = attempts + $3 WHERE id = $1 AND status = 'SUMMARIZING'",
         chunk_id,
         error,
-        int(counts),
+        int(next_attempt),
     )

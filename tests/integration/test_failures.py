@@ -1,0 +1,541 @@
+"""Failures that are not service crashes: the broker or the database going away mid-task, poison
+messages, a provider that errs, rate-limits or refuses, and work that must never be paid for twice.
+
+Every test finds its own LLM requests in the stand-in's ledger by a marker word that each sentence of
+its documents carries (so chunk prompts and merge prompts alike contain it), and resets any failure
+it configures on the shared stand-in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import re
+import subprocess
+import time
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import asyncpg
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from docsum_shared.events import (
+    ChunkCreated,
+    ChunkRetry,
+    ChunkSummarized,
+    DocumentMerged,
+    DocumentOutcome,
+    DocumentParsed,
+    DocumentSubmitted,
+    Event,
+    Topic,
+)
+from docsum_shared.kafka import DLQ_SUFFIX, topic_partitions
+from docsum_shared.settings import Settings
+from tests.documents import english_prose
+from tests.fake_llm import FakeLLMServer, LedgerEntry
+from tests.integration.conftest import OWN_BROKER, OWN_DATABASE, ROOT, Stack, StackFactory, wait_for_task
+
+pytestmark = pytest.mark.integration
+
+T = TypeVar("T")
+
+OUTAGE_S = 10.0  # how long the broker or the database stays down
+# The topics that have a consumer, and the service that consumes each.
+CONSUMED = {
+    Topic.DOCUMENT_SUBMITTED: "parser",
+    Topic.DOCUMENT_PARSED: "chunker",
+    Topic.CHUNK_CREATED: "summarizer",
+    Topic.CHUNK_RETRY: "summarizer-retry",  # the summarizer's second group: delayed retries
+    Topic.CHUNK_SUMMARIZED: "merger",
+    Topic.DOCUMENT_MERGED: "merger",
+}
+
+
+# --- helpers ----------------------------------------------------------------------------------------
+
+
+def new_marker() -> str:
+    return f"mk{uuid.uuid4().hex[:10]}"
+
+
+def marked_text(n_chars: int, seed: int, marker: str) -> str:
+    """English prose in which every sentence starts and ends with `marker`: every prompt made from it
+    (a chunk, even one cut mid-sentence, and the merges of their summaries) contains the marker."""
+    paragraphs = english_prose(n_chars, seed=seed).split("\n\n")
+    return "\n\n".join(
+        " ".join(f"{marker} {s[:-1]} {marker}{s[-1]}" for s in re.split(r"(?<=[.!?]) ", p)) for p in paragraphs
+    )
+
+
+def mine(llm: FakeLLMServer, marker: str, status: int | None = None) -> list[LedgerEntry]:
+    """This test's requests (by marker), in the order they finished."""
+    return [e for e in llm.llm.entries(status) if marker in e.prompt]
+
+
+def clear_forced(llm: FakeLLMServer) -> None:
+    """Drop fail_next / rate_limit_next failures not consumed yet (FakeLLM.reset would also clear the ledger)."""
+    with llm.llm._lock:
+        llm.llm._forced.clear()
+
+
+async def eventually(check: Callable[[], T | Awaitable[T]], what: str, timeout: float = 60.0) -> T:
+    """Poll `check` (plain or async) until it returns something truthy (bounded)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+async def submit(stack: Stack, files: list[tuple[str, bytes]], title: str | None = None) -> str:
+    async with stack.client() as client:
+        response = await client.post(
+            "/v1/tasks",
+            files=[("files", (name, data, "text/plain")) for name, data in files],
+            data={"title": title} if title else None,
+        )
+    assert response.status_code == 201, response.text
+    return response.json()["task_id"]
+
+
+async def finished(stack: Stack, task_id: str, timeout: float = 180.0) -> dict[str, Any]:
+    async with stack.client() as client:
+        return await wait_for_task(client, task_id, stack, timeout)
+
+
+async def chunks_of(db: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
+    return await db.fetch(
+        "SELECT d.filename, c.* FROM chunks c JOIN documents d ON d.id = c.document_id"
+        " WHERE d.task_id = $1 ORDER BY d.position, c.chunk_index",
+        task_id,
+    )
+
+
+def by_name(task: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {d["filename"]: d for d in task["documents"]}
+
+
+def pids(stack: Stack) -> dict[str, int]:
+    return {name: process.pid for name, process in stack.processes.items()}
+
+
+def stop_stack(stack: Stack) -> None:
+    for name in list(stack.processes):
+        stack.stop(name)
+
+
+async def run_script(*args: str) -> None:
+    """scripts/<args[0]> with the test's environment (so DOCSUM_STATE_DIR and the ports carry over)."""
+    done = await asyncio.to_thread(
+        subprocess.run, [str(ROOT / "scripts" / args[0]), *args[1:]], capture_output=True, text=True
+    )
+    assert done.returncode == 0, f"{' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+
+
+def _partitions(env: dict[str, str], topics: list[str]) -> list[TopicPartition]:
+    declared = topic_partitions(Settings(topic_prefix=env["DOCSUM_TOPIC_PREFIX"]))
+    return [TopicPartition(t, p) for t in topics for p in range(declared[t])]
+
+
+async def read_topics(env: dict[str, str], topics: list[str]) -> list[ConsumerRecord]:
+    """Every record now on `topics` (full names), from the beginning."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=env["KAFKA_BOOTSTRAP_SERVERS"], enable_auto_commit=False, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    try:
+        partitions = _partitions(env, topics)
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        ends = await consumer.end_offsets(partitions)
+        found: list[ConsumerRecord] = []
+        while [tp for tp in partitions if await consumer.position(tp) < ends[tp]]:
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                found += records
+        return found
+    finally:
+        await consumer.stop()
+
+
+async def committed(env: dict[str, str], service: str) -> dict[TopicPartition, int]:
+    """The offsets `service`'s consumer group has committed."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=env["KAFKA_BOOTSTRAP_SERVERS"])
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(f"{env['DOCSUM_TOPIC_PREFIX']}docsum-{service}")
+        return {tp: meta.offset for tp, meta in offsets.items()}
+    finally:
+        await admin.close()
+
+
+def dlq_names(env: dict[str, str]) -> list[str]:
+    return [env["DOCSUM_TOPIC_PREFIX"] + topic + DLQ_SUFFIX for topic in CONSUMED]
+
+
+def task_of(record: ConsumerRecord) -> str | None:
+    try:
+        return json.loads(record.value).get("task_id")
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+@pytest.fixture(scope="module")
+def retry_stack(make_stack: StackFactory) -> Iterator[Stack]:
+    """A stack of its own for the provider-error tests; its summarizer's attempts are set per test."""
+    stack = make_stack(DOCSUM_LLM_MAX_ATTEMPTS="2")
+    yield stack
+    stop_stack(stack)
+
+
+def with_attempts(stack: Stack, attempts: int) -> Stack:
+    """`stack` with its summarizer giving each chunk `attempts` tries (restarted only when that changes)."""
+    if stack.env["DOCSUM_LLM_MAX_ATTEMPTS"] != str(attempts):
+        stack.stop("summarizer")
+        stack.env["DOCSUM_LLM_MAX_ATTEMPTS"] = str(attempts)
+        stack.start("summarizer")
+    return stack
+
+
+# --- 1. the broker or the database goes away mid-task ---------------------------------------------------
+
+
+async def _outage_mid_task(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer, script: str) -> list[LedgerEntry]:
+    """Stop `script`'s server while chunks are being summarized, keep it down, start it again: the
+    services reconnect by themselves and the task completes with nothing lost. Returns the task's requests."""
+    marker = new_marker()
+    text = marked_text(40_000, seed=31, marker=marker).encode()  # MEDIUM: ~20 chunks
+    before = pids(stack)
+    latency = llm.llm.config()["latency_s"]
+    llm.llm.configure(latency_s=0.2)
+    try:
+        task_id = await submit(stack, [("outage.txt", text)])
+        await eventually(lambda: len(mine(llm, marker, 200)) >= 2, "the first chunk summaries", timeout=90)
+        # Mid-task: the task is unfinished and chunks remain to be summarized as the server goes down.
+        state = await db.fetchrow(
+            "SELECT t.status, d.chunk_total, now() AS now,"
+            " (SELECT count(*) FROM chunks c WHERE c.document_id = d.id AND c.status = 'COMPLETED') AS done"
+            " FROM tasks t JOIN documents d ON d.task_id = t.id WHERE t.id = $1",
+            task_id,
+        )
+        assert state["status"] == "PROCESSING" and state["done"] < state["chunk_total"], dict(state)
+        await run_script(script, "stop")
+        try:
+            await asyncio.sleep(OUTAGE_S)  # the outage itself, not a synchronization
+        finally:
+            await run_script(script, "start")
+        task = await finished(stack, task_id)
+    finally:
+        llm.llm.configure(latency_s=latency)
+
+    assert task["status"] == "COMPLETED", task
+    document = task["documents"][0]
+    assert document["status"] == "COMPLETED" and document["summary"]
+    assert document["chunks"]["done"] == document["chunks"]["total"] == state["chunk_total"] > 1
+    # Nothing lost: every chunk stored with its summary, and no event of the task was dead-lettered.
+    chunks = await chunks_of(db, task_id)
+    assert len(chunks) == state["chunk_total"]
+    assert all(c["status"] == "COMPLETED" and c["summary"] for c in chunks)
+    assert await db.fetchval("SELECT updated_at > $2 FROM tasks WHERE id = $1", task_id, state["now"])
+    dead = [r for r in await read_topics(stack.env, dlq_names(stack.env)) if task_of(r) == task_id]
+    assert not dead, [(r.topic, dict(r.headers)) for r in dead]
+    # Reconnected on their own: the very same processes, all alive (none crashed, none restarted).
+    assert pids(stack) == before
+    assert {name: p.poll() for name, p in stack.processes.items()} == dict.fromkeys(before)
+    return mine(llm, marker)
+
+
+async def test_broker_outage_mid_task(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
+    if not OWN_BROKER:
+        pytest.skip("KAFKA_BOOTSTRAP_SERVERS is set: the broker is not ours to stop and start")
+    requests = await _outage_mid_task(stack, db, llm, "kafka.sh")
+    # The database never went away, so every summary stored before a failed publish was found again.
+    answered = Counter(e.prompt_sha256 for e in requests if e.status == 200)
+    assert set(answered.values()) == {1}, "a summary was paid for twice"
+
+
+async def test_database_outage_mid_task(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
+    if not OWN_DATABASE:
+        pytest.skip("DATABASE_URL is set: the database server is not ours to stop and start")
+    # A summary answered while the database was down could not be stored, so it may be asked for again.
+    await _outage_mid_task(stack, db, llm, "postgres.sh")
+
+
+# --- 2. poison messages ------------------------------------------------------------------------------
+
+
+def _poison(topic: Topic, marker: str) -> list[tuple[bytes, bytes, str]]:
+    """(key, value, what the error must mention) of the bad messages for `topic`."""
+    task_id, document_id = str(uuid.uuid4()), str(uuid.uuid4())
+    chunk_id = f"{document_id}-c00000"
+    missing: Event = {
+        Topic.DOCUMENT_SUBMITTED: DocumentSubmitted(
+            task_id=task_id,
+            document_id=document_id,
+            owner="alice",
+            filename="ghost.txt",
+            blob_sha256="0" * 64,
+            size_bytes=5,
+        ),
+        Topic.DOCUMENT_PARSED: DocumentParsed(
+            task_id=task_id, document_id=document_id, text_chars=5, size_level="SMALL"
+        ),
+        Topic.CHUNK_CREATED: ChunkCreated(task_id=task_id, document_id=document_id, chunk_id=chunk_id, chunk_index=0),
+        Topic.CHUNK_RETRY: ChunkRetry(
+            task_id=task_id,
+            document_id=document_id,
+            chunk_id=chunk_id,
+            chunk_index=0,
+            not_before=datetime.now(UTC),
+            failures=1,
+        ),
+        Topic.CHUNK_SUMMARIZED: ChunkSummarized(
+            task_id=task_id, document_id=document_id, chunk_id=chunk_id, chunk_index=0
+        ),
+        Topic.DOCUMENT_MERGED: DocumentMerged(
+            task_id=task_id, document_id=document_id, outcome=DocumentOutcome.COMPLETED
+        ),
+    }[topic]
+    # The handlers name what they could not find: the task for document-merged, the document otherwise.
+    missing_id = task_id if topic is Topic.DOCUMENT_MERGED else document_id
+    key = f"{marker}-{topic}"
+    return [
+        (f"{key}-garbage".encode(), b"\xff\xfe\x00 not json at all " + marker.encode(), "malformed"),
+        (f"{key}-shape".encode(), json.dumps({"task_id": 42, "note": marker}).encode(), "malformed"),
+        (f"{key}-list".encode(), json.dumps([marker, 1, 2]).encode(), "malformed"),
+        (f"{key}-missing".encode(), missing.to_bytes(), missing_id),
+    ]
+
+
+async def test_poison_messages_are_dead_lettered(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
+    env, marker = stack.env, new_marker()
+    sent: dict[bytes, tuple[str, int, int, str, str]] = {}  # key -> topic, partition, offset, service, mention
+    producer = AIOKafkaProducer(bootstrap_servers=env["KAFKA_BOOTSTRAP_SERVERS"], acks="all")
+    await producer.start()
+    try:
+        for topic, service in CONSUMED.items():
+            name = env["DOCSUM_TOPIC_PREFIX"] + topic
+            for key, value, mention in _poison(topic, marker):
+                metadata = await producer.send_and_wait(name, value, key=key)
+                sent[key] = (name, metadata.partition, metadata.offset, service, mention)
+    finally:
+        await producer.stop()
+
+    async def dead_lettered() -> dict[bytes, ConsumerRecord]:
+        found = {r.key: r for r in await read_topics(env, dlq_names(env)) if r.key in sent}
+        return found if len(found) == len(sent) else {}
+
+    found = await eventually(dead_lettered, f"{len(sent)} messages in the dead-letter topics", timeout=90)
+    for key, (name, partition, offset, service, mention) in sent.items():
+        record = found[key]
+        headers = {k: v.decode() for k, v in record.headers}
+        assert record.topic == name + DLQ_SUFFIX, (key, record.topic)
+        assert headers["source-topic"] == name, (key, headers)
+        assert headers["source-partition"] == str(partition), (key, headers)
+        assert headers["source-offset"] == str(offset), (key, headers)
+        assert headers["service"] == service, (key, headers)
+        assert mention in headers["error"], (key, headers)
+    assert not [r.key for r in found.values() if r.value is None]  # the original bytes travel along
+
+    # Every consumer kept going: a normal task through all five topics completes...
+    text = marked_text(9_000, seed=41, marker=marker).encode()  # MEDIUM: several chunks and a merge
+    task_id = await submit(stack, [("after-poison.txt", text), ("note.txt", b"A short note. Nothing more.")])
+    task = await finished(stack, task_id)
+    assert task["status"] == "COMPLETED", task
+    assert by_name(task)["after-poison.txt"]["chunks"]["total"] > 1
+
+    # ... and each consumer group committed past its poison; nothing was stored for it.
+    async def committed_past() -> bool:
+        groups = {service: await committed(env, service) for service in set(CONSUMED.values())}
+        return all(
+            groups[service].get(TopicPartition(name, partition), -1) > offset
+            for name, partition, offset, service, _ in sent.values()
+        )
+
+    await eventually(committed_past, "the consumers to commit past the poison")
+    ghost_tasks = [json.loads(found[k].value)["task_id"] for k in found if k.endswith(b"-missing")]
+    assert await db.fetchval("SELECT count(*) FROM tasks WHERE id = ANY($1::text[])", ghost_tasks) == 0
+    assert {name: p.poll() for name, p in stack.processes.items()} == dict.fromkeys(stack.processes)
+
+
+# --- 3. never pay twice across tasks ---------------------------------------------------------------------
+
+
+async def test_same_files_again_cost_nothing(stack: Stack, llm: FakeLLMServer) -> None:
+    marker = new_marker()
+    files = [
+        ("again-long.txt", marked_text(9_000, seed=51, marker=marker).encode()),
+        ("again-short.txt", marked_text(1_200, seed=52, marker=marker).encode()),
+    ]
+    first = await finished(stack, await submit(stack, files, title="same files"))
+    answered = len(mine(llm, marker, 200))
+    assert first["status"] == "COMPLETED" and answered == first["usage"]["llm_calls"] > 2, first["usage"]
+
+    second = await finished(stack, await submit(stack, files, title="same files"))
+
+    assert second["status"] == "COMPLETED", second
+    assert second["summary"] == first["summary"]
+    assert {n: d["summary"] for n, d in by_name(second).items()} == {n: d["summary"] for n, d in by_name(first).items()}
+    assert len(mine(llm, marker)) == answered  # not a single request more, answered or not
+    assert second["usage"]["llm_calls"] == 0 and second["usage"]["prompt_tokens"] == 0
+    assert second["usage"]["cached_calls"] == first["usage"]["llm_calls"]
+    assert second["recovery"]["calls_saved"] == second["usage"]["cached_calls"] > 0
+
+
+# --- 4. retriable provider errors -----------------------------------------------------------------------
+
+
+async def test_server_error_is_retried_in_place(retry_stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
+    two_attempts, marker = with_attempts(retry_stack, 2), new_marker()
+    llm.llm.fail_next(1)  # only this test's task is running: the failure is its chunk's first try
+    try:
+        task = await finished(
+            two_attempts, await submit(two_attempts, [("flaky.txt", marked_text(1_500, 61, marker).encode())])
+        )
+    finally:
+        clear_forced(llm)
+
+    assert task["status"] == "COMPLETED", task
+    entries = mine(llm, marker)
+    assert [e.status for e in entries] == [500, 200]
+    assert entries[0].prompt_sha256 == entries[1].prompt_sha256  # the same chunk, retried
+    (chunk,) = await chunks_of(db, task["task_id"])
+    assert chunk["status"] == "COMPLETED" and chunk["error"] is None
+    assert chunk["attempts"] == 2
+    assert task["recovery"]["attempts"] == 2
+
+
+async def test_failed_chunks_then_retry(retry_stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
+    two_attempts, marker = with_attempts(retry_stack, 2), new_marker()
+    warm = ("warm.txt", marked_text(1_000, 71, marker).encode())
+    # Summarized once beforehand, warm.txt is answered from the cache below and completes despite the failures.
+    warmed = await finished(two_attempts, await submit(two_attempts, [warm]))
+    assert warmed["status"] == "COMPLETED"
+    files = [
+        warm,
+        ("long.txt", marked_text(9_000, 72, marker).encode()),
+        ("short.txt", marked_text(1_000, 73, marker).encode()),
+    ]
+    fail_rate = llm.llm.config()["fail_rate"]
+    llm.llm.configure(fail_rate=1.0)
+    try:
+        task_id = await submit(two_attempts, files)
+        task = await finished(two_attempts, task_id)
+    finally:
+        llm.llm.configure(fail_rate=fail_rate)
+
+    assert task["status"] == "COMPLETED_WITH_ERRORS", task
+    docs = by_name(task)
+    assert docs["warm.txt"]["status"] == "COMPLETED" and docs["warm.txt"]["summary"] == warmed["summary"]
+    chunks = await chunks_of(db, task_id)
+    failed_chunks = [c for c in chunks if c["filename"] != "warm.txt"]
+    assert len(failed_chunks) > 2
+    for c in failed_chunks:
+        assert c["status"] == "FAILED" and c["attempts"] == 2, dict(c)
+        assert "500" in c["error"] and "2 attempts" in c["error"], c["error"]
+    for name in ("long.txt", "short.txt"):
+        total = docs[name]["chunks"]["total"]
+        assert docs[name]["status"] == "FAILED" and docs[name]["chunks"]["failed"] == total
+        assert f"{total} of {total} parts could not be summarized" in docs[name]["error"], docs[name]["error"]
+        assert "part 1:" in docs[name]["error"] and "500" in docs[name]["error"]
+    async with two_attempts.client() as client:
+        listed = (await client.get(f"/v1/tasks/{task_id}/failures")).json()
+    assert sorted((f["filename"], f["chunk_index"]) for f in listed) == sorted(
+        (c["filename"], c["chunk_index"]) for c in failed_chunks
+    )
+    assert all(f["attempts"] == 2 and "500" in f["error"] for f in listed), listed
+    # Each failed prompt was tried exactly twice; nothing was answered.
+    before = mine(llm, marker)
+    tries = Counter(e.prompt_sha256 for e in before if e.status == 500)
+    assert len(tries) == len(failed_chunks) and set(tries.values()) == {2}, tries
+    answered_before = {e.prompt_sha256 for e in before if e.status == 200}
+
+    async with two_attempts.client() as client:
+        retried = await client.post(f"/v1/tasks/{task_id}/retry")
+    assert retried.status_code == 200, retried.text
+    assert retried.json()["redriven_events"] >= len(failed_chunks)
+    task = await finished(two_attempts, task_id)
+
+    assert task["status"] == "COMPLETED", task
+    assert all(d["status"] == "COMPLETED" and d["summary"] for d in task["documents"])
+    assert by_name(task)["warm.txt"]["summary"] == warmed["summary"]
+    sent = mine(llm, marker)[len(before) :]
+    assert all(e.status == 200 for e in sent), [e.status for e in sent]
+    once = Counter(e.prompt_sha256 for e in sent)
+    assert set(once.values()) == {1}  # no request paid twice
+    assert set(tries) <= set(once)  # every failed chunk sent again...
+    assert not set(once) & answered_before  # ... and nothing answered before
+    extra = [e for e in sent if e.prompt_sha256 not in tries]  # ... besides the merges that had not happened yet
+    assert extra and all("<text>" not in e.user for e in extra), [e.user[:200] for e in extra]
+    assert all(c["status"] == "COMPLETED" and c["attempts"] == 1 for c in await chunks_of(db, task_id))
+
+
+# --- 5. rate limits ------------------------------------------------------------------------------------
+
+
+async def test_rate_limits_do_not_count_as_failures(retry_stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
+    one_attempt, marker = with_attempts(retry_stack, 1), new_marker()
+    llm.llm.rate_limit_next(3, retry_after=0.5)
+    try:
+        task = await finished(
+            one_attempt, await submit(one_attempt, [("busy.txt", marked_text(1_500, 81, marker).encode())])
+        )
+    finally:
+        clear_forced(llm)
+
+    assert task["status"] == "COMPLETED", task
+    entries = mine(llm, marker)
+    assert [e.status for e in entries] == [429, 429, 429, 200]
+    assert len({e.prompt_sha256 for e in entries}) == 1
+    (chunk,) = await chunks_of(db, task["task_id"])
+    assert chunk["status"] == "COMPLETED" and chunk["attempts"] == 1 and chunk["error"] is None, dict(chunk)
+
+
+# --- 6. permanent provider errors -----------------------------------------------------------------------
+
+
+async def test_rejected_prompt_fails_at_once(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
+    marker = new_marker()
+    reject = llm.llm.config()["reject_marker"]
+    if not reject:
+        llm.llm.configure(reject_marker="FAKE_LLM_REJECT")
+    try:
+        refused = f"{marked_text(1_000, 91, marker)}\n\n{marker} {llm.llm.reject_marker} {marker}.".encode()
+        files = [
+            ("refused.txt", refused),
+            ("fine-1.txt", marked_text(1_000, 92, marker).encode()),
+            ("fine-2.txt", marked_text(1_000, 93, marker).encode()),
+        ]
+        task = await finished(stack, await submit(stack, files))
+        rejected_by = llm.llm.reject_marker
+    finally:
+        llm.llm.configure(reject_marker=reject)
+
+    assert task["status"] == "COMPLETED_WITH_ERRORS", task
+    docs = by_name(task)
+    assert docs["fine-1.txt"]["status"] == docs["fine-2.txt"]["status"] == "COMPLETED"
+    assert docs["refused.txt"]["status"] == "FAILED"
+    assert "1 of 1 parts could not be summarized" in docs["refused.txt"]["error"]
+    assert "rejected" in docs["refused.txt"]["error"] and "400" in docs["refused.txt"]["error"]
+    (chunk,) = [c for c in await chunks_of(db, task["task_id"]) if c["filename"] == "refused.txt"]
+    assert chunk["status"] == "FAILED" and chunk["attempts"] == 1
+    assert "rejected" in chunk["error"] and "400" in chunk["error"], chunk["error"]
+    # One request, no retry.
+    asked = [e for e in mine(llm, marker) if rejected_by in e.prompt]
+    assert [e.status for e in asked] == [400]
+    async with stack.client() as client:
+        listed = (await client.get(f"/v1/tasks/{task['task_id']}/failures")).json()
+    assert [(f["filename"], f["chunk_index"], f["attempts"]) for f in listed] == [("refused.txt", 0, 1)]
+    # The task summary merges the two documents that completed.
+    assert task["summary"] and task["summary"] not in (docs["fine-1.txt"]["summary"], docs["fine-2.txt"]["summary"])
