@@ -51,11 +51,11 @@ class RateLimiter:
         wait_s = await self.pool.fetchval(
             "WITH booked AS ("
             " UPDATE llm_rate_limits SET"
-            "  request_tat = greatest(request_tat, clock_timestamp()) + make_interval(secs => $2 / factor),"
-            "  token_tat = greatest(token_tat, clock_timestamp()) + make_interval(secs => $3 * $4 / factor)"
+            "  request_tat = greatest(request_tat, clock_timestamp()) + make_interval(secs => $2::float8 / factor),"
+            "  token_tat = greatest(token_tat, clock_timestamp()) + make_interval(secs => $3::float8 * $4::float8 / factor)"
             " WHERE key = $1"
-            " RETURNING request_tat - make_interval(secs => $2 / factor) AS request_slot,"
-            "  token_tat - make_interval(secs => $3 * $4 / factor) AS token_slot)"
+            " RETURNING request_tat - make_interval(secs => $2::float8 / factor) AS request_slot,"
+            "  token_tat - make_interval(secs => $3::float8 * $4::float8 / factor) AS token_slot)"
             " SELECT greatest(0, extract(epoch FROM greatest(request_slot, token_slot) - clock_timestamp()))::float8"
             " FROM booked",
             self.key,
@@ -71,8 +71,8 @@ class RateLimiter:
     async def settle(self, reservation: Reservation, used_tokens: int) -> None:
         """Correct the token booking by what the call really used, and win back some rate."""
         await self.pool.execute(
-            "UPDATE llm_rate_limits SET token_tat = token_tat + make_interval(secs => $2 * $3 / factor),"
-            " factor = least(1.0, factor + $4) WHERE key = $1",
+            "UPDATE llm_rate_limits SET token_tat = token_tat + make_interval(secs => $2::float8 * $3::float8 / factor),"
+            " factor = least(1.0, factor + $4::float8) WHERE key = $1",
             self.key,
             float(used_tokens - reservation.tokens),
             self.token_interval,
@@ -82,8 +82,8 @@ class RateLimiter:
     async def refused(self, retry_after_s: float | None) -> None:
         """The provider said 429: halve the rate for everybody and respect its Retry-After."""
         await self.pool.execute(
-            "UPDATE llm_rate_limits SET factor = greatest($2, factor * $3),"
-            " request_tat = greatest(request_tat, clock_timestamp() + make_interval(secs => $4)) WHERE key = $1",
+            "UPDATE llm_rate_limits SET factor = greatest($2::float8, factor * $3::float8),"
+            " request_tat = greatest(request_tat, clock_timestamp() + make_interval(secs => $4::float8)) WHERE key = $1",
             self.key,
             _MIN_FACTOR,
             _DECREASE,

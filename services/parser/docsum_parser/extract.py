@@ -12,14 +12,16 @@ import re
 import struct
 import zipfile
 import zlib
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Literal
 
 import docx
+from docsum_shared.text import dehyphenate, fold_compatibility
 from docx.exceptions import PythonDocxError
 from docx.opc.exceptions import OpcError
-from docx.table import Table
 from docx.text.paragraph import Paragraph
 from lxml import etree
 from pypdf import PasswordType, PdfReader
@@ -51,13 +53,16 @@ class ExtractedText:
 SUPPORTED = "PDF, DOCX, TXT, Markdown"
 MSG_EMPTY = "file is empty"
 MSG_ENCRYPTED = "PDF is encrypted; remove the password (or submit an unencrypted copy) and try again"
+MSG_DOCX_PASSWORD = (
+    "DOCX is password-protected; remove the password in Word (File > Info > Protect Document) and try again"
+)
 MSG_ENCODING = (
     "text file is not in a supported encoding (UTF-8, UTF-16 with BOM, GB18030); save it as UTF-8 and try again"
 )
 MSG_NO_TEXT = {
     "pdf": "no extractable text: the PDF seems to contain only scanned images; run OCR first",
     "docx": "no extractable text: the Word document has no text in its body "
-    "(images, text boxes, headers and footers are not read)",
+    "(images, headers and footers are not read)",
     "text": "no extractable text: the text file contains only whitespace",
 }
 
@@ -78,6 +83,10 @@ _CONTENT_TYPES: dict[str, Format] = {
 }
 # Legacy binary Office files (.doc/.xls/.ppt) are OLE2 compound files with this signature.
 _OLE2_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+# A password-protected DOCX/XLSX/PPTX is not a zip but an OLE2 compound file holding the
+# "EncryptionInfo" and "EncryptedPackage" streams (MS-OFFCRYPTO); directory entries name them in UTF-16LE.
+_ENCRYPTED_PACKAGE = "EncryptedPackage".encode("utf-16-le")
+_WORD_EXTENSIONS = frozenset({".docx", ".docm", ".dotx", ".dotm"})
 
 
 def detect_format(data: bytes, filename: str, content_type: str | None) -> Format:
@@ -90,6 +99,15 @@ def detect_format(data: bytes, filename: str, content_type: str | None) -> Forma
     if data.startswith(b"PK\x03\x04") and "word/document.xml" in (_zip_members(data) or ()):
         return "docx"
     # Any other zip (xlsx, odt, a damaged docx) is judged by its name: .docx gets the DOCX error.
+    if data.startswith(_OLE2_MAGIC) and _ENCRYPTED_PACKAGE in data:
+        if ext in _WORD_EXTENSIONS or (not ext and _CONTENT_TYPES.get(ctype) == "docx"):
+            raise ParseError(MSG_DOCX_PASSWORD, "encrypted")
+        what = f"{_label(ext, ctype)} file" if ext or ctype else "file"
+        raise ParseError(
+            f"{what} is password-protected (an encrypted Office document); remove the password and save it "
+            f"as DOCX or PDF, then try again (supported: {SUPPORTED})",
+            "encrypted",
+        )
     if data.startswith(_OLE2_MAGIC):
         raise ParseError(
             f"unsupported file type {_label(ext or '.doc', ctype)}; supported: {SUPPORTED} "
@@ -126,16 +144,20 @@ def extract_text(data: bytes, filename: str, content_type: str | None = None) ->
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f\ufeff]")  # NUL etc.; keeps \t \n \v \f \r for below
 _HSPACE = re.compile(r"[^\S\n]+")  # any whitespace except newline (incl. NBSP, ideographic space)
 _BLANK_RUNS = re.compile(r"\n{3,}")
+_SOFT_HYPHEN_AT_EOL = re.compile(r"\u00ad[^\S\n]*\n")
 
 
 def normalize(text: str) -> str:
     """Unix newlines, no control chars, single spaces, at most one blank line in a row.
 
     Leading indentation survives (as spaces) so indented code such as "    # comment" is not
-    mistaken for a Markdown heading downstream.
+    mistaken for a Markdown heading downstream. Ligatures and other presentation forms are folded
+    (`fold_compatibility`; CJK full-width punctuation is kept). A soft hyphen shows only where a line
+    breaks, so it becomes "-" there and disappears elsewhere.
     """
     text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\f", "\n").replace("\v", "\n")
-    text = _CONTROL.sub("", text).expandtabs(4)
+    text = _SOFT_HYPHEN_AT_EOL.sub("-\n", text).replace("\u00ad", "")
+    text = fold_compatibility(_CONTROL.sub("", text)).expandtabs(4)
     text = "\n".join(_normalize_line(line) for line in text.split("\n"))
     return _BLANK_RUNS.sub("\n\n", text).strip("\n")
 
@@ -220,8 +242,65 @@ def _extract_pdf(data: bytes) -> tuple[str, int]:
     except _PDF_ERRORS as exc:
         raise _damaged(_short(exc)) from exc
     # Normalize per page so a page of only whitespace does not leave a double separator.
-    text = "\n\n".join(t for t in (normalize(p) for p in page_texts) if t)
+    pages = [normalize(p) for p in page_texts]
+    if len(pages) >= _RUNNING_MIN_PAGES:
+        pages = _drop_running_lines(pages)
+    text = "\n\n".join(t for t in (dehyphenate(p) for p in pages) if t)
     return text, len(page_texts)
+
+
+# Running headers and footers: a line among the first or last `_EDGE_LINES` lines of a page whose
+# shape (digits as "#", a Roman page number at either end as "#") is on the edge of more than half
+# of the pages - or of at least 75% of the odd or of the even pages, for left/right headers - is
+# dropped; the top lines of the first page are kept, as a running header usually repeats the
+# document's title there. A line that is only a page number ("7", "- 7 -", "Page 7 of 9", "iv") is
+# dropped from page edges. Short documents are left alone: with fewer than four pages "most pages"
+# means too little.
+_RUNNING_MIN_PAGES = 4
+_EDGE_LINES = 2
+_ROMAN = r"(?:x{0,3}(?:ix|iv|vi{0,3}|i{1,3})|x{1,3}|X{0,3}(?:IX|IV|VI{0,3}|I{1,3})|X{1,3})"
+_PAGE_NUMBER_LINE = re.compile(
+    rf"[-–—\s]*(?:(?:page|p\.)\s*)?(?:\d{{1,4}}|{_ROMAN})(?:\s*(?:/|of)\s*\d{{1,4}})?[-–—\s]*", re.IGNORECASE
+)
+_EDGE_ROMAN = re.compile(rf"^{_ROMAN}(?=\s)|(?<=\s){_ROMAN}$")
+_DIGITS = re.compile(r"\d+")
+
+
+def _running_key(line: str) -> str:
+    key = _DIGITS.sub("#", " ".join(line.split()))
+    return _EDGE_ROMAN.sub("#", key).casefold()
+
+
+def _drop_running_lines(pages: list[str]) -> list[str]:
+    lines = [page.split("\n") for page in pages]
+    edges: list[list[int]] = []
+    counts: Counter[str] = Counter()
+    parity_counts: tuple[Counter[str], Counter[str]] = (Counter(), Counter())
+    for number, page_lines in enumerate(lines):
+        filled = [i for i, line in enumerate(page_lines) if line.strip()]
+        edge = sorted(set(filled[:_EDGE_LINES] + filled[-_EDGE_LINES:]))
+        edges.append(edge)
+        for key in {_running_key(page_lines[i]) for i in edge}:
+            counts[key] += 1
+            parity_counts[number % 2][key] += 1
+    parity_pages = ((len(pages) + 1) // 2, len(pages) // 2)
+
+    def running(key: str) -> bool:
+        if counts[key] > len(pages) / 2:
+            return True
+        return any(c[key] >= max(3, 0.75 * n) for c, n in zip(parity_counts, parity_pages, strict=True))
+
+    out = []
+    for number, (page_lines, edge) in enumerate(zip(lines, edges, strict=True)):
+        keep_top = edge[:_EDGE_LINES] if number == 0 else []
+        drop = {
+            i
+            for i in edge
+            if _PAGE_NUMBER_LINE.fullmatch(page_lines[i])
+            or (i not in keep_top and running(_running_key(page_lines[i])))
+        }
+        out.append("\n".join(line for i, line in enumerate(page_lines) if i not in drop).strip("\n"))
+    return out
 
 
 def _check_page_contents(reader: PdfReader) -> None:
@@ -265,6 +344,7 @@ _DOCX_ERRORS = (
     zlib.error,
     EOFError,
     NotImplementedError,
+    RecursionError,
     etree.LxmlError,
 )
 
@@ -288,41 +368,143 @@ def _extract_docx(data: bytes) -> str:
         raise _invalid_docx(f"it unpacks to more than {_MAX_DOCX_UNZIPPED // 2**20} MB")
     try:
         document = docx.Document(io.BytesIO(data))
-        blocks = [
-            _paragraph_text(item) if isinstance(item, Paragraph) else _table_text(item)
-            for item in document.iter_inner_content()  # paragraphs and tables in document order
-        ]
+        blocks = list(_DocxReader(document).blocks(document.element.body))
     except _DOCX_ERRORS as exc:
         raise _invalid_docx(_short(exc)) from exc
     # A blank line between blocks keeps paragraph boundaries visible to the chunker.
     return "\n\n".join(b for b in blocks if b.strip())
 
 
-def _paragraph_text(paragraph: Paragraph) -> str:
-    text = paragraph.text
-    style = paragraph.style.name if paragraph.style is not None else ""
-    level = 1 if style == "Title" else None
-    if match := _HEADING_STYLE.fullmatch(style or ""):
-        level = min(int(match.group(1)), 6)
-    if level is None or not text.strip():
-        return text
-    # Headings become Markdown-style lines so the chunker can split on document structure.
-    return "#" * level + " " + " ".join(text.split())
+# We walk the body XML ourselves: python-docx's paragraphs and tables skip content controls (w:sdt,
+# e.g. every section of a resume template) and tracked insertions (w:ins).
+_W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
+_MC = "{http://schemas.openxmlformats.org/markup-compatibility/2006}"
+_P, _TBL, _TR, _TC, _R = _W + "p", _W + "tbl", _W + "tr", _W + "tc", _W + "r"
+_SDT, _SDT_CONTENT, _CUSTOM_XML = _W + "sdt", _W + "sdtContent", _W + "customXml"
+_PLACEHOLDER = f"{_W}sdtPr/{_W}showingPlcHdr"
+_TEXT_BOX, _ALTERNATE, _CHOICE, _FALLBACK = _W + "txbxContent", _MC + "AlternateContent", _MC + "Choice", _MC + "Fallback"
+# Inside a paragraph: wrappers whose runs are part of the text. Not listed, hence skipped: w:del and
+# w:moveFrom (tracked deletions; the text is read as if all changes were accepted), w:pPr, bookmarks,
+# comments, and math (m:oMath).
+_INLINE_WRAPPERS = frozenset(
+    _W + tag for tag in ("hyperlink", "ins", "moveTo", "smartTag", "fldSimple", "customXml", "dir", "bdo")
+)
+# The characters of a run (w:delText, w:instrText, w:softHyphen, w:sym are not text).
+_RUN_TEXT = {_W + "t": None, _W + "tab": "\t", _W + "ptab": "\t", _W + "br": "\n", _W + "cr": "\n"}
+_RUN_TEXT[_W + "noBreakHyphen"] = "-"
+# Run children that may hold text boxes (w:txbxContent) deep inside a shape.
+_RUN_SHAPES = frozenset({_W + "drawing", _W + "pict", _W + "object", _ALTERNATE})
 
 
-def _table_text(table: Table) -> str:
-    lines = []
-    for row in table.rows:
-        cells: list[str] = []
-        previous = None
-        for cell in row.cells:
-            if cell == previous:  # a horizontally merged cell is repeated once per grid column
-                continue
-            previous = cell
-            cells.append(" ".join(cell.text.split()))
-        if any(cells):
-            lines.append(" | ".join(cells))
-    return "\n".join(lines)
+class _DocxReader:
+    """The text blocks of a WordprocessingML body: paragraphs, tables, content controls, in order.
+
+    A content control that shows its placeholder prompt ("Click here to enter text.") is skipped.
+    Text boxes are read once (a shape comes as a DrawingML choice and a VML fallback holding the
+    same box; only the choice is read) and follow the paragraph they are anchored in.
+    """
+
+    def __init__(self, document: docx.document.Document) -> None:
+        self._document = document
+        self._styles: dict[str | None, str] = {}  # w:pStyle value -> style name
+
+    def blocks(self, container: etree._Element | list[etree._Element], *, in_cell: bool = False) -> Iterator[str]:
+        for child in container:
+            tag = child.tag
+            if tag == _P:
+                boxes: list[etree._Element] = []
+                text = self._inline_text(child, boxes)
+                yield text if in_cell else self._heading(child, text)
+                for box in boxes:
+                    yield from self.blocks(box, in_cell=in_cell)
+            elif tag == _TBL:
+                yield self._table_text(child, nested=in_cell)
+            elif tag == _SDT:
+                yield from self.blocks(_sdt_content(child), in_cell=in_cell)
+            elif tag == _CUSTOM_XML:
+                yield from self.blocks(child, in_cell=in_cell)
+
+    def _inline_text(self, element: etree._Element | list[etree._Element], boxes: list[etree._Element]) -> str:
+        parts: list[str] = []
+        for child in element:
+            tag = child.tag
+            if tag == _R:
+                for item in child:
+                    if item.tag in _RUN_SHAPES:
+                        boxes.extend(_text_boxes(item))
+                        continue
+                    value = _RUN_TEXT.get(item.tag, "")
+                    parts.append(value if value is not None else item.text or "")
+            elif tag in _INLINE_WRAPPERS:
+                parts.append(self._inline_text(child, boxes))
+            elif tag == _SDT:
+                parts.append(self._inline_text(_sdt_content(child), boxes))
+        return "".join(parts)
+
+    def _heading(self, p: etree._Element, text: str) -> str:
+        if not text.strip():
+            return text
+        style = self._style_name(p)
+        level = 1 if style == "Title" else None
+        if match := _HEADING_STYLE.fullmatch(style):
+            level = min(int(match.group(1)), 6)
+        if level is None:
+            return text
+        # Headings become Markdown-style lines so the chunker can split on document structure.
+        return "#" * level + " " + " ".join(text.split())
+
+    def _style_name(self, p: etree._Element) -> str:
+        style_id = p.find(f"{_W}pPr/{_W}pStyle")
+        key = style_id.get(_W + "val") if style_id is not None else None
+        if key not in self._styles:
+            # python-docx resolves the id (falling back to the default paragraph style) and the name.
+            style = Paragraph(p, self._document).style  # type: ignore[arg-type]
+            self._styles[key] = (style.name if style is not None else None) or ""
+        return self._styles[key]
+
+    def _table_text(self, table: etree._Element, *, nested: bool) -> str:
+        lines = []
+        for row in _unwrap_controls(table, _TR):
+            # A horizontally merged cell is one w:tc (with w:gridSpan); a vertically merged one
+            # continues in empty w:tc elements below it.
+            cells = [" ".join(" ".join(self.blocks(tc, in_cell=True)).split()) for tc in _unwrap_controls(row, _TC)]
+            if any(cells):
+                # Inside a cell a nested table is just more of the cell's words.
+                lines.append(" ".join(c for c in cells if c) if nested else " | ".join(cells))
+        return " ".join(lines) if nested else "\n".join(lines)
+
+
+def _sdt_content(sdt: etree._Element) -> etree._Element | list[etree._Element]:
+    content = sdt.find(_SDT_CONTENT)
+    if content is None or sdt.find(_PLACEHOLDER) is not None:
+        return []
+    return content
+
+
+def _unwrap_controls(parent: etree._Element | list[etree._Element], tag: str) -> Iterator[etree._Element]:
+    """The `tag` children of `parent`, including those wrapped in content controls or custom XML."""
+    for child in parent:
+        if child.tag == tag:
+            yield child
+        elif child.tag == _SDT:
+            yield from _unwrap_controls(_sdt_content(child), tag)
+        elif child.tag == _CUSTOM_XML:
+            yield from _unwrap_controls(child, tag)
+
+
+def _text_boxes(element: etree._Element) -> Iterator[etree._Element]:
+    """The outermost w:txbxContent elements in a shape; of alternate content only the first choice."""
+    if element.tag == _TEXT_BOX:
+        yield element
+        return
+    if element.tag == _ALTERNATE:
+        chosen = element.find(_CHOICE)
+        element = chosen if chosen is not None else element.find(_FALLBACK)
+        if element is None:
+            return
+    for child in element:
+        if isinstance(child.tag, str):  # not a comment or processing instruction
+            yield from _text_boxes(child)
 
 
 # ------------------------------------------------------------------------------------------- text

@@ -46,7 +46,9 @@ async def claim(pool: asyncpg.Pool, chunk_id: str, owner: str, ttl_s: float) -> 
         "UPDATE chunks SET status = 'SUMMARIZING', attempts = attempts + 1,"
         " interruptions = interruptions + (status = 'SUMMARIZING' AND lease_owner IS DISTINCT FROM $2)::int,"
         " lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3), updated_at = now()"
-        " WHERE id = $1 AND (status = 'PENDING' OR (status = 'SUMMARIZING'"
+        " WHERE id = $1 AND EXISTS (SELECT 1 FROM documents d JOIN tasks t ON t.id = d.task_id"
+        "   WHERE d.id = chunks.document_id AND t.status IN ('PENDING', 'PROCESSING'))"  # not paused meanwhile
+        " AND (status = 'PENDING' OR (status = 'SUMMARIZING'"
         "   AND (lease_owner = $2 OR lease_expires_at IS NULL OR lease_expires_at < now())))"
         " RETURNING id",
         chunk_id,

@@ -1,0 +1,487 @@
+"""Task lifecycle controls on the real broker and database: pause, resume, cancel, retry, expiry, reconcile.
+
+The stand-in LLM's ledger is shared by the whole session, so every test marks its documents with a
+word of its own and only looks at the requests whose prompt carries that word.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from docsum_shared.events import DocumentSubmitted
+from tests.documents import english_prose
+from tests.fake_llm import FakeLLMServer, LedgerEntry
+from tests.integration.conftest import Stack, StackFactory, wait_for_task
+
+pytestmark = pytest.mark.integration
+
+DOCSUM_CLI = Path(sys.executable).parent / "docsum"
+OBSERVE_S = 3.0  # how long a held task is watched for calls it must not make
+
+
+# --- helpers -------------------------------------------------------------------------------------------
+
+
+def _marker() -> str:
+    return f"mk{uuid.uuid4().hex[:10]}"
+
+
+def _marked_text(marker: str, chars: int, seed: int) -> str:
+    """English prose whose every paragraph opens with `marker`: every chunk's prompt carries it."""
+    paragraphs = english_prose(chars, seed=seed).split("\n\n")
+    return "\n\n".join(f"{marker} note {i}. {p}" for i, p in enumerate(paragraphs))
+
+
+def _calls(llm: FakeLLMServer, marker: str, status: int | None = None) -> list[LedgerEntry]:
+    return [e for e in llm.llm.entries(status) if marker in e.prompt]
+
+
+def _chunk_calls(llm: FakeLLMServer, marker: str) -> list[LedgerEntry]:
+    """Answered chunk-summary requests (the ones whose prompt holds a <text> section)."""
+    return [e for e in _calls(llm, marker, 200) if "<text>\n" in e.prompt]
+
+
+def _repeats(llm: FakeLLMServer, marker: str) -> int:
+    """Answered requests carrying `marker` whose prompt had already been answered (paid twice)."""
+    prompts = [e.prompt_sha256 for e in _calls(llm, marker, 200)]
+    return len(prompts) - len(set(prompts))
+
+
+async def _until(check: Callable[[], Awaitable[bool]], timeout: float, what: str, stack: Stack | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {timeout}s: {what}" + (f"\n{stack.log_tail()}" if stack else ""))
+        await asyncio.sleep(0.1)
+
+
+async def _task(client: httpx.AsyncClient, task_id: str) -> dict:
+    response = await client.get(f"/v1/tasks/{task_id}")
+    response.raise_for_status()
+    return response.json()
+
+
+async def _settle(db: asyncpg.Pool, llm: FakeLLMServer, task_id: str, marker: str, stack: Stack) -> float:
+    """Wait until no chunk of the task is being summarized and its calls stopped coming; returns when."""
+    seen = -1
+
+    async def settled() -> bool:
+        nonlocal seen
+        busy = await db.fetchval(
+            "SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id"
+            " WHERE d.task_id = $1 AND c.status = 'SUMMARIZING'",
+            task_id,
+        )
+        count, seen = seen, len(_calls(llm, marker))
+        return busy == 0 and count == seen
+
+    await _until(settled, 30, f"in-flight work of task {task_id} to finish", stack)
+    return time.monotonic()
+
+
+async def _observe_until(since: float) -> None:
+    """The rest of the observation window that started at `since` (watching, not synchronizing)."""
+    left = OBSERVE_S - (time.monotonic() - since)
+    if left > 0:
+        await asyncio.sleep(left)
+
+
+async def _chunk_counts(db: asyncpg.Pool, task_id: str) -> dict[str, int]:
+    rows = await db.fetch(
+        "SELECT c.status, count(*) AS n FROM chunks c JOIN documents d ON d.id = c.document_id"
+        " WHERE d.task_id = $1 GROUP BY c.status",
+        task_id,
+    )
+    return {r["status"]: r["n"] for r in rows}
+
+
+async def _insert_task(
+    db: asyncpg.Pool,
+    text: str,
+    *,
+    owner: str = "alice",
+    task_status: str = "PROCESSING",
+    doc_status: str = "PENDING",
+    idle_s: float = 0.0,
+    filename: str = "stuck.txt",
+) -> tuple[str, str]:
+    """A task with one text document, written straight into Postgres: no event announces it."""
+    task_id, doc_id = str(uuid.uuid4()), str(uuid.uuid4())
+    data = text.encode()
+    sha = hashlib.sha256(data).hexdigest()
+    chunking = doc_status == "CHUNKING"
+    async with db.acquire() as conn, conn.transaction():
+        await conn.execute(
+            "INSERT INTO blobs (sha256, data, size_bytes) VALUES ($1, $2, $3) ON CONFLICT (sha256) DO NOTHING",
+            sha,
+            data,
+            len(data),
+        )
+        await conn.execute(
+            "INSERT INTO tasks (id, owner, title, status, last_active_at)"
+            " VALUES ($1, $2, 'stuck', $3, now() - make_interval(secs => $4))",
+            task_id,
+            owner,
+            task_status,
+            idle_s,
+        )
+        await conn.execute(
+            "INSERT INTO documents (id, task_id, position, filename, content_type, blob_sha256, size_bytes, status,"
+            " text_chars, size_level) VALUES ($1, $2, 0, $8, 'text/plain', $3, $4, $5, $6, $7)",
+            doc_id,
+            task_id,
+            sha,
+            len(data),
+            doc_status,
+            len(text) if chunking else None,
+            "SMALL" if chunking else None,
+            filename,
+        )
+        if chunking:
+            await conn.execute("INSERT INTO document_texts (document_id, text) VALUES ($1, $2)", doc_id, text)
+    return task_id, doc_id
+
+
+async def _add_finished_document(db: asyncpg.Pool, task_id: str, filename: str) -> str:
+    """A second document of the task, summarized already."""
+    doc_id, data = str(uuid.uuid4()), f"{filename} was summarized earlier.".encode()
+    sha = hashlib.sha256(data).hexdigest()
+    await db.execute(
+        "INSERT INTO blobs (sha256, data, size_bytes) VALUES ($1, $2, $3) ON CONFLICT (sha256) DO NOTHING",
+        sha,
+        data,
+        len(data),
+    )
+    await db.execute(
+        "INSERT INTO documents (id, task_id, position, filename, content_type, blob_sha256, size_bytes, status,"
+        " summary, summary_model) VALUES ($1, $2, 1, $3, 'text/plain', $4, $5, 'COMPLETED', 'Done earlier.', 'm')",
+        doc_id,
+        task_id,
+        filename,
+        sha,
+        len(data),
+    )
+    return doc_id
+
+
+async def _announce(stack: Stack, db: asyncpg.Pool, task_id: str, doc_id: str) -> None:
+    """Publish the document's DocumentSubmitted on the stack's topic, as the gateway does."""
+    row = await db.fetchrow("SELECT filename, blob_sha256, size_bytes FROM documents WHERE id = $1", doc_id)
+    event = DocumentSubmitted(
+        task_id=task_id,
+        document_id=doc_id,
+        owner="alice",
+        filename=row["filename"],
+        content_type="text/plain",
+        blob_sha256=row["blob_sha256"],
+        size_bytes=row["size_bytes"],
+    )
+    producer = AIOKafkaProducer(bootstrap_servers=stack.env["KAFKA_BOOTSTRAP_SERVERS"], acks="all")
+    await producer.start()
+    try:
+        topic = f"{stack.env['DOCSUM_TOPIC_PREFIX']}document-submitted"
+        await producer.send_and_wait(topic, event.to_bytes(), key=event.key().encode())
+    finally:
+        await producer.stop()
+
+
+async def _cli(stack: Stack, *args: str, owner: str = "alice") -> tuple[int, str, str]:
+    env = {**os.environ, "DOCSUM_GATEWAY_URL": stack.gateway_url, "DOCSUM_API_KEY": stack.keys[owner]}
+    process = await asyncio.create_subprocess_exec(
+        str(DOCSUM_CLI), *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    return process.returncode or 0, out.decode(), err.decode()
+
+
+def _stop(stack: Stack) -> None:
+    for name in list(stack.processes):
+        stack.stop(name)
+
+
+@pytest.fixture
+def slow_llm(llm: FakeLLMServer) -> Iterator[FakeLLMServer]:
+    """Answers take 0.2 s, so a task of ~30 chunks is still running when a control reaches it."""
+    before = llm.llm.config()["latency_s"]
+    llm.llm.configure(latency_s=0.2)
+    yield llm
+    llm.llm.configure(latency_s=before)
+
+
+# --- pause and resume -------------------------------------------------------------------------------------
+
+
+async def test_pause_holds_the_task_and_resume_finishes_it_without_repeats(
+    stack: Stack, db: asyncpg.Pool, slow_llm: FakeLLMServer
+) -> None:
+    llm, marker = slow_llm, _marker()
+    files = [("files", ("paused.txt", _marked_text(marker, 54_000, seed=31).encode(), "text/plain"))]
+    async with stack.client() as alice:
+        task_id = (await alice.post("/v1/tasks", files=files)).json()["task_id"]
+
+        async def some_chunks_answered() -> bool:
+            return len(_chunk_calls(llm, marker)) >= 2
+
+        await _until(some_chunks_answered, 60, "the first chunk summaries", stack)
+        paused = await alice.post(f"/v1/tasks/{task_id}/pause")
+        assert paused.status_code == 200, paused.text
+        assert paused.json()["status"] == "PAUSED"
+        assert (await alice.post(f"/v1/tasks/{task_id}/pause")).status_code == 409
+
+        # Work in flight finishes and is stored; then nothing more starts for the task.
+        settled_at = await _settle(db, llm, task_id, marker, stack)
+        calls_at_pause = len(_calls(llm, marker))
+        counts = await _chunk_counts(db, task_id)
+        total = sum(counts.values())
+        done = counts.get("COMPLETED", 0)
+        assert total >= 25, counts
+        assert 2 <= done < total, counts
+        assert done == len(_chunk_calls(llm, marker)), "every answered call's summary is stored"
+
+        # Other tasks are not held up by the paused one.
+        other_marker = _marker()
+        other_files = [("files", ("other.txt", _marked_text(other_marker, 1_500, seed=32).encode(), "text/plain"))]
+        other_id = (await alice.post("/v1/tasks", files=other_files)).json()["task_id"]
+        other = await wait_for_task(alice, other_id, stack, timeout=60)
+        assert other["status"] == "COMPLETED"
+        assert len(_chunk_calls(llm, other_marker)) == 1
+
+        await _observe_until(settled_at)
+        assert len(_calls(llm, marker)) == calls_at_pause, "an LLM call started for a paused task"
+        held = await _task(alice, task_id)
+        assert held["status"] == "PAUSED"
+        assert held["documents"][0]["status"] == "SUMMARIZING"
+        assert await _chunk_counts(db, task_id) == counts
+
+        # Resume re-drives exactly the unfinished chunks; finished ones are never sent again.
+        resumed = await alice.post(f"/v1/tasks/{task_id}/resume")
+        assert resumed.status_code == 200, resumed.text
+        assert resumed.json()["status"] == "PROCESSING"
+        assert resumed.json()["redriven_events"] == total - done
+        task = await wait_for_task(alice, task_id, stack, timeout=120)
+
+    assert task["status"] == "COMPLETED", task
+    assert task["summary"] and task["documents"][0]["status"] == "COMPLETED"
+    assert task["documents"][0]["chunks"] == {"done": total, "failed": 0, "total": total}
+    assert _repeats(llm, marker) == 0
+    assert len(_chunk_calls(llm, marker)) == total
+    assert task["recovery"]["redrives"] >= 1
+    assert task["recovery"]["attempts"] == total
+
+
+async def test_paused_task_is_not_parsed(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
+    """The parser leaves a paused task's document PENDING when its submission arrives; resume re-drives it."""
+    from tests.integration.replay import wait_until_consumed
+
+    marker = _marker()
+    task_id, doc_id = await _insert_task(db, _marked_text(marker, 1_200, seed=33), task_status="PAUSED")
+    await _announce(stack, db, task_id, doc_id)
+    await wait_until_consumed(stack.env)
+
+    assert await db.fetchval("SELECT status FROM documents WHERE id = $1", doc_id) == "PENDING"
+    assert await db.fetchval("SELECT count(*) FROM document_texts WHERE document_id = $1", doc_id) == 0
+    assert _calls(llm, marker) == []
+
+    async with stack.client() as alice:
+        resumed = await alice.post(f"/v1/tasks/{task_id}/resume")
+        assert resumed.status_code == 200, resumed.text
+        assert resumed.json()["redriven_events"] == 1
+        task = await wait_for_task(alice, task_id, stack, timeout=60)
+    assert task["status"] == "COMPLETED"
+    assert len(_chunk_calls(llm, marker)) == 1
+
+
+# --- cancel and retry -----------------------------------------------------------------------------------
+
+
+async def test_cancel_is_terminal_and_owned(stack: Stack, db: asyncpg.Pool, slow_llm: FakeLLMServer) -> None:
+    llm, marker = slow_llm, _marker()
+    # A task with one document summarized already and a large one announced now.
+    task_id, large_id = await _insert_task(db, _marked_text(marker, 54_000, seed=42), filename="large.txt")
+    await _add_finished_document(db, task_id, "small.txt")
+    await _announce(stack, db, task_id, large_id)
+    async with stack.client("alice") as alice, stack.client("bob") as bob:
+
+        async def some_chunks_answered() -> bool:
+            return len(_chunk_calls(llm, marker)) >= 2
+
+        await _until(some_chunks_answered, 60, "the first chunk summaries", stack)
+        cancelled = await alice.post(f"/v1/tasks/{task_id}/cancel")
+        assert cancelled.status_code == 200, cancelled.text
+        assert cancelled.json()["status"] == "CANCELLED"
+
+        settled_at = await _settle(db, llm, task_id, marker, stack)
+        calls_at_cancel = len(_calls(llm, marker))
+        counts = await _chunk_counts(db, task_id)
+        assert counts.get("PENDING", 0) > 0, counts  # it really was stopped mid-way
+
+        # Terminal: no control moves it again.
+        for action in ("resume", "retry", "pause", "cancel"):
+            response = await alice.post(f"/v1/tasks/{task_id}/{action}")
+            assert response.status_code == 409, (action, response.text)
+        # Another owner cannot even see it.
+        assert (await bob.get(f"/v1/tasks/{task_id}")).status_code == 404
+        assert (await bob.get(f"/v1/tasks/{task_id}/failures")).status_code == 404
+        for action in ("pause", "resume", "cancel", "retry"):
+            response = await bob.post(f"/v1/tasks/{task_id}/{action}")
+            assert response.status_code == 404, (action, response.text)
+
+        await _observe_until(settled_at)
+        assert len(_calls(llm, marker)) == calls_at_cancel, "an LLM call started for a cancelled task"
+        assert await _chunk_counts(db, task_id) == counts
+        task = await _task(alice, task_id)
+
+    assert task["status"] == "CANCELLED"
+    docs = {d["filename"]: d["status"] for d in task["documents"]}
+    assert docs == {"small.txt": "COMPLETED", "large.txt": "CANCELLED"}
+    assert task["summary"] is None
+
+
+async def test_retry_with_nothing_failed_conflicts(stack: Stack) -> None:
+    files = [("files", ("fine.txt", _marked_text(_marker(), 800, seed=51).encode(), "text/plain"))]
+    async with stack.client() as alice, stack.client("bob") as bob:
+        task_id = (await alice.post("/v1/tasks", files=files)).json()["task_id"]
+        task = await wait_for_task(alice, task_id, stack, timeout=60)
+        assert task["status"] == "COMPLETED"
+        response = await alice.post(f"/v1/tasks/{task_id}/retry")
+        assert response.status_code == 409, response.text
+        assert "COMPLETED" in response.json()["detail"]
+        assert (await bob.post(f"/v1/tasks/{task_id}/retry")).status_code == 404
+        assert (await _task(alice, task_id))["status"] == "COMPLETED"
+
+
+# --- expiry -----------------------------------------------------------------------------------------------
+
+
+async def test_paused_task_expires_and_is_never_resumed(
+    stack: Stack, make_stack: StackFactory, db: asyncpg.Pool, llm: FakeLLMServer
+) -> None:
+    marker = _marker()
+    # A task no event will move (nothing announces it), paused through the API.
+    task_id, _ = await _insert_task(db, _marked_text(marker, 800, seed=61))
+    async with stack.client() as alice:
+        paused = await alice.post(f"/v1/tasks/{task_id}/pause")
+        assert paused.status_code == 200 and paused.json()["status"] == "PAUSED", paused.text
+        # Only a merger (where the maintenance loop runs) with a 3 s TTL.
+        short = make_stack(services=("merger",), DOCSUM_TASK_TTL_S="3", DOCSUM_MAINTENANCE_INTERVAL_S="1")
+        try:
+
+            async def expired() -> bool:
+                return (await _task(alice, task_id))["status"] == "EXPIRED"
+
+            # The shared stack's merger may hold the maintenance lock in a round: poll generously.
+            await _until(expired, 90, f"task {task_id} to expire", short)
+        finally:
+            _stop(short)  # its 3 s TTL would expire other tests' tasks
+        for action in ("resume", "pause", "cancel", "retry"):
+            response = await alice.post(f"/v1/tasks/{task_id}/{action}")
+            assert response.status_code == 409, (action, response.text)
+        task = await _task(alice, task_id)
+    assert task["status"] == "EXPIRED" and task["summary"] is None
+    assert task["documents"][0]["status"] != "COMPLETED"
+    assert _calls(llm, marker) == []
+
+
+# --- reconcile --------------------------------------------------------------------------------------------
+
+
+async def test_reconcile_redrives_a_task_no_event_moves(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
+    marker = _marker()
+    task_id, _ = await _insert_task(db, _marked_text(marker, 1_200, seed=71))
+    async with stack.client("alice") as alice, stack.client("bob") as bob:
+        theirs = await bob.post("/v1/reconcile")
+        assert theirs.status_code == 200 and task_id not in theirs.json()["tasks"]
+        assert await db.fetchval("SELECT status FROM documents WHERE task_id = $1", task_id) == "PENDING"
+
+        response = await alice.post("/v1/reconcile")
+        assert response.status_code == 200, response.text
+        assert task_id in response.json()["tasks"]
+        assert response.json()["redriven_events"] >= 1
+        task = await wait_for_task(alice, task_id, stack, timeout=60)
+    assert task["status"] == "COMPLETED", task
+    assert task["documents"][0]["status"] == "COMPLETED" and task["summary"]
+    assert task["recovery"]["redrives"] >= 1
+    assert len(_chunk_calls(llm, marker)) == 1 and _repeats(llm, marker) == 0
+
+
+async def test_cli_reconcile(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
+    marker = _marker()
+    task_id, _ = await _insert_task(db, _marked_text(marker, 1_200, seed=72))
+    code, out, err = await _cli(stack, "reconcile")
+    assert code == 0, err
+    result = json.loads(out)
+    assert task_id in result["tasks"] and result["redriven_events"] >= 1
+    async with stack.client() as alice:
+        task = await wait_for_task(alice, task_id, stack, timeout=60)
+    assert task["status"] == "COMPLETED"
+    assert len(_chunk_calls(llm, marker)) == 1
+
+
+async def test_cli_pause_resume_cancel(stack: Stack, db: asyncpg.Pool) -> None:
+    first, _ = await _insert_task(db, _marked_text(_marker(), 1_000, seed=73))
+    second, _ = await _insert_task(db, _marked_text(_marker(), 1_000, seed=74))
+
+    # Independent calls run side by side: each CLI run is a fresh interpreter.
+    (code, out, err), (code2, out2, err2) = await asyncio.gather(
+        _cli(stack, "pause", first), _cli(stack, "cancel", second)
+    )
+    assert code == 0 and json.loads(out)["status"] == "PAUSED", err
+    assert code2 == 0 and json.loads(out2)["status"] == "CANCELLED", err2
+
+    refused = await asyncio.gather(
+        _cli(stack, "pause", first),  # already paused
+        _cli(stack, "pause", first, owner="bob"),  # not bob's
+        _cli(stack, "resume", second),  # cancelled for good
+    )
+    assert [(code, "409" in err, "404" in err) for code, _, err in refused] == [
+        (2, True, False),
+        (2, False, True),
+        (2, True, False),
+    ], refused
+
+    code, out, err = await _cli(stack, "resume", first)
+    assert code == 0, err
+    assert json.loads(out)["status"] == "PROCESSING" and json.loads(out)["redriven_events"] == 1
+    async with stack.client() as alice:
+        assert (await wait_for_task(alice, first, stack, timeout=60))["status"] == "COMPLETED"
+        assert (await _task(alice, second))["status"] == "CANCELLED"
+    assert await db.fetchval("SELECT status FROM documents WHERE task_id = $1", second) == "CANCELLED"
+
+
+async def test_periodic_reconcile_finishes_a_stuck_task(
+    make_stack: StackFactory, db: asyncpg.Pool, llm: FakeLLMServer
+) -> None:
+    """A document left in CHUNKING with no event: the maintenance loop alone re-drives it (no API call)."""
+    marker = _marker()
+    # Idle longer than this stack's 2 s, shorter than the shared stack's 60 s: this stack's loop does it.
+    task_id, doc_id = await _insert_task(db, _marked_text(marker, 1_200, seed=75), doc_status="CHUNKING", idle_s=10)
+    quick = make_stack(
+        services=("chunker", "summarizer", "merger"),
+        DOCSUM_RECONCILE_IDLE_S="2",
+        DOCSUM_MAINTENANCE_INTERVAL_S="1",
+    )
+    try:
+
+        async def completed() -> bool:
+            return await db.fetchval("SELECT status FROM tasks WHERE id = $1", task_id) == "COMPLETED"
+
+        await _until(completed, 90, f"task {task_id} to be reconciled and completed", quick)
+    finally:
+        _stop(quick)  # its 2 s reconcile would re-drive other tests' tasks
+    row = await db.fetchrow("SELECT summary, redrives FROM tasks WHERE id = $1", task_id)
+    assert row["summary"] and row["redrives"] >= 1
+    assert await db.fetchval("SELECT status FROM documents WHERE id = $1", doc_id) == "COMPLETED"
+    assert len(_chunk_calls(llm, marker)) == 1 and _repeats(llm, marker) == 0
