@@ -20,7 +20,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # for tests.documents when run as a script
 
 from docsum_parser.extract import extract_text  # noqa: E402
-
 from tests.documents import Block, make_docx, make_pdf  # noqa: E402
 
 EXAMPLES = ROOT / "examples"

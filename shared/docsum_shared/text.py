@@ -21,11 +21,17 @@ Sentences
       before or after a Markdown heading (``# ...``) or a table row (``| ...``), and before a list item
       (``- ...``, ``* ...``, ``1. ...``). Any other single line break is a soft wrap (PDF text) and does
       not end a sentence.
+
+Clean-up of extracted text
+    `fold_compatibility(text)` applies NFKC to a chosen set of compatibility characters only
+    (ligatures such as "ﬁ", Arabic presentation forms, styled mathematical letters), and
+    `dehyphenate(text)` joins words hyphenated at a line end ("de-\\nfined" -> "defined").
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterator
 
 # --------------------------------------------------------------------------------------------------
@@ -92,6 +98,65 @@ def estimate_tokens(text: str) -> int:
 
 
 _ESTIMATE_RE = re.compile(f"[{_CJK}]|[^\\W_{_CJK}]+")
+
+# --------------------------------------------------------------------------------------------------
+# Clean-up of extracted text
+
+# Compatibility characters that NFKC may fold. Whole-text NFKC is not an option: it would also turn
+# full-width CJK punctuation and digits ("，；！？１") into ASCII, half-width katakana into full-width,
+# "…" into "...", "①" into "1" and "x²" into "x2", which changes what the sentence splitter (and a
+# reader) sees. These ranges only hold presentation variants of ordinary letters:
+_COMPATIBILITY_RE = re.compile(
+    "["
+    "\u0132\u0133\u013f\u0140\u0149\u017f"  # Latin ligature letters Ĳ ĳ Ŀ ŀ ŉ and the long s ſ
+    "\u01c4-\u01cc\u01f1-\u01f3"  # Latin digraphs Ǆ ǅ ǆ Ǉ ǈ ǉ Ǌ ǋ ǌ Ǳ ǲ ǳ
+    "\ufb00-\ufb4f"  # Alphabetic Presentation Forms: ﬀ ﬁ ﬂ ﬃ ﬄ ﬅ ﬆ, Armenian and Hebrew ligatures
+    "\ufb50-\ufdff\ufe70-\ufefe"  # Arabic Presentation Forms A and B (not U+FEFF, the BOM)
+    "\U0001d400-\U0001d7ff"  # Mathematical Alphanumeric Symbols: 𝐀 𝑥 𝟏 (math in PDF text)
+    "]+"
+)
+
+
+def fold_compatibility(text: str) -> str:
+    """NFKC for ligatures and other presentation-form letters only; everything else is left as it is."""
+    return _COMPATIBILITY_RE.sub(lambda m: unicodedata.normalize("NFKC", m.group()), text)
+
+
+# A word fragment, a hyphen and a line break, then the rest of the word (and what sticks to it, such
+# as a full stop) and the spaces after it. Letters only on both sides: "3-\n4", "x_y-\nz" are left.
+_HYPHEN_BREAK_RE = re.compile(r"(?<!\w)([^\W\d_]+)-\n[ \t]*+([^\W\d_]+)(\S*)([ \t]+(?=\S))?")
+_HYPHENATED_WORD_RE = re.compile(r"(?<![\w-])[^\W\d_]+(?:-[^\W\d_]+)+")
+_WORD_RE = re.compile(r"[^\W\d_]+")
+
+
+def dehyphenate(text: str) -> str:
+    """Join words that a typesetter hyphenated at a line end: "de-\\nfined the" -> "defined\\nthe".
+
+    Only a lower-case letter, "-", a line break and a lower-case letter qualify (so "Kafka-\\nStreams",
+    "3-\\n4" and list items stay). The joined word ends the first line; the rest of the second line
+    stays on its own line. A compound broken at its own hyphen ("event-\\ndriven") cannot be told
+    apart from a hyphenated word, so it is joined too ("eventdriven") - unless the text writes the
+    compound with its hyphen elsewhere ("event-driven") and never without it, then the hyphen stays.
+    """
+    if "-\n" not in text:
+        return text
+    compounds: set[str] | None = None
+    words: set[str] | None = None
+
+    def join(m: re.Match[str]) -> str:
+        nonlocal compounds, words
+        head, tail, rest, spaces = m.groups()
+        if not (head[-1].islower() and tail[0].islower()):
+            return m.group()
+        if compounds is None or words is None:  # built once, on the first candidate
+            compounds = {w.lower() for w in _HYPHENATED_WORD_RE.findall(text)}
+            words = {w.lower() for w in _WORD_RE.findall(text)}
+        joined = head + tail
+        hyphen = f"{head}-{tail}".lower() in compounds and joined.lower() not in words
+        return (f"{head}-{tail}" if hyphen else joined) + rest + ("\n" if spaces else "")
+
+    return _HYPHEN_BREAK_RE.sub(join, text)
+
 
 # --------------------------------------------------------------------------------------------------
 # Sentences

@@ -9,11 +9,13 @@ import zipfile
 
 import docx
 import pytest
-from docsum_parser import extract
-from docsum_parser.extract import ExtractedText, ParseError, detect_format, extract_text, normalize
+from docx.oxml import parse_xml
+from docx.oxml.ns import nsdecls, qn
 from fpdf import FPDF
 from pypdf import PdfReader, PdfWriter
 
+from docsum_parser import extract
+from docsum_parser.extract import ExtractedText, ParseError, detect_format, extract_text, normalize
 from tests.documents import (
     chinese_prose,
     english_prose,
@@ -131,6 +133,95 @@ def test_pdf_with_only_a_drawing_has_no_extractable_text() -> None:
     assert str(error) == "no extractable text: the PDF seems to contain only scanned images; run OCR first"
 
 
+def test_pdf_words_hyphenated_at_line_ends_are_joined() -> None:
+    text = (
+        "The schema is de-\nfined by the producer, and the consumer re-\nads it back.\n"
+        "An event-driven design is event-\ndriven; Kafka-\nStreams keeps its capital."
+    )
+
+    result = extract_text(make_pdf([text]), "paper.pdf")
+
+    assert "defined by the producer" in result.text.replace("\n", " ")
+    assert "reads it back" in result.text.replace("\n", " ")
+    assert "de-" not in result.text and "re-" not in result.text
+    # the compound is written with its hyphen elsewhere in the document, so the hyphen stays
+    assert "is event-driven;" in result.text
+    assert "Kafka-\nStreams" in result.text  # upper-case next fragment: not a hyphenated word
+    # only PDF text is re-joined: a text file's line breaks are the author's
+    assert extract_text(b"de-\nfined", "notes.txt").text == "de-\nfined"
+
+
+def _pdf_with_running_lines(bodies: list[list[str]], header: str | None, footer: str | None) -> bytes:
+    """One page per body; `header`/`footer` may contain {n} for the page number."""
+    pdf = FPDF(format="A4")
+    pdf.set_auto_page_break(auto=False)
+    pdf.set_font("Helvetica", size=11)
+    for n, lines in enumerate(bodies, start=1):
+        pdf.add_page()
+        if header is not None:
+            pdf.set_xy(10, 8)
+            pdf.cell(0, 5, header.format(n=n))
+        pdf.set_xy(10, 25)
+        pdf.multi_cell(0, 5.5, "\n".join(lines))
+        if footer is not None:
+            pdf.set_xy(10, 285)
+            pdf.cell(0, 5, footer.format(n=n))
+    return bytes(pdf.output())
+
+
+_TOPICS = ["partitions", "replicas", "offsets", "consumer groups", "retention", "compaction", "quotas"]
+
+
+def _page_body(n: int) -> list[str]:
+    topic = _TOPICS[n - 1]
+    return [f"Chapter {n} is about {topic}.", f"Most clusters tune {topic} early; {n * 7} teams told us so."]
+
+
+def test_pdf_running_headers_footers_and_page_numbers_are_removed() -> None:
+    bodies = [_page_body(n) for n in range(1, 7)]
+    data = _pdf_with_running_lines(bodies, "ACME Streaming Handbook - Edition 2", "Confidential, page {n} of 6")
+
+    text = extract_text(data, "handbook.pdf").text
+
+    assert "Confidential" not in text and "of 6" not in text
+    assert text.count("ACME Streaming Handbook") == 1  # the first page keeps it: usually the title
+    assert text.startswith("ACME Streaming Handbook - Edition 2\n")
+    for lines in bodies:
+        for line in lines:
+            assert line in text
+
+
+@pytest.mark.parametrize("number", ["{n}", "- {n} -", "Page {n}", "{roman}"])
+def test_pdf_page_number_lines_are_removed(number: str) -> None:
+    romans = ["i", "ii", "iii", "iv", "v"]
+    pdf = FPDF(format="A4")
+    pdf.set_auto_page_break(auto=False)
+    pdf.set_font("Helvetica", size=11)
+    for n in range(1, 6):
+        pdf.add_page()
+        pdf.set_xy(10, 25)
+        pdf.multi_cell(0, 5.5, "\n".join(_page_body(n)))
+        pdf.set_xy(100, 285)
+        pdf.cell(0, 5, number.format(n=n, roman=romans[n - 1]))
+
+    text = extract_text(bytes(pdf.output()), "numbered.pdf").text
+
+    assert text == "\n\n".join("\n".join(_page_body(n)) for n in range(1, 6))
+
+
+def test_pdf_running_line_removal_is_conservative() -> None:
+    # Fewer than four pages: nothing is removed, not even page numbers.
+    short = _pdf_with_running_lines([_page_body(n) for n in range(1, 4)], "Short Memo", "{n}")
+    assert extract_text(short, "memo.pdf").text.count("Short Memo") == 3
+    # A line on the edge of only two of six pages is content; so is a number inside the page.
+    bodies = [_page_body(n) for n in range(1, 7)]
+    bodies[1] = ["Summary of the results", bodies[1][0], "42", bodies[1][1], "The end of the summary."]
+    bodies[4] = ["Summary of the results", *bodies[4]]
+    text = extract_text(_pdf_with_running_lines(bodies, None, None), "report.pdf").text
+    assert text.count("Summary of the results") == 2
+    assert "\n42\n" in text
+
+
 # ------------------------------------------------------------------------------------------- DOCX
 
 
@@ -221,6 +312,147 @@ def test_docx_without_text_has_no_extractable_text() -> None:
     assert str(error).startswith("no extractable text")
 
 
+_NS = nsdecls("w")
+_WPS = 'xmlns:wps="http://schemas.microsoft.com/office/word/2010/wordprocessingShape"'
+
+
+def _docx_with_body_xml(*fragments: str, before: str = "Intro paragraph.") -> bytes:
+    """A DOCX whose body holds a normal paragraph and then raw WordprocessingML `fragments`."""
+    document = docx.Document()
+    document.add_paragraph(before)
+    body = document.element.body
+    sect_pr = body.find(qn("w:sectPr"))
+    for fragment in fragments:
+        sect_pr.addprevious(parse_xml(fragment))
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+def _run(text: str) -> str:
+    return f'<w:r><w:t xml:space="preserve">{text}</w:t></w:r>'
+
+
+def test_docx_content_controls_are_read() -> None:
+    # A resume template keeps its sections in block-level content controls (w:sdt).
+    block_sdt = (
+        f'<w:sdt {_NS}><w:sdtPr><w:alias w:val="Experience"/></w:sdtPr><w:sdtContent>'
+        f'<w:p><w:pPr><w:pStyle w:val="Heading1"/></w:pPr>{_run("Experience")}</w:p>'
+        f"<w:p>{_run('Built a streaming platform.')}</w:p>"
+        "<w:sdt><w:sdtContent>"  # nested
+        f"<w:tbl><w:tr><w:tc><w:p>{_run('2019')}</w:p></w:tc><w:tc><w:p>{_run('ACME')}</w:p></w:tc></w:tr></w:tbl>"
+        "</w:sdtContent></w:sdt>"
+        "</w:sdtContent></w:sdt>"
+    )
+    inline_sdt = (
+        f'<w:p {_NS}>{_run("Name: ")}<w:sdt><w:sdtPr><w:alias w:val="Name"/></w:sdtPr><w:sdtContent>'
+        f"{_run('Jane Doe')}</w:sdtContent></w:sdt>{_run(', engineer.')}</w:p>"
+    )
+    # A control still showing its prompt holds no content of the author's.
+    placeholders = (
+        f"<w:sdt {_NS}><w:sdtPr><w:showingPlcHdr/></w:sdtPr><w:sdtContent>"
+        f"<w:p>{_run('Click here to enter text.')}</w:p></w:sdtContent></w:sdt>",
+        f"<w:p {_NS}>{_run('Degree:')}<w:sdt><w:sdtPr><w:showingPlcHdr/></w:sdtPr><w:sdtContent>"
+        f"{_run(' [Degree]')}</w:sdtContent></w:sdt></w:p>",
+    )
+
+    text = extract_text(_docx_with_body_xml(block_sdt, inline_sdt, *placeholders), "resume.docx").text
+
+    assert text == (
+        "Intro paragraph.\n\n# Experience\n\nBuilt a streaming platform.\n\n2019 | ACME\n\n"
+        "Name: Jane Doe, engineer.\n\nDegree:"
+    )
+
+
+def test_docx_tracked_changes_read_as_accepted() -> None:
+    paragraph = (
+        f"<w:p {_NS}>{_run('jumped over the lazy brown ')}"
+        f'<w:ins w:id="1" w:author="a">{_run("dog")}</w:ins>'
+        f'<w:del w:id="2" w:author="a"><w:r><w:delText>frog</w:delText></w:r></w:del>{_run(".")}</w:p>'
+    )
+    moved = (
+        f'<w:p {_NS}><w:moveFrom w:id="3" w:author="a">{_run("Moved away.")}</w:moveFrom></w:p>',
+        f'<w:p {_NS}><w:moveTo w:id="4" w:author="a">{_run("Moved here.")}</w:moveTo></w:p>',
+    )
+
+    text = extract_text(_docx_with_body_xml(paragraph, *moved), "changes.docx").text
+
+    assert text == "Intro paragraph.\n\njumped over the lazy brown dog.\n\nMoved here."
+
+
+def test_docx_inline_wrappers_tabs_and_breaks() -> None:
+    paragraph = (
+        f'<w:p {_NS} xmlns:r="http://schemas.openxmlformats.org/officeDocument/2006/relationships">'
+        f'{_run("See ")}<w:hyperlink w:anchor="x">{_run("the guide")}</w:hyperlink>{_run(" by ")}'
+        f'<w:smartTag w:uri="u" w:element="place">{_run("Paris")}</w:smartTag>{_run(" on page ")}'
+        f'<w:fldSimple w:instr=" PAGE ">{_run("7")}</w:fldSimple>'
+        f"<w:r><w:tab/><w:t>tabbed</w:t><w:br/><w:t>broken</w:t><w:cr/><w:t>end</w:t></w:r>"
+        '<w:r><w:fldChar w:fldCharType="begin"/></w:r><w:r><w:instrText> DATE </w:instrText></w:r>'
+        f'<w:r><w:fldChar w:fldCharType="separate"/></w:r>{_run("today")}<w:r><w:fldChar w:fldCharType="end"/></w:r>'
+        "</w:p>"
+    )
+
+    text = extract_text(_docx_with_body_xml(paragraph), "links.docx").text
+
+    # (normalize() turns the tab into a single space, as it does for every tab)
+    assert text == "Intro paragraph.\n\nSee the guide by Paris on page 7 tabbed\nbroken\nendtoday"
+
+
+def test_docx_table_cells_keep_nested_content_and_text_boxes_are_read_once() -> None:
+    nested = (
+        f"<w:tbl {_NS}><w:tr>"
+        f"<w:tc><w:p>{_run('Outer')}</w:p></w:tc>"
+        f"<w:tc><w:p>{_run('Before')}</w:p><w:tbl><w:tr><w:tc><w:p>{_run('Inner A')}</w:p></w:tc>"
+        f"<w:tc><w:p>{_run('Inner B')}</w:p></w:tc></w:tr></w:tbl><w:p>{_run('After')}</w:p></w:tc>"
+        "</w:tr>"
+        f"<w:sdt><w:sdtContent><w:tr><w:tc><w:p>{_run('Row in')}</w:p></w:tc>"
+        f"<w:sdt><w:sdtContent><w:tc><w:p>{_run('a control')}</w:p></w:tc></w:sdtContent></w:sdt>"
+        "</w:tr></w:sdtContent></w:sdt>"
+        "</w:tbl>"
+    )
+    # A text box comes twice: in a DrawingML shape and in its VML fallback.
+    text_box = (
+        f'<w:p {_NS} xmlns:mc="http://schemas.openxmlformats.org/markup-compatibility/2006" '
+        'xmlns:v="urn:schemas-microsoft-com:vml">'
+        f'{_run("Caption.")}<w:r><mc:AlternateContent><mc:Choice Requires="wps"><w:drawing><wps:wsp {_WPS}>'
+        f"<wps:txbx><w:txbxContent><w:p>{_run('Boxed')}</w:p></w:txbxContent></wps:txbx></wps:wsp></w:drawing>"
+        "</mc:Choice>"
+        f"<mc:Fallback><w:pict><v:shape><v:textbox><w:txbxContent><w:p>{_run('Boxed')}</w:p></w:txbxContent>"
+        "</v:textbox></v:shape></w:pict></mc:Fallback></mc:AlternateContent></w:r></w:p>"
+    )
+
+    text = extract_text(_docx_with_body_xml(nested, text_box), "nested.docx").text
+
+    assert text == "Intro paragraph.\n\nOuter | Before Inner A Inner B After\nRow in | a control\n\nCaption.\n\nBoxed"
+
+
+def _encrypted_ooxml() -> bytes:
+    """The shape of a password-protected DOCX/XLSX: an OLE2 compound file with the encryption streams."""
+    header = extract._OLE2_MAGIC + bytes(512 - len(extract._OLE2_MAGIC))
+    directory = b""
+    for name in ("Root Entry", "EncryptionInfo", "EncryptedPackage"):
+        raw = name.encode("utf-16-le") + b"\0\0"
+        directory += raw.ljust(64, b"\0") + len(raw).to_bytes(2, "little") + bytes(62)
+    return header + directory.ljust(512, b"\0") + random.Random(3).randbytes(2048)
+
+
+def test_password_protected_docx_says_so() -> None:
+    error = parse_error(_encrypted_ooxml(), "contract.docx")
+
+    assert error.kind == "encrypted"
+    assert str(error) == (
+        "DOCX is password-protected; remove the password in Word (File > Info > Protect Document) and try again"
+    )
+
+
+def test_password_protected_office_file_of_another_type() -> None:
+    error = parse_error(_encrypted_ooxml(), "budget.xlsx")
+
+    assert error.kind == "encrypted"
+    assert str(error).startswith("'.xlsx' file is password-protected")
+    assert "supported: PDF, DOCX, TXT, Markdown" in str(error)
+
+
 # ------------------------------------------------------------------------------------- TXT and MD
 
 
@@ -275,6 +507,18 @@ def test_whitespace_only_text_has_no_extractable_text() -> None:
     assert error.kind == "no_text"
 
 
+def test_ligatures_and_compatibility_characters_are_folded() -> None:
+    data = "The misﬁts see things diﬀerently: ﬂow and oﬃce. 𝐁old.".encode()
+
+    assert extract_text(data, "crazy.txt").text == "The misfits see things differently: flow and office. Bold."
+
+
+def test_cjk_full_width_punctuation_is_kept() -> None:
+    text = "系统支持中文文档（ＰＤＦ）！真的吗？是的；１２３。"
+
+    assert extract_text(text.encode(), "zh.txt").text == text
+
+
 # ------------------------------------------------------------------------------- format detection
 
 
@@ -321,6 +565,10 @@ def test_extension_then_content_type() -> None:
 
 def test_normalize_collapses_spaces_and_blank_lines() -> None:
     assert normalize("a \u00a0 b\r\rc\x00d\f\n\n\n\ne  \t") == "a b\n\ncd\n\ne"
+
+
+def test_normalize_soft_hyphens_show_only_at_a_line_end() -> None:
+    assert normalize("co\u00ad\noperate and re\u00adport") == "co-\noperate and report"
 
 
 def test_normalize_keeps_indentation_so_code_comments_are_not_headings() -> None:

@@ -8,8 +8,9 @@ import subprocess
 import sys
 
 import pytest
+
 from docsum_shared.summarizers.base import SummaryKind, SummaryRequest, SummaryResult
-from docsum_shared.summarizers.extractive import ExtractiveBackend, textrank
+from docsum_shared.summarizers.extractive import ExtractiveBackend, _is_candidate, textrank
 from docsum_shared.text import detect_language, split_sentences, tokens_for_similarity
 
 ENGLISH_CHUNK = """# Kafka basics
@@ -284,3 +285,139 @@ def test_textrank_matches_a_dense_reference() -> None:
     expected = _reference_textrank(token_lists, prior)
     got = textrank(token_lists, prior, tolerance=1e-12, max_iterations=1000)
     assert got == pytest.approx(expected, abs=1e-9)
+
+
+# ---------------------------------------------------------------------------------------- real text
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # tables of contents
+        "2.4 Creating document commands and environments . . . . . . . . . 4",
+        "Table 1: Table1 Caption..............................................................2",
+        "4 2.4 Creating document commands and environments .",
+        "1 Introduction 2\n2 Creating document commands and environments 2\n3 Copying and showing commands 16",
+        "3.1.5 Toponymy (external package) 18",
+        # mostly digits and punctuation
+        "2 2020 1 2021 3 2022 4 2023 5 2024 (6) [7] 8.",
+        "192.168.0.1 - - [10/Oct/2023:13:55:36] 200 2326 0.004 0.118.",
+        # code
+        "\\IfBlankTF {⟨arg⟩} {⟨true code⟩} {⟨false code⟩} \\IfBlankT {⟨arg⟩} {⟨true code⟩} returns it.",
+        '#include <stdio.h> int main(void) { return printf("%d\\n", x); }',
+        "def summarize(request): return backend.summarize_sync(request) if request else None.",
+        "} else { node = node.next; count = count + 1; total = total - 1; }",
+        "261 \\bbl@exp{\\def\\<bbl@@#1>{#2}} and then more code follows here.",
+        "1137\\def\\main@language#1{% 1138 \\def\\bbl@main@language{#1}% and so on for many lines.",
+        '<magic priority="50"> <match type="string" offset="0"/> </magic> In practice this is rare.',
+        "for (i = 0; i < n; i++) { a[i] = b[i] * c[i]; if (a[i] > m) m = a[i]; }",
+        # fragments of a sentence whose start was lost
+        "and the consumer group rebalances its partitions across the remaining members.",
+        "which means that every record is written to three brokers before it is acknowledged.",
+        "of the partitions that the leader still holds after the failure of a broker.",
+    ],
+)
+def test_non_prose_lines_are_not_candidates(line: str) -> None:
+    assert not _is_candidate(line, 3)
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "Apache Kafka is a distributed event streaming platform that stores records in topics.",
+        "Kafka keeps records for a configurable retention period, e.g. seven days.",
+        "In 2023 the cluster served 1,200 requests per second (p99 latency: 15 ms) across 3 regions.",
+        "The function f(x) = 2x + 1 is linear, and g(x) = x^2 is not.",
+        "Use the --verbose flag (or set LOG_LEVEL=debug) to see every request.",
+        "iPhone sales grew by 12% in the third quarter of the year.",
+        "The \\section command starts a new section and the \\label command names it.",
+        "本系统使用消息队列处理文档摘要任务。",
+        "分块摘要最后被合并为文档摘要，文档摘要再合并为任务摘要！",
+        "消息队列保证摘要任务不会丢失；",
+        "系统支持（中文）和【英文】文档，版本号为 2.1。",
+        "系统支持(中文)和[英文]文档，配置写在 {config} 中。",
+        "等号 = 右边的词被同终端的全名和名称中第一个 - 前面的一部分相比较。",
+        "until 命令和 while 命令等价，除了对条件的测试恰好相反；",
+        "This section explains chapter 3 of the guide in 5 steps.",
+    ],
+)
+def test_prose_stays_a_candidate(sentence: str) -> None:
+    assert _is_candidate(sentence, 3)
+
+
+def test_table_of_contents_and_code_stay_out_of_a_summary(backend: ExtractiveBackend) -> None:
+    text = (
+        "Contents\n1 Introduction . . . . . . . . . . . . . . . . . . . 2\n"
+        "2 Kafka partitions and replicas . . . . . . . . . . . . . 4\n3 Kafka consumer groups . . . . . . . 9\n\n"
+        + ENGLISH_CHUNK.split("\n", 1)[1]
+        + "\n\n\\kafka@topic{#1}{\\partition@count{#2}}\\kafka@replicas{#3} % Kafka partition topic records.\n"
+        "}\n\n} Kafka topics store partition records for consumers.\n"
+    )
+    result = run(backend, SummaryKind.DOCUMENT, text)
+    assert ". ." not in result.text
+    assert "\\" not in result.text and "@" not in result.text
+    assert not result.text.startswith(("}", ")", "]"))
+    assert "Kafka" in result.text
+
+
+def test_a_summary_never_starts_with_a_stray_closing_bracket(backend: ExtractiveBackend) -> None:
+    result = run(backend, SummaryKind.CHUNK, ") The broker stores every record of a topic on disk.")
+    assert result.text == "The broker stores every record of a topic on disk."
+    result = run(backend, SummaryKind.CHUNK, "】」 The broker stores every record. }")
+    assert result.text == "The broker stores every record."
+
+
+def test_words_hyphenated_at_a_line_end_are_joined(backend: ExtractiveBackend) -> None:
+    text = "The schema is de-\nfined by the producer and read by every consumer."
+    assert (
+        run(backend, SummaryKind.CHUNK, text).text
+        == "The schema is defined by the producer and read by every consumer."
+    )
+
+
+_DOC_TOPICS = [
+    ("rivers", "barges", "floods"),
+    ("libraries", "catalogues", "readers"),
+    ("railways", "signals", "timetables"),
+    ("orchards", "apples", "harvests"),
+    ("bakeries", "ovens", "loaves"),
+    ("harbours", "cranes", "tides"),
+    ("museums", "exhibits", "curators"),
+    ("vineyards", "grapes", "cellars"),
+    ("observatories", "telescopes", "comets"),
+    ("hospitals", "wards", "nurses"),
+    ("bridges", "cables", "pylons"),
+    ("forests", "rangers", "wildfires"),
+]
+
+
+def _document_summary(k: int) -> str:
+    a, b, c = _DOC_TOPICS[k]
+    return (
+        f"Report {k} studies {a} and {b}. The {a} depend on {b} and {c} every season. Local {c} shape how {a} use {b}."
+    )
+
+
+def test_task_summary_covers_every_document_before_second_sentences(backend: ExtractiveBackend) -> None:
+    docs = [_document_summary(k) for k in range(len(_DOC_TOPICS))]
+    result = run(backend, SummaryKind.TASK, *docs, labels=tuple(f"doc{k}.pdf" for k in range(len(docs))))
+
+    sentences = split_sentences(result.text)
+    owners = [next(k for k, d in enumerate(docs) if s in d) for s in sentences]
+    assert sorted(set(owners)) == list(range(len(docs))), "every document contributes"
+    assert owners == sorted(owners), "in document order"
+    assert len(result.text) <= 1200
+    # with room for 12 sentences only, each document gives exactly one
+    assert len(sentences) == len(docs)
+
+
+def test_task_summary_budget_and_round_robin() -> None:
+    backend = ExtractiveBackend(merge_max_sentences=2, merge_max_chars=10_000)
+    docs = [_document_summary(k) for k in range(4)]
+    result = run(backend, SummaryKind.TASK, *docs)
+    sentences = split_sentences(result.text)
+    owners = [next(k for k, d in enumerate(docs) if s in d) for s in sentences]
+    # the budget grows to the number of documents: one sentence each (not two from two documents)
+    assert owners == [0, 1, 2, 3]
+    # a DOCUMENT merge keeps the plain merge budget
+    assert len(split_sentences(run(backend, SummaryKind.DOCUMENT, *docs).text)) == 2

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import pytest
+
 from docsum_shared.text import (
     cjk_ratio,
+    dehyphenate,
     detect_language,
     estimate_tokens,
+    fold_compatibility,
     is_cjk_char,
     sentence_spans,
     split_sentences,
@@ -180,3 +183,51 @@ def test_a_heading_line_of_pdf_text_is_not_glued_to_the_next_sentence() -> None:
         "A consumer reads records in order and commits its offset after\nthe work.",
         "A long line that wraps before a name keeps going on the line after it, as in\nKafka Streams.",
     ]
+
+
+# --------------------------------------------------------------------------------------------------
+# Compatibility characters and hyphenation
+
+
+def test_fold_compatibility_expands_ligatures_and_styled_letters() -> None:
+    # XeTeX/LuaTeX PDFs give ligature glyphs as single code points.
+    assert fold_compatibility("The misﬁts see things diﬀerently; ﬂow, oﬃce, baﬄe, ﬅ, ﬆ.") == (
+        "The misfits see things differently; flow, office, baffle, st, st."
+    )
+    assert fold_compatibility("Ĳssel ĳs ǆ ǈ ǋ ǲ ſ") == "IJssel ijs dž Lj Nj Dz s"
+    assert fold_compatibility("𝐀𝐁𝐂 𝑥 𝟏𝟐") == "ABC x 12"  # mathematical alphanumerics from PDFs
+    assert fold_compatibility("\ufedf\ufe8e") == "\u0644\u0627"  # Arabic presentation forms
+
+
+def test_fold_compatibility_leaves_cjk_punctuation_and_other_symbols_alone() -> None:
+    # NFKC would turn these into ASCII ("，" -> ",", "１" -> "1", "ｶ" -> "カ", "①" -> "1", "…" -> "..."),
+    # changing what the sentence splitter and the CJK joiner see.
+    text = "全角标点，；：！？（）「」１２３ＡＢＣ　ｶﾀｶﾅ ① Ⅱ x² ℃ ™ … café naïve Ω"
+    assert fold_compatibility(text) == text
+    assert split_sentences(fold_compatibility("第一句！第二句？")) == ["第一句！", "第二句？"]
+    assert fold_compatibility("") == ""
+
+
+def test_dehyphenate_joins_words_split_at_a_line_end() -> None:
+    assert dehyphenate("The term is de-\nfined below.") == "The term is defined\nbelow."
+    assert dehyphenate("a word that is de-\nfined.\nNext line.") == "a word that is defined.\nNext line."
+    assert dehyphenate("environ-\n  ments are") == "environments\nare"
+    assert dehyphenate("Straße und Stra-\nßen") == "Straße und Straßen"
+
+
+def test_dehyphenate_keeps_real_hyphens_and_everything_else() -> None:
+    # Ambiguous: a compound split at its own hyphen. Without other evidence it is joined (the
+    # documented choice); when the text writes the compound with a hyphen elsewhere and never
+    # without, the hyphen stays.
+    assert dehyphenate("an event-\ndriven design") == "an eventdriven\ndesign"
+    assert dehyphenate("event-driven systems are event-\ndriven.") == "event-driven systems are event-driven."
+    unchanged = [
+        "see Kafka-\nStreams",  # the next fragment starts upper-case
+        "version 3-\n4 of it",  # digits are not a word
+        "a list -\nnext",  # a dash after a space
+        "intro\n- item one\n- item two",  # list items
+        "de-\n\nfined",  # a paragraph break, not a line wrap
+        "x_y-\nz",  # not letters only
+    ]
+    for text in unchanged:
+        assert dehyphenate(text) == text, text

@@ -19,7 +19,6 @@ from pathlib import PurePosixPath
 from typing import Literal
 
 import docx
-from docsum_shared.text import dehyphenate, fold_compatibility
 from docx.exceptions import PythonDocxError
 from docx.opc.exceptions import OpcError
 from docx.text.paragraph import Paragraph
@@ -27,6 +26,8 @@ from lxml import etree
 from pypdf import PasswordType, PdfReader
 from pypdf.errors import PyPdfError
 from pypdf.generic import DictionaryObject, NullObject
+
+from docsum_shared.text import dehyphenate, fold_compatibility
 
 Format = Literal["pdf", "docx", "text"]
 
@@ -61,8 +62,7 @@ MSG_ENCODING = (
 )
 MSG_NO_TEXT = {
     "pdf": "no extractable text: the PDF seems to contain only scanned images; run OCR first",
-    "docx": "no extractable text: the Word document has no text in its body "
-    "(images, headers and footers are not read)",
+    "docx": "no extractable text: the Word document has no text in its body (images, headers and footers are not read)",
     "text": "no extractable text: the text file contains only whitespace",
 }
 
@@ -382,7 +382,12 @@ _MC = "{http://schemas.openxmlformats.org/markup-compatibility/2006}"
 _P, _TBL, _TR, _TC, _R = _W + "p", _W + "tbl", _W + "tr", _W + "tc", _W + "r"
 _SDT, _SDT_CONTENT, _CUSTOM_XML = _W + "sdt", _W + "sdtContent", _W + "customXml"
 _PLACEHOLDER = f"{_W}sdtPr/{_W}showingPlcHdr"
-_TEXT_BOX, _ALTERNATE, _CHOICE, _FALLBACK = _W + "txbxContent", _MC + "AlternateContent", _MC + "Choice", _MC + "Fallback"
+_TEXT_BOX, _ALTERNATE, _CHOICE, _FALLBACK = (
+    _W + "txbxContent",
+    _MC + "AlternateContent",
+    _MC + "Choice",
+    _MC + "Fallback",
+)
 # Inside a paragraph: wrappers whose runs are part of the text. Not listed, hence skipped: w:del and
 # w:moveFrom (tracked deletions; the text is read as if all changes were accepted), w:pPr, bookmarks,
 # comments, and math (m:oMath).

@@ -4,8 +4,12 @@ Works on English and Chinese (and mixed) text without any model or network:
 
 1. The input is cut into sentences (`docsum_shared.text.sentence_spans`: English abbreviations and
    decimals, Chinese 。！？；). Heading lines (``# ...``), table rows and fragments of fewer than three
-   words/characters are not candidates; exact repeats (after normalising case, spaces and
-   punctuation) are dropped, keeping the first.
+   words/characters are not candidates, and neither is what extracted documents are full of but
+   nobody wants quoted (`_is_candidate`): table-of-contents lines, lines of mostly digits and
+   punctuation, source code, and fragments that open with a lower-case connector ("and the ...",
+   "which ..."), left over where a sentence was cut apart. Stray closing brackets at the start of a
+   sentence are dropped, words hyphenated at a line end are joined, and exact repeats (after
+   normalising case, spaces and punctuation) are dropped, keeping the first.
 2. Each candidate becomes a TF-IDF vector over `tokens_for_similarity` (Latin words without
    stopwords, CJK character bigrams); the graph's edge weights are the cosine similarities.
 3. PageRank runs on that graph (damping 0.85, power iteration until the L1 change is below 1e-6,
@@ -16,12 +20,17 @@ Works on English and Chinese (and mixed) text without any model or network:
    diagonal, which costs O(non-zeros) per round - 2,000 sentences rank in a fraction of a second.
 4. The best-ranked sentences (ties: earlier first) are taken up to a budget, skipping any that is a
    near-duplicate (token Jaccard >= 0.7) of one already taken, and returned in their original order
-   with their original text, joined by a space (by nothing after a sentence ending in CJK).
+   with their original text, joined by a space (by nothing after a sentence ending in CJK). A TASK
+   merge of several documents goes round-robin instead: every document's best sentence (in document
+   order), then every document's second best, and so on, so that one document that shares words
+   with many others cannot fill the summary alone.
 
 Budgets. CHUNK: ``ceil(chunk_ratio * candidates)`` sentences clamped to [1, chunk_max_sentences], and
 at most ``max(chunk_ratio * len(input), 200)`` characters (never above ``chunk_max_chars``).
 DOCUMENT/TASK merges: when the de-duplicated input already fits ``merge_max_sentences`` and
-``merge_max_chars`` it is kept whole; otherwise the best sentences up to those limits. A non-empty
+``merge_max_chars`` it is kept whole; otherwise the best sentences up to those limits. A TASK merge
+may take one sentence per document even beyond ``merge_max_sentences``: its sentence budget is
+``max(merge_max_sentences, min(documents, 20))`` (the character budget stays). A non-empty
 input never yields an empty summary: with no usable candidate the first sentence (or the first 300
 characters) is returned, cut at a word boundary when too long.
 """
@@ -36,6 +45,8 @@ from dataclasses import dataclass
 
 from ..text import (
     CJK_SENTENCE_END,
+    cjk_ratio,
+    dehyphenate,
     estimate_tokens,
     is_cjk_char,
     sentence_spans,
@@ -57,27 +68,98 @@ class _Sentence:
     order: int  # position among all sentences of the request
     position: int  # position within its own text
     tokens: list[str]
+    source: int = 0  # index of its text in the request
 
 
 # The `length` option scales every sentence and character budget.
 _LENGTH_SCALE = {"brief": 0.5, "": 1.0, "detailed": 2.0}
 _TITLE_MAX_UNITS = 12
+_TASK_MAX_DOCUMENT_SENTENCES = 20
 _END_MARKS = CJK_SENTENCE_END + ".!?:"
 _LINE_BREAK_RE = re.compile(r"\s*\n\s*")
 
 
+# Table of contents: dot leaders ("....", ". . . .", "……"), a full stop left alone at the end by dot
+# leaders the splitter cut apart, a line that is a title followed by a page number ("2.1 Overview 4"),
+# and a page number in front of a section number ("4 2.4 Creating ...", the previous entry's page).
+_DOT_LEADERS_RE = re.compile(r"(?:\.[ \t]?){4,}|…{2,}|(?:·[ \t]?){4,}")
+_LONE_FULL_STOP_RE = re.compile(r"\s\.$")
+_TOC_ENTRY_RE = re.compile(r".*[^\W\d_][^\w\s]{0,2}[ \t]+(?:\d{1,4}|[ivxlc]{1,6})")
+_PAGE_THEN_SECTION_RE = re.compile(r"\d{1,4}\s+\d{1,3}(?:\.\d{1,3})+\s")
+# Code: characters rare in prose, typical first words, and numbered source listings ("261 \bbl@...").
+_CODE_CHARS = frozenset("{}[]();=<>\\$#%")
+_CODE_SHARE = 0.15
+_CODE_START_RE = re.compile(
+    r"(?:\\|[{}]|#\s*(?:include|define|if|ifn?def|endif|pragma|import)\b|//|/\*|<[A-Za-z/!?]"
+    r"|(?:def|class|import|from|return|elif|var|let|const|function|public|private|static|void|int)\s"
+    r"|\d{1,5}[ \t]*[\\{}@%#<]|[A-Za-z_][\w.]*[ \t]*(?:=|\+=|->|::)|[A-Za-z_]\w*\(.*\)[ \t]*[{;:]?$)",
+    re.ASCII,
+)
+# A sentence cannot start with these in lower case: it is the rest of a sentence cut apart.
+_CONNECTORS = frozenset(
+    """and or but nor so yet which that who whom whose where when while whereas because since although
+    though unless until than then as of to in on at by for from with without into onto upon the a an is
+    are was were be been being has have had its their this these those also hence thus therefore however
+    whether if""".split()
+)
+_FIRST_WORD_RE = re.compile(r"[A-Za-z]+")
+_STRAY_CLOSERS = ")]）】》」』〕"
+
+
+def _strip_stray_closers(sentence: str) -> str:
+    """Drop closing brackets a sentence opens with (the rest of the previous sentence's parenthesis)."""
+    return sentence.lstrip(_STRAY_CLOSERS + " \t\n") if sentence[:1] in _STRAY_CLOSERS else sentence
+
+
 def _is_candidate(sentence: str, min_units: int) -> bool:
-    if sentence.startswith(("#", "|")):
+    """Whether a sentence (its line breaks still in it) is prose worth quoting; see the module docstring."""
+    sentence = sentence.strip()
+    if not sentence or sentence.startswith(("#", "|")):
         return False
     units = estimate_tokens(sentence)  # words, each CJK character counting as one
     # A short line without an end mark is a title or a caption, not a sentence worth quoting.
     if units <= _TITLE_MAX_UNITS and sentence.rstrip(_CLOSERS)[-1:] not in _END_MARKS:
         return False
-    return units >= min_units
+    if units < min_units:
+        return False
+    return not (_is_contents(sentence) or _is_code_or_numbers(sentence) or _is_fragment(sentence))
+
+
+def _is_contents(sentence: str) -> bool:
+    if _DOT_LEADERS_RE.search(sentence) or _LONE_FULL_STOP_RE.search(sentence):
+        return True
+    if _PAGE_THEN_SECTION_RE.match(sentence):
+        return True
+    lines = [line.strip() for line in sentence.split("\n") if line.strip()]
+    entries = sum(1 for line in lines if _TOC_ENTRY_RE.fullmatch(line))
+    # The sentence ends in a page number (no end mark), or most of its lines do.
+    return bool(_TOC_ENTRY_RE.fullmatch(lines[-1])) or (entries >= 2 and entries > len(lines) / 2)
+
+
+def _is_code_or_numbers(sentence: str) -> bool:
+    chars = [c for c in sentence if not c.isspace()]
+    if sum(1 for c in chars if c.isalpha()) < 0.5 * len(chars):
+        return True  # mostly digits and punctuation: a table row, a log line, a formula
+    if _CODE_START_RE.match(sentence):
+        return True
+    if cjk_ratio(sentence) > 0.5:  # a few ASCII brackets weigh a lot among dense CJK characters
+        return False
+    return sum(1 for c in chars if c in _CODE_CHARS) >= _CODE_SHARE * len(chars)
+
+
+def _is_fragment(sentence: str) -> bool:
+    m = _FIRST_WORD_RE.match(sentence)
+    if m is None or m.group() not in _CONNECTORS:  # lower case only: "And" may open a sentence
+        return False
+    return cjk_ratio(sentence) <= 0.5  # "until 命令和 while 命令等价" is a Chinese sentence about `until`
 
 
 def _unwrap(sentence: str) -> str:
-    """Join the lines of a wrapped sentence (PDF text keeps its line breaks): a space, none between CJK."""
+    """Join the lines of a wrapped sentence (PDF text keeps its line breaks): a space, none between CJK.
+
+    A word hyphenated at a line end is joined first ("de-\\nfined" -> "defined"; see `dehyphenate`).
+    """
+    sentence = dehyphenate(sentence)
 
     def join(match: re.Match[str]) -> str:
         before = sentence[match.start() - 1 : match.start()]
@@ -258,18 +340,19 @@ class ExtractiveBackend(SummarizerBackend):
         all_sentences: list[str] = []
         candidates: list[_Sentence] = []
         seen: set[str] = set()
-        for text in texts:
+        for source, text in enumerate(texts):
             for position, (s, e) in enumerate(sentence_spans(text)):
-                sentence = _unwrap(text[s:e].strip())
+                raw = _strip_stray_closers(text[s:e].strip())
+                sentence = _unwrap(raw)
                 all_sentences.append(sentence)
-                if not _is_candidate(sentence, self.min_units):
+                if not _is_candidate(raw, self.min_units):
                     continue
                 key = _NORMALISE_RE.sub("", sentence.lower())
                 tokens = tokens_for_similarity(sentence)
                 if not key or not tokens or key in seen:
                     continue
                 seen.add(key)
-                candidates.append(_Sentence(sentence, len(all_sentences) - 1, position, tokens))
+                candidates.append(_Sentence(sentence, len(all_sentences) - 1, position, tokens, source))
         if not candidates:
             return self._fallback(all_sentences, texts)
 
@@ -281,6 +364,8 @@ class ExtractiveBackend(SummarizerBackend):
             soft_chars = min(hard_chars, max(int(self.chunk_ratio * scale * input_chars), 200))
         else:
             max_sentences = max(1, math.ceil(self.merge_max_sentences * scale))
+            if kind is SummaryKind.TASK:  # room for one sentence per document
+                max_sentences = max(max_sentences, min(len(texts), _TASK_MAX_DOCUMENT_SENTENCES))
             hard_chars = soft_chars = int(self.merge_max_chars * scale)
 
         if kind is not SummaryKind.CHUNK and self._fits(candidates, max_sentences, soft_chars):
@@ -289,6 +374,8 @@ class ExtractiveBackend(SummarizerBackend):
             prior = [1.0 + self.lead_bonus / (1 + c.position) for c in candidates]
             scores = textrank([c.tokens for c in candidates], prior)
             order = sorted(range(len(candidates)), key=lambda i: (-round(scores[i], 12), candidates[i].order))
+            if kind is SummaryKind.TASK and len(texts) > 1:
+                order = _round_robin(order, candidates)
 
         chosen: list[_Sentence] = []
         chosen_sets: list[set[str]] = []
@@ -319,10 +406,20 @@ class ExtractiveBackend(SummarizerBackend):
 
     @staticmethod
     def _fallback(sentences: list[str], texts: list[str]) -> str:
+        sentences = [_strip_stray_closers(s).strip() for s in sentences]
         for sentence in sentences:
             if sentence and not sentence.startswith("#"):
                 return _truncate(sentence, _FALLBACK_CHARS)
         for sentence in sentences:
             if sentence.strip("# \t"):
                 return _truncate(sentence.strip("# \t"), _FALLBACK_CHARS)
-        return _truncate(" ".join(t.strip() for t in texts), _FALLBACK_CHARS)
+        return _truncate(_strip_stray_closers(" ".join(t.strip() for t in texts)), _FALLBACK_CHARS)
+
+
+def _round_robin(order: list[int], candidates: list[_Sentence]) -> list[int]:
+    """Rank order regrouped: each text's best candidate (texts in order), then each one's second, ..."""
+    per_text: dict[int, list[int]] = {}
+    for i in order:
+        per_text.setdefault(candidates[i].source, []).append(i)
+    queues = [per_text[source] for source in sorted(per_text)]
+    return [queue[r] for r in range(max(map(len, queues))) for queue in queues if r < len(queue)]
