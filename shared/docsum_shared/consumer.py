@@ -106,6 +106,7 @@ class ConsumerService:
         await ensure_topics(self.settings)
         await self.producer.start()
         await self.consumer.start()
+        await self._wait_for_topics()
         self.consumer.subscribe(list(self.handlers), listener=_Rebalance(self))
         log.info("%s consuming %s (%d in flight)", self.name, ", ".join(self.handlers), self.max_inflight)
         beside: asyncio.Task[None] | None = (
@@ -137,6 +138,16 @@ class ConsumerService:
                 beside.cancel()
             await self.consumer.stop()
             await self.producer.stop()
+
+    async def _wait_for_topics(self, wait_s: float = 60.0) -> None:
+        """Until the broker's metadata lists every topic consumed. A topic created a moment ago may not
+        be there yet: subscribing then assigns none of its partitions, and the group is not rebalanced
+        before the next metadata refresh (metadata_max_age_ms, 5 minutes), so the service sits idle."""
+        deadline = asyncio.get_running_loop().time() + wait_s
+        while missing := set(self.handlers) - await self.consumer.topics():
+            if asyncio.get_running_loop().time() > deadline:
+                raise RuntimeError(f"{self.name}: topics missing from the cluster metadata: {sorted(missing)}")
+            await asyncio.sleep(0.2)
 
     def _start(self, partition: TopicPartition, record: ConsumerRecord) -> None:
         self._progress.setdefault(partition, _PartitionProgress()).add(record.offset)

@@ -52,7 +52,8 @@ class RateLimiter:
             "WITH booked AS ("
             " UPDATE llm_rate_limits SET"
             "  request_tat = greatest(request_tat, clock_timestamp()) + make_interval(secs => $2::float8 / factor),"
-            "  token_tat = greatest(token_tat, clock_timestamp()) + make_interval(secs => $3::float8 * $4::float8 / factor)"
+            "  token_tat = greatest(token_tat, clock_timestamp())"
+            "   + make_interval(secs => $3::float8 * $4::float8 / factor)"
             " WHERE key = $1"
             " RETURNING request_tat - make_interval(secs => $2::float8 / factor) AS request_slot,"
             "  token_tat - make_interval(secs => $3::float8 * $4::float8 / factor) AS token_slot)"
@@ -71,7 +72,8 @@ class RateLimiter:
     async def settle(self, reservation: Reservation, used_tokens: int) -> None:
         """Correct the token booking by what the call really used, and win back some rate."""
         await self.pool.execute(
-            "UPDATE llm_rate_limits SET token_tat = token_tat + make_interval(secs => $2::float8 * $3::float8 / factor),"
+            "UPDATE llm_rate_limits"
+            " SET token_tat = token_tat + make_interval(secs => $2::float8 * $3::float8 / factor),"
             " factor = least(1.0, factor + $4::float8) WHERE key = $1",
             self.key,
             float(used_tokens - reservation.tokens),
@@ -83,7 +85,8 @@ class RateLimiter:
         """The provider said 429: halve the rate for everybody and respect its Retry-After."""
         await self.pool.execute(
             "UPDATE llm_rate_limits SET factor = greatest($2::float8, factor * $3::float8),"
-            " request_tat = greatest(request_tat, clock_timestamp() + make_interval(secs => $4::float8)) WHERE key = $1",
+            " request_tat = greatest(request_tat, clock_timestamp() + make_interval(secs => $4::float8))"
+            " WHERE key = $1",
             self.key,
             _MIN_FACTOR,
             _DECREASE,

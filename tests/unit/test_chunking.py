@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from docsum_chunker.chunking import Chunk, SizeLevel, size_level, split_into_chunks
 from docsum_shared.text import sentence_spans
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from docsum_chunker.handler import announce, chunk_id, cut, should_announce_again
 from docsum_merger.handler import ChunkState, DocumentState, FailDocument, MergeChunks, decide_document, decide_task
 from docsum_parser.handler import Fail, StoredDocument, StoreText, already_done, parse
@@ -19,7 +20,6 @@ from docsum_shared.settings import Settings
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.base import SummaryKind
 from docsum_summarizer.handler import StoredChunk, needs_summary, should_report
-
 from tests.documents import english_prose
 
 SETTINGS = Settings(_env_file=None)
