@@ -9,6 +9,7 @@ import time
 import asyncpg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+
 from docsum_shared.events import Topic
 from docsum_shared.kafka import topic_partitions
 from docsum_shared.settings import Settings
