@@ -127,3 +127,33 @@ async def test_replay_changes_nothing(stack: Stack, db: asyncpg.Pool, llm) -> No
 
     assert await snapshot(db, created["task_id"]) == before
     assert llm.llm.count() == calls_before
+
+
+async def test_progress_streams_over_a_websocket(stack: Stack, llm) -> None:
+    import json
+
+    import websockets
+
+    llm.llm.configure(latency_s=0.2)  # slow enough to connect while the task runs
+    files = [("files", ("stream.txt", english_prose(24_000, seed=31).encode(), "text/plain"))]
+    ws_url = stack.gateway_url.replace("http://", "ws://")
+    async with stack.client() as client:
+        created = (await client.post("/v1/tasks", files=files)).json()
+    headers = {"Authorization": f"Bearer {stack.keys['alice']}"}
+    messages = []
+    async with asyncio.timeout(120):
+        async with websockets.connect(
+            f"{ws_url}/v1/tasks/{created['task_id']}/events", additional_headers=headers
+        ) as ws:
+            async for raw in ws:  # the server closes the socket once the task is final
+                messages.append(json.loads(raw))
+    llm.llm.configure(latency_s=0.0)
+    assert messages[0]["task_id"] == created["task_id"] and messages[0]["status"] == "PROCESSING"
+    kinds = [m.get("event") for m in messages[1:]]
+    assert "chunk-summarized" in kinds and "document-merged" in kinds
+    assert kinds[-1] == "task-events" and messages[-1]["status"] == "COMPLETED"
+
+    bob = f"{ws_url}/v1/tasks/{created['task_id']}/events?token={stack.keys['bob']}"
+    with pytest.raises(websockets.exceptions.WebSocketException):
+        async with websockets.connect(bob) as ws:
+            await ws.recv()

@@ -12,7 +12,8 @@ from docsum_shared.kafka import ensure_topics, make_producer
 from docsum_shared.settings import Settings, get_settings
 
 from .limits import BodySizeLimit
-from .routers import maintenance, tasks
+from .progress import ProgressHub
+from .routers import maintenance, progress, tasks
 from .security import parse_api_keys
 
 # Room for the multipart framing around the files themselves.
@@ -32,9 +33,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await ensure_topics(settings)
         app.state.producer = make_producer(settings)
         await app.state.producer.start()
+        app.state.progress = ProgressHub(settings)
+        app.state.progress.start()
         try:
             yield
         finally:
+            await app.state.progress.stop()
             await app.state.producer.stop()
             await app.state.pool.close()
 
@@ -43,6 +47,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.api_keys = api_keys
     app.include_router(tasks.router)
     app.include_router(maintenance.router)
+    app.include_router(progress.router)
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:
