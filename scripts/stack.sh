@@ -44,16 +44,20 @@ replicas() {
   for ((i = 2; i <= count; i++)); do echo "$service-$i"; done
 }
 
-# A fingerprint of the code the services run: `up` restarts a running service whose code changed.
+# A fingerprint of the code and the configuration the services run with: `up` restarts a running
+# service whose code or environment (DOCSUM_*, OPENAI_*, DATABASE_URL, KAFKA_*) changed.
 code_hash() {
-  (cd "$ROOT" && find shared services -name '*.py' -o -name '*.sql' | sort | xargs cat | cksum | cut -d' ' -f1)
+  {
+    (cd "$ROOT" && find shared services -name '*.py' -o -name '*.sql' | sort | xargs cat)
+    env | grep -E '^(DOCSUM_|OPENAI_|DATABASE_URL=|KAFKA_)' | sort
+  } | cksum | cut -d' ' -f1
 }
 
 start_service() {
   local name=$1
   if alive "$name"; then
     if [ "$(cat "$STATE/$name.code" 2>/dev/null)" = "$CODE" ]; then return; fi
-    echo "$name runs older code: restarting it"
+    echo "$name runs older code or settings: restarting it"
     stop_service "$name"
   fi
   echo "$CODE" > "$STATE/$name.code"
