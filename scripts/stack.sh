@@ -49,7 +49,7 @@ replicas() {
 code_hash() {
   {
     (cd "$ROOT" && find shared services -name '*.py' -o -name '*.sql' | sort | xargs cat)
-    env | grep -E '^(DOCSUM_|OPENAI_|DATABASE_URL=|KAFKA_)' | sort
+    env | grep -E '^(DOCSUM_|OPENAI_|DATABASE_URL=|KAFKA_)' | grep -vE '^DOCSUM_(API_KEY|GATEWAY_URL)=' | sort
   } | cksum | cut -d' ' -f1
 }
 
