@@ -1,0 +1,457 @@
+"""Crash recovery: kill -9 any service at any moment, restart it, and the task still finishes with
+nothing lost and no LLM call whose result was stored paid for twice.
+
+Every test runs its own stack (its own processes, topics and consumer groups), so killing a service
+never disturbs another test. The stand-in LLM (`llm`) is shared by the whole session, so each test
+puts a unique marker word in its documents' text and file names and looks only at the ledger
+entries whose prompt carries it. Its runtime config is restored after every test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+
+import asyncpg
+import httpx
+import pytest
+
+from tests.documents import chinese_prose, english_prose, make_docx, make_pdf
+from tests.fake_llm import FakeLLM, FakeLLMServer, LedgerEntry
+from tests.integration.conftest import FINAL, SERVICES, Stack, StackFactory, wait_for_task
+
+pytestmark = pytest.mark.integration
+
+INFLIGHT = 4  # per process: LLM calls of a summarizer, messages of every other service
+FAST = {
+    "DOCSUM_LLM_MAX_INFLIGHT": str(INFLIGHT),
+    "DOCSUM_MAX_INFLIGHT": str(INFLIGHT),
+    "DOCSUM_LEASE_TTL_S": "4",  # a killed summarizer's chunk is taken over within seconds
+}
+MERGE_PROMPT = "summaries of consecutive parts"
+_TEXT_SECTION = re.compile(r"<text>\n(.*?)\n</text>", re.S)
+
+
+# --- documents ----------------------------------------------------------------------------------
+
+
+def new_marker() -> str:
+    return f"mk{uuid.uuid4().hex[:10]}"
+
+
+def tagged(text: str, marker: str) -> str:
+    """Every paragraph starts with the marker, so every chunk (and its prompt) carries it."""
+    return "\n\n".join(f"{marker} {p}" for p in text.split("\n\n"))
+
+
+def txt(name: str, text: str) -> tuple[str, tuple[str, bytes, str]]:
+    return ("files", (name, text.encode(), "text/plain"))
+
+
+def pdf(name: str, pages: list[str]) -> tuple[str, tuple[str, bytes, str]]:
+    return ("files", (name, make_pdf(pages), "application/pdf"))
+
+
+def docx(name: str, text: str) -> tuple[str, tuple[str, bytes, str]]:
+    blocks = [("heading", 1, name)] + [("paragraph", p) for p in text.split("\n\n")]
+    mime = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+    return ("files", (name, make_docx(blocks), mime))
+
+
+def small_batch(marker: str, big_chars: int) -> list:
+    """One MEDIUM document of about big_chars / 1,850 chunks, and three small ones."""
+    return [
+        txt(f"{marker}-big.txt", tagged(english_prose(big_chars, seed=11), marker)),
+        pdf(f"{marker}-notes.pdf", [tagged(english_prose(1_500, seed=s), marker) for s in (12, 13)]),
+        docx(f"{marker}-memo.docx", tagged(english_prose(2_000, seed=14), marker)),
+        txt(f"{marker}-zh.txt", tagged(chinese_prose(1_200, seed=15), marker)),
+    ]
+
+
+# --- the stand-in's ledger ----------------------------------------------------------------------
+
+
+def ours(llm: FakeLLM, marker: str, since: float = 0.0) -> list[LedgerEntry]:
+    """This test's requests (the marker is in every prompt: chunk texts, file names, titles)."""
+    return [e for e in llm.entries() if marker in e.prompt and e.started >= since]
+
+
+def paid_twice(entries: list[LedgerEntry]) -> int:
+    """Answered requests whose prompt had been answered before."""
+    seen: set[str] = set()
+    repeated = 0
+    for entry in entries:
+        if entry.status == 200:
+            repeated += entry.prompt_sha256 in seen
+            seen.add(entry.prompt_sha256)
+    return repeated
+
+
+def chunk_text(entry: LedgerEntry) -> str | None:
+    found = _TEXT_SECTION.search(entry.user)
+    return found.group(1) if found else None
+
+
+def resent(entries: list[LedgerEntry], chunk_texts: set[str], after: float) -> list[LedgerEntry]:
+    """Requests that arrived after `after` for one of `chunk_texts`."""
+    return [e for e in entries if e.started > after and chunk_text(e) in chunk_texts]
+
+
+@pytest.fixture
+def stand_in(llm: FakeLLMServer) -> Iterator[FakeLLM]:
+    """The session's stand-in LLM; whatever a test changes in its config is undone afterwards."""
+    saved = llm.llm.config()
+    yield llm.llm
+    llm.llm.configure(**saved)
+    with llm.llm._lock:  # a hang_next a failed test left unused must not hit the next test
+        llm.llm._forced.clear()
+    llm.llm.wait_idle(10)
+
+
+@pytest.fixture
+def stacks(make_stack: StackFactory) -> Iterator[Callable[..., Stack]]:
+    """make_stack, plus: the stacks a test made are gone when it ends (no idle stacks eating the CPU)."""
+    made: list[Stack] = []
+
+    def make(services: tuple[str, ...] = SERVICES, **env: str) -> Stack:
+        made.append(make_stack(services, **env))
+        return made[-1]
+
+    yield make
+    for stack in made:
+        for name in list(stack.processes):
+            stack.kill(name)  # its topics and groups are never used again
+
+
+# --- Postgres -----------------------------------------------------------------------------------
+
+
+async def chunks_of(db: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
+    return await db.fetch(
+        "SELECT c.id, c.status, c.text, c.summary, c.lease_owner, c.lease_expires_at, d.filename"
+        " FROM chunks c JOIN documents d ON d.id = c.document_id WHERE d.task_id = $1 ORDER BY c.id",
+        task_id,
+    )
+
+
+async def completed_texts(db: asyncpg.Pool, task_id: str) -> set[str]:
+    return {c["text"] for c in await chunks_of(db, task_id) if c["status"] == "COMPLETED"}
+
+
+async def task_status(db: asyncpg.Pool, task_id: str) -> str | None:
+    return await db.fetchval("SELECT status FROM tasks WHERE id = $1", task_id)
+
+
+async def until(condition: Callable[[], Awaitable[bool]], what: str, stack: Stack, timeout: float = 60.0) -> None:
+    """Poll `condition` (bounded); fail with the services' logs if it never holds."""
+    deadline = time.monotonic() + timeout
+    while not await condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}\n{stack.log_tail()}")
+        await asyncio.sleep(0.05)
+
+
+async def _at_least(count: Callable[[], Awaitable[int]], n: int) -> bool:
+    return await count() >= n
+
+
+async def submit(client: httpx.AsyncClient, files: list, title: str) -> str:
+    response = await client.post("/v1/tasks", files=files, data={"title": title})
+    assert response.status_code == 201, response.text
+    return response.json()["task_id"]
+
+
+async def assert_complete(db: asyncpg.Pool, task: dict, marker: str) -> None:
+    """Every document and chunk finished, every summary stored."""
+    assert task["status"] == "COMPLETED", task
+    assert task["summary"]
+    for doc in task["documents"]:
+        assert doc["status"] == "COMPLETED" and doc["summary"], doc
+        assert doc["chunks"]["done"] == doc["chunks"]["total"], doc
+    chunks = await chunks_of(db, task["task_id"])
+    assert chunks and all(c["status"] == "COMPLETED" and c["summary"] for c in chunks)
+    assert all(marker in c["text"] for c in chunks)  # the ledger filter sees every chunk prompt
+
+
+# --- 1. kill -9 one service in the middle of a task --------------------------------------------
+
+
+async def kill_moment(victim: str, task_id: str, db: asyncpg.Pool, llm: FakeLLM, stack: Stack) -> None:
+    """Wait for the moment `victim` is killed at."""
+
+    async def big_chunks() -> list[asyncpg.Record]:
+        return [c for c in await chunks_of(db, task_id) if c["filename"].endswith("-big.txt")]
+
+    async def done_at_least(n: Callable[[int], int]) -> bool:
+        chunks = await big_chunks()
+        return bool(chunks) and sum(c["status"] == "COMPLETED" for c in chunks) >= n(len(chunks))
+
+    if victim in ("parser", "chunker"):
+        return  # right after the submission: it may or may not have finished something
+    if victim == "summarizer":
+        await until(lambda: done_at_least(lambda total: total // 2), "half of the chunks", stack)
+    elif victim == "gateway":
+        await until(lambda: done_at_least(lambda total: 5), "five chunks", stack)
+    elif victim == "merger":
+        # Slow calls from the last few chunks on, so the document merge is still in flight when the
+        # last chunk is stored: every chunk COMPLETED and a call in flight = the merge is running.
+        await until(lambda: done_at_least(lambda total: total - INFLIGHT), "the last chunks", stack)
+        llm.configure(latency_s=2.0)
+
+        async def merging() -> bool:
+            if not await done_at_least(lambda total: total) or llm.in_flight == 0:
+                return False
+            status = await db.fetchval(
+                "SELECT status FROM documents WHERE task_id = $1 AND filename LIKE '%-big.txt'", task_id
+            )
+            return status != "COMPLETED"
+
+        await until(merging, "the document merge", stack)
+
+
+@pytest.mark.parametrize("victim", SERVICES)
+async def test_kill_9_mid_task(victim: str, stacks: Callable[..., Stack], stand_in: FakeLLM, db: asyncpg.Pool) -> None:
+    """SIGKILL one service mid-task (see kill_moment), restart it: the task completes, no chunk stored
+    before the kill is sent to the LLM again, and at most the victim's calls in flight are paid twice."""
+    marker = new_marker()
+    stack = stacks(**FAST)
+    stand_in.configure(latency_s=0.2)
+    async with stack.client() as client:
+        task_id = await submit(client, small_batch(marker, 74_000), marker)
+        await kill_moment(victim, task_id, db, stand_in, stack)
+        done_before = await completed_texts(db, task_id)
+        stack.kill(victim)
+        killed_at = time.time()
+        stand_in.configure(latency_s=0.2)  # the merger's moment slowed the stand-in down
+        if victim == "gateway":
+            # The pipeline does not need the gateway: the task finishes while it is down.
+            await until(lambda: _final(db, task_id), "the task to finish without the gateway", stack, timeout=120)
+        stack.start(victim)
+        if victim == "gateway":
+            stack.wait_ready()
+        task = await wait_for_task(client, task_id, stack, timeout=120)
+    await asyncio.to_thread(stand_in.wait_idle, 10)
+
+    await assert_complete(db, task, marker)
+    total = len(await chunks_of(db, task_id))
+    if victim == "summarizer":
+        assert 0 < len(done_before) < total, "the kill was meant to land mid-document"
+    entries = ours(stand_in, marker)
+    if victim == "merger":
+        merges = [e for e in entries if MERGE_PROMPT in e.prompt and e.started < killed_at]
+        assert merges, "the kill was meant to land during the document merge"
+    assert not resent(entries, done_before, killed_at), "a chunk stored before the kill was sent again"
+    # Only a process that calls the LLM can lose an answer it was paid for: at most its calls in flight.
+    assert paid_twice(entries) <= (INFLIGHT if victim in ("summarizer", "merger") else 0)
+
+
+async def _final(db: asyncpg.Pool, task_id: str) -> bool:
+    return await task_status(db, task_id) in FINAL
+
+
+# --- 2. chaos: kill -9 a random service every few seconds ---------------------------------------
+
+CHAOS_INFLIGHT = 2
+CHAOS_S = 45.0
+
+
+def chaos_batch(marker: str) -> list:
+    """Twenty documents: two MEDIUM ones (~12 chunks each) and eighteen small ones of four kinds."""
+    files = [
+        txt(f"{marker}-medium-en.txt", tagged(english_prose(22_000, seed=60), marker)),
+        docx(f"{marker}-medium-zh.docx", tagged(chinese_prose(21_000, seed=61), marker)),
+    ]
+    for i in range(18):
+        seed, size = 70 + i, 800 + 200 * i
+        kind = i % 4
+        if kind == 0:
+            files.append(txt(f"{marker}-{i:02d}-en.txt", tagged(english_prose(size, seed=seed), marker)))
+        elif kind == 1:
+            files.append(txt(f"{marker}-{i:02d}-zh.md", tagged(chinese_prose(size // 2, seed=seed), marker)))
+        elif kind == 2:
+            files.append(pdf(f"{marker}-{i:02d}.pdf", [tagged(english_prose(size, seed=seed), marker)]))
+        else:
+            files.append(docx(f"{marker}-{i:02d}.docx", tagged(english_prose(size, seed=seed), marker)))
+    return files
+
+
+async def summaries(client: httpx.AsyncClient, task_id: str, stack: Stack) -> tuple[dict, dict[str, str]]:
+    task = await wait_for_task(client, task_id, stack, timeout=180)
+    return task, {d["filename"]: d["summary"] for d in task["documents"]}
+
+
+async def test_chaos_kill_9_random_services(
+    stacks: Callable[..., Stack], stand_in: FakeLLM, db: asyncpg.Pool, infra: dict[str, str]
+) -> None:
+    marker = new_marker()
+    files = chaos_batch(marker)
+
+    # The clean run: its own database (so the chaos run finds no cached answer), no kill.
+    clean_db = f"docsum_clean_{uuid.uuid4().hex[:12]}"
+    await db.execute(f'CREATE DATABASE "{clean_db}"')
+    try:
+        clean = stacks(**FAST, DATABASE_URL=infra["DATABASE_URL"].rpartition("/")[0] + "/" + clean_db)
+        async with clean.client() as client:
+            expected_task, expected = await summaries(client, await submit(client, files, marker), clean)
+        for name in list(clean.processes):
+            clean.kill(name)
+    finally:
+        await db.execute(f'DROP DATABASE IF EXISTS "{clean_db}" WITH (FORCE)')
+    assert expected_task["status"] == "COMPLETED", expected_task
+
+    # The same documents with kills: a random service every few seconds, restarted at once or soon.
+    stack = stacks(
+        **{**FAST, "DOCSUM_LLM_MAX_INFLIGHT": str(CHAOS_INFLIGHT), "DOCSUM_MAX_INFLIGHT": str(CHAOS_INFLIGHT)}
+    )
+    stand_in.configure(latency_s=0.8, jitter_s=0.4)
+    started = time.time()
+    async with stack.client() as client:
+        task_id = await submit(client, files, marker)
+    rng = random.Random(20_240_611)
+    kills: list[str] = []
+    chaos_end = time.monotonic() + CHAOS_S
+    while time.monotonic() < chaos_end and not await _final(db, task_id):
+        await asyncio.sleep(rng.uniform(1.5, 3.5))  # pacing the chaos, not waiting for anything
+        victim = rng.choice(SERVICES)
+        stack.kill(victim)
+        kills.append(victim)
+        if rng.random() < 0.5:
+            await asyncio.sleep(rng.uniform(0.2, 2.0))
+        stack.start(victim)
+    stand_in.configure(latency_s=0.1, jitter_s=0.0)
+    stack.wait_ready()
+    async with stack.client() as client:
+        task, got = await summaries(client, task_id, stack)
+    await asyncio.to_thread(stand_in.wait_idle, 10)
+    print(f"\nchaos: {len(kills)} kills {kills}, {time.time() - started:.0f}s")
+
+    await assert_complete(db, task, marker)
+    assert len(kills) >= 5, f"the task finished before the chaos got going: {kills}"
+    assert got == expected
+    assert task["summary"] == expected_task["summary"]
+    assert paid_twice(ours(stand_in, marker, since=started)) <= len(kills) * CHAOS_INFLIGHT
+
+
+# --- 3. SIGTERM: the summarizer drains ----------------------------------------------------------
+
+DRAIN_S = 4
+
+
+async def test_sigterm_drains_the_summarizer(stacks: Callable[..., Stack], stand_in: FakeLLM, db: asyncpg.Pool) -> None:
+    """SIGTERM with calls in flight: the ones that answer within the drain are stored, the hung ones are
+    handed back (chunk PENDING, no lease, offset uncommitted), and the process exits by itself."""
+    marker = new_marker()
+    # A long lease: a chunk left SUMMARIZING by the stopped process would hold the restart back a minute.
+    stack = stacks(**{**FAST, "DOCSUM_LEASE_TTL_S": "60", "DOCSUM_DRAIN_TIMEOUT_S": str(DRAIN_S)})
+    stand_in.configure(latency_s=1.5)
+
+    async def completed() -> int:
+        return sum(c["status"] == "COMPLETED" for c in await chunks_of(db, task_id))
+
+    async with stack.client() as client:
+        files = [txt(f"{marker}-drain.txt", tagged(english_prose(20_000, seed=40), marker))]
+        task_id = await submit(client, files, marker)
+        await until(lambda: _at_least(completed, 2), "two chunks", stack)
+        stand_in.hang_next(2)  # two calls that never answer, beside ordinary ones shorter than the drain
+
+        async def hung_and_busy() -> bool:  # both hangs taken (the queue is private) and one more call
+            return not stand_in._forced and stand_in.in_flight >= 3
+
+        await until(hung_and_busy, "two hung calls in flight", stack)
+        process = stack.processes["summarizer"]
+        asked_at = time.time()
+        stack.stop("summarizer", timeout=DRAIN_S + 10)  # SIGTERM; SIGKILL only if it does not exit
+        stopped_at = time.time()
+        assert process.returncode == 0, f"the summarizer did not exit by itself\n{stack.log_tail()}"
+
+        chunks = await chunks_of(db, task_id)
+        assert not [c["id"] for c in chunks if c["status"] == "SUMMARIZING" or c["lease_owner"]]
+        done_at_stop = {c["text"] for c in chunks if c["status"] == "COMPLETED"}
+        await asyncio.to_thread(stand_in.wait_idle, 5)
+        entries = ours(stand_in, marker)
+        handed_back = [e for e in entries if e.hung]
+        assert len(handed_back) == 2 and all(e.status == 499 for e in handed_back)  # abandoned, not paid
+        assert not done_at_stop & {chunk_text(e) for e in handed_back}
+        finished_in_drain = [e for e in entries if e.status == 200 and e.started < asked_at < e.finished]
+        assert finished_in_drain and {chunk_text(e) for e in finished_in_drain} <= done_at_stop
+
+        stand_in.configure(latency_s=0.2)
+        stack.start("summarizer")
+        task = await wait_for_task(client, task_id, stack, timeout=90)
+    await asyncio.to_thread(stand_in.wait_idle, 10)
+
+    await assert_complete(db, task, marker)
+    entries = ours(stand_in, marker)
+    assert not resent(entries, done_at_stop, stopped_at), "a chunk stored before the stop was sent again"
+    assert paid_twice(entries) == 0
+
+
+# --- 4. a call slower than max_poll_interval_ms -------------------------------------------------
+
+
+async def test_llm_call_slower_than_poll_interval(
+    stacks: Callable[..., Stack], stand_in: FakeLLM, db: asyncpg.Pool
+) -> None:
+    """aiokafka issue #848: a consumer that does not poll within max_poll_interval_ms leaves its group,
+    its messages go to another member (or to itself after rejoining) and are paid for again."""
+    marker = new_marker()
+    stack = stacks(**FAST, DOCSUM_MAX_POLL_INTERVAL_MS="3000")
+    stand_in.configure(latency_s=4.5)  # every chunk call outlives the poll interval; 4 in flight, 5 chunks
+
+    async with stack.client() as client:
+        files = [txt(f"{marker}-slow.txt", tagged(english_prose(9_000, seed=50), marker))]  # 5 chunks
+        task_id = await submit(client, files, marker)
+
+        async def chunks_done() -> bool:
+            chunks = await chunks_of(db, task_id)
+            return len(chunks) == 5 and all(c["status"] == "COMPLETED" for c in chunks)
+
+        await until(chunks_done, "the slow chunks", stack, timeout=90)
+        stand_in.configure(latency_s=0.0)  # the merge need not be slow
+        task = await wait_for_task(client, task_id, stack, timeout=60)
+    await asyncio.to_thread(stand_in.wait_idle, 10)
+
+    await assert_complete(db, task, marker)
+    entries = ours(stand_in, marker)
+    chunk_calls = [e for e in entries if chunk_text(e) is not None]
+    assert len(chunk_calls) == len(await chunks_of(db, task["task_id"])) == 5, "a chunk was called twice"
+    assert paid_twice(entries) == 0
+    log = (stack.logs / "summarizer.log").read_text(errors="replace")
+    assert log.count("summarizer: assigned") == 1, "the summarizer left its group and joined again"
+
+
+# --- 5. two replicas and rebalances -------------------------------------------------------------
+
+
+async def test_rebalance_pays_no_chunk_twice(stacks: Callable[..., Stack], stand_in: FakeLLM, db: asyncpg.Pool) -> None:
+    """Partitions move between summarizers mid-task (a third replica joins, then one leaves): the
+    drain on revoke and the chunk lease keep every chunk in one member's hands."""
+    marker = new_marker()
+    services = ("parser", "chunker", "summarizer", "summarizer-2", "merger", "gateway")
+    stack = stacks(services, **{**FAST, "DOCSUM_LLM_MAX_INFLIGHT": "2"})
+    stand_in.configure(latency_s=0.4)
+
+    def summarized_by(name: str) -> int:
+        path = stack.logs / f"{name}.log"
+        return path.read_text(errors="replace").count("summarized") if path.exists() else 0
+
+    async with stack.client() as client:
+        files = [txt(f"{marker}-book.txt", tagged(english_prose(150_000, seed=80), marker))]  # ~80 chunks
+        task_id = await submit(client, files, marker)
+        stack.start("summarizer-3")  # it joins while the first two share the chunks: a rebalance
+
+        async def third_at_work() -> bool:
+            return summarized_by("summarizer-3") > 0
+
+        await until(third_at_work, "the third replica to summarize a chunk", stack, timeout=90)
+        assert not await _final(db, task_id), "the task finished before the rebalance"
+        stack.stop("summarizer-2")  # a clean leave: one more rebalance
+        task = await wait_for_task(client, task_id, stack, timeout=120)
+    await asyncio.to_thread(stand_in.wait_idle, 10)
+
+    await assert_complete(db, task, marker)
+    assert paid_twice(ours(stand_in, marker)) == 0
