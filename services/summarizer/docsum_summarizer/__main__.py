@@ -37,7 +37,7 @@ MAX_RATE_LIMIT_WAITS = 100
 
 def build_handlers(settings: Settings, pool: asyncpg.Pool) -> list[Consumer]:
     llm = Summarizing.from_settings(settings, pool)
-    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    process = f"{socket.gethostname()}:{os.getpid()}"
     calls = asyncio.Semaphore(settings.llm_max_inflight)  # LLM calls in flight in this process
 
     async def on_chunk(event: Event) -> list[Event]:
@@ -46,41 +46,44 @@ def build_handlers(settings: Settings, pool: asyncpg.Pool) -> list[Consumer]:
         if isinstance(event, ChunkRetry):
             failed_before = event.failures
             await asyncio.sleep(max(0.0, (event.not_before - datetime.now(UTC)).total_seconds()))
+        # Each handling claims under its own name: two deliveries of one chunk in this process (a
+        # re-drive beside a delayed retry) exclude each other as two processes would.
+        lease = f"{process}:{uuid.uuid4().hex[:12]}"
         while True:
             chunk = await repository.load(pool, event.chunk_id)
             if chunk is None:
                 raise PermanentError(f"chunk {event.chunk_id} of document {event.document_id} is not stored")
             if not needs_summary(chunk):
                 return [report(event)] if should_report(chunk) else []
-            claim = await repository.claim(pool, event.chunk_id, owner, settings.lease_ttl_s)
+            claim = await repository.claim(pool, event.chunk_id, lease, settings.lease_ttl_s)
             if claim is Claim.TAKEN:
-                later = await summarize_under_lease(event, llm.fit_chunk(request_for(chunk)), failed_before)
+                later = await summarize_under_lease(event, llm.fit_chunk(request_for(chunk)), failed_before, lease)
                 if later is not None:
                     return [later]
             elif claim is Claim.HELD:
                 await asyncio.sleep(min(2.0, settings.lease_ttl_s / 4))  # another process is on it
 
     async def summarize_under_lease(
-        event: ChunkCreated, request: SummaryRequest, failed_before: int
+        event: ChunkCreated, request: SummaryRequest, failed_before: int, lease: str
     ) -> ChunkRetry | None:
-        renewer = asyncio.create_task(keep_lease(event.chunk_id))
+        renewer = asyncio.create_task(keep_lease(event.chunk_id, lease))
         try:
             later = await call_with_retries(event, request, failed_before)
             if later is not None:  # through the retry topic: free the chunk until then
-                await repository.release(pool, event.chunk_id, owner)
+                await repository.release(pool, event.chunk_id, lease)
             return later
         except asyncio.CancelledError:
             # Shutting down mid-call: hand the chunk back so its next owner starts at once.
-            await asyncio.shield(repository.release(pool, event.chunk_id, owner))
+            await asyncio.shield(repository.release(pool, event.chunk_id, lease))
             raise
         finally:
             renewer.cancel()
 
-    async def keep_lease(chunk_id: str) -> None:
+    async def keep_lease(chunk_id: str, lease: str) -> None:
         while True:
             await asyncio.sleep(settings.lease_ttl_s / 3)
             with contextlib.suppress(Exception):  # a missed renewal is retried; expiry is the backstop
-                await repository.renew(pool, chunk_id, owner, settings.lease_ttl_s)
+                await repository.renew(pool, chunk_id, lease, settings.lease_ttl_s)
 
     async def call_with_retries(event: ChunkCreated, request: SummaryRequest, failed_before: int) -> ChunkRetry | None:
         """Summarize and store; returns the retry event when the failures should wait for a later round."""
