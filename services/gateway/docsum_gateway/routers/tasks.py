@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import asyncpg
@@ -198,44 +200,50 @@ async def get_failures(task_id: str, owner: OwnerDep, pool: PoolDep) -> list[Fai
     ]
 
 
-@router.post("/{task_id}/pause", response_model=LifecycleResult)
-async def pause(task_id: str, owner: OwnerDep, pool: PoolDep, producer: ProducerDep, settings: SettingsDep):
-    """Work in flight finishes and is stored; no new LLM call starts for this task."""
-    await _owned(pool, owner, task_id)
-    if not await lifecycle.pause(pool, task_id):
-        raise await _conflict(pool, task_id, "paused")
-    await publish(producer, settings, [TaskEvent(task_id=task_id, status=TaskStatus.PAUSED)])
-    return LifecycleResult(task_id=task_id, status=TaskStatus.PAUSED)
+@dataclass(frozen=True)
+class _Control:
+    """One lifecycle route: the guarded transition, what it is called in a 409, and what follows it."""
+
+    move: Callable[[asyncpg.Pool, str], Awaitable[bool | int]]
+    verb: str
+    status: TaskStatus  # the task's status after it
+    redrive: bool  # re-drive the freed work from Postgres (else: announce the new status)
+    doc: str
 
 
-@router.post("/{task_id}/resume", response_model=LifecycleResult)
-async def resume(task_id: str, owner: OwnerDep, pool: PoolDep, producer: ProducerDep, settings: SettingsDep):
-    """Back to PROCESSING; the remaining work is re-driven from Postgres."""
-    await _owned(pool, owner, task_id)
-    if not await lifecycle.resume(pool, task_id):
-        raise await _conflict(pool, task_id, "resumed")
-    published = await redrive_task(pool, producer, settings, task_id)
-    return LifecycleResult(task_id=task_id, status=TaskStatus.PROCESSING, redriven_events=published)
+_CONTROLS = {
+    "pause": _Control(lifecycle.pause, "paused", TaskStatus.PAUSED, False,
+                      "Work in flight finishes and is stored; no new LLM call starts for this task."),
+    "resume": _Control(lifecycle.resume, "resumed", TaskStatus.PROCESSING, True,
+                       "Back to PROCESSING; the remaining work is re-driven from Postgres."),
+    "cancel": _Control(lifecycle.cancel, "cancelled", TaskStatus.CANCELLED, False,
+                       "Terminal: nothing more is spent on the task."),
+    "retry": _Control(lifecycle.retry_failed, "retried (nothing failed)", TaskStatus.PROCESSING, True,
+                      "Re-drive the FAILED documents and chunks; every stored summary is reused."),
+}  # fmt: skip
 
 
-@router.post("/{task_id}/cancel", response_model=LifecycleResult)
-async def cancel(task_id: str, owner: OwnerDep, pool: PoolDep, producer: ProducerDep, settings: SettingsDep):
-    """Terminal: nothing more is spent on the task."""
-    await _owned(pool, owner, task_id)
-    if not await lifecycle.cancel(pool, task_id):
-        raise await _conflict(pool, task_id, "cancelled")
-    await publish(producer, settings, [TaskEvent(task_id=task_id, status=TaskStatus.CANCELLED)])
-    return LifecycleResult(task_id=task_id, status=TaskStatus.CANCELLED)
+def _control_route(action: str, control: _Control) -> None:
+    async def route(
+        task_id: str, owner: OwnerDep, pool: PoolDep, producer: ProducerDep, settings: SettingsDep
+    ) -> LifecycleResult:
+        await _owned(pool, owner, task_id)
+        if not await control.move(pool, task_id):
+            raise await _conflict(pool, task_id, control.verb)
+        if control.redrive:
+            published = await redrive_task(pool, producer, settings, task_id)
+            return LifecycleResult(task_id=task_id, status=control.status, redriven_events=published)
+        await publish(producer, settings, [TaskEvent(task_id=task_id, status=control.status)])
+        return LifecycleResult(task_id=task_id, status=control.status)
+
+    router.add_api_route(
+        f"/{{task_id}}/{action}", route, methods=["POST"], response_model=LifecycleResult, name=action,
+        description=control.doc,
+    )  # fmt: skip
 
 
-@router.post("/{task_id}/retry", response_model=LifecycleResult)
-async def retry(task_id: str, owner: OwnerDep, pool: PoolDep, producer: ProducerDep, settings: SettingsDep):
-    """Re-drive the FAILED documents and chunks; every stored summary is reused."""
-    await _owned(pool, owner, task_id)
-    if not await lifecycle.retry_failed(pool, task_id):
-        raise await _conflict(pool, task_id, "retried (nothing failed)")
-    published = await redrive_task(pool, producer, settings, task_id)
-    return LifecycleResult(task_id=task_id, status=TaskStatus.PROCESSING, redriven_events=published)
+for _action, _control in _CONTROLS.items():
+    _control_route(_action, _control)
 
 
 async def _owned(pool: asyncpg.Pool, owner: str, task_id: str) -> None:
