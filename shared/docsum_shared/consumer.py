@@ -2,7 +2,7 @@
 
 A service gives one async handler per topic. The handler stores its state and returns the events to
 emit; the shell publishes them, waits for Kafka's acknowledgement, and only then counts the message as
-done. Delivery is at-least-once, so handlers are idempotent (see ARCHITECTURE.md, "the one rule").
+done. Delivery is at-least-once, so handlers are idempotent (README, "How it works").
 
 Concurrency: up to `max_inflight` messages are handled at once, messages with the same key one after
 another in offset order. Per partition the committed offset is the lowest one not yet done, so a crash
