@@ -30,6 +30,7 @@ Clean-up of extracted text
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from collections.abc import Iterator
@@ -98,6 +99,18 @@ def estimate_tokens(text: str) -> int:
 
 
 _ESTIMATE_RE = re.compile(f"[{_CJK}]|[^\\W_{_CJK}]+")
+
+
+# An upper estimate for budgets (a request judged to fit must fit): a CJK character or CJK/full-width
+# punctuation mark is about a token, other text about 3.2 characters a token (real tokenizers: ~4).
+_TOKEN_CJK_RE = re.compile(f"[{_CJK}\u3000-\u303f\uff00-\uffef]")
+_LATIN_CHARS_PER_TOKEN = 3.2
+
+
+def estimate_tokens_upper(text: str) -> int:
+    cjk = len(_TOKEN_CJK_RE.findall(text))
+    return cjk + math.ceil((len(text) - cjk) / _LATIN_CHARS_PER_TOKEN)
+
 
 # --------------------------------------------------------------------------------------------------
 # Clean-up of extracted text

@@ -9,24 +9,19 @@ provider's own count.
 from __future__ import annotations
 
 import math
-import re
 import threading
 from dataclasses import replace
 
+from ..text import estimate_tokens_upper
 from .base import SummaryKind, SummaryRequest
 from .prompts import build_messages
 
-_CJK_RE = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af\uff00-\uffef\u3000-\u303f]")
-_LATIN_CHARS_PER_TOKEN = 3.2
 _PER_MESSAGE = 4  # role and framing tokens of the chat format
 # What a summary answer costs at most, reserved in the budget and the rate limiter.
 COMPLETION_RESERVE = 600
 
 
-def estimate_text_tokens(text: str) -> int:
-    cjk = len(_CJK_RE.findall(text))
-    other = len(text) - cjk
-    return cjk + math.ceil(other / _LATIN_CHARS_PER_TOKEN)
+estimate_text_tokens = estimate_tokens_upper
 
 
 class TokenCalibration:
