@@ -10,9 +10,11 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
+
+E = TypeVar("E", bound="Event")
 
 
 def _now() -> datetime:
@@ -25,8 +27,15 @@ class Event(BaseModel):
     event_id: str = Field(default_factory=lambda: uuid.uuid4().hex)
     schema_version: int = 1
     occurred_at: datetime = Field(default_factory=_now)
-    trace_id: str | None = None
+    # One trace per submission, carried from each event to the events it causes (see `next`).
+    trace_id: str | None = Field(default_factory=lambda: uuid.uuid4().hex)
+    causation_id: str | None = None  # the event_id of the event that caused this one
     task_id: str
+
+    def next(self, model: type[E], **fields: Any) -> E:
+        """An event caused by this one: the same trace and (unless given) the same task."""
+        fields.setdefault("task_id", self.task_id)
+        return model(trace_id=self.trace_id or self.event_id, causation_id=self.event_id, **fields)
 
     def key(self) -> str:
         """The partition key: decides ordering and which consumer owns the event."""
