@@ -2,7 +2,8 @@
 
 Events carry intents and ids, never document bytes or texts: Postgres holds the state. New fields are
 optional so that older consumers and external publishers keep working; `schema_version` is raised
-only for a change that old consumers cannot read.
+only for a change that old consumers cannot read. The JSON Schema of every topic is generated from
+these models into contracts/ (`make contracts`, see contracts.py).
 """
 
 from __future__ import annotations
@@ -10,9 +11,12 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from .levels import SizeLevel
+from .states import TaskStatus
 
 E = TypeVar("E", bound="Event")
 
@@ -24,13 +28,29 @@ def _now() -> datetime:
 class Event(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
-    event_id: str = Field(default_factory=lambda: uuid.uuid4().hex)
-    schema_version: int = 1
-    occurred_at: datetime = Field(default_factory=_now)
-    # One trace per submission, carried from each event to the events it causes (see `next`).
-    trace_id: str | None = Field(default_factory=lambda: uuid.uuid4().hex)
-    causation_id: str | None = None  # the event_id of the event that caused this one
-    task_id: str
+    # The field whose value is the Kafka message key (see `key`); published in the schema as x-kafka-key.
+    KEY_FIELD: ClassVar[str] = "task_id"
+
+    event_id: str = Field(
+        default_factory=lambda: uuid.uuid4().hex,
+        description="Unique id of this event; the causation_id of the events it causes.",
+    )
+    schema_version: int = Field(
+        default=1, description="Raised only for a change that consumers of the previous version cannot read."
+    )
+    occurred_at: datetime = Field(default_factory=_now, description="When the event was created (UTC).")
+    trace_id: str | None = Field(
+        default_factory=lambda: uuid.uuid4().hex,
+        description=(
+            "Copied from each event to the events it causes, so that one id follows a submission through"
+            " the pipeline; a root event (a submission, a re-drive) starts a new one."
+        ),
+    )
+    causation_id: str | None = Field(
+        default=None,
+        description="The event_id of the event that caused this one; null for a root event.",
+    )
+    task_id: str = Field(description="The task (one submission of one or more documents) the event belongs to.")
 
     def next(self, model: type[E], **fields: Any) -> E:
         """An event caused by this one: the same trace and (unless given) the same task."""
@@ -39,7 +59,7 @@ class Event(BaseModel):
 
     def key(self) -> str:
         """The partition key: decides ordering and which consumer owns the event."""
-        return self.task_id
+        return str(getattr(self, self.KEY_FIELD))
 
     def to_bytes(self) -> bytes:
         return self.model_dump_json().encode()
@@ -52,22 +72,20 @@ class DocumentSubmitted(Event):
     owner: str
     filename: str
     content_type: str | None = None
-    blob_sha256: str
+    blob_sha256: str = Field(description="The sha256 (hex) under which the document's bytes are stored.")
     size_bytes: int = Field(ge=0)
 
-    def key(self) -> str:
-        return self.document_id
+    KEY_FIELD = "document_id"
 
 
 class DocumentParsed(Event):
     """The document's plain text is stored; its size level is known."""
 
     document_id: str
-    text_chars: int = Field(ge=0)
-    size_level: str
+    text_chars: int = Field(ge=0, description="Length of the stored plain text, in characters.")
+    size_level: SizeLevel
 
-    def key(self) -> str:
-        return self.document_id
+    KEY_FIELD = "document_id"
 
 
 class ChunkCreated(Event):
@@ -75,17 +93,16 @@ class ChunkCreated(Event):
 
     document_id: str
     chunk_id: str
-    chunk_index: int = Field(ge=0)
+    chunk_index: int = Field(ge=0, description="The chunk's position in its document, from 0.")
 
-    def key(self) -> str:
-        return self.chunk_id
+    KEY_FIELD = "chunk_id"
 
 
 class ChunkRetry(ChunkCreated):
     """A chunk whose LLM calls kept failing for a passing reason: try again at `not_before`."""
 
-    not_before: datetime
-    failures: int = Field(ge=0)  # attempts that failed so far
+    not_before: datetime = Field(description="Not to be tried again before this time.")
+    failures: int = Field(ge=0, description="How many attempts failed so far.")
 
 
 class ChunkSummarized(Event):
@@ -93,13 +110,14 @@ class ChunkSummarized(Event):
 
     document_id: str
     chunk_id: str
-    chunk_index: int = Field(ge=0)
+    chunk_index: int = Field(ge=0, description="The chunk's position in its document, from 0.")
 
-    def key(self) -> str:
-        return self.document_id
+    KEY_FIELD = "document_id"
 
 
 class DocumentOutcome(StrEnum):
+    """How a document ended."""
+
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
 
@@ -114,7 +132,7 @@ class DocumentMerged(Event):
 class TaskEvent(Event):
     """Task lifecycle that has no pipeline topic of its own (finished, paused, expired...)."""
 
-    status: str
+    status: TaskStatus = Field(description="The task's status after the change this event reports.")
     detail: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -4,6 +4,8 @@ from enum import StrEnum
 
 
 class SizeLevel(StrEnum):
+    """How a document's text is cut and merged, decided by its length in characters."""
+
     SMALL = "SMALL"  # one chunk: the chunk summary is the document summary
     MEDIUM = "MEDIUM"
     LARGE = "LARGE"

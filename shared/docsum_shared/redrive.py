@@ -21,6 +21,7 @@ from .events import (
     Event,
 )
 from .kafka import publish
+from .levels import SizeLevel, size_level
 from .settings import Settings
 from .states import CHUNK_FINAL, DOCUMENT_FINAL, ChunkStatus, DocumentStatus
 
@@ -34,7 +35,7 @@ class DocumentRow:
     blob_sha256: str
     size_bytes: int
     text_chars: int | None
-    size_level: str | None
+    size_level: SizeLevel | None
 
 
 @dataclass(frozen=True)
@@ -56,12 +57,12 @@ def plan(task_id: str, owner: str, documents: list[DocumentRow], chunks: dict[st
                 )
             )  # fmt: skip
         elif doc.status is DocumentStatus.CHUNKING:
-            events.append(
-                DocumentParsed(
-                    task_id=task_id, document_id=doc.id, text_chars=doc.text_chars or 0, size_level=doc.size_level or ""
-                )
-            )
-        elif doc.status in (DocumentStatus.SUMMARIZING, DocumentStatus.MERGING):
+            text_chars = doc.text_chars or 0
+            # The parser stores the level with the CHUNKING status in one update; the fallback (default
+            # thresholds) only keeps a row without one moving.
+            level = doc.size_level or size_level(text_chars)
+            events.append(DocumentParsed(task_id=task_id, document_id=doc.id, text_chars=text_chars, size_level=level))
+        elif doc.status is DocumentStatus.SUMMARIZING:
             rows = chunks.get(doc.id, [])
             unfinished = [c for c in rows if c.status not in CHUNK_FINAL]
             for c in unfinished:
@@ -88,10 +89,19 @@ async def redrive_task(pool: asyncpg.Pool, producer: AIOKafkaProducer, settings:
         " FROM documents WHERE task_id = $1 ORDER BY position",
         task_id,
     )
-    documents = [DocumentRow(**{**dict(r), "status": DocumentStatus(r["status"])}) for r in doc_rows]
+    documents = [
+        DocumentRow(
+            **{
+                **dict(r),
+                "status": DocumentStatus(r["status"]),
+                "size_level": SizeLevel(r["size_level"]) if r["size_level"] else None,
+            }
+        )
+        for r in doc_rows
+    ]
     chunk_rows = await pool.fetch(
         "SELECT c.document_id, c.id, c.chunk_index, c.status FROM chunks c JOIN documents d ON d.id = c.document_id"
-        " WHERE d.task_id = $1 AND d.status IN ('SUMMARIZING', 'MERGING') ORDER BY c.document_id, c.chunk_index",
+        " WHERE d.task_id = $1 AND d.status = 'SUMMARIZING' ORDER BY c.document_id, c.chunk_index",
         task_id,
     )
     chunks: dict[str, list[ChunkRow]] = {}

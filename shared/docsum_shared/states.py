@@ -4,6 +4,8 @@ from enum import StrEnum
 
 
 class TaskStatus(StrEnum):
+    """A task's status, as stored in Postgres and reported on task-events."""
+
     PENDING = "PENDING"
     PROCESSING = "PROCESSING"
     PAUSED = "PAUSED"
@@ -19,7 +21,6 @@ class DocumentStatus(StrEnum):
     PARSING = "PARSING"
     CHUNKING = "CHUNKING"
     SUMMARIZING = "SUMMARIZING"
-    MERGING = "MERGING"
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"

@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from docsum_chunker.chunking import Chunk, SizeLevel, size_level, split_into_chunks
+from docsum_chunker.chunking import Chunk, split_into_chunks
+from docsum_shared.levels import SizeLevel, size_level
 from docsum_shared.text import sentence_spans
 
 CHUNK = 2000
@@ -113,12 +114,12 @@ def check_invariants(
     ],
 )
 def test_size_level_thresholds(chars: int, level: SizeLevel) -> None:
-    assert size_level("x" * chars) is level
+    assert size_level(chars) is level
 
 
 def test_size_level_custom_thresholds() -> None:
-    assert size_level("x" * 11, small_max=10, medium_max=20) is SizeLevel.MEDIUM
-    assert size_level("x" * 21, small_max=10, medium_max=20) is SizeLevel.LARGE
+    assert size_level(11, small_max=10, medium_max=20) is SizeLevel.MEDIUM
+    assert size_level(21, small_max=10, medium_max=20) is SizeLevel.LARGE
 
 
 @pytest.mark.parametrize("text", ["", "One short sentence.", english_document(7000), "x" * 8000])

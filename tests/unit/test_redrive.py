@@ -12,6 +12,7 @@ from docsum_shared.events import (
     DocumentParsed,
     DocumentSubmitted,
 )
+from docsum_shared.levels import SizeLevel
 from docsum_shared.redrive import ChunkRow, DocumentRow, plan
 from docsum_shared.states import ChunkStatus, DocumentStatus
 
@@ -57,15 +58,29 @@ def test_unparsed_document_is_submitted_again_with_its_blob(status: DocumentStat
 
 
 def test_chunking_document_is_parsed_again_from_its_stored_text() -> None:
-    events = plan(TASK, OWNER, [_doc("d1", DocumentStatus.CHUNKING, text_chars=9000, size_level="MEDIUM")], {})
+    doc = _doc("d1", DocumentStatus.CHUNKING, text_chars=9000, size_level=SizeLevel.MEDIUM)
+    events = plan(TASK, OWNER, [doc], {})
     assert len(events) == 1
     event = events[0]
     assert isinstance(event, DocumentParsed)
-    assert (event.task_id, event.document_id, event.text_chars, event.size_level) == (TASK, "d1", 9000, "MEDIUM")
+    assert (event.task_id, event.document_id, event.text_chars) == (TASK, "d1", 9000)
+    assert event.size_level is SizeLevel.MEDIUM
 
 
-@pytest.mark.parametrize("status", [DocumentStatus.SUMMARIZING, DocumentStatus.MERGING])
-def test_unfinished_chunks_are_announced_again_and_finished_ones_are_not(status: DocumentStatus) -> None:
+def test_chunking_document_without_a_stored_level_gets_one_from_its_length() -> None:
+    events = plan(TASK, OWNER, [_doc("d1", DocumentStatus.CHUNKING, text_chars=200_000)], {})
+    assert len(events) == 1
+    assert isinstance(events[0], DocumentParsed) and events[0].size_level is SizeLevel.LARGE
+
+
+def test_redriven_events_are_root_events() -> None:
+    docs = [_doc("a", DocumentStatus.PENDING), _doc("b", DocumentStatus.CHUNKING, text_chars=5)]
+    events = plan(TASK, OWNER, docs, {})
+    assert len(events) == 2
+    assert all(e.causation_id is None and e.trace_id for e in events)
+
+
+def test_unfinished_chunks_are_announced_again_and_finished_ones_are_not() -> None:
     chunks = _chunks(
         "d1",
         ChunkStatus.COMPLETED,
@@ -74,7 +89,7 @@ def test_unfinished_chunks_are_announced_again_and_finished_ones_are_not(status:
         ChunkStatus.SUMMARIZING,
         ChunkStatus.COMPLETED,
     )
-    events = plan(TASK, OWNER, [_doc("d1", status)], {"d1": chunks})
+    events = plan(TASK, OWNER, [_doc("d1", DocumentStatus.SUMMARIZING)], {"d1": chunks})
     assert all(isinstance(e, ChunkCreated) for e in events)
     assert [(e.chunk_id, e.chunk_index) for e in events] == [("d1-c00001", 1), ("d1-c00003", 3)]
     assert {(e.task_id, e.document_id) for e in events} == {(TASK, "d1")}
@@ -123,7 +138,7 @@ def test_final_documents_beside_unfinished_ones_get_nothing(status: DocumentStat
 def test_mixed_task_moves_every_unfinished_document_one_step() -> None:
     docs = [
         _doc("a", DocumentStatus.PENDING),
-        _doc("b", DocumentStatus.CHUNKING, text_chars=100, size_level="SMALL"),
+        _doc("b", DocumentStatus.CHUNKING, text_chars=100, size_level=SizeLevel.SMALL),
         _doc("c", DocumentStatus.SUMMARIZING),
         _doc("d", DocumentStatus.SUMMARIZING),
         _doc("e", DocumentStatus.COMPLETED),

@@ -47,11 +47,9 @@ import bisect
 import re
 from dataclasses import dataclass
 
-from docsum_shared.levels import SizeLevel
-from docsum_shared.levels import size_level as _size_level_of_length
 from docsum_shared.text import sentence_spans
 
-__all__ = ["Chunk", "SizeLevel", "size_level", "split_into_chunks"]
+__all__ = ["Chunk", "split_into_chunks"]
 
 MAX_CHUNK_FACTOR = 1.25  # a chunk (overlap included) is at most this many times chunk_chars
 MIN_CHUNK_FACTOR = 0.5  # ... and, except the last, at least this many times
@@ -63,11 +61,6 @@ _FIRST_HEADING_RE = re.compile(r"[ \t]{0,3}(#{1,6})(?=[ \t\r\n]|\Z)")
 _PARAGRAPH_RE = re.compile(r"\n[ \t\r]*\n\s*")
 _LINE_RE = re.compile(r"\n[ \t\r]*(?=\S)")
 _SPACE_RUN_RE = re.compile(r"\s+")
-
-
-def size_level(text: str, small_max: int = 8_000, medium_max: int = 100_000) -> SizeLevel:
-    """SMALL up to `small_max` characters, MEDIUM up to `medium_max`, LARGE beyond."""
-    return _size_level_of_length(len(text), small_max=small_max, medium_max=medium_max)
 
 
 @dataclass(frozen=True)

@@ -36,10 +36,6 @@ class SummaryRequest:
     style: str = ""
 
 
-LENGTHS = ("brief", "", "detailed")
-STYLES = ("", "bullets")
-
-
 @dataclass(frozen=True)
 class SummaryResult:
     text: str
