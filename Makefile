@@ -3,7 +3,7 @@ SHELL := /bin/bash
 UV := .run/bootstrap/bin/uv
 VENV := .venv/.synced
 
-.PHONY: setup run up down test test-unit lint bench clean
+.PHONY: setup run up down test test-unit lint contracts bench clean
 
 setup: $(VENV)
 
@@ -35,6 +35,11 @@ test-unit: setup
 lint: setup
 	.venv/bin/ruff check .
 	.venv/bin/mypy shared/docsum_shared
+	.venv/bin/python -m docsum_shared.contracts --check
+
+# The JSON Schema of every topic, generated from shared/docsum_shared/events.py into contracts/.
+contracts: setup
+	.venv/bin/python -m docsum_shared.contracts
 
 clean: down
 	rm -rf .run .venv
