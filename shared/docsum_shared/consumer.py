@@ -27,21 +27,21 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from pydantic import ValidationError
 
 from .db import connect_pool, migrate
-from .errors import PermanentError, is_retriable
-from .events import Event, Topic, decode
+from .errors import Backoff, Kind, Stopped, classify, retry_until
+from .events import Topic, decode
+from .handlers import Handler
 from .kafka import DLQ_SUFFIX, ensure_topics, make_producer, publish
 from .settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[Event], Awaitable[list[Event]]]
 # Work a service runs beside its consumer (the merger's maintenance loop), given the producer.
 Background = Callable[[AIOKafkaProducer], Coroutine[Any, Any, None]]
 
 # A handler that keeps failing for a reason that is neither the input's fault nor a known passing
 # outage (a bug, say) gets this many tries before its message is parked in the dead-letter topic.
 UNEXPECTED_ATTEMPTS = 3
-MAX_BACKOFF_S = 10.0
+BACKOFF = Backoff(base_s=0.5, cap_s=10.0)
 POLL_MS = 200
 
 
@@ -209,38 +209,31 @@ class ConsumerService:
         except ValidationError as exc:
             await self._dead_letter(record, f"malformed {topic} event: {exc.errors(include_url=False)}")
             return True
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                outgoing = await handler(event)
-                await publish(self.producer, self.settings, outgoing)
-                return True
-            except PermanentError as exc:
-                await self._dead_letter(record, str(exc))
-                return True
-            except Exception as exc:
-                retriable = is_retriable(exc)
-                if not retriable and attempt >= UNEXPECTED_ATTEMPTS:
-                    log.exception("%s: giving up on %s@%d", self.name, record.topic, record.offset)
-                    await self._dead_letter(record, "".join(traceback.format_exception_only(exc)).strip())
-                    return True
-                delay = min(MAX_BACKOFF_S, 0.25 * 2 ** min(attempt, 6))
-                log.warning(
-                    "%s: %s: %s on %s@%d (attempt %d); retrying in %.1fs",
-                    self.name,
-                    type(exc).__name__,
-                    exc,
-                    record.topic,
-                    record.offset,
-                    attempt,
-                    delay,
-                )
-                try:
-                    await asyncio.wait_for(self._stopping.wait(), timeout=delay)
-                    return False  # asked to stop: hand the message back
-                except TimeoutError:
-                    pass
+
+        async def attempt() -> None:
+            await publish(self.producer, self.settings, await handler(event))
+
+        def decide(exc: Exception, failures: int) -> float | None:
+            kind = classify(exc)
+            if kind in (Kind.POISON, Kind.FAILS_ITEM):
+                return None  # an item failure the handler did not take is the message's: dead-letter it
+            if kind is None and failures >= UNEXPECTED_ATTEMPTS:
+                log.exception("%s: giving up on %s@%d", self.name, record.topic, record.offset, exc_info=exc)
+                return None
+            delay = BACKOFF.delay(failures, getattr(exc, "retry_after", None))
+            log.warning(
+                "%s: %s: %s on %s@%d (attempt %d); retrying in %.1fs",
+                self.name, type(exc).__name__, exc, record.topic, record.offset, failures, delay,
+            )  # fmt: skip
+            return delay
+
+        try:
+            await retry_until(attempt, decide, stop=self._stopping)
+        except Stopped:
+            return False  # asked to stop: hand the message back
+        except Exception as exc:
+            await self._dead_letter(record, "".join(traceback.format_exception_only(exc)).strip())
+        return True
 
     async def _dead_letter(self, record: ConsumerRecord, reason: str) -> None:
         log.error("dead-lettering %s[%d]@%d: %s", record.topic, record.partition, record.offset, reason)
@@ -251,15 +244,15 @@ class ConsumerService:
             ("source-offset", str(record.offset).encode()),
             ("service", self.name.encode()),
         ]
-        while True:
-            try:
-                await self.producer.send_and_wait(
-                    record.topic + DLQ_SUFFIX, record.value, key=record.key, headers=headers
-                )
-                return
-            except Exception as exc:
-                log.warning("dead-letter publish failed (%s); retrying", exc)
-                await asyncio.sleep(1.0)
+
+        def forever(exc: Exception, failures: int) -> float:
+            log.warning("dead-letter publish failed (%s); retrying", exc)
+            return BACKOFF.delay(failures)
+
+        dlq = record.topic + DLQ_SUFFIX
+        await retry_until(
+            lambda: self.producer.send_and_wait(dlq, record.value, key=record.key, headers=headers), forever
+        )
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]

@@ -1,22 +1,126 @@
-"""What failed, and whether trying again can help."""
+"""What failed, and what happens next: the one error taxonomy of every service, and the one retry helper.
+
+Every exception that reaches a handler is exactly one of four kinds (`classify`):
+
+- RETRIABLE: infrastructure that comes back by itself (a restarting broker or database, a provider
+  answering 5xx): wait with back-off and keep the message. Provider failures count as attempts of
+  their item (stored on its row), so that an item cannot be retried forever.
+- RATE_LIMITED: the provider said "not now": wait as told; it never counts as an attempt.
+- FAILS_ITEM: the chunk or document becomes FAILED with a message a user can act on, and the handler
+  still emits its output event so that the task finishes.
+- POISON: the message itself cannot be handled (unreadable, or naming nothing that exists): it goes
+  to the dead-letter topic with the reason.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import enum
+import inspect
+import random
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
 
 import asyncpg
 from aiokafka.errors import KafkaError
 
-from .summarizers.base import RetriableLLMError
+T = TypeVar("T")
 
 
-class PermanentError(Exception):
+class Kind(enum.Enum):
+    RETRIABLE = "retriable"
+    RATE_LIMITED = "rate-limited"
+    FAILS_ITEM = "fails-item"
+    POISON = "poison"
+
+
+class Poison(Exception):
     """The message can never be handled as it is: it goes to the dead-letter topic."""
 
 
-# Infrastructure that comes back by itself (a restarting broker or database, a busy provider):
-# the consumer waits and tries the same message again instead of moving on or crashing.
-RETRIABLE: tuple[type[BaseException], ...] = (
+class ItemFailed(Exception):
+    """The item (chunk, document) fails for good with this message; the pipeline goes on without it."""
+
+
+# --- what an LLM provider can answer -----------------------------------------------------------------
+
+
+class LLMError(Exception):
+    """Something a summarizer backend raised."""
+
+
+class ProviderUnavailable(LLMError):
+    """A passing failure of the provider (5xx, timeout, connection): retriable, counts as an attempt.
+
+    `retry_after`: what the provider asked us to wait (seconds), if it said.
+    """
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class RateLimited(LLMError):
+    """429: the request was fine, its timing was not. Wait `retry_after` seconds (if given)."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class RequestRefused(LLMError, ItemFailed):
+    """The provider rejected the request for good (bad request, content refused): fails the item."""
+
+
+class ContextLimitExceeded(RequestRefused):
+    """The prompt was longer than the model's context window.
+
+    `limit`: the window the provider stated, in tokens, when it said; `requested`: the prompt's tokens
+    by the provider's count, when it said. Not final by itself: the budget is lowered and the request
+    re-planned; only a request that cannot shrink any further fails its item.
+    """
+
+    def __init__(self, message: str, *, limit: int | None = None, requested: int | None = None) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.requested = requested
+
+
+# How providers word a context overflow (OpenAI, vLLM, llama.cpp's server, others alike).
+_CONTEXT_PATTERNS = (
+    re.compile(r"maximum context length is (?P<limit>\d+)", re.I),  # OpenAI, vLLM
+    re.compile(r"exceeds the available context size \((?P<limit>\d+) tokens\)", re.I),  # llama.cpp
+    re.compile(r"context[_ ]length[_ ]exceeded", re.I),
+    re.compile(r"(?:context window|context length|context size).{0,40}(?:exceed|too long|too large)", re.I),
+    re.compile(r"(?:prompt|input) is too long", re.I),
+)
+_REQUESTED_PATTERNS = (
+    re.compile(r"resulted in (?P<n>\d+) tokens", re.I),  # OpenAI
+    re.compile(r"you requested (?P<n>\d+) tokens \((?P<prompt>\d+) in the messages", re.I),  # vLLM
+    re.compile(r"request \((?P<n>\d+) tokens\) exceeds", re.I),  # llama.cpp
+)
+
+
+def context_limit_error(message: str, code: str | None = None) -> ContextLimitExceeded | None:
+    """The error a provider's 400 stands for when it says the context was exceeded; None otherwise."""
+    if code != "context_length_exceeded" and not any(p.search(message) for p in _CONTEXT_PATTERNS):
+        return None
+    limit = next((int(m["limit"]) for p in _CONTEXT_PATTERNS[:2] if (m := p.search(message))), None)
+    requested = None
+    for pattern in _REQUESTED_PATTERNS:
+        if match := pattern.search(message):
+            groups = match.groupdict()
+            requested = int(groups.get("prompt") or groups["n"])
+            break
+    return ContextLimitExceeded(message, limit=limit, requested=requested)
+
+
+# --- classification ---------------------------------------------------------------------------------
+
+# Infrastructure that comes back by itself.
+_INFRASTRUCTURE: tuple[type[BaseException], ...] = (
     OSError,
     asyncio.TimeoutError,
     asyncpg.PostgresConnectionError,
@@ -26,9 +130,81 @@ RETRIABLE: tuple[type[BaseException], ...] = (
     asyncpg.DeadlockDetectedError,
     asyncpg.SerializationError,
     KafkaError,
-    RetriableLLMError,
+    ProviderUnavailable,
 )
 
 
-def is_retriable(exc: BaseException) -> bool:
-    return isinstance(exc, RETRIABLE)
+def classify(exc: BaseException) -> Kind | None:
+    """The kind of a failure; None for an unexpected one (a bug): a few tries, then the DLQ."""
+    if isinstance(exc, RateLimited):
+        return Kind.RATE_LIMITED
+    if isinstance(exc, _INFRASTRUCTURE):
+        return Kind.RETRIABLE
+    if isinstance(exc, ItemFailed):
+        return Kind.FAILS_ITEM
+    if isinstance(exc, Poison):
+        return Kind.POISON
+    return None
+
+
+# --- the one retry helper ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential back-off with jitter: `base_s` doubled per failure up to `cap_s`, then a random share
+    of up to `jitter` taken off, so that many waiters do not come back at the same moment."""
+
+    base_s: float = 0.25
+    cap_s: float = 10.0
+    jitter: float = 0.3
+
+    def delay(self, failures: int, retry_after: float | None = None) -> float:
+        if retry_after is not None:  # the other side said how long: that, not our guess
+            return max(0.0, min(retry_after, max(self.cap_s, 60.0)))
+        delay = min(self.cap_s, self.base_s * 2 ** max(0, min(failures - 1, 16)))
+        return delay * (1 - self.jitter * random.random())
+
+
+class Stopped(Exception):
+    """The wait before a retry was cut short: the service is stopping."""
+
+
+Decide = Callable[[Exception, int], "float | None | Awaitable[float | None]"]
+
+
+async def retry_until(attempt: Callable[[], Awaitable[T]], decide: Decide, *, stop: asyncio.Event | None = None) -> T:
+    """Call `attempt` until it returns. After each failure, `decide(exc, failures)` (sync or async)
+    gives the seconds to wait before the next try, or None to give up: the exception is raised (or
+    whatever `decide` raised instead). A `stop` set while waiting raises `Stopped`."""
+    failures = 0
+    while True:
+        try:
+            return await attempt()
+        except Exception as exc:
+            failures += 1
+            delay = decide(exc, failures)
+            if inspect.isawaitable(delay):
+                delay = await delay
+            if delay is None:
+                raise
+        if stop is None:
+            await asyncio.sleep(delay)
+        else:
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=delay)
+            except TimeoutError:
+                continue
+            raise Stopped()
+
+
+def while_infrastructure_down(backoff: Backoff = Backoff()) -> Callable[[Exception, int], float | None]:
+    """A `decide` for `retry_until`: wait out retriable and rate-limited failures, give up on the rest."""
+
+    def decide(exc: Exception, failures: int) -> float | None:
+        kind = classify(exc)
+        if kind is Kind.RATE_LIMITED:
+            return backoff.delay(failures, getattr(exc, "retry_after", None))
+        return backoff.delay(failures) if kind is Kind.RETRIABLE else None
+
+    return decide

@@ -101,8 +101,10 @@ class ChunkCreated(Event):
 class ChunkRetry(ChunkCreated):
     """A chunk whose LLM calls kept failing for a passing reason: try again at `not_before`."""
 
-    not_before: datetime = Field(description="Not to be tried again before this time.")
-    failures: int = Field(ge=0, description="How many attempts failed so far.")
+    not_before: datetime = Field(
+        description="Not to be tried again before this time (a consumer waits no longer than its longest "
+        "configured retry delay, whatever this says)."
+    )
 
 
 class ChunkSummarized(Event):

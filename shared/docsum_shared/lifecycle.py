@@ -1,21 +1,16 @@
 """Task lifecycle transitions in Postgres: pause, resume, cancel, retry, expiry, reconcile.
 
 Each is one guarded transition: it happens only from the statuses it names, so calling it twice (or
-racing the pipeline) is harmless. Re-driving the work that a transition frees is redrive.py's job.
+racing the pipeline) is harmless. Re-driving the work that a transition frees is redrive.py's job;
+the loop that runs expiry and reconcile lives beside the merger (docsum_merger.maintenance).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import asyncpg
-from aiokafka import AIOKafkaProducer
 
-from .events import TaskEvent
-from .kafka import publish
-from .redrive import redrive_task
-from .settings import Settings
 from .states import TaskStatus
 
 log = logging.getLogger(__name__)
@@ -60,19 +55,20 @@ async def retry_failed(pool: asyncpg.Pool, task_id: str) -> int:
             return 0
         ids = [r["id"] for r in failed]
         await conn.execute(
-            "UPDATE chunks SET status = 'PENDING', attempts = 0, error = NULL, updated_at = now()"
+            "UPDATE chunks SET status = 'PENDING', attempts = 0, failures = 0, error = NULL, updated_at = now()"
             " WHERE document_id = ANY($1::text[]) AND status = 'FAILED'",
             ids,
         )
         # A document whose chunks exist resumes from them; one that failed earlier is parsed again.
         await conn.execute(
             "UPDATE documents SET status = CASE WHEN chunk_total IS NULL THEN 'PENDING' ELSE 'SUMMARIZING' END,"
-            " error = NULL, updated_at = now() WHERE id = ANY($1::text[])",
+            " error = NULL, merge_failures = 0, stalled_redrives = 0, redrive_mark = NULL, updated_at = now()"
+            " WHERE id = ANY($1::text[])",
             ids,
         )
         await conn.execute(
-            "UPDATE tasks SET status = 'PROCESSING', summary = NULL, error = NULL, updated_at = now(),"
-            " last_active_at = now() WHERE id = $1",
+            "UPDATE tasks SET status = 'PROCESSING', summary = NULL, error = NULL, merge_failures = 0,"
+            " updated_at = now(), last_active_at = now() WHERE id = $1",
             task_id,
         )
         return len(ids)
@@ -110,36 +106,3 @@ async def _move(
         sources,
     )
     return moved is not None
-
-
-# --- the maintenance loop: expiry and reconcile, one process at a time --------------------------------
-
-_MAINTENANCE_LOCK_ID = 0x646F6373756E  # any constant shared by every process of the deployment
-
-
-async def maintain_once(pool: asyncpg.Pool, producer: AIOKafkaProducer, settings: Settings) -> tuple[int, int]:
-    """Expire idle tasks, then re-drive unfinished tasks nobody moved for a while. (expired, re-driven)."""
-    async with pool.acquire() as conn:
-        if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", _MAINTENANCE_LOCK_ID):
-            return 0, 0  # another process is at it
-        try:
-            expired = await expire_idle(pool, settings.task_ttl_s)
-            for task_id in expired:
-                log.info("task %s expired after %.0fs idle", task_id, settings.task_ttl_s)
-            await publish(producer, settings, [TaskEvent(task_id=t, status=TaskStatus.EXPIRED) for t in expired])
-            stuck = await idle_unfinished(pool, settings.reconcile_idle_s)
-            for task_id in stuck:
-                published = await redrive_task(pool, producer, settings, task_id)
-                log.info("reconcile: task %s idle, re-drove %d events", task_id, published)
-            return len(expired), len(stuck)
-        finally:
-            await conn.execute("SELECT pg_advisory_unlock($1)", _MAINTENANCE_LOCK_ID)
-
-
-async def maintain_forever(pool: asyncpg.Pool, producer: AIOKafkaProducer, settings: Settings) -> None:
-    while True:
-        try:
-            await maintain_once(pool, producer, settings)
-        except Exception as exc:  # the database or broker is away: try again next round
-            log.warning("maintenance round failed: %s", exc)
-        await asyncio.sleep(settings.maintenance_interval_s)

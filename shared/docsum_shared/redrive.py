@@ -6,6 +6,7 @@ consumer offsets, and publishing its events twice is harmless: every handler is 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import asyncpg
@@ -24,6 +25,8 @@ from .kafka import publish
 from .levels import SizeLevel, size_level
 from .settings import Settings
 from .states import CHUNK_FINAL, DOCUMENT_FINAL, ChunkStatus, DocumentStatus
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -79,11 +82,19 @@ def plan(task_id: str, owner: str, documents: list[DocumentRow], chunks: dict[st
     return events
 
 
-async def redrive_task(pool: asyncpg.Pool, producer: AIOKafkaProducer, settings: Settings, task_id: str) -> int:
-    """Publish what the task's unfinished work needs; returns how many events were published."""
+async def redrive_task(
+    pool: asyncpg.Pool, producer: AIOKafkaProducer, settings: Settings, task_id: str, *, bounded: bool = False
+) -> int:
+    """Publish what the task's unfinished work needs; returns how many events were published.
+
+    `bounded` (reconcile): a document found where the previous re-drive left it, `redrive_limit`
+    times in a row, is FAILED with its last error instead of being re-driven again.
+    """
     owner = await pool.fetchval("SELECT owner FROM tasks WHERE id = $1", task_id)
     if owner is None:
         return 0
+    if bounded:
+        await fail_stalled(pool, task_id, settings.redrive_limit)
     doc_rows = await pool.fetch(
         "SELECT id, status, filename, content_type, blob_sha256, size_bytes, text_chars, size_level"
         " FROM documents WHERE task_id = $1 ORDER BY position",
@@ -111,3 +122,55 @@ async def redrive_task(pool: asyncpg.Pool, producer: AIOKafkaProducer, settings:
     await publish(producer, settings, events)
     await pool.execute("UPDATE tasks SET redrives = redrives + 1, last_active_at = now() WHERE id = $1", task_id)
     return len(events)
+
+
+# A document's progress, as a re-drive sees it: its status, its chunks done and failed, its merge
+# nodes and LLM calls. A live lease is progress in itself (a call is running).
+_MARK_STALLED = """
+WITH progress AS (
+    SELECT d.id,
+           concat_ws('|', d.status,
+                     count(c.id) FILTER (WHERE c.status = $2),
+                     count(c.id) FILTER (WHERE c.status = $3),
+                     (SELECT count(*) FROM merge_nodes m WHERE m.scope_id = d.id),
+                     (SELECT count(*) FROM llm_calls l WHERE l.task_id = $1 AND l.document_id = d.id)) AS mark,
+           coalesce(bool_or(c.status = $4 AND c.lease_expires_at > now()), false) AS leased
+    FROM documents d LEFT JOIN chunks c ON c.document_id = d.id
+    WHERE d.task_id = $1 AND d.status <> ALL($5::text[])
+    GROUP BY d.id
+)
+UPDATE documents d
+   SET stalled_redrives = CASE WHEN p.leased OR d.redrive_mark IS DISTINCT FROM p.mark THEN 0
+                               ELSE d.stalled_redrives + 1 END,
+       redrive_mark = p.mark
+  FROM progress p
+ WHERE d.id = p.id
+RETURNING d.id, d.stalled_redrives
+"""
+
+_FAIL_STALLED = """
+UPDATE documents d
+   SET status = $3, updated_at = now(),
+       error = concat('no progress after ', d.stalled_redrives, ' re-drives',
+                      ': ' || coalesce((SELECT c.error FROM chunks c WHERE c.document_id = d.id AND c.error IS NOT NULL
+                                        ORDER BY c.updated_at DESC LIMIT 1), d.error))
+ WHERE d.id = ANY($1::text[]) AND d.status <> ALL($2::text[])
+RETURNING d.id, d.error
+"""
+
+
+async def fail_stalled(pool: asyncpg.Pool, task_id: str, limit: int) -> list[str]:
+    """Count one more re-drive of each unfinished document of the task (reset by any progress); FAIL
+    those re-driven `limit` times without progress. Returns the ids failed."""
+    final = list(DOCUMENT_FINAL)
+    async with pool.acquire() as conn, conn.transaction():
+        rows = await conn.fetch(
+            _MARK_STALLED, task_id, ChunkStatus.COMPLETED, ChunkStatus.FAILED, ChunkStatus.SUMMARIZING, final
+        )
+        stalled = [r["id"] for r in rows if r["stalled_redrives"] >= limit]
+        if not stalled:
+            return []
+        failed = await conn.fetch(_FAIL_STALLED, stalled, final, DocumentStatus.FAILED)
+    for row in failed:
+        log.warning("document %s of task %s failed: %s", row["id"], task_id, row["error"])
+    return [r["id"] for r in failed]

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
 from docsum_shared.summarizers.budget import (
-    COMPLETION_RESERVE,
+    MIN_PART_CHARS,
     TokenCalibration,
+    completion_reserve,
     estimate_request_tokens,
-    estimate_text_tokens,
-    fit_chunk_request,
     fits,
     group_to_fit,
+    lowered_budget,
     next_level,
     part_of,
+    plan_chunk,
     trim_to_fit,
 )
+from docsum_shared.text import estimate_tokens_upper as estimate_text_tokens
 from tests.documents import chinese_prose, english_prose
 from tests.fake_llm import estimate_tokens as provider_count
 
@@ -52,7 +54,7 @@ def test_groups_are_consecutive_cover_everything_and_each_fits() -> None:
     assert len(groups) > 1
     for start, end in groups:
         assert fits(part_of(request, start, end), budget)
-        assert estimate_request_tokens(part_of(request, start, end)) + COMPLETION_RESERVE <= budget
+        assert estimate_request_tokens(part_of(request, start, end)) + completion_reserve(budget) <= budget
 
 
 def test_task_merges_keep_their_labels_and_label_parts_above() -> None:
@@ -70,9 +72,41 @@ def test_a_text_too_big_for_any_request_is_trimmed_until_it_fits() -> None:
 def test_a_chunk_request_drops_its_contexts_before_its_text() -> None:
     text = english_prose(2_000, seed=5)
     request = SummaryRequest(SummaryKind.CHUNK, (text,), context_before="b " * 400, context_after="a " * 400)
-    budget = estimate_request_tokens(SummaryRequest(SummaryKind.CHUNK, (text,))) + COMPLETION_RESERVE
-    fitted = fit_chunk_request(request, budget)
-    assert fitted.texts == (text,) and not fitted.context_before and not fitted.context_after
-    smaller = fit_chunk_request(request, budget - 200)
-    assert fits(smaller, budget - 200) and text.startswith(smaller.texts[0]) and smaller.texts[0] != text
-    assert fit_chunk_request(request, None) == request
+    bare = SummaryRequest(SummaryKind.CHUNK, (text,))
+    budget = estimate_request_tokens(bare) + completion_reserve(estimate_request_tokens(bare) * 2)
+    budget = next(b for b in range(budget, budget * 2) if fits(bare, b))
+    assert plan_chunk(request, budget) == [bare]
+    assert plan_chunk(request, None) == [request]
+
+
+def test_a_chunk_too_long_for_the_budget_is_summarized_in_parts_that_cover_all_of_it() -> None:
+    for text in (english_prose(2_000, seed=6), chinese_prose(2_000, seed=7)):
+        request = SummaryRequest(SummaryKind.CHUNK, (text,), context_before="before " * 30)
+        budget = 700
+        parts = plan_chunk(request, budget)
+        assert parts is not None and len(parts) > 1
+        assert all(fits(p, budget) and not p.context_before for p in parts)
+        assert "".join("".join(p.texts[0].split()) for p in parts) == "".join(text.split())  # nothing dropped
+
+
+def test_a_budget_that_cannot_hold_a_part_of_a_few_sentences_plans_nothing() -> None:
+    request = SummaryRequest(SummaryKind.CHUNK, (english_prose(2_000, seed=8),))
+    framing = estimate_request_tokens(SummaryRequest(SummaryKind.CHUNK, ("",)))
+    assert plan_chunk(request, framing + 10) is None
+    roomy = framing + estimate_text_tokens("x" * MIN_PART_CHARS) + 40
+    assert plan_chunk(request, int(roomy / 0.75) + 10) is not None
+
+
+def test_a_refusal_lowers_the_budget_to_the_stated_window_then_below_it() -> None:
+    assert lowered_budget(None, 3_000, stated_limit=2_048) == 2_048
+    assert lowered_budget(8_000, 3_000, stated_limit=2_048) == 2_048
+    # Refused although planned under the stated window: our estimate ran low, go a safe factor below.
+    again = lowered_budget(2_048, 1_500, stated_limit=2_048)
+    assert again is not None and again < 2_048
+    # No window stated: a safe factor below what was tried.
+    unstated = lowered_budget(None, 3_000, stated_limit=None)
+    assert unstated is not None and unstated < 3_000
+    # Never below the floor, never up.
+    assert lowered_budget(300, 100, stated_limit=None) is None
+    higher = lowered_budget(1_000, 500, stated_limit=4_000)
+    assert higher is not None and higher < 1_000

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from docsum_chunker.handler import announce, chunk_id, cut, should_announce_again
-from docsum_merger.handler import ChunkState, DocumentState, FailDocument, MergeChunks, decide_document, decide_task
-from docsum_parser.handler import Fail, StoredDocument, StoreText, already_done, parse
+from docsum_chunker.policy import announce, chunk_id, cut, should_announce_again
+from docsum_merger.policy import ChunkState, DocumentState, FailDocument, MergeChunks, decide_document, decide_task
+from docsum_parser.policy import Fail, StoredDocument, StoreText, already_done, parse
 from docsum_shared.events import (
     EVENT_TYPES,
     DocumentMerged,
@@ -19,7 +19,7 @@ from docsum_shared.options import TaskOptions
 from docsum_shared.settings import Settings
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.base import SummaryKind
-from docsum_summarizer.handler import StoredChunk, needs_summary, should_report
+from docsum_summarizer.policy import Step, StoredChunk, next_step
 from tests.documents import english_prose
 
 SETTINGS = Settings(_env_file=None)
@@ -78,12 +78,12 @@ def _chunk(
 
 
 def test_summarizer_calls_only_for_unfinished_chunks_of_live_tasks() -> None:
-    assert needs_summary(_chunk(ChunkStatus.PENDING))
-    assert needs_summary(_chunk(ChunkStatus.SUMMARIZING))  # a crash mid-call: the chunk is redone
-    assert not needs_summary(_chunk(ChunkStatus.COMPLETED))
-    assert not needs_summary(_chunk(ChunkStatus.PENDING, task=TaskStatus.CANCELLED))
-    assert should_report(_chunk(ChunkStatus.COMPLETED))
-    assert not should_report(_chunk(ChunkStatus.COMPLETED, doc=DocumentStatus.COMPLETED))
+    assert next_step(_chunk(ChunkStatus.PENDING)) is Step.SUMMARIZE
+    assert next_step(_chunk(ChunkStatus.SUMMARIZING)) is Step.SUMMARIZE  # a crash mid-call: the chunk is redone
+    assert next_step(_chunk(ChunkStatus.COMPLETED)) is Step.REPORT
+    assert next_step(_chunk(ChunkStatus.PENDING, task=TaskStatus.CANCELLED)) is Step.NOTHING
+    assert next_step(_chunk(ChunkStatus.PENDING, task=TaskStatus.PAUSED)) is Step.NOTHING
+    assert next_step(_chunk(ChunkStatus.COMPLETED, doc=DocumentStatus.COMPLETED)) is Step.NOTHING
 
 
 def _doc(status: DocumentStatus, summary: str | None = None, name: str = "a.txt") -> DocumentState:

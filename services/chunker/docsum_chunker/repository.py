@@ -8,7 +8,7 @@ import asyncpg
 
 from docsum_shared.states import DocumentStatus, TaskStatus
 
-from .handler import ChunkRow
+from .policy import ChunkRow
 
 
 @dataclass(frozen=True)
@@ -18,55 +18,57 @@ class ParsedDocument:
     task_status: TaskStatus
 
 
-async def load(pool: asyncpg.Pool, document_id: str) -> ParsedDocument | None:
-    row = await pool.fetchrow(
-        "SELECT d.status, x.text, t.status AS task_status FROM documents d JOIN tasks t ON t.id = d.task_id"
-        " LEFT JOIN document_texts x ON x.document_id = d.id WHERE d.id = $1",
-        document_id,
-    )
-    return (
-        None
-        if row is None
-        else ParsedDocument(DocumentStatus(row["status"]), row["text"], TaskStatus(row["task_status"]))
-    )
+class ChunkRepository:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
 
-
-async def stored_chunks(pool: asyncpg.Pool, document_id: str) -> list[ChunkRow]:
-    rows = await pool.fetch(
-        "SELECT id, chunk_index FROM chunks WHERE document_id = $1 ORDER BY chunk_index", document_id
-    )
-    return [ChunkRow(r["id"], r["chunk_index"]) for r in rows]
-
-
-async def store_chunks(pool: asyncpg.Pool, document_id: str, rows: list[ChunkRow]) -> None:
-    """All chunk rows and the document's move to SUMMARIZING, in one transaction."""
-    records = [
-        (
-            r.id,
+    async def load(self, document_id: str) -> ParsedDocument | None:
+        row = await self.pool.fetchrow(
+            "SELECT d.status, x.text, t.status AS task_status FROM documents d JOIN tasks t ON t.id = d.task_id"
+            " LEFT JOIN document_texts x ON x.document_id = d.id WHERE d.id = $1",
             document_id,
-            r.index,
-            r.chunk.start,
-            r.chunk.end,
-            r.chunk.text,
-            r.chunk.context_before,
-            r.chunk.context_after,
         )
-        for r in rows
-        if r.chunk is not None
-    ]
-    async with pool.acquire() as conn, conn.transaction():
-        moved = await conn.fetchval(
-            "UPDATE documents SET status = $2, chunk_total = $3, updated_at = now()"
-            " WHERE id = $1 AND status = $4 RETURNING id",
-            document_id,
-            DocumentStatus.SUMMARIZING,
-            len(rows),
-            DocumentStatus.CHUNKING,
+        return (
+            None
+            if row is None
+            else ParsedDocument(DocumentStatus(row["status"]), row["text"], TaskStatus(row["task_status"]))
         )
-        if moved is None:
-            return
-        await conn.executemany(
-            "INSERT INTO chunks (id, document_id, chunk_index, start_char, end_char, text, context_before,"
-            " context_after) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING",
-            records,
+
+    async def stored_chunks(self, document_id: str) -> list[ChunkRow]:
+        rows = await self.pool.fetch(
+            "SELECT id, chunk_index FROM chunks WHERE document_id = $1 ORDER BY chunk_index", document_id
         )
+        return [ChunkRow(r["id"], r["chunk_index"]) for r in rows]
+
+    async def store_chunks(self, document_id: str, rows: list[ChunkRow]) -> None:
+        """All chunk rows and the document's move to SUMMARIZING, in one transaction."""
+        records = [
+            (
+                r.id,
+                document_id,
+                r.index,
+                r.chunk.start,
+                r.chunk.end,
+                r.chunk.text,
+                r.chunk.context_before,
+                r.chunk.context_after,
+            )
+            for r in rows
+            if r.chunk is not None
+        ]
+        async with self.pool.acquire() as conn, conn.transaction():
+            moved = await conn.fetchval(
+                "UPDATE documents SET status = $2, chunk_total = $3, updated_at = now()"
+                " WHERE id = $1 AND status = $4 RETURNING id",
+                document_id,
+                DocumentStatus.SUMMARIZING,
+                len(rows),
+                DocumentStatus.CHUNKING,
+            )
+            if moved is None:
+                return
+            await conn.executemany(
+                "INSERT INTO chunks (id, document_id, chunk_index, start_char, end_char, text, context_before,"
+                " context_after) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING",
+                records,
+            )

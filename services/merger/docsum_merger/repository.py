@@ -1,4 +1,4 @@
-"""The merger's SQL."""
+"""The merger's SQL: documents and tasks reaching their summaries, and the nodes of hierarchical merges."""
 
 from __future__ import annotations
 
@@ -8,71 +8,92 @@ from docsum_shared.options import TaskOptions
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.prompts import PROMPT_VERSION
 
-from .handler import ChunkState, DocumentState
+from .policy import ChunkState, DocumentState
+
+MERGEABLE = [DocumentStatus.SUMMARIZING]  # a document whose chunks are being (or have been) summarized
+UNFINISHED_TASK = [TaskStatus.PENDING, TaskStatus.PROCESSING]
 
 
 def _document(row: asyncpg.Record) -> DocumentState:
     return DocumentState(row["id"], row["filename"], DocumentStatus(row["status"]), row["summary"], row["error"])
 
 
-async def load_document(pool: asyncpg.Pool, document_id: str) -> tuple[DocumentState, TaskStatus, TaskOptions] | None:
-    row = await pool.fetchrow(
-        "SELECT d.id, d.filename, d.status, d.summary, d.error, t.status AS task_status, t.options"
-        " FROM documents d JOIN tasks t ON t.id = d.task_id WHERE d.id = $1",
-        document_id,
-    )
-    if row is None:
-        return None
-    return _document(row), TaskStatus(row["task_status"]), TaskOptions.from_stored(row["options"])
+class MergeRepository:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
 
+    async def load_document(self, document_id: str) -> tuple[DocumentState, TaskStatus, TaskOptions] | None:
+        row = await self.pool.fetchrow(
+            "SELECT d.id, d.filename, d.status, d.summary, d.error, t.status AS task_status, t.options"
+            " FROM documents d JOIN tasks t ON t.id = d.task_id WHERE d.id = $1",
+            document_id,
+        )
+        if row is None:
+            return None
+        return _document(row), TaskStatus(row["task_status"]), TaskOptions.from_stored(row["options"])
 
-async def load_chunks(pool: asyncpg.Pool, document_id: str) -> list[ChunkState]:
-    rows = await pool.fetch(
-        "SELECT chunk_index, status, summary, error FROM chunks WHERE document_id = $1 ORDER BY chunk_index",
-        document_id,
-    )
-    return [ChunkState(r["chunk_index"], ChunkStatus(r["status"]), r["summary"], r["error"]) for r in rows]
+    async def load_chunks(self, document_id: str) -> list[ChunkState]:
+        rows = await self.pool.fetch(
+            "SELECT chunk_index, status, summary, error FROM chunks WHERE document_id = $1 ORDER BY chunk_index",
+            document_id,
+        )
+        return [ChunkState(r["chunk_index"], ChunkStatus(r["status"]), r["summary"], r["error"]) for r in rows]
 
+    async def complete_document(
+        self, document_id: str, summary: str, model: str, coverage: float, failed_chunks: list[int]
+    ) -> None:
+        await self.pool.execute(
+            "UPDATE documents SET status = $7, summary = $2, summary_model = $3, summary_prompt_version = $4,"
+            " coverage = $5, failed_chunks = $6, updated_at = now() WHERE id = $1 AND status = ANY($8::text[])",
+            document_id, summary, model, PROMPT_VERSION, coverage, failed_chunks, DocumentStatus.COMPLETED, MERGEABLE,
+        )  # fmt: skip
 
-async def complete_document(
-    pool: asyncpg.Pool, document_id: str, summary: str, model: str, coverage: float, failed_chunks: list[int]
-) -> None:
-    await pool.execute(
-        "UPDATE documents SET status = 'COMPLETED', summary = $2, summary_model = $3, summary_prompt_version = $4,"
-        " coverage = $5, failed_chunks = $6, updated_at = now() WHERE id = $1 AND status IN ('SUMMARIZING', 'MERGING')",
-        document_id, summary, model, PROMPT_VERSION, coverage, failed_chunks,
-    )  # fmt: skip
+    async def fail_document(self, document_id: str, error: str) -> None:
+        await self.pool.execute(
+            "UPDATE documents SET status = $2, error = $3, updated_at = now()"
+            " WHERE id = $1 AND status = ANY($4::text[])",
+            document_id, DocumentStatus.FAILED, error, MERGEABLE,
+        )  # fmt: skip
 
+    async def record_document_merge_failure(self, document_id: str) -> int:
+        """One more failed attempt at the document's merge; the total so far."""
+        failures = await self.pool.fetchval(
+            "UPDATE documents SET merge_failures = merge_failures + 1 WHERE id = $1 RETURNING merge_failures",
+            document_id,
+        )
+        return int(failures or 0)
 
-async def fail_document(pool: asyncpg.Pool, document_id: str, error: str) -> None:
-    await pool.execute(
-        "UPDATE documents SET status = $2, error = $3, updated_at = now()"
-        " WHERE id = $1 AND status IN ('SUMMARIZING', 'MERGING')",
-        document_id,
-        DocumentStatus.FAILED,
-        error,
-    )
+    async def record_task_merge_failure(self, task_id: str) -> int:
+        failures = await self.pool.fetchval(
+            "UPDATE tasks SET merge_failures = merge_failures + 1 WHERE id = $1 RETURNING merge_failures", task_id
+        )
+        return int(failures or 0)
 
+    async def load_task(self, task_id: str) -> tuple[TaskStatus, str | None, list[DocumentState], TaskOptions] | None:
+        task = await self.pool.fetchrow("SELECT status, title, options FROM tasks WHERE id = $1", task_id)
+        if task is None:
+            return None
+        rows = await self.pool.fetch(
+            "SELECT id, filename, status, summary, error FROM documents WHERE task_id = $1 ORDER BY position",
+            task_id,
+        )
+        options = TaskOptions.from_stored(task["options"])
+        return TaskStatus(task["status"]), task["title"], [_document(r) for r in rows], options
 
-async def load_task(
-    pool: asyncpg.Pool, task_id: str
-) -> tuple[TaskStatus, str | None, list[DocumentState], TaskOptions] | None:
-    task = await pool.fetchrow("SELECT status, title, options FROM tasks WHERE id = $1", task_id)
-    if task is None:
-        return None
-    rows = await pool.fetch(
-        "SELECT id, filename, status, summary, error FROM documents WHERE task_id = $1 ORDER BY position",
-        task_id,
-    )
-    options = TaskOptions.from_stored(task["options"])
-    return TaskStatus(task["status"]), task["title"], [_document(r) for r in rows], options
+    async def finish_task(
+        self, task_id: str, status: TaskStatus, summary: str | None, model: str | None, error: str | None
+    ) -> None:
+        await self.pool.execute(
+            "UPDATE tasks SET status = $2, summary = $3, summary_model = $4, error = $5, summary_prompt_version = $6,"
+            " updated_at = now(), last_active_at = now() WHERE id = $1 AND status = ANY($7::text[])",
+            task_id, status, summary, model, error, PROMPT_VERSION, UNFINISHED_TASK,
+        )  # fmt: skip
 
-
-async def finish_task(
-    pool: asyncpg.Pool, task_id: str, status: TaskStatus, summary: str | None, model: str | None, error: str | None
-) -> None:
-    await pool.execute(
-        "UPDATE tasks SET status = $2, summary = $3, summary_model = $4, error = $5, summary_prompt_version = $6,"
-        " updated_at = now(), last_active_at = now() WHERE id = $1 AND status IN ('PENDING', 'PROCESSING')",
-        task_id, status, summary, model, error, PROMPT_VERSION,
-    )  # fmt: skip
+    async def store_node(self, scope_id: str, level: int, position: int, inputs: int, key: str, summary: str) -> None:
+        """One finished node of a hierarchical merge (its answer is in the result cache as well)."""
+        await self.pool.execute(
+            "INSERT INTO merge_nodes (scope_id, level, position, inputs, cache_key, summary)"
+            " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (scope_id, level, position) DO UPDATE"
+            " SET inputs = EXCLUDED.inputs, cache_key = EXCLUDED.cache_key, summary = EXCLUDED.summary",
+            scope_id, level, position, inputs, key, summary,
+        )  # fmt: skip

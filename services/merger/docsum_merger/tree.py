@@ -4,38 +4,94 @@ Each level merges consecutive groups that fit, side by side, and stores every gr
 merge node); the results are merged the same way, level by level, until one request fits. A crash
 costs at most the nodes in flight: every finished node's request is answered from the result cache
 on the way back up. It always ends: a level that cannot pair any two texts is trimmed to fit in one
-request.
+request. A refusal as too long lowers the endpoint's budget and the merge is planned again under it.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
-import asyncpg
-
-from docsum_shared.summarizers import Summarizing
+from docsum_shared.errors import ContextLimitExceeded, ItemFailed
 from docsum_shared.summarizers.base import SummaryRequest, SummaryResult
-from docsum_shared.summarizers.budget import fits, group_to_fit, next_level, part_of, trim_to_fit
+from docsum_shared.summarizers.budget import TokenCalibration, fits, group_to_fit, next_level, part_of, trim_to_fit
 from docsum_shared.summarizers.cache import CallContext, cache_key
+
+# Each refusal lowers the budget, so this only bounds a provider that refuses whatever it is sent.
+MAX_REPLANS = 8
+
+StoreNode = Callable[[str, int, int, int, str, str], Awaitable[None]]  # scope, level, position, inputs, key, text
+
+
+class LLM(Protocol):
+    """What a merge needs of the LLM port (docsum_shared.summarizers.Summarizing)."""
+
+    calibration: TokenCalibration
+
+    @property
+    def model(self) -> str: ...
+    async def budget(self) -> int | None: ...
+    async def summarize(
+        self, request: SummaryRequest, context: CallContext | None = None
+    ) -> tuple[SummaryResult, bool]: ...
+    async def learn(self, refusal: ContextLimitExceeded, request: SummaryRequest) -> bool: ...
+    def describe_budget(self) -> str: ...
+
+
+class _Refused(Exception):
+    def __init__(self, refusal: ContextLimitExceeded, request: SummaryRequest) -> None:
+        self.refusal, self.request = refusal, request
 
 
 async def merge(
-    llm: Summarizing, request: SummaryRequest, context: CallContext, scope_id: str, *, parallel: int = 4
+    llm: LLM, request: SummaryRequest, context: CallContext, scope_id: str, store_node: StoreNode, *, parallel: int = 4
 ) -> SummaryResult:
-    budget = llm.budget
+    """The merged summary of `request`'s texts, within the endpoint's budget. ItemFailed when the
+    provider refuses even what cannot be made any smaller."""
+    for _ in range(MAX_REPLANS):
+        try:
+            return await _merge_under(await llm.budget(), llm, request, context, scope_id, store_node, parallel)
+        except _Refused as refused:
+            if not await llm.learn(refused.refusal, refused.request):
+                raise ItemFailed(
+                    f"the merge does not fit the model's context window ({llm.describe_budget()}); set "
+                    f"DOCSUM_LLM_CONTEXT_TOKENS to the window the model really has. The provider said: "
+                    f"{refused.refusal}"
+                ) from refused.refusal
+    raise ItemFailed(f"the provider kept refusing the merge as too long ({llm.describe_budget()})")
+
+
+async def _merge_under(
+    budget: int | None,
+    llm: LLM,
+    request: SummaryRequest,
+    context: CallContext,
+    scope_id: str,
+    store_node: StoreNode,
+    parallel: int,
+) -> SummaryResult:
     slots = asyncio.Semaphore(parallel)
-    level = 0
+    calibration = llm.calibration
+
+    async def call(part: SummaryRequest) -> SummaryResult:
+        try:
+            async with slots:
+                result, _ = await llm.summarize(part, context)
+            return result
+        except ContextLimitExceeded as refusal:
+            raise _Refused(refusal, part) from refusal
 
     async def node(level: int, position: int, part: SummaryRequest, inputs: int) -> str:
-        if budget is not None and not fits(part, budget, llm.calibration):
-            part = trim_to_fit(part, budget, llm.calibration)
-        async with slots:
-            result, _ = await llm.summarize(part, context)
-        await _store_node(llm.pool, scope_id, level, position, inputs, cache_key(llm.backend.model, part), result)
+        if budget is not None and not fits(part, budget, calibration):
+            part = trim_to_fit(part, budget, calibration)
+        result = await call(part)
+        await store_node(scope_id, level, position, inputs, cache_key(llm.model, part), result.text)
         return result.text
 
-    while budget is not None and not fits(request, budget, llm.calibration):
-        groups = group_to_fit(request, budget, llm.calibration)
+    level = 0
+    while budget is not None and not fits(request, budget, calibration):
+        groups = group_to_fit(request, budget, calibration)
         if len(groups) == len(request.texts) and level > 0:
             break  # nothing pairs up any more: trim below and finish in one request
         results = await asyncio.gather(
@@ -43,21 +99,9 @@ async def merge(
         )
         request = next_level(request, list(results))
         level += 1
-    if budget is not None and not fits(request, budget, llm.calibration):
-        request = trim_to_fit(request, budget, llm.calibration)
-    result, _ = await llm.summarize(request, context)
+    if budget is not None and not fits(request, budget, calibration):
+        request = trim_to_fit(request, budget, calibration)
+    result = await call(request)
     if level > 0:
-        key = cache_key(llm.backend.model, request)
-        await _store_node(llm.pool, scope_id, level, 0, len(request.texts), key, result)
+        await store_node(scope_id, level, 0, len(request.texts), cache_key(llm.model, request), result.text)
     return result
-
-
-async def _store_node(
-    pool: asyncpg.Pool, scope_id: str, level: int, position: int, inputs: int, key: str, result: SummaryResult
-) -> None:
-    await pool.execute(
-        "INSERT INTO merge_nodes (scope_id, level, position, inputs, cache_key, summary)"
-        " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (scope_id, level, position) DO UPDATE"
-        " SET inputs = EXCLUDED.inputs, cache_key = EXCLUDED.cache_key, summary = EXCLUDED.summary",
-        scope_id, level, position, inputs, key, result.text,
-    )  # fmt: skip

@@ -6,33 +6,44 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from ..errors import ContextLimitExceeded
 from ..ratelimit import RateLimiter
 from ..settings import Settings
 from .base import SummarizerBackend, SummaryRequest, SummaryResult
-from .budget import TokenCalibration, fit_chunk_request
+from .budget import TokenCalibration, estimate_request_tokens, plan_chunk
 from .cache import CallContext, summarize_cached
+from .endpoint import EndpointLimits
 
 
 @dataclass
 class Summarizing:
-    """What every summary request goes through: the backend, the result cache, the cluster-wide rate
-    limit, the input budget and the token calibration learnt from the provider's usage reports."""
+    """The LLM port every service summarizes through: the backend, the result cache, the cluster-wide
+    rate limit, the endpoint's input budget (configured or learned) and the token calibration learnt
+    from the provider's usage reports."""
 
     pool: asyncpg.Pool
     backend: SummarizerBackend
-    budget: int | None
+    limits: EndpointLimits | None
     limiter: RateLimiter | None
     calibration: TokenCalibration
 
     @classmethod
     def from_settings(cls, settings: Settings, pool: asyncpg.Pool) -> Summarizing:
         backend = make_backend(settings)
-        limiter = None
-        if settings.llm_backend == "openai" and (settings.llm_rpm or settings.llm_tpm):
+        limiter = limits = None
+        if settings.llm_backend == "openai":
             key = f"{settings.openai_base_url or 'openai'}|{settings.llm_model}"
-            limiter = RateLimiter(pool, key, rpm=settings.llm_rpm, tpm=settings.llm_tpm)
-        budget = settings.llm_context_tokens if settings.llm_backend == "openai" else None
-        return cls(pool, backend, budget, limiter, TokenCalibration())
+            limits = EndpointLimits(pool, key, configured=settings.llm_context_tokens)
+            if settings.llm_rpm or settings.llm_tpm:
+                limiter = RateLimiter(pool, key, rpm=settings.llm_rpm, tpm=settings.llm_tpm)
+        return cls(pool, backend, limits, limiter, TokenCalibration())
+
+    @property
+    def model(self) -> str:
+        return self.backend.model
+
+    async def budget(self) -> int | None:
+        return await self.limits.budget() if self.limits else None
 
     async def summarize(
         self, request: SummaryRequest, context: CallContext | None = None
@@ -41,8 +52,17 @@ class Summarizing:
             self.pool, self.backend, request, context, limiter=self.limiter, calibration=self.calibration
         )
 
-    def fit_chunk(self, request: SummaryRequest) -> SummaryRequest:
-        return fit_chunk_request(request, self.budget, self.calibration)
+    async def plan_chunk(self, request: SummaryRequest) -> list[SummaryRequest] | None:
+        return plan_chunk(request, await self.budget(), self.calibration)
+
+    async def learn(self, refusal: ContextLimitExceeded, request: SummaryRequest) -> bool:
+        """A refusal of `request` as too long: lower the budget. True: plan again; False: cannot shrink."""
+        if self.limits is None:
+            return False
+        return await self.limits.learn(refusal, estimate_request_tokens(request, self.calibration), self.calibration)
+
+    def describe_budget(self) -> str:
+        return self.limits.describe() if self.limits else "no known input budget"
 
 
 def make_backend(settings: Settings) -> SummarizerBackend:

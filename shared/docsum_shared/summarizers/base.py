@@ -44,23 +44,6 @@ class SummaryResult:
     completion_tokens: int = 0
 
 
-class PermanentLLMError(Exception):
-    """The provider rejected the request for good (bad request, content refused): do not retry."""
-
-
-class RetriableLLMError(Exception):
-    """A passing failure (5xx, timeout, rate limit, connection): retry with back-off.
-
-    `retry_after`: what the provider asked us to wait (seconds), if it said. `counts`: whether this
-    is a failure of the request (False for a rate limit: the request was fine, the timing was not).
-    """
-
-    def __init__(self, message: str, *, retry_after: float | None = None, counts: bool = True) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-        self.counts = counts
-
-
 class SummarizerBackend(abc.ABC):
     #: Identifies what produced a summary (stored beside it, part of the cache key).
     model: str

@@ -12,16 +12,17 @@ import math
 import threading
 from dataclasses import replace
 
-from ..text import estimate_tokens_upper
+from ..text import estimate_tokens_upper, sentence_spans
 from .base import SummaryKind, SummaryRequest
 from .prompts import build_messages
 
 _PER_MESSAGE = 4  # role and framing tokens of the chat format
-# What a summary answer costs at most, reserved in the budget and the rate limiter.
+# What a summary answer costs at most, reserved in the budget and the rate limiter (a quarter of a
+# small budget at most, so that a small window still has room for the prompt).
 COMPLETION_RESERVE = 600
-
-
-estimate_text_tokens = estimate_tokens_upper
+# A chunk too long for the budget is summarized in parts; a part shorter than this is no summary
+# worth paying for, so a budget that cannot hold it fails the chunk instead.
+MIN_PART_CHARS = 100
 
 
 class TokenCalibration:
@@ -30,42 +31,74 @@ class TokenCalibration:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.ratio = 1.0
-        self._observed = 0
 
     def observe(self, estimated: int, reported: int) -> None:
         if estimated <= 0 or reported <= 0:
             return
         with self._lock:
             seen = reported / estimated
-            self._observed += 1
             # Drift towards what the provider reports, but follow an under-estimate at once.
             self.ratio = min(2.0, max(0.5, seen, self.ratio * 0.9 + seen * 0.1))
+
+
+def completion_reserve(budget: int | None) -> int:
+    return COMPLETION_RESERVE if budget is None else min(COMPLETION_RESERVE, budget // 4)
 
 
 def estimate_request_tokens(request: SummaryRequest, calibration: TokenCalibration | None = None) -> int:
     raw = 0
     for message in build_messages(request):
-        raw += estimate_text_tokens(str(message.get("content", ""))) + _PER_MESSAGE
+        raw += estimate_tokens_upper(str(message.get("content", ""))) + _PER_MESSAGE
     ratio = max(1.0, calibration.ratio) if calibration else 1.0
     return math.ceil(raw * ratio)
 
 
 def fits(request: SummaryRequest, budget: int | None, calibration: TokenCalibration | None = None) -> bool:
-    return budget is None or estimate_request_tokens(request, calibration) + COMPLETION_RESERVE <= budget
+    return budget is None or estimate_request_tokens(request, calibration) + completion_reserve(budget) <= budget
 
 
-def fit_chunk_request(
+def plan_chunk(
     request: SummaryRequest, budget: int | None, calibration: TokenCalibration | None = None
-) -> SummaryRequest:
-    """Shrink a chunk request until it fits: first the contexts, then the chunk text itself."""
+) -> list[SummaryRequest] | None:
+    """The requests that summarize a chunk within the budget: the request itself when it fits, else
+    without its contexts, else its text in consecutive parts (at sentence ends where it can) whose
+    summaries together are the chunk's. No text is ever dropped: None when even a part of
+    MIN_PART_CHARS does not fit — the budget cannot summarize this chunk."""
     if fits(request, budget, calibration):
-        return request
-    request = replace(request, context_before="", context_after="")
+        return [request]
+    bare = replace(request, context_before="", context_after="")
+    if fits(bare, budget, calibration):
+        return [bare]
     text = request.texts[0]
-    while not fits(request, budget, calibration) and len(text) > 20:
-        text = text[: int(len(text) * 0.8)]
-        request = replace(request, texts=(text,))
-    return request
+
+    def fits_text(start: int, end: int) -> bool:
+        return fits(replace(bare, texts=(text[start:end],)), budget, calibration)
+
+    parts: list[SummaryRequest] = []
+    spans = sentence_spans(text) or [(0, len(text))]
+    start = 0
+    i = 0
+    while start < len(text):
+        # Take whole sentences while they fit; a sentence too long alone is cut where it fits.
+        end = start
+        while i < len(spans) and fits_text(start, spans[i][1]):
+            end = spans[i][1]
+            i += 1
+        if end == start:
+            low, high = start, min(len(text), spans[i][1] if i < len(spans) else len(text))
+            while high - low > 1:  # the longest prefix of the sentence that fits
+                middle = (low + high) // 2
+                low, high = (middle, high) if fits_text(start, middle) else (low, middle)
+            end = low
+            if end - start < min(MIN_PART_CHARS, len(text) - start):
+                return None
+            if i < len(spans) and end >= spans[i][1]:
+                i += 1
+        if i >= len(spans):
+            end = len(text)  # trailing whitespace after the last sentence
+        parts.append(replace(bare, texts=(text[start:end].strip(),)))
+        start = end
+    return parts
 
 
 def group_to_fit(
@@ -81,7 +114,7 @@ def group_to_fit(
     n = len(request.texts)
     while start < n:
         end = start + 1
-        while end < n and fits(_part(request, start, end + 1), budget, calibration):
+        while end < n and fits(part_of(request, start, end + 1), budget, calibration):
             end += 1
         groups.append((start, end))
         start = end
@@ -98,17 +131,35 @@ def trim_to_fit(request: SummaryRequest, budget: int, calibration: TokenCalibrat
     return replace(request, texts=tuple(texts))
 
 
-def _part(request: SummaryRequest, start: int, end: int) -> SummaryRequest:
-    labels = request.labels[start:end] if request.labels else ()
-    return replace(request, texts=request.texts[start:end], labels=labels)
-
-
 def part_of(request: SummaryRequest, start: int, end: int) -> SummaryRequest:
     """The merge request of one group of texts (with their labels, for a task merge)."""
-    return _part(request, start, end)
+    labels = request.labels[start:end] if request.labels else ()
+    return replace(request, texts=request.texts[start:end], labels=labels)
 
 
 def next_level(request: SummaryRequest, results: list[str]) -> SummaryRequest:
     """The merge request over the groups' results; a task merge labels them by part."""
     labels = tuple(f"part {i + 1}" for i in range(len(results))) if request.kind is SummaryKind.TASK else ()
     return replace(request, texts=tuple(results), labels=labels)
+
+
+def lowered_budget(
+    current: int | None, refused_estimate: int, *, stated_limit: int | None, floor: int = 256
+) -> int | None:
+    """The budget to plan under after the provider refused a prompt of `refused_estimate` tokens (our
+    estimate) as too long; None when it cannot usefully go lower.
+
+    The window the provider states is taken as it is — unless the refused request was already
+    planned under it (our estimate ran low), then it goes a safe factor below what was tried.
+    Without a stated window, a safe factor below the refused request.
+    """
+    tried = refused_estimate + completion_reserve(current)
+    if stated_limit is not None and (current is None or stated_limit < current):
+        new = stated_limit
+    else:
+        new = int(min(tried, current if current is not None else tried) * 0.75)
+    if current is not None:
+        new = min(new, current)
+    if new < floor or (current is not None and new >= current):
+        return None
+    return new

@@ -13,8 +13,9 @@ from dataclasses import asdict, dataclass
 
 import asyncpg
 
+from ..errors import RateLimited
 from ..ratelimit import RateLimiter
-from .base import RetriableLLMError, SummarizerBackend, SummaryRequest, SummaryResult
+from .base import SummarizerBackend, SummaryRequest, SummaryResult
 from .budget import COMPLETION_RESERVE, TokenCalibration, estimate_request_tokens
 from .prompts import PROMPT_VERSION
 
@@ -62,8 +63,8 @@ async def summarize_cached(
     started = time.monotonic()
     try:
         result = await backend.summarize(request)
-    except RetriableLLMError as exc:
-        if limiter and not exc.counts:
+    except RateLimited as exc:
+        if limiter:
             await limiter.refused(exc.retry_after)
         raise
     if reservation is not None and limiter is not None:

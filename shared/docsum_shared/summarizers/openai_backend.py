@@ -6,7 +6,8 @@ from collections.abc import Mapping
 
 import openai
 
-from .base import PermanentLLMError, RetriableLLMError, SummarizerBackend, SummaryRequest, SummaryResult
+from ..errors import ProviderUnavailable, RateLimited, RequestRefused, context_limit_error
+from .base import SummarizerBackend, SummaryRequest, SummaryResult
 from .prompts import build_messages
 
 
@@ -26,21 +27,25 @@ class OpenAIBackend(SummarizerBackend):
                 temperature=0,
             )
         except openai.RateLimitError as exc:
-            raise RetriableLLMError(
-                f"LLM provider rate limit: {exc.message}", retry_after=_retry_after(exc.response.headers), counts=False
+            raise RateLimited(
+                f"LLM provider rate limit: {exc.message}", retry_after=_retry_after(exc.response.headers)
             ) from exc
         except (openai.APIConnectionError, openai.APITimeoutError) as exc:
-            raise RetriableLLMError(f"LLM provider unavailable: {exc}") from exc
+            raise ProviderUnavailable(f"LLM provider unavailable: {exc}") from exc
         except openai.APIStatusError as exc:
             if exc.status_code >= 500 or exc.status_code in (408, 409):
-                raise RetriableLLMError(
+                raise ProviderUnavailable(
                     f"LLM provider error {exc.status_code}: {exc.message}",
                     retry_after=_retry_after(exc.response.headers),
                 ) from exc
-            raise PermanentLLMError(f"LLM provider rejected the request ({exc.status_code}): {exc.message}") from exc
+            if exc.status_code in (400, 413, 422):
+                code = getattr(exc, "code", None)
+                if overflow := context_limit_error(exc.message, code if isinstance(code, str) else None):
+                    raise overflow from exc
+            raise RequestRefused(f"LLM provider rejected the request ({exc.status_code}): {exc.message}") from exc
         text = (response.choices[0].message.content or "").strip() if response.choices else ""
         if not text:
-            raise RetriableLLMError("LLM provider returned an empty answer")
+            raise ProviderUnavailable("LLM provider returned an empty answer")
         usage = response.usage
         return SummaryResult(
             text=text,

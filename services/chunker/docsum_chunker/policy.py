@@ -1,4 +1,4 @@
-"""The chunker's decision: cut a parsed document into chunk rows, then announce every one of them."""
+"""The chunker's decisions: cut a parsed document into chunk rows, then announce every one of them."""
 
 from __future__ import annotations
 
@@ -35,10 +35,7 @@ def cut(document_id: str, text: str, settings: Settings) -> list[ChunkRow]:
 
 
 def announce(event: DocumentParsed, rows: list[ChunkRow]) -> list[ChunkCreated]:
-    return [
-        ChunkCreated(task_id=event.task_id, document_id=event.document_id, chunk_id=r.id, chunk_index=r.index)
-        for r in rows
-    ]
+    return [event.next(ChunkCreated, document_id=event.document_id, chunk_id=r.id, chunk_index=r.index) for r in rows]
 
 
 def should_announce_again(status: DocumentStatus) -> bool:

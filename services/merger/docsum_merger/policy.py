@@ -1,4 +1,4 @@
-"""The merger's decisions, made from Postgres state alone (never from what this process remembers).
+"""The merger's decisions, pure functions of the stored state (never of what this process remembers).
 
 Document stage: when every chunk of a document is final, its chunk summaries become one document
 summary. Task stage: when every document of a task is final, their summaries become the task summary.
@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from docsum_shared.options import TaskOptions
+from docsum_shared.settings import Settings
 from docsum_shared.states import CHUNK_FINAL, DOCUMENT_FINAL, ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
 
@@ -113,3 +114,16 @@ def decide_task(
         labels=tuple(d.filename for d in completed),
     )
     return FinishTask(status, options.apply(request), None, error)
+
+
+def with_failed_merge(decision: FinishTask, error: str) -> FinishTask:
+    """The task's outcome when its summary could not be made: its documents' summaries stand."""
+    errors = "; ".join(e for e in (decision.error, f"the batch summary could not be made: {error}") if e)
+    status = TaskStatus.FAILED if decision.status is TaskStatus.FAILED else TaskStatus.COMPLETED_WITH_ERRORS
+    return FinishTask(status, None, None, errors)
+
+
+def merge_gives_up(failures: int, settings: Settings) -> bool:
+    """A merge whose provider keeps failing (5xx, timeouts) fails its document or task summary after
+    as many failed attempts as a chunk gets."""
+    return failures >= settings.llm_max_attempts

@@ -1,13 +1,14 @@
-"""The parser's decision: given a submitted document and what Postgres holds, what to store and emit."""
+"""The parser's decisions: given a submitted document and what Postgres holds, what to store and emit."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from docsum_shared.events import DocumentMerged, DocumentOutcome, DocumentParsed, DocumentSubmitted, Event
-from docsum_shared.levels import size_level
+from docsum_shared.handlers import takes_work
+from docsum_shared.levels import SizeLevel, size_level
 from docsum_shared.settings import Settings
-from docsum_shared.states import TASK_FINAL, DocumentStatus, TaskStatus
+from docsum_shared.states import DocumentStatus, TaskStatus
 
 from .extract import ParseError, extract_text
 
@@ -19,7 +20,7 @@ NEEDS_PARSE = (DocumentStatus.PENDING, DocumentStatus.PARSING)
 class StoredDocument:
     status: DocumentStatus
     text_chars: int | None
-    size_level: str | None
+    size_level: SizeLevel | None
     error: str | None
     task_status: TaskStatus = TaskStatus.PROCESSING
 
@@ -27,7 +28,7 @@ class StoredDocument:
 @dataclass(frozen=True)
 class StoreText:
     text: str
-    size_level: str
+    size_level: SizeLevel
 
 
 @dataclass(frozen=True)
@@ -41,27 +42,21 @@ class Decision:
     emit: list[Event]
 
 
-def task_holds_work(doc: StoredDocument) -> bool:
-    """Paused, cancelled or finished tasks get no more work; resume and retry re-drive them."""
-    return doc.task_status is TaskStatus.PAUSED or doc.task_status in TASK_FINAL
+def needs_parse(doc: StoredDocument) -> bool:
+    return takes_work(doc.task_status) and doc.status in NEEDS_PARSE
 
 
 def already_done(event: DocumentSubmitted, doc: StoredDocument) -> Decision:
-    """The document's parse was stored earlier: emit again what followed it, store nothing."""
+    """Nothing to parse: paused, cancelled or finished tasks get no work (resume and retry re-drive
+    them); a parse stored earlier is announced again, and nothing is stored."""
+    if not takes_work(doc.task_status) or doc.status is DocumentStatus.CANCELLED:
+        return Decision(None, [])
     if doc.status is DocumentStatus.FAILED:
         return Decision(None, [_failed(event)])
-    if doc.status is DocumentStatus.CANCELLED:
-        return Decision(None, [])
+    text_chars = doc.text_chars or 0
+    level = doc.size_level or size_level(text_chars)
     return Decision(
-        None,
-        [
-            DocumentParsed(
-                task_id=event.task_id,
-                document_id=event.document_id,
-                text_chars=doc.text_chars or 0,
-                size_level=doc.size_level or "",
-            )
-        ],
+        None, [event.next(DocumentParsed, document_id=event.document_id, text_chars=text_chars, size_level=level)]
     )
 
 
@@ -71,16 +66,13 @@ def parse(event: DocumentSubmitted, data: bytes, settings: Settings) -> Decision
         extracted = extract_text(data, event.filename, event.content_type)
     except ParseError as exc:
         return Decision(Fail(str(exc)), [_failed(event)])
-    level = size_level(len(extracted.text), small_max=settings.small_max_chars, medium_max=settings.medium_max_chars)
+    chars = len(extracted.text)
+    level = size_level(chars, small_max=settings.small_max_chars, medium_max=settings.medium_max_chars)
     return Decision(
         StoreText(extracted.text, level),
-        [
-            DocumentParsed(
-                task_id=event.task_id, document_id=event.document_id, text_chars=len(extracted.text), size_level=level
-            )
-        ],
+        [event.next(DocumentParsed, document_id=event.document_id, text_chars=chars, size_level=level)],
     )
 
 
 def _failed(event: DocumentSubmitted) -> DocumentMerged:
-    return DocumentMerged(task_id=event.task_id, document_id=event.document_id, outcome=DocumentOutcome.FAILED)
+    return event.next(DocumentMerged, document_id=event.document_id, outcome=DocumentOutcome.FAILED)

@@ -1,0 +1,51 @@
+"""The chunker's handler: document-parsed → chunk rows in Postgres → chunk-created (one per chunk)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Protocol
+
+from docsum_shared.errors import Poison
+from docsum_shared.events import DocumentParsed, Event
+from docsum_shared.handlers import Handlers, required, takes_work
+from docsum_shared.settings import Settings
+from docsum_shared.states import DocumentStatus
+
+from .policy import ChunkRow, announce, cut, should_announce_again
+from .repository import ParsedDocument
+
+log = logging.getLogger("docsum_chunker")
+
+
+class Repository(Protocol):
+    async def load(self, document_id: str) -> ParsedDocument | None: ...
+    async def stored_chunks(self, document_id: str) -> list[ChunkRow]: ...
+    async def store_chunks(self, document_id: str, rows: list[ChunkRow]) -> None: ...
+
+
+@dataclass
+class Deps:
+    repo: Repository
+    settings: Settings
+
+
+handlers = Handlers[Deps]()
+handle = handlers.handle
+
+
+@handlers.on(DocumentParsed)
+async def chunk_document(event: DocumentParsed, deps: Deps) -> list[Event]:
+    doc = required(await deps.repo.load(event.document_id), f"document {event.document_id} of task {event.task_id}")
+    if not takes_work(doc.task_status):
+        return []  # resume and retry re-drive held work
+    if doc.status is DocumentStatus.CHUNKING:
+        if doc.text is None:
+            raise Poison(f"document {event.document_id} has no stored text")
+        rows = await asyncio.to_thread(cut, event.document_id, doc.text, deps.settings)
+        await deps.repo.store_chunks(event.document_id, rows)
+        log.info("document %s: %d chunks", event.document_id, len(rows))
+    elif not should_announce_again(doc.status):
+        return []
+    return list(announce(event, await deps.repo.stored_chunks(event.document_id)))

@@ -1,0 +1,161 @@
+"""The merger's handlers.
+
+chunk-summarized (keyed by document) → the document summary → document-merged;
+document-merged (keyed by task) → the task summary → task-events.
+
+The merger's LLM errors fail the document (or the task's summary), never the message: a provider
+that keeps failing is given as many attempts as a chunk gets, a refusal is final, and a refusal as
+too long lowers the budget and goes hierarchical.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from docsum_shared.errors import Backoff, ItemFailed, ProviderUnavailable, RateLimited, retry_until
+from docsum_shared.events import ChunkSummarized, DocumentMerged, DocumentOutcome, Event, TaskEvent
+from docsum_shared.handlers import Handlers, required, takes_work
+from docsum_shared.options import TaskOptions
+from docsum_shared.settings import Settings
+from docsum_shared.states import DOCUMENT_FINAL, TASK_FINAL, DocumentStatus, TaskStatus
+from docsum_shared.summarizers.base import SummaryRequest
+from docsum_shared.summarizers.cache import CallContext
+
+from . import tree
+from .policy import (
+    ChunkState,
+    DocumentState,
+    FailDocument,
+    decide_document,
+    decide_task,
+    merge_gives_up,
+    with_failed_merge,
+)
+
+log = logging.getLogger("docsum_merger")
+
+
+class Repository(Protocol):
+    async def load_document(self, document_id: str) -> tuple[DocumentState, TaskStatus, TaskOptions] | None: ...
+    async def load_chunks(self, document_id: str) -> list[ChunkState]: ...
+    async def complete_document(
+        self, document_id: str, summary: str, model: str, coverage: float, failed_chunks: list[int]
+    ) -> None: ...
+    async def fail_document(self, document_id: str, error: str) -> None: ...
+    async def record_document_merge_failure(self, document_id: str) -> int: ...
+    async def record_task_merge_failure(self, task_id: str) -> int: ...
+    async def load_task(
+        self, task_id: str
+    ) -> tuple[TaskStatus, str | None, list[DocumentState], TaskOptions] | None: ...
+    async def finish_task(
+        self, task_id: str, status: TaskStatus, summary: str | None, model: str | None, error: str | None
+    ) -> None: ...
+    async def store_node(
+        self, scope_id: str, level: int, position: int, inputs: int, key: str, summary: str
+    ) -> None: ...
+
+
+@dataclass
+class Deps:
+    repo: Repository
+    llm: tree.LLM
+    settings: Settings
+    backoff: Backoff = field(default_factory=lambda: Backoff(base_s=1.0, cap_s=60.0))
+
+
+handlers = Handlers[Deps]()
+handle = handlers.handle
+
+
+@handlers.on(ChunkSummarized)
+async def merge_document(event: ChunkSummarized, deps: Deps) -> list[Event]:
+    doc, task_status, options = required(
+        await deps.repo.load_document(event.document_id), f"document {event.document_id}"
+    )
+    if not takes_work(task_status):
+        return []  # paused: resume re-drives the merge; final: nothing is waiting for it
+    if doc.status not in DOCUMENT_FINAL:
+        decision = decide_document(doc, await deps.repo.load_chunks(doc.id), options)
+        if decision is None:
+            return []  # a chunk is still unfinished
+        if isinstance(decision, FailDocument):
+            await deps.repo.fail_document(doc.id, decision.error)
+        else:
+            try:
+                if decision.request is None:
+                    summary, model = decision.single_summary or "", deps.llm.model
+                else:
+                    summary, model = await _merged(
+                        decision.request,
+                        CallContext(event.task_id, doc.id),
+                        doc.id,
+                        lambda: deps.repo.record_document_merge_failure(doc.id),
+                        deps,
+                    )
+                coverage, failed = decision.coverage, list(decision.failed_indexes)
+                await deps.repo.complete_document(doc.id, summary + decision.note(), model, coverage, failed)
+            except ItemFailed as exc:
+                await deps.repo.fail_document(doc.id, f"the document's summary could not be made: {exc}")
+        log.info("document %s finished", doc.id)
+        doc, _, _ = required(await deps.repo.load_document(doc.id), f"document {doc.id}")
+    if doc.status is DocumentStatus.CANCELLED:
+        return []
+    outcome = DocumentOutcome.COMPLETED if doc.status is DocumentStatus.COMPLETED else DocumentOutcome.FAILED
+    return [event.next(DocumentMerged, document_id=doc.id, outcome=outcome)]
+
+
+@handlers.on(DocumentMerged)
+async def finish_task(event: DocumentMerged, deps: Deps) -> list[Event]:
+    status, title, docs, options = required(await deps.repo.load_task(event.task_id), f"task {event.task_id}")
+    if status is TaskStatus.PAUSED:
+        return []
+    if status not in TASK_FINAL:
+        decision = decide_task(title, docs, options)
+        if decision is None:
+            return []  # a document is still unfinished
+        summary, model = decision.summary, deps.llm.model
+        if decision.request is not None:
+            try:
+                summary, model = await _merged(
+                    decision.request,
+                    CallContext(event.task_id),
+                    event.task_id,
+                    lambda: deps.repo.record_task_merge_failure(event.task_id),
+                    deps,
+                )
+            except ItemFailed as exc:
+                decision = with_failed_merge(decision, str(exc))
+                summary = None
+        await deps.repo.finish_task(event.task_id, decision.status, summary, model, decision.error)
+        log.info("task %s finished: %s", event.task_id, decision.status)
+        status, *_ = required(await deps.repo.load_task(event.task_id), f"task {event.task_id}")
+    return [event.next(TaskEvent, status=status)]
+
+
+async def _merged(
+    request: SummaryRequest,
+    context: CallContext,
+    scope_id: str,
+    record_failure: Callable[[], Awaitable[int]],
+    deps: Deps,
+) -> tuple[str, str]:
+    """The merged summary and its model; ItemFailed when the provider refused it or kept failing."""
+    waits = 0
+
+    async def decide(exc: Exception, tries: int) -> float | None:
+        nonlocal waits
+        if isinstance(exc, RateLimited):
+            waits += 1
+            return deps.backoff.delay(waits, exc.retry_after)
+        if not isinstance(exc, ProviderUnavailable):
+            return None
+        failures = await record_failure()
+        if merge_gives_up(failures, deps.settings):
+            raise ItemFailed(f"gave up after {failures} attempts: {exc}") from exc
+        return deps.backoff.delay(tries, exc.retry_after)
+
+    result = await retry_until(lambda: tree.merge(deps.llm, request, context, scope_id, deps.repo.store_node), decide)
+    return result.text, result.model

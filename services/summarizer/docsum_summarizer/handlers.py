@@ -1,0 +1,203 @@
+"""The summarizer's handlers: chunk-created (and its delayed retries) → a stored summary → chunk-summarized.
+
+A chunk is summarized under a lease in Postgres, renewed while the call runs: a second consumer that
+gets the same chunk (a rebalance, a redelivery) waits for the first instead of paying again, and the
+chunk of a process that died is taken over once its lease expires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+from docsum_shared.errors import (
+    Backoff,
+    ContextLimitExceeded,
+    ItemFailed,
+    ProviderUnavailable,
+    RateLimited,
+    retry_until,
+)
+from docsum_shared.events import ChunkCreated, ChunkRetry, ChunkSummarized, Event
+from docsum_shared.handlers import Handlers, required
+from docsum_shared.settings import Settings
+from docsum_shared.summarizers.base import SummaryRequest, SummaryResult
+from docsum_shared.summarizers.cache import CallContext
+
+from .policy import AfterFailure, Step, StoredChunk, after_failure, cannot_fit, next_step, request_for, retry_wait_s
+from .repository import Claim
+
+log = logging.getLogger("docsum_summarizer")
+
+# Rate limits (429) are waited out, not counted; this bounds how long one chunk waits for them.
+MAX_RATE_LIMIT_WAITS = 100
+# A chunk's request is planned again after each refusal as too long; each lowers the budget, so
+# this only bounds a provider that keeps refusing whatever it is sent.
+MAX_REPLANS = 8
+
+
+class Repository(Protocol):
+    async def load(self, chunk_id: str) -> StoredChunk | None: ...
+    async def claim(self, chunk_id: str, holder: str, ttl_s: float) -> Claim: ...
+    async def renew(self, chunk_id: str, holder: str, ttl_s: float) -> None: ...
+    async def release(self, chunk_id: str, holder: str) -> None: ...
+    async def complete(self, chunk_id: str, task_id: str, summary: str, model: str) -> None: ...
+    async def fail(self, chunk_id: str, error: str) -> None: ...
+    async def record_failure(self, chunk_id: str, error: str, *, retry_now: bool) -> None: ...
+
+
+class LLM(Protocol):
+    """The LLM port (docsum_shared.summarizers.Summarizing)."""
+
+    async def summarize(
+        self, request: SummaryRequest, context: CallContext | None = None
+    ) -> tuple[SummaryResult, bool]: ...
+    async def plan_chunk(self, request: SummaryRequest) -> list[SummaryRequest] | None: ...
+    async def learn(self, refusal: ContextLimitExceeded, request: SummaryRequest) -> bool: ...
+    def describe_budget(self) -> str: ...
+
+
+@dataclass
+class Deps:
+    repo: Repository
+    llm: LLM
+    settings: Settings
+    holder: str  # this process, as lease holder
+    calls: asyncio.Semaphore  # LLM calls in flight in this process, across its consumers
+    backoff: Backoff = field(default_factory=lambda: Backoff(base_s=1.0, cap_s=60.0))
+
+
+handlers = Handlers[Deps]()
+handle = handlers.handle
+
+
+class _Later(Exception):
+    """This round's in-place attempts are spent: the chunk waits for the delayed retry topic."""
+
+
+@handlers.on(ChunkCreated, ChunkRetry)
+async def summarize_chunk(event: ChunkCreated, deps: Deps) -> list[Event]:
+    if isinstance(event, ChunkRetry):
+        await asyncio.sleep(retry_wait_s(event.not_before, datetime.now(UTC), deps.settings))
+    # Each handling claims under its own name: two deliveries of one chunk in this process (a
+    # re-drive beside a delayed retry) exclude each other as two processes would.
+    holder = f"{deps.holder}:{uuid.uuid4().hex[:12]}"
+    ttl = deps.settings.lease_ttl_s
+    while True:
+        chunk = required(
+            await deps.repo.load(event.chunk_id), f"chunk {event.chunk_id} of document {event.document_id}"
+        )
+        step = next_step(chunk)
+        if step is Step.NOTHING:
+            return []
+        if step is Step.REPORT:
+            return [
+                event.next(
+                    ChunkSummarized,
+                    document_id=event.document_id,
+                    chunk_id=event.chunk_id,
+                    chunk_index=event.chunk_index,
+                )
+            ]
+        claim = await deps.repo.claim(event.chunk_id, holder, ttl)
+        if claim is Claim.HELD:
+            await asyncio.sleep(min(2.0, ttl / 4))  # another process is on it
+        elif claim is Claim.TAKEN:
+            later = await _under_lease(event, chunk, holder, deps)
+            if later is not None:
+                return [later]
+        # then load again: the chunk is final now, or no longer wanted
+
+
+def _chunk_fields(event: ChunkCreated) -> dict[str, object]:
+    return event.model_dump(include={"document_id", "chunk_id", "chunk_index"})
+
+
+async def _under_lease(event: ChunkCreated, chunk: StoredChunk, holder: str, deps: Deps) -> ChunkRetry | None:
+    renewer = asyncio.create_task(_keep_lease(event.chunk_id, holder, deps))
+    try:
+        later = await _summarize(event, chunk, deps)
+        if later is not None:  # through the retry topic: free the chunk until then
+            await deps.repo.release(event.chunk_id, holder)
+        return later
+    except asyncio.CancelledError:
+        # Shutting down mid-call: hand the chunk back so its next owner starts at once.
+        await asyncio.shield(deps.repo.release(event.chunk_id, holder))
+        raise
+    finally:
+        renewer.cancel()
+
+
+async def _keep_lease(chunk_id: str, holder: str, deps: Deps) -> None:
+    while True:
+        await asyncio.sleep(deps.settings.lease_ttl_s / 3)
+        with contextlib.suppress(Exception):  # a missed renewal is retried; expiry is the backstop
+            await deps.repo.renew(chunk_id, holder, deps.settings.lease_ttl_s)
+
+
+async def _summarize(event: ChunkCreated, chunk: StoredChunk, deps: Deps) -> ChunkRetry | None:
+    """Summarize the leased chunk and store the outcome; the retry event when it should wait for a later round."""
+    request = request_for(chunk)
+    context = CallContext(event.task_id, event.document_id, event.chunk_id)
+    round_failures = waits = 0
+
+    async def decide(exc: Exception, tries: int) -> float | None:
+        nonlocal round_failures, waits
+        if isinstance(exc, RateLimited):
+            waits += 1
+            if waits >= MAX_RATE_LIMIT_WAITS:
+                raise ItemFailed(f"the provider kept refusing for its rate limit ({waits} times): {exc}") from exc
+            return deps.backoff.delay(waits, exc.retry_after)
+        if not isinstance(exc, ProviderUnavailable):
+            return None  # fails the item (ItemFailed), or a bug for the consumer shell
+        round_failures += 1
+        failures = chunk.failures + round_failures
+        step = after_failure(failures, round_failures, deps.settings)
+        await deps.repo.record_failure(event.chunk_id, str(exc), retry_now=step is AfterFailure.AGAIN)
+        if step is AfterFailure.FAIL:
+            raise ItemFailed(f"gave up after {failures} attempts: {exc}") from exc
+        if step is AfterFailure.LATER:
+            raise _Later() from exc
+        delay = deps.backoff.delay(round_failures, exc.retry_after)
+        log.info("chunk %s: %s; retrying in %.1fs", event.chunk_id, exc, delay)
+        return delay
+
+    try:
+        summary, model = await retry_until(lambda: _summarize_within_budget(request, context, deps), decide)
+    except _Later:
+        log.info("chunk %s: retrying in %.0fs", event.chunk_id, deps.settings.llm_retry_delay_s)
+        not_before = datetime.now(UTC) + timedelta(seconds=deps.settings.llm_retry_delay_s)
+        return event.next(ChunkRetry, **_chunk_fields(event), not_before=not_before)
+    except ItemFailed as exc:
+        await deps.repo.fail(event.chunk_id, str(exc))
+        log.warning("chunk %s failed: %s", event.chunk_id, exc)
+        return None
+    await deps.repo.complete(event.chunk_id, event.task_id, summary, model)
+    log.info("chunk %s summarized", event.chunk_id)
+    return None
+
+
+async def _summarize_within_budget(request: SummaryRequest, context: CallContext, deps: Deps) -> tuple[str, str]:
+    """The chunk's summary, planned under the endpoint's input budget (in parts when it must be); a
+    refusal as too long lowers the budget and plans again. ItemFailed when it cannot shrink further."""
+    for _ in range(MAX_REPLANS):
+        parts = await deps.llm.plan_chunk(request)
+        if parts is None:
+            raise ItemFailed(cannot_fit(deps.llm.describe_budget()))
+        results: list[SummaryResult] = []
+        try:
+            for part in parts:
+                async with deps.calls:
+                    result, _ = await deps.llm.summarize(part, context)
+                results.append(result)
+        except ContextLimitExceeded as refusal:
+            if not await deps.llm.learn(refusal, part):
+                raise ItemFailed(cannot_fit(deps.llm.describe_budget(), str(refusal))) from refusal
+            continue
+        return "\n".join(r.text for r in results), results[0].model
+    raise ItemFailed(cannot_fit(deps.llm.describe_budget(), "it kept refusing every smaller request"))

@@ -1,0 +1,78 @@
+"""The summarizer's decisions, pure functions of the event and the stored chunk."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from docsum_shared.handlers import takes_work
+from docsum_shared.options import TaskOptions
+from docsum_shared.settings import Settings
+from docsum_shared.states import CHUNK_FINAL, DOCUMENT_FINAL, ChunkStatus, DocumentStatus, TaskStatus
+from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
+
+
+@dataclass(frozen=True)
+class StoredChunk:
+    status: ChunkStatus
+    text: str
+    context_before: str
+    context_after: str
+    document_status: DocumentStatus
+    task_status: TaskStatus
+    options: TaskOptions = TaskOptions()
+    failures: int = 0  # failed attempts so far, across rounds and re-drives
+
+
+class Step(enum.Enum):
+    SUMMARIZE = "summarize"  # claim the chunk and call the LLM
+    REPORT = "report"  # final already: say so (again), the merger may still be waiting
+    NOTHING = "nothing"  # the task or document no longer wants work (paused, cancelled, finished)
+
+
+def next_step(chunk: StoredChunk) -> Step:
+    if chunk.document_status in DOCUMENT_FINAL or not takes_work(chunk.task_status):
+        return Step.NOTHING
+    return Step.REPORT if chunk.status in CHUNK_FINAL else Step.SUMMARIZE
+
+
+def request_for(chunk: StoredChunk) -> SummaryRequest:
+    request = SummaryRequest(
+        kind=SummaryKind.CHUNK,
+        texts=(chunk.text,),
+        context_before=chunk.context_before,
+        context_after=chunk.context_after,
+    )
+    return chunk.options.apply(request)
+
+
+class AfterFailure(enum.Enum):
+    AGAIN = "again"  # retry here and now, after a back-off
+    LATER = "later"  # through the delayed retry topic
+    FAIL = "fail"  # attempts exhausted: the chunk fails
+
+
+def after_failure(failures: int, failures_this_round: int, settings: Settings) -> AfterFailure:
+    """What follows a failed attempt, given the failures stored on the row and those of this round."""
+    if failures >= settings.llm_max_attempts:
+        return AfterFailure.FAIL
+    if failures_this_round >= settings.llm_inplace_attempts:
+        return AfterFailure.LATER
+    return AfterFailure.AGAIN
+
+
+def retry_wait_s(not_before: datetime, now: datetime, settings: Settings) -> float:
+    """How long a delayed retry waits: until its due time, never longer than the configured delay (a
+    far-future `not_before` from any producer cannot park a chunk)."""
+    due = min(not_before, now + timedelta(seconds=settings.llm_retry_delay_s))
+    return max(0.0, (due - now).total_seconds())
+
+
+def cannot_fit(budget: str, provider_said: str | None = None) -> str:
+    said = f" The provider said: {provider_said}" if provider_said else ""
+    return (
+        f"this part of the document does not fit the model's context window ({budget}), not even in parts "
+        f"of a few sentences. Use a model with a larger context window, or set DOCSUM_LLM_CONTEXT_TOKENS to "
+        f"the window the model really has.{said}"
+    )
