@@ -1,0 +1,62 @@
+"""In-memory stand-ins for the ports a handler is given: the LLM port and each service's repository.
+
+They keep the same rules as the real ones (guarded transitions, leases), so a handler's unit test
+exercises its decisions without a broker or a database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from docsum_shared.errors import ContextLimitExceeded
+from docsum_shared.summarizers.base import SummaryRequest, SummaryResult
+from docsum_shared.summarizers.budget import TokenCalibration, estimate_request_tokens, lowered_budget, plan_chunk
+from docsum_shared.summarizers.cache import CallContext
+
+Answer = Callable[[SummaryRequest], SummaryResult]
+
+
+def echo(request: SummaryRequest) -> SummaryResult:
+    """A deterministic answer: the first words of every text."""
+    return SummaryResult(" / ".join(" ".join(t.split()[:6]) for t in request.texts), "fake-1", 10, 5)
+
+
+@dataclass
+class FakeLLM:
+    """The LLM port. `script` holds what the next calls raise (an exception) or answer (None: `answer`);
+    `window`: the provider's context in tokens, refused with a stated limit like OpenAI's."""
+
+    answer: Answer = echo
+    script: list[BaseException | None] = field(default_factory=list)
+    window: int | None = None
+    learned: int | None = None
+    calls: list[SummaryRequest] = field(default_factory=list)
+    calibration: TokenCalibration = field(default_factory=TokenCalibration)
+    model: str = "fake-1"
+
+    async def budget(self) -> int | None:
+        return self.learned
+
+    async def summarize(
+        self, request: SummaryRequest, context: CallContext | None = None
+    ) -> tuple[SummaryResult, bool]:
+        self.calls.append(request)
+        if self.script and (outcome := self.script.pop(0)) is not None:
+            raise outcome
+        if self.window is not None and estimate_request_tokens(request) > self.window:
+            raise ContextLimitExceeded(f"maximum context length is {self.window} tokens", limit=self.window)
+        return self.answer(request), False
+
+    async def plan_chunk(self, request: SummaryRequest) -> list[SummaryRequest] | None:
+        return plan_chunk(request, self.learned, self.calibration)
+
+    async def learn(self, refusal: ContextLimitExceeded, request: SummaryRequest) -> bool:
+        new = lowered_budget(self.learned, estimate_request_tokens(request), stated_limit=refusal.limit)
+        if new is None:
+            return False
+        self.learned = new
+        return True
+
+    def describe_budget(self) -> str:
+        return f"an input budget of {self.learned} tokens, learned from the provider's refusal"

@@ -1,0 +1,119 @@
+"""The error taxonomy: how provider answers are classified, and the one retry helper."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from docsum_shared.errors import (
+    Backoff,
+    ContextLimitExceeded,
+    ItemFailed,
+    Kind,
+    Poison,
+    ProviderUnavailable,
+    RateLimited,
+    RequestRefused,
+    Stopped,
+    classify,
+    context_limit_error,
+    retry_until,
+    while_infrastructure_down,
+)
+
+# What real servers answer to an over-long prompt (see the README's "Configuring a real LLM").
+OPENAI = (
+    "This model's maximum context length is 8192 tokens. However, your messages resulted in 9135 tokens. "
+    "Please reduce the length of the messages."
+)
+VLLM = (
+    "This model's maximum context length is 2048 tokens. However, you requested 2311 tokens "
+    "(1799 in the messages, 512 in the completion). Please reduce the length of the messages or completion."
+)
+LLAMA_CPP = "request (2963 tokens) exceeds the available context size (2048 tokens), try increasing it"
+
+
+@pytest.mark.parametrize(
+    ("message", "code", "limit", "requested"),
+    [
+        (OPENAI, "context_length_exceeded", 8192, 9135),
+        (VLLM, None, 2048, 1799),
+        (LLAMA_CPP, None, 2048, 2963),
+        ("the input is too long for this model", "context_length_exceeded", None, None),
+        ("Prompt is too long", None, None, None),
+    ],
+)
+def test_context_refusals_are_recognised_with_what_they_state(
+    message: str, code: str | None, limit: int | None, requested: int | None
+) -> None:
+    refusal = context_limit_error(message, code)
+    assert isinstance(refusal, ContextLimitExceeded) and isinstance(refusal, RequestRefused)
+    assert (refusal.limit, refusal.requested) == (limit, requested)
+
+
+def test_other_refusals_are_not_taken_for_a_context_limit() -> None:
+    assert context_limit_error("The provider rejected this prompt.", "invalid_prompt") is None
+    assert context_limit_error("Invalid value for 'temperature'", None) is None
+
+
+def test_every_failure_is_exactly_one_kind() -> None:
+    assert classify(RateLimited("429", retry_after=2)) is Kind.RATE_LIMITED
+    assert classify(ProviderUnavailable("503")) is Kind.RETRIABLE
+    assert classify(ConnectionRefusedError()) is Kind.RETRIABLE
+    assert classify(RequestRefused("400")) is Kind.FAILS_ITEM
+    assert classify(ContextLimitExceeded("too long", limit=10)) is Kind.FAILS_ITEM
+    assert classify(ItemFailed("broken file")) is Kind.FAILS_ITEM
+    assert classify(Poison("unknown id")) is Kind.POISON
+    assert classify(KeyError("a bug")) is None
+
+
+def test_backoff_grows_is_capped_jittered_and_follows_retry_after() -> None:
+    backoff = Backoff(base_s=1.0, cap_s=8.0, jitter=0.5)
+    assert 0.5 <= backoff.delay(1) <= 1.0
+    assert 2.0 <= backoff.delay(3) <= 4.0
+    assert 4.0 <= backoff.delay(30) <= 8.0
+    assert backoff.delay(1, retry_after=3.0) == 3.0
+
+
+async def test_retry_until_retries_what_decide_allows_and_raises_the_rest() -> None:
+    calls: list[int] = []
+
+    async def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise ProviderUnavailable("503")
+        return "done"
+
+    decide = while_infrastructure_down(Backoff(base_s=0.0, cap_s=0.0))
+    assert await retry_until(flaky, decide) == "done" and len(calls) == 3
+
+    async def refused() -> str:
+        raise RequestRefused("400")
+
+    with pytest.raises(RequestRefused):
+        await retry_until(refused, decide)
+
+
+async def test_retry_until_takes_an_async_decide_that_may_raise_its_own_outcome() -> None:
+    async def always() -> None:
+        raise ProviderUnavailable("500")
+
+    async def decide(exc: Exception, failures: int) -> float | None:
+        if failures >= 2:
+            raise ItemFailed(f"gave up after {failures} attempts: {exc}")
+        return 0.0
+
+    with pytest.raises(ItemFailed, match="gave up after 2 attempts: 500"):
+        await retry_until(always, decide)
+
+
+async def test_a_stop_during_the_wait_hands_the_work_back() -> None:
+    stop = asyncio.Event()
+
+    async def down() -> None:
+        stop.set()
+        raise ConnectionResetError()
+
+    with pytest.raises(Stopped):
+        await retry_until(down, lambda exc, n: 30.0, stop=stop)

@@ -1,0 +1,151 @@
+"""The merger's handle(event, deps) against in-memory fakes of its repository and of the LLM."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import pytest
+
+from docsum_merger.handlers import Deps, handle
+from docsum_merger.policy import ChunkState, DocumentState
+from docsum_shared.errors import Backoff, Poison, ProviderUnavailable, RequestRefused
+from docsum_shared.events import ChunkSummarized, DocumentMerged, DocumentOutcome, TaskEvent
+from docsum_shared.options import TaskOptions
+from docsum_shared.settings import Settings
+from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
+from tests.documents import english_prose
+from tests.unit.fakes import FakeLLM
+
+SETTINGS = Settings(_env_file=None, llm_max_attempts=3)
+
+
+@dataclass
+class FakeMerges:
+    task_status: TaskStatus = TaskStatus.PROCESSING
+    options: TaskOptions = TaskOptions()
+    documents: dict[str, DocumentState] = field(default_factory=dict)
+    chunks: dict[str, list[ChunkState]] = field(default_factory=dict)
+    merge_failures: dict[str, int] = field(default_factory=dict)
+    nodes: list[tuple[str, int, int]] = field(default_factory=list)
+    finished: tuple[TaskStatus, str | None, str | None] | None = None
+
+    async def load_document(self, document_id: str) -> tuple[DocumentState, TaskStatus, TaskOptions] | None:
+        doc = self.documents.get(document_id)
+        return None if doc is None else (doc, self.task_status, self.options)
+
+    async def load_chunks(self, document_id: str) -> list[ChunkState]:
+        return self.chunks.get(document_id, [])
+
+    async def complete_document(
+        self, document_id: str, summary: str, model: str, coverage: float, failed_chunks: list[int]
+    ) -> None:
+        if self.documents[document_id].status is DocumentStatus.SUMMARIZING:
+            self.documents[document_id] = replace(
+                self.documents[document_id], status=DocumentStatus.COMPLETED, summary=summary
+            )
+
+    async def fail_document(self, document_id: str, error: str) -> None:
+        if self.documents[document_id].status is DocumentStatus.SUMMARIZING:
+            self.documents[document_id] = replace(
+                self.documents[document_id], status=DocumentStatus.FAILED, error=error
+            )
+
+    async def record_document_merge_failure(self, document_id: str) -> int:
+        self.merge_failures[document_id] = self.merge_failures.get(document_id, 0) + 1
+        return self.merge_failures[document_id]
+
+    async def record_task_merge_failure(self, task_id: str) -> int:
+        return await self.record_document_merge_failure(task_id)
+
+    async def load_task(self, task_id: str) -> tuple[TaskStatus, str | None, list[DocumentState], TaskOptions] | None:
+        return self.task_status, "batch", list(self.documents.values()), self.options
+
+    async def finish_task(
+        self, task_id: str, status: TaskStatus, summary: str | None, model: str | None, error: str | None
+    ) -> None:
+        if self.task_status in (TaskStatus.PENDING, TaskStatus.PROCESSING):
+            self.task_status, self.finished = status, (status, summary, error)
+
+    async def store_node(self, scope_id: str, level: int, position: int, inputs: int, key: str, summary: str) -> None:
+        self.nodes.append((scope_id, level, position))
+
+
+def _repo(chunks: int = 3, status: ChunkStatus = ChunkStatus.COMPLETED, summary_chars: int = 200) -> FakeMerges:
+    repo = FakeMerges()
+    repo.documents["d"] = DocumentState("d", "a.txt", DocumentStatus.SUMMARIZING, None, None)
+    repo.chunks["d"] = [ChunkState(i, status, english_prose(summary_chars, seed=i), None) for i in range(chunks)]
+    return repo
+
+
+def _deps(repo: FakeMerges, llm: FakeLLM) -> Deps:
+    return Deps(repo, llm, SETTINGS, backoff=Backoff(base_s=0.0, cap_s=0.0))
+
+
+SUMMARIZED = ChunkSummarized(task_id="t", document_id="d", chunk_id="d-c00002", chunk_index=2)
+
+
+async def test_the_last_chunk_merges_the_document_and_announces_it() -> None:
+    repo, llm = _repo(), FakeLLM()
+    [out] = await handle(SUMMARIZED, _deps(repo, llm))
+    assert isinstance(out, DocumentMerged) and out.outcome is DocumentOutcome.COMPLETED
+    assert out.trace_id == SUMMARIZED.trace_id and out.causation_id == SUMMARIZED.event_id
+    assert repo.documents["d"].status is DocumentStatus.COMPLETED and len(llm.calls) == 1
+
+
+async def test_nothing_happens_while_a_chunk_is_unfinished() -> None:
+    repo, llm = _repo(), FakeLLM()
+    repo.chunks["d"][1] = ChunkState(1, ChunkStatus.PENDING, None, None)
+    assert await handle(SUMMARIZED, _deps(repo, llm)) == [] and llm.calls == []
+
+
+async def test_replay_of_a_merged_document_announces_it_again_without_a_call() -> None:
+    repo, llm = _repo(), FakeLLM()
+    repo.documents["d"] = replace(repo.documents["d"], status=DocumentStatus.COMPLETED, summary="done")
+    [out] = await handle(SUMMARIZED, _deps(repo, llm))
+    assert isinstance(out, DocumentMerged) and llm.calls == []
+
+
+@pytest.mark.parametrize("task", [TaskStatus.PAUSED, TaskStatus.CANCELLED])
+async def test_a_held_task_is_not_merged(task: TaskStatus) -> None:
+    repo, llm = _repo(), FakeLLM()
+    repo.task_status = task
+    assert await handle(SUMMARIZED, _deps(repo, llm)) == [] and llm.calls == []
+
+
+async def test_a_refused_merge_fails_the_document_with_the_providers_message_and_announces_it() -> None:
+    refusal = RequestRefused("LLM provider rejected the request (400): The provider rejected this prompt.")
+    repo, llm = _repo(), FakeLLM(script=[refusal])
+    [out] = await handle(SUMMARIZED, _deps(repo, llm))
+    assert isinstance(out, DocumentMerged) and out.outcome is DocumentOutcome.FAILED
+    assert "rejected this prompt" in (repo.documents["d"].error or "") and len(llm.calls) == 1
+
+
+async def test_a_merge_over_the_window_is_learned_and_goes_hierarchical() -> None:
+    repo, llm = _repo(chunks=12, summary_chars=900), FakeLLM(window=1_500)
+    [out] = await handle(SUMMARIZED, _deps(repo, llm))
+    assert isinstance(out, DocumentMerged) and out.outcome is DocumentOutcome.COMPLETED
+    assert llm.learned == 1_500 and repo.nodes  # merged in groups, each group stored
+
+
+async def test_a_provider_that_keeps_failing_fails_the_document_after_the_attempts() -> None:
+    down = ProviderUnavailable("LLM provider error 502")
+    repo, llm = _repo(), FakeLLM(script=[down] * 10)
+    [out] = await handle(SUMMARIZED, _deps(repo, llm))
+    assert isinstance(out, DocumentMerged) and out.outcome is DocumentOutcome.FAILED
+    assert "gave up after 3 attempts" in (repo.documents["d"].error or "") and len(llm.calls) == 3
+
+
+async def test_the_task_finishes_when_every_document_is_final_even_if_its_summary_is_refused() -> None:
+    repo = _repo()
+    repo.documents["d"] = replace(repo.documents["d"], status=DocumentStatus.COMPLETED, summary="one")
+    repo.documents["e"] = DocumentState("e", "b.txt", DocumentStatus.COMPLETED, "two", None)
+    llm = FakeLLM(script=[RequestRefused("LLM provider rejected the request (400): no")])
+    merged = DocumentMerged(task_id="t", document_id="e", outcome=DocumentOutcome.COMPLETED)
+    [out] = await handle(merged, _deps(repo, llm))
+    assert isinstance(out, TaskEvent) and out.status is TaskStatus.COMPLETED_WITH_ERRORS
+    assert repo.finished is not None and "the batch summary could not be made" in (repo.finished[2] or "")
+
+
+async def test_an_unknown_document_is_poison() -> None:
+    with pytest.raises(Poison):
+        await handle(SUMMARIZED.model_copy(update={"document_id": "x"}), _deps(_repo(), FakeLLM()))

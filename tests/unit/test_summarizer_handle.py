@@ -1,0 +1,200 @@
+"""The summarizer's handle(event, deps) against in-memory fakes of its repository and of the LLM."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, replace
+
+import pytest
+
+from docsum_shared.errors import Backoff, Poison, ProviderUnavailable, RateLimited, RequestRefused
+from docsum_shared.events import ChunkCreated, ChunkRetry, ChunkSummarized
+from docsum_shared.settings import Settings
+from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
+from docsum_summarizer.handlers import Deps, handle
+from docsum_summarizer.policy import StoredChunk
+from docsum_summarizer.repository import Claim
+from tests.documents import chinese_prose, english_prose
+from tests.unit.fakes import FakeLLM
+
+SETTINGS = Settings(_env_file=None, llm_max_attempts=3, llm_inplace_attempts=2, llm_retry_delay_s=0.0)
+
+
+@dataclass
+class ChunkRow:
+    chunk: StoredChunk
+    lease: str | None = None
+    summary: str | None = None
+    error: str | None = None
+    attempts: int = 0
+
+
+class FakeChunks:
+    def __init__(self, **rows: StoredChunk) -> None:
+        self.rows = {chunk_id: ChunkRow(chunk) for chunk_id, chunk in rows.items()}
+        self.released: list[str] = []
+
+    async def load(self, chunk_id: str) -> StoredChunk | None:
+        row = self.rows.get(chunk_id)
+        return None if row is None else row.chunk
+
+    async def claim(self, chunk_id: str, holder: str, ttl_s: float) -> Claim:
+        row = self.rows[chunk_id]
+        if row.chunk.status in (ChunkStatus.COMPLETED, ChunkStatus.FAILED):
+            return Claim.UNAVAILABLE
+        if row.lease not in (None, holder):
+            return Claim.HELD
+        row.lease, row.attempts = holder, row.attempts + 1
+        row.chunk = replace(row.chunk, status=ChunkStatus.SUMMARIZING)
+        return Claim.TAKEN
+
+    async def renew(self, chunk_id: str, holder: str, ttl_s: float) -> None:
+        pass
+
+    async def release(self, chunk_id: str, holder: str) -> None:
+        row = self.rows[chunk_id]
+        if row.lease == holder:
+            row.lease = None
+            row.chunk = replace(row.chunk, status=ChunkStatus.PENDING)
+            self.released.append(chunk_id)
+
+    async def complete(self, chunk_id: str, task_id: str, summary: str, model: str) -> None:
+        row = self.rows[chunk_id]
+        row.summary, row.lease, row.error = summary, None, None
+        row.chunk = replace(row.chunk, status=ChunkStatus.COMPLETED)
+
+    async def fail(self, chunk_id: str, error: str) -> None:
+        row = self.rows[chunk_id]
+        row.error, row.lease = error, None
+        row.chunk = replace(row.chunk, status=ChunkStatus.FAILED)
+
+    async def record_failure(self, chunk_id: str, error: str, *, retry_now: bool) -> None:
+        row = self.rows[chunk_id]
+        row.error, row.attempts = error, row.attempts + int(retry_now)
+        row.chunk = replace(row.chunk, failures=row.chunk.failures + 1)
+
+
+def _chunk(
+    status: ChunkStatus = ChunkStatus.PENDING,
+    *,
+    text: str = "",
+    task: TaskStatus = TaskStatus.PROCESSING,
+    document: DocumentStatus = DocumentStatus.SUMMARIZING,
+    failures: int = 0,
+) -> StoredChunk:
+    return StoredChunk(
+        status, text or english_prose(1_500, seed=1), "before.", "after.", document, task, failures=failures
+    )
+
+
+def _deps(repo: FakeChunks, llm: FakeLLM, settings: Settings = SETTINGS) -> Deps:
+    return Deps(repo, llm, settings, holder="test", calls=asyncio.Semaphore(4), backoff=Backoff(base_s=0.0, cap_s=0.0))
+
+
+EVENT = ChunkCreated(task_id="t", document_id="d", chunk_id="c", chunk_index=0)
+
+
+async def test_a_pending_chunk_is_summarized_stored_and_reported() -> None:
+    repo, llm = FakeChunks(c=_chunk()), FakeLLM()
+    [out] = await handle(EVENT, _deps(repo, llm))
+    assert isinstance(out, ChunkSummarized) and out.chunk_id == "c" and out.causation_id == EVENT.event_id
+    assert out.trace_id == EVENT.trace_id
+    assert repo.rows["c"].chunk.status is ChunkStatus.COMPLETED and repo.rows["c"].summary
+    assert len(llm.calls) == 1 and repo.rows["c"].lease is None
+
+
+async def test_replay_of_a_finished_chunk_reports_again_and_calls_nothing() -> None:
+    repo, llm = FakeChunks(c=_chunk(ChunkStatus.COMPLETED)), FakeLLM()
+    [out] = await handle(EVENT, _deps(repo, llm))
+    assert isinstance(out, ChunkSummarized) and llm.calls == []
+
+
+@pytest.mark.parametrize("task", [TaskStatus.PAUSED, TaskStatus.CANCELLED, TaskStatus.EXPIRED])
+async def test_a_held_task_gets_no_call(task: TaskStatus) -> None:
+    repo, llm = FakeChunks(c=_chunk(task=task)), FakeLLM()
+    assert await handle(EVENT, _deps(repo, llm)) == []
+    assert llm.calls == [] and repo.rows["c"].chunk.status is ChunkStatus.PENDING
+
+
+async def test_a_chunk_leased_elsewhere_is_waited_for_not_paid_again() -> None:
+    repo, llm = FakeChunks(c=_chunk()), FakeLLM()
+    repo.rows["c"].lease = "another-process"
+    repo.rows["c"].chunk = replace(repo.rows["c"].chunk, status=ChunkStatus.SUMMARIZING)
+
+    async def the_other_finishes() -> None:
+        await asyncio.sleep(0.1)
+        await repo.complete("c", "t", "their summary", "fake-1")
+
+    deps = _deps(repo, llm, SETTINGS.model_copy(update={"lease_ttl_s": 1.0}))
+    outcome, _ = await asyncio.gather(handle(EVENT, deps), the_other_finishes())
+    assert [type(e) for e in outcome] == [ChunkSummarized] and llm.calls == []
+    assert repo.rows["c"].summary == "their summary"
+
+
+async def test_a_refused_request_fails_the_chunk_at_once_and_still_reports() -> None:
+    repo, llm = FakeChunks(c=_chunk()), FakeLLM(script=[RequestRefused("LLM provider rejected the request (400)")])
+    [out] = await handle(EVENT, _deps(repo, llm))
+    assert isinstance(out, ChunkSummarized)
+    assert repo.rows["c"].chunk.status is ChunkStatus.FAILED and "400" in (repo.rows["c"].error or "")
+    assert len(llm.calls) == 1
+
+
+async def test_a_context_refusal_lowers_the_budget_and_the_chunk_goes_in_parts() -> None:
+    text = chinese_prose(2_000, seed=3)
+    repo, llm = FakeChunks(c=_chunk(text=text)), FakeLLM(window=1_200)
+    [out] = await handle(EVENT, _deps(repo, llm))
+    assert isinstance(out, ChunkSummarized) and repo.rows["c"].chunk.status is ChunkStatus.COMPLETED
+    assert llm.learned == 1_200
+    refused, *parts = llm.calls
+    assert len(parts) > 1 and all(not p.context_before for p in parts)
+    assert "".join("".join(p.texts[0].split()) for p in parts) == "".join(text.split())  # no text dropped
+
+
+async def test_a_window_too_small_for_any_part_fails_the_chunk_naming_the_setting() -> None:
+    repo, llm = FakeChunks(c=_chunk()), FakeLLM(window=100)
+    [out] = await handle(EVENT, _deps(repo, llm))
+    assert isinstance(out, ChunkSummarized) and repo.rows["c"].chunk.status is ChunkStatus.FAILED
+    error = repo.rows["c"].error or ""
+    assert "DOCSUM_LLM_CONTEXT_TOKENS" in error and "context window" in error, error
+
+
+async def test_passing_failures_are_retried_in_place_then_later_then_fail_when_attempts_run_out() -> None:
+    down = ProviderUnavailable("LLM provider error 503")
+    repo, llm = FakeChunks(c=_chunk()), FakeLLM(script=[down, down, down, down])
+    deps = _deps(repo, llm)
+    [later] = await handle(EVENT, deps)  # two tries in place, then the delayed retry topic
+    assert isinstance(later, ChunkRetry) and later.causation_id == EVENT.event_id
+    assert repo.rows["c"].chunk.failures == 2 and repo.released == ["c"] and len(llm.calls) == 2
+    [out] = await handle(later, deps)  # the stored count goes on: one more failure is the third
+    assert isinstance(out, ChunkSummarized) and repo.rows["c"].chunk.status is ChunkStatus.FAILED
+    assert "gave up after 3 attempts" in (repo.rows["c"].error or "") and len(llm.calls) == 3
+
+
+async def test_a_redriven_chunk_continues_its_stored_attempt_count() -> None:
+    repo = FakeChunks(c=_chunk(failures=2))
+    llm = FakeLLM(script=[ProviderUnavailable("LLM provider unavailable: timed out")])
+    [out] = await handle(EVENT, _deps(repo, llm))
+    assert isinstance(out, ChunkSummarized) and repo.rows["c"].chunk.status is ChunkStatus.FAILED
+    assert len(llm.calls) == 1
+
+
+async def test_rate_limits_are_waited_out_and_never_count() -> None:
+    busy = RateLimited("429", retry_after=0.0)
+    repo, llm = FakeChunks(c=_chunk()), FakeLLM(script=[busy] * 5)
+    [out] = await handle(EVENT, _deps(repo, llm))
+    assert isinstance(out, ChunkSummarized) and repo.rows["c"].chunk.status is ChunkStatus.COMPLETED
+    assert repo.rows["c"].chunk.failures == 0 and repo.rows["c"].attempts == 1 and len(llm.calls) == 6
+
+
+async def test_a_far_future_retry_waits_no_longer_than_the_configured_delay() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    repo, llm = FakeChunks(c=_chunk()), FakeLLM()
+    retry = ChunkRetry(**EVENT.model_dump(exclude={"event_id"}), not_before=datetime.now(UTC) + timedelta(days=365))
+    [out] = await asyncio.wait_for(handle(retry, _deps(repo, llm)), timeout=5)
+    assert isinstance(out, ChunkSummarized)
+
+
+async def test_an_unknown_chunk_is_poison() -> None:
+    with pytest.raises(Poison):
+        await handle(EVENT, _deps(FakeChunks(), FakeLLM()))
