@@ -1,0 +1,124 @@
+"""What a provider's limits and refusals do to a task: nothing strands it.
+
+A stand-in whose context window is small, with no DOCSUM_LLM_CONTEXT_TOKENS set: docsum learns the
+window from the first refusals (stored in Postgres for every replica) and plans every request under
+it. A window too small for a part of a chunk fails that chunk with a message naming the setting. A
+merge refused for another reason fails its document with the provider's message. Each test runs its
+own stand-in, so its learned window and its ledger are its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import asyncpg
+import pytest
+
+from tests.documents import chinese_prose, english_prose, make_pdf
+from tests.fake_llm import FakeLLM, FakeLLMServer
+from tests.integration.conftest import Stack, StackFactory, wait_for_task
+from tests.integration.test_failures import dlq_names, read_topics
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def server() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer(FakeLLM()) as server:
+        yield server
+
+
+async def _run(stack: Stack, files: list[tuple[str, bytes, str]], **form: str) -> dict[str, Any]:
+    async with stack.client() as client:
+        created = await client.post("/v1/tasks", files=[("files", f) for f in files], data=form or None)
+        assert created.status_code == 201, created.text
+        return await wait_for_task(client, created.json()["task_id"], stack, timeout=300)
+
+
+def _by_name(task: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {d["filename"]: d for d in task["documents"]}
+
+
+async def _learned(db: asyncpg.Pool, server: FakeLLMServer) -> int | None:
+    return await db.fetchval("SELECT context_tokens FROM llm_endpoints WHERE key LIKE $1", f"{server.base_url}|%")
+
+
+async def test_a_small_window_is_learned_and_every_document_completes(
+    make_stack: StackFactory, server: FakeLLMServer, db: asyncpg.Pool
+) -> None:
+    server.llm.configure(max_prompt_tokens=2_000)
+    stack = make_stack(OPENAI_BASE_URL=server.base_url)
+    pages = [english_prose(1_100, seed=1000 + i) for i in range(200)]
+    files = [
+        ("report.pdf", make_pdf(pages), "application/pdf"),
+        ("长文.txt", chinese_prose(30_000, seed=7).encode(), "text/plain"),
+        ("note.txt", english_prose(1_500, seed=8).encode(), "text/plain"),
+    ]
+    task = await _run(stack, files)
+
+    assert task["status"] == "COMPLETED", task
+    assert all(d["status"] == "COMPLETED" and d["summary"] for d in task["documents"])
+    assert len(task["documents"][0]["summary"]) > 0 and task["summary"]
+    assert await _learned(db, server) == 2_000  # the window the provider stated, shared by every replica
+    refused = server.llm.entries(status=400)
+    assert all(e.over_budget for e in refused)
+    # A handful of refusals at most (the calls in flight when the first one came back), then none.
+    assert 0 < len(refused) <= 6, len(refused)
+    last_refusal = max(e.finished for e in refused)
+    assert all(not e.over_budget for e in server.llm.entries() if e.started > last_refusal)
+    print(f"\nrefused before staying under the window: {len(refused)} of {len(server.llm.entries())} requests")
+
+
+async def test_a_window_too_small_for_a_part_fails_that_chunk_and_nothing_is_redriven(
+    make_stack: StackFactory, server: FakeLLMServer, db: asyncpg.Pool
+) -> None:
+    # Room for about 190 characters of English per request, but for only about 60 Chinese characters:
+    # English chunks go in parts, a Chinese chunk cannot be cut into parts of a useful size.
+    server.llm.configure(max_prompt_tokens=263)
+    stack = make_stack(
+        OPENAI_BASE_URL=server.base_url, DOCSUM_RECONCILE_IDLE_S="2", DOCSUM_MAINTENANCE_INTERVAL_S="1"
+    )
+    mixed = english_prose(6_000, seed=21) + "\n\n" + chinese_prose(2_500, seed=22)
+    files = [("mixed.txt", mixed.encode(), "text/plain"), ("short.txt", b"A short note.", "text/plain")]
+    lenient, strict = await asyncio.gather(_run(stack, files), _run(stack, files, strict="true"))
+
+    assert lenient["status"] == "COMPLETED_WITH_ERRORS", lenient
+    doc = _by_name(lenient)["mixed.txt"]
+    assert doc["status"] == "COMPLETED" and 0 < doc["coverage"] < 1, doc  # partial, and says so
+    assert "could not be read" in doc["summary"]
+    async with stack.client() as client:
+        listed = (await client.get(f"/v1/tasks/{lenient['task_id']}/failures")).json()
+    assert listed and all("DOCSUM_LLM_CONTEXT_TOKENS" in f["error"] for f in listed), listed
+    assert all("context window" in f["error"] and "263" in f["error"] for f in listed), listed
+    assert _by_name(strict)["mixed.txt"]["status"] == "FAILED" and strict["status"] == "COMPLETED_WITH_ERRORS"
+
+    # Final means final: reconcile (every second here) re-drives nothing more, and nothing is sent.
+    sent = len(server.llm.entries())
+    await asyncio.sleep(5)  # the subject: several reconcile rounds pass with nothing to do
+    ids = [lenient["task_id"], strict["task_id"]]
+    redrives = await db.fetch("SELECT redrives FROM tasks WHERE id = ANY($1::text[])", ids)
+    assert [r["redrives"] for r in redrives] == [0, 0] and len(server.llm.entries()) == sent
+
+
+async def test_a_merge_refused_for_another_reason_fails_its_document_and_the_task_finishes(
+    make_stack: StackFactory, server: FakeLLMServer
+) -> None:
+    # The provider refuses every document merge (their prompts share these words); chunks pass.
+    server.llm.configure(reject_marker="summaries of consecutive parts")
+    stack = make_stack(OPENAI_BASE_URL=server.base_url)
+    files = [
+        ("long.txt", english_prose(20_000, seed=31).encode(), "text/plain"),
+        ("short.txt", english_prose(1_500, seed=32).encode(), "text/plain"),
+    ]
+    task = await _run(stack, files)
+
+    assert task["status"] == "COMPLETED_WITH_ERRORS", task
+    long_doc = _by_name(task)["long.txt"]
+    assert long_doc["status"] == "FAILED" and "rejected this prompt" in long_doc["error"], long_doc
+    assert "400" in long_doc["error"]
+    assert _by_name(task)["short.txt"]["status"] == "COMPLETED"
+    refused = [e for e in server.llm.entries(status=400) if "summaries of consecutive parts" in e.prompt]
+    assert len(refused) == 1  # a refusal is final: not retried, not re-driven
+    assert await read_topics(stack.env, dlq_names(stack.env)) == []
