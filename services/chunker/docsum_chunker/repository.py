@@ -40,6 +40,8 @@ async def stored_chunks(pool: asyncpg.Pool, document_id: str) -> list[ChunkRow]:
 
 async def store_chunks(pool: asyncpg.Pool, document_id: str, rows: list[ChunkRow]) -> None:
     """All chunk rows and the document's move to SUMMARIZING, in one transaction."""
+    from docsum_shared.text import estimate_tokens_upper  # for chunks.token_estimate (migration 0005)
+
     records = [
         (
             r.id,
@@ -50,6 +52,8 @@ async def store_chunks(pool: asyncpg.Pool, document_id: str, rows: list[ChunkRow
             r.chunk.text,
             r.chunk.context_before,
             r.chunk.context_after,
+            # the prompt-token estimate the gateway sums for a task's remaining work
+            estimate_tokens_upper(r.chunk.context_before + r.chunk.text + r.chunk.context_after),
         )
         for r in rows
         if r.chunk is not None
@@ -67,6 +71,6 @@ async def store_chunks(pool: asyncpg.Pool, document_id: str, rows: list[ChunkRow
             return
         await conn.executemany(
             "INSERT INTO chunks (id, document_id, chunk_index, start_char, end_char, text, context_before,"
-            " context_after) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING",
+            " context_after, token_estimate) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING",
             records,
         )
