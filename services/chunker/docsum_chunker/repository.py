@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from docsum_shared.states import DocumentStatus, TaskStatus
+from docsum_shared.text import estimate_tokens_upper
 
 from .policy import ChunkRow
 
@@ -52,6 +53,8 @@ class ChunkRepository:
                 r.chunk.text,
                 r.chunk.context_before,
                 r.chunk.context_after,
+                # the prompt-token estimate the gateway sums for a task's remaining work
+                estimate_tokens_upper(r.chunk.context_before + r.chunk.text + r.chunk.context_after),
             )
             for r in rows
             if r.chunk is not None
@@ -69,6 +72,7 @@ class ChunkRepository:
                 return
             await conn.executemany(
                 "INSERT INTO chunks (id, document_id, chunk_index, start_char, end_char, text, context_before,"
-                " context_after) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING",
+                " context_after, token_estimate) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+                " ON CONFLICT (id) DO NOTHING",
                 records,
             )

@@ -100,19 +100,16 @@ async def usage_rows(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
 
 
 async def remaining_work(pool: asyncpg.Pool, task_id: str) -> asyncpg.Record:
-    """Chunks still to summarize, their estimated prompt tokens (per script: a CJK character is 3 bytes
-    in UTF-8 and about a token; other text about 3.2 characters a token), and the recent call rate."""
+    """Chunks still to summarize, their estimated prompt tokens (stored per chunk when it was cut; a row
+    written without it is estimated the same way in SQL, see migration 0005), and the recent call rate."""
     return await pool.fetchrow(
-        "WITH pending AS ("
-        " SELECT octet_length(c.text || c.context_before || c.context_after) AS bytes,"
-        "  char_length(c.text || c.context_before || c.context_after) AS chars"
-        " FROM chunks c JOIN documents d ON d.id = c.document_id"
-        " WHERE d.task_id = $1 AND c.status IN ('PENDING', 'SUMMARIZING'))"
-        " SELECT count(*) AS chunks,"
-        "  coalesce(sum((bytes - chars) / 2 + (chars - (bytes - chars) / 2) / 3.2), 0)::bigint AS prompt_tokens,"
+        "SELECT count(*) AS chunks,"
+        "  coalesce(sum(coalesce(c.token_estimate,"
+        "   token_estimate_upper(c.context_before || c.text || c.context_after))), 0)::bigint AS prompt_tokens,"
         "  (SELECT count(*) FROM llm_calls WHERE task_id = $1 AND NOT cached"
         "   AND created_at > now() - interval '60 seconds') AS calls_last_minute"
-        " FROM pending",
+        " FROM chunks c JOIN documents d ON d.id = c.document_id"
+        " WHERE d.task_id = $1 AND c.status IN ('PENDING', 'SUMMARIZING')",
         task_id,
     )
 

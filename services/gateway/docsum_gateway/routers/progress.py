@@ -16,9 +16,8 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect, status
 from docsum_shared.events import TOPIC_OF, TaskEvent
 from docsum_shared.states import TASK_FINAL
 
-from .. import repository
+from .. import repository, views
 from ..security import owner_for
-from .tasks import get_task
 
 router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
 
@@ -37,7 +36,10 @@ async def task_events(websocket: WebSocket, task_id: str) -> None:
     await websocket.accept()
     queue = app.state.progress.watch(task_id)
     try:
-        snapshot = await get_task(task_id, owner, app.state.pool, app.state.settings)
+        snapshot = await views.task_view(app.state.pool, app.state.settings, owner, task_id)
+        if snapshot is None:  # gone since the check above (nothing deletes tasks today)
+            await websocket.close(code=status.WS_1008_POLICY_VIOLATION, reason="unknown task or bad API key")
+            return
         await websocket.send_text(snapshot.model_dump_json())
         if snapshot.status in TASK_FINAL:
             return

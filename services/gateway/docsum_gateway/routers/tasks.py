@@ -17,28 +17,14 @@ from docsum_shared.options import TaskOptions
 from docsum_shared.redrive import redrive_task
 from docsum_shared.states import TaskStatus
 
-from .. import repository
+from .. import repository, views
 from ..deps import OwnerDep, PoolDep, ProducerDep, SettingsDep
-from ..schemas import (
-    ChunkProgress,
-    CreatedDocument,
-    DocumentView,
-    Estimate,
-    FailureView,
-    LifecycleResult,
-    Recovery,
-    TaskCreated,
-    TaskListItem,
-    TaskView,
-    Usage,
-)
+from ..schemas import CreatedDocument, FailureView, LifecycleResult, TaskCreated, TaskListItem, TaskView
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
 
 _READ_BLOCK = 1024 * 1024
-# What one chunk summary is expected to cost in completion tokens, for estimates before the calls.
-EXPECTED_COMPLETION_TOKENS = 150
 
 
 async def _read_limited(upload: UploadFile, max_bytes: int) -> bytes:
@@ -113,91 +99,23 @@ async def create_task(
 async def list_tasks(
     owner: OwnerDep, pool: PoolDep, limit: Annotated[int, Query(ge=1, le=500)] = 50
 ) -> list[TaskListItem]:
-    rows = await repository.list_tasks(pool, owner, limit)
-    return [
-        TaskListItem(task_id=r["id"], title=r["title"], status=r["status"], created_at=r["created_at"]) for r in rows
-    ]
+    return await views.list_tasks(pool, owner, limit)
 
 
 @router.get("/{task_id}", response_model=TaskView)
 async def get_task(task_id: str, owner: OwnerDep, pool: PoolDep, settings: SettingsDep) -> TaskView:
-    found = await repository.get_task(pool, owner, task_id)
-    if found is None:  # another owner's task looks exactly like a missing one
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no task {task_id}")
-    task, documents = found
-    per_document: dict[str | None, Usage] = {}
-    total = Usage()
-    for row in await repository.usage_rows(pool, task_id):
-        cost = settings.cost_usd(row["model"], row["prompt_tokens"], row["completion_tokens"])
-        for usage in (per_document.setdefault(row["document_id"], Usage()), total):
-            usage.prompt_tokens += row["prompt_tokens"]
-            usage.completion_tokens += row["completion_tokens"]
-            usage.llm_calls += row["llm_calls"]
-            usage.cached_calls += row["cached_calls"]
-            usage.cost_usd += cost
-    recovered = await repository.recovery(pool, task_id)
-    remaining = await repository.remaining_work(pool, task_id)
-    rate_per_s = remaining["calls_last_minute"] / 60.0
-    completion_tokens = remaining["chunks"] * EXPECTED_COMPLETION_TOKENS
-    estimate = Estimate(
-        remaining_chunks=remaining["chunks"],
-        prompt_tokens=remaining["prompt_tokens"],
-        cost_usd=settings.cost_usd(settings.llm_model, remaining["prompt_tokens"], completion_tokens),
-        eta_s=round(remaining["chunks"] / rate_per_s, 1)
-        if rate_per_s > 0
-        else (0.0 if not remaining["chunks"] else None),
-    )
-    return TaskView(
-        task_id=task["id"],
-        title=task["title"],
-        status=task["status"],
-        created_at=task["created_at"],
-        updated_at=task["updated_at"],
-        summary=task["summary"],
-        summary_model=task["summary_model"],
-        error=task["error"],
-        options=TaskOptions.from_stored(task["options"]),
-        usage=total,
-        estimate=estimate,
-        recovery=Recovery(
-            attempts=recovered["attempts"],
-            interruptions=recovered["interruptions"],
-            redrives=task["redrives"],
-            calls_saved=total.cached_calls,
-        ),
-        documents=[
-            DocumentView(
-                document_id=d["id"],
-                filename=d["filename"],
-                status=d["status"],
-                size_level=d["size_level"],
-                text_chars=d["text_chars"],
-                chunks=ChunkProgress(done=d["chunks_done"], failed=d["chunks_failed"], total=d["chunk_total"]),
-                summary=d["summary"],
-                summary_model=d["summary_model"],
-                error=d["error"],
-                coverage=d["coverage"],
-                failed_chunks=d["failed_chunks"] or [],
-                usage=per_document.get(d["id"], Usage()),
-            )
-            for d in documents
-        ],
-    )
+    view = await views.task_view(pool, settings, owner, task_id)
+    if view is None:  # another owner's task looks exactly like a missing one
+        raise _not_found(task_id)
+    return view
 
 
 @router.get("/{task_id}/failures", response_model=list[FailureView])
 async def get_failures(task_id: str, owner: OwnerDep, pool: PoolDep) -> list[FailureView]:
-    await _owned(pool, owner, task_id)
-    return [
-        FailureView(
-            document_id=r["document_id"],
-            filename=r["filename"],
-            chunk_index=r["chunk_index"],
-            error=r["error"],
-            attempts=r["attempts"],
-        )
-        for r in await repository.failures(pool, task_id)
-    ]
+    listed = await views.failures(pool, owner, task_id)
+    if listed is None:
+        raise _not_found(task_id)
+    return listed
 
 
 @dataclass(frozen=True)
@@ -246,9 +164,13 @@ for _action, _control in _CONTROLS.items():
     _control_route(_action, _control)
 
 
+def _not_found(task_id: str) -> HTTPException:
+    return HTTPException(status.HTTP_404_NOT_FOUND, f"no task {task_id}")
+
+
 async def _owned(pool: asyncpg.Pool, owner: str, task_id: str) -> None:
     if not await repository.owns(pool, owner, task_id):
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no task {task_id}")
+        raise _not_found(task_id)
 
 
 async def _conflict(pool: asyncpg.Pool, task_id: str, verb: str) -> HTTPException:

@@ -1,0 +1,130 @@
+"""The gateway's read model: what a task, a task list and a task's failures look like to their owner.
+
+Each function takes the pool (and the settings where prices matter), reads through `repository`
+(which holds all the SQL) and shapes the rows into the response models of `schemas`. The routes and
+the progress WebSocket answer with these; a task of another owner reads as None, like a missing one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import asyncpg
+
+from docsum_shared.options import TaskOptions
+from docsum_shared.settings import Settings
+
+from . import repository
+from .schemas import ChunkProgress, DocumentView, Estimate, FailureView, Recovery, TaskListItem, TaskView, Usage
+
+# What one chunk summary is expected to cost in completion tokens, for estimates before the calls.
+EXPECTED_COMPLETION_TOKENS = 150
+
+Row = Mapping[str, Any]  # an asyncpg.Record, or anything that reads like one
+
+
+async def task_view(pool: asyncpg.Pool, settings: Settings, owner: str, task_id: str) -> TaskView | None:
+    """The task with its documents, usage, estimate and recovery; None if `owner` has no such task."""
+    found = await repository.get_task(pool, owner, task_id)
+    if found is None:
+        return None
+    task, documents = found
+    total, per_document = usage_by_document(settings, await repository.usage_rows(pool, task_id))
+    return TaskView(
+        task_id=task["id"],
+        title=task["title"],
+        status=task["status"],
+        created_at=task["created_at"],
+        updated_at=task["updated_at"],
+        summary=task["summary"],
+        summary_model=task["summary_model"],
+        error=task["error"],
+        options=TaskOptions.from_stored(task["options"]),
+        usage=total,
+        estimate=estimate_from(settings, await repository.remaining_work(pool, task_id)),
+        recovery=recovery_from(task, await repository.recovery(pool, task_id), total),
+        documents=[document_view(d, per_document.get(d["id"], Usage())) for d in documents],
+    )
+
+
+async def list_tasks(pool: asyncpg.Pool, owner: str, limit: int) -> list[TaskListItem]:
+    """The owner's latest tasks, newest first."""
+    return [
+        TaskListItem(task_id=r["id"], title=r["title"], status=r["status"], created_at=r["created_at"])
+        for r in await repository.list_tasks(pool, owner, limit)
+    ]
+
+
+async def failures(pool: asyncpg.Pool, owner: str, task_id: str) -> list[FailureView] | None:
+    """The failed chunks and documents of the task; None if `owner` has no such task."""
+    if not await repository.owns(pool, owner, task_id):
+        return None
+    return [
+        FailureView(
+            document_id=r["document_id"],
+            filename=r["filename"],
+            chunk_index=r["chunk_index"],
+            error=r["error"],
+            attempts=r["attempts"],
+        )
+        for r in await repository.failures(pool, task_id)
+    ]
+
+
+# --------------------------------------------------------------------------------------------------
+# Shaping (pure: rows in, models out)
+
+
+def usage_by_document(settings: Settings, rows: Iterable[Row]) -> tuple[Usage, dict[str | None, Usage]]:
+    """The task's total usage and its usage per document (key None: the task-level merge)."""
+    per_document: dict[str | None, Usage] = {}
+    total = Usage()
+    for row in rows:
+        cost = settings.cost_usd(row["model"], row["prompt_tokens"], row["completion_tokens"])
+        for u in (per_document.setdefault(row["document_id"], Usage()), total):
+            u.prompt_tokens += row["prompt_tokens"]
+            u.completion_tokens += row["completion_tokens"]
+            u.llm_calls += row["llm_calls"]
+            u.cached_calls += row["cached_calls"]
+            u.cost_usd += cost
+    return total, per_document
+
+
+def estimate_from(settings: Settings, remaining: Row) -> Estimate:
+    """Cost and time of the chunks still to summarize, at the task's call rate of the last minute."""
+    chunks = remaining["chunks"]
+    prompt_tokens = remaining["prompt_tokens"]
+    rate_per_s = remaining["calls_last_minute"] / 60.0
+    return Estimate(
+        remaining_chunks=chunks,
+        prompt_tokens=prompt_tokens,
+        cost_usd=settings.cost_usd(settings.llm_model, prompt_tokens, chunks * EXPECTED_COMPLETION_TOKENS),
+        eta_s=round(chunks / rate_per_s, 1) if rate_per_s > 0 else (0.0 if not chunks else None),
+    )
+
+
+def recovery_from(task: Row, recovered: Row, total: Usage) -> Recovery:
+    return Recovery(
+        attempts=recovered["attempts"],
+        interruptions=recovered["interruptions"],
+        redrives=task["redrives"],
+        calls_saved=total.cached_calls,
+    )
+
+
+def document_view(d: Row, usage: Usage) -> DocumentView:
+    return DocumentView(
+        document_id=d["id"],
+        filename=d["filename"],
+        status=d["status"],
+        size_level=d["size_level"],
+        text_chars=d["text_chars"],
+        chunks=ChunkProgress(done=d["chunks_done"], failed=d["chunks_failed"], total=d["chunk_total"]),
+        summary=d["summary"],
+        summary_model=d["summary_model"],
+        error=d["error"],
+        coverage=d["coverage"],
+        failed_chunks=d["failed_chunks"] or [],
+        usage=usage,
+    )

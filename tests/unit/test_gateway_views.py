@@ -1,0 +1,172 @@
+"""The gateway's read model: repository rows shaped into the response models, without a database."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from docsum_gateway import repository, views
+from docsum_gateway.schemas import Usage
+from docsum_shared.settings import Settings
+
+T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+SETTINGS = Settings(llm_model="m1", llm_prices={"m1": (1.0, 2.0), "m2": (10.0, 20.0)})
+POOL: Any = object()  # never touched: the repository functions are replaced below
+
+
+def _task(**fields: object) -> dict[str, object]:
+    row: dict[str, object] = {
+        "id": "t1",
+        "title": "a title",
+        "status": "PROCESSING",
+        "created_at": T0,
+        "updated_at": T0,
+        "summary": None,
+        "summary_model": None,
+        "error": None,
+        "options": '{"strict": true, "length": "brief"}',
+        "redrives": 2,
+    }
+    row.update(fields)
+    return row
+
+
+def _document(doc_id: str, **fields: object) -> dict[str, object]:
+    row: dict[str, object] = {
+        "id": doc_id,
+        "filename": f"{doc_id}.txt",
+        "status": "SUMMARIZING",
+        "size_level": "SMALL",
+        "text_chars": 900,
+        "chunk_total": 3,
+        "summary": None,
+        "summary_model": None,
+        "error": None,
+        "coverage": None,
+        "failed_chunks": None,
+        "chunks_done": 1,
+        "chunks_failed": 1,
+    }
+    row.update(fields)
+    return row
+
+
+def _usage(document_id: str | None, model: str, prompt: int, completion: int, calls: int, cached: int) -> dict:
+    return {
+        "document_id": document_id,
+        "model": model,
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "llm_calls": calls,
+        "cached_calls": cached,
+    }
+
+
+@pytest.fixture
+def rows(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """What the repository answers; a test changes an entry before calling the view."""
+    answers: dict[str, Any] = {
+        "owns": True,
+        "get_task": (_task(), [_document("d1"), _document("d2", status="PENDING", chunk_total=None)]),
+        "usage_rows": [
+            _usage("d1", "m1", 1000, 100, 2, 1),
+            _usage("d1", "m2", 10, 5, 1, 0),
+            _usage(None, "m1", 500, 50, 1, 0),  # the task-level merge
+        ],
+        "remaining_work": {"chunks": 4, "prompt_tokens": 2000, "calls_last_minute": 30},
+        "recovery": {"attempts": 5, "interruptions": 1},
+        "failures": [
+            {"document_id": "d1", "filename": "d1.txt", "chunk_index": 2, "error": "no", "attempts": 3},
+            {"document_id": "d2", "filename": "d2.txt", "chunk_index": None, "error": "damaged", "attempts": None},
+        ],
+        "list_tasks": [
+            {"id": "t2", "title": None, "status": "COMPLETED", "created_at": T0},
+            {"id": "t1", "title": "a title", "status": "PROCESSING", "created_at": T0},
+        ],
+    }
+
+    def answer(name: str) -> Any:
+        async def fake(*args: object) -> Any:
+            return answers[name]
+
+        return fake
+
+    for name in answers:
+        monkeypatch.setattr(repository, name, answer(name))
+    return answers
+
+
+async def test_task_view_shapes_the_rows(rows: dict[str, Any]) -> None:
+    view = await views.task_view(POOL, SETTINGS, "alice", "t1")
+    assert view is not None
+    assert (view.task_id, view.title, view.status, view.created_at) == ("t1", "a title", "PROCESSING", T0)
+    assert view.options.strict and view.options.length == "brief"
+    # All calls count for the task; the merge (document None) for no document.
+    assert view.usage.model_dump() == {
+        "prompt_tokens": 1510,
+        "completion_tokens": 155,
+        "llm_calls": 4,
+        "cached_calls": 1,
+        "cost_usd": pytest.approx(0.0020),
+    }
+    d1, d2 = view.documents
+    assert d1.usage.model_dump() == {
+        "prompt_tokens": 1010,
+        "completion_tokens": 105,
+        "llm_calls": 3,
+        "cached_calls": 1,
+        "cost_usd": pytest.approx(0.0014),
+    }
+    assert d2.usage == Usage()
+    assert (d1.chunks.done, d1.chunks.failed, d1.chunks.total) == (1, 1, 3)
+    assert d2.chunks.total is None and d2.failed_chunks == [] and d2.status == "PENDING"
+    # Recovery: the chunk counters, the task's re-drives, and the calls answered from the cache.
+    assert view.recovery.model_dump() == {"attempts": 5, "interruptions": 1, "redrives": 2, "calls_saved": 1}
+    # 4 chunks at 30 calls a minute; prompt tokens as stored, completions at the expected size.
+    assert view.estimate.model_dump() == {
+        "remaining_chunks": 4,
+        "prompt_tokens": 2000,
+        "cost_usd": pytest.approx((2000 * 1.0 + 4 * views.EXPECTED_COMPLETION_TOKENS * 2.0) / 1e6),
+        "eta_s": 8.0,
+    }
+
+
+async def test_task_view_of_a_missing_or_foreign_task_is_none(rows: dict[str, Any]) -> None:
+    rows["get_task"] = None
+    assert await views.task_view(POOL, SETTINGS, "bob", "t1") is None
+
+
+@pytest.mark.parametrize(
+    ("chunks", "calls", "eta"),
+    [(4, 0, None), (0, 0, 0.0), (0, 12, 0.0), (7, 1, 420.0), (1, 7, 8.6)],
+)
+def test_estimate_eta(chunks: int, calls: int, eta: float | None) -> None:
+    estimate = views.estimate_from(SETTINGS, {"chunks": chunks, "prompt_tokens": 0, "calls_last_minute": calls})
+    assert estimate.remaining_chunks == chunks and estimate.eta_s == eta
+
+
+def test_document_view_keeps_coverage_and_failed_chunks() -> None:
+    row = _document("d1", status="COMPLETED_WITH_ERRORS", coverage=0.5, failed_chunks=[1, 2], summary="s")
+    view = views.document_view(row, Usage())
+    assert (view.coverage, view.failed_chunks, view.summary) == (0.5, [1, 2], "s")
+
+
+async def test_failures(rows: dict[str, Any]) -> None:
+    listed = await views.failures(POOL, "alice", "t1")
+    assert listed is not None
+    assert [(f.document_id, f.chunk_index, f.error, f.attempts) for f in listed] == [
+        ("d1", 2, "no", 3),
+        ("d2", None, "damaged", None),
+    ]
+    rows["owns"] = False
+    assert await views.failures(POOL, "bob", "t1") is None
+
+
+async def test_list_tasks(rows: dict[str, Any]) -> None:
+    listed = await views.list_tasks(POOL, "alice", 50)
+    assert [(t.task_id, t.title, t.status) for t in listed] == [
+        ("t2", None, "COMPLETED"),
+        ("t1", "a title", "PROCESSING"),
+    ]
