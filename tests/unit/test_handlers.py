@@ -140,3 +140,11 @@ def test_task_status_follows_its_documents() -> None:
     both = decide_task("t", [_doc(DocumentStatus.COMPLETED, "x", "a"), _doc(DocumentStatus.COMPLETED, "y", "b")])
     assert both is not None and both.status is TaskStatus.COMPLETED
     assert both.request is not None and both.request.labels == ("a", "b") and both.request.kind is SummaryKind.TASK
+
+
+def test_a_document_summarized_in_part_makes_the_task_complete_with_errors() -> None:
+    partial = DocumentState("a", "a.txt", DocumentStatus.COMPLETED, "x", None, coverage=0.8)
+    whole = DocumentState("b", "b.txt", DocumentStatus.COMPLETED, "y", None, coverage=1.0)
+    decision = decide_task("t", [partial, whole])
+    assert decision is not None and decision.status is TaskStatus.COMPLETED_WITH_ERRORS
+    assert decision.error == "1 of 2 documents summarized in part" and decision.request is not None

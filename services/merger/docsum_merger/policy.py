@@ -31,6 +31,7 @@ class DocumentState:
     status: DocumentStatus
     summary: str | None
     error: str | None
+    coverage: float | None = None  # below 1: summarized from some of its parts (others failed for good)
 
 
 # --- document stage -------------------------------------------------------------------------------
@@ -103,8 +104,12 @@ def decide_task(
     failed = [d for d in docs if d.status is DocumentStatus.FAILED]
     if not completed:
         return FinishTask(TaskStatus.FAILED, None, None, f"all {len(docs)} documents failed")
-    status = TaskStatus.COMPLETED_WITH_ERRORS if failed else TaskStatus.COMPLETED
-    error = f"{len(failed)} of {len(docs)} documents failed" if failed else None
+    partial = [d for d in completed if d.coverage is not None and d.coverage < 1]
+    status = TaskStatus.COMPLETED_WITH_ERRORS if failed or partial else TaskStatus.COMPLETED
+    problems = [f"{len(failed)} of {len(docs)} documents failed"] if failed else []
+    if partial:
+        problems.append(f"{len(partial)} of {len(docs)} documents summarized in part")
+    error = "; ".join(problems) or None
     if len(completed) == 1:
         return FinishTask(status, None, completed[0].summary, error)
     request = SummaryRequest(

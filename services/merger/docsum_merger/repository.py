@@ -15,7 +15,9 @@ UNFINISHED_TASK = [TaskStatus.PENDING, TaskStatus.PROCESSING]
 
 
 def _document(row: asyncpg.Record) -> DocumentState:
-    return DocumentState(row["id"], row["filename"], DocumentStatus(row["status"]), row["summary"], row["error"])
+    return DocumentState(
+        row["id"], row["filename"], DocumentStatus(row["status"]), row["summary"], row["error"], row["coverage"]
+    )
 
 
 class MergeRepository:
@@ -24,7 +26,7 @@ class MergeRepository:
 
     async def load_document(self, document_id: str) -> tuple[DocumentState, TaskStatus, TaskOptions] | None:
         row = await self.pool.fetchrow(
-            "SELECT d.id, d.filename, d.status, d.summary, d.error, t.status AS task_status, t.options"
+            "SELECT d.id, d.filename, d.status, d.summary, d.error, d.coverage, t.status AS task_status, t.options"
             " FROM documents d JOIN tasks t ON t.id = d.task_id WHERE d.id = $1",
             document_id,
         )
@@ -74,7 +76,7 @@ class MergeRepository:
         if task is None:
             return None
         rows = await self.pool.fetch(
-            "SELECT id, filename, status, summary, error FROM documents WHERE task_id = $1 ORDER BY position",
+            "SELECT id, filename, status, summary, error, coverage FROM documents WHERE task_id = $1 ORDER BY position",
             task_id,
         )
         options = TaskOptions.from_stored(task["options"])

@@ -79,21 +79,21 @@ def plan_chunk(
     start = 0
     i = 0
     while start < len(text):
-        # Take whole sentences while they fit; a sentence too long alone is cut where it fits.
+        # Take whole sentences while they fit; a part still short of MIN_PART_CHARS is filled up with
+        # as much of the next sentence as fits (a sentence too long alone is cut where it fits).
         end = start
         while i < len(spans) and fits_text(start, spans[i][1]):
             end = spans[i][1]
             i += 1
-        if end == start:
-            low, high = start, min(len(text), spans[i][1] if i < len(spans) else len(text))
-            while high - low > 1:  # the longest prefix of the sentence that fits
+        wanted = min(MIN_PART_CHARS, len(text) - start)
+        if end - start < wanted:
+            low, high = end, spans[i][1] if i < len(spans) else len(text)
+            while high - low > 1:  # the longest prefix of the next sentence that fits
                 middle = (low + high) // 2
                 low, high = (middle, high) if fits_text(start, middle) else (low, middle)
             end = low
-            if end - start < min(MIN_PART_CHARS, len(text) - start):
+            if end - start < wanted:
                 return None
-            if i < len(spans) and end >= spans[i][1]:
-                i += 1
         if i >= len(spans):
             end = len(text)  # trailing whitespace after the last sentence
         parts.append(replace(bare, texts=(text[start:end].strip(),)))
