@@ -32,9 +32,11 @@ test: setup
 test-unit: setup
 	.venv/bin/pytest -q tests/unit
 
+# ruff on the tree, its formatter on the packages, mypy on every package.
 lint: setup
 	.venv/bin/ruff check .
-	.venv/bin/mypy shared/docsum_shared
+	.venv/bin/ruff format --check shared services cli
+	.venv/bin/mypy shared/docsum_shared services/*/docsum_* cli/docsum_cli
 	.venv/bin/python -m docsum_shared.contracts --check
 
 # The JSON Schema of every topic, generated from shared/docsum_shared/events.py into contracts/.
