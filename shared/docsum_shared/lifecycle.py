@@ -11,7 +11,7 @@ import logging
 
 import asyncpg
 
-from .states import TaskStatus
+from .states import DOCUMENT_FINAL, ChunkStatus, DocumentStatus, TaskStatus
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +32,10 @@ async def cancel(pool: asyncpg.Pool, task_id: str) -> bool:
         moved = await _move(conn, task_id, [*UNFINISHED, TaskStatus.PAUSED], TaskStatus.CANCELLED)
         if moved:
             await conn.execute(
-                "UPDATE documents SET status = 'CANCELLED', updated_at = now()"
-                " WHERE task_id = $1 AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')",
+                "UPDATE documents SET status = $2, updated_at = now() WHERE task_id = $1 AND status <> ALL($3::text[])",
                 task_id,
+                DocumentStatus.CANCELLED,
+                list(DOCUMENT_FINAL),
             )
         return moved
 
@@ -49,37 +50,43 @@ async def retry_failed(pool: asyncpg.Pool, task_id: str) -> int:
         if status not in RETRYABLE:
             return 0
         failed = await conn.fetch(
-            "SELECT id, chunk_total FROM documents WHERE task_id = $1 AND status = 'FAILED'", task_id
+            "SELECT id, chunk_total FROM documents WHERE task_id = $1 AND status = $2", task_id, DocumentStatus.FAILED
         )
         if not failed:
             return 0
         ids = [r["id"] for r in failed]
         await conn.execute(
-            "UPDATE chunks SET status = 'PENDING', attempts = 0, failures = 0, error = NULL, updated_at = now()"
-            " WHERE document_id = ANY($1::text[]) AND status = 'FAILED'",
+            "UPDATE chunks SET status = $2, attempts = 0, failures = 0, error = NULL, updated_at = now()"
+            " WHERE document_id = ANY($1::text[]) AND status = $3",
             ids,
+            ChunkStatus.PENDING,
+            ChunkStatus.FAILED,
         )
         # A document whose chunks exist resumes from them; one that failed earlier is parsed again.
         await conn.execute(
-            "UPDATE documents SET status = CASE WHEN chunk_total IS NULL THEN 'PENDING' ELSE 'SUMMARIZING' END,"
+            "UPDATE documents SET status = CASE WHEN chunk_total IS NULL THEN $2 ELSE $3 END,"
             " error = NULL, merge_failures = 0, stalled_redrives = 0, redrive_mark = NULL, updated_at = now()"
             " WHERE id = ANY($1::text[])",
             ids,
+            DocumentStatus.PENDING,
+            DocumentStatus.SUMMARIZING,
         )
         await conn.execute(
-            "UPDATE tasks SET status = 'PROCESSING', summary = NULL, error = NULL, merge_failures = 0,"
+            "UPDATE tasks SET status = $2, summary = NULL, error = NULL, merge_failures = 0,"
             " updated_at = now(), last_active_at = now() WHERE id = $1",
             task_id,
+            TaskStatus.PROCESSING,
         )
         return len(ids)
 
 
 async def expire_idle(pool: asyncpg.Pool, ttl_s: float) -> list[str]:
     rows = await pool.fetch(
-        "UPDATE tasks SET status = 'EXPIRED', updated_at = now()"
+        "UPDATE tasks SET status = $3, updated_at = now()"
         " WHERE status = ANY($1::text[]) AND last_active_at < now() - make_interval(secs => $2) RETURNING id",
         [*UNFINISHED, TaskStatus.PAUSED],
         ttl_s,
+        TaskStatus.EXPIRED,
     )
     return [r["id"] for r in rows]
 

@@ -112,8 +112,9 @@ async def redrive_task(
     ]
     chunk_rows = await pool.fetch(
         "SELECT c.document_id, c.id, c.chunk_index, c.status FROM chunks c JOIN documents d ON d.id = c.document_id"
-        " WHERE d.task_id = $1 AND d.status = 'SUMMARIZING' ORDER BY c.document_id, c.chunk_index",
+        " WHERE d.task_id = $1 AND d.status = $2 ORDER BY c.document_id, c.chunk_index",
         task_id,
+        DocumentStatus.SUMMARIZING,
     )
     chunks: dict[str, list[ChunkRow]] = {}
     for r in chunk_rows:

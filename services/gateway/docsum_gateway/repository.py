@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from docsum_shared.options import TaskOptions
-from docsum_shared.states import DocumentStatus, TaskStatus
+from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 
 
 @dataclass(frozen=True)
@@ -79,11 +79,13 @@ async def get_task(pool: asyncpg.Pool, owner: str, task_id: str) -> tuple[asyncp
     documents = await pool.fetch(
         "SELECT d.id, d.filename, d.status, d.size_level, d.text_chars, d.chunk_total, d.summary,"
         " d.summary_model, d.error, d.coverage, d.failed_chunks,"
-        " count(c.id) FILTER (WHERE c.status = 'COMPLETED') AS chunks_done,"
-        " count(c.id) FILTER (WHERE c.status = 'FAILED') AS chunks_failed"
+        " count(c.id) FILTER (WHERE c.status = $2) AS chunks_done,"
+        " count(c.id) FILTER (WHERE c.status = $3) AS chunks_failed"
         " FROM documents d LEFT JOIN chunks c ON c.document_id = d.id"
         " WHERE d.task_id = $1 GROUP BY d.id ORDER BY d.position",
         task_id,
+        ChunkStatus.COMPLETED,
+        ChunkStatus.FAILED,
     )
     return task, documents
 
@@ -109,8 +111,9 @@ async def remaining_work(pool: asyncpg.Pool, task_id: str) -> asyncpg.Record:
         "  (SELECT count(*) FROM llm_calls WHERE task_id = $1 AND NOT cached"
         "   AND created_at > now() - interval '60 seconds') AS calls_last_minute"
         " FROM chunks c JOIN documents d ON d.id = c.document_id"
-        " WHERE d.task_id = $1 AND c.status IN ('PENDING', 'SUMMARIZING')",
+        " WHERE d.task_id = $1 AND c.status = ANY($2::text[])",
         task_id,
+        [ChunkStatus.PENDING, ChunkStatus.SUMMARIZING],
     )
 
 
@@ -125,9 +128,11 @@ async def recovery(pool: asyncpg.Pool, task_id: str) -> asyncpg.Record:
 async def failures(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
     return await pool.fetch(
         "SELECT d.id AS document_id, d.filename, c.chunk_index, coalesce(c.error, d.error) AS error, c.attempts"
-        " FROM documents d LEFT JOIN chunks c ON c.document_id = d.id AND c.status = 'FAILED'"
-        " WHERE d.task_id = $1 AND (d.status = 'FAILED' OR c.id IS NOT NULL) ORDER BY d.position, c.chunk_index",
+        " FROM documents d LEFT JOIN chunks c ON c.document_id = d.id AND c.status = $2"
+        " WHERE d.task_id = $1 AND (d.status = $3 OR c.id IS NOT NULL) ORDER BY d.position, c.chunk_index",
         task_id,
+        ChunkStatus.FAILED,
+        DocumentStatus.FAILED,
     )
 
 
