@@ -62,6 +62,7 @@ async def retry_failed(pool: asyncpg.Pool, task_id: str) -> int:
             ChunkStatus.PENDING,
             ChunkStatus.FAILED,
         )
+        await recount_documents(conn, ids)
         # A document whose chunks exist resumes from them; one that failed earlier is parsed again.
         await conn.execute(
             "UPDATE documents SET status = CASE WHEN chunk_total IS NULL THEN $2 ELSE $3 END,"
@@ -78,6 +79,25 @@ async def retry_failed(pool: asyncpg.Pool, task_id: str) -> int:
             TaskStatus.PROCESSING,
         )
         return len(ids)
+
+
+async def recount_documents(conn: asyncpg.Connection, document_ids: list[str]) -> None:
+    """Count the documents' chunks again (after chunks were reset): their progress counters and the
+    prompt tokens still to send."""
+    await conn.execute(
+        "UPDATE documents d SET chunks_completed = c.completed, chunks_failed = c.failed,"
+        " pending_token_estimate = c.pending_tokens"
+        " FROM (SELECT document_id, count(*) FILTER (WHERE status = $2) AS completed,"
+        "   count(*) FILTER (WHERE status = $3) AS failed,"
+        "   coalesce(sum(coalesce(token_estimate, token_estimate_upper(context_before || text || context_after)))"
+        "    FILTER (WHERE status = ANY($4::text[])), 0) AS pending_tokens"
+        "  FROM chunks WHERE document_id = ANY($1::text[]) GROUP BY document_id) c"
+        " WHERE c.document_id = d.id",
+        document_ids,
+        ChunkStatus.COMPLETED,
+        ChunkStatus.FAILED,
+        [ChunkStatus.PENDING, ChunkStatus.SUMMARIZING],
+    )
 
 
 async def expire_idle(pool: asyncpg.Pool, ttl_s: float) -> list[str]:

@@ -10,6 +10,7 @@ import pytest
 
 from docsum_gateway import repository
 from docsum_shared.db import _migrations, migrate
+from docsum_shared.lifecycle import recount_documents
 from docsum_shared.text import estimate_tokens_upper
 from tests.documents import chinese_prose, english_prose
 from tests.integration.conftest import Stack, wait_for_task
@@ -114,19 +115,24 @@ async def test_chunker_stores_estimates_and_the_gateway_sums_them(stack: Stack, 
         }
         assert {c["id"]: c["token_estimate"] for c in chunks} == expected
 
-        # Back to pending (as if not summarized yet): the remaining work is the sum of what is stored,
-        # and a row without a stored estimate (an older chunker's) is estimated the same way.
+        # Back to pending (as a retry does): the documents are counted again, the remaining work is the
+        # sum of what is stored, and a row without a stored estimate (an older chunker's) is estimated
+        # the same way.
         ids = list(expected)
+        documents = [r["id"] for r in await db.fetch("SELECT id FROM documents WHERE task_id = $1", task_id)]
         try:
             await db.execute("UPDATE chunks SET status = 'PENDING' WHERE id = ANY($1)", ids)
             await db.execute("UPDATE chunks SET token_estimate = NULL WHERE id = $1", ids[0])
+            async with db.acquire() as conn:
+                await recount_documents(conn, documents)
             remaining = await repository.remaining_work(db, task_id)
             assert (remaining["chunks"], remaining["prompt_tokens"]) == (len(ids), sum(expected.values()))
-            await db.execute("UPDATE chunks SET token_estimate = 1000 WHERE id = ANY($1)", ids[1:])
             shown = (await client.get(f"/v1/tasks/{task_id}")).json()["estimate"]
             assert shown["remaining_chunks"] == len(ids)
-            assert shown["prompt_tokens"] == expected[ids[0]] + 1000 * (len(ids) - 1)
+            assert shown["prompt_tokens"] == sum(expected.values())
         finally:
             await db.executemany(
                 "UPDATE chunks SET status = 'COMPLETED', token_estimate = $2 WHERE id = $1", list(expected.items())
             )
+            async with db.acquire() as conn:
+                await recount_documents(conn, documents)

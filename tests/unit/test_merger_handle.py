@@ -28,12 +28,18 @@ class FakeMerges:
     merge_failures: dict[str, int] = field(default_factory=dict)
     nodes: list[tuple[str, int, int]] = field(default_factory=list)
     finished: tuple[TaskStatus, str | None, str | None] | None = None
+    chunk_rows_read: int = 0
 
     async def load_document(self, document_id: str) -> tuple[DocumentState, TaskStatus, TaskOptions] | None:
         doc = self.documents.get(document_id)
-        return None if doc is None else (doc, self.task_status, self.options)
+        if doc is None:
+            return None
+        chunks = self.chunks.get(document_id, [])
+        final = sum(c.status in (ChunkStatus.COMPLETED, ChunkStatus.FAILED) for c in chunks)
+        return replace(doc, chunk_total=len(chunks), chunks_final=final), self.task_status, self.options
 
     async def load_chunks(self, document_id: str) -> list[ChunkState]:
+        self.chunk_rows_read += len(self.chunks.get(document_id, []))
         return self.chunks.get(document_id, [])
 
     async def complete_document(
@@ -96,6 +102,20 @@ async def test_nothing_happens_while_a_chunk_is_unfinished() -> None:
     repo, llm = _repo(), FakeLLM()
     repo.chunks["d"][1] = ChunkState(1, ChunkStatus.PENDING, None, None)
     assert await handle(SUMMARIZED, _deps(repo, llm)) == [] and llm.calls == []
+    assert repo.chunk_rows_read == 0  # decided from the document's counts alone
+
+
+async def test_a_document_of_n_chunks_has_its_chunk_rows_read_once() -> None:
+    n = 400
+    repo, llm = _repo(chunks=n, status=ChunkStatus.PENDING), FakeLLM()
+    deps = _deps(repo, llm)
+    for i in range(n):  # each chunk finishes, and its event reaches the merger (twice: at-least-once)
+        repo.chunks["d"][i] = ChunkState(i, ChunkStatus.COMPLETED, english_prose(100, seed=i), None)
+        event = ChunkSummarized(task_id="t", document_id="d", chunk_id=f"d-c{i:05d}", chunk_index=i)
+        await handle(event, deps)
+        await handle(event, deps)
+    assert repo.documents["d"].status is DocumentStatus.COMPLETED
+    assert repo.chunk_rows_read == n  # linear: the rows are read once, when the document is complete
 
 
 async def test_replay_of_a_merged_document_announces_it_again_without_a_call() -> None:

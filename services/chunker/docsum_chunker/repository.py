@@ -61,12 +61,14 @@ class ChunkRepository:
         ]
         async with self.pool.acquire() as conn, conn.transaction():
             moved = await conn.fetchval(
-                "UPDATE documents SET status = $2, chunk_total = $3, updated_at = now()"
+                "UPDATE documents SET status = $2, chunk_total = $3, pending_token_estimate = $5,"
+                " chunks_completed = 0, chunks_failed = 0, updated_at = now()"
                 " WHERE id = $1 AND status = $4 RETURNING id",
                 document_id,
                 DocumentStatus.SUMMARIZING,
                 len(rows),
                 DocumentStatus.CHUNKING,
+                sum(record[8] for record in records),
             )
             if moved is None:
                 return

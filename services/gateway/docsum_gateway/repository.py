@@ -79,13 +79,9 @@ async def get_task(pool: asyncpg.Pool, owner: str, task_id: str) -> tuple[asyncp
     documents = await pool.fetch(
         "SELECT d.id, d.filename, d.status, d.size_level, d.text_chars, d.chunk_total, d.summary,"
         " d.summary_model, d.error, d.coverage, d.failed_chunks,"
-        " count(c.id) FILTER (WHERE c.status = $2) AS chunks_done,"
-        " count(c.id) FILTER (WHERE c.status = $3) AS chunks_failed"
-        " FROM documents d LEFT JOIN chunks c ON c.document_id = d.id"
-        " WHERE d.task_id = $1 GROUP BY d.id ORDER BY d.position",
+        " d.chunks_completed AS chunks_done, d.chunks_failed"
+        " FROM documents d WHERE d.task_id = $1 ORDER BY d.position",
         task_id,
-        ChunkStatus.COMPLETED,
-        ChunkStatus.FAILED,
     )
     return task, documents
 
@@ -102,18 +98,15 @@ async def usage_rows(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
 
 
 async def remaining_work(pool: asyncpg.Pool, task_id: str) -> asyncpg.Record:
-    """Chunks still to summarize, their estimated prompt tokens (stored per chunk when it was cut; a row
-    written without it is estimated the same way in SQL, see migration 0005), and the recent call rate."""
+    """Chunks still to summarize and their estimated prompt tokens (counted on each document as its chunks
+    finish, see migration 0006: a sum over the task's documents, not its chunks), and the recent call rate."""
     return await pool.fetchrow(
-        "SELECT count(*) AS chunks,"
-        "  coalesce(sum(coalesce(c.token_estimate,"
-        "   token_estimate_upper(c.context_before || c.text || c.context_after))), 0)::bigint AS prompt_tokens,"
+        "SELECT coalesce(sum(d.chunk_total - d.chunks_completed - d.chunks_failed), 0)::bigint AS chunks,"
+        "  coalesce(sum(d.pending_token_estimate), 0)::bigint AS prompt_tokens,"
         "  (SELECT count(*) FROM llm_calls WHERE task_id = $1 AND NOT cached"
         "   AND created_at > now() - interval '60 seconds') AS calls_last_minute"
-        " FROM chunks c JOIN documents d ON d.id = c.document_id"
-        " WHERE d.task_id = $1 AND c.status = ANY($2::text[])",
+        " FROM documents d WHERE d.task_id = $1",
         task_id,
-        [ChunkStatus.PENDING, ChunkStatus.SUMMARIZING],
     )
 
 

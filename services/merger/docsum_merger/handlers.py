@@ -29,6 +29,7 @@ from .policy import (
     ChunkState,
     DocumentState,
     FailDocument,
+    chunks_all_final,
     decide_document,
     decide_task,
     merge_gives_up,
@@ -39,6 +40,8 @@ log = logging.getLogger("docsum_merger")
 
 
 class Repository(Protocol):
+    chunk_rows_read: int
+
     async def load_document(self, document_id: str) -> tuple[DocumentState, TaskStatus, TaskOptions] | None: ...
     async def load_chunks(self, document_id: str) -> list[ChunkState]: ...
     async def complete_document(
@@ -78,6 +81,8 @@ async def merge_document(event: ChunkSummarized, deps: Deps) -> list[Event]:
     if not takes_work(task_status):
         return []  # paused: resume re-drives the merge; final: nothing is waiting for it
     if doc.status not in DOCUMENT_FINAL:
+        if not chunks_all_final(doc):
+            return []  # a chunk is still unfinished: its own event comes later
         decision = decide_document(doc, await deps.repo.load_chunks(doc.id), options)
         if decision is None:
             return []  # a chunk is still unfinished
@@ -99,7 +104,7 @@ async def merge_document(event: ChunkSummarized, deps: Deps) -> list[Event]:
                 await deps.repo.complete_document(doc.id, summary + decision.note(), model, coverage, failed)
             except ItemFailed as exc:
                 await deps.repo.fail_document(doc.id, f"the document's summary could not be made: {exc}")
-        log.info("document %s finished", doc.id)
+        log.info("document %s finished (%d chunk rows read so far)", doc.id, deps.repo.chunk_rows_read)
         doc, _, _ = required(await deps.repo.load_document(doc.id), f"document {doc.id}")
     if doc.status is DocumentStatus.CANCELLED:
         return []

@@ -32,6 +32,13 @@ class DocumentState:
     summary: str | None
     error: str | None
     coverage: float | None = None  # below 1: summarized from some of its parts (others failed for good)
+    chunk_total: int | None = None  # None until the document is cut
+    chunks_final: int = 0  # COMPLETED or FAILED, counted as each chunk gets there
+
+
+def chunks_all_final(doc: DocumentState) -> bool:
+    """Every chunk of the document is final, by the counts on its row: only then are its chunks read."""
+    return doc.chunk_total is not None and doc.chunks_final >= doc.chunk_total
 
 
 # --- document stage -------------------------------------------------------------------------------

@@ -16,17 +16,30 @@ UNFINISHED_TASK = [TaskStatus.PENDING, TaskStatus.PROCESSING]
 
 def _document(row: asyncpg.Record) -> DocumentState:
     return DocumentState(
-        row["id"], row["filename"], DocumentStatus(row["status"]), row["summary"], row["error"], row["coverage"]
+        row["id"],
+        row["filename"],
+        DocumentStatus(row["status"]),
+        row["summary"],
+        row["error"],
+        row["coverage"],
+        row["chunk_total"],
+        row["chunks_completed"] + row["chunks_failed"],
     )
+
+
+_DOCUMENT = (
+    "d.id, d.filename, d.status, d.summary, d.error, d.coverage, d.chunk_total, d.chunks_completed, d.chunks_failed"
+)
 
 
 class MergeRepository:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
+        self.chunk_rows_read = 0  # how many chunk rows this process has read: O(chunks), not O(chunks²)
 
     async def load_document(self, document_id: str) -> tuple[DocumentState, TaskStatus, TaskOptions] | None:
         row = await self.pool.fetchrow(
-            "SELECT d.id, d.filename, d.status, d.summary, d.error, d.coverage, t.status AS task_status, t.options"
+            f"SELECT {_DOCUMENT}, t.status AS task_status, t.options"
             " FROM documents d JOIN tasks t ON t.id = d.task_id WHERE d.id = $1",
             document_id,
         )
@@ -39,6 +52,7 @@ class MergeRepository:
             "SELECT chunk_index, status, summary, error FROM chunks WHERE document_id = $1 ORDER BY chunk_index",
             document_id,
         )
+        self.chunk_rows_read += len(rows)
         return [ChunkState(r["chunk_index"], ChunkStatus(r["status"]), r["summary"], r["error"]) for r in rows]
 
     async def complete_document(
@@ -76,7 +90,7 @@ class MergeRepository:
         if task is None:
             return None
         rows = await self.pool.fetch(
-            "SELECT id, filename, status, summary, error, coverage FROM documents WHERE task_id = $1 ORDER BY position",
+            f"SELECT {_DOCUMENT} FROM documents d WHERE d.task_id = $1 ORDER BY d.position",
             task_id,
         )
         options = TaskOptions.from_stored(task["options"])

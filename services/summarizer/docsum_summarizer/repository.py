@@ -14,6 +14,7 @@ from .policy import StoredChunk
 
 UNFINISHED_TASK = [TaskStatus.PENDING, TaskStatus.PROCESSING]
 UNFINISHED_CHUNK = [ChunkStatus.PENDING, ChunkStatus.SUMMARIZING]
+ACTIVITY_EVERY_S = 5.0  # how often chunk progress refreshes its task's last_active_at
 
 
 class Claim(enum.Enum):
@@ -82,20 +83,31 @@ class ChunkRepository:
 
     async def complete(self, chunk_id: str, task_id: str, summary: str, model: str) -> None:
         async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute(
+            moved = await conn.fetchrow(
                 "UPDATE chunks SET status = $4, summary = $2, summary_model = $3, error = NULL,"
                 " summary_prompt_version = $5, lease_owner = NULL, lease_expires_at = NULL, updated_at = now()"
-                " WHERE id = $1 AND status = ANY($6::text[])",
+                " WHERE id = $1 AND status = ANY($6::text[]) RETURNING document_id, token_estimate",
                 chunk_id, summary, model, ChunkStatus.COMPLETED, PROMPT_VERSION, UNFINISHED_CHUNK,
             )  # fmt: skip
-            await conn.execute("UPDATE tasks SET last_active_at = now() WHERE id = $1", task_id)
+            if moved is not None:
+                await _count_final(conn, moved, "chunks_completed")
+            # Progress, at most every few seconds per task: one hot row, not one write per chunk.
+            await conn.execute(
+                "UPDATE tasks SET last_active_at = now()"
+                " WHERE id = $1 AND last_active_at < now() - make_interval(secs => $2)",
+                task_id,
+                ACTIVITY_EVERY_S,
+            )
 
     async def fail(self, chunk_id: str, error: str) -> None:
-        await self.pool.execute(
-            "UPDATE chunks SET status = $3, error = $2, lease_owner = NULL, lease_expires_at = NULL,"
-            " updated_at = now() WHERE id = $1 AND status = ANY($4::text[])",
-            chunk_id, error, ChunkStatus.FAILED, UNFINISHED_CHUNK,
-        )  # fmt: skip
+        async with self.pool.acquire() as conn, conn.transaction():
+            moved = await conn.fetchrow(
+                "UPDATE chunks SET status = $3, error = $2, lease_owner = NULL, lease_expires_at = NULL,"
+                " updated_at = now() WHERE id = $1 AND status = ANY($4::text[]) RETURNING document_id, token_estimate",
+                chunk_id, error, ChunkStatus.FAILED, UNFINISHED_CHUNK,
+            )  # fmt: skip
+            if moved is not None:
+                await _count_final(conn, moved, "chunks_failed")
 
     async def record_failure(self, chunk_id: str, error: str, *, retry_now: bool) -> None:
         """A failed attempt: its error and one more failure on the row; with `retry_now` one more
@@ -105,3 +117,13 @@ class ChunkRepository:
             " WHERE id = $1 AND status = $4",
             chunk_id, error, int(retry_now), ChunkStatus.SUMMARIZING,
         )  # fmt: skip
+
+
+async def _count_final(conn: asyncpg.Connection, moved: asyncpg.Record, column: str) -> None:
+    """One more final chunk on its document, in the transaction that made it final: exactly once."""
+    await conn.execute(
+        f"UPDATE documents SET {column} = {column} + 1,"
+        " pending_token_estimate = greatest(0, pending_token_estimate - coalesce($2::bigint, 0)) WHERE id = $1",
+        moved["document_id"],
+        moved["token_estimate"],
+    )

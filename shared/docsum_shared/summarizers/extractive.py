@@ -37,6 +37,7 @@ characters) is returned, cut at a word boundary when too long.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import operator
 import re
@@ -319,7 +320,9 @@ class ExtractiveBackend(SummarizerBackend):
         self.duplicate_jaccard = duplicate_jaccard
 
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
-        return self.summarize_sync(request)
+        # CPU-bound (a large merge ranks thousands of sentences): off the event loop, so the consumer's
+        # polls and heartbeats go on meanwhile.
+        return await asyncio.to_thread(self.summarize_sync, request)
 
     def summarize_sync(self, request: SummaryRequest) -> SummaryResult:
         texts = [t for t in request.texts if t and t.strip()]
