@@ -12,7 +12,6 @@ import os
 import secrets
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -24,10 +23,10 @@ import pytest
 import pytest_asyncio
 
 from tests.fake_llm import FakeLLM, FakeLLMServer, free_port
+from tests.integration.helpers import eventually_blocking
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("parser", "chunker", "summarizer", "merger", "gateway")
-FINAL = {"COMPLETED", "COMPLETED_WITH_ERRORS", "FAILED", "CANCELLED", "EXPIRED"}
 # The broker the project's scripts start (or the one named by KAFKA_BOOTSTRAP_SERVERS).
 OWN_BROKER = not os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
 BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or f"127.0.0.1:{os.environ.get('DOCSUM_KAFKA_PORT', '9092')}"
@@ -96,6 +95,10 @@ class Stack:
             process.kill()
             process.wait()
 
+    def stop_all(self) -> None:
+        for name in list(self.processes):
+            self.stop(name)
+
     def kill(self, name: str) -> None:
         """SIGKILL: no clean-up, no commit, no goodbye."""
         process = self.processes.pop(name)
@@ -103,16 +106,15 @@ class Stack:
         process.wait()
 
     def wait_ready(self, timeout: float = 90.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
+        def healthy() -> bool:
+            if self.processes["gateway"].poll() is not None:
+                pytest.fail("the gateway exited:\n" + self.log_tail())
             try:
-                if httpx.get(f"{self.gateway_url}/healthz", timeout=1).status_code == 200:
-                    return
+                return httpx.get(f"{self.gateway_url}/healthz", timeout=1).status_code == 200
             except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or self.processes["gateway"].poll() is not None:
-                pytest.fail("the gateway did not start:\n" + self.log_tail())
-            time.sleep(0.3)
+                return False
+
+        eventually_blocking(healthy, timeout=timeout, interval=0.3, message="the gateway to start", stack=self)
 
     def client(self, owner: str = "alice") -> httpx.AsyncClient:
         return httpx.AsyncClient(
@@ -166,8 +168,7 @@ class StackFactory:
 
     def stop_all(self) -> None:
         for stack in self.stacks:
-            for name in list(stack.processes):
-                stack.stop(name)
+            stack.stop_all()
 
 
 @pytest.fixture(scope="session")
@@ -190,16 +191,3 @@ async def db(infra: dict[str, str]) -> AsyncIterator[asyncpg.Pool]:
     pool = await asyncpg.create_pool(infra["DATABASE_URL"], min_size=1, max_size=4)
     yield pool
     await pool.close()
-
-
-async def wait_for_task(client: httpx.AsyncClient, task_id: str, stack: Stack, timeout: float = 180.0) -> dict:
-    """Poll until the task is final (bounded), failing with the services' logs otherwise."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        response = await client.get(f"/v1/tasks/{task_id}")
-        response.raise_for_status()
-        task = response.json()
-        if task["status"] in FINAL:
-            return task
-        await asyncio.sleep(0.3)
-    pytest.fail(f"task {task_id} not finished after {timeout}s: {task}\n{stack.log_tail()}")

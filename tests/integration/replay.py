@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 
@@ -13,6 +12,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from docsum_shared.events import Topic
 from docsum_shared.kafka import topic_partitions
 from docsum_shared.settings import Settings
+from tests.integration.helpers import eventually
 
 SERVICE_TOPICS = {
     "parser": [Topic.DOCUMENT_SUBMITTED],
@@ -46,29 +46,37 @@ async def republish_task_events(env: dict[str, str], task_id: str) -> int:
         await producer.stop()
 
 
-async def wait_until_consumed(env: dict[str, str], timeout: float = 60.0) -> None:
-    """Until every service's consumer group has committed up to the end of its topics."""
+async def wait_until_consumed(env: dict[str, str], timeout: float = 60.0, *, quiet_s: float = 0.0) -> None:
+    """Until every service's consumer group has committed up to the end of its topics; with `quiet_s`, until
+    that has held for `quiet_s` seconds with no new event on those topics (a straggling re-emit has landed)."""
     prefix, servers = env["DOCSUM_TOPIC_PREFIX"], env["KAFKA_BOOTSTRAP_SERVERS"]
     admin = AIOKafkaAdminClient(bootstrap_servers=servers)
     consumer = AIOKafkaConsumer(bootstrap_servers=servers)
     await admin.start()
     await consumer.start()
+    lagging: list[TopicPartition] = []
+    quiet: tuple[dict[TopicPartition, int], float] | None = None  # the topics' ends, and since when
+
+    async def caught_up() -> bool:
+        nonlocal lagging, quiet
+        lagging, ends = [], {}
+        for service, topics in SERVICE_TOPICS.items():
+            committed = await admin.list_consumer_group_offsets(f"{prefix}docsum-{service}")
+            partitions = [TopicPartition(prefix + t, p) for t in topics for p in range(_declared(prefix)[prefix + t])]
+            ends.update(await consumer.end_offsets(partitions))
+            lagging += [tp for tp in partitions if ends[tp] > (committed.get(tp).offset if tp in committed else 0)]
+        if lagging:
+            quiet = None
+            return False
+        if quiet is None or quiet[0] != ends:
+            quiet = (ends, time.monotonic())
+        return time.monotonic() - quiet[1] >= quiet_s
+
+    def lagging_on() -> str:
+        return f"the consumers to catch up (lagging on {lagging})"
+
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            lagging = []
-            for service, topics in SERVICE_TOPICS.items():
-                committed = await admin.list_consumer_group_offsets(f"{prefix}docsum-{service}")
-                partitions = [
-                    TopicPartition(prefix + t, p) for t in topics for p in range(_declared(prefix)[prefix + t])
-                ]
-                ends = await consumer.end_offsets(partitions)
-                lagging += [tp for tp in partitions if ends[tp] > (committed.get(tp).offset if tp in committed else 0)]
-            if not lagging:
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"consumers still lagging on {lagging}")
-            await asyncio.sleep(0.3)
+        await eventually(caught_up, timeout=timeout, interval=0.3, message=lagging_on)
     finally:
         await admin.close()
         await consumer.stop()

@@ -4,7 +4,8 @@ nothing lost and no LLM call whose result was stored paid for twice.
 Every test runs its own stack (its own processes, topics and consumer groups), so killing a service
 never disturbs another test. The stand-in LLM (`llm`) is shared by the whole session, so each test
 puts a unique marker word in its documents' text and file names and looks only at the ledger
-entries whose prompt carries it. Its runtime config is restored after every test.
+entries whose prompt carries it (tests/integration/helpers.py). Its runtime config is restored after
+every test.
 """
 
 from __future__ import annotations
@@ -22,7 +23,20 @@ import pytest
 
 from tests.documents import chinese_prose, english_prose, make_docx, make_pdf
 from tests.fake_llm import FakeLLM, FakeLLMServer, LedgerEntry
-from tests.integration.conftest import FINAL, SERVICES, Stack, StackFactory, wait_for_task
+from tests.integration.conftest import SERVICES, Stack, StackFactory
+from tests.integration.helpers import (
+    FINAL,
+    calls,
+    chunks_of,
+    clear_forced,
+    eventually,
+    new_marker,
+    paid_twice,
+    submit,
+    tagged,
+    txt,
+    wait_for_task,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -33,23 +47,11 @@ FAST = {
     "DOCSUM_LEASE_TTL_S": "4",  # a killed summarizer's chunk is taken over within seconds
 }
 MERGE_PROMPT = "summaries of consecutive parts"
+LOOK_S = 0.05  # between two looks at a condition: a kill moment is caught within a few tenths of a second
 _TEXT_SECTION = re.compile(r"<text>\n(.*?)\n</text>", re.S)
 
 
 # --- documents ----------------------------------------------------------------------------------
-
-
-def new_marker() -> str:
-    return f"mk{uuid.uuid4().hex[:10]}"
-
-
-def tagged(text: str, marker: str) -> str:
-    """Every paragraph starts with the marker, so every chunk (and its prompt) carries it."""
-    return "\n\n".join(f"{marker} {p}" for p in text.split("\n\n"))
-
-
-def txt(name: str, text: str) -> tuple[str, tuple[str, bytes, str]]:
-    return ("files", (name, text.encode(), "text/plain"))
 
 
 def pdf(name: str, pages: list[str]) -> tuple[str, tuple[str, bytes, str]]:
@@ -75,22 +77,6 @@ def small_batch(marker: str, big_chars: int) -> list:
 # --- the stand-in's ledger ----------------------------------------------------------------------
 
 
-def ours(llm: FakeLLM, marker: str, since: float = 0.0) -> list[LedgerEntry]:
-    """This test's requests (the marker is in every prompt: chunk texts, file names, titles)."""
-    return [e for e in llm.entries() if marker in e.prompt and e.started >= since]
-
-
-def paid_twice(entries: list[LedgerEntry]) -> int:
-    """Answered requests whose prompt had been answered before."""
-    seen: set[str] = set()
-    repeated = 0
-    for entry in entries:
-        if entry.status == 200:
-            repeated += entry.prompt_sha256 in seen
-            seen.add(entry.prompt_sha256)
-    return repeated
-
-
 def chunk_text(entry: LedgerEntry) -> str | None:
     found = _TEXT_SECTION.search(entry.user)
     return found.group(1) if found else None
@@ -107,8 +93,7 @@ def stand_in(llm: FakeLLMServer) -> Iterator[FakeLLM]:
     saved = llm.llm.config()
     yield llm.llm
     llm.llm.configure(**saved)
-    with llm.llm._lock:  # a hang_next a failed test left unused must not hit the next test
-        llm.llm._forced.clear()
+    clear_forced(llm)  # a hang_next a failed test left unused must not hit the next test
     llm.llm.wait_idle(10)
 
 
@@ -130,14 +115,6 @@ def stacks(make_stack: StackFactory) -> Iterator[Callable[..., Stack]]:
 # --- Postgres -----------------------------------------------------------------------------------
 
 
-async def chunks_of(db: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
-    return await db.fetch(
-        "SELECT c.id, c.status, c.text, c.summary, c.lease_owner, c.lease_expires_at, d.filename"
-        " FROM chunks c JOIN documents d ON d.id = c.document_id WHERE d.task_id = $1 ORDER BY c.id",
-        task_id,
-    )
-
-
 async def completed_texts(db: asyncpg.Pool, task_id: str) -> set[str]:
     return {c["text"] for c in await chunks_of(db, task_id) if c["status"] == "COMPLETED"}
 
@@ -146,23 +123,8 @@ async def task_status(db: asyncpg.Pool, task_id: str) -> str | None:
     return await db.fetchval("SELECT status FROM tasks WHERE id = $1", task_id)
 
 
-async def until(condition: Callable[[], Awaitable[bool]], what: str, stack: Stack, timeout: float = 60.0) -> None:
-    """Poll `condition` (bounded); fail with the services' logs if it never holds."""
-    deadline = time.monotonic() + timeout
-    while not await condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}\n{stack.log_tail()}")
-        await asyncio.sleep(0.05)
-
-
 async def _at_least(count: Callable[[], Awaitable[int]], n: int) -> bool:
     return await count() >= n
-
-
-async def submit(client: httpx.AsyncClient, files: list, title: str) -> str:
-    response = await client.post("/v1/tasks", files=files, data={"title": title})
-    assert response.status_code == 201, response.text
-    return response.json()["task_id"]
 
 
 async def assert_complete(db: asyncpg.Pool, task: dict, marker: str) -> None:
@@ -193,13 +155,20 @@ async def kill_moment(victim: str, task_id: str, db: asyncpg.Pool, llm: FakeLLM,
     if victim in ("parser", "chunker"):
         return  # right after the submission: it may or may not have finished something
     if victim == "summarizer":
-        await until(lambda: done_at_least(lambda total: total // 2), "half of the chunks", stack)
+        await eventually(
+            lambda: done_at_least(lambda total: total // 2), interval=LOOK_S, message="half of the chunks", stack=stack
+        )
     elif victim == "gateway":
-        await until(lambda: done_at_least(lambda total: 5), "five chunks", stack)
+        await eventually(lambda: done_at_least(lambda total: 5), interval=LOOK_S, message="five chunks", stack=stack)
     elif victim == "merger":
         # Slow calls from the last few chunks on, so the document merge is still in flight when the
         # last chunk is stored: every chunk COMPLETED and a call in flight = the merge is running.
-        await until(lambda: done_at_least(lambda total: total - INFLIGHT), "the last chunks", stack)
+        await eventually(
+            lambda: done_at_least(lambda total: total - INFLIGHT),
+            interval=LOOK_S,
+            message="the last chunks",
+            stack=stack,
+        )
         llm.configure(latency_s=2.0)
 
         async def merging_now() -> bool:
@@ -210,15 +179,20 @@ async def kill_moment(victim: str, task_id: str, db: asyncpg.Pool, llm: FakeLLM,
             )
             return status != "COMPLETED"
 
-        async def merging() -> bool:
-            # Twice, 0.3 s apart: the last chunk call can still count as in flight for a moment after its
-            # answer is stored; the merge (2 s at the stand-in) is still in flight on the second look.
-            if not await merging_now():
-                return False
-            await asyncio.sleep(0.3)
-            return await merging_now()
+        merging_since: float | None = None
 
-        await until(merging, "the document merge", stack)
+        async def merging() -> bool:
+            # On every look for 0.3 s: the last chunk call can still count as in flight for a moment after
+            # its answer is stored; the merge (2 s at the stand-in) is still in flight 0.3 s on.
+            nonlocal merging_since
+            if not await merging_now():
+                merging_since = None
+                return False
+            if merging_since is None:
+                merging_since = time.monotonic()
+            return time.monotonic() - merging_since >= 0.3
+
+        await eventually(merging, interval=LOOK_S, message="the document merge", stack=stack)
 
 
 @pytest.mark.parametrize("victim", SERVICES)
@@ -229,7 +203,7 @@ async def test_kill_9_mid_task(victim: str, stacks: Callable[..., Stack], stand_
     stack = stacks(**FAST)
     stand_in.configure(latency_s=0.2)
     async with stack.client() as client:
-        task_id = await submit(client, small_batch(marker, 74_000), marker)
+        task_id = await submit(client, small_batch(marker, 74_000), title=marker)
         await kill_moment(victim, task_id, db, stand_in, stack)
         done_before = await completed_texts(db, task_id)
         stack.kill(victim)
@@ -237,7 +211,13 @@ async def test_kill_9_mid_task(victim: str, stacks: Callable[..., Stack], stand_
         stand_in.configure(latency_s=0.2)  # the merger's moment slowed the stand-in down
         if victim == "gateway":
             # The pipeline does not need the gateway: the task finishes while it is down.
-            await until(lambda: _final(db, task_id), "the task to finish without the gateway", stack, timeout=120)
+            await eventually(
+                lambda: _final(db, task_id),
+                timeout=120,
+                interval=LOOK_S,
+                message="the task to finish without the gateway",
+                stack=stack,
+            )
         stack.start(victim)
         if victim == "gateway":
             stack.wait_ready()
@@ -248,7 +228,7 @@ async def test_kill_9_mid_task(victim: str, stacks: Callable[..., Stack], stand_
     total = len(await chunks_of(db, task_id))
     if victim == "summarizer":
         assert 0 < len(done_before) < total, "the kill was meant to land mid-document"
-    entries = ours(stand_in, marker)
+    entries = calls(stand_in, marker)
     if victim == "merger":
         merges = [e for e in entries if MERGE_PROMPT in e.prompt and e.started < killed_at]
         assert merges, "the kill was meant to land during the document merge"
@@ -304,7 +284,7 @@ async def test_chaos_kill_9_random_services(
     try:
         clean = stacks(**FAST, DATABASE_URL=infra["DATABASE_URL"].rpartition("/")[0] + "/" + clean_db)
         async with clean.client() as client:
-            expected_task, expected = await summaries(client, await submit(client, files, marker), clean)
+            expected_task, expected = await summaries(client, await submit(client, files, title=marker), clean)
         for name in list(clean.processes):
             clean.kill(name)
     finally:
@@ -318,7 +298,7 @@ async def test_chaos_kill_9_random_services(
     stand_in.configure(latency_s=0.8, jitter_s=0.4)
     started = time.time()
     async with stack.client() as client:
-        task_id = await submit(client, files, marker)
+        task_id = await submit(client, files, title=marker)
     rng = random.Random(20_240_611)
     kills: list[str] = []
     chaos_end = time.monotonic() + CHAOS_S
@@ -328,7 +308,7 @@ async def test_chaos_kill_9_random_services(
         stack.kill(victim)
         kills.append(victim)
         if rng.random() < 0.5:
-            await asyncio.sleep(rng.uniform(0.2, 2.0))
+            await asyncio.sleep(rng.uniform(0.2, 2.0))  # down for a while: the chaos, not a wait
         stack.start(victim)
     stand_in.configure(latency_s=0.1, jitter_s=0.0)
     stack.wait_ready()
@@ -341,7 +321,7 @@ async def test_chaos_kill_9_random_services(
     assert len(kills) >= 5, f"the task finished before the chaos got going: {kills}"
     assert got == expected
     assert task["summary"] == expected_task["summary"]
-    assert paid_twice(ours(stand_in, marker, since=started)) <= len(kills) * CHAOS_INFLIGHT
+    assert paid_twice(calls(stand_in, marker, since=started)) <= len(kills) * CHAOS_INFLIGHT
 
 
 # --- 3. SIGTERM: the summarizer drains ----------------------------------------------------------
@@ -362,14 +342,14 @@ async def test_sigterm_drains_the_summarizer(stacks: Callable[..., Stack], stand
 
     async with stack.client() as client:
         files = [txt(f"{marker}-drain.txt", tagged(english_prose(20_000, seed=40), marker))]
-        task_id = await submit(client, files, marker)
-        await until(lambda: _at_least(completed, 2), "two chunks", stack)
+        task_id = await submit(client, files, title=marker)
+        await eventually(lambda: _at_least(completed, 2), interval=LOOK_S, message="two chunks", stack=stack)
         stand_in.hang_next(2)  # two calls that never answer, beside ordinary ones shorter than the drain
 
         async def hung_and_busy() -> bool:  # both hangs taken (the queue is private) and one more call
             return not stand_in._forced and stand_in.in_flight >= 3
 
-        await until(hung_and_busy, "two hung calls in flight", stack)
+        await eventually(hung_and_busy, interval=LOOK_S, message="two hung calls in flight", stack=stack)
         process = stack.processes["summarizer"]
         asked_at = time.time()
         stack.stop("summarizer", timeout=DRAIN_S + 10)  # SIGTERM; SIGKILL only if it does not exit
@@ -380,7 +360,7 @@ async def test_sigterm_drains_the_summarizer(stacks: Callable[..., Stack], stand
         assert not [c["id"] for c in chunks if c["status"] == "SUMMARIZING" or c["lease_owner"]]
         done_at_stop = {c["text"] for c in chunks if c["status"] == "COMPLETED"}
         await asyncio.to_thread(stand_in.wait_idle, 5)
-        entries = ours(stand_in, marker)
+        entries = calls(stand_in, marker)
         handed_back = [e for e in entries if e.hung]
         assert len(handed_back) == 2 and all(e.status == 499 for e in handed_back)  # abandoned, not paid
         assert not done_at_stop & {chunk_text(e) for e in handed_back}
@@ -393,7 +373,7 @@ async def test_sigterm_drains_the_summarizer(stacks: Callable[..., Stack], stand
     await asyncio.to_thread(stand_in.wait_idle, 10)
 
     await assert_complete(db, task, marker)
-    entries = ours(stand_in, marker)
+    entries = calls(stand_in, marker)
     assert not resent(entries, done_at_stop, stopped_at), "a chunk stored before the stop was sent again"
     assert paid_twice(entries) == 0
 
@@ -412,19 +392,19 @@ async def test_llm_call_slower_than_poll_interval(
 
     async with stack.client() as client:
         files = [txt(f"{marker}-slow.txt", tagged(english_prose(9_000, seed=50), marker))]  # 5 chunks
-        task_id = await submit(client, files, marker)
+        task_id = await submit(client, files, title=marker)
 
         async def chunks_done() -> bool:
             chunks = await chunks_of(db, task_id)
             return len(chunks) == 5 and all(c["status"] == "COMPLETED" for c in chunks)
 
-        await until(chunks_done, "the slow chunks", stack, timeout=90)
+        await eventually(chunks_done, timeout=90, interval=LOOK_S, message="the slow chunks", stack=stack)
         stand_in.configure(latency_s=0.0)  # the merge need not be slow
         task = await wait_for_task(client, task_id, stack, timeout=60)
     await asyncio.to_thread(stand_in.wait_idle, 10)
 
     await assert_complete(db, task, marker)
-    entries = ours(stand_in, marker)
+    entries = calls(stand_in, marker)
     chunk_calls = [e for e in entries if chunk_text(e) is not None]
     assert len(chunk_calls) == len(await chunks_of(db, task["task_id"])) == 5, "a chunk was called twice"
     assert paid_twice(entries) == 0
@@ -449,17 +429,19 @@ async def test_rebalance_pays_no_chunk_twice(stacks: Callable[..., Stack], stand
 
     async with stack.client() as client:
         files = [txt(f"{marker}-book.txt", tagged(english_prose(150_000, seed=80), marker))]  # ~80 chunks
-        task_id = await submit(client, files, marker)
+        task_id = await submit(client, files, title=marker)
         stack.start("summarizer-3")  # it joins while the first two share the chunks: a rebalance
 
         async def third_at_work() -> bool:
             return summarized_by("summarizer-3") > 0
 
-        await until(third_at_work, "the third replica to summarize a chunk", stack, timeout=90)
+        await eventually(
+            third_at_work, timeout=90, interval=LOOK_S, message="the third replica to summarize a chunk", stack=stack
+        )
         assert not await _final(db, task_id), "the task finished before the rebalance"
         stack.stop("summarizer-2")  # a clean leave: one more rebalance
         task = await wait_for_task(client, task_id, stack, timeout=120)
     await asyncio.to_thread(stand_in.wait_idle, 10)
 
     await assert_complete(db, task, marker)
-    assert paid_twice(ours(stand_in, marker)) == 0
+    assert paid_twice(calls(stand_in, marker)) == 0

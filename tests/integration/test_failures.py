@@ -2,23 +2,20 @@
 messages, a provider that errs, rate-limits or refuses, and work that must never be paid for twice.
 
 Every test finds its own LLM requests in the stand-in's ledger by a marker word that each sentence of
-its documents carries (so chunk prompts and merge prompts alike contain it), and resets any failure
-it configures on the shared stand-in.
+its documents carries (`marked_text`: chunk prompts and merge prompts alike contain it), and resets any
+failure it configures on the shared stand-in.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
-import re
 import subprocess
-import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import asyncpg
 import pytest
@@ -38,13 +35,21 @@ from docsum_shared.events import (
 )
 from docsum_shared.kafka import DLQ_SUFFIX, topic_partitions
 from docsum_shared.settings import Settings
-from tests.documents import english_prose
 from tests.fake_llm import FakeLLMServer, LedgerEntry
-from tests.integration.conftest import OWN_BROKER, OWN_DATABASE, ROOT, Stack, StackFactory, wait_for_task
+from tests.integration.conftest import OWN_BROKER, OWN_DATABASE, ROOT, Stack, StackFactory
+from tests.integration.helpers import (
+    calls,
+    chunks_of,
+    clear_forced,
+    eventually,
+    marked_text,
+    new_marker,
+    submit,
+    txt,
+    wait_for_task,
+)
 
 pytestmark = pytest.mark.integration
-
-T = TypeVar("T")
 
 OUTAGE_S = 10.0  # how long the broker or the database stays down
 # The topics that have a consumer, and the service that consumes each.
@@ -61,79 +66,12 @@ CONSUMED = {
 # --- helpers ----------------------------------------------------------------------------------------
 
 
-def new_marker() -> str:
-    return f"mk{uuid.uuid4().hex[:10]}"
-
-
-def marked_text(n_chars: int, seed: int, marker: str) -> str:
-    """English prose in which every sentence starts and ends with `marker`: every prompt made from it
-    (a chunk, even one cut mid-sentence, and the merges of their summaries) contains the marker."""
-    paragraphs = english_prose(n_chars, seed=seed).split("\n\n")
-    return "\n\n".join(
-        " ".join(f"{marker} {s[:-1]} {marker}{s[-1]}" for s in re.split(r"(?<=[.!?]) ", p)) for p in paragraphs
-    )
-
-
-def mine(llm: FakeLLMServer, marker: str, status: int | None = None) -> list[LedgerEntry]:
-    """This test's requests (by marker), in the order they finished."""
-    return [e for e in llm.llm.entries(status) if marker in e.prompt]
-
-
-def clear_forced(llm: FakeLLMServer) -> None:
-    """Drop fail_next / rate_limit_next failures not consumed yet (FakeLLM.reset would also clear the ledger)."""
-    with llm.llm._lock:
-        llm.llm._forced.clear()
-
-
-async def eventually(check: Callable[[], T | Awaitable[T]], what: str, timeout: float = 60.0) -> T:
-    """Poll `check` (plain or async) until it returns something truthy (bounded)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if inspect.isawaitable(result):
-            result = await result
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.1)
-
-
-async def submit(stack: Stack, files: list[tuple[str, bytes]], title: str | None = None) -> str:
-    async with stack.client() as client:
-        response = await client.post(
-            "/v1/tasks",
-            files=[("files", (name, data, "text/plain")) for name, data in files],
-            data={"title": title} if title else None,
-        )
-    assert response.status_code == 201, response.text
-    return response.json()["task_id"]
-
-
-async def finished(stack: Stack, task_id: str, timeout: float = 180.0) -> dict[str, Any]:
-    async with stack.client() as client:
-        return await wait_for_task(client, task_id, stack, timeout)
-
-
-async def chunks_of(db: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
-    return await db.fetch(
-        "SELECT d.filename, c.* FROM chunks c JOIN documents d ON d.id = c.document_id"
-        " WHERE d.task_id = $1 ORDER BY d.position, c.chunk_index",
-        task_id,
-    )
-
-
 def by_name(task: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {d["filename"]: d for d in task["documents"]}
 
 
 def pids(stack: Stack) -> dict[str, int]:
     return {name: process.pid for name, process in stack.processes.items()}
-
-
-def stop_stack(stack: Stack) -> None:
-    for name in list(stack.processes):
-        stack.stop(name)
 
 
 async def run_script(*args: str) -> None:
@@ -196,7 +134,7 @@ def retry_stack(make_stack: StackFactory) -> Iterator[Stack]:
     """A stack of its own for the provider-error tests; its summarizer's attempts are set per test."""
     stack = make_stack(DOCSUM_LLM_MAX_ATTEMPTS="2")
     yield stack
-    stop_stack(stack)
+    stack.stop_all()
 
 
 def with_attempts(stack: Stack, attempts: int) -> Stack:
@@ -215,13 +153,16 @@ async def _outage_mid_task(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer, s
     """Stop `script`'s server while chunks are being summarized, keep it down, start it again: the
     services reconnect by themselves and the task completes with nothing lost. Returns the task's requests."""
     marker = new_marker()
-    text = marked_text(40_000, seed=31, marker=marker).encode()  # MEDIUM: ~20 chunks
+    text = marked_text(40_000, seed=31, marker=marker)  # MEDIUM: ~20 chunks
     before = pids(stack)
     latency = llm.llm.config()["latency_s"]
     llm.llm.configure(latency_s=0.2)
     try:
-        task_id = await submit(stack, [("outage.txt", text)])
-        await eventually(lambda: len(mine(llm, marker, 200)) >= 2, "the first chunk summaries", timeout=90)
+        async with stack.client() as client:
+            task_id = await submit(client, [txt("outage.txt", text)])
+        await eventually(
+            lambda: len(calls(llm, marker, 200)) >= 2, timeout=90, message="the first chunk summaries", stack=stack
+        )
         # Mid-task: the task is unfinished and chunks remain to be summarized as the server goes down.
         state = await db.fetchrow(
             "SELECT t.status, d.chunk_total, now() AS now,"
@@ -235,7 +176,8 @@ async def _outage_mid_task(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer, s
             await asyncio.sleep(OUTAGE_S)  # the outage itself, not a synchronization
         finally:
             await run_script(script, "start")
-        task = await finished(stack, task_id)
+        async with stack.client() as client:
+            task = await wait_for_task(client, task_id, stack)
     finally:
         llm.llm.configure(latency_s=latency)
 
@@ -253,7 +195,7 @@ async def _outage_mid_task(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer, s
     # Reconnected on their own: the very same processes, all alive (none crashed, none restarted).
     assert pids(stack) == before
     assert {name: p.poll() for name, p in stack.processes.items()} == dict.fromkeys(before)
-    return mine(llm, marker)
+    return calls(llm, marker)
 
 
 async def test_broker_outage_mid_task(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
@@ -336,7 +278,9 @@ async def test_poison_messages_are_dead_lettered(stack: Stack, db: asyncpg.Pool,
         found = {r.key: r for r in await read_topics(env, dlq_names(env)) if r.key in sent}
         return found if len(found) == len(sent) else {}
 
-    found = await eventually(dead_lettered, f"{len(sent)} messages in the dead-letter topics", timeout=90)
+    found = await eventually(
+        dead_lettered, timeout=90, message=f"{len(sent)} messages in the dead-letter topics", stack=stack
+    )
     for key, (name, partition, offset, service, mention) in sent.items():
         record = found[key]
         headers = {k: v.decode() for k, v in record.headers}
@@ -349,9 +293,10 @@ async def test_poison_messages_are_dead_lettered(stack: Stack, db: asyncpg.Pool,
     assert not [r.key for r in found.values() if r.value is None]  # the original bytes travel along
 
     # Every consumer kept going: a normal task through all five topics completes...
-    text = marked_text(9_000, seed=41, marker=marker).encode()  # MEDIUM: several chunks and a merge
-    task_id = await submit(stack, [("after-poison.txt", text), ("note.txt", b"A short note. Nothing more.")])
-    task = await finished(stack, task_id)
+    text = marked_text(9_000, seed=41, marker=marker)  # MEDIUM: several chunks and a merge
+    async with stack.client() as client:
+        task_id = await submit(client, [txt("after-poison.txt", text), txt("note.txt", b"A short note. Nothing more.")])
+        task = await wait_for_task(client, task_id, stack)
     assert task["status"] == "COMPLETED", task
     assert by_name(task)["after-poison.txt"]["chunks"]["total"] > 1
 
@@ -363,7 +308,7 @@ async def test_poison_messages_are_dead_lettered(stack: Stack, db: asyncpg.Pool,
             for name, partition, offset, service, _ in sent.values()
         )
 
-    await eventually(committed_past, "the consumers to commit past the poison")
+    await eventually(committed_past, message="the consumers to commit past the poison", stack=stack)
     ghost_tasks = [json.loads(found[k].value)["task_id"] for k in found if k.endswith(b"-missing")]
     assert await db.fetchval("SELECT count(*) FROM tasks WHERE id = ANY($1::text[])", ghost_tasks) == 0
     assert {name: p.poll() for name, p in stack.processes.items()} == dict.fromkeys(stack.processes)
@@ -375,19 +320,20 @@ async def test_poison_messages_are_dead_lettered(stack: Stack, db: asyncpg.Pool,
 async def test_same_files_again_cost_nothing(stack: Stack, llm: FakeLLMServer) -> None:
     marker = new_marker()
     files = [
-        ("again-long.txt", marked_text(9_000, seed=51, marker=marker).encode()),
-        ("again-short.txt", marked_text(1_200, seed=52, marker=marker).encode()),
+        txt("again-long.txt", marked_text(9_000, seed=51, marker=marker)),
+        txt("again-short.txt", marked_text(1_200, seed=52, marker=marker)),
     ]
-    first = await finished(stack, await submit(stack, files, title="same files"))
-    answered = len(mine(llm, marker, 200))
-    assert first["status"] == "COMPLETED" and answered == first["usage"]["llm_calls"] > 2, first["usage"]
+    async with stack.client() as client:
+        first = await wait_for_task(client, await submit(client, files, title="same files"), stack)
+        answered = len(calls(llm, marker, 200))
+        assert first["status"] == "COMPLETED" and answered == first["usage"]["llm_calls"] > 2, first["usage"]
 
-    second = await finished(stack, await submit(stack, files, title="same files"))
+        second = await wait_for_task(client, await submit(client, files, title="same files"), stack)
 
     assert second["status"] == "COMPLETED", second
     assert second["summary"] == first["summary"]
     assert {n: d["summary"] for n, d in by_name(second).items()} == {n: d["summary"] for n, d in by_name(first).items()}
-    assert len(mine(llm, marker)) == answered  # not a single request more, answered or not
+    assert len(calls(llm, marker)) == answered  # not a single request more, answered or not
     assert second["usage"]["llm_calls"] == 0 and second["usage"]["prompt_tokens"] == 0
     assert second["usage"]["cached_calls"] == first["usage"]["llm_calls"]
     assert second["recovery"]["calls_saved"] == second["usage"]["cached_calls"] > 0
@@ -400,14 +346,14 @@ async def test_server_error_is_retried_in_place(retry_stack: Stack, db: asyncpg.
     two_attempts, marker = with_attempts(retry_stack, 2), new_marker()
     llm.llm.fail_next(1)  # only this test's task is running: the failure is its chunk's first try
     try:
-        task = await finished(
-            two_attempts, await submit(two_attempts, [("flaky.txt", marked_text(1_500, 61, marker).encode())])
-        )
+        async with two_attempts.client() as client:
+            task_id = await submit(client, [txt("flaky.txt", marked_text(1_500, 61, marker))])
+            task = await wait_for_task(client, task_id, two_attempts)
     finally:
         clear_forced(llm)
 
     assert task["status"] == "COMPLETED", task
-    entries = mine(llm, marker)
+    entries = calls(llm, marker)
     assert [e.status for e in entries] == [500, 200]
     assert entries[0].prompt_sha256 == entries[1].prompt_sha256  # the same chunk, retried
     (chunk,) = await chunks_of(db, task["task_id"])
@@ -418,22 +364,23 @@ async def test_server_error_is_retried_in_place(retry_stack: Stack, db: asyncpg.
 
 async def test_failed_chunks_then_retry(retry_stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
     two_attempts, marker = with_attempts(retry_stack, 2), new_marker()
-    warm = ("warm.txt", marked_text(1_000, 71, marker).encode())
-    # Summarized once beforehand, warm.txt is answered from the cache below and completes despite the failures.
-    warmed = await finished(two_attempts, await submit(two_attempts, [warm]))
-    assert warmed["status"] == "COMPLETED"
-    files = [
-        warm,
-        ("long.txt", marked_text(9_000, 72, marker).encode()),
-        ("short.txt", marked_text(1_000, 73, marker).encode()),
-    ]
-    fail_rate = llm.llm.config()["fail_rate"]
-    llm.llm.configure(fail_rate=1.0)
-    try:
-        task_id = await submit(two_attempts, files)
-        task = await finished(two_attempts, task_id)
-    finally:
-        llm.llm.configure(fail_rate=fail_rate)
+    warm = txt("warm.txt", marked_text(1_000, 71, marker))
+    async with two_attempts.client() as client:
+        # Summarized once beforehand, warm.txt is answered from the cache below and completes despite the failures.
+        warmed = await wait_for_task(client, await submit(client, [warm]), two_attempts)
+        assert warmed["status"] == "COMPLETED"
+        files = [
+            warm,
+            txt("long.txt", marked_text(9_000, 72, marker)),
+            txt("short.txt", marked_text(1_000, 73, marker)),
+        ]
+        fail_rate = llm.llm.config()["fail_rate"]
+        llm.llm.configure(fail_rate=1.0)
+        try:
+            task_id = await submit(client, files)
+            task = await wait_for_task(client, task_id, two_attempts)
+        finally:
+            llm.llm.configure(fail_rate=fail_rate)
 
     assert task["status"] == "COMPLETED_WITH_ERRORS", task
     docs = by_name(task)
@@ -456,21 +403,21 @@ async def test_failed_chunks_then_retry(retry_stack: Stack, db: asyncpg.Pool, ll
     )
     assert all(f["attempts"] == 2 and "500" in f["error"] for f in listed), listed
     # Each failed prompt was tried exactly twice; nothing was answered.
-    before = mine(llm, marker)
+    before = calls(llm, marker)
     tries = Counter(e.prompt_sha256 for e in before if e.status == 500)
     assert len(tries) == len(failed_chunks) and set(tries.values()) == {2}, tries
     answered_before = {e.prompt_sha256 for e in before if e.status == 200}
 
     async with two_attempts.client() as client:
         retried = await client.post(f"/v1/tasks/{task_id}/retry")
-    assert retried.status_code == 200, retried.text
-    assert retried.json()["redriven_events"] >= len(failed_chunks)
-    task = await finished(two_attempts, task_id)
+        assert retried.status_code == 200, retried.text
+        assert retried.json()["redriven_events"] >= len(failed_chunks)
+        task = await wait_for_task(client, task_id, two_attempts)
 
     assert task["status"] == "COMPLETED", task
     assert all(d["status"] == "COMPLETED" and d["summary"] for d in task["documents"])
     assert by_name(task)["warm.txt"]["summary"] == warmed["summary"]
-    sent = mine(llm, marker)[len(before) :]
+    sent = calls(llm, marker)[len(before) :]
     assert all(e.status == 200 for e in sent), [e.status for e in sent]
     once = Counter(e.prompt_sha256 for e in sent)
     assert set(once.values()) == {1}  # no request paid twice
@@ -488,14 +435,14 @@ async def test_rate_limits_do_not_count_as_failures(retry_stack: Stack, db: asyn
     one_attempt, marker = with_attempts(retry_stack, 1), new_marker()
     llm.llm.rate_limit_next(3, retry_after=0.5)
     try:
-        task = await finished(
-            one_attempt, await submit(one_attempt, [("busy.txt", marked_text(1_500, 81, marker).encode())])
-        )
+        async with one_attempt.client() as client:
+            task_id = await submit(client, [txt("busy.txt", marked_text(1_500, 81, marker))])
+            task = await wait_for_task(client, task_id, one_attempt)
     finally:
         clear_forced(llm)
 
     assert task["status"] == "COMPLETED", task
-    entries = mine(llm, marker)
+    entries = calls(llm, marker)
     assert [e.status for e in entries] == [429, 429, 429, 200]
     assert len({e.prompt_sha256 for e in entries}) == 1
     (chunk,) = await chunks_of(db, task["task_id"])
@@ -511,13 +458,14 @@ async def test_rejected_prompt_fails_at_once(stack: Stack, db: asyncpg.Pool, llm
     if not reject:
         llm.llm.configure(reject_marker="FAKE_LLM_REJECT")
     try:
-        refused = f"{marked_text(1_000, 91, marker)}\n\n{marker} {llm.llm.reject_marker} {marker}.".encode()
+        refused = f"{marked_text(1_000, 91, marker)}\n\n{marker} {llm.llm.reject_marker} {marker}."
         files = [
-            ("refused.txt", refused),
-            ("fine-1.txt", marked_text(1_000, 92, marker).encode()),
-            ("fine-2.txt", marked_text(1_000, 93, marker).encode()),
+            txt("refused.txt", refused),
+            txt("fine-1.txt", marked_text(1_000, 92, marker)),
+            txt("fine-2.txt", marked_text(1_000, 93, marker)),
         ]
-        task = await finished(stack, await submit(stack, files))
+        async with stack.client() as client:
+            task = await wait_for_task(client, await submit(client, files), stack)
         rejected_by = llm.llm.reject_marker
     finally:
         llm.llm.configure(reject_marker=reject)
@@ -532,7 +480,7 @@ async def test_rejected_prompt_fails_at_once(stack: Stack, db: asyncpg.Pool, llm
     assert chunk["status"] == "FAILED" and chunk["attempts"] == 1
     assert "rejected" in chunk["error"] and "400" in chunk["error"], chunk["error"]
     # One request, no retry.
-    asked = [e for e in mine(llm, marker) if rejected_by in e.prompt]
+    asked = [e for e in calls(llm, marker) if rejected_by in e.prompt]
     assert [e.status for e in asked] == [400]
     async with stack.client() as client:
         listed = (await client.get(f"/v1/tasks/{task['task_id']}/failures")).json()

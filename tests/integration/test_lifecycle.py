@@ -1,7 +1,7 @@
 """Task lifecycle controls on the real broker and database: pause, resume, cancel, retry, expiry, reconcile.
 
 The stand-in LLM's ledger is shared by the whole session, so every test marks its documents with a
-word of its own and only looks at the requests whose prompt carries that word.
+word of its own (every paragraph opens with it) and only looks at the requests whose prompt carries it.
 """
 
 from __future__ import annotations
@@ -13,18 +13,31 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
-import httpx
 import pytest
 from aiokafka import AIOKafkaProducer
 
 from docsum_shared.events import DocumentSubmitted
 from tests.documents import english_prose
-from tests.fake_llm import FakeLLMServer, LedgerEntry
-from tests.integration.conftest import Stack, StackFactory, wait_for_task
+from tests.fake_llm import FakeLLMServer
+from tests.integration.conftest import Stack, StackFactory
+from tests.integration.helpers import (
+    calls,
+    chunk_calls,
+    chunks_of,
+    eventually,
+    get_task,
+    new_marker,
+    paid_twice,
+    submit,
+    tagged,
+    txt,
+    wait_for_task,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -35,43 +48,9 @@ OBSERVE_S = 3.0  # how long a held task is watched for calls it must not make
 # --- helpers -------------------------------------------------------------------------------------------
 
 
-def _marker() -> str:
-    return f"mk{uuid.uuid4().hex[:10]}"
-
-
 def _marked_text(marker: str, chars: int, seed: int) -> str:
-    """English prose whose every paragraph opens with `marker`: every chunk's prompt carries it."""
-    paragraphs = english_prose(chars, seed=seed).split("\n\n")
-    return "\n\n".join(f"{marker} note {i}. {p}" for i, p in enumerate(paragraphs))
-
-
-def _calls(llm: FakeLLMServer, marker: str, status: int | None = None) -> list[LedgerEntry]:
-    return [e for e in llm.llm.entries(status) if marker in e.prompt]
-
-
-def _chunk_calls(llm: FakeLLMServer, marker: str) -> list[LedgerEntry]:
-    """Answered chunk-summary requests (the ones whose prompt holds a <text> section)."""
-    return [e for e in _calls(llm, marker, 200) if "<text>\n" in e.prompt]
-
-
-def _repeats(llm: FakeLLMServer, marker: str) -> int:
-    """Answered requests carrying `marker` whose prompt had already been answered (paid twice)."""
-    prompts = [e.prompt_sha256 for e in _calls(llm, marker, 200)]
-    return len(prompts) - len(set(prompts))
-
-
-async def _until(check: Callable[[], Awaitable[bool]], timeout: float, what: str, stack: Stack | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout}s: {what}" + (f"\n{stack.log_tail()}" if stack else ""))
-        await asyncio.sleep(0.1)
-
-
-async def _task(client: httpx.AsyncClient, task_id: str) -> dict:
-    response = await client.get(f"/v1/tasks/{task_id}")
-    response.raise_for_status()
-    return response.json()
+    """English prose whose every paragraph opens with `marker` (and a number): every chunk's prompt carries it."""
+    return tagged(english_prose(chars, seed=seed), marker, numbered=True)
 
 
 async def _settle(db: asyncpg.Pool, llm: FakeLLMServer, task_id: str, marker: str, stack: Stack) -> float:
@@ -80,15 +59,11 @@ async def _settle(db: asyncpg.Pool, llm: FakeLLMServer, task_id: str, marker: st
 
     async def settled() -> bool:
         nonlocal seen
-        busy = await db.fetchval(
-            "SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id"
-            " WHERE d.task_id = $1 AND c.status = 'SUMMARIZING'",
-            task_id,
-        )
-        count, seen = seen, len(_calls(llm, marker))
+        busy = sum(c["status"] == "SUMMARIZING" for c in await chunks_of(db, task_id))
+        count, seen = seen, len(calls(llm, marker))
         return busy == 0 and count == seen
 
-    await _until(settled, 30, f"in-flight work of task {task_id} to finish", stack)
+    await eventually(settled, timeout=30, message=f"in-flight work of task {task_id} to finish", stack=stack)
     return time.monotonic()
 
 
@@ -100,12 +75,7 @@ async def _observe_until(since: float) -> None:
 
 
 async def _chunk_counts(db: asyncpg.Pool, task_id: str) -> dict[str, int]:
-    rows = await db.fetch(
-        "SELECT c.status, count(*) AS n FROM chunks c JOIN documents d ON d.id = c.document_id"
-        " WHERE d.task_id = $1 GROUP BY c.status",
-        task_id,
-    )
-    return {r["status"]: r["n"] for r in rows}
+    return dict(Counter(c["status"] for c in await chunks_of(db, task_id)))
 
 
 async def _insert_task(
@@ -207,11 +177,6 @@ async def _cli(stack: Stack, *args: str, owner: str = "alice") -> tuple[int, str
     return process.returncode or 0, out.decode(), err.decode()
 
 
-def _stop(stack: Stack) -> None:
-    for name in list(stack.processes):
-        stack.stop(name)
-
-
 @pytest.fixture
 def slow_llm(llm: FakeLLMServer) -> Iterator[FakeLLMServer]:
     """Answers take 0.2 s, so a task of ~30 chunks is still running when a control reaches it."""
@@ -227,15 +192,15 @@ def slow_llm(llm: FakeLLMServer) -> Iterator[FakeLLMServer]:
 async def test_pause_holds_the_task_and_resume_finishes_it_without_repeats(
     stack: Stack, db: asyncpg.Pool, slow_llm: FakeLLMServer
 ) -> None:
-    llm, marker = slow_llm, _marker()
-    files = [("files", ("paused.txt", _marked_text(marker, 54_000, seed=31).encode(), "text/plain"))]
+    llm, marker = slow_llm, new_marker()
+    files = [txt("paused.txt", _marked_text(marker, 54_000, seed=31))]
     async with stack.client() as alice:
-        task_id = (await alice.post("/v1/tasks", files=files)).json()["task_id"]
+        task_id = await submit(alice, files)
 
         async def some_chunks_answered() -> bool:
-            return len(_chunk_calls(llm, marker)) >= 2
+            return len(chunk_calls(llm, marker)) >= 2
 
-        await _until(some_chunks_answered, 60, "the first chunk summaries", stack)
+        await eventually(some_chunks_answered, timeout=60, message="the first chunk summaries", stack=stack)
         paused = await alice.post(f"/v1/tasks/{task_id}/pause")
         assert paused.status_code == 200, paused.text
         assert paused.json()["status"] == "PAUSED"
@@ -243,25 +208,24 @@ async def test_pause_holds_the_task_and_resume_finishes_it_without_repeats(
 
         # Work in flight finishes and is stored; then nothing more starts for the task.
         settled_at = await _settle(db, llm, task_id, marker, stack)
-        calls_at_pause = len(_calls(llm, marker))
+        calls_at_pause = len(calls(llm, marker))
         counts = await _chunk_counts(db, task_id)
         total = sum(counts.values())
         done = counts.get("COMPLETED", 0)
         assert total >= 25, counts
         assert 2 <= done < total, counts
-        assert done == len(_chunk_calls(llm, marker)), "every answered call's summary is stored"
+        assert done == len(chunk_calls(llm, marker)), "every answered call's summary is stored"
 
         # Other tasks are not held up by the paused one.
-        other_marker = _marker()
-        other_files = [("files", ("other.txt", _marked_text(other_marker, 1_500, seed=32).encode(), "text/plain"))]
-        other_id = (await alice.post("/v1/tasks", files=other_files)).json()["task_id"]
+        other_marker = new_marker()
+        other_id = await submit(alice, [txt("other.txt", _marked_text(other_marker, 1_500, seed=32))])
         other = await wait_for_task(alice, other_id, stack, timeout=60)
         assert other["status"] == "COMPLETED"
-        assert len(_chunk_calls(llm, other_marker)) == 1
+        assert len(chunk_calls(llm, other_marker)) == 1
 
         await _observe_until(settled_at)
-        assert len(_calls(llm, marker)) == calls_at_pause, "an LLM call started for a paused task"
-        held = await _task(alice, task_id)
+        assert len(calls(llm, marker)) == calls_at_pause, "an LLM call started for a paused task"
+        held = await get_task(alice, task_id)
         assert held["status"] == "PAUSED"
         assert held["documents"][0]["status"] == "SUMMARIZING"
         assert await _chunk_counts(db, task_id) == counts
@@ -276,8 +240,8 @@ async def test_pause_holds_the_task_and_resume_finishes_it_without_repeats(
     assert task["status"] == "COMPLETED", task
     assert task["summary"] and task["documents"][0]["status"] == "COMPLETED"
     assert task["documents"][0]["chunks"] == {"done": total, "failed": 0, "total": total}
-    assert _repeats(llm, marker) == 0
-    assert len(_chunk_calls(llm, marker)) == total
+    assert paid_twice(calls(llm, marker)) == 0
+    assert len(chunk_calls(llm, marker)) == total
     assert task["recovery"]["redrives"] >= 1
     assert task["recovery"]["attempts"] == total
 
@@ -286,14 +250,14 @@ async def test_paused_task_is_not_parsed(stack: Stack, db: asyncpg.Pool, llm: Fa
     """The parser leaves a paused task's document PENDING when its submission arrives; resume re-drives it."""
     from tests.integration.replay import wait_until_consumed
 
-    marker = _marker()
+    marker = new_marker()
     task_id, doc_id = await _insert_task(db, _marked_text(marker, 1_200, seed=33), task_status="PAUSED")
     await _announce(stack, db, task_id, doc_id)
     await wait_until_consumed(stack.env)
 
     assert await db.fetchval("SELECT status FROM documents WHERE id = $1", doc_id) == "PENDING"
     assert await db.fetchval("SELECT count(*) FROM document_texts WHERE document_id = $1", doc_id) == 0
-    assert _calls(llm, marker) == []
+    assert calls(llm, marker) == []
 
     async with stack.client() as alice:
         resumed = await alice.post(f"/v1/tasks/{task_id}/resume")
@@ -301,14 +265,14 @@ async def test_paused_task_is_not_parsed(stack: Stack, db: asyncpg.Pool, llm: Fa
         assert resumed.json()["redriven_events"] == 1
         task = await wait_for_task(alice, task_id, stack, timeout=60)
     assert task["status"] == "COMPLETED"
-    assert len(_chunk_calls(llm, marker)) == 1
+    assert len(chunk_calls(llm, marker)) == 1
 
 
 # --- cancel and retry -----------------------------------------------------------------------------------
 
 
 async def test_cancel_is_terminal_and_owned(stack: Stack, db: asyncpg.Pool, slow_llm: FakeLLMServer) -> None:
-    llm, marker = slow_llm, _marker()
+    llm, marker = slow_llm, new_marker()
     # A task with one document summarized already and a large one announced now.
     task_id, large_id = await _insert_task(db, _marked_text(marker, 54_000, seed=42), filename="large.txt")
     await _add_finished_document(db, task_id, "small.txt")
@@ -316,15 +280,15 @@ async def test_cancel_is_terminal_and_owned(stack: Stack, db: asyncpg.Pool, slow
     async with stack.client("alice") as alice, stack.client("bob") as bob:
 
         async def some_chunks_answered() -> bool:
-            return len(_chunk_calls(llm, marker)) >= 2
+            return len(chunk_calls(llm, marker)) >= 2
 
-        await _until(some_chunks_answered, 60, "the first chunk summaries", stack)
+        await eventually(some_chunks_answered, timeout=60, message="the first chunk summaries", stack=stack)
         cancelled = await alice.post(f"/v1/tasks/{task_id}/cancel")
         assert cancelled.status_code == 200, cancelled.text
         assert cancelled.json()["status"] == "CANCELLED"
 
         settled_at = await _settle(db, llm, task_id, marker, stack)
-        calls_at_cancel = len(_calls(llm, marker))
+        calls_at_cancel = len(calls(llm, marker))
         counts = await _chunk_counts(db, task_id)
         assert counts.get("PENDING", 0) > 0, counts  # it really was stopped mid-way
 
@@ -340,9 +304,9 @@ async def test_cancel_is_terminal_and_owned(stack: Stack, db: asyncpg.Pool, slow
             assert response.status_code == 404, (action, response.text)
 
         await _observe_until(settled_at)
-        assert len(_calls(llm, marker)) == calls_at_cancel, "an LLM call started for a cancelled task"
+        assert len(calls(llm, marker)) == calls_at_cancel, "an LLM call started for a cancelled task"
         assert await _chunk_counts(db, task_id) == counts
-        task = await _task(alice, task_id)
+        task = await get_task(alice, task_id)
 
     assert task["status"] == "CANCELLED"
     docs = {d["filename"]: d["status"] for d in task["documents"]}
@@ -351,16 +315,16 @@ async def test_cancel_is_terminal_and_owned(stack: Stack, db: asyncpg.Pool, slow
 
 
 async def test_retry_with_nothing_failed_conflicts(stack: Stack) -> None:
-    files = [("files", ("fine.txt", _marked_text(_marker(), 800, seed=51).encode(), "text/plain"))]
+    files = [txt("fine.txt", _marked_text(new_marker(), 800, seed=51))]
     async with stack.client() as alice, stack.client("bob") as bob:
-        task_id = (await alice.post("/v1/tasks", files=files)).json()["task_id"]
+        task_id = await submit(alice, files)
         task = await wait_for_task(alice, task_id, stack, timeout=60)
         assert task["status"] == "COMPLETED"
         response = await alice.post(f"/v1/tasks/{task_id}/retry")
         assert response.status_code == 409, response.text
         assert "COMPLETED" in response.json()["detail"]
         assert (await bob.post(f"/v1/tasks/{task_id}/retry")).status_code == 404
-        assert (await _task(alice, task_id))["status"] == "COMPLETED"
+        assert (await get_task(alice, task_id))["status"] == "COMPLETED"
 
 
 # --- expiry -----------------------------------------------------------------------------------------------
@@ -369,7 +333,7 @@ async def test_retry_with_nothing_failed_conflicts(stack: Stack) -> None:
 async def test_paused_task_expires_and_is_never_resumed(
     stack: Stack, make_stack: StackFactory, db: asyncpg.Pool, llm: FakeLLMServer
 ) -> None:
-    marker = _marker()
+    marker = new_marker()
     # A task no event will move (nothing announces it), paused through the API.
     task_id, _ = await _insert_task(db, _marked_text(marker, 800, seed=61))
     async with stack.client() as alice:
@@ -380,26 +344,26 @@ async def test_paused_task_expires_and_is_never_resumed(
         try:
 
             async def expired() -> bool:
-                return (await _task(alice, task_id))["status"] == "EXPIRED"
+                return (await get_task(alice, task_id))["status"] == "EXPIRED"
 
             # The shared stack's merger may hold the maintenance lock in a round: poll generously.
-            await _until(expired, 90, f"task {task_id} to expire", short)
+            await eventually(expired, timeout=90, message=f"task {task_id} to expire", stack=short)
         finally:
-            _stop(short)  # its 3 s TTL would expire other tests' tasks
+            short.stop_all()  # its 3 s TTL would expire other tests' tasks
         for action in ("resume", "pause", "cancel", "retry"):
             response = await alice.post(f"/v1/tasks/{task_id}/{action}")
             assert response.status_code == 409, (action, response.text)
-        task = await _task(alice, task_id)
+        task = await get_task(alice, task_id)
     assert task["status"] == "EXPIRED" and task["summary"] is None
     assert task["documents"][0]["status"] != "COMPLETED"
-    assert _calls(llm, marker) == []
+    assert calls(llm, marker) == []
 
 
 # --- reconcile --------------------------------------------------------------------------------------------
 
 
 async def test_reconcile_redrives_a_task_no_event_moves(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
-    marker = _marker()
+    marker = new_marker()
     task_id, _ = await _insert_task(db, _marked_text(marker, 1_200, seed=71))
     async with stack.client("alice") as alice, stack.client("bob") as bob:
         theirs = await bob.post("/v1/reconcile")
@@ -414,11 +378,11 @@ async def test_reconcile_redrives_a_task_no_event_moves(stack: Stack, db: asyncp
     assert task["status"] == "COMPLETED", task
     assert task["documents"][0]["status"] == "COMPLETED" and task["summary"]
     assert task["recovery"]["redrives"] >= 1
-    assert len(_chunk_calls(llm, marker)) == 1 and _repeats(llm, marker) == 0
+    assert len(chunk_calls(llm, marker)) == 1 and paid_twice(calls(llm, marker)) == 0
 
 
 async def test_cli_reconcile(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
-    marker = _marker()
+    marker = new_marker()
     task_id, _ = await _insert_task(db, _marked_text(marker, 1_200, seed=72))
     code, out, err = await _cli(stack, "reconcile")
     assert code == 0, err
@@ -427,12 +391,12 @@ async def test_cli_reconcile(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer)
     async with stack.client() as alice:
         task = await wait_for_task(alice, task_id, stack, timeout=60)
     assert task["status"] == "COMPLETED"
-    assert len(_chunk_calls(llm, marker)) == 1
+    assert len(chunk_calls(llm, marker)) == 1
 
 
 async def test_cli_pause_resume_cancel(stack: Stack, db: asyncpg.Pool) -> None:
-    first, _ = await _insert_task(db, _marked_text(_marker(), 1_000, seed=73))
-    second, _ = await _insert_task(db, _marked_text(_marker(), 1_000, seed=74))
+    first, _ = await _insert_task(db, _marked_text(new_marker(), 1_000, seed=73))
+    second, _ = await _insert_task(db, _marked_text(new_marker(), 1_000, seed=74))
 
     # Independent calls run side by side: each CLI run is a fresh interpreter.
     (code, out, err), (code2, out2, err2) = await asyncio.gather(
@@ -457,7 +421,7 @@ async def test_cli_pause_resume_cancel(stack: Stack, db: asyncpg.Pool) -> None:
     assert json.loads(out)["status"] == "PROCESSING" and json.loads(out)["redriven_events"] == 1
     async with stack.client() as alice:
         assert (await wait_for_task(alice, first, stack, timeout=60))["status"] == "COMPLETED"
-        assert (await _task(alice, second))["status"] == "CANCELLED"
+        assert (await get_task(alice, second))["status"] == "CANCELLED"
     assert await db.fetchval("SELECT status FROM documents WHERE task_id = $1", second) == "CANCELLED"
 
 
@@ -465,7 +429,7 @@ async def test_periodic_reconcile_finishes_a_stuck_task(
     make_stack: StackFactory, db: asyncpg.Pool, llm: FakeLLMServer
 ) -> None:
     """A document left in CHUNKING with no event: the maintenance loop alone re-drives it (no API call)."""
-    marker = _marker()
+    marker = new_marker()
     # Idle longer than this stack's 2 s, shorter than the shared stack's 60 s: this stack's loop does it.
     task_id, doc_id = await _insert_task(db, _marked_text(marker, 1_200, seed=75), doc_status="CHUNKING", idle_s=10)
     quick = make_stack(
@@ -478,10 +442,10 @@ async def test_periodic_reconcile_finishes_a_stuck_task(
         async def completed() -> bool:
             return await db.fetchval("SELECT status FROM tasks WHERE id = $1", task_id) == "COMPLETED"
 
-        await _until(completed, 90, f"task {task_id} to be reconciled and completed", quick)
+        await eventually(completed, timeout=90, message=f"task {task_id} to be reconciled and completed", stack=quick)
     finally:
-        _stop(quick)  # its 2 s reconcile would re-drive other tests' tasks
+        quick.stop_all()  # its 2 s reconcile would re-drive other tests' tasks
     row = await db.fetchrow("SELECT summary, redrives FROM tasks WHERE id = $1", task_id)
     assert row["summary"] and row["redrives"] >= 1
     assert await db.fetchval("SELECT status FROM documents WHERE id = $1", doc_id) == "COMPLETED"
-    assert len(_chunk_calls(llm, marker)) == 1 and _repeats(llm, marker) == 0
+    assert len(chunk_calls(llm, marker)) == 1 and paid_twice(calls(llm, marker)) == 0

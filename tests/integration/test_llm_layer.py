@@ -5,7 +5,6 @@ Each test runs its own stand-in provider, so its limits and its ledger belong to
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import asyncpg
@@ -13,7 +12,8 @@ import pytest
 
 from tests.documents import english_prose
 from tests.fake_llm import FakeLLM, FakeLLMServer
-from tests.integration.conftest import StackFactory, wait_for_task
+from tests.integration.conftest import StackFactory
+from tests.integration.helpers import eventually, submit, txt, wait_for_task
 
 pytestmark = pytest.mark.integration
 
@@ -22,20 +22,6 @@ pytestmark = pytest.mark.integration
 def server() -> Iterator[FakeLLMServer]:
     with FakeLLMServer(FakeLLM()) as server:
         yield server
-
-
-def _txt(name: str, text: str) -> tuple[str, tuple[str, bytes, str]]:
-    return ("files", (name, text.encode(), "text/plain"))
-
-
-async def _poll(predicate, timeout: float = 120.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
-    import asyncio
-
-    deadline = time.monotonic() + timeout
-    while not await predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.2)
 
 
 async def test_one_partition_keeps_the_in_flight_limit_busy(make_stack: StackFactory, server: FakeLLMServer) -> None:
@@ -48,11 +34,13 @@ async def test_one_partition_keeps_the_in_flight_limit_busy(make_stack: StackFac
         DOCSUM_LEASE_TTL_S="4",
     )
     async with stack.client() as client:
-        created = (await client.post("/v1/tasks", files=[_txt("wide.txt", english_prose(70_000, seed=41))])).json()
-        await _poll(lambda: _async(provider.count() >= 16), what="16 answered calls")
+        task_id = await submit(client, [txt("wide.txt", english_prose(70_000, seed=41))])
+        await eventually(
+            lambda: provider.count() >= 16, timeout=120, interval=0.2, message="16 answered calls", stack=stack
+        )
         stack.kill("summarizer")  # a crash mid-way...
         stack.start("summarizer")
-        task = await wait_for_task(client, created["task_id"], stack)
+        task = await wait_for_task(client, task_id, stack)
     assert task["status"] == "COMPLETED"  # ... loses nothing
     assert provider.max_in_flight == 8  # the limit is filled from one partition, and never exceeded
     assert provider.repeats() <= 8  # at most what was in flight at the crash is paid twice
@@ -64,10 +52,9 @@ async def test_usage_and_cost_add_up_to_the_providers_ledger(make_stack: StackFa
         OPENAI_BASE_URL=server.base_url,
         DOCSUM_LLM_PRICES='{"stand-in-1": [2.0, 8.0]}',
     )
-    files = [_txt("a.txt", english_prose(30_000, seed=51)), _txt("b.txt", english_prose(3_000, seed=52))]
+    files = [txt("a.txt", english_prose(30_000, seed=51)), txt("b.txt", english_prose(3_000, seed=52))]
     async with stack.client() as client:
-        created = (await client.post("/v1/tasks", files=files)).json()
-        task = await wait_for_task(client, created["task_id"], stack)
+        task = await wait_for_task(client, await submit(client, files), stack)
     assert task["status"] == "COMPLETED"
     prompt, completion = provider.tokens()
     usage = task["usage"]
@@ -93,8 +80,8 @@ async def test_a_rate_limited_provider_refuses_few_calls_from_two_replicas(
     )
     stack.start("summarizer-2")
     async with stack.client() as client:
-        created = (await client.post("/v1/tasks", files=[_txt("paced.txt", english_prose(50_000, seed=61))])).json()
-        task = await wait_for_task(client, created["task_id"], stack, timeout=240)
+        task_id = await submit(client, [txt("paced.txt", english_prose(50_000, seed=61))])
+        task = await wait_for_task(client, task_id, stack, timeout=240)
     assert task["status"] == "COMPLETED"
     assert all(d["chunks"]["failed"] == 0 for d in task["documents"])
     refused, answered = provider.count(429), provider.count(200)
@@ -117,17 +104,17 @@ async def test_a_thousand_chunks_merge_in_a_tree_within_the_budget(
         DOCSUM_LLM_MAX_INFLIGHT="16",
     )
     async with stack.client() as client:
-        created = (await client.post("/v1/tasks", files=[_txt("book.txt", english_prose(290_000, seed=71))])).json()
-        document_id = created["documents"][0]["document_id"]
+        task_id = await submit(client, [txt("book.txt", english_prose(290_000, seed=71))])
+        document_id = await db.fetchval("SELECT id FROM documents WHERE task_id = $1", task_id)
 
         async def some_nodes_stored() -> bool:
             return (await db.fetchval("SELECT count(*) FROM merge_nodes WHERE scope_id = $1", document_id)) >= 5
 
-        await _poll(some_nodes_stored, timeout=300, what="the first merge nodes")
+        await eventually(some_nodes_stored, timeout=300, interval=0.2, message="the first merge nodes", stack=stack)
         stack.kill("merger")  # mid-tree
         nodes_before = await db.fetchval("SELECT count(*) FROM merge_nodes WHERE scope_id = $1", document_id)
         stack.start("merger")
-        task = await wait_for_task(client, created["task_id"], stack, timeout=300)
+        task = await wait_for_task(client, task_id, stack, timeout=300)
 
     assert task["status"] == "COMPLETED"
     assert task["documents"][0]["chunks"]["total"] >= 1_000
@@ -142,7 +129,3 @@ async def test_a_thousand_chunks_merge_in_a_tree_within_the_budget(
     # (or nodes) in flight at the kill can have been paid twice.
     assert nodes_before >= 5
     assert provider.repeats() <= 16
-
-
-async def _async(value: bool) -> bool:
-    return value

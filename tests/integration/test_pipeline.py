@@ -8,7 +8,8 @@ import asyncpg
 import pytest
 
 from tests.documents import english_prose, make_docx, make_encrypted_pdf, make_pdf, truncate
-from tests.integration.conftest import Stack, wait_for_task
+from tests.integration.conftest import Stack
+from tests.integration.helpers import chunks_of, submit, txt, wait_for_task
 
 pytestmark = pytest.mark.integration
 
@@ -24,13 +25,13 @@ def _large_docx() -> bytes:
 
 async def test_three_documents_complete(stack: Stack, db: asyncpg.Pool) -> None:
     files = [
-        ("files", ("notes.txt", english_prose(3_000, seed=1).encode(), "text/plain")),
+        txt("notes.txt", english_prose(3_000, seed=1)),
         ("files", ("report.pdf", make_pdf([english_prose(2_500, seed=s) for s in range(2, 7)]), "application/pdf")),
         ("files", ("book.docx", _large_docx(), "application/octet-stream")),
     ]
     async with stack.client() as client:
-        created = (await client.post("/v1/tasks", files=files, data={"title": "three"})).json()
-        task = await wait_for_task(client, created["task_id"], stack)
+        task_id = await submit(client, files, title="three")
+        task = await wait_for_task(client, task_id, stack)
 
     assert task["status"] == "COMPLETED", task
     assert task["summary"]
@@ -44,11 +45,7 @@ async def test_three_documents_complete(stack: Stack, db: asyncpg.Pool) -> None:
     book = by_name["book.docx"]["chunks"]
     assert book["total"] > 40 and book["done"] == book["total"]
     # Every chunk summarized exactly once into the cache, and no chunk left unfinished.
-    pending = await db.fetchval(
-        "SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id"
-        " WHERE d.task_id = $1 AND c.status <> 'COMPLETED'",
-        created["task_id"],
-    )
+    pending = sum(c["status"] != "COMPLETED" for c in await chunks_of(db, task_id))
     assert pending == 0
 
 
@@ -58,12 +55,11 @@ async def test_bad_files_fail_alone(stack: Stack) -> None:
     files = [
         ("files", ("secret.pdf", make_encrypted_pdf("top secret text"), "application/pdf")),
         ("files", ("broken.pdf", truncate(pdf, 0.5), "application/pdf")),
-        ("files", ("empty.txt", b"", "text/plain")),
-        ("files", ("good.txt", good, "text/plain")),
+        txt("empty.txt", b""),
+        txt("good.txt", good),
     ]
     async with stack.client() as client:
-        created = (await client.post("/v1/tasks", files=files)).json()
-        task = await wait_for_task(client, created["task_id"], stack)
+        task = await wait_for_task(client, await submit(client, files), stack)
 
     assert task["status"] == "COMPLETED_WITH_ERRORS"
     by_name = {d["filename"]: d for d in task["documents"]}
@@ -76,18 +72,16 @@ async def test_bad_files_fail_alone(stack: Stack) -> None:
 
 async def test_owner_isolation_and_auth(stack: Stack) -> None:
     async with stack.client("alice") as alice, stack.client("bob") as bob:
-        created = (
-            await alice.post("/v1/tasks", files=[("files", ("a.txt", b"Hello there. A short note.", "text/plain"))])
-        ).json()
-        assert (await bob.get(f"/v1/tasks/{created['task_id']}")).status_code == 404
-        assert created["task_id"] not in [t["task_id"] for t in (await bob.get("/v1/tasks")).json()]
-        assert created["task_id"] in [t["task_id"] for t in (await alice.get("/v1/tasks")).json()]
+        task_id = await submit(alice, [txt("a.txt", b"Hello there. A short note.")])
+        assert (await bob.get(f"/v1/tasks/{task_id}")).status_code == 404
+        assert task_id not in [t["task_id"] for t in (await bob.get("/v1/tasks")).json()]
+        assert task_id in [t["task_id"] for t in (await alice.get("/v1/tasks")).json()]
         anonymous = alice.headers.copy()
         del anonymous["Authorization"]
         assert (
-            await alice.get(f"/v1/tasks/{created['task_id']}", headers={"Authorization": "Bearer wrong-key-000000000"})
+            await alice.get(f"/v1/tasks/{task_id}", headers={"Authorization": "Bearer wrong-key-000000000"})
         ).status_code == 401
-        await wait_for_task(alice, created["task_id"], stack)
+        await wait_for_task(alice, task_id, stack)
 
 
 async def test_request_limits(stack: Stack) -> None:
@@ -109,23 +103,22 @@ async def test_replay_changes_nothing(stack: Stack, db: asyncpg.Pool, llm) -> No
     from tests.integration.replay import republish_task_events, snapshot, wait_until_consumed
 
     files = [
-        ("files", ("replay.txt", english_prose(20_000, seed=21).encode(), "text/plain")),
-        ("files", ("replay-small.txt", english_prose(2_000, seed=22).encode(), "text/plain")),
+        txt("replay.txt", english_prose(20_000, seed=21)),
+        txt("replay-small.txt", english_prose(2_000, seed=22)),
     ]
     async with stack.client() as client:
-        created = (await client.post("/v1/tasks", files=files)).json()
-        task = await wait_for_task(client, created["task_id"], stack)
+        task_id = await submit(client, files)
+        task = await wait_for_task(client, task_id, stack)
     assert task["status"] == "COMPLETED"
     await wait_until_consumed(stack.env)
-    before, calls_before = await snapshot(db, created["task_id"]), llm.llm.count()
+    before, calls_before = await snapshot(db, task_id), llm.llm.count()
 
-    republished = await republish_task_events(stack.env, created["task_id"])
+    republished = await republish_task_events(stack.env, task_id)
     assert republished >= 2 + 10  # submitted ×2, parsed ×2, chunks and their summaries...
-    await wait_until_consumed(stack.env)
-    await asyncio.sleep(1.0)  # let a straggling re-emit (if any) land before comparing
-    await wait_until_consumed(stack.env)
+    # Caught up, and for a second no new event: a straggling re-emit (if any) has landed before comparing.
+    await wait_until_consumed(stack.env, quiet_s=1.0)
 
-    assert await snapshot(db, created["task_id"]) == before
+    assert await snapshot(db, task_id) == before
     assert llm.llm.count() == calls_before
 
 
@@ -135,25 +128,23 @@ async def test_progress_streams_over_a_websocket(stack: Stack, llm) -> None:
     import websockets
 
     llm.llm.configure(latency_s=0.2)  # slow enough to connect while the task runs
-    files = [("files", ("stream.txt", english_prose(24_000, seed=31).encode(), "text/plain"))]
+    files = [txt("stream.txt", english_prose(24_000, seed=31))]
     ws_url = stack.gateway_url.replace("http://", "ws://")
     async with stack.client() as client:
-        created = (await client.post("/v1/tasks", files=files)).json()
+        task_id = await submit(client, files)
     headers = {"Authorization": f"Bearer {stack.keys['alice']}"}
     messages = []
     async with asyncio.timeout(120):
-        async with websockets.connect(
-            f"{ws_url}/v1/tasks/{created['task_id']}/events", additional_headers=headers
-        ) as ws:
+        async with websockets.connect(f"{ws_url}/v1/tasks/{task_id}/events", additional_headers=headers) as ws:
             async for raw in ws:  # the server closes the socket once the task is final
                 messages.append(json.loads(raw))
     llm.llm.configure(latency_s=0.0)
-    assert messages[0]["task_id"] == created["task_id"] and messages[0]["status"] == "PROCESSING"
+    assert messages[0]["task_id"] == task_id and messages[0]["status"] == "PROCESSING"
     kinds = [m.get("event") for m in messages[1:]]
     assert "chunk-summarized" in kinds and "document-merged" in kinds
     assert kinds[-1] == "task-events" and messages[-1]["status"] == "COMPLETED"
 
-    bob = f"{ws_url}/v1/tasks/{created['task_id']}/events?token={stack.keys['bob']}"
+    bob = f"{ws_url}/v1/tasks/{task_id}/events?token={stack.keys['bob']}"
     with pytest.raises(websockets.exceptions.WebSocketException):
         async with websockets.connect(bob) as ws:
             await ws.recv()

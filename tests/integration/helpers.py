@@ -1,0 +1,194 @@
+"""What the integration tests do again and again, in one place.
+
+- Waiting: `eventually` polls a condition until it holds (bounded), `wait_for_task` until a task is final.
+- The API and the database: `submit` a task, `get_task` its view, `chunks_of` a task or a document.
+- Markers: the stand-in LLM (and its ledger) is shared by the whole session, so a test puts a marker word
+  of its own (`new_marker`) into its documents (`tagged`, `marked_text`) and looks only at the requests
+  whose prompt carries it (`calls`, `chunk_calls`, `paid_twice`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn, Protocol, TypeVar
+
+import asyncpg
+import httpx
+import pytest
+
+from tests.documents import english_prose
+from tests.fake_llm import FakeLLM, FakeLLMServer, LedgerEntry
+
+T = TypeVar("T")
+Message = str | Callable[[], str]
+
+
+class Logs(Protocol):
+    """What a failed wait reports beside its message (a conftest.Stack: its services' log tail)."""
+
+    def log_tail(self) -> str: ...
+
+
+FINAL = {"COMPLETED", "COMPLETED_WITH_ERRORS", "FAILED", "CANCELLED", "EXPIRED"}
+
+
+# --- waiting ------------------------------------------------------------------------------------------
+
+
+async def eventually(
+    condition: Callable[[], Any | Awaitable[Any]],
+    *,
+    timeout: float = 60.0,
+    interval: float = 0.1,
+    message: Message = "the condition",
+    stack: Logs | None = None,
+) -> Any:
+    """Poll `condition` (plain or async) every `interval` seconds until it returns something truthy, and
+    return that. After `timeout` seconds the test fails: "timed out after ...s waiting for <message>"
+    (`message` may be a callable, to report the last state seen), with `stack`'s log tail when given."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            _timed_out(timeout, message, stack)
+        await asyncio.sleep(interval)
+
+
+def eventually_blocking(
+    condition: Callable[[], T | None],
+    *,
+    timeout: float = 60.0,
+    interval: float = 0.1,
+    message: Message = "the condition",
+    stack: Logs | None = None,
+) -> T:
+    """`eventually` for synchronous callers (`Stack.wait_ready`): it blocks the calling thread."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if result := condition():
+            return result
+        if time.monotonic() > deadline:
+            _timed_out(timeout, message, stack)
+        time.sleep(interval)
+
+
+def _timed_out(timeout: float, message: Message, stack: Logs | None) -> NoReturn:
+    what = message() if callable(message) else message
+    logs = f"\n{stack.log_tail()}" if stack is not None else ""
+    pytest.fail(f"timed out after {timeout:g}s waiting for {what}{logs}")
+
+
+async def wait_for_task(client: httpx.AsyncClient, task_id: str, stack: Logs, timeout: float = 180.0) -> dict:
+    """The task's view once it is final; the test fails (with the services' logs) if it is not in time."""
+    last: dict[str, Any] = {}
+
+    async def final() -> dict[str, Any] | None:
+        nonlocal last
+        last = await get_task(client, task_id)
+        return last if last["status"] in FINAL else None
+
+    return await eventually(
+        final, timeout=timeout, interval=0.3, message=lambda: f"task {task_id} to finish: {last}", stack=stack
+    )
+
+
+# --- the API and the database -------------------------------------------------------------------------
+
+
+def txt(name: str, content: str | bytes) -> tuple[str, tuple[str, bytes, str]]:
+    """A text/plain file part for `submit`."""
+    data = content.encode() if isinstance(content, str) else content
+    return ("files", (name, data, "text/plain"))
+
+
+async def submit(client: httpx.AsyncClient, files: list, **form: str) -> str:
+    """POST /v1/tasks: `files` as httpx takes them (see `txt`), `form` as form fields (title=...).
+    Returns the new task's id."""
+    response = await client.post("/v1/tasks", files=files, data=form or None)
+    assert response.status_code == 201, response.text
+    return response.json()["task_id"]
+
+
+async def get_task(client: httpx.AsyncClient, task_id: str) -> dict[str, Any]:
+    """GET /v1/tasks/{task_id}."""
+    response = await client.get(f"/v1/tasks/{task_id}")
+    response.raise_for_status()
+    return response.json()
+
+
+async def chunks_of(db: asyncpg.Pool, task_or_document_id: str) -> list[asyncpg.Record]:
+    """The chunk rows of a task (or of one document), each with its document's filename, in document
+    and chunk order."""
+    return await db.fetch(
+        "SELECT d.filename, c.* FROM chunks c JOIN documents d ON d.id = c.document_id"
+        " WHERE $1 IN (d.task_id, d.id) ORDER BY d.position, c.chunk_index",
+        task_or_document_id,
+    )
+
+
+# --- markers ------------------------------------------------------------------------------------------
+
+
+def new_marker() -> str:
+    """A word no other test uses."""
+    return f"mk{uuid.uuid4().hex[:10]}"
+
+
+def tagged(text: str, marker: str, *, numbered: bool = False) -> str:
+    """Every paragraph starts with the marker (numbered: "<marker> note <i>. "), so every chunk (and its
+    prompt) carries it."""
+    paragraphs = text.split("\n\n")
+    if numbered:
+        return "\n\n".join(f"{marker} note {i}. {p}" for i, p in enumerate(paragraphs))
+    return "\n\n".join(f"{marker} {p}" for p in paragraphs)
+
+
+def marked_text(n_chars: int, seed: int, marker: str) -> str:
+    """English prose in which every sentence starts and ends with `marker`: every prompt made from it
+    (a chunk, even one cut mid-sentence, and the merges of their summaries) contains the marker."""
+    paragraphs = english_prose(n_chars, seed=seed).split("\n\n")
+    return "\n\n".join(
+        " ".join(f"{marker} {s[:-1]} {marker}{s[-1]}" for s in re.split(r"(?<=[.!?]) ", p)) for p in paragraphs
+    )
+
+
+def calls(
+    llm: FakeLLM | FakeLLMServer, marker: str, status: int | None = None, *, since: float = 0.0
+) -> list[LedgerEntry]:
+    """The stand-in's requests whose prompt carries `marker` (with `status`, started at `since` or later),
+    in the order they finished."""
+    ledger = llm.llm if isinstance(llm, FakeLLMServer) else llm
+    return [e for e in ledger.entries(status) if marker in e.prompt and e.started >= since]
+
+
+def chunk_calls(llm: FakeLLM | FakeLLMServer, marker: str) -> list[LedgerEntry]:
+    """Answered chunk-summary requests carrying `marker` (the ones whose prompt holds a <text> section)."""
+    return [e for e in calls(llm, marker, 200) if "<text>\n" in e.prompt]
+
+
+def paid_twice(entries: list[LedgerEntry]) -> int:
+    """Answered requests whose prompt had been answered before."""
+    seen: set[str] = set()
+    repeated = 0
+    for entry in entries:
+        if entry.status == 200:
+            repeated += entry.prompt_sha256 in seen
+            seen.add(entry.prompt_sha256)
+    return repeated
+
+
+def clear_forced(llm: FakeLLM | FakeLLMServer) -> None:
+    """Drop fail_next / rate_limit_next / hang_next requests not consumed yet (FakeLLM.reset would also
+    clear the ledger), so they cannot hit the next test."""
+    ledger = llm.llm if isinstance(llm, FakeLLMServer) else llm
+    with ledger._lock:
+        ledger._forced.clear()
