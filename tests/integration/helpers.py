@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import re
 import time
 import uuid
@@ -20,7 +21,11 @@ from typing import Any, NoReturn, Protocol, TypeVar
 import asyncpg
 import httpx
 import pytest
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
+from docsum_shared.events import Topic
+from docsum_shared.kafka import DLQ_SUFFIX, topic_partitions
+from docsum_shared.settings import Settings
 from tests.documents import english_prose
 from tests.fake_llm import FakeLLM, FakeLLMServer, LedgerEntry
 
@@ -192,3 +197,52 @@ def clear_forced(llm: FakeLLM | FakeLLMServer) -> None:
     ledger = llm.llm if isinstance(llm, FakeLLMServer) else llm
     with ledger._lock:
         ledger._forced.clear()
+
+
+# --- Kafka: what is on the topics ------------------------------------------------------------------
+
+# Each consumed topic and the consumer group (service) that reads it.
+CONSUMED = {
+    Topic.DOCUMENT_SUBMITTED: "parser",
+    Topic.DOCUMENT_PARSED: "chunker",
+    Topic.CHUNK_CREATED: "summarizer",
+    Topic.CHUNK_RETRY: "summarizer-retry",  # the summarizer's second group: delayed retries
+    Topic.CHUNK_SUMMARIZED: "merger",
+    Topic.DOCUMENT_MERGED: "merger",
+}
+
+
+def _partitions(env: dict[str, str], topics: list[str]) -> list[TopicPartition]:
+    declared = topic_partitions(Settings(topic_prefix=env["DOCSUM_TOPIC_PREFIX"]))
+    return [TopicPartition(t, p) for t in topics for p in range(declared[t])]
+
+
+async def read_topics(env: dict[str, str], topics: list[str]) -> list[ConsumerRecord]:
+    """Every record now on `topics` (full names), from the beginning."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=env["KAFKA_BOOTSTRAP_SERVERS"], enable_auto_commit=False, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    try:
+        partitions = _partitions(env, topics)
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        ends = await consumer.end_offsets(partitions)
+        found: list[ConsumerRecord] = []
+        while [tp for tp in partitions if await consumer.position(tp) < ends[tp]]:
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                found += records
+        return found
+    finally:
+        await consumer.stop()
+
+
+def dlq_names(env: dict[str, str]) -> list[str]:
+    return [env["DOCSUM_TOPIC_PREFIX"] + topic + DLQ_SUFFIX for topic in CONSUMED]
+
+
+def task_of(record: ConsumerRecord) -> str | None:
+    try:
+        return json.loads(record.value).get("task_id")
+    except (TypeError, ValueError, AttributeError):
+        return None

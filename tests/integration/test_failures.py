@@ -19,7 +19,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from docsum_shared.events import (
@@ -33,18 +33,21 @@ from docsum_shared.events import (
     Event,
     Topic,
 )
-from docsum_shared.kafka import DLQ_SUFFIX, topic_partitions
-from docsum_shared.settings import Settings
+from docsum_shared.kafka import DLQ_SUFFIX
 from tests.fake_llm import FakeLLMServer, LedgerEntry
 from tests.integration.conftest import OWN_BROKER, OWN_DATABASE, ROOT, Stack, StackFactory
 from tests.integration.helpers import (
+    CONSUMED,
     calls,
     chunks_of,
     clear_forced,
+    dlq_names,
     eventually,
     marked_text,
     new_marker,
+    read_topics,
     submit,
+    task_of,
     txt,
     wait_for_task,
 )
@@ -53,16 +56,6 @@ pytestmark = pytest.mark.integration
 
 OUTAGE_S = 10.0  # how long the broker or the database stays down
 # The topics that have a consumer, and the service that consumes each.
-CONSUMED = {
-    Topic.DOCUMENT_SUBMITTED: "parser",
-    Topic.DOCUMENT_PARSED: "chunker",
-    Topic.CHUNK_CREATED: "summarizer",
-    Topic.CHUNK_RETRY: "summarizer-retry",  # the summarizer's second group: delayed retries
-    Topic.CHUNK_SUMMARIZED: "merger",
-    Topic.DOCUMENT_MERGED: "merger",
-}
-
-
 # --- helpers ----------------------------------------------------------------------------------------
 
 
@@ -82,31 +75,6 @@ async def run_script(*args: str) -> None:
     assert done.returncode == 0, f"{' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
 
 
-def _partitions(env: dict[str, str], topics: list[str]) -> list[TopicPartition]:
-    declared = topic_partitions(Settings(topic_prefix=env["DOCSUM_TOPIC_PREFIX"]))
-    return [TopicPartition(t, p) for t in topics for p in range(declared[t])]
-
-
-async def read_topics(env: dict[str, str], topics: list[str]) -> list[ConsumerRecord]:
-    """Every record now on `topics` (full names), from the beginning."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=env["KAFKA_BOOTSTRAP_SERVERS"], enable_auto_commit=False, auto_offset_reset="earliest"
-    )
-    await consumer.start()
-    try:
-        partitions = _partitions(env, topics)
-        consumer.assign(partitions)
-        await consumer.seek_to_beginning(*partitions)
-        ends = await consumer.end_offsets(partitions)
-        found: list[ConsumerRecord] = []
-        while [tp for tp in partitions if await consumer.position(tp) < ends[tp]]:
-            for records in (await consumer.getmany(timeout_ms=500)).values():
-                found += records
-        return found
-    finally:
-        await consumer.stop()
-
-
 async def committed(env: dict[str, str], service: str) -> dict[TopicPartition, int]:
     """The offsets `service`'s consumer group has committed."""
     admin = AIOKafkaAdminClient(bootstrap_servers=env["KAFKA_BOOTSTRAP_SERVERS"])
@@ -116,17 +84,6 @@ async def committed(env: dict[str, str], service: str) -> dict[TopicPartition, i
         return {tp: meta.offset for tp, meta in offsets.items()}
     finally:
         await admin.close()
-
-
-def dlq_names(env: dict[str, str]) -> list[str]:
-    return [env["DOCSUM_TOPIC_PREFIX"] + topic + DLQ_SUFFIX for topic in CONSUMED]
-
-
-def task_of(record: ConsumerRecord) -> str | None:
-    try:
-        return json.loads(record.value).get("task_id")
-    except (TypeError, ValueError, AttributeError):
-        return None
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,8 @@ import pytest
 
 from tests.documents import chinese_prose, english_prose, make_pdf
 from tests.fake_llm import FakeLLM, FakeLLMServer
-from tests.integration.conftest import Stack, StackFactory, wait_for_task
-from tests.integration.test_failures import dlq_names, read_topics
+from tests.integration.conftest import Stack, StackFactory
+from tests.integration.helpers import dlq_names, read_topics, wait_for_task
 
 pytestmark = pytest.mark.integration
 

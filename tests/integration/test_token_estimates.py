@@ -13,7 +13,8 @@ from docsum_shared.db import _migrations, migrate
 from docsum_shared.lifecycle import recount_documents
 from docsum_shared.text import estimate_tokens_upper
 from tests.documents import chinese_prose, english_prose
-from tests.integration.conftest import Stack, wait_for_task
+from tests.integration.conftest import Stack
+from tests.integration.helpers import wait_for_task
 
 pytestmark = pytest.mark.integration
 
