@@ -75,6 +75,10 @@ class Settings(BaseSettings):
     llm_rpm: float | None = Field(None, gt=0)
     llm_tpm: float | None = Field(None, gt=0)
     llm_context_tokens: int | None = Field(None, ge=500)
+    # The result cache is per owner: an owner's request is never answered from another owner's, so no
+    # answer, figure or timing tells one owner what another submitted. A single-tenant deployment may
+    # share it (every owner's identical requests then pay once).
+    shared_cache: bool = False
     # USD per million tokens, per model: {"gpt-4o-mini": [0.15, 0.60]} (prompt, completion).
     llm_prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
     openai_base_url: str | None = Field(None, validation_alias=AliasChoices("OPENAI_BASE_URL"))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from docsum_shared.errors import ContextLimitExceeded
 from docsum_shared.summarizers.base import SummaryRequest, SummaryResult
 from docsum_shared.summarizers.budget import TokenCalibration, estimate_request_tokens, lowered_budget, plan_chunk
-from docsum_shared.summarizers.cache import CallContext
+from docsum_shared.summarizers.cache import CallContext, cache_key
 
 Answer = Callable[[SummaryRequest], SummaryResult]
 
@@ -57,6 +57,9 @@ class FakeLLM:
             return False
         self.learned = new
         return True
+
+    def cache_key(self, request: SummaryRequest, context: CallContext) -> str:
+        return cache_key(self.model, request, context.owner)
 
     def describe_budget(self) -> str:
         return f"an input budget of {self.learned} tokens, learned from the provider's refusal"

@@ -30,13 +30,13 @@ class FakeMerges:
     finished: tuple[TaskStatus, str | None, str | None] | None = None
     chunk_rows_read: int = 0
 
-    async def load_document(self, document_id: str) -> tuple[DocumentState, TaskStatus, TaskOptions] | None:
+    async def load_document(self, document_id: str) -> tuple[DocumentState, TaskStatus, TaskOptions, str] | None:
         doc = self.documents.get(document_id)
         if doc is None:
             return None
         chunks = self.chunks.get(document_id, [])
         final = sum(c.status in (ChunkStatus.COMPLETED, ChunkStatus.FAILED) for c in chunks)
-        return replace(doc, chunk_total=len(chunks), chunks_final=final), self.task_status, self.options
+        return replace(doc, chunk_total=len(chunks), chunks_final=final), self.task_status, self.options, "o"
 
     async def load_chunks(self, document_id: str) -> list[ChunkState]:
         self.chunk_rows_read += len(self.chunks.get(document_id, []))
@@ -63,8 +63,10 @@ class FakeMerges:
     async def record_task_merge_failure(self, task_id: str) -> int:
         return await self.record_document_merge_failure(task_id)
 
-    async def load_task(self, task_id: str) -> tuple[TaskStatus, str | None, list[DocumentState], TaskOptions] | None:
-        return self.task_status, "batch", list(self.documents.values()), self.options
+    async def load_task(
+        self, task_id: str
+    ) -> tuple[TaskStatus, str | None, list[DocumentState], TaskOptions, str] | None:
+        return self.task_status, "batch", list(self.documents.values()), self.options, "o"
 
     async def finish_task(
         self, task_id: str, status: TaskStatus, summary: str | None, model: str | None, error: str | None

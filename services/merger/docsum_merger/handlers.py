@@ -42,7 +42,7 @@ log = logging.getLogger("docsum_merger")
 class Repository(Protocol):
     chunk_rows_read: int
 
-    async def load_document(self, document_id: str) -> tuple[DocumentState, TaskStatus, TaskOptions] | None: ...
+    async def load_document(self, document_id: str) -> tuple[DocumentState, TaskStatus, TaskOptions, str] | None: ...
     async def load_chunks(self, document_id: str) -> list[ChunkState]: ...
     async def complete_document(
         self, document_id: str, summary: str, model: str, coverage: float, failed_chunks: list[int]
@@ -52,7 +52,7 @@ class Repository(Protocol):
     async def record_task_merge_failure(self, task_id: str) -> int: ...
     async def load_task(
         self, task_id: str
-    ) -> tuple[TaskStatus, str | None, list[DocumentState], TaskOptions] | None: ...
+    ) -> tuple[TaskStatus, str | None, list[DocumentState], TaskOptions, str] | None: ...
     async def finish_task(
         self, task_id: str, status: TaskStatus, summary: str | None, model: str | None, error: str | None
     ) -> None: ...
@@ -75,9 +75,8 @@ handle = handlers.handle
 
 @handlers.on(ChunkSummarized)
 async def merge_document(event: ChunkSummarized, deps: Deps) -> list[Event]:
-    doc, task_status, options = required(
-        await deps.repo.load_document(event.document_id), f"document {event.document_id}"
-    )
+    loaded = await deps.repo.load_document(event.document_id)
+    doc, task_status, options, owner = required(loaded, f"document {event.document_id}")
     if not takes_work(task_status):
         return []  # paused: resume re-drives the merge; final: nothing is waiting for it
     if doc.status not in DOCUMENT_FINAL:
@@ -85,7 +84,7 @@ async def merge_document(event: ChunkSummarized, deps: Deps) -> list[Event]:
             return []  # a chunk is still unfinished: its own event comes later
         decision = decide_document(doc, await deps.repo.load_chunks(doc.id), options)
         if decision is None:
-            return []  # a chunk is still unfinished
+            return []
         if isinstance(decision, FailDocument):
             await deps.repo.fail_document(doc.id, decision.error)
         else:
@@ -95,7 +94,7 @@ async def merge_document(event: ChunkSummarized, deps: Deps) -> list[Event]:
                 else:
                     summary, model = await _merged(
                         decision.request,
-                        CallContext(event.task_id, doc.id),
+                        CallContext(event.task_id, doc.id, owner=owner),
                         doc.id,
                         lambda: deps.repo.record_document_merge_failure(doc.id),
                         deps,
@@ -105,7 +104,7 @@ async def merge_document(event: ChunkSummarized, deps: Deps) -> list[Event]:
             except ItemFailed as exc:
                 await deps.repo.fail_document(doc.id, f"the document's summary could not be made: {exc}")
         log.info("document %s finished (%d chunk rows read so far)", doc.id, deps.repo.chunk_rows_read)
-        doc, _, _ = required(await deps.repo.load_document(doc.id), f"document {doc.id}")
+        doc, *_ = required(await deps.repo.load_document(doc.id), f"document {doc.id}")
     if doc.status is DocumentStatus.CANCELLED:
         return []
     outcome = DocumentOutcome.COMPLETED if doc.status is DocumentStatus.COMPLETED else DocumentOutcome.FAILED
@@ -114,7 +113,7 @@ async def merge_document(event: ChunkSummarized, deps: Deps) -> list[Event]:
 
 @handlers.on(DocumentMerged)
 async def finish_task(event: DocumentMerged, deps: Deps) -> list[Event]:
-    status, title, docs, options = required(await deps.repo.load_task(event.task_id), f"task {event.task_id}")
+    status, title, docs, options, owner = required(await deps.repo.load_task(event.task_id), f"task {event.task_id}")
     if status is TaskStatus.PAUSED:
         return []
     if status not in TASK_FINAL:
@@ -126,7 +125,7 @@ async def finish_task(event: DocumentMerged, deps: Deps) -> list[Event]:
             try:
                 summary, model = await _merged(
                     decision.request,
-                    CallContext(event.task_id),
+                    CallContext(event.task_id, owner=owner),
                     event.task_id,
                     lambda: deps.repo.record_task_merge_failure(event.task_id),
                     deps,

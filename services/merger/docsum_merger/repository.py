@@ -37,15 +37,15 @@ class MergeRepository:
         self.pool = pool
         self.chunk_rows_read = 0  # how many chunk rows this process has read: O(chunks), not O(chunks²)
 
-    async def load_document(self, document_id: str) -> tuple[DocumentState, TaskStatus, TaskOptions] | None:
+    async def load_document(self, document_id: str) -> tuple[DocumentState, TaskStatus, TaskOptions, str] | None:
         row = await self.pool.fetchrow(
-            f"SELECT {_DOCUMENT}, t.status AS task_status, t.options"
+            f"SELECT {_DOCUMENT}, t.status AS task_status, t.options, t.owner"
             " FROM documents d JOIN tasks t ON t.id = d.task_id WHERE d.id = $1",
             document_id,
         )
         if row is None:
             return None
-        return _document(row), TaskStatus(row["task_status"]), TaskOptions.from_stored(row["options"])
+        return _document(row), TaskStatus(row["task_status"]), TaskOptions.from_stored(row["options"]), row["owner"]
 
     async def load_chunks(self, document_id: str) -> list[ChunkState]:
         rows = await self.pool.fetch(
@@ -85,8 +85,10 @@ class MergeRepository:
         )
         return int(failures or 0)
 
-    async def load_task(self, task_id: str) -> tuple[TaskStatus, str | None, list[DocumentState], TaskOptions] | None:
-        task = await self.pool.fetchrow("SELECT status, title, options FROM tasks WHERE id = $1", task_id)
+    async def load_task(
+        self, task_id: str
+    ) -> tuple[TaskStatus, str | None, list[DocumentState], TaskOptions, str] | None:
+        task = await self.pool.fetchrow("SELECT status, title, options, owner FROM tasks WHERE id = $1", task_id)
         if task is None:
             return None
         rows = await self.pool.fetch(
@@ -94,7 +96,7 @@ class MergeRepository:
             task_id,
         )
         options = TaskOptions.from_stored(task["options"])
-        return TaskStatus(task["status"]), task["title"], [_document(r) for r in rows], options
+        return TaskStatus(task["status"]), task["title"], [_document(r) for r in rows], options, task["owner"]
 
     async def finish_task(
         self, task_id: str, status: TaskStatus, summary: str | None, model: str | None, error: str | None

@@ -16,7 +16,7 @@ from typing import Protocol
 from docsum_shared.errors import ContextLimitExceeded, ItemFailed
 from docsum_shared.summarizers.base import SummaryRequest, SummaryResult
 from docsum_shared.summarizers.budget import TokenCalibration, fits, group_to_fit, next_level, part_of, trim_to_fit
-from docsum_shared.summarizers.cache import CallContext, cache_key
+from docsum_shared.summarizers.cache import CallContext
 
 # Each refusal lowers the budget, so this only bounds a provider that refuses whatever it is sent.
 MAX_REPLANS = 8
@@ -37,6 +37,7 @@ class LLM(Protocol):
     ) -> tuple[SummaryResult, bool]: ...
     async def learn(self, refusal: ContextLimitExceeded, request: SummaryRequest) -> bool: ...
     def describe_budget(self) -> str: ...
+    def cache_key(self, request: SummaryRequest, context: CallContext) -> str: ...
 
 
 class _Refused(Exception):
@@ -86,7 +87,7 @@ async def _merge_under(
         if budget is not None and not fits(part, budget, calibration):
             part = trim_to_fit(part, budget, calibration)
         result = await call(part)
-        await store_node(scope_id, level, position, inputs, cache_key(llm.model, part), result.text)
+        await store_node(scope_id, level, position, inputs, llm.cache_key(part, context), result.text)
         return result.text
 
     level = 0
@@ -103,5 +104,5 @@ async def _merge_under(
         request = trim_to_fit(request, budget, calibration)
     result = await call(request)
     if level > 0:
-        await store_node(scope_id, level, 0, len(request.texts), cache_key(llm.model, request), result.text)
+        await store_node(scope_id, level, 0, len(request.texts), llm.cache_key(request, context), result.text)
     return result

@@ -143,7 +143,7 @@ async def _keep_lease(chunk_id: str, holder: str, deps: Deps) -> None:
 async def _summarize(event: ChunkCreated, chunk: StoredChunk, deps: Deps) -> ChunkRetry | None:
     """Summarize the leased chunk and store the outcome; the retry event when it should wait for a later round."""
     request = request_for(chunk)
-    context = CallContext(event.task_id, event.document_id, event.chunk_id)
+    context = CallContext(event.task_id, event.document_id, event.chunk_id, owner=chunk.owner)
     round_failures = waits = 0
 
     async def decide(exc: Exception, tries: int) -> float | None:

@@ -23,6 +23,7 @@ class StoredChunk:
     task_status: TaskStatus
     options: TaskOptions = TaskOptions()
     failures: int = 0  # failed attempts so far, across rounds and re-drives
+    owner: str = ""  # the task's owner: the result cache's scope
 
 
 class Step(enum.Enum):

@@ -30,7 +30,7 @@ class ChunkRepository:
     async def load(self, chunk_id: str) -> StoredChunk | None:
         row = await self.pool.fetchrow(
             "SELECT c.status, c.text, c.context_before, c.context_after, c.failures,"
-            " d.status AS document_status, t.status AS task_status, t.options"
+            " d.status AS document_status, t.status AS task_status, t.options, t.owner"
             " FROM chunks c JOIN documents d ON d.id = c.document_id JOIN tasks t ON t.id = d.task_id"
             " WHERE c.id = $1",
             chunk_id,
@@ -46,6 +46,7 @@ class ChunkRepository:
             TaskStatus(row["task_status"]),
             TaskOptions.from_stored(row["options"]),
             row["failures"],
+            row["owner"],
         )
 
     async def claim(self, chunk_id: str, holder: str, ttl_s: float) -> Claim:

@@ -11,7 +11,7 @@ from ..ratelimit import RateLimiter
 from ..settings import Settings
 from .base import SummarizerBackend, SummaryRequest, SummaryResult
 from .budget import TokenCalibration, estimate_request_tokens, plan_chunk
-from .cache import CallContext, summarize_cached
+from .cache import CallContext, cache_key, summarize_cached
 from .endpoint import EndpointLimits
 
 
@@ -26,6 +26,7 @@ class Summarizing:
     limits: EndpointLimits | None
     limiter: RateLimiter | None
     calibration: TokenCalibration
+    shared_cache: bool = False
 
     @classmethod
     def from_settings(cls, settings: Settings, pool: asyncpg.Pool) -> Summarizing:
@@ -36,7 +37,7 @@ class Summarizing:
             limits = EndpointLimits(pool, key, configured=settings.llm_context_tokens)
             if settings.llm_rpm or settings.llm_tpm:
                 limiter = RateLimiter(pool, key, rpm=settings.llm_rpm, tpm=settings.llm_tpm)
-        return cls(pool, backend, limits, limiter, TokenCalibration())
+        return cls(pool, backend, limits, limiter, TokenCalibration(), settings.shared_cache)
 
     @property
     def model(self) -> str:
@@ -49,8 +50,17 @@ class Summarizing:
         self, request: SummaryRequest, context: CallContext | None = None
     ) -> tuple[SummaryResult, bool]:
         return await summarize_cached(
-            self.pool, self.backend, request, context, limiter=self.limiter, calibration=self.calibration
+            self.pool,
+            self.backend,
+            request,
+            context,
+            limiter=self.limiter,
+            calibration=self.calibration,
+            shared=self.shared_cache,
         )
+
+    def cache_key(self, request: SummaryRequest, context: CallContext) -> str:
+        return cache_key(self.model, request, None if self.shared_cache else context.owner)
 
     async def plan_chunk(self, request: SummaryRequest) -> list[SummaryRequest] | None:
         return plan_chunk(request, await self.budget(), self.calibration)

@@ -27,11 +27,18 @@ class CallContext:
     task_id: str | None = None
     document_id: str | None = None
     chunk_id: str | None = None
+    # Whose request it is: the result cache is per owner (unless shared), so that no owner learns
+    # from a cache hit what another submitted.
+    owner: str | None = None
 
 
-def cache_key(model: str, request: SummaryRequest) -> str:
+def cache_key(model: str, request: SummaryRequest, scope: str | None = None) -> str:
+    """The result cache's key: model, prompt version, the whole request, and its scope (the owner;
+    None for a cache shared by every owner)."""
     payload = json.dumps(
-        {"model": model, "prompt_version": PROMPT_VERSION, **asdict(request)}, ensure_ascii=False, sort_keys=True
+        {"model": model, "prompt_version": PROMPT_VERSION, "scope": scope, **asdict(request)},
+        ensure_ascii=False,
+        sort_keys=True,
     )
     return hashlib.sha256(payload.encode()).hexdigest()
 
@@ -44,13 +51,14 @@ async def summarize_cached(
     *,
     limiter: RateLimiter | None = None,
     calibration: TokenCalibration | None = None,
+    shared: bool = False,
 ) -> tuple[SummaryResult, bool]:
     """The backend's answer to `request`, and whether it came from the cache.
 
     A call that goes to the provider first takes its slot from the cluster-wide rate limiter.
     """
     context = context or CallContext()
-    key = cache_key(backend.model, request)
+    key = cache_key(backend.model, request, None if shared else context.owner)
     row = await pool.fetchrow(
         "SELECT result, model, prompt_tokens, completion_tokens FROM llm_results WHERE key = $1", key
     )

@@ -1,0 +1,46 @@
+"""Owners are strangers: nothing one owner submits shows in another's answers.
+
+The result cache is per owner, so another owner's guess at a document — right or wrong — is
+answered the same way: by the provider, with no cache figure and no shortcut in time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.fake_llm import FakeLLMServer
+from tests.integration.conftest import Stack
+from tests.integration.helpers import calls, marked_text, new_marker, submit, txt, wait_for_task
+
+pytestmark = pytest.mark.integration
+
+
+async def _summarized(stack: Stack, owner: str, name: str, text: str) -> dict[str, Any]:
+    async with stack.client(owner) as client:
+        return await wait_for_task(client, await submit(client, [txt(name, text)]), stack)
+
+
+async def test_another_owners_guess_learns_nothing_from_the_cache(stack: Stack, llm: FakeLLMServer) -> None:
+    marker = new_marker()
+    memo = marked_text(12_000, seed=101, marker=marker)  # a board memo of a few chunks
+    theirs = await _summarized(stack, "alice", "memo.txt", memo)
+    assert theirs["status"] == "COMPLETED" and theirs["usage"]["llm_calls"] > 3
+
+    sent_before = len(calls(llm, marker, 200))
+    right = await _summarized(stack, "bob", "guess.txt", memo)
+    # Wrong by a word in every paragraph, so that it shares no chunk with the right guess either (bob's
+    # own cache would rightly answer what bob himself sent before).
+    wrong_memo = "\n\n".join(f"Note: {paragraph}" for paragraph in memo.split("\n\n"))
+    wrong = await _summarized(stack, "bob", "guess.txt", wrong_memo)
+    assert right["status"] == wrong["status"] == "COMPLETED"
+    for guess in (right, wrong):  # the right guess is answered exactly like the wrong one
+        assert guess["usage"]["cached_calls"] == 0 and guess["recovery"]["calls_saved"] == 0, guess["usage"]
+        assert guess["usage"]["llm_calls"] >= theirs["usage"]["llm_calls"]  # all paid, none reused
+    assert len(calls(llm, marker, 200)) - sent_before == right["usage"]["llm_calls"] + wrong["usage"]["llm_calls"]
+
+    # The owner's own cache still works: the same document again costs nothing.
+    again = await _summarized(stack, "alice", "memo.txt", memo)
+    assert again["usage"]["llm_calls"] == 0 and again["usage"]["cached_calls"] == theirs["usage"]["llm_calls"]
+    assert again["summary"] == theirs["summary"]
