@@ -98,15 +98,6 @@ class ChunkCreated(Event):
     KEY_FIELD = "chunk_id"
 
 
-class ChunkRetry(ChunkCreated):
-    """A chunk whose LLM calls kept failing for a passing reason: try again at `not_before`."""
-
-    not_before: datetime = Field(
-        description="Not to be tried again before this time (a consumer waits no longer than its longest "
-        "configured retry delay, whatever this says)."
-    )
-
-
 class ChunkSummarized(Event):
     """The chunk reached a final state (its summary stored, or FAILED)."""
 
@@ -142,7 +133,6 @@ class Topic(StrEnum):
     DOCUMENT_SUBMITTED = "document-submitted"
     DOCUMENT_PARSED = "document-parsed"
     CHUNK_CREATED = "chunk-created"
-    CHUNK_RETRY = "chunk-created.retry"  # delayed retries of chunk-created
     CHUNK_SUMMARIZED = "chunk-summarized"
     DOCUMENT_MERGED = "document-merged"
     TASK_EVENTS = "task-events"
@@ -152,7 +142,6 @@ EVENT_TYPES: dict[Topic, type[Event]] = {
     Topic.DOCUMENT_SUBMITTED: DocumentSubmitted,
     Topic.DOCUMENT_PARSED: DocumentParsed,
     Topic.CHUNK_CREATED: ChunkCreated,
-    Topic.CHUNK_RETRY: ChunkRetry,
     Topic.CHUNK_SUMMARIZED: ChunkSummarized,
     Topic.DOCUMENT_MERGED: DocumentMerged,
     Topic.TASK_EVENTS: TaskEvent,

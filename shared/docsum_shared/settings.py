@@ -63,7 +63,8 @@ class Settings(BaseSettings):
     llm_model: str = "gpt-4o-mini"
     llm_timeout_s: float = Field(120.0, gt=0)
     # A chunk's call is tried `llm_inplace_attempts` times in place (with back-off), then again after
-    # `llm_retry_delay_s` through the retry topic, until `llm_max_attempts` failed: then it is FAILED.
+    # `llm_retry_delay_s` (kept in Postgres, re-announced when due), until `llm_max_attempts` failed in
+    # all: then it is FAILED.
     llm_max_attempts: int = Field(4, ge=1)
     llm_inplace_attempts: int = Field(2, ge=1)
     llm_retry_delay_s: float = Field(30.0, ge=0)

@@ -206,7 +206,6 @@ CONSUMED = {
     Topic.DOCUMENT_SUBMITTED: "parser",
     Topic.DOCUMENT_PARSED: "chunker",
     Topic.CHUNK_CREATED: "summarizer",
-    Topic.CHUNK_RETRY: "summarizer-retry",  # the summarizer's second group: delayed retries
     Topic.CHUNK_SUMMARIZED: "merger",
     Topic.DOCUMENT_MERGED: "merger",
 }

@@ -14,7 +14,6 @@ import subprocess
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -24,7 +23,6 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from docsum_shared.events import (
     ChunkCreated,
-    ChunkRetry,
     ChunkSummarized,
     DocumentMerged,
     DocumentOutcome,
@@ -191,14 +189,6 @@ def _poison(topic: Topic, marker: str) -> list[tuple[bytes, bytes, str]]:
             task_id=task_id, document_id=document_id, text_chars=5, size_level="SMALL"
         ),
         Topic.CHUNK_CREATED: ChunkCreated(task_id=task_id, document_id=document_id, chunk_id=chunk_id, chunk_index=0),
-        Topic.CHUNK_RETRY: ChunkRetry(
-            task_id=task_id,
-            document_id=document_id,
-            chunk_id=chunk_id,
-            chunk_index=0,
-            not_before=datetime.now(UTC),
-            failures=1,
-        ),
         Topic.CHUNK_SUMMARIZED: ChunkSummarized(
             task_id=task_id, document_id=document_id, chunk_id=chunk_id, chunk_index=0
         ),
@@ -386,6 +376,41 @@ async def test_failed_chunks_then_retry(retry_stack: Stack, db: asyncpg.Pool, ll
 
 
 # --- 5. rate limits ------------------------------------------------------------------------------------
+
+
+async def test_a_chunk_waits_for_its_next_round_in_its_row_and_holds_no_slot(
+    make_stack: StackFactory, db: asyncpg.Pool, llm: FakeLLMServer
+) -> None:
+    stack = make_stack(DOCSUM_LLM_INPLACE_ATTEMPTS="1", DOCSUM_LLM_RETRY_DELAY_S="1", DOCSUM_LLM_MAX_ATTEMPTS="3")
+    try:
+        # What used to park every delayed-retry slot: far-future "retries" from anyone who can write to
+        # Kafka. Now a due time is never taken from the wire; these name no chunk and are dead-lettered.
+        producer = AIOKafkaProducer(bootstrap_servers=stack.env["KAFKA_BOOTSTRAP_SERVERS"], acks="all")
+        await producer.start()
+        try:
+            for i in range(64):
+                far = {"task_id": "t", "document_id": "d", "chunk_id": f"far-{i}", "chunk_index": 0,
+                       "not_before": "2999-01-01T00:00:00Z", "failures": 1}  # fmt: skip
+                await producer.send(stack.env["DOCSUM_TOPIC_PREFIX"] + Topic.CHUNK_CREATED, json.dumps(far).encode())
+            await producer.flush()
+        finally:
+            await producer.stop()
+        marker = new_marker()
+        llm.llm.fail_next(1)  # the chunk's first round fails; its second, a second later, is answered
+        try:
+            async with stack.client() as client:
+                task_id = await submit(client, [txt("flaky.txt", marked_text(1_500, 62, marker))])
+                task = await wait_for_task(client, task_id, stack)
+        finally:
+            clear_forced(llm)
+    finally:
+        stack.stop_all()
+
+    assert task["status"] == "COMPLETED", task
+    assert [e.status for e in calls(llm, marker)] == [500, 200]
+    (chunk,) = await chunks_of(db, task_id)
+    assert chunk["status"] == "COMPLETED" and chunk["failures"] == 1 and chunk["attempts"] == 2, dict(chunk)
+    assert chunk["retry_at"] is None
 
 
 async def test_rate_limits_do_not_count_as_failures(retry_stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:

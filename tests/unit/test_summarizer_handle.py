@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 import pytest
 
 from docsum_shared.errors import Backoff, Poison, ProviderUnavailable, RateLimited, RequestRefused
-from docsum_shared.events import ChunkCreated, ChunkRetry, ChunkSummarized
+from docsum_shared.events import ChunkCreated, ChunkSummarized
 from docsum_shared.settings import Settings
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from docsum_summarizer.handlers import Deps, handle
@@ -24,6 +24,7 @@ SETTINGS = Settings(_env_file=None, llm_max_attempts=3, llm_inplace_attempts=2, 
 class ChunkRow:
     chunk: StoredChunk
     lease: str | None = None
+    retry_in_s: float | None = None  # waiting for its next round
     summary: str | None = None
     error: str | None = None
     attempts: int = 0
@@ -44,6 +45,8 @@ class FakeChunks:
             return Claim.UNAVAILABLE
         if row.lease not in (None, holder):
             return Claim.HELD
+        if row.retry_in_s is not None:
+            return Claim.DEFERRED
         row.lease, row.attempts = holder, row.attempts + 1
         row.chunk = replace(row.chunk, status=ChunkStatus.SUMMARIZING)
         return Claim.TAKEN
@@ -51,10 +54,10 @@ class FakeChunks:
     async def renew(self, chunk_id: str, holder: str, ttl_s: float) -> None:
         pass
 
-    async def release(self, chunk_id: str, holder: str) -> None:
+    async def release(self, chunk_id: str, holder: str, *, retry_in_s: float | None = None) -> None:
         row = self.rows[chunk_id]
         if row.lease == holder:
-            row.lease = None
+            row.lease, row.retry_in_s = None, retry_in_s
             row.chunk = replace(row.chunk, status=ChunkStatus.PENDING)
             self.released.append(chunk_id)
 
@@ -162,12 +165,16 @@ async def test_passing_failures_are_retried_in_place_then_later_then_fail_when_a
     down = ProviderUnavailable("LLM provider error 503")
     repo, llm = FakeChunks(c=_chunk()), FakeLLM(script=[down, down, down, down])
     deps = _deps(repo, llm)
-    [later] = await handle(EVENT, deps)  # two tries in place, then the delayed retry topic
-    assert isinstance(later, ChunkRetry) and later.causation_id == EVENT.event_id
-    assert repo.rows["c"].chunk.failures == 2 and repo.released == ["c"] and len(llm.calls) == 2
-    [out] = await handle(later, deps)  # the stored count goes on: one more failure is the third
-    assert isinstance(out, ChunkSummarized) and repo.rows["c"].chunk.status is ChunkStatus.FAILED
-    assert "gave up after 3 attempts" in (repo.rows["c"].error or "") and len(llm.calls) == 3
+    # Two tries in place, then the chunk waits for its next round in its row, holding no slot.
+    assert await handle(EVENT, deps) == []
+    row = repo.rows["c"]
+    assert row.chunk.failures == 2 and row.retry_in_s == SETTINGS.llm_retry_delay_s and row.lease is None
+    assert row.chunk.status is ChunkStatus.PENDING and repo.released == ["c"] and len(llm.calls) == 2
+    assert await handle(EVENT, deps) == [] and len(llm.calls) == 2  # a redelivery before it is due: no call
+    row.retry_in_s = None  # due: the retry pump announces it again
+    [out] = await handle(EVENT, deps)  # the stored count goes on: one more failure is the third
+    assert isinstance(out, ChunkSummarized) and row.chunk.status is ChunkStatus.FAILED
+    assert "gave up after 3 attempts" in (row.error or "") and len(llm.calls) == 3
 
 
 async def test_a_redriven_chunk_continues_its_stored_attempt_count() -> None:
@@ -184,15 +191,6 @@ async def test_rate_limits_are_waited_out_and_never_count() -> None:
     [out] = await handle(EVENT, _deps(repo, llm))
     assert isinstance(out, ChunkSummarized) and repo.rows["c"].chunk.status is ChunkStatus.COMPLETED
     assert repo.rows["c"].chunk.failures == 0 and repo.rows["c"].attempts == 1 and len(llm.calls) == 6
-
-
-async def test_a_far_future_retry_waits_no_longer_than_the_configured_delay() -> None:
-    from datetime import UTC, datetime, timedelta
-
-    repo, llm = FakeChunks(c=_chunk()), FakeLLM()
-    retry = ChunkRetry(**EVENT.model_dump(exclude={"event_id"}), not_before=datetime.now(UTC) + timedelta(days=365))
-    [out] = await asyncio.wait_for(handle(retry, _deps(repo, llm)), timeout=5)
-    assert isinstance(out, ChunkSummarized)
 
 
 async def test_an_unknown_chunk_is_poison() -> None:

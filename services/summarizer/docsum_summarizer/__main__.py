@@ -1,4 +1,4 @@
-"""The summarizer service: wiring only (the handlers are in handlers.py)."""
+"""The summarizer service: wiring only (the handler is in handlers.py, the retry pump in retries.py)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import socket
 
 import asyncpg
 
-from docsum_shared.consumer import Consumer, run_service, serve
-from docsum_shared.events import ChunkCreated, ChunkRetry
+from docsum_shared.consumer import Background, Consumer, run_service, serve
 from docsum_shared.settings import Settings
 from docsum_shared.summarizers import Summarizing
 
 from .handlers import Deps, handlers
 from .repository import ChunkRepository
+from .retries import pump_due_retries
 
 
 def consumers(settings: Settings, pool: asyncpg.Pool) -> list[Consumer]:
@@ -23,17 +23,17 @@ def consumers(settings: Settings, pool: asyncpg.Pool) -> list[Consumer]:
         Summarizing.from_settings(settings, pool),
         settings,
         holder=f"{socket.gethostname()}:{os.getpid()}",
-        calls=asyncio.Semaphore(settings.llm_max_inflight),  # one cap for fresh work and retries
+        calls=asyncio.Semaphore(settings.llm_max_inflight),  # LLM calls in flight in this process
     )
-    return [
-        Consumer(handlers.bind(deps, ChunkCreated), max_inflight=settings.llm_max_inflight),
-        # Delayed retries wait in their own group, so that waiting never takes a slot from fresh work.
-        Consumer(handlers.bind(deps, ChunkRetry), max_inflight=64, group_suffix="-retry"),
-    ]
+    return [Consumer(handlers.bind(deps), max_inflight=settings.llm_max_inflight)]
+
+
+def retries(settings: Settings, pool: asyncpg.Pool) -> Background:
+    return lambda producer: pump_due_retries(ChunkRepository(pool), producer, settings)
 
 
 def main() -> None:
-    run_service(lambda stop: serve("summarizer", stop, consumers))
+    run_service(lambda stop: serve("summarizer", stop, consumers, background=retries))
 
 
 if __name__ == "__main__":

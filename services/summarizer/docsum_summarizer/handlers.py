@@ -12,7 +12,6 @@ import contextlib
 import logging
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from docsum_shared.errors import (
@@ -23,13 +22,13 @@ from docsum_shared.errors import (
     RateLimited,
     retry_until,
 )
-from docsum_shared.events import ChunkCreated, ChunkRetry, ChunkSummarized, Event
+from docsum_shared.events import ChunkCreated, ChunkSummarized, Event
 from docsum_shared.handlers import Handlers, required
 from docsum_shared.settings import Settings
 from docsum_shared.summarizers.base import SummaryRequest, SummaryResult
 from docsum_shared.summarizers.cache import CallContext
 
-from .policy import AfterFailure, Step, StoredChunk, after_failure, cannot_fit, next_step, request_for, retry_wait_s
+from .policy import AfterFailure, Step, StoredChunk, after_failure, cannot_fit, next_step, request_for
 from .repository import Claim
 
 log = logging.getLogger("docsum_summarizer")
@@ -45,7 +44,7 @@ class Repository(Protocol):
     async def load(self, chunk_id: str) -> StoredChunk | None: ...
     async def claim(self, chunk_id: str, holder: str, ttl_s: float) -> Claim: ...
     async def renew(self, chunk_id: str, holder: str, ttl_s: float) -> None: ...
-    async def release(self, chunk_id: str, holder: str) -> None: ...
+    async def release(self, chunk_id: str, holder: str, *, retry_in_s: float | None = None) -> None: ...
     async def complete(self, chunk_id: str, task_id: str, summary: str, model: str) -> None: ...
     async def fail(self, chunk_id: str, error: str) -> None: ...
     async def record_failure(self, chunk_id: str, error: str, *, retry_now: bool) -> None: ...
@@ -77,54 +76,37 @@ handle = handlers.handle
 
 
 class _Later(Exception):
-    """This round's in-place attempts are spent: the chunk waits for the delayed retry topic."""
+    """This round's in-place attempts are spent: the chunk waits for its next round."""
 
 
-@handlers.on(ChunkCreated, ChunkRetry)
+@handlers.on(ChunkCreated)
 async def summarize_chunk(event: ChunkCreated, deps: Deps) -> list[Event]:
-    if isinstance(event, ChunkRetry):
-        await asyncio.sleep(retry_wait_s(event.not_before, datetime.now(UTC), deps.settings))
     # Each handling claims under its own name: two deliveries of one chunk in this process (a
-    # re-drive beside a delayed retry) exclude each other as two processes would.
+    # re-drive beside a redelivery) exclude each other as two processes would.
     holder = f"{deps.holder}:{uuid.uuid4().hex[:12]}"
     ttl = deps.settings.lease_ttl_s
     while True:
-        chunk = required(
-            await deps.repo.load(event.chunk_id), f"chunk {event.chunk_id} of document {event.document_id}"
-        )
+        chunk = required(await deps.repo.load(event.chunk_id), f"chunk {event.chunk_id} of {event.document_id}")
         step = next_step(chunk)
         if step is Step.NOTHING:
             return []
         if step is Step.REPORT:
-            return [
-                event.next(
-                    ChunkSummarized,
-                    document_id=event.document_id,
-                    chunk_id=event.chunk_id,
-                    chunk_index=event.chunk_index,
-                )
-            ]
+            fields = event.model_dump(include={"document_id", "chunk_id", "chunk_index"})
+            return [event.next(ChunkSummarized, **fields)]
         claim = await deps.repo.claim(event.chunk_id, holder, ttl)
         if claim is Claim.HELD:
             await asyncio.sleep(min(2.0, ttl / 4))  # another process is on it
+        elif claim is Claim.DEFERRED:
+            return []  # waiting for its next round, announced again when due (retries.py)
         elif claim is Claim.TAKEN:
-            later = await _under_lease(event, chunk, holder, deps)
-            if later is not None:
-                return [later]
-        # then load again: the chunk is final now, or no longer wanted
+            await _under_lease(event, chunk, holder, deps)
+        # then load again: the chunk is final now, deferred, or no longer wanted
 
 
-def _chunk_fields(event: ChunkCreated) -> dict[str, object]:
-    return event.model_dump(include={"document_id", "chunk_id", "chunk_index"})
-
-
-async def _under_lease(event: ChunkCreated, chunk: StoredChunk, holder: str, deps: Deps) -> ChunkRetry | None:
+async def _under_lease(event: ChunkCreated, chunk: StoredChunk, holder: str, deps: Deps) -> None:
     renewer = asyncio.create_task(_keep_lease(event.chunk_id, holder, deps))
     try:
-        later = await _summarize(event, chunk, deps)
-        if later is not None:  # through the retry topic: free the chunk until then
-            await deps.repo.release(event.chunk_id, holder)
-        return later
+        await _summarize(event, chunk, holder, deps)
     except asyncio.CancelledError:
         # Shutting down mid-call: hand the chunk back so its next owner starts at once.
         await asyncio.shield(deps.repo.release(event.chunk_id, holder))
@@ -140,8 +122,8 @@ async def _keep_lease(chunk_id: str, holder: str, deps: Deps) -> None:
             await deps.repo.renew(chunk_id, holder, deps.settings.lease_ttl_s)
 
 
-async def _summarize(event: ChunkCreated, chunk: StoredChunk, deps: Deps) -> ChunkRetry | None:
-    """Summarize the leased chunk and store the outcome; the retry event when it should wait for a later round."""
+async def _summarize(event: ChunkCreated, chunk: StoredChunk, holder: str, deps: Deps) -> None:
+    """Summarize the leased chunk and store the outcome: its summary, its failure, or its next round."""
     request = request_for(chunk)
     context = CallContext(event.task_id, event.document_id, event.chunk_id, owner=chunk.owner)
     round_failures = waits = 0
@@ -170,16 +152,16 @@ async def _summarize(event: ChunkCreated, chunk: StoredChunk, deps: Deps) -> Chu
     try:
         summary, model = await retry_until(lambda: _summarize_within_budget(request, context, deps), decide)
     except _Later:
-        log.info("chunk %s: retrying in %.0fs", event.chunk_id, deps.settings.llm_retry_delay_s)
-        not_before = datetime.now(UTC) + timedelta(seconds=deps.settings.llm_retry_delay_s)
-        return event.next(ChunkRetry, **_chunk_fields(event), not_before=not_before)
+        delay = deps.settings.llm_retry_delay_s
+        log.info("chunk %s: next round in %.0fs", event.chunk_id, delay)
+        await deps.repo.release(event.chunk_id, holder, retry_in_s=delay)
+        return
     except ItemFailed as exc:
         await deps.repo.fail(event.chunk_id, str(exc))
         log.warning("chunk %s failed: %s", event.chunk_id, exc)
-        return None
+        return
     await deps.repo.complete(event.chunk_id, event.task_id, summary, model)
     log.info("chunk %s summarized", event.chunk_id)
-    return None
 
 
 async def _summarize_within_budget(request: SummaryRequest, context: CallContext, deps: Deps) -> tuple[str, str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 
 from docsum_shared.handlers import takes_work
 from docsum_shared.options import TaskOptions
@@ -61,13 +60,6 @@ def after_failure(failures: int, failures_this_round: int, settings: Settings) -
     if failures_this_round >= settings.llm_inplace_attempts:
         return AfterFailure.LATER
     return AfterFailure.AGAIN
-
-
-def retry_wait_s(not_before: datetime, now: datetime, settings: Settings) -> float:
-    """How long a delayed retry waits: until its due time, never longer than the configured delay (a
-    far-future `not_before` from any producer cannot park a chunk)."""
-    due = min(not_before, now + timedelta(seconds=settings.llm_retry_delay_s))
-    return max(0.0, (due - now).total_seconds())
 
 
 def cannot_fit(budget: str, provider_said: str | None = None) -> str:

@@ -20,6 +20,7 @@ ACTIVITY_EVERY_S = 5.0  # how often chunk progress refreshes its task's last_act
 class Claim(enum.Enum):
     TAKEN = "taken"  # the lease is ours: call the LLM
     HELD = "held"  # another live process holds it: wait
+    DEFERRED = "deferred"  # waiting for its next round: the retry pump announces it when due
     UNAVAILABLE = "unavailable"  # final already, or the task no longer wants it
 
 
@@ -57,15 +58,19 @@ class ChunkRepository:
             " lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3), updated_at = now()"
             " WHERE id = $1 AND EXISTS (SELECT 1 FROM documents d JOIN tasks t ON t.id = d.task_id"
             "   WHERE d.id = chunks.document_id AND t.status = ANY($5::text[]))"  # not paused meanwhile
-            " AND (status = $6 OR (status = $4"
+            " AND (status = $6 AND (retry_at IS NULL OR retry_at <= now()) OR (status = $4"
             "   AND (lease_owner = $2 OR lease_expires_at IS NULL OR lease_expires_at < now())))"
             " RETURNING id",
             chunk_id, holder, ttl_s, ChunkStatus.SUMMARIZING, UNFINISHED_TASK, ChunkStatus.PENDING,
         )  # fmt: skip
         if taken is not None:
             return Claim.TAKEN
-        status = await self.pool.fetchval("SELECT status FROM chunks WHERE id = $1", chunk_id)
-        return Claim.HELD if status == ChunkStatus.SUMMARIZING else Claim.UNAVAILABLE
+        row = await self.pool.fetchrow(
+            "SELECT status, retry_at > now() AS deferred FROM chunks WHERE id = $1", chunk_id
+        )
+        if row is not None and row["status"] == ChunkStatus.SUMMARIZING:
+            return Claim.HELD
+        return Claim.DEFERRED if row is not None and row["deferred"] else Claim.UNAVAILABLE
 
     async def renew(self, chunk_id: str, holder: str, ttl_s: float) -> None:
         await self.pool.execute(
@@ -74,19 +79,39 @@ class ChunkRepository:
             chunk_id, holder, ttl_s, ChunkStatus.SUMMARIZING,
         )  # fmt: skip
 
-    async def release(self, chunk_id: str, holder: str) -> None:
-        """Hand the chunk back untouched (shutting down mid-call): the next owner need not wait for expiry."""
+    async def release(self, chunk_id: str, holder: str, *, retry_in_s: float | None = None) -> None:
+        """Hand the chunk back (shutting down mid-call: the next owner need not wait for expiry); with
+        `retry_in_s`, it waits that long for its next round, in this row rather than in any consumer."""
         await self.pool.execute(
-            "UPDATE chunks SET status = $3, lease_owner = NULL, lease_expires_at = NULL"
+            "UPDATE chunks SET status = $3, lease_owner = NULL, lease_expires_at = NULL,"
+            " retry_at = CASE WHEN $5::float8 IS NULL THEN NULL ELSE now() + make_interval(secs => $5) END"
             " WHERE id = $1 AND lease_owner = $2 AND status = $4",
-            chunk_id, holder, ChunkStatus.PENDING, ChunkStatus.SUMMARIZING,
+            chunk_id, holder, ChunkStatus.PENDING, ChunkStatus.SUMMARIZING, retry_in_s,
         )  # fmt: skip
+
+    async def due_retries(self, limit: int) -> list[asyncpg.Record]:
+        """Chunks whose next round is due (announce them, then `retried`: a crash between the two
+        announces them again, which is harmless)."""
+        return await self.pool.fetch(
+            "SELECT d.task_id, c.document_id, c.id AS chunk_id, c.chunk_index, c.retry_at"
+            " FROM chunks c JOIN documents d ON d.id = c.document_id"
+            " WHERE c.retry_at <= now() ORDER BY c.retry_at LIMIT $1",
+            limit,
+        )
+
+    async def retried(self, due: list[asyncpg.Record]) -> None:
+        """Those chunks were announced: off the waiting list (unless deferred again meanwhile)."""
+        await self.pool.executemany(
+            "UPDATE chunks SET retry_at = NULL WHERE id = $1 AND retry_at = $2",
+            [(r["chunk_id"], r["retry_at"]) for r in due],
+        )
 
     async def complete(self, chunk_id: str, task_id: str, summary: str, model: str) -> None:
         async with self.pool.acquire() as conn, conn.transaction():
             moved = await conn.fetchrow(
                 "UPDATE chunks SET status = $4, summary = $2, summary_model = $3, error = NULL,"
-                " summary_prompt_version = $5, lease_owner = NULL, lease_expires_at = NULL, updated_at = now()"
+                " summary_prompt_version = $5, lease_owner = NULL, lease_expires_at = NULL, retry_at = NULL,"
+                " updated_at = now()"
                 " WHERE id = $1 AND status = ANY($6::text[]) RETURNING document_id, token_estimate",
                 chunk_id, summary, model, ChunkStatus.COMPLETED, PROMPT_VERSION, UNFINISHED_CHUNK,
             )  # fmt: skip
@@ -104,7 +129,8 @@ class ChunkRepository:
         async with self.pool.acquire() as conn, conn.transaction():
             moved = await conn.fetchrow(
                 "UPDATE chunks SET status = $3, error = $2, lease_owner = NULL, lease_expires_at = NULL,"
-                " updated_at = now() WHERE id = $1 AND status = ANY($4::text[]) RETURNING document_id, token_estimate",
+                " retry_at = NULL, updated_at = now()"
+                " WHERE id = $1 AND status = ANY($4::text[]) RETURNING document_id, token_estimate",
                 chunk_id, error, ChunkStatus.FAILED, UNFINISHED_CHUNK,
             )  # fmt: skip
             if moved is not None:
