@@ -61,7 +61,20 @@ class Settings(BaseSettings):
     # Summarizer backend
     llm_backend: Literal["extractive", "openai"] = "extractive"
     llm_model: str = "gpt-4o-mini"
-    llm_timeout_s: float = Field(120.0, gt=0)
+    # Calls stream; one that produces no token for `llm_stall_timeout_s` failed. The first token may
+    # take as long as reading the prompt at `llm_min_prompt_tps` tokens a second, the whole answer as
+    # long as writing its bound at `llm_min_output_tps`: a slow local model is never cut off.
+    llm_stall_timeout_s: float = Field(60.0, gt=0)
+    llm_min_prompt_tps: float = Field(10.0, gt=0)
+    llm_min_output_tps: float = Field(2.0, gt=0)
+    # Every answer is bounded (max_tokens): these are for a "standard" length; "brief" gets half,
+    # "detailed" twice as much.
+    llm_max_tokens_chunk: int = Field(300, ge=16)
+    llm_max_tokens_document: int = Field(600, ge=16)
+    llm_max_tokens_task: int = Field(800, ge=16)
+    # Ask the endpoint at start what it can (llama.cpp /props, Ollama /api/show, vLLM /v1/models) and
+    # plan under the context window it states.
+    llm_probe: bool = True
     # A chunk's call is tried `llm_inplace_attempts` times in place (with back-off), then again after
     # `llm_retry_delay_s` (kept in Postgres, re-announced when due), until `llm_max_attempts` failed in
     # all: then it is FAILED.
@@ -92,6 +105,12 @@ class Settings(BaseSettings):
     max_files_per_task: int = Field(100, ge=1)
     # "owner=key,owner2=key2": who may call the gateway, and as whom.
     api_keys: str = ""
+
+    def max_answer_tokens(self, kind: str, length: str) -> int:
+        base = {"chunk": self.llm_max_tokens_chunk, "document": self.llm_max_tokens_document}.get(
+            kind, self.llm_max_tokens_task
+        )
+        return {"brief": base // 2, "detailed": base * 2}.get(length, base)
 
     def cost_usd(self, model: str, prompt_tokens: int, completion_tokens: int) -> float:
         prompt_price, completion_price = self.llm_prices.get(model, (0.0, 0.0))

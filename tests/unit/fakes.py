@@ -11,7 +11,13 @@ from dataclasses import dataclass, field
 
 from docsum_shared.errors import ContextLimitExceeded
 from docsum_shared.summarizers.base import SummaryRequest, SummaryResult
-from docsum_shared.summarizers.budget import TokenCalibration, estimate_request_tokens, lowered_budget, plan_chunk
+from docsum_shared.summarizers.budget import (
+    TokenCalibration,
+    completion_reserve,
+    estimate_request_tokens,
+    lowered_budget,
+    plan_chunk,
+)
 from docsum_shared.summarizers.cache import CallContext, cache_key
 
 Answer = Callable[[SummaryRequest], SummaryResult]
@@ -48,11 +54,15 @@ class FakeLLM:
             raise ContextLimitExceeded(f"maximum context length is {self.window} tokens", limit=self.window)
         return self.answer(request), False
 
+    async def bounded(self, request: SummaryRequest) -> SummaryRequest:
+        return request
+
     async def plan_chunk(self, request: SummaryRequest) -> list[SummaryRequest] | None:
         return plan_chunk(request, self.learned, self.calibration)
 
     async def learn(self, refusal: ContextLimitExceeded, request: SummaryRequest) -> bool:
-        new = lowered_budget(self.learned, estimate_request_tokens(request), stated_limit=refusal.limit)
+        tried = estimate_request_tokens(request) + completion_reserve(self.learned, request)
+        new = lowered_budget(self.learned, tried, stated_limit=refusal.limit)
         if new is None:
             return False
         self.learned = new

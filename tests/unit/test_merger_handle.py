@@ -43,7 +43,14 @@ class FakeMerges:
         return self.chunks.get(document_id, [])
 
     async def complete_document(
-        self, document_id: str, summary: str, model: str, coverage: float, failed_chunks: list[int]
+        self,
+        document_id: str,
+        summary: str,
+        model: str,
+        coverage: float,
+        failed_chunks: list[int],
+        *,
+        truncated: bool = False,
     ) -> None:
         if self.documents[document_id].status is DocumentStatus.SUMMARIZING:
             self.documents[document_id] = replace(
@@ -69,7 +76,14 @@ class FakeMerges:
         return self.task_status, "batch", list(self.documents.values()), self.options, "o"
 
     async def finish_task(
-        self, task_id: str, status: TaskStatus, summary: str | None, model: str | None, error: str | None
+        self,
+        task_id: str,
+        status: TaskStatus,
+        summary: str | None,
+        model: str | None,
+        error: str | None,
+        *,
+        truncated: bool = False,
     ) -> None:
         if self.task_status in (TaskStatus.PENDING, TaskStatus.PROCESSING):
             self.task_status, self.finished = status, (status, summary, error)

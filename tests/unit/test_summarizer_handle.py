@@ -61,7 +61,7 @@ class FakeChunks:
             row.chunk = replace(row.chunk, status=ChunkStatus.PENDING)
             self.released.append(chunk_id)
 
-    async def complete(self, chunk_id: str, task_id: str, summary: str, model: str) -> None:
+    async def complete(self, chunk_id: str, task_id: str, summary: str, model: str, *, truncated: bool = False) -> None:
         row = self.rows[chunk_id]
         row.summary, row.lease, row.error = summary, None, None
         row.chunk = replace(row.chunk, status=ChunkStatus.COMPLETED)

@@ -78,7 +78,7 @@ async def get_task(pool: asyncpg.Pool, owner: str, task_id: str) -> tuple[asyncp
         return None
     documents = await pool.fetch(
         "SELECT d.id, d.filename, d.status, d.size_level, d.text_chars, d.chunk_total, d.summary,"
-        " d.summary_model, d.error, d.coverage, d.failed_chunks,"
+        " d.summary_model, d.error, d.coverage, d.failed_chunks, d.truncated_parts,"
         " d.chunks_completed AS chunks_done, d.chunks_failed"
         " FROM documents d WHERE d.task_id = $1 ORDER BY d.position",
         task_id,
@@ -108,6 +108,10 @@ async def remaining_work(pool: asyncpg.Pool, task_id: str) -> asyncpg.Record:
         " FROM documents d WHERE d.task_id = $1",
         task_id,
     )
+
+
+async def learned_budget(pool: asyncpg.Pool, key: str) -> asyncpg.Record | None:
+    return await pool.fetchrow("SELECT context_tokens, learned_from FROM llm_endpoints WHERE key = $1", key)
 
 
 async def recovery(pool: asyncpg.Pool, task_id: str) -> asyncpg.Record:

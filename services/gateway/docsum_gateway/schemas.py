@@ -54,6 +54,14 @@ class Recovery(BaseModel):
     calls_saved: int = 0  # requests answered from stored results instead of the provider
 
 
+class EndpointView(BaseModel):
+    """What docsum knows of the LLM endpoint it plans requests for."""
+
+    model: str
+    input_budget: int | None  # tokens a request (prompt and answer) must fit; None: unlimited
+    learned_from: str | None  # the setting, what the endpoint stated, or the refusal it was learned from
+
+
 class DocumentView(BaseModel):
     document_id: str
     filename: str
@@ -66,6 +74,7 @@ class DocumentView(BaseModel):
     error: str | None
     coverage: float | None  # share of the document its summary covers, when parts failed for good
     failed_chunks: list[int]
+    truncated: bool = False  # some answer behind this summary was cut at its bound, even asked shorter
     usage: Usage
 
 
@@ -79,6 +88,8 @@ class TaskView(BaseModel):
     summary_model: str | None
     error: str | None
     options: TaskOptions
+    truncated: bool = False  # the task summary, or one of its documents', was cut at its bound
+    llm: EndpointView | None = None
     usage: Usage
     estimate: Estimate
     recovery: Recovery

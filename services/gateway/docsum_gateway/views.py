@@ -14,9 +14,20 @@ import asyncpg
 
 from docsum_shared.options import TaskOptions
 from docsum_shared.settings import Settings
+from docsum_shared.summarizers import endpoint_key
 
 from . import repository
-from .schemas import ChunkProgress, DocumentView, Estimate, FailureView, Recovery, TaskListItem, TaskView, Usage
+from .schemas import (
+    ChunkProgress,
+    DocumentView,
+    EndpointView,
+    Estimate,
+    FailureView,
+    Recovery,
+    TaskListItem,
+    TaskView,
+    Usage,
+)
 
 # What one chunk summary is expected to cost in completion tokens, for estimates before the calls.
 EXPECTED_COMPLETION_TOKENS = 150
@@ -41,10 +52,29 @@ async def task_view(pool: asyncpg.Pool, settings: Settings, owner: str, task_id:
         summary_model=task["summary_model"],
         error=task["error"],
         options=TaskOptions.from_stored(task["options"]),
+        truncated=bool(task.get("summary_truncated")) or any(d.get("truncated_parts") for d in documents),
+        llm=await endpoint_view(pool, settings),
         usage=total,
         estimate=estimate_from(settings, await repository.remaining_work(pool, task_id)),
         recovery=recovery_from(task, await repository.recovery(pool, task_id), total),
         documents=[document_view(d, per_document.get(d["id"], Usage())) for d in documents],
+    )
+
+
+async def endpoint_view(pool: asyncpg.Pool, settings: Settings) -> EndpointView | None:
+    """The input budget requests are planned under: configured, stated by the endpoint, or learned."""
+    if settings.llm_backend != "openai":
+        return None
+    learned = await repository.learned_budget(pool, endpoint_key(settings))
+    configured = settings.llm_context_tokens
+    if learned is not None and (configured is None or learned["context_tokens"] < configured):
+        return EndpointView(
+            model=settings.llm_model, input_budget=learned["context_tokens"], learned_from=learned["learned_from"]
+        )
+    return EndpointView(
+        model=settings.llm_model,
+        input_budget=configured,
+        learned_from="DOCSUM_LLM_CONTEXT_TOKENS" if configured is not None else None,
     )
 
 
@@ -126,5 +156,6 @@ def document_view(d: Row, usage: Usage) -> DocumentView:
         error=d["error"],
         coverage=d["coverage"],
         failed_chunks=d["failed_chunks"] or [],
+        truncated=bool(d.get("truncated_parts")),
         usage=usage,
     )

@@ -45,7 +45,14 @@ class Repository(Protocol):
     async def load_document(self, document_id: str) -> tuple[DocumentState, TaskStatus, TaskOptions, str] | None: ...
     async def load_chunks(self, document_id: str) -> list[ChunkState]: ...
     async def complete_document(
-        self, document_id: str, summary: str, model: str, coverage: float, failed_chunks: list[int]
+        self,
+        document_id: str,
+        summary: str,
+        model: str,
+        coverage: float,
+        failed_chunks: list[int],
+        *,
+        truncated: bool = False,
     ) -> None: ...
     async def fail_document(self, document_id: str, error: str) -> None: ...
     async def record_document_merge_failure(self, document_id: str) -> int: ...
@@ -54,7 +61,14 @@ class Repository(Protocol):
         self, task_id: str
     ) -> tuple[TaskStatus, str | None, list[DocumentState], TaskOptions, str] | None: ...
     async def finish_task(
-        self, task_id: str, status: TaskStatus, summary: str | None, model: str | None, error: str | None
+        self,
+        task_id: str,
+        status: TaskStatus,
+        summary: str | None,
+        model: str | None,
+        error: str | None,
+        *,
+        truncated: bool = False,
     ) -> None: ...
     async def store_node(
         self, scope_id: str, level: int, position: int, inputs: int, key: str, summary: str
@@ -89,10 +103,11 @@ async def merge_document(event: ChunkSummarized, deps: Deps) -> list[Event]:
             await deps.repo.fail_document(doc.id, decision.error)
         else:
             try:
+                truncated = False
                 if decision.request is None:
                     summary, model = decision.single_summary or "", deps.llm.model
                 else:
-                    summary, model = await _merged(
+                    summary, model, truncated = await _merged(
                         decision.request,
                         CallContext(event.task_id, doc.id, owner=owner),
                         doc.id,
@@ -100,7 +115,9 @@ async def merge_document(event: ChunkSummarized, deps: Deps) -> list[Event]:
                         deps,
                     )
                 coverage, failed = decision.coverage, list(decision.failed_indexes)
-                await deps.repo.complete_document(doc.id, summary + decision.note(), model, coverage, failed)
+                await deps.repo.complete_document(
+                    doc.id, summary + decision.note(), model, coverage, failed, truncated=truncated
+                )
             except ItemFailed as exc:
                 await deps.repo.fail_document(doc.id, f"the document's summary could not be made: {exc}")
         log.info("document %s finished (%d chunk rows read so far)", doc.id, deps.repo.chunk_rows_read)
@@ -120,10 +137,10 @@ async def finish_task(event: DocumentMerged, deps: Deps) -> list[Event]:
         decision = decide_task(title, docs, options)
         if decision is None:
             return []  # a document is still unfinished
-        summary, model = decision.summary, deps.llm.model
+        summary, model, truncated = decision.summary, deps.llm.model, False
         if decision.request is not None:
             try:
-                summary, model = await _merged(
+                summary, model, truncated = await _merged(
                     decision.request,
                     CallContext(event.task_id, owner=owner),
                     event.task_id,
@@ -133,7 +150,7 @@ async def finish_task(event: DocumentMerged, deps: Deps) -> list[Event]:
             except ItemFailed as exc:
                 decision = with_failed_merge(decision, str(exc))
                 summary = None
-        await deps.repo.finish_task(event.task_id, decision.status, summary, model, decision.error)
+        await deps.repo.finish_task(event.task_id, decision.status, summary, model, decision.error, truncated=truncated)
         log.info("task %s finished: %s", event.task_id, decision.status)
         status, *_ = required(await deps.repo.load_task(event.task_id), f"task {event.task_id}")
     return [event.next(TaskEvent, status=status)]
@@ -145,8 +162,9 @@ async def _merged(
     scope_id: str,
     record_failure: Callable[[], Awaitable[int]],
     deps: Deps,
-) -> tuple[str, str]:
-    """The merged summary and its model; ItemFailed when the provider refused it or kept failing."""
+) -> tuple[str, str, bool]:
+    """The merged summary, its model and whether it was cut; ItemFailed when the provider refused it or
+    kept failing."""
     waits = 0
 
     async def decide(exc: Exception, tries: int) -> float | None:
@@ -161,5 +179,6 @@ async def _merged(
             raise ItemFailed(f"gave up after {failures} attempts: {exc}") from exc
         return deps.backoff.delay(tries, exc.retry_after)
 
-    result = await retry_until(lambda: tree.merge(deps.llm, request, context, scope_id, deps.repo.store_node), decide)
-    return result.text, result.model
+    bounded = await deps.llm.bounded(request)
+    result = await retry_until(lambda: tree.merge(deps.llm, bounded, context, scope_id, deps.repo.store_node), decide)
+    return result.text, result.model, result.truncated

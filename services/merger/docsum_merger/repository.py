@@ -56,12 +56,21 @@ class MergeRepository:
         return [ChunkState(r["chunk_index"], ChunkStatus(r["status"]), r["summary"], r["error"]) for r in rows]
 
     async def complete_document(
-        self, document_id: str, summary: str, model: str, coverage: float, failed_chunks: list[int]
+        self,
+        document_id: str,
+        summary: str,
+        model: str,
+        coverage: float,
+        failed_chunks: list[int],
+        *,
+        truncated: bool = False,
     ) -> None:
         await self.pool.execute(
             "UPDATE documents SET status = $7, summary = $2, summary_model = $3, summary_prompt_version = $4,"
-            " coverage = $5, failed_chunks = $6, updated_at = now() WHERE id = $1 AND status = ANY($8::text[])",
+            " coverage = $5, failed_chunks = $6, truncated_parts = truncated_parts + $9::int, updated_at = now()"
+            " WHERE id = $1 AND status = ANY($8::text[])",
             document_id, summary, model, PROMPT_VERSION, coverage, failed_chunks, DocumentStatus.COMPLETED, MERGEABLE,
+            int(truncated),
         )  # fmt: skip
 
     async def fail_document(self, document_id: str, error: str) -> None:
@@ -99,12 +108,20 @@ class MergeRepository:
         return TaskStatus(task["status"]), task["title"], [_document(r) for r in rows], options, task["owner"]
 
     async def finish_task(
-        self, task_id: str, status: TaskStatus, summary: str | None, model: str | None, error: str | None
+        self,
+        task_id: str,
+        status: TaskStatus,
+        summary: str | None,
+        model: str | None,
+        error: str | None,
+        *,
+        truncated: bool = False,
     ) -> None:
         await self.pool.execute(
             "UPDATE tasks SET status = $2, summary = $3, summary_model = $4, error = $5, summary_prompt_version = $6,"
-            " updated_at = now(), last_active_at = now() WHERE id = $1 AND status = ANY($7::text[])",
-            task_id, status, summary, model, error, PROMPT_VERSION, UNFINISHED_TASK,
+            " summary_truncated = $8, updated_at = now(), last_active_at = now()"
+            " WHERE id = $1 AND status = ANY($7::text[])",
+            task_id, status, summary, model, error, PROMPT_VERSION, UNFINISHED_TASK, truncated,
         )  # fmt: skip
 
     async def store_node(self, scope_id: str, level: int, position: int, inputs: int, key: str, summary: str) -> None:

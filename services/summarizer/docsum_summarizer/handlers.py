@@ -45,7 +45,9 @@ class Repository(Protocol):
     async def claim(self, chunk_id: str, holder: str, ttl_s: float) -> Claim: ...
     async def renew(self, chunk_id: str, holder: str, ttl_s: float) -> None: ...
     async def release(self, chunk_id: str, holder: str, *, retry_in_s: float | None = None) -> None: ...
-    async def complete(self, chunk_id: str, task_id: str, summary: str, model: str) -> None: ...
+    async def complete(
+        self, chunk_id: str, task_id: str, summary: str, model: str, *, truncated: bool = False
+    ) -> None: ...
     async def fail(self, chunk_id: str, error: str) -> None: ...
     async def record_failure(self, chunk_id: str, error: str, *, retry_now: bool) -> None: ...
 
@@ -56,6 +58,7 @@ class LLM(Protocol):
     async def summarize(
         self, request: SummaryRequest, context: CallContext | None = None
     ) -> tuple[SummaryResult, bool]: ...
+    async def bounded(self, request: SummaryRequest) -> SummaryRequest: ...
     async def plan_chunk(self, request: SummaryRequest) -> list[SummaryRequest] | None: ...
     async def learn(self, refusal: ContextLimitExceeded, request: SummaryRequest) -> bool: ...
     def describe_budget(self) -> str: ...
@@ -124,7 +127,7 @@ async def _keep_lease(chunk_id: str, holder: str, deps: Deps) -> None:
 
 async def _summarize(event: ChunkCreated, chunk: StoredChunk, holder: str, deps: Deps) -> None:
     """Summarize the leased chunk and store the outcome: its summary, its failure, or its next round."""
-    request = request_for(chunk)
+    request = await deps.llm.bounded(request_for(chunk))
     context = CallContext(event.task_id, event.document_id, event.chunk_id, owner=chunk.owner)
     round_failures = waits = 0
 
@@ -150,7 +153,7 @@ async def _summarize(event: ChunkCreated, chunk: StoredChunk, holder: str, deps:
         return delay
 
     try:
-        summary, model = await retry_until(lambda: _summarize_within_budget(request, context, deps), decide)
+        summary, model, truncated = await retry_until(lambda: _summarize_within_budget(request, context, deps), decide)
     except _Later:
         delay = deps.settings.llm_retry_delay_s
         log.info("chunk %s: next round in %.0fs", event.chunk_id, delay)
@@ -160,11 +163,11 @@ async def _summarize(event: ChunkCreated, chunk: StoredChunk, holder: str, deps:
         await deps.repo.fail(event.chunk_id, str(exc))
         log.warning("chunk %s failed: %s", event.chunk_id, exc)
         return
-    await deps.repo.complete(event.chunk_id, event.task_id, summary, model)
+    await deps.repo.complete(event.chunk_id, event.task_id, summary, model, truncated=truncated)
     log.info("chunk %s summarized", event.chunk_id)
 
 
-async def _summarize_within_budget(request: SummaryRequest, context: CallContext, deps: Deps) -> tuple[str, str]:
+async def _summarize_within_budget(request: SummaryRequest, context: CallContext, deps: Deps) -> tuple[str, str, bool]:
     """The chunk's summary, planned under the endpoint's input budget (in parts when it must be); a
     refusal as too long lowers the budget and plans again. ItemFailed when it cannot shrink further."""
     for _ in range(MAX_REPLANS):
@@ -181,5 +184,5 @@ async def _summarize_within_budget(request: SummaryRequest, context: CallContext
             if not await deps.llm.learn(refusal, part):
                 raise ItemFailed(cannot_fit(deps.llm.describe_budget(), str(refusal))) from refusal
             continue
-        return "\n".join(r.text for r in results), results[0].model
+        return "\n".join(r.text for r in results), results[0].model, any(r.truncated for r in results)
     raise ItemFailed(cannot_fit(deps.llm.describe_budget(), "it kept refusing every smaller request"))

@@ -106,17 +106,17 @@ class ChunkRepository:
             [(r["chunk_id"], r["retry_at"]) for r in due],
         )
 
-    async def complete(self, chunk_id: str, task_id: str, summary: str, model: str) -> None:
+    async def complete(self, chunk_id: str, task_id: str, summary: str, model: str, *, truncated: bool = False) -> None:
         async with self.pool.acquire() as conn, conn.transaction():
             moved = await conn.fetchrow(
-                "UPDATE chunks SET status = $4, summary = $2, summary_model = $3, error = NULL,"
+                "UPDATE chunks SET status = $4, summary = $2, summary_model = $3, error = NULL, summary_truncated = $7,"
                 " summary_prompt_version = $5, lease_owner = NULL, lease_expires_at = NULL, retry_at = NULL,"
                 " updated_at = now()"
                 " WHERE id = $1 AND status = ANY($6::text[]) RETURNING document_id, token_estimate",
-                chunk_id, summary, model, ChunkStatus.COMPLETED, PROMPT_VERSION, UNFINISHED_CHUNK,
+                chunk_id, summary, model, ChunkStatus.COMPLETED, PROMPT_VERSION, UNFINISHED_CHUNK, truncated,
             )  # fmt: skip
             if moved is not None:
-                await _count_final(conn, moved, "chunks_completed")
+                await _count_final(conn, moved, "chunks_completed", truncated=truncated)
             # Progress, at most every few seconds per task: one hot row, not one write per chunk.
             await conn.execute(
                 "UPDATE tasks SET last_active_at = now()"
@@ -146,11 +146,14 @@ class ChunkRepository:
         )  # fmt: skip
 
 
-async def _count_final(conn: asyncpg.Connection, moved: asyncpg.Record, column: str) -> None:
+async def _count_final(
+    conn: asyncpg.Connection, moved: asyncpg.Record, column: str, *, truncated: bool = False
+) -> None:
     """One more final chunk on its document, in the transaction that made it final: exactly once."""
     await conn.execute(
-        f"UPDATE documents SET {column} = {column} + 1,"
+        f"UPDATE documents SET {column} = {column} + 1, truncated_parts = truncated_parts + $3::int,"
         " pending_token_estimate = greatest(0, pending_token_estimate - coalesce($2::bigint, 0)) WHERE id = $1",
         moved["document_id"],
         moved["token_estimate"],
+        int(truncated),
     )

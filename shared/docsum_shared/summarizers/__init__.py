@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+import time
+from dataclasses import dataclass, field, replace
 
 import asyncpg
 
@@ -10,41 +12,80 @@ from ..errors import ContextLimitExceeded
 from ..ratelimit import RateLimiter
 from ..settings import Settings
 from .base import SummarizerBackend, SummaryRequest, SummaryResult
-from .budget import TokenCalibration, estimate_request_tokens, plan_chunk
+from .budget import TokenCalibration, completion_reserve, estimate_request_tokens, plan_chunk
 from .cache import CallContext, cache_key, summarize_cached
 from .endpoint import EndpointLimits
+
+log = logging.getLogger(__name__)
+
+PROBE_AGAIN_S = 60.0  # an endpoint that did not answer the probe is asked again after this long
+
+
+def endpoint_key(settings: Settings) -> str:
+    """The endpoint and model the rate limit and the learned budget belong to."""
+    return f"{settings.openai_base_url or 'openai'}|{settings.llm_model}"
 
 
 @dataclass
 class Summarizing:
     """The LLM port every service summarizes through: the backend, the result cache, the cluster-wide
-    rate limit, the endpoint's input budget (configured or learned) and the token calibration learnt
-    from the provider's usage reports."""
+    rate limit, the endpoint's input budget (configured, stated by the endpoint, or learned from its
+    refusals), the answers' bounds and the token calibration learnt from the provider's usage reports."""
 
     pool: asyncpg.Pool
     backend: SummarizerBackend
     limits: EndpointLimits | None
     limiter: RateLimiter | None
     calibration: TokenCalibration
-    shared_cache: bool = False
+    settings: Settings
+    _probed_at: float | None = field(default=None, init=False)
 
     @classmethod
     def from_settings(cls, settings: Settings, pool: asyncpg.Pool) -> Summarizing:
         backend = make_backend(settings)
         limiter = limits = None
         if settings.llm_backend == "openai":
-            key = f"{settings.openai_base_url or 'openai'}|{settings.llm_model}"
+            key = endpoint_key(settings)
             limits = EndpointLimits(pool, key, configured=settings.llm_context_tokens)
             if settings.llm_rpm or settings.llm_tpm:
                 limiter = RateLimiter(pool, key, rpm=settings.llm_rpm, tpm=settings.llm_tpm)
-        return cls(pool, backend, limits, limiter, TokenCalibration(), settings.shared_cache)
+        return cls(pool, backend, limits, limiter, TokenCalibration(), settings)
 
     @property
     def model(self) -> str:
         return self.backend.model
 
     async def budget(self) -> int | None:
-        return await self.limits.budget() if self.limits else None
+        if self.limits is None:
+            return None
+        await self._probe_once()
+        return await self.limits.budget()
+
+    async def _probe_once(self) -> None:
+        """Ask the endpoint what it can, once (again a minute later if it did not answer)."""
+        probe = getattr(self.backend, "probe", None)
+        if self.limits is None or probe is None or not self.settings.llm_probe:
+            return
+        if self._probed_at is not None and time.monotonic() - self._probed_at < PROBE_AGAIN_S:
+            return
+        self._probed_at = time.monotonic()
+        facts = await probe()
+        if facts is None:
+            log.info("%s: the endpoint states no context window; docsum learns it from refusals", self.limits.key)
+            return
+        self._probed_at = float("inf")  # asked and answered: never again in this process
+        if facts.context_tokens:
+            await self.limits.observe(facts.context_tokens, f"{facts.server}: {facts.source}")
+        limit_num_ctx = getattr(self.backend, "limit_num_ctx", None)
+        if limit_num_ctx is not None:
+            limit_num_ctx(self.limits.effective())
+
+    async def bounded(self, request: SummaryRequest) -> SummaryRequest:
+        """The request with its answer's bound: the setting for its kind and length, within a quarter of
+        the budget."""
+        wanted = self.settings.max_answer_tokens(str(request.kind), request.length)
+        budget = await self.budget()
+        return replace(request, max_tokens=wanted if budget is None else max(16, min(wanted, budget // 4)))
 
     async def summarize(
         self, request: SummaryRequest, context: CallContext | None = None
@@ -56,11 +97,11 @@ class Summarizing:
             context,
             limiter=self.limiter,
             calibration=self.calibration,
-            shared=self.shared_cache,
+            shared=self.settings.shared_cache,
         )
 
     def cache_key(self, request: SummaryRequest, context: CallContext) -> str:
-        return cache_key(self.model, request, None if self.shared_cache else context.owner)
+        return cache_key(self.model, request, None if self.settings.shared_cache else context.owner)
 
     async def plan_chunk(self, request: SummaryRequest) -> list[SummaryRequest] | None:
         return plan_chunk(request, await self.budget(), self.calibration)
@@ -69,7 +110,13 @@ class Summarizing:
         """A refusal of `request` as too long: lower the budget. True: plan again; False: cannot shrink."""
         if self.limits is None:
             return False
-        return await self.limits.learn(refusal, estimate_request_tokens(request, self.calibration), self.calibration)
+        estimate = estimate_request_tokens(request, self.calibration)
+        reserve = completion_reserve(self.limits.effective(), request)
+        learned = await self.limits.learn(refusal, estimate, reserve, self.calibration)
+        limit_num_ctx = getattr(self.backend, "limit_num_ctx", None)
+        if limit_num_ctx is not None:
+            limit_num_ctx(self.limits.effective())
+        return learned
 
     def describe_budget(self) -> str:
         return self.limits.describe() if self.limits else "no known input budget"
@@ -77,13 +124,13 @@ class Summarizing:
 
 def make_backend(settings: Settings) -> SummarizerBackend:
     if settings.llm_backend == "openai":
-        from .openai_backend import OpenAIBackend
+        from .openai_backend import OpenAIBackend, Timeouts
 
         return OpenAIBackend(
             settings.llm_model,
             base_url=settings.openai_base_url,
             api_key=settings.openai_api_key,
-            timeout_s=settings.llm_timeout_s,
+            timeouts=Timeouts(settings.llm_stall_timeout_s, settings.llm_min_prompt_tps, settings.llm_min_output_tps),
         )
     from .extractive import ExtractiveBackend
 

@@ -34,6 +34,10 @@ class SummaryRequest:
     language: str = ""
     length: str = ""
     style: str = ""
+    # The answer's bound in tokens (0: the backend's default), and whether this asks again, shorter,
+    # after an answer was cut at that bound.
+    max_tokens: int = 0
+    shorter: bool = False
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,7 @@ class SummaryResult:
     model: str
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    truncated: bool = False  # cut at max_tokens even when asked for a shorter answer
 
 
 class SummarizerBackend(abc.ABC):

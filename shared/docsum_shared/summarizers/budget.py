@@ -41,8 +41,11 @@ class TokenCalibration:
             self.ratio = min(2.0, max(0.5, seen, self.ratio * 0.9 + seen * 0.1))
 
 
-def completion_reserve(budget: int | None) -> int:
-    return COMPLETION_RESERVE if budget is None else min(COMPLETION_RESERVE, budget // 4)
+def completion_reserve(budget: int | None, request: SummaryRequest | None = None) -> int:
+    """The room kept for the answer: the request's bound (or COMPLETION_RESERVE), at most a quarter of
+    the budget, so that a small window still has room for the prompt."""
+    wanted = request.max_tokens if request is not None and request.max_tokens else COMPLETION_RESERVE
+    return wanted if budget is None else min(wanted, budget // 4)
 
 
 def estimate_request_tokens(request: SummaryRequest, calibration: TokenCalibration | None = None) -> int:
@@ -54,7 +57,9 @@ def estimate_request_tokens(request: SummaryRequest, calibration: TokenCalibrati
 
 
 def fits(request: SummaryRequest, budget: int | None, calibration: TokenCalibration | None = None) -> bool:
-    return budget is None or estimate_request_tokens(request, calibration) + completion_reserve(budget) <= budget
+    return (
+        budget is None or estimate_request_tokens(request, calibration) + completion_reserve(budget, request) <= budget
+    )
 
 
 def plan_chunk(
@@ -143,17 +148,14 @@ def next_level(request: SummaryRequest, results: list[str]) -> SummaryRequest:
     return replace(request, texts=tuple(results), labels=labels)
 
 
-def lowered_budget(
-    current: int | None, refused_estimate: int, *, stated_limit: int | None, floor: int = 256
-) -> int | None:
-    """The budget to plan under after the provider refused a prompt of `refused_estimate` tokens (our
-    estimate) as too long; None when it cannot usefully go lower.
+def lowered_budget(current: int | None, tried: int, *, stated_limit: int | None, floor: int = 256) -> int | None:
+    """The budget to plan under after the provider refused, as too long, a request we estimated at
+    `tried` tokens (prompt and the room kept for its answer); None when it cannot usefully go lower.
 
     The window the provider states is taken as it is — unless the refused request was already
     planned under it (our estimate ran low), then it goes a safe factor below what was tried.
     Without a stated window, a safe factor below the refused request.
     """
-    tried = refused_estimate + completion_reserve(current)
     if stated_limit is not None and (current is None or stated_limit < current):
         new = stated_limit
     else:

@@ -60,10 +60,12 @@ async def summarize_cached(
     context = context or CallContext()
     key = cache_key(backend.model, request, None if shared else context.owner)
     row = await pool.fetchrow(
-        "SELECT result, model, prompt_tokens, completion_tokens FROM llm_results WHERE key = $1", key
+        "SELECT result, model, prompt_tokens, completion_tokens, truncated FROM llm_results WHERE key = $1", key
     )
     if row is not None:
-        result = SummaryResult(row["result"], row["model"], row["prompt_tokens"], row["completion_tokens"])
+        result = SummaryResult(
+            row["result"], row["model"], row["prompt_tokens"], row["completion_tokens"], row["truncated"]
+        )
         await _record(pool, context, request, key, result, cached=True, latency_ms=0)
         return result, True
     estimate = estimate_request_tokens(request)
@@ -82,14 +84,15 @@ async def summarize_cached(
     latency_ms = int((time.monotonic() - started) * 1000)
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute(
-            "INSERT INTO llm_results (key, model, kind, result, prompt_tokens, completion_tokens)"
-            " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (key) DO NOTHING",
+            "INSERT INTO llm_results (key, model, kind, result, prompt_tokens, completion_tokens, truncated)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (key) DO NOTHING",
             key,
             result.model,
             str(request.kind),
             result.text,
             result.prompt_tokens,
             result.completion_tokens,
+            result.truncated,
         )
         await _record(conn, context, request, key, result, cached=False, latency_ms=latency_ms)
     return result, False

@@ -13,7 +13,7 @@ import time
 import asyncpg
 
 from ..errors import ContextLimitExceeded
-from .budget import TokenCalibration, completion_reserve, lowered_budget
+from .budget import TokenCalibration, lowered_budget
 
 log = logging.getLogger(__name__)
 
@@ -44,32 +44,24 @@ class EndpointLimits:
         return self.effective()
 
     async def learn(
-        self, refusal: ContextLimitExceeded, refused_estimate: int, calibration: TokenCalibration | None = None
+        self,
+        refusal: ContextLimitExceeded,
+        refused_estimate: int,
+        reserve: int,
+        calibration: TokenCalibration | None = None,
     ) -> bool:
-        """Take the lesson of a refusal; True when the request should be planned again (the budget is
-        lower now than the one the refused request was planned under), False when it cannot shrink."""
+        """Take the lesson of a refusal of a prompt of `refused_estimate` tokens (our estimate) that kept
+        `reserve` tokens for its answer; True when the request should be planned again (the budget is
+        lower now than the one it was planned under), False when it cannot shrink."""
         if refusal.requested is not None and calibration is not None:
             calibration.observe(refused_estimate, refusal.requested)
         current = await self.budget()
-        if current is not None and refused_estimate + completion_reserve(current) > current:
+        if current is not None and refused_estimate + reserve > current:
             return True  # planned under an older, larger budget: plan again under today's
-        new = lowered_budget(current, refused_estimate, stated_limit=refusal.limit)
+        new = lowered_budget(current, refused_estimate + reserve, stated_limit=refusal.limit)
         if new is None:
             return False
-        source = f"refused: {str(refusal)[:300]}"
-        learned = await self.pool.fetchval(
-            "INSERT INTO llm_endpoints (key, context_tokens, learned_from) VALUES ($1, $2, $3)"
-            " ON CONFLICT (key) DO UPDATE SET"
-            "  context_tokens = least(llm_endpoints.context_tokens, EXCLUDED.context_tokens),"
-            "  learned_from = CASE WHEN EXCLUDED.context_tokens < llm_endpoints.context_tokens"
-            "   OR llm_endpoints.context_tokens IS NULL THEN EXCLUDED.learned_from ELSE llm_endpoints.learned_from END,"
-            "  updated_at = now()"
-            " RETURNING context_tokens",
-            self.key,
-            new,
-            source,
-        )
-        self.learned, self.learned_from, self._read_at = learned, source, time.monotonic()
+        learned = await self._lower_to(new, f"refused: {str(refusal)[:300]}")
         log.warning(
             "%s: the provider refused a prompt of about %d tokens as too long; input budget now %d tokens",
             self.key,
@@ -78,11 +70,41 @@ class EndpointLimits:
         )
         return True
 
+    async def observe(self, context_tokens: int, source: str) -> int:
+        """The window the endpoint states about itself (a probe): the budget goes down to it, never up."""
+        learned = await self._lower_to(context_tokens, source)
+        log.info("%s: the endpoint says its context window is %d tokens (%s)", self.key, context_tokens, source)
+        return learned
+
+    async def _lower_to(self, tokens: int, source: str) -> int:
+        learned = await self.pool.fetchval(
+            "INSERT INTO llm_endpoints (key, context_tokens, learned_from) VALUES ($1, $2, $3)"
+            " ON CONFLICT (key) DO UPDATE SET"
+            "  context_tokens = least(llm_endpoints.context_tokens, EXCLUDED.context_tokens),"
+            "  learned_from = CASE WHEN llm_endpoints.context_tokens IS NULL"
+            "   OR EXCLUDED.context_tokens < llm_endpoints.context_tokens"
+            "   THEN EXCLUDED.learned_from ELSE llm_endpoints.learned_from END,"
+            "  updated_at = now()"
+            " RETURNING context_tokens",
+            self.key,
+            tokens,
+            source,
+        )
+        self.learned, self._read_at = learned, time.monotonic()
+        if learned == tokens:
+            self.learned_from = source
+        return int(learned)
+
     def describe(self) -> str:
         """The budget and where it comes from, for error messages a user can act on."""
         budget = self.effective()
         if budget is None:
             return "no known input budget"
         if self.learned is not None and (self.configured is None or self.learned < self.configured):
-            return f"an input budget of {budget} tokens, learned from the provider's refusal"
+            how = (
+                "stated by the endpoint"
+                if not (self.learned_from or "").startswith("refused")
+                else "learned from the provider's refusal"
+            )
+            return f"an input budget of {budget} tokens, {how}"
         return f"an input budget of {budget} tokens (DOCSUM_LLM_CONTEXT_TOKENS)"

@@ -1,31 +1,117 @@
-"""Any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, Ollama, llama.cpp...)."""
+"""Any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, Ollama, llama.cpp's server...).
+
+What real servers do, and what this backend does about it:
+- Answers are bounded: every request carries `max_tokens` (SummaryRequest.max_tokens). An answer cut
+  at that bound (`finish_reason: "length"`) is asked for once more, shorter; cut again, it is kept
+  and marked truncated. An empty answer, or one that only repeats the input, is a failed attempt.
+- Calls stream, so that a slow local model that is still producing tokens is never cut off: the
+  timeout is a stall timeout (no token for `stall_timeout_s`), the first token may take as long as
+  reading the prompt takes at `min_prompt_tps`, and an overall ceiling grows with the prompt and the
+  answer's bound. An endpoint that cannot stream gets plain calls under that ceiling.
+- `probe()` asks the endpoint what it can: llama.cpp's `/props` (n_ctx), Ollama's `/api/show` (the
+  model's context length; docsum then passes `options.num_ctx`, since Ollama silently cuts a prompt
+  longer than its num_ctx), vLLM's `max_model_len` in `/v1/models`.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import httpx
 import openai
 
 from ..errors import ProviderUnavailable, RateLimited, RequestRefused, context_limit_error
+from ..text import estimate_tokens_upper
 from .base import SummarizerBackend, SummaryRequest, SummaryResult
 from .prompts import build_messages
 
+log = logging.getLogger(__name__)
+
+# Ollama's num_ctx when neither docsum's budget nor the model says less: big enough for merges,
+# small enough for a laptop's memory (Ollama sizes its KV cache by it).
+OLLAMA_NUM_CTX = 8192
+PROBE_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class EndpointFacts:
+    """What the endpoint said about itself."""
+
+    server: str  # "llama.cpp", "Ollama", "vLLM", "OpenAI-compatible"
+    context_tokens: int | None  # the window a request must fit (prompt and answer)
+    source: str  # where that number comes from, for logs and the task's answer
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    stall_s: float = 60.0  # no token for this long: the call failed
+    min_prompt_tps: float = 10.0  # the slowest prompt reading we wait for before the first token
+    min_output_tps: float = 2.0  # the slowest answer we wait for, token by token
+
+    def first_token_s(self, prompt_tokens: int) -> float:
+        return self.stall_s + prompt_tokens / self.min_prompt_tps
+
+    def ceiling_s(self, prompt_tokens: int, max_tokens: int) -> float:
+        return self.first_token_s(prompt_tokens) + max(max_tokens, 1) / self.min_output_tps
+
 
 class OpenAIBackend(SummarizerBackend):
-    def __init__(self, model: str, *, base_url: str | None, api_key: str | None, timeout_s: float) -> None:
+    def __init__(
+        self, model: str, *, base_url: str | None, api_key: str | None, timeouts: Timeouts = Timeouts()
+    ) -> None:
         self.model = model
-        # Retries are ours (the consumer backs off and keeps its place), so the client makes one try.
-        self._client = openai.AsyncOpenAI(
-            base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=0
-        )
+        self.base_url = base_url
+        self.api_key = api_key or "not-needed"
+        self.timeouts = timeouts
+        self.streaming = True  # until the endpoint says it cannot
+        self.num_ctx: int | None = None  # passed as options.num_ctx (Ollama)
+        # Retries are ours (the services back off and keep their place), so the client makes one try.
+        self._client = openai.AsyncOpenAI(base_url=base_url, api_key=self.api_key, max_retries=0)
+
+    # --- one summary -------------------------------------------------------------------------------
 
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
-        try:
-            response = await self._client.chat.completions.create(
-                model=self.model,
-                messages=build_messages(request),
-                temperature=0,
+        result, finish = await self._complete(request)
+        if finish == "length":  # cut at max_tokens: ask once more for a shorter answer
+            shorter, finish = await self._complete(replace(request, shorter=True))
+            result = replace(
+                shorter,
+                prompt_tokens=result.prompt_tokens + shorter.prompt_tokens,
+                completion_tokens=result.completion_tokens + shorter.completion_tokens,
+                truncated=finish == "length",
             )
+        if _repeats_the_input(result.text, request):
+            raise ProviderUnavailable("LLM provider answered with the input itself instead of a summary")
+        return result
+
+    async def _complete(self, request: SummaryRequest) -> tuple[SummaryResult, str | None]:
+        messages = build_messages(request)
+        prompt_tokens = sum(estimate_tokens_upper(str(m.get("content", ""))) for m in messages)
+        max_tokens = request.max_tokens or 1024
+        extra: dict[str, Any] = {"options": {"num_ctx": self.num_ctx}} if self.num_ctx else {}
+        try:
+            async with asyncio.timeout(self.timeouts.ceiling_s(prompt_tokens, max_tokens)):
+                if self.streaming:
+                    try:
+                        text, finish, usage, model = await self._streamed(messages, max_tokens, prompt_tokens, extra)
+                    except openai.BadRequestError as exc:
+                        if "stream" not in exc.message.lower():
+                            raise
+                        log.warning("%s cannot stream (%s); plain calls from now on", self.base_url, exc.message)
+                        self.streaming = False
+                if not self.streaming:
+                    text, finish, usage, model = await self._plain(messages, max_tokens, extra)
+        except TimeoutError as exc:
+            raise ProviderUnavailable(
+                f"LLM provider took longer than {self.timeouts.ceiling_s(prompt_tokens, max_tokens):.0f}s "
+                "(the ceiling for this prompt and answer)"
+            ) from exc
         except openai.RateLimitError as exc:
             raise RateLimited(
                 f"LLM provider rate limit: {exc.message}", retry_after=_retry_after(exc.response.headers)
@@ -43,19 +129,132 @@ class OpenAIBackend(SummarizerBackend):
                 if overflow := context_limit_error(exc.message, code if isinstance(code, str) else None):
                     raise overflow from exc
             raise RequestRefused(f"LLM provider rejected the request ({exc.status_code}): {exc.message}") from exc
-        text = (response.choices[0].message.content or "").strip() if response.choices else ""
+        text = text.strip()
         if not text:
             raise ProviderUnavailable("LLM provider returned an empty answer")
-        usage = response.usage
-        return SummaryResult(
-            text=text,
-            model=response.model or self.model,
-            prompt_tokens=usage.prompt_tokens if usage else 0,
-            completion_tokens=usage.completion_tokens if usage else 0,
+        prompt_used, completion_used = usage if usage else (prompt_tokens, estimate_tokens_upper(text))
+        return SummaryResult(text, model or self.model, prompt_used, completion_used), finish
+
+    async def _streamed(
+        self, messages: list[Any], max_tokens: int, prompt_tokens: int, extra: dict[str, Any]
+    ) -> tuple[str, str | None, tuple[int, int] | None, str | None]:
+        first_token_s = self.timeouts.first_token_s(prompt_tokens)
+        stream = await self._client.chat.completions.create(
+            model=self.model,
+            messages=messages,
+            temperature=0,
+            max_tokens=max_tokens,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body=extra or None,
+            # read: between two bytes of the answer; the first may come only after the whole prompt is read
+            timeout=httpx.Timeout(first_token_s, connect=10.0),
+        )  # type: ignore[call-overload]  # the stream=True overload, with extra_body
+        pieces: list[str] = []
+        finish = model = None
+        usage: tuple[int, int] | None = None
+        chunks = stream.__aiter__()
+        try:
+            while True:
+                wait_s = self.timeouts.stall_s if pieces else first_token_s
+                try:
+                    chunk = await asyncio.wait_for(chunks.__anext__(), timeout=wait_s)
+                except StopAsyncIteration:
+                    break
+                except TimeoutError as exc:
+                    raise ProviderUnavailable(
+                        f"LLM provider stalled: no token for {wait_s:.0f}s (DOCSUM_LLM_STALL_TIMEOUT_S)"
+                    ) from exc
+                model = chunk.model or model
+                if chunk.usage is not None:
+                    usage = (chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
+                for choice in chunk.choices:
+                    if choice.delta and choice.delta.content:
+                        pieces.append(choice.delta.content)
+                    if choice.finish_reason:
+                        finish = choice.finish_reason
+        finally:
+            await stream.close()
+        return "".join(pieces), finish, usage, model
+
+    async def _plain(
+        self, messages: list[Any], max_tokens: int, extra: dict[str, Any]
+    ) -> tuple[str, str | None, tuple[int, int] | None, str | None]:
+        response = await self._client.chat.completions.create(
+            model=self.model, messages=messages, temperature=0, max_tokens=max_tokens, extra_body=extra or None
         )
+        choice = response.choices[0] if response.choices else None
+        text = (choice.message.content or "") if choice else ""
+        usage = (response.usage.prompt_tokens, response.usage.completion_tokens) if response.usage else None
+        return text, choice.finish_reason if choice else None, usage, response.model
+
+    # --- what the endpoint can do ----------------------------------------------------------------
+
+    async def probe(self) -> EndpointFacts | None:
+        """Ask the endpoint what it can; None when it says nothing useful (or is not there)."""
+        root = _server_root(self.base_url)
+        headers = {"Authorization": f"Bearer {self.api_key}"}
+        async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S, headers=headers) as http:
+            props = await _json(http, "GET", f"{root}/props")
+            if isinstance(props, dict) and ("default_generation_settings" in props or "n_ctx" in props):
+                settings = props.get("default_generation_settings") or {}
+                n_ctx = _positive(settings.get("n_ctx") or props.get("n_ctx"))
+                return EndpointFacts("llama.cpp", n_ctx, "llama.cpp /props n_ctx")
+            show = await _json(http, "POST", f"{root}/api/show", json={"model": self.model})
+            if isinstance(show, dict) and ("model_info" in show or "parameters" in show):
+                trained = next(
+                    (_positive(v) for k, v in (show.get("model_info") or {}).items() if k.endswith(".context_length")),
+                    None,
+                )
+                self.num_ctx = min(trained or OLLAMA_NUM_CTX, OLLAMA_NUM_CTX)
+                return EndpointFacts(
+                    "Ollama", self.num_ctx, f"Ollama /api/show (model {trained or '?'} tokens; num_ctx passed)"
+                )
+            models = await _json(http, "GET", f"{(self.base_url or 'https://api.openai.com/v1').rstrip('/')}/models")
+            if isinstance(models, dict):
+                for card in models.get("data") or []:
+                    if isinstance(card, dict) and card.get("id") == self.model and _positive(card.get("max_model_len")):
+                        return EndpointFacts("vLLM", int(card["max_model_len"]), "vLLM /v1/models max_model_len")
+        return None
+
+    def limit_num_ctx(self, budget: int | None) -> None:
+        """Ollama: never pass a num_ctx above the budget docsum plans under."""
+        if self.num_ctx is not None and budget is not None:
+            self.num_ctx = min(self.num_ctx, budget)
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+def _repeats_the_input(text: str, request: SummaryRequest) -> bool:
+    """An answer that is only the text it was given (or the instructions), not a summary of it."""
+    answer = _squash(text)
+    if len(answer) < 200:
+        return False
+    return any(answer == _squash(t) for t in request.texts) or "summarizethetextbetween" in answer
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"\W+", "", text.lower())
+
+
+def _server_root(base_url: str | None) -> str:
+    """http://host:port/v1 → http://host:port (llama.cpp and Ollama serve their own routes there)."""
+    parts = urlsplit(base_url or "https://api.openai.com/v1")
+    path = re.sub(r"/v1/?$", "", parts.path.rstrip("/"))
+    return urlunsplit((parts.scheme, parts.netloc, path, "", "")).rstrip("/")
+
+
+async def _json(http: httpx.AsyncClient, method: str, url: str, **kwargs: Any) -> Any:
+    try:
+        response = await http.request(method, url, **kwargs)
+        return response.json() if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def _positive(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:

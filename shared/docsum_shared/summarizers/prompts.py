@@ -10,7 +10,7 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from .base import SummaryKind, SummaryRequest
 
-PROMPT_VERSION = "2026-11-30.2"
+PROMPT_VERSION = "2026-12-01.1"
 
 _SYSTEM = (
     "You summarize documents faithfully. State only what the text says; no preamble, no mention of "
@@ -27,7 +27,13 @@ _STYLE = {"": "Write prose.", "bullets": "Write a bulleted list, one point per l
 
 def _system(request: SummaryRequest) -> str:
     language = f"Write in {request.language}." if request.language else _SAME_LANGUAGE
-    return " ".join((_SYSTEM, language, _LENGTH.get(request.length, _LENGTH[""]), _STYLE.get(request.style, "")))
+    parts = [_SYSTEM, language, _LENGTH.get(request.length, _LENGTH[""]), _STYLE.get(request.style, "")]
+    if request.max_tokens:
+        # About 0.75 words a token in English; a CJK character is about a token.
+        parts.append(f"The answer must fit in {request.max_tokens} tokens (about {request.max_tokens * 3 // 4} words).")
+    if request.shorter:
+        parts.append("Your previous answer was too long and was cut off: answer again, much shorter.")
+    return " ".join(p for p in parts if p)
 
 
 def build_messages(request: SummaryRequest) -> list[ChatCompletionMessageParam]:
