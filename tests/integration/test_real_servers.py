@@ -1,0 +1,86 @@
+"""docsum against stand-ins that answer as llama.cpp's server, Ollama and OpenAI do (tests/fake_llm.py,
+`dialect`): it completes against each, and reports what it learned of each.
+
+- llama.cpp: its /props states n_ctx; it streams slowly, token by token; over-long prompts get its 400.
+- Ollama: never refuses; cuts a prompt silently to num_ctx unless the request passes options.num_ctx;
+  /api/show states the model's context length.
+- OpenAI: states nothing; refuses over-long prompts with context_length_exceeded; a rambling answer is
+  cut at max_tokens with finish_reason "length".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.documents import chinese_prose, english_prose
+from tests.fake_llm import FakeLLM, FakeLLMServer
+from tests.integration.conftest import Stack, StackFactory
+from tests.integration.helpers import submit, txt, wait_for_task
+
+pytestmark = pytest.mark.integration
+
+FILES = [
+    txt("report.txt", english_prose(30_000, seed=301)),
+    txt("笔记.txt", chinese_prose(12_000, seed=302)),
+    txt("memo.txt", english_prose(2_000, seed=303)),
+]
+
+
+@pytest.fixture
+def server() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer(FakeLLM()) as server:
+        yield server
+
+
+async def _summarize(stack: Stack) -> dict[str, Any]:
+    async with stack.client() as client:
+        task = await wait_for_task(client, await submit(client, FILES), stack, timeout=300)
+    assert task["status"] == "COMPLETED", task
+    assert all(d["status"] == "COMPLETED" and d["summary"] for d in task["documents"])
+    return task
+
+
+async def test_llama_cpp_window_read_from_props_and_a_slow_stream_waited_for(
+    make_stack: StackFactory, server: FakeLLMServer
+) -> None:
+    # Every answer streams for longer than the stall timeout in all, but never stalls that long.
+    server.llm.configure(dialect="llamacpp", max_prompt_tokens=2_048, latency_s=0.05, token_latency_s=0.25)
+    server.llm.configure(answer_min_tokens=40)
+    stack = make_stack(OPENAI_BASE_URL=server.base_url, DOCSUM_LLM_STALL_TIMEOUT_S="1")
+    task = await _summarize(stack)
+
+    assert task["llm"]["input_budget"] == 2_048 and "llama.cpp" in task["llm"]["learned_from"], task["llm"]
+    entries = server.llm.entries()
+    assert entries and all(e.stream for e in entries)  # streamed calls
+    assert [e for e in entries if e.status != 200] == []  # nothing refused, nothing abandoned...
+    assert max(e.duration_s for e in entries) > 1.0  # ... though calls outlasted the stall timeout
+    assert server.llm.repeats() == 0  # no call retried from zero while it was producing tokens
+
+
+async def test_ollama_gets_num_ctx_so_nothing_is_cut_silently(make_stack: StackFactory, server: FakeLLMServer) -> None:
+    server.llm.configure(dialect="ollama", num_ctx=2_048, model_context_length=32_768)
+    stack = make_stack(OPENAI_BASE_URL=server.base_url)
+    task = await _summarize(stack)
+
+    assert task["llm"]["input_budget"] == 8_192 and "Ollama" in task["llm"]["learned_from"], task["llm"]
+    entries = server.llm.entries(200)
+    assert entries and all(e.num_ctx == 8_192 for e in entries), {e.num_ctx for e in entries}
+    assert all(e.truncated_to is None for e in entries)  # no prompt was cut
+
+
+async def test_openai_window_learned_from_refusals_and_cut_answers_marked(
+    make_stack: StackFactory, server: FakeLLMServer
+) -> None:
+    server.llm.configure(dialect="openai", max_prompt_tokens=3_000, answer_min_tokens=2_000)
+    stack = make_stack(OPENAI_BASE_URL=server.base_url)
+    task = await _summarize(stack)
+
+    assert task["llm"]["input_budget"] == 3_000 and "refused" in task["llm"]["learned_from"], task["llm"]
+    assert 0 < len([e for e in server.llm.entries(400) if e.over_budget]) <= 6
+    cut = [e for e in server.llm.entries(200) if e.finish_reason == "length"]
+    assert cut and all(e.max_tokens for e in server.llm.entries(200))  # every answer bounded
+    # Every answer rambles past its bound, even when asked for a shorter one: kept, and marked.
+    assert task["truncated"] and all(d["truncated"] for d in task["documents"]), task["documents"]
