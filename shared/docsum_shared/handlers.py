@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar
 
 from .errors import Poison
 from .events import TOPIC_OF, Event, Topic
-from .states import TASK_FINAL, TaskStatus
+from .states import TASK_FINAL, TASK_HELD, TaskStatus
 
 D = TypeVar("D")
 T = TypeVar("T")
@@ -48,8 +48,9 @@ class Handlers(Generic[D]):
 
 
 def takes_work(task_status: TaskStatus) -> bool:
-    """A task still takes work unless it is paused (resume re-drives it) or final."""
-    return task_status is not TaskStatus.PAUSED and task_status not in TASK_FINAL
+    """A task still takes work unless it is held (paused, or awaiting its owner's approval: resume
+    re-drives it) or final."""
+    return task_status not in TASK_HELD and task_status not in TASK_FINAL
 
 
 def required(found: T | None, what: str) -> T:

@@ -11,7 +11,7 @@ import logging
 
 import asyncpg
 
-from .states import DOCUMENT_FINAL, ChunkStatus, DocumentStatus, TaskStatus
+from .states import DOCUMENT_FINAL, TASK_HELD, ChunkStatus, DocumentStatus, TaskStatus
 
 log = logging.getLogger(__name__)
 
@@ -24,12 +24,21 @@ async def pause(pool: asyncpg.Pool, task_id: str) -> bool:
 
 
 async def resume(pool: asyncpg.Pool, task_id: str) -> bool:
-    return await _move(pool, task_id, [TaskStatus.PAUSED], TaskStatus.PROCESSING)
+    """Paused: go on. Awaiting approval: approved, so it never waits for its ceiling again."""
+    moved = await pool.fetchval(
+        "UPDATE tasks SET status = $2, approved = approved OR status = $4, hold_reason = NULL,"
+        " updated_at = now(), last_active_at = now() WHERE id = $1 AND status = ANY($3::text[]) RETURNING id",
+        task_id,
+        TaskStatus.PROCESSING,
+        list(TASK_HELD),
+        TaskStatus.AWAITING_APPROVAL,
+    )
+    return moved is not None
 
 
 async def cancel(pool: asyncpg.Pool, task_id: str) -> bool:
     async with pool.acquire() as conn, conn.transaction():
-        moved = await _move(conn, task_id, [*UNFINISHED, TaskStatus.PAUSED], TaskStatus.CANCELLED)
+        moved = await _move(conn, task_id, [*UNFINISHED, *TASK_HELD], TaskStatus.CANCELLED)
         if moved:
             await conn.execute(
                 "UPDATE documents SET status = $2, updated_at = now() WHERE task_id = $1 AND status <> ALL($3::text[])",
@@ -104,7 +113,7 @@ async def expire_idle(pool: asyncpg.Pool, ttl_s: float) -> list[str]:
     rows = await pool.fetch(
         "UPDATE tasks SET status = $3, updated_at = now()"
         " WHERE status = ANY($1::text[]) AND last_active_at < now() - make_interval(secs => $2) RETURNING id",
-        [*UNFINISHED, TaskStatus.PAUSED],
+        [*UNFINISHED, *TASK_HELD],
         ttl_s,
         TaskStatus.EXPIRED,
     )

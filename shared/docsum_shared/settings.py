@@ -13,6 +13,8 @@ from typing import Literal
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .approval import Ceiling
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DOCSUM_", env_ignore_empty=True, extra="ignore")
@@ -93,6 +95,12 @@ class Settings(BaseSettings):
     # answer, figure or timing tells one owner what another submitted. A single-tenant deployment may
     # share it (every owner's identical requests then pay once).
     shared_cache: bool = False
+    # Cost approval: a task whose planned LLM calls or cost exceed its owner's ceiling waits for the
+    # owner (resume approves, cancel drops). The defaults for every owner, and per owner
+    # '{"alice": {"calls": 5000, "cost_usd": 20}}' (an owner listed there gets exactly that ceiling).
+    task_max_calls: int | None = Field(None, ge=1)
+    task_max_cost_usd: float | None = Field(None, gt=0)
+    owner_ceilings: dict[str, Ceiling] = Field(default_factory=dict)
     # USD per million tokens, per model: {"gpt-4o-mini": [0.15, 0.60]} (prompt, completion).
     llm_prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
     openai_base_url: str | None = Field(None, validation_alias=AliasChoices("OPENAI_BASE_URL"))
@@ -111,6 +119,9 @@ class Settings(BaseSettings):
             kind, self.llm_max_tokens_task
         )
         return {"brief": base // 2, "detailed": base * 2}.get(length, base)
+
+    def ceiling(self, owner: str) -> Ceiling:
+        return self.owner_ceilings.get(owner) or Ceiling(calls=self.task_max_calls, cost_usd=self.task_max_cost_usd)
 
     def cost_usd(self, model: str, prompt_tokens: int, completion_tokens: int) -> float:
         prompt_price, completion_price = self.llm_prices.get(model, (0.0, 0.0))

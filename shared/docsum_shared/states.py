@@ -9,6 +9,7 @@ class TaskStatus(StrEnum):
     PENDING = "PENDING"
     PROCESSING = "PROCESSING"
     PAUSED = "PAUSED"
+    AWAITING_APPROVAL = "AWAITING_APPROVAL"  # over its owner's cost ceiling: resume approves, cancel drops
     COMPLETED = "COMPLETED"
     COMPLETED_WITH_ERRORS = "COMPLETED_WITH_ERRORS"
     FAILED = "FAILED"
@@ -33,6 +34,8 @@ class ChunkStatus(StrEnum):
     FAILED = "FAILED"
 
 
+# Waiting for its owner: no work is started for it (resume re-drives what is left).
+TASK_HELD = frozenset({TaskStatus.PAUSED, TaskStatus.AWAITING_APPROVAL})
 TASK_FINAL = frozenset(
     {
         TaskStatus.COMPLETED,

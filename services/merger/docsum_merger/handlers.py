@@ -20,7 +20,7 @@ from docsum_shared.events import ChunkSummarized, DocumentMerged, DocumentOutcom
 from docsum_shared.handlers import Handlers, required, takes_work
 from docsum_shared.options import TaskOptions
 from docsum_shared.settings import Settings
-from docsum_shared.states import DOCUMENT_FINAL, TASK_FINAL, DocumentStatus, TaskStatus
+from docsum_shared.states import DOCUMENT_FINAL, TASK_FINAL, TASK_HELD, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.base import SummaryRequest
 from docsum_shared.summarizers.cache import CallContext
 
@@ -131,8 +131,8 @@ async def merge_document(event: ChunkSummarized, deps: Deps) -> list[Event]:
 @handlers.on(DocumentMerged)
 async def finish_task(event: DocumentMerged, deps: Deps) -> list[Event]:
     status, title, docs, options, owner = required(await deps.repo.load_task(event.task_id), f"task {event.task_id}")
-    if status is TaskStatus.PAUSED:
-        return []
+    if status in TASK_HELD:
+        return []  # resume re-drives the task merge
     if status not in TASK_FINAL:
         decision = decide_task(title, docs, options)
         if decision is None:
