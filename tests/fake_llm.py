@@ -15,23 +15,48 @@ In a test (the server runs in a background thread; the ledger and the controls a
 As its own process (controls and ledger over HTTP: GET /_ledger, POST /_config, POST /_reset)::
 
     python -m tests.fake_llm --port 8100 --latency 0.4 --fail-rate 0.05 --rpm 120 --max-prompt-tokens 3000
+    python -m tests.fake_llm --dialect ollama --num-ctx 2048 --token-latency 0.05   # a slow local Ollama
+
+`dialect` picks the server it stands for, which decides what it does at its context limit and what
+it tells about itself (``GET /v1/models`` and ``/models`` list `models` in every dialect):
+
+- ``openai`` (default): a prompt over `max_prompt_tokens` -> 400 ``context_length_exceeded``.
+- ``llamacpp``: its context is ``n_ctx`` = `max_prompt_tokens` (4096 when unset); a prompt of ``n_ctx``
+  tokens or more is refused as llama-server refuses it (400, ``exceed_context_size_error``, with
+  ``n_prompt_tokens`` and ``n_ctx``). Serves ``GET /props`` and ``GET /health``; answers carry
+  llama.cpp's ``timings`` besides ``usage``.
+- ``ollama``: never refuses a long prompt. A prompt over `num_ctx` tokens is cut as Ollama's runner
+  cuts it - its first 4 tokens and its end are kept, the middle is dropped silently - the answer is
+  made from what is left and ``usage.prompt_tokens`` counts what is left (the ledger's
+  ``truncated_to``). Like Ollama's OpenAI-compatible endpoint it ignores ``options`` (so
+  ``options.num_ctx`` changes nothing: the context is the model's, `num_ctx`) and
+  ``max_completion_tokens`` (``max_tokens`` only). Serves ``POST /api/show`` (`model_context_length`
+  as ``llama.context_length``), ``GET /api/tags``, ``GET /api/version`` and ``GET /``.
 
 What a request meets, in this order (the first that applies decides):
 
-1. a malformed body or ``stream: true`` -> 400 (``invalid_request``);
+1. a malformed body, or ``stream: true`` while `streaming` is off -> 400 (``invalid_request``);
 2. the queue filled by `fail_next` / `rate_limit_next` / `hang_next` (the next n calls, whatever they are);
 3. `rpm_limit`: more than that many requests accepted in the rolling `rate_window_s` -> 429 with
    ``Retry-After`` (seconds until the oldest accepted request leaves the window);
-4. `max_prompt_tokens`: a longer prompt -> 400 "maximum context length" (entry flagged ``over_budget``);
+4. the context limit of the `dialect` (above): 400 (entry flagged ``over_budget``), or Ollama's cut;
 5. `reject_marker` found in the prompt -> 400 (a provider refusing that prompt);
 6. `hang_rate` -> the server holds the request `hang_s` seconds (longer than any client timeout);
 7. `fail_rate` -> 500;
-8. the answer.
+8. the answer: one JSON body, or with ``stream: true`` a ``text/event-stream`` of
+   ``chat.completion.chunk`` events (the role, the text a few words at a time, the finish reason,
+   the usage when ``stream_options.include_usage`` asks for it, then ``data: [DONE]``). Its text is
+   the same either way; `answer_min_tokens` makes it ramble (its sentences repeated up to that many
+   tokens), ``max_tokens`` / ``max_completion_tokens`` cut it (``finish_reason: "length"``).
 
 Answers and 5xx failures arrive after `latency_s` plus a jitter in ``[0, jitter_s)`` derived from the
-prompt's hash; 4xx refusals are immediate. Rates are decided by hashing (seed, prompt, attempt number),
-so a run is reproducible and a retry of a failed prompt gets a fresh draw. A client that gives up while
-its request waits is recorded with status 499; a server that stops answers waiting requests 503 at once.
+prompt's hash (prompt processing); an answer then takes `token_latency_s` per piece of text (a model
+still producing tokens): a stream waits that long before each piece, a plain answer arrives after all
+of them. 4xx refusals are immediate; every refusal and failure is a plain JSON error, sent before any
+stream starts. Rates are decided by hashing (seed, prompt, attempt number), so a run is reproducible
+and a retry of a failed prompt gets a fresh draw. A client that gives up while its request waits or
+streams is recorded with status 499; a server that stops answers waiting requests 503 at once (and
+cuts a stream short, recorded 503).
 """
 
 from __future__ import annotations
@@ -50,13 +75,14 @@ import sys
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from starlette.types import Receive, Scope, Send
 
 _SECTION = re.compile(r"<(text|part|document)[^>]*>\n(.*?)\n</\1>", re.S)
 _FIRST_SENTENCE = re.compile(r".+?(?:[.!?](?=\s)|[。！？；]|$)", re.S)
@@ -80,8 +106,23 @@ CONFIG_FIELDS = (
     "reject_marker",
     "seed",
     "models",
+    "streaming",
+    "token_latency_s",
+    "answer_min_tokens",
+    "dialect",
+    "num_ctx",
+    "model_context_length",
 )
+DIALECTS = ("openai", "llamacpp", "ollama")
 _POLL_S = 0.02  # how often a waiting request checks for a client that left or a server that stops
+_WORDS_PER_PIECE = 3  # a streamed answer's text arrives this many words (or CJK characters) at a time
+# A word with the whitespace before it; a CJK character is a word of its own; trailing whitespace.
+_WORD = re.compile(f"\\s*(?:{_CJK.pattern}|[^\\s{_CJK.pattern[1:-1]}]+)|\\s+")
+_MAX_ANSWER_MIN_TOKENS = 1_000_000
+LLAMACPP_DEFAULT_N_CTX = 4096  # llama.cpp's n_ctx when max_prompt_tokens is unset
+LLAMACPP_BUILD = "b5490-fakellm"
+OLLAMA_NUM_KEEP = 4  # the tokens Ollama's runner keeps from a prompt's start when it cuts the prompt
+OLLAMA_VERSION = "0.6.8"
 
 
 def estimate_tokens(text: str) -> int:
@@ -127,8 +168,92 @@ def _truncate(text: str, max_tokens: int) -> str:
     return text[:lo]
 
 
+def _truncate_tail(text: str, max_tokens: int) -> str:
+    """The longest suffix of `text` whose estimate fits in `max_tokens`."""
+    if estimate_tokens(text) <= max_tokens:
+        return text
+    lo, hi = 0, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if estimate_tokens(text[len(text) - mid :]) <= max_tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[len(text) - lo :]
+
+
+def ollama_cut(messages: list[dict[str, Any]], num_ctx: int) -> tuple[list[dict[str, Any]], int] | None:
+    """What Ollama's runner keeps of a prompt longer than `num_ctx` tokens: its first `OLLAMA_NUM_KEEP`
+    tokens and as much of its end as fits, the middle dropped without a word. Returns the messages as
+    they are left (a message wholly in the dropped middle disappears) and the tokens kept; None when
+    the prompt fits."""
+    prompt = prompt_text(messages)
+    if estimate_tokens(prompt) <= num_ctx:
+        return None
+    head = _truncate(prompt, min(OLLAMA_NUM_KEEP, num_ctx - 1))
+    tail = _truncate_tail(prompt[len(head) :], num_ctx - estimate_tokens(head))
+    head_end, tail_start = len(head), len(prompt) - len(tail)
+    kept: list[dict[str, Any]] = []
+    start = 0
+    for message in messages:
+        end = start + len(_content_text(message.get("content")))
+        if start < head_end or end > tail_start:
+            kept.append(
+                {**message, "content": prompt[start : min(end, head_end)] + prompt[max(start, tail_start) : end]}
+            )
+        start = end + 2  # the blank line joining the messages
+    return kept, estimate_tokens(head + tail)
+
+
+def _ramble(text: str, sentences: list[str], min_tokens: int) -> str:
+    """`text` followed by `sentences`, over and over, until its estimate reaches `min_tokens`."""
+    cjk, chars = len(_CJK.findall(text)), len(text)
+    sizes = [(len(_CJK.findall(s)), len(s) + 1) for s in sentences]
+    parts, i = [text], 0
+    while cjk + math.ceil((chars - cjk) / 4) < min_tokens:
+        parts.append(" " + sentences[i % len(sentences)])
+        cjk, chars = cjk + sizes[i % len(sentences)][0], chars + sizes[i % len(sentences)][1]
+        i += 1
+    return "".join(parts)
+
+
+def pieces(text: str) -> list[str]:
+    """How a streamed answer's text arrives: a few words at a time; joined, they are `text`."""
+    words = _WORD.findall(text)
+    return ["".join(words[i : i + _WORDS_PER_PIECE]) for i in range(0, len(words), _WORDS_PER_PIECE)]
+
+
 def _error_body(message: str, type_: str, code: str | None, param: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def _llamacpp_error(body: dict[str, Any], status: int) -> dict[str, Any]:
+    """An OpenAI-shaped error body as llama-server shapes its errors: {"error": {code, message, type}}."""
+    error = body.get("error")
+    if not isinstance(error, dict) or isinstance(error.get("code"), int):
+        return body
+    return {"error": {"code": status, "message": error.get("message", ""), "type": error.get("type", "server_error")}}
+
+
+def _ollama_name(name: str) -> str:
+    """Ollama's full model name: a name without a tag is the ``:latest`` one."""
+    return name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
+
+
+def _timings(prompt_n: int, prompt_s: float, predicted_n: int, predicted_s: float) -> dict[str, Any]:
+    """llama.cpp's ``timings`` (times from the configured latencies, so they are reproducible)."""
+    prompt_ms, predicted_ms = max(prompt_s * 1000, 0.01 * prompt_n), max(predicted_s * 1000, 0.01 * predicted_n)
+    return {
+        "cache_n": 0,
+        "prompt_n": prompt_n,
+        "prompt_ms": round(prompt_ms, 3),
+        "prompt_per_token_ms": round(prompt_ms / prompt_n, 3),
+        "prompt_per_second": round(1000 * prompt_n / prompt_ms, 3),
+        "predicted_n": predicted_n,
+        "predicted_ms": round(predicted_ms, 3),
+        "predicted_per_token_ms": round(predicted_ms / predicted_n, 3),
+        "predicted_per_second": round(1000 * predicted_n / predicted_ms, 3),
+    }
 
 
 @dataclass
@@ -143,18 +268,28 @@ class LedgerEntry:
     prompt: str  # the messages' texts joined by blank lines (see `prompt_text`)
     user: str  # the last user message
     prompt_chars: int
-    prompt_tokens: int
+    prompt_tokens: int  # the prompt as sent (usage reports `truncated_to` instead when it was cut)
     completion_tokens: int  # 0 unless answered
     attempt: int = 0  # how many requests with the same prompt arrived before this one
     in_flight: int = 1  # requests in flight when this one arrived, itself included
     error: str | None = None  # why it was not answered (see `FakeLLM._decide`), None when answered
-    over_budget: bool = False  # refused because the prompt exceeded max_prompt_tokens
+    over_budget: bool = False  # refused because the prompt exceeded the context (max_prompt_tokens / n_ctx)
     hung: bool = False  # held by hang_next / hang_rate
     retry_after: float | None = None  # the Retry-After sent with a 429
+    stream: bool = False  # the request asked for a stream
+    max_tokens: int | None = None  # the max_completion_tokens / max_tokens the request asked for
+    num_ctx: int | None = None  # the context in force: max_prompt_tokens, llama.cpp's n_ctx, Ollama's num_ctx
+    truncated_to: int | None = None  # the prompt tokens kept when Ollama cut the prompt to its num_ctx
+    finish_reason: str | None = None  # "stop" or "length" when answered
 
     @property
     def at(self) -> float:
         return self.started
+
+    @property
+    def usage_prompt_tokens(self) -> int:
+        """The prompt tokens the answer's usage reports (what the server read of the prompt)."""
+        return self.prompt_tokens if self.truncated_to is None else self.truncated_to
 
     @property
     def duration_s(self) -> float:
@@ -178,6 +313,16 @@ class _Decision:
     body: dict[str, Any] | None = None
 
 
+@dataclass
+class _Reply:
+    text: str
+    finish_reason: str
+    pieces: list[str]
+    prompt_tokens: int  # as usage reports them
+    completion_tokens: int
+    truncated_to: int | None
+
+
 @dataclass(eq=False)
 class FakeLLM:
     latency_s: float = 0.0  # every answer and 5xx failure waits this long...
@@ -191,6 +336,12 @@ class FakeLLM:
     reject_marker: str | None = "FAKE_LLM_REJECT"  # a prompt containing it -> 400; None disables
     seed: int = 0  # mixed into every hash-based decision (fail_rate, hang_rate, jitter)
     models: list[str] = field(default_factory=lambda: [DEFAULT_MODEL])  # what GET /v1/models lists
+    streaming: bool = True  # False: a request with stream: true -> 400 (a server that does not stream)
+    token_latency_s: float = 0.0  # the wait before each piece of an answer's text (also when not streamed)
+    answer_min_tokens: int | None = None  # answers are made at least this long (sentences repeated)
+    dialect: str = "openai"  # the server stood for: "openai", "llamacpp" or "ollama" (see the module doc)
+    num_ctx: int = 2048  # Ollama: the context a prompt is cut to (the model's num_ctx parameter)
+    model_context_length: int = 32768  # Ollama: the model's trained context (/api/show llama.context_length)
     ledger: list[LedgerEntry] = field(default_factory=list)
     max_in_flight: int = field(default=0, init=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
@@ -283,9 +434,10 @@ class FakeLLM:
         return repeated
 
     def tokens(self) -> tuple[int, int]:
-        """(prompt tokens, completion tokens) summed over answered requests."""
+        """(prompt tokens, completion tokens) summed over answered requests, as their usage reported
+        them (a prompt Ollama cut counts what it kept)."""
         answered = self.entries(200)
-        return sum(e.prompt_tokens for e in answered), sum(e.completion_tokens for e in answered)
+        return sum(e.usage_prompt_tokens for e in answered), sum(e.completion_tokens for e in answered)
 
     def summary(self, entries: bool = True, text: bool = True, since: int = 0) -> dict[str, Any]:
         """What GET /_ledger returns; `since` skips the first entries, `text=False` drops prompts."""
@@ -299,6 +451,7 @@ class FakeLLM:
             "repeats": self.repeats(),
             "tokens": {"prompt": prompt, "completion": completion},
             "over_budget": sum(e.over_budget for e in ledger),
+            "truncated": sum(e.truncated_to is not None for e in ledger),
             "max_prompt_tokens_seen": max((e.prompt_tokens for e in ledger), default=0),
             "in_flight": in_flight,
             "max_in_flight": max_in_flight,
@@ -331,7 +484,46 @@ class FakeLLM:
             match = _FIRST_SENTENCE.search(body.strip())
             firsts.append((match.group(0) if match else body)[:300].strip())
         digest = hashlib.sha256(user.encode()).hexdigest()[:8]
-        return f"[{digest}] " + " ".join(f for f in firsts if f)
+        sentences = [f for f in firsts if f]
+        text = f"[{digest}] " + " ".join(sentences)
+        min_tokens = self.answer_min_tokens
+        if min_tokens is not None:  # a rambling model: the same sentences again until it is that long
+            text = _ramble(text, sentences or [f"[{digest}]"], min_tokens)
+        return text
+
+    def context_size(self) -> int | None:
+        """The context in force: max_prompt_tokens (openai), n_ctx (llamacpp), num_ctx (ollama)."""
+        with self._lock:
+            if self.dialect == "llamacpp":
+                return self.max_prompt_tokens or LLAMACPP_DEFAULT_N_CTX
+            return self.num_ctx if self.dialect == "ollama" else self.max_prompt_tokens
+
+    def _reply(
+        self, messages: list[dict[str, Any]], body: dict[str, Any], tokens: int, dialect: str, context: int | None
+    ) -> _Reply:
+        """The answer to a request, as the dialect makes it (Ollama first cuts a prompt longer than its
+        num_ctx, `context`)."""
+        truncated_to = None
+        if dialect == "ollama" and context is not None and (cut := ollama_cut(messages, context)) is not None:
+            messages, truncated_to = cut
+        text, finish_reason = self.answer(messages), "stop"
+        # Ollama's OpenAI-compatible endpoint knows max_tokens only.
+        asked = (
+            [body.get("max_tokens")]
+            if dialect == "ollama"
+            else [body.get("max_completion_tokens"), body.get("max_tokens")]
+        )
+        limit = next((v for v in asked if v), None)
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 and estimate_tokens(text) > limit:
+            text, finish_reason = _truncate(text, limit), "length"
+        return _Reply(
+            text,
+            finish_reason,
+            pieces(text),
+            tokens if truncated_to is None else max(1, truncated_to),
+            max(1, estimate_tokens(text)),
+            truncated_to,
+        )
 
     def delay_s(self, prompt_sha256: str) -> float:
         """The wait before an answer or 5xx failure: latency_s plus the prompt's deterministic jitter."""
@@ -364,7 +556,22 @@ class FakeLLM:
                 wait = self._window[0] + self.rate_window_s - now if self._window else self.rate_window_s
                 return _rate_limited(max(wait, 0.001), "rate_limited")
             self._window.append(now)
-        if self.max_prompt_tokens is not None and tokens > self.max_prompt_tokens:
+        if self.dialect == "llamacpp" and tokens >= (n_ctx := self.max_prompt_tokens or LLAMACPP_DEFAULT_N_CTX):
+            # llama-server refuses a prompt that leaves no room in its context (n_tokens >= n_ctx).
+            message = (
+                f"request ({tokens} tokens) exceeds the available context size ({n_ctx} tokens), try increasing it"
+            )
+            body = {
+                "error": {
+                    "code": 400,
+                    "message": message,
+                    "type": "exceed_context_size_error",
+                    "n_prompt_tokens": tokens,
+                    "n_ctx": n_ctx,
+                }
+            }
+            return _Decision(400, "context_length_exceeded", over_budget=True, body=body)
+        if self.dialect == "openai" and self.max_prompt_tokens is not None and tokens > self.max_prompt_tokens:
             message = (
                 f"This model's maximum context length is {self.max_prompt_tokens} tokens. However, your "
                 f"messages resulted in {tokens} tokens. Please reduce the length of the messages."
@@ -390,14 +597,18 @@ class FakeLLM:
         stopping = threading.Event()
         app.state.stopping = stopping
 
+        async def interrupted(request: Request) -> str | None:
+            """Why a request stops now: "shutdown" (the server stops), "client_closed", or None."""
+            if stopping.is_set():
+                return "shutdown"
+            return "client_closed" if await request.is_disconnected() else None
+
         async def wait(request: Request, seconds: float) -> str | None:
             """Sleep `seconds`; "client_closed" / "shutdown" when interrupted."""
             deadline = time.monotonic() + seconds
             while (left := deadline - time.monotonic()) > 0:
-                if stopping.is_set():
-                    return "shutdown"
-                if await request.is_disconnected():
-                    return "client_closed"
+                if reason := await interrupted(request):
+                    return reason
                 await asyncio.sleep(min(left, _POLL_S))
             return None
 
@@ -405,8 +616,25 @@ class FakeLLM:
             with self._lock:
                 self.ledger.append(entry)
 
+        def finish(entry: LedgerEntry) -> None:
+            entry.finished = time.time()
+            with self._lock:
+                self._in_flight -= 1
+                self.ledger.append(entry)
+
+        def fingerprint(dialect: str) -> str:
+            return {"llamacpp": LLAMACPP_BUILD, "ollama": "fp_ollama"}.get(dialect, "fake-llm")
+
+        def error_response(
+            body: dict[str, Any], status: int, dialect: str, headers: dict[str, str] | None = None
+        ) -> Response:
+            if dialect == "llamacpp":
+                body = _llamacpp_error(body, status)
+            return JSONResponse(body, status, headers=headers)
+
         async def completions(request: Request) -> Response:
             started = time.time()
+            dialect = self.dialect
             try:
                 body = await request.json()
                 messages = body["messages"]
@@ -418,9 +646,15 @@ class FakeLLM:
                     started, time.time(), "", 400, _sha256(""), "", "", 0, 0, 0, error="invalid_request"
                 )
                 record(entry)
-                return JSONResponse(_error_body(f"invalid request: {exc}", "invalid_request_error", None), 400)
+                return error_response(
+                    _error_body(f"invalid request: {exc}", "invalid_request_error", None), 400, dialect
+                )
             prompt, user = prompt_text(messages), user_text(messages)
             sha, tokens = _sha256(prompt), max(1, estimate_tokens(prompt))
+            stream = bool(body.get("stream"))
+            options = body.get("stream_options")
+            include_usage = stream and isinstance(options, dict) and bool(options.get("include_usage"))
+            asked = body.get("max_completion_tokens") or body.get("max_tokens")
             with self._lock:
                 attempt = self._attempts[sha]
                 self._attempts[sha] += 1
@@ -429,7 +663,8 @@ class FakeLLM:
                 self.max_in_flight = max(self.max_in_flight, in_flight)
                 self._sequence += 1
                 sequence = self._sequence
-                if body.get("stream"):
+                dialect, token_latency, context = self.dialect, self.token_latency_s, self.context_size()
+                if stream and not self.streaming:
                     message = "the stand-in LLM does not stream"
                     decision = _Decision(
                         400, "invalid_request", body=_error_body(message, "invalid_request_error", None)
@@ -453,56 +688,131 @@ class FakeLLM:
                 over_budget=decision.over_budget,
                 hung=decision.hung,
                 retry_after=decision.retry_after,
+                stream=stream,
+                max_tokens=asked if isinstance(asked, int) and not isinstance(asked, bool) else None,
+                num_ctx=context,
             )
+            streaming = False  # once the stream is handed over, it records the entry itself
             try:
-                interrupted = await wait(request, decision.wait_s) if decision.wait_s > 0 else None
-                if interrupted == "shutdown":
+                reply = None
+                if decision.status == 200:
+                    reply = self._reply(messages, body, tokens, dialect, context)
+                    entry.truncated_to = reply.truncated_to
+                wait_s = decision.wait_s
+                if reply is not None and not stream:  # a plain answer arrives once all of it is made
+                    wait_s += token_latency * len(reply.pieces)
+                reason = await wait(request, wait_s) if wait_s > 0 else None
+                if reason == "shutdown":
                     entry.status, entry.error = 503, entry.error or "shutdown"
-                    return JSONResponse(_error_body("the stand-in is shutting down", "server_error", None), 503)
-                if interrupted == "client_closed":
+                    body_503 = _error_body("the stand-in is shutting down", "server_error", None)
+                    return error_response(body_503, 503, dialect)
+                if reason == "client_closed":
                     entry.status, entry.error = 499, entry.error or "client_closed"
                     return Response(status_code=499)
-                if decision.status != 200:
+                if decision.status != 200 or reply is None:
                     headers = {}
                     if decision.retry_after is not None:
                         headers["Retry-After"] = str(math.ceil(decision.retry_after))
                         headers["retry-after-ms"] = str(math.ceil(decision.retry_after * 1000))
-                    return JSONResponse(decision.body or {}, decision.status, headers=headers)
-                text = self.answer(messages)
-                finish_reason = "stop"
-                limit = body.get("max_completion_tokens") or body.get("max_tokens")
-                if isinstance(limit, int) and limit > 0 and estimate_tokens(text) > limit:
-                    text, finish_reason = _truncate(text, limit), "length"
-                entry.status, entry.error = 200, None
-                entry.completion_tokens = max(1, estimate_tokens(text))
+                    return error_response(decision.body or {}, decision.status, dialect, headers)
                 usage = {
-                    "prompt_tokens": tokens,
-                    "completion_tokens": entry.completion_tokens,
-                    "total_tokens": tokens + entry.completion_tokens,
+                    "prompt_tokens": reply.prompt_tokens,
+                    "completion_tokens": reply.completion_tokens,
+                    "total_tokens": reply.prompt_tokens + reply.completion_tokens,
                 }
-                return JSONResponse(
-                    {
-                        "id": f"chatcmpl-{sha[:12]}-{sequence}",
-                        "object": "chat.completion",
-                        "created": int(started),
-                        "model": model,
-                        "system_fingerprint": "fake-llm",
-                        "choices": [
-                            {
-                                "index": 0,
-                                "finish_reason": finish_reason,
-                                "message": {"role": "assistant", "content": text},
-                                "logprobs": None,
-                            }
-                        ],
-                        "usage": usage,
-                    }
+                timings = (
+                    _timings(
+                        reply.prompt_tokens, decision.wait_s, reply.completion_tokens, token_latency * len(reply.pieces)
+                    )
+                    if dialect == "llamacpp"
+                    else None
                 )
+                head = {
+                    "id": f"chatcmpl-{sha[:12]}-{sequence}",
+                    "created": int(started),
+                    "model": model,
+                    "system_fingerprint": fingerprint(dialect),
+                }
+                if stream:
+                    streaming = True
+                    return _EventStream(
+                        lambda send: stream_answer(
+                            send, request, entry, reply, head, usage if include_usage else None, timings, token_latency
+                        )
+                    )
+                entry.status, entry.error = 200, None
+                entry.completion_tokens, entry.finish_reason = reply.completion_tokens, reply.finish_reason
+                answer = {
+                    "id": head["id"],
+                    "object": "chat.completion",
+                    "created": head["created"],
+                    "model": model,
+                    "system_fingerprint": head["system_fingerprint"],
+                    "choices": [
+                        {
+                            "index": 0,
+                            "finish_reason": reply.finish_reason,
+                            "message": {"role": "assistant", "content": reply.text},
+                            "logprobs": None,
+                        }
+                    ],
+                    "usage": usage,
+                }
+                if timings is not None:
+                    answer["timings"] = timings
+                return JSONResponse(answer)
             finally:
-                entry.finished = time.time()
-                with self._lock:
-                    self._in_flight -= 1
-                    self.ledger.append(entry)
+                if not streaming:
+                    finish(entry)
+
+        async def stream_answer(
+            send: Send,
+            request: Request,
+            entry: LedgerEntry,
+            reply: _Reply,
+            head: dict[str, Any],
+            usage: dict[str, Any] | None,
+            timings: dict[str, Any] | None,
+            token_latency: float,
+        ) -> None:
+            """Sends the answer as server-sent events, waiting `token_latency` before each piece of text;
+            records the entry when the stream ends (499 if the client left first, 503 if the server
+            stopped first)."""
+
+            def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+                choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+                data = {**head, "object": "chat.completion.chunk", "choices": [choice]}
+                if usage is not None:
+                    data["usage"] = None  # as OpenAI does when the usage comes in a chunk of its own
+                return data
+
+            async def event(data: dict[str, Any] | str, more: bool = True) -> None:
+                text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+                await send({"type": "http.response.body", "body": f"data: {text}\n\n".encode(), "more_body": more})
+
+            entry.status, entry.error = 499, "client_closed"  # until the stream is complete
+            try:
+                await send({"type": "http.response.start", "status": 200, "headers": _EventStream.HEADERS})
+                await event(chunk({"role": "assistant", "content": ""}))
+                for piece in reply.pieces:
+                    reason = await wait(request, token_latency) if token_latency > 0 else await interrupted(request)
+                    if reason:
+                        if reason == "shutdown":
+                            entry.status, entry.error = 503, "shutdown"
+                        await send({"type": "http.response.body", "body": b"", "more_body": False})
+                        return
+                    await event(chunk({"content": piece}))
+                last = chunk({}, reply.finish_reason)
+                if timings is not None:
+                    last["timings"] = timings  # llama.cpp sends them with the last chunk
+                await event(last)
+                if usage is not None:
+                    await event({**chunk({}), "choices": [], "usage": usage})
+                await event("[DONE]", more=False)
+                entry.status, entry.error = 200, None
+                entry.completion_tokens, entry.finish_reason = reply.completion_tokens, reply.finish_reason
+            finally:
+                finish(entry)
 
         def model_card(name: str) -> dict[str, Any]:
             return {"id": name, "object": "model", "created": 0, "owned_by": "fake-llm"}
@@ -521,6 +831,111 @@ class FakeLLM:
             app.add_api_route(f"{prefix}/chat/completions", completions, methods=["POST"])
             app.add_api_route(f"{prefix}/models", list_models, methods=["GET"])
             app.add_api_route(f"{prefix}/models/{{model_id:path}}", get_model, methods=["GET"])
+
+        def not_found() -> Response:
+            """What this server answers for a path it does not serve (another dialect's endpoint)."""
+            return JSONResponse({"detail": "Not Found"}, 404)
+
+        # llama.cpp's own endpoints, at the root as llama-server serves them.
+        async def props() -> Response:
+            if self.dialect != "llamacpp":
+                return not_found()
+            n_ctx, model = self.context_size(), (self.config()["models"] or [DEFAULT_MODEL])[0]
+            settings = {
+                "id": 0,
+                "id_task": -1,
+                "n_ctx": n_ctx,
+                "speculative": False,
+                "is_processing": False,
+                "params": {"n_predict": -1, "temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05},
+            }
+            return JSONResponse(
+                {
+                    "default_generation_settings": settings,
+                    "total_slots": 1,
+                    "model_path": f"/models/{model}.Q4_K_M.gguf",
+                    "chat_template": "{{ messages }}",
+                    "modalities": {"vision": False, "audio": False},
+                    "build_info": LLAMACPP_BUILD,
+                }
+            )
+
+        async def health() -> Response:
+            return JSONResponse({"status": "ok"}) if self.dialect == "llamacpp" else not_found()
+
+        app.add_api_route("/props", props, methods=["GET"])
+        for path in ("/health", "/v1/health"):
+            app.add_api_route(path, health, methods=["GET"])
+
+        # Ollama's own endpoints.
+        def ollama_details() -> dict[str, Any]:
+            return {
+                "parent_model": "",
+                "format": "gguf",
+                "family": "llama",
+                "families": ["llama"],
+                "parameter_size": "8.0B",
+                "quantization_level": "Q4_K_M",
+            }
+
+        @app.get("/")
+        async def ollama_root() -> Response:
+            return PlainTextResponse("Ollama is running") if self.dialect == "ollama" else not_found()
+
+        @app.get("/api/version")
+        async def ollama_version() -> Response:
+            return JSONResponse({"version": OLLAMA_VERSION}) if self.dialect == "ollama" else not_found()
+
+        @app.get("/api/tags")
+        async def ollama_tags() -> Response:
+            if self.dialect != "ollama":
+                return not_found()
+            models = [
+                {
+                    "name": _ollama_name(m),
+                    "model": _ollama_name(m),
+                    "modified_at": "2025-01-01T00:00:00Z",
+                    "size": 4_920_753_328,
+                    "digest": _sha256(_ollama_name(m)),
+                    "details": ollama_details(),
+                }
+                for m in self.config()["models"] or [DEFAULT_MODEL]
+            ]
+            return JSONResponse({"models": models})
+
+        @app.post("/api/show")
+        async def ollama_show(request: Request) -> Response:
+            if self.dialect != "ollama":
+                return not_found()
+            try:
+                data = await request.json()
+            except ValueError as exc:
+                return JSONResponse({"error": str(exc)}, 400)
+            name = (data.get("model") or data.get("name")) if isinstance(data, dict) else None
+            if not isinstance(name, str) or not name:
+                return JSONResponse({"error": "model is required"}, 400)
+            if _ollama_name(name) not in {_ollama_name(m) for m in self.config()["models"] or [DEFAULT_MODEL]}:
+                return JSONResponse({"error": f"model '{name}' not found"}, 404)
+            config = self.config()
+            # `ollama show` pads each parameter's name to 30 characters.
+            parameters = [("num_ctx", str(config["num_ctx"])), ("stop", '"<|eot_id|>"')]
+            return JSONResponse(
+                {
+                    "license": "",
+                    "modelfile": f"FROM {name}\nPARAMETER num_ctx {config['num_ctx']}\n",
+                    "parameters": "\n".join(f"{k:<30} {v}" for k, v in parameters),
+                    "template": "{{ .Prompt }}",
+                    "details": ollama_details(),
+                    "model_info": {
+                        "general.architecture": "llama",
+                        "general.parameter_count": 8_030_261_248,
+                        "llama.context_length": config["model_context_length"],
+                        "llama.embedding_length": 4096,
+                    },
+                    "capabilities": ["completion"],
+                    "modified_at": "2025-01-01T00:00:00Z",
+                }
+            )
 
         @app.get("/healthz")
         async def healthz() -> dict[str, Any]:
@@ -561,6 +976,21 @@ class FakeLLM:
         return app
 
 
+class _EventStream(Response):
+    """A ``text/event-stream`` response whose body `run` sends itself (it starts the response too)."""
+
+    HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+
+    def __init__(self, run: Callable[[Send], Awaitable[None]]) -> None:
+        self.status_code, self.background, self.raw_headers = 200, None, list(self.HEADERS)
+        self._run = run
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._run(send)
+        if self.background is not None:
+            await self.background()
+
+
 def _rate_limited(retry_after: float, error: str) -> _Decision:
     message = f"Rate limit reached. Please try again in {retry_after:.3f}s."
     body = _error_body(message, "requests", "rate_limit_exceeded")
@@ -568,7 +998,7 @@ def _rate_limited(retry_after: float, error: str) -> _Decision:
 
 
 def _validate(name: str, value: Any) -> Any:
-    if name in ("latency_s", "jitter_s", "hang_s", "rate_window_s", "fail_rate", "hang_rate"):
+    if name in ("latency_s", "jitter_s", "hang_s", "rate_window_s", "fail_rate", "hang_rate", "token_latency_s"):
         if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
             raise ValueError(f"{name} must be a number >= 0")
         if name in ("fail_rate", "hang_rate") and value > 1:
@@ -594,6 +1024,24 @@ def _validate(name: str, value: Any) -> Any:
         if isinstance(value, str) or not all(isinstance(m, str) and m for m in value):
             raise ValueError("models must be a list of names")
         return list(value)
+    if name == "streaming":
+        if not isinstance(value, bool):
+            raise ValueError("streaming must be true or false")
+        return value
+    if name == "answer_min_tokens":
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_ANSWER_MIN_TOKENS:
+            raise ValueError(f"answer_min_tokens must be an integer from 1 to {_MAX_ANSWER_MIN_TOKENS} or null")
+        return value
+    if name == "dialect":
+        if value not in DIALECTS:
+            raise ValueError(f"dialect must be one of {', '.join(DIALECTS)}")
+        return value
+    if name in ("num_ctx", "model_context_length"):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer")
+        return value
     raise ValueError(f"unknown config field: {name}")  # pragma: no cover
 
 
@@ -709,6 +1157,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reject-marker", default=FakeLLM.reject_marker, help="prompts containing it get 400")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", action="append", dest="models", help="a model name for /v1/models (repeatable)")
+    parser.add_argument(
+        "--streaming",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="answer stream: true with server-sent events (--no-streaming: 400, a server that does not stream)",
+    )
+    parser.add_argument("--token-latency", type=float, default=0.0, help="seconds per piece of an answer's text")
+    parser.add_argument("--answer-min-tokens", type=int, default=None, help="answers ramble to at least this long")
+    parser.add_argument("--dialect", choices=DIALECTS, default="openai", help="the server it stands for")
+    parser.add_argument("--num-ctx", type=int, default=2048, help="ollama: the context a prompt is cut to")
+    parser.add_argument(
+        "--model-context-length", type=int, default=32768, help="ollama: the model's context in /api/show"
+    )
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
     try:
@@ -724,6 +1185,12 @@ def main(argv: list[str] | None = None) -> None:
             reject_marker=args.reject_marker,
             seed=args.seed,
             models=args.models or [DEFAULT_MODEL],
+            streaming=args.streaming,
+            token_latency_s=args.token_latency,
+            answer_min_tokens=args.answer_min_tokens,
+            dialect=args.dialect,
+            num_ctx=args.num_ctx,
+            model_context_length=args.model_context_length,
         )
         server = FakeLLMServer(llm, port=args.port, log_level=args.log_level)
     except (ValueError, OSError) as exc:

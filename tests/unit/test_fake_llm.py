@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -289,3 +292,383 @@ def test_http_controls(server: FakeLLMServer, llm: FakeLLM, client: openai.OpenA
         assert http.post("/_reset").status_code == 200
         assert llm.count(None) == 0 and llm.max_prompt_tokens == 1000
         assert http.post("/_reset", json={"config": True}).json()["config"]["max_prompt_tokens"] is None
+
+
+# --- Streaming ------------------------------------------------------------------------------------
+
+DOCUMENT = (
+    "Summarize this.\n\n<text>\nThe committee met on Tuesday to review the budget for the coming year. "
+    "Several members raised concerns.\n</text>\n\n<text>\nThe river flooded the lower town twice this spring, "
+    "and the council promised new levees. Work starts soon.\n</text>"
+)
+
+
+def stream(client: openai.OpenAI, user: str, **kwargs: object) -> list[openai.types.chat.ChatCompletionChunk]:
+    messages = [{"role": "system", "content": "Summarize."}, {"role": "user", "content": user}]
+    with client.chat.completions.create(model=MODEL, messages=messages, stream=True, **kwargs) as chunks:  # type: ignore[call-overload]
+        return list(chunks)
+
+
+def streamed_text(chunks: list[openai.types.chat.ChatCompletionChunk]) -> str:
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
+def finish_reasons(chunks: list[openai.types.chat.ChatCompletionChunk]) -> list[str]:
+    return [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+
+
+def test_streamed_text_is_the_plain_answer(llm: FakeLLM, client: openai.OpenAI) -> None:
+    plain = ask(client, DOCUMENT).choices[0].message.content
+    chunks = stream(client, DOCUMENT)
+    assert plain and streamed_text(chunks) == plain
+    first, last = chunks[0], chunks[-1]
+    assert first.object == "chat.completion.chunk" and first.model == MODEL
+    assert first.choices[0].delta.role == "assistant" and first.choices[0].delta.content == ""
+    content = [c for c in chunks[1:-1] if c.choices[0].delta.content]
+    assert len(content) == len(chunks) - 2 > 2  # the text in pieces of a few words
+    assert all(len(c.choices[0].delta.content.split()) <= 3 for c in content)  # type: ignore[union-attr]
+    assert last.choices[0].delta.content is None and last.choices[0].finish_reason == "stop"
+    assert finish_reasons(chunks) == ["stop"] and all(c.usage is None for c in chunks)
+    assert len({c.id for c in chunks}) == 1
+
+    chinese = "请总结。\n\n<text>\n今天天气很好，我们一起去公园散步，看到了很多花。明天下雨。\n</text>"
+    assert streamed_text(stream(client, chinese)) == ask(client, chinese).choices[0].message.content
+    assert streamed_text(stream(client, DOCUMENT)) == plain  # deterministic
+
+    entries = llm.entries()
+    assert [e.stream for e in entries] == [False, True, True, False, True]
+    assert all((e.status, e.finish_reason) == (200, "stop") for e in entries)
+    assert entries[1].completion_tokens == entries[0].completion_tokens == estimate_tokens(plain)
+    assert llm.repeats() == 3 and llm.max_in_flight == 1 and llm.in_flight == 0
+
+
+def test_stream_usage_only_when_asked(llm: FakeLLM, client: openai.OpenAI) -> None:
+    plain = ask(client, DOCUMENT)
+    assert all(c.usage is None for c in stream(client, DOCUMENT))
+    assert all(c.usage is None for c in stream(client, DOCUMENT, stream_options={"include_usage": False}))
+    chunks = stream(client, DOCUMENT, stream_options={"include_usage": True})
+    *answer, usage = chunks
+    assert usage.choices == [] and usage.usage is not None
+    assert usage.usage.model_dump(exclude_none=True) == plain.usage.model_dump(exclude_none=True)  # type: ignore[union-attr]
+    assert all(c.usage is None for c in answer) and finish_reasons(answer) == ["stop"]
+    assert streamed_text(answer) == plain.choices[0].message.content
+
+
+def test_a_rambling_model_is_cut_by_max_tokens(llm: FakeLLM, client: openai.OpenAI) -> None:
+    short = ask(client, DOCUMENT).choices[0].message.content
+    llm.configure(answer_min_tokens=120)
+    long = ask(client, DOCUMENT)
+    text = long.choices[0].message.content
+    assert text is not None and text.startswith(short or "-") and estimate_tokens(text) >= 120
+    assert text.count("The committee met") >= 3 and text.count("The river flooded") >= 3
+    assert long.choices[0].finish_reason == "stop" and long.usage.completion_tokens == estimate_tokens(text)  # type: ignore[union-attr]
+    assert streamed_text(stream(client, DOCUMENT)) == text
+
+    for limit in ({"max_tokens": 30}, {"max_completion_tokens": 30}):
+        cut = ask(client, DOCUMENT, **limit)
+        assert cut.choices[0].finish_reason == "length" and cut.usage.completion_tokens <= 30  # type: ignore[union-attr]
+        assert text.startswith(cut.choices[0].message.content or "-")
+        chunks = stream(client, DOCUMENT, stream_options={"include_usage": True}, **limit)
+        assert streamed_text(chunks) == cut.choices[0].message.content and finish_reasons(chunks) == ["length"]
+        assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == cut.usage.completion_tokens  # type: ignore[union-attr]
+    entries = llm.entries()[-4:]
+    assert [(e.stream, e.max_tokens, e.finish_reason) for e in entries] == [
+        (False, 30, "length"),
+        (True, 30, "length"),
+    ] * 2
+    assert ask(client, DOCUMENT, max_tokens=1000).choices[0].finish_reason == "stop"
+
+
+def test_a_server_without_streaming(llm: FakeLLM, client: openai.OpenAI) -> None:
+    llm.configure(streaming=False)
+    with pytest.raises(openai.BadRequestError) as info:
+        stream(client, DOCUMENT)
+    assert "does not stream" in info.value.message
+    assert ask(client, DOCUMENT).choices[0].message.content
+    refused = llm.entries()[0]
+    assert (refused.status, refused.error, refused.stream, refused.finish_reason) == (
+        400,
+        "invalid_request",
+        True,
+        None,
+    )
+
+
+def test_errors_come_before_the_stream(llm: FakeLLM, client: openai.OpenAI) -> None:
+    llm.fail_next(1)
+    with pytest.raises(openai.InternalServerError):
+        stream(client, DOCUMENT)
+    llm.rate_limit_next(1, retry_after=3)
+    with pytest.raises(openai.RateLimitError) as limited:
+        stream(client, DOCUMENT)
+    assert limited.value.response.headers["retry-after"] == "3"
+    assert limited.value.response.headers["content-type"] == "application/json"
+    llm.max_prompt_tokens = 20
+    with pytest.raises(openai.BadRequestError) as refused:
+        stream(client, "long " * 100)
+    assert refused.value.code == "context_length_exceeded"
+    with pytest.raises(openai.BadRequestError):
+        stream(client, "FAKE_LLM_REJECT")
+    llm.hang_next(1)
+    with pytest.raises(openai.APITimeoutError):
+        stream(client, DOCUMENT, timeout=0.2)
+    assert llm.wait_idle(2)
+    llm.max_prompt_tokens = None
+    assert streamed_text(stream(client, DOCUMENT))
+    assert [(e.status, e.stream) for e in llm.entries()] == [
+        (500, True),
+        (429, True),
+        (400, True),
+        (400, True),
+        (499, True),
+        (200, True),
+    ]
+    assert llm.entries()[2].over_budget and llm.entries()[4].hung
+
+
+def test_token_latency_makes_a_slow_model(server: FakeLLMServer, llm: FakeLLM, client: openai.OpenAI) -> None:
+    llm.configure(latency_s=0.05, token_latency_s=0.05)
+    chunks = stream(client, DOCUMENT)
+    n = sum(bool(c.choices and c.choices[0].delta.content) for c in chunks)
+    assert n > 2
+    body = {"model": MODEL, "messages": [{"role": "user", "content": DOCUMENT}], "stream": True}
+    with httpx.Client(timeout=5) as http, http.stream("POST", f"{server.base_url}/chat/completions", json=body) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        reads = [raw for raw in r.iter_raw() if raw]
+    assert len(reads) > 1 and b"".join(reads).endswith(b"data: [DONE]\n\n")
+    plain = ask(client, DOCUMENT)  # not streamed: as slow, all at once
+    assert plain.choices[0].message.content
+    assert all(e.status == 200 and e.duration_s >= 0.05 + 0.05 * n for e in llm.entries())
+    assert [e.stream for e in llm.entries()] == [True, True, False]
+
+
+def test_a_client_leaving_mid_stream_is_recorded(llm: FakeLLM, client: openai.OpenAI) -> None:
+    llm.configure(token_latency_s=0.1, answer_min_tokens=200)
+    messages = [{"role": "user", "content": DOCUMENT}]
+    chunks = client.chat.completions.create(model=MODEL, messages=messages, stream=True)  # type: ignore[arg-type]
+    pieces = iter(chunks)
+    received = [next(pieces), next(pieces)]
+    chunks.close()
+    assert received[0].choices[0].delta.role == "assistant" and received[1].choices[0].delta.content
+    assert llm.wait_idle(3)
+    (entry,) = llm.entries()
+    assert (entry.status, entry.error, entry.stream, entry.completion_tokens) == (499, "client_closed", True, 0)
+    assert entry.finish_reason is None and llm.count() == 0
+
+
+def test_server_stops_mid_stream() -> None:
+    llm = FakeLLM(token_latency_s=0.2, answer_min_tokens=500)
+    received: list[str] = []
+    with FakeLLMServer(llm) as server:
+
+        def call() -> None:
+            with openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0, timeout=30) as client:
+                with contextlib.suppress(openai.APIError, httpx.HTTPError):
+                    received.extend(c.choices[0].delta.content or "" for c in stream(client, DOCUMENT) if c.choices)
+
+        thread = threading.Thread(target=call)
+        thread.start()
+        deadline = time.monotonic() + 2
+        while not llm.in_flight and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)
+        stopping = time.monotonic()
+    assert time.monotonic() - stopping < 3
+    thread.join(5)
+    assert not thread.is_alive() and llm.in_flight == 0
+    assert [(e.status, e.error, e.stream) for e in llm.entries()] == [(503, "shutdown", True)]
+    assert estimate_tokens("".join(received)) < 500  # cut short
+
+
+# --- Dialects -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dialect", ["openai", "llamacpp", "ollama"])
+def test_every_dialect_streams_the_plain_answer(llm: FakeLLM, client: openai.OpenAI, dialect: str) -> None:
+    llm.configure(dialect=dialect, num_ctx=40, answer_min_tokens=60)
+    for limit in ({}, {"max_tokens": 25}):
+        plain = ask(client, DOCUMENT, **limit)
+        chunks = stream(client, DOCUMENT, stream_options={"include_usage": True}, **limit)
+        assert streamed_text(chunks) == plain.choices[0].message.content
+        assert finish_reasons(chunks) == [plain.choices[0].finish_reason]
+        assert chunks[-1].usage is not None and plain.usage is not None
+        assert chunks[-1].usage.prompt_tokens == plain.usage.prompt_tokens
+    assert [m.id for m in client.models.list()] == [MODEL]
+
+
+def test_llamacpp_refuses_a_prompt_over_its_context(server: FakeLLMServer, llm: FakeLLM, client: openai.OpenAI) -> None:
+    llm.configure(dialect="llamacpp", max_prompt_tokens=50)
+    with pytest.raises(openai.BadRequestError) as info:
+        ask(client, "long " * 100)
+    refused = llm.entries(400)[0]
+    n = refused.prompt_tokens
+    assert info.value.body == {
+        "code": 400,
+        "message": f"request ({n} tokens) exceeds the available context size (50 tokens), try increasing it",
+        "type": "exceed_context_size_error",
+        "n_prompt_tokens": n,
+        "n_ctx": 50,
+    }
+    assert refused.over_budget and refused.error == "context_length_exceeded" and refused.num_ctx == 50
+    with pytest.raises(openai.BadRequestError):  # llama-server also refuses a prompt that fills n_ctx exactly
+        ask(client, "x" * (4 * 50 - len("Summarize.\n\n")))
+    assert llm.entries(400)[1].prompt_tokens == 50
+    fits = "x" * (4 * 49 - len("Summarize.\n\n"))
+    with pytest.raises(openai.BadRequestError):  # ... and streams: the refusal comes before any stream
+        stream(client, "long " * 100)
+
+    with httpx.Client(base_url=server.url, timeout=5) as http:
+        messages = [{"role": "system", "content": "Summarize."}, {"role": "user", "content": fits}]
+        answer = http.post("/v1/chat/completions", json={"model": MODEL, "messages": messages})
+        assert answer.status_code == 200
+        usage, timings = answer.json()["usage"], answer.json()["timings"]
+        assert timings["prompt_n"] == usage["prompt_tokens"] == 49
+        assert timings["predicted_n"] == usage["completion_tokens"] and timings["predicted_ms"] > 0
+        chunks = stream(client, fits)
+        assert (chunks[-1].model_extra or {})["timings"]["prompt_n"] == 49
+
+        props = http.get("/props").json()
+        assert props["default_generation_settings"]["n_ctx"] == 50 and props["total_slots"] == 1
+        assert props["model_path"].endswith(".gguf") and props["build_info"]
+        assert http.get("/health").json() == {"status": "ok"}
+        llm.configure(max_prompt_tokens=None)
+        assert http.get("/props").json()["default_generation_settings"]["n_ctx"] == 4096
+        assert ask(client, "long " * 100).choices[0].message.content  # 4096 tokens are enough
+
+        llm.configure(dialect="openai")
+        assert http.get("/props").status_code == 404 and http.get("/health").status_code == 404
+        assert "timings" not in http.post("/v1/chat/completions", json={"model": MODEL, "messages": []}).json()
+
+
+def test_ollama_cuts_a_long_prompt_silently(llm: FakeLLM, client: openai.OpenAI) -> None:
+    llm.configure(dialect="ollama", num_ctx=100)
+    document = (
+        "Summarize this.\n\n<text>\nAlpha opens the report. "
+        + "The middle goes on and on. " * 40
+        + "Omega closes the report.\n</text>"
+    )
+    response = ask(client, document)
+    text = response.choices[0].message.content
+    entry = llm.entries()[0]
+    assert response.usage is not None and entry.status == 200 and not entry.over_budget
+    assert entry.prompt_tokens > 100 and entry.num_ctx == 100
+    assert response.usage.prompt_tokens == entry.truncated_to == entry.usage_prompt_tokens
+    assert 90 <= entry.truncated_to <= 100  # type: ignore[operator]
+    assert text is not None and "Alpha" not in text and "Summarize this" not in text  # the start is gone
+    whole = FakeLLM().answer([{"role": "user", "content": document}])
+    assert whole.endswith("Alpha opens the report.") and text != whole
+    assert llm.tokens()[0] == entry.truncated_to and llm.summary()["truncated"] == 1
+
+    short = ask(client, "Summarize this.\n\n<text>\nA short one. Really.\n</text>")
+    assert short.choices[0].message.content and short.choices[0].message.content.endswith("A short one.")
+    assert llm.entries()[1].truncated_to is None and short.usage.prompt_tokens == llm.entries()[1].prompt_tokens  # type: ignore[union-attr]
+
+    llm.configure(max_prompt_tokens=10)  # Ollama never refuses a long prompt
+    assert ask(client, document).choices[0].message.content == text
+    llm.reset(config=True)
+    llm.configure(dialect="ollama")
+    ask(client, document)
+    assert llm.entries()[0].num_ctx == 2048 and llm.entries()[0].truncated_to is None
+
+
+def test_ollama_ignores_options_on_its_openai_endpoint(llm: FakeLLM, client: openai.OpenAI) -> None:
+    """Ollama's OpenAI-compatible endpoint has no ``options`` (nor ``max_completion_tokens``): the
+    context stays the model's num_ctx whatever options.num_ctx says."""
+    llm.configure(dialect="ollama", num_ctx=60, answer_min_tokens=80)
+    document = "Summarize.\n\n<text>\n" + "Words and more words. " * 40 + "\n</text>"
+    cut = ask(client, document)
+    asked = ask(client, document, extra_body={"options": {"num_ctx": 8192}})
+    assert asked.choices[0].message.content == cut.choices[0].message.content
+    assert [(e.num_ctx, e.truncated_to) for e in llm.entries()] == [(60, cut.usage.prompt_tokens)] * 2  # type: ignore[union-attr]
+    assert ask(client, document, max_completion_tokens=10).choices[0].finish_reason == "stop"
+    assert ask(client, document, max_tokens=10).choices[0].finish_reason == "length"
+    assert [e.max_tokens for e in llm.entries()[2:]] == [10, 10]
+
+
+def test_ollama_tells_about_its_models(server: FakeLLMServer, llm: FakeLLM) -> None:
+    with httpx.Client(base_url=server.url, timeout=5) as http:
+        assert http.post("/api/show", json={"model": MODEL}).status_code == 404  # not an Ollama
+        llm.configure(dialect="ollama", num_ctx=8192, model_context_length=131072)
+        for body in ({"model": MODEL}, {"name": MODEL}, {"model": f"{MODEL}:latest"}):
+            show = http.post("/api/show", json=body)
+            assert show.status_code == 200
+            info = show.json()
+            assert info["model_info"]["general.architecture"] == "llama"
+            assert info["model_info"]["llama.context_length"] == 131072
+            parameters = dict(line.split(None, 1) for line in info["parameters"].splitlines())
+            assert parameters["num_ctx"] == "8192" and "stop" in parameters
+            assert info["details"]["format"] == "gguf"
+        missing = http.post("/api/show", json={"model": "llama3"})
+        assert missing.status_code == 404 and missing.json() == {"error": "model 'llama3' not found"}
+        assert http.post("/api/show", json={}).status_code == 400
+        assert [m["name"] for m in http.get("/api/tags").json()["models"]] == [f"{MODEL}:latest"]
+        assert http.get("/api/version").json()["version"].startswith("0.")
+        assert http.get("/").text == "Ollama is running"
+        assert [m["id"] for m in http.get("/v1/models").json()["data"]] == [MODEL]
+
+
+def test_new_config_fields_are_validated(server: FakeLLMServer, llm: FakeLLM) -> None:
+    with httpx.Client(base_url=server.url, timeout=5) as http:
+        changes = {
+            "streaming": False,
+            "token_latency_s": 0.01,
+            "answer_min_tokens": 50,
+            "dialect": "llamacpp",
+            "num_ctx": 1024,
+            "model_context_length": 8192,
+        }
+        assert http.post("/_config", json=changes).json() == {**llm.config(), **changes}
+        for bad in (
+            {"streaming": "no"},
+            {"token_latency_s": -1},
+            {"answer_min_tokens": 0},
+            {"answer_min_tokens": 10**7},
+            {"dialect": "vllm"},
+            {"num_ctx": 0},
+            {"model_context_length": True},
+        ):
+            assert http.post("/_config", json=bad).status_code == 400, bad
+        assert http.get("/_ledger").json()["config"]["dialect"] == "llamacpp"
+        defaults = http.post("/_reset", json={"config": True}).json()["config"]
+    assert {k: defaults[k] for k in changes} == {
+        "streaming": True,
+        "token_latency_s": 0.0,
+        "answer_min_tokens": None,
+        "dialect": "openai",
+        "num_ctx": 2048,
+        "model_context_length": 32768,
+    }
+    with pytest.raises(ValueError):
+        FakeLLM(dialect="vllm")
+    with pytest.raises(ValueError):
+        llm.configure(num_ctx=-1)
+
+
+def test_cli_flags() -> None:
+    args = ["--port", "0", "--no-streaming", "--token-latency", "0.01", "--answer-min-tokens", "40"]
+    args += ["--dialect", "ollama", "--num-ctx", "512", "--model-context-length", "4096"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.fake_llm", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        base_url = process.stdout.readline().strip()
+        assert base_url.endswith("/v1")
+        deadline = time.monotonic() + 10
+        while True:  # the port is bound before the server listens
+            try:
+                config = httpx.get(base_url.removesuffix("/v1") + "/_ledger", timeout=5).json()["config"]
+                break
+            except httpx.ConnectError:
+                assert time.monotonic() < deadline and process.poll() is None
+                time.sleep(0.05)
+        assert {k: config[k] for k in ("streaming", "token_latency_s", "answer_min_tokens")} == {
+            "streaming": False,
+            "token_latency_s": 0.01,
+            "answer_min_tokens": 40,
+        }
+        assert (config["dialect"], config["num_ctx"], config["model_context_length"]) == ("ollama", 512, 4096)
+    finally:
+        process.terminate()
+        process.communicate(timeout=10)
+    assert process.returncode == 0
