@@ -60,15 +60,31 @@ async def test_llama_cpp_window_read_from_props_and_a_slow_stream_waited_for(
     assert server.llm.repeats() == 0  # no call retried from zero while it was producing tokens
 
 
-async def test_ollama_gets_num_ctx_so_nothing_is_cut_silently(make_stack: StackFactory, server: FakeLLMServer) -> None:
+async def test_ollama_is_never_sent_more_than_it_reads(make_stack: StackFactory, server: FakeLLMServer) -> None:
     server.llm.configure(dialect="ollama", num_ctx=2_048, model_context_length=32_768)
     stack = make_stack(OPENAI_BASE_URL=server.base_url)
     task = await _summarize(stack)
 
-    assert task["llm"]["input_budget"] == 8_192 and "Ollama" in task["llm"]["learned_from"], task["llm"]
+    # The window Ollama runs the model with, from /api/show: every prompt planned under it.
+    assert task["llm"]["input_budget"] == 2_048 and "Ollama" in task["llm"]["learned_from"], task["llm"]
     entries = server.llm.entries(200)
-    assert entries and all(e.num_ctx == 8_192 for e in entries), {e.num_ctx for e in entries}
-    assert all(e.truncated_to is None for e in entries)  # no prompt was cut
+    assert entries and all(e.truncated_to is None for e in entries)  # no prompt was cut
+
+
+async def test_ollama_cutting_a_prompt_silently_is_noticed_from_its_usage(
+    make_stack: StackFactory, server: FakeLLMServer
+) -> None:
+    server.llm.configure(dialect="ollama", num_ctx=2_048)
+    stack = make_stack(OPENAI_BASE_URL=server.base_url, DOCSUM_LLM_PROBE="false")  # nothing asked first
+    task = await _summarize(stack)
+
+    cut = [e for e in server.llm.entries(200) if e.truncated_to is not None]
+    assert 0 < len(cut) <= 6  # a handful, in flight when the first came back
+    assert task["llm"]["input_budget"] is not None and task["llm"]["input_budget"] <= 2_048, task["llm"]
+    last_cut = max(e.finished for e in cut)
+    assert all(e.truncated_to is None for e in server.llm.entries(200) if e.started > last_cut)
+    # Every stored summary comes from a prompt Ollama read whole: a cut answer was never kept.
+    assert task["usage"]["llm_calls"] == len(server.llm.entries(200)) - len(cut)
 
 
 async def test_openai_window_learned_from_refusals_and_cut_answers_marked(

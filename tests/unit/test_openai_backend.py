@@ -76,3 +76,81 @@ async def test_a_hung_call_fails_within_its_ceiling(server: FakeLLMServer) -> No
     server.llm.hang_next(1)
     with pytest.raises(ProviderUnavailable):
         await _backend(server, stall_s=0.5, min_prompt_tps=1e6, min_output_tps=1e6).summarize(_chunk(max_tokens=16))
+
+
+async def test_calls_stream_and_usage_is_still_the_providers(server: FakeLLMServer) -> None:
+    result = await _backend(server).summarize(_chunk())
+    (entry,) = server.llm.entries()
+    assert entry.stream and entry.max_tokens == 300 and entry.status == 200
+    assert (result.prompt_tokens, result.completion_tokens) == (entry.prompt_tokens, entry.completion_tokens)
+
+
+async def test_an_answer_cut_at_its_bound_is_asked_again_shorter_then_kept_marked(server: FakeLLMServer) -> None:
+    server.llm.configure(answer_min_tokens=500)  # a model that rambles whatever it is asked
+    result = await _backend(server).summarize(_chunk(max_tokens=40))
+    first, second = server.llm.entries()
+    assert first.finish_reason == second.finish_reason == "length"
+    assert "cut off" not in first.prompt and "cut off" in second.prompt  # asked again, shorter
+    assert result.truncated and result.text
+    assert result.completion_tokens == first.completion_tokens + second.completion_tokens  # both paid
+
+
+async def test_an_answer_cut_once_then_short_enough_is_not_marked(server: FakeLLMServer) -> None:
+    result = await _backend(server).summarize(_chunk(max_tokens=1))  # the stand-in's answers are longer
+    assert len(server.llm.entries()) == 2 and result.truncated  # still too long for one token
+    server.llm.reset()
+    result = await _backend(server).summarize(_chunk(max_tokens=300))
+    assert len(server.llm.entries()) == 1 and not result.truncated
+
+
+async def test_a_slow_model_still_producing_tokens_is_waited_for(server: FakeLLMServer) -> None:
+    server.llm.configure(token_latency_s=0.1, answer_min_tokens=60)
+    backend = _backend(server, stall_s=0.5, min_prompt_tps=1e6, min_output_tps=1.0)
+    result = await backend.summarize(_chunk(max_tokens=300))
+    (entry,) = server.llm.entries()
+    assert result.text and entry.status == 200 and entry.duration_s > 0.5  # longer than the stall timeout
+
+
+async def test_a_model_that_stops_producing_tokens_fails_the_call(server: FakeLLMServer) -> None:
+    server.llm.configure(token_latency_s=2.0, answer_min_tokens=60)
+    backend = _backend(server, stall_s=0.3, min_prompt_tps=1e6, min_output_tps=1e-3)
+    with pytest.raises(ProviderUnavailable, match="stalled"):
+        await backend.summarize(_chunk(max_tokens=300))
+
+
+async def test_a_server_that_cannot_stream_gets_plain_calls(server: FakeLLMServer) -> None:
+    server.llm.configure(streaming=False)
+    backend = _backend(server)
+    assert (await backend.summarize(_chunk())).text and not backend.streaming
+    assert [e.status for e in server.llm.entries()] == [400, 200]
+    await backend.summarize(_chunk(chars=1_600))
+    assert [e.status for e in server.llm.entries()] == [400, 200, 200]  # asked once, remembered
+
+
+@pytest.mark.parametrize(
+    ("dialect", "config", "server_name", "window"),
+    [
+        ("llamacpp", {"max_prompt_tokens": 4_096}, "llama.cpp", 4_096),
+        ("ollama", {"num_ctx": 2_048, "model_context_length": 32_768}, "Ollama", 2_048),
+        ("openai", {}, None, None),
+    ],
+)
+async def test_the_endpoint_is_asked_what_it_can(
+    server: FakeLLMServer, dialect: str, config: dict, server_name: str | None, window: int | None
+) -> None:
+    server.llm.configure(dialect=dialect, **config)
+    facts = await _backend(server).probe()
+    if server_name is None:
+        assert facts is None  # OpenAI says nothing: the window is learned from refusals
+    else:
+        assert facts is not None and (facts.server, facts.context_tokens) == (server_name, window)
+
+
+async def test_a_prompt_ollama_read_only_in_part_is_refused_as_too_long(server: FakeLLMServer) -> None:
+    server.llm.configure(dialect="ollama", num_ctx=256)
+    backend = _backend(server)
+    await backend.probe()
+    with pytest.raises(ContextLimitExceeded) as refused:
+        await backend.summarize(_chunk(chars=4_000))
+    (entry,) = server.llm.entries()
+    assert entry.truncated_to is not None and refused.value.limit is not None and refused.value.limit <= 256

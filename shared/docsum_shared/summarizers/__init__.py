@@ -75,10 +75,7 @@ class Summarizing:
             return
         self._probed_at = float("inf")  # asked and answered: never again in this process
         if facts.context_tokens:
-            await self.limits.observe(facts.context_tokens, f"{facts.server}: {facts.source}")
-        limit_num_ctx = getattr(self.backend, "limit_num_ctx", None)
-        if limit_num_ctx is not None:
-            limit_num_ctx(self.limits.effective())
+            await self.limits.observe(facts.context_tokens, facts.source)
 
     async def bounded(self, request: SummaryRequest) -> SummaryRequest:
         """The request with its answer's bound: the setting for its kind and length, within a quarter of
@@ -113,9 +110,6 @@ class Summarizing:
         estimate = estimate_request_tokens(request, self.calibration)
         reserve = completion_reserve(self.limits.effective(), request)
         learned = await self.limits.learn(refusal, estimate, reserve, self.calibration)
-        limit_num_ctx = getattr(self.backend, "limit_num_ctx", None)
-        if limit_num_ctx is not None:
-            limit_num_ctx(self.limits.effective())
         return learned
 
     def describe_budget(self) -> str:

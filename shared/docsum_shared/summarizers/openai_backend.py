@@ -9,8 +9,10 @@ What real servers do, and what this backend does about it:
   reading the prompt takes at `min_prompt_tps`, and an overall ceiling grows with the prompt and the
   answer's bound. An endpoint that cannot stream gets plain calls under that ceiling.
 - `probe()` asks the endpoint what it can: llama.cpp's `/props` (n_ctx), Ollama's `/api/show` (the
-  model's context length; docsum then passes `options.num_ctx`, since Ollama silently cuts a prompt
-  longer than its num_ctx), vLLM's `max_model_len` in `/v1/models`.
+  num_ctx it runs the model with, else its default), vLLM's `max_model_len` in `/v1/models`.
+- Ollama never refuses a prompt longer than its num_ctx: it cuts it silently (and its OpenAI-compatible
+  endpoint takes no num_ctx from the request). Its usage says how much it read, so an answer to a
+  prompt it read only in part is refused here as too long, and the budget is learned from it.
 """
 
 from __future__ import annotations
@@ -26,16 +28,18 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import openai
 
-from ..errors import ProviderUnavailable, RateLimited, RequestRefused, context_limit_error
+from ..errors import ContextLimitExceeded, ProviderUnavailable, RateLimited, RequestRefused, context_limit_error
 from ..text import estimate_tokens_upper
 from .base import SummarizerBackend, SummaryRequest, SummaryResult
 from .prompts import build_messages
 
 log = logging.getLogger(__name__)
 
-# Ollama's num_ctx when neither docsum's budget nor the model says less: big enough for merges,
-# small enough for a laptop's memory (Ollama sizes its KV cache by it).
-OLLAMA_NUM_CTX = 8192
+# Ollama's context when its model sets no num_ctx (OLLAMA_CONTEXT_LENGTH may raise it; docsum cannot
+# see that, and learns it from usage instead).
+OLLAMA_DEFAULT_NUM_CTX = 2048
+# A prompt Ollama reports reading less than this share of (by our deliberately high estimate) was cut.
+OLLAMA_CUT_SHARE = 0.5
 PROBE_TIMEOUT_S = 5.0
 
 
@@ -70,7 +74,8 @@ class OpenAIBackend(SummarizerBackend):
         self.api_key = api_key or "not-needed"
         self.timeouts = timeouts
         self.streaming = True  # until the endpoint says it cannot
-        self.num_ctx: int | None = None  # passed as options.num_ctx (Ollama)
+        self.server: str | None = None  # what probe() found
+
         # Retries are ours (the services back off and keep their place), so the client makes one try.
         self._client = openai.AsyncOpenAI(base_url=base_url, api_key=self.api_key, max_retries=0)
 
@@ -94,7 +99,7 @@ class OpenAIBackend(SummarizerBackend):
         messages = build_messages(request)
         prompt_tokens = sum(estimate_tokens_upper(str(m.get("content", ""))) for m in messages)
         max_tokens = request.max_tokens or 1024
-        extra: dict[str, Any] = {"options": {"num_ctx": self.num_ctx}} if self.num_ctx else {}
+        extra: dict[str, Any] = {}
         try:
             async with asyncio.timeout(self.timeouts.ceiling_s(prompt_tokens, max_tokens)):
                 if self.streaming:
@@ -133,6 +138,13 @@ class OpenAIBackend(SummarizerBackend):
         if not text:
             raise ProviderUnavailable("LLM provider returned an empty answer")
         prompt_used, completion_used = usage if usage else (prompt_tokens, estimate_tokens_upper(text))
+        if self.server == "Ollama" and usage and prompt_used < prompt_tokens * OLLAMA_CUT_SHARE:
+            raise ContextLimitExceeded(
+                f"the endpoint read only {prompt_used} of about {prompt_tokens} prompt tokens: it cut the prompt "
+                "silently (Ollama's num_ctx)",
+                limit=prompt_used,
+                requested=prompt_tokens,
+            )
         return SummaryResult(text, model or self.model, prompt_used, completion_used), finish
 
     async def _streamed(
@@ -199,28 +211,23 @@ class OpenAIBackend(SummarizerBackend):
             if isinstance(props, dict) and ("default_generation_settings" in props or "n_ctx" in props):
                 settings = props.get("default_generation_settings") or {}
                 n_ctx = _positive(settings.get("n_ctx") or props.get("n_ctx"))
+                self.server = "llama.cpp"
                 return EndpointFacts("llama.cpp", n_ctx, "llama.cpp /props n_ctx")
             show = await _json(http, "POST", f"{root}/api/show", json={"model": self.model})
             if isinstance(show, dict) and ("model_info" in show or "parameters" in show):
-                trained = next(
-                    (_positive(v) for k, v in (show.get("model_info") or {}).items() if k.endswith(".context_length")),
-                    None,
-                )
-                self.num_ctx = min(trained or OLLAMA_NUM_CTX, OLLAMA_NUM_CTX)
-                return EndpointFacts(
-                    "Ollama", self.num_ctx, f"Ollama /api/show (model {trained or '?'} tokens; num_ctx passed)"
-                )
+                info = show.get("model_info") or {}
+                trained = next((_positive(v) for k, v in info.items() if k.endswith(".context_length")), None)
+                found = re.search(r"^num_ctx\s+(\d+)", str(show.get("parameters") or ""), re.M)
+                num_ctx = int(found.group(1)) if found else OLLAMA_DEFAULT_NUM_CTX
+                self.server = "Ollama"
+                source = f"Ollama /api/show: num_ctx {num_ctx}{'' if found else ' (its default)'}"
+                return EndpointFacts("Ollama", min(num_ctx, trained or num_ctx), source)
             models = await _json(http, "GET", f"{(self.base_url or 'https://api.openai.com/v1').rstrip('/')}/models")
             if isinstance(models, dict):
                 for card in models.get("data") or []:
                     if isinstance(card, dict) and card.get("id") == self.model and _positive(card.get("max_model_len")):
                         return EndpointFacts("vLLM", int(card["max_model_len"]), "vLLM /v1/models max_model_len")
         return None
-
-    def limit_num_ctx(self, budget: int | None) -> None:
-        """Ollama: never pass a num_ctx above the budget docsum plans under."""
-        if self.num_ctx is not None and budget is not None:
-            self.num_ctx = min(self.num_ctx, budget)
 
     async def aclose(self) -> None:
         await self._client.close()
