@@ -93,11 +93,11 @@ async def test_a_window_too_small_for_a_part_fails_that_chunk_and_nothing_is_red
     assert _by_name(strict)["mixed.txt"]["status"] == "FAILED" and strict["status"] == "COMPLETED_WITH_ERRORS"
 
     # Final means final: reconcile (every second here) re-drives nothing more, and nothing is sent.
-    sent = len(server.llm.entries())
-    await asyncio.sleep(5)  # the subject: several reconcile rounds pass with nothing to do
     ids = [lenient["task_id"], strict["task_id"]]
-    redrives = await db.fetch("SELECT redrives FROM tasks WHERE id = ANY($1::text[])", ids)
-    assert [r["redrives"] for r in redrives] == [0, 0] and len(server.llm.entries()) == sent
+    query = "SELECT redrives FROM tasks WHERE id = ANY($1::text[]) ORDER BY id"
+    sent, redrives = len(server.llm.entries()), [r["redrives"] for r in await db.fetch(query, ids)]
+    await asyncio.sleep(5)  # the subject: several reconcile rounds pass with nothing to do
+    assert [r["redrives"] for r in await db.fetch(query, ids)] == redrives and len(server.llm.entries()) == sent
 
 
 async def test_a_merge_refused_for_another_reason_fails_its_document_and_the_task_finishes(
