@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass, field, replace
@@ -39,6 +40,7 @@ class Summarizing:
     calibration: TokenCalibration
     settings: Settings
     _probed_at: float | None = field(default=None, init=False)
+    _probing: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
 
     @classmethod
     def from_settings(cls, settings: Settings, pool: asyncpg.Pool) -> Summarizing:
@@ -68,14 +70,17 @@ class Summarizing:
             return
         if self._probed_at is not None and time.monotonic() - self._probed_at < PROBE_AGAIN_S:
             return
-        self._probed_at = time.monotonic()
-        facts = await probe()
-        if facts is None:
-            log.info("%s: the endpoint states no context window; docsum learns it from refusals", self.limits.key)
-            return
-        self._probed_at = float("inf")  # asked and answered: never again in this process
-        if facts.context_tokens:
-            await self.limits.observe(facts.context_tokens, facts.source)
+        async with self._probing:  # the calls that come meanwhile wait for the answer, not plan without it
+            if self._probed_at is not None and time.monotonic() - self._probed_at < PROBE_AGAIN_S:
+                return
+            facts = await probe()
+            self._probed_at = time.monotonic()
+            if facts is None:
+                log.info("%s: the endpoint states no context window; learned from refusals", self.limits.key)
+                return
+            self._probed_at = float("inf")  # asked and answered: never again in this process
+            if facts.context_tokens:
+                await self.limits.observe(facts.context_tokens, facts.source)
 
     async def bounded(self, request: SummaryRequest) -> SummaryRequest:
         """The request with its answer's bound: the setting for its kind and length, within a quarter of

@@ -75,6 +75,7 @@ class OpenAIBackend(SummarizerBackend):
         self.timeouts = timeouts
         self.streaming = True  # until the endpoint says it cannot
         self.server: str | None = None  # what probe() found
+        self.num_ctx: int | None = None  # Ollama's, as /api/show states it
 
         # Retries are ours (the services back off and keep their place), so the client makes one try.
         self._client = openai.AsyncOpenAI(base_url=base_url, api_key=self.api_key, max_retries=0)
@@ -138,7 +139,7 @@ class OpenAIBackend(SummarizerBackend):
         if not text:
             raise ProviderUnavailable("LLM provider returned an empty answer")
         prompt_used, completion_used = usage if usage else (prompt_tokens, estimate_tokens_upper(text))
-        if self.server == "Ollama" and usage and prompt_used < prompt_tokens * OLLAMA_CUT_SHARE:
+        if self.server == "Ollama" and usage and self._cut(prompt_used, prompt_tokens):
             raise ContextLimitExceeded(
                 f"the endpoint read only {prompt_used} of about {prompt_tokens} prompt tokens: it cut the prompt "
                 "silently (Ollama's num_ctx)",
@@ -146,6 +147,11 @@ class OpenAIBackend(SummarizerBackend):
                 requested=prompt_tokens,
             )
         return SummaryResult(text, model or self.model, prompt_used, completion_used), finish
+
+    def _cut(self, reported: int, estimated: int) -> bool:
+        """Ollama read less of the prompt than was sent: it filled its num_ctx, or read far less than our
+        (deliberately high) estimate."""
+        return (self.num_ctx is not None and reported >= self.num_ctx) or reported < estimated * OLLAMA_CUT_SHARE
 
     async def _streamed(
         self, messages: list[Any], max_tokens: int, prompt_tokens: int, extra: dict[str, Any]
@@ -219,7 +225,7 @@ class OpenAIBackend(SummarizerBackend):
                 trained = next((_positive(v) for k, v in info.items() if k.endswith(".context_length")), None)
                 found = re.search(r"^num_ctx\s+(\d+)", str(show.get("parameters") or ""), re.M)
                 num_ctx = int(found.group(1)) if found else OLLAMA_DEFAULT_NUM_CTX
-                self.server = "Ollama"
+                self.server, self.num_ctx = "Ollama", num_ctx
                 source = f"Ollama /api/show: num_ctx {num_ctx}{'' if found else ' (its default)'}"
                 return EndpointFacts("Ollama", min(num_ctx, trained or num_ctx), source)
             models = await _json(http, "GET", f"{(self.base_url or 'https://api.openai.com/v1').rstrip('/')}/models")
