@@ -60,6 +60,18 @@ class Settings(BaseSettings):
     overlap_chars: int = Field(200, ge=0)
     context_after_chars: int = Field(200, ge=0)
 
+    # Caps on what one document may expand into
+    # A document over one FAILS, with a message naming it: text extracted (characters), pages of a PDF
+    # (counted before any text is read), chunks (before any is stored), and the bytes a DOCX's parts
+    # really inflate to (counted while inflating).
+    max_document_chars: int = Field(5_000_000, ge=1_000)
+    max_pdf_pages: int = Field(2_000, ge=1)
+    max_chunks_per_document: int = Field(3_000, ge=1)
+    max_docx_unzipped_bytes: int = Field(256 * 2**20, ge=2**20)
+    # Each document is parsed in a worker process under these limits (wall clock, address space).
+    parse_timeout_s: float = Field(120.0, gt=0)
+    parse_memory_bytes: int = Field(2**30, ge=256 * 2**20)
+
     # Summarizer backend
     llm_backend: Literal["extractive", "openai"] = "extractive"
     llm_model: str = "gpt-4o-mini"

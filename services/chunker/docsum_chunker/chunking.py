@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 from docsum_shared.text import sentence_spans
 
-__all__ = ["Chunk", "split_into_chunks"]
+__all__ = ["Chunk", "TooManyChunks", "split_into_chunks"]
 
 MAX_CHUNK_FACTOR = 1.25  # a chunk (overlap included) is at most this many times chunk_chars
 MIN_CHUNK_FACTOR = 0.5  # ... and, except the last, at least this many times
@@ -73,6 +73,16 @@ class Chunk:
     text: str  # document[start:end]
     context_before: str  # document just before `start` (not in `text`)
     context_after: str  # document just after `end` (not in `text`)
+
+
+class TooManyChunks(ValueError):
+    """The text needs more than `limit` chunks; `at_least` is how many it needs at least (the count
+    is not finished once the limit is passed)."""
+
+    def __init__(self, limit: int, at_least: int) -> None:
+        super().__init__(f"more than {limit} chunks (at least {at_least})")
+        self.limit = limit
+        self.at_least = at_least
 
 
 class _Cuts:
@@ -136,8 +146,13 @@ def split_into_chunks(
     overlap_chars: int = 200,
     context_after_chars: int = 200,
     small_max: int = 8000,
+    max_chunks: int | None = None,
 ) -> list[Chunk]:
-    """Cut `text` into chunks as the module docstring describes. Deterministic."""
+    """Cut `text` into chunks as the module docstring describes. Deterministic.
+
+    With `max_chunks`, a text that needs more raises TooManyChunks, as early as that is known: at once
+    when even chunks of the greatest length could not cover it, else as soon as the cut passes it.
+    """
     if chunk_chars < 20:
         raise ValueError("chunk_chars must be at least 20")
     n = len(text)
@@ -149,6 +164,8 @@ def split_into_chunks(
     max_len = int(chunk_chars * MAX_CHUNK_FACTOR)
     min_len = int(chunk_chars * MIN_CHUNK_FACTOR)
     min_tail = int(chunk_chars * MIN_TAIL_FACTOR)
+    if max_chunks is not None and -(-n // max_len) > max_chunks:  # owned slices are at most max_len long
+        raise TooManyChunks(max_chunks, -(-n // max_len))
 
     spans = sentence_spans(text)
     sentence_starts = _Cuts([s for s, _ in spans])
@@ -204,6 +221,8 @@ def split_into_chunks(
             if cut is None:
                 cut = min(max(target, lo), hi)
         owned.append((start, cut))
+        if max_chunks is not None and len(owned) >= max_chunks:  # and the rest still needs one at least
+            raise TooManyChunks(max_chunks, len(owned) + -(-(n - cut) // max_len))
         prev_own_start = own_start
         own_start = cut
 

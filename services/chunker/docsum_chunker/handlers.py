@@ -13,7 +13,7 @@ from docsum_shared.handlers import Handlers, required, takes_work
 from docsum_shared.settings import Settings
 from docsum_shared.states import DocumentStatus
 
-from .policy import ChunkRow, announce, cut, should_announce_again
+from .policy import ChunkRow, Fail, announce, cut, failed, should_announce_again
 from .repository import ParsedDocument
 
 log = logging.getLogger("docsum_chunker")
@@ -23,6 +23,7 @@ class Repository(Protocol):
     async def load(self, document_id: str) -> ParsedDocument | None: ...
     async def stored_chunks(self, document_id: str) -> list[ChunkRow]: ...
     async def store_chunks(self, document_id: str, rows: list[ChunkRow]) -> None: ...
+    async def fail(self, document_id: str, error: str) -> None: ...
 
 
 @dataclass
@@ -44,6 +45,10 @@ async def chunk_document(event: DocumentParsed, deps: Deps) -> list[Event]:
         if doc.text is None:
             raise Poison(f"document {event.document_id} has no stored text")
         rows = await asyncio.to_thread(cut, event.document_id, doc.text, deps.settings)
+        if isinstance(rows, Fail):
+            await deps.repo.fail(event.document_id, rows.error)
+            log.info("document %s failed: %s", event.document_id, rows.error)
+            return [failed(event)]
         await deps.repo.store_chunks(event.document_id, rows)
         log.info("document %s: %d chunks", event.document_id, len(rows))
     elif not should_announce_again(doc.status):

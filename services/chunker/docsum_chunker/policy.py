@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from docsum_shared.events import ChunkCreated, DocumentParsed
+from docsum_shared.events import ChunkCreated, DocumentMerged, DocumentOutcome, DocumentParsed
 from docsum_shared.settings import Settings
 from docsum_shared.states import DocumentStatus
 
-from .chunking import Chunk, split_into_chunks
+from .chunking import Chunk, TooManyChunks, split_into_chunks
 
 
 @dataclass(frozen=True)
@@ -23,15 +23,33 @@ def chunk_id(document_id: str, index: int) -> str:
     return f"{document_id}-c{index:05d}"
 
 
-def cut(document_id: str, text: str, settings: Settings) -> list[ChunkRow]:
-    chunks = split_into_chunks(
-        text,
-        chunk_chars=settings.chunk_chars,
-        overlap_chars=settings.overlap_chars,
-        context_after_chars=settings.context_after_chars,
-        small_max=settings.small_max_chars,
-    )
+@dataclass(frozen=True)
+class Fail:
+    error: str
+
+
+def cut(document_id: str, text: str, settings: Settings) -> list[ChunkRow] | Fail:
+    """The document's chunk rows, or its failure when it needs more than `max_chunks_per_document`."""
+    try:
+        chunks = split_into_chunks(
+            text,
+            chunk_chars=settings.chunk_chars,
+            overlap_chars=settings.overlap_chars,
+            context_after_chars=settings.context_after_chars,
+            small_max=settings.small_max_chars,
+            max_chunks=settings.max_chunks_per_document,
+        )
+    except TooManyChunks as exc:
+        return Fail(
+            f"the document's text needs at least {exc.at_least:,} chunks, over the limit of {exc.limit:,} "
+            "(DOCSUM_MAX_CHUNKS_PER_DOCUMENT); split it into smaller files and try again"
+        )
     return [ChunkRow(chunk_id(document_id, c.index), c.index, c) for c in chunks]
+
+
+def failed(event: DocumentParsed) -> DocumentMerged:
+    """A document failed before its chunks: the merger hears of it as of any finished document."""
+    return event.next(DocumentMerged, document_id=event.document_id, outcome=DocumentOutcome.FAILED)
 
 
 def announce(event: DocumentParsed, rows: list[ChunkRow]) -> list[ChunkCreated]:

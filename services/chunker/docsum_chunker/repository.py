@@ -78,3 +78,13 @@ class ChunkRepository:
                 " ON CONFLICT (id) DO NOTHING",
                 records,
             )
+
+    async def fail(self, document_id: str, error: str) -> None:
+        """The document fails before any chunk row is stored (a guarded transition from CHUNKING)."""
+        await self.pool.execute(
+            "UPDATE documents SET status = $2, error = $3, updated_at = now() WHERE id = $1 AND status = $4",
+            document_id,
+            DocumentStatus.FAILED,
+            error,
+            DocumentStatus.CHUNKING,
+        )

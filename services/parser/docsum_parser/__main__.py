@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 
 import asyncpg
@@ -9,18 +10,29 @@ import asyncpg
 from docsum_shared.consumer import run_service, serve
 from docsum_shared.events import Topic
 from docsum_shared.handlers import Handler
-from docsum_shared.settings import Settings
+from docsum_shared.settings import Settings, get_settings
 
 from .handlers import Deps, handlers
 from .repository import DocumentRepository
+from .worker import ParseWorker
 
 
-def consumers(settings: Settings, pool: asyncpg.Pool) -> Mapping[Topic, Handler]:
-    return handlers.bind(Deps(DocumentRepository(pool), settings))
+def consumers(settings: Settings, pool: asyncpg.Pool, worker: ParseWorker) -> Mapping[Topic, Handler]:
+    return handlers.bind(Deps(DocumentRepository(pool), settings, worker))
+
+
+async def service(stop: asyncio.Event) -> None:
+    settings = get_settings()
+    worker = ParseWorker(timeout_s=settings.parse_timeout_s, memory_bytes=settings.parse_memory_bytes)
+    worker.start()
+    try:
+        await serve("parser", stop, lambda settings, pool: consumers(settings, pool, worker))
+    finally:
+        worker.close()
 
 
 def main() -> None:
-    run_service(lambda stop: serve("parser", stop, consumers))
+    run_service(service)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ service layer only has to map ParseError to a failed-document event.
 from __future__ import annotations
 
 import codecs
+import copy
 import io
 import re
 import struct
@@ -36,7 +37,8 @@ class ParseError(Exception):
     """The document cannot be turned into text; str(e) tells the user what to do about it.
 
     `kind` is a stable machine-readable tag (empty, unsupported, encrypted, damaged, invalid_docx,
-    encoding, no_text) for metrics and tests; the message is what the user sees.
+    encoding, no_text, too_large; from the parse worker: timeout, out_of_memory, worker_stopped) for
+    metrics and tests; the message is what the user sees.
     """
 
     def __init__(self, message: str, kind: str) -> None:
@@ -49,6 +51,40 @@ class ExtractedText:
     text: str
     format: Format
     pages: int | None = None  # PDFs only
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How far one document may expand; each is checked as early as it can be measured.
+
+    `max_chars`: characters of text (as extracted, and again once normalized); extraction stops as
+    soon as it is passed. `max_pdf_pages`: pages of a PDF, checked before any text is extracted.
+    `max_docx_unzipped_bytes`: the bytes all parts of a DOCX really inflate to, counted while
+    inflating them (the sizes a zip declares are not trusted). The defaults are the settings'.
+    """
+
+    max_chars: int = 5_000_000
+    max_pdf_pages: int = 2_000
+    max_docx_unzipped_bytes: int = 256 * 2**20
+
+
+def size_label(n: int) -> str:
+    """A byte count as a person would write it: 256 MiB, 1 GiB, 1,500 bytes."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size and n % size == 0:
+            return f"{n // size:,} {unit}"
+    return f"{n:,} bytes"
+
+
+_SPLIT_IT = "split it into smaller files and try again"
+
+
+def _too_many_chars(limits: Limits) -> ParseError:
+    return ParseError(
+        f"the document's text is longer than the limit of {limits.max_chars:,} characters "
+        f"(DOCSUM_MAX_DOCUMENT_CHARS); {_SPLIT_IT}",
+        "too_large",
+    )
 
 
 SUPPORTED = "PDF, DOCX, TXT, Markdown"
@@ -121,21 +157,26 @@ def detect_format(data: bytes, filename: str, content_type: str | None) -> Forma
     raise ParseError(f"unsupported file type {_label(ext, ctype)}; supported: {SUPPORTED}", "unsupported")
 
 
-def extract_text(data: bytes, filename: str, content_type: str | None = None) -> ExtractedText:
-    """Extract normalized plain text; raises ParseError with a user-facing message on any failure."""
+def extract_text(
+    data: bytes, filename: str, content_type: str | None = None, limits: Limits = Limits()
+) -> ExtractedText:
+    """Extract normalized plain text; raises ParseError with a user-facing message on any failure,
+    including a document over one of `limits`."""
     if not data:
         raise ParseError(MSG_EMPTY, "empty")
     fmt = detect_format(data, filename, content_type)
     pages: int | None = None
     if fmt == "pdf":
-        text, pages = _extract_pdf(data)
+        text, pages = _extract_pdf(data, limits)
     elif fmt == "docx":
-        text = _extract_docx(data)
+        text = _extract_docx(data, limits)
     else:
-        text = _decode_text(data)
+        text = _decode_text(data, limits)
     text = normalize(text)
     if not text:
         raise ParseError(MSG_NO_TEXT[fmt], "no_text")
+    if len(text) > limits.max_chars:  # normalizing can expand (tabs, ligatures)
+        raise _too_many_chars(limits)
     return ExtractedText(text=text, format=fmt, pages=pages)
 
 
@@ -220,7 +261,7 @@ def _damaged(reason: str) -> ParseError:
     return ParseError(f"PDF is damaged or truncated: {reason}; re-export it and try again", "damaged")
 
 
-def _extract_pdf(data: bytes) -> tuple[str, int]:
+def _extract_pdf(data: bytes, limits: Limits) -> tuple[str, int]:
     if b"%PDF-" not in data[:1024]:
         raise _damaged("it does not start with a %PDF header")
     # pypdf searches the *whole* file backwards for %%EOF, so a cut-off file that contains an
@@ -234,7 +275,14 @@ def _extract_pdf(data: bytes) -> tuple[str, int]:
         reader = PdfReader(io.BytesIO(data), strict=False)
         if reader.is_encrypted:
             _decrypt_with_empty_password(reader)
-        page_texts = [page.extract_text() or "" for page in reader.pages]
+        _check_page_count(reader, limits)
+        page_texts = []
+        chars = 0
+        for page in reader.pages:
+            page_texts.append(page.extract_text() or "")
+            chars += len(page_texts[-1])
+            if chars > limits.max_chars:
+                raise _too_many_chars(limits)
         if not any(t.strip() for t in page_texts):
             # extract_text() swallows some errors and returns "", which would turn a damaged file
             # into a misleading "run OCR" message; make sure the page content is really there.
@@ -303,6 +351,21 @@ def _drop_running_lines(pages: list[str]) -> list[str]:
     return out
 
 
+def _check_page_count(reader: PdfReader, limits: Limits) -> None:
+    """Before any page is read: the count the page tree declares (a number, nothing walked), else the
+    pages really found."""
+    tree = reader.root_object["/Pages"].get_object()
+    count = tree.get("/Count") if isinstance(tree, DictionaryObject) else None
+    if not (isinstance(count, int) and count > limits.max_pdf_pages):
+        count = len(reader.pages)
+    if count > limits.max_pdf_pages:
+        raise ParseError(
+            f"the PDF has {count:,} pages, over the limit of {limits.max_pdf_pages:,} (DOCSUM_MAX_PDF_PAGES); "
+            f"{_SPLIT_IT}",
+            "too_large",
+        )
+
+
 def _check_page_contents(reader: PdfReader) -> None:
     # A broken page tree makes pypdf return fewer (or bogus) pages instead of failing.
     tree = reader.root_object["/Pages"].get_object()
@@ -332,7 +395,6 @@ def _decrypt_with_empty_password(reader: PdfReader) -> None:
 
 # ------------------------------------------------------------------------------------------- DOCX
 
-_MAX_DOCX_UNZIPPED = 256 * 2**20
 _HEADING_STYLE = re.compile(r"heading ([1-9])", re.IGNORECASE)
 # Damaged members surface from zipfile/zlib (bad CRC, unknown compression), bad XML from lxml.
 _DOCX_ERRORS = (
@@ -356,23 +418,60 @@ def _invalid_docx(reason: str) -> ParseError:
     )
 
 
-def _extract_docx(data: bytes) -> str:
+def _extract_docx(data: bytes, limits: Limits) -> str:
     members = _zip_members(data)
     if members is None:
         raise _invalid_docx("it is not a readable zip archive; it may be truncated or another format")
     if "word/document.xml" not in members:
         raise _invalid_docx("the archive has no word/document.xml")
-    # python-docx inflates every part in memory; zipfile never reads past the declared sizes, so
-    # checking them is enough to stop a zip bomb.
-    if sum(members.values()) > _MAX_DOCX_UNZIPPED:
-        raise _invalid_docx(f"it unpacks to more than {_MAX_DOCX_UNZIPPED // 2**20} MB")
+    # python-docx inflates every part in memory: first make sure they really fit.
+    _check_unzipped_size(data, limits.max_docx_unzipped_bytes)
+    blocks: list[str] = []
+    chars = 0
     try:
         document = docx.Document(io.BytesIO(data))
-        blocks = list(_DocxReader(document).blocks(document.element.body))
+        for block in _DocxReader(document).blocks(document.element.body):
+            if block.strip():
+                blocks.append(block)
+                chars += len(block) + 2
+                if chars > limits.max_chars:
+                    raise _too_many_chars(limits)
     except _DOCX_ERRORS as exc:
         raise _invalid_docx(_short(exc)) from exc
     # A blank line between blocks keeps paragraph boundaries visible to the chunker.
-    return "\n\n".join(b for b in blocks if b.strip())
+    return "\n\n".join(blocks)
+
+
+_INFLATE_BLOCK = 2**20
+
+
+def _check_unzipped_size(data: bytes, limit: int) -> None:
+    """Inflate every member in blocks, counting the bytes that really come out, and stop as soon as
+    they pass `limit`. The sizes in the zip's headers are whatever the file's author wrote there."""
+    total = 0
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            for info in archive.infolist():
+                if info.is_dir():
+                    continue
+                if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+                    # Word writes only these two; zipfile inflates the others without a bound per read.
+                    raise _invalid_docx(f"{info.filename} is compressed with an unsupported method")
+                # zipfile stops reading at the declared size (and then checks the CRC): declare more
+                # than can be read before the count passes the limit.
+                probe = copy.copy(info)
+                probe.file_size = limit + 2 * _INFLATE_BLOCK
+                with archive.open(probe) as member:
+                    while block := member.read(_INFLATE_BLOCK):
+                        total += len(block)
+                        if total > limit:
+                            raise ParseError(
+                                f"the DOCX unpacks to more than the limit of {size_label(limit)} "
+                                f"(DOCSUM_MAX_DOCX_UNZIPPED_BYTES); {_SPLIT_IT}",
+                                "too_large",
+                            )
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, ValueError, RuntimeError) as exc:
+        raise _invalid_docx(_short(exc)) from exc
 
 
 # We walk the body XML ourselves: python-docx's paragraphs and tables skip content controls (w:sdt,
@@ -519,7 +618,10 @@ _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 _CJK = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uff00-\uffef\u2014\u2018-\u201d\u2026]")
 
 
-def _decode_text(data: bytes) -> str:
+def _decode_text(data: bytes, limits: Limits) -> str:
+    # Every encoding read here takes at most 4 bytes per character (a BOM takes at most 4 more).
+    if len(data) - 4 > 4 * limits.max_chars:
+        raise _too_many_chars(limits)
     if data.startswith(codecs.BOM_UTF8):
         candidates = ["utf-8-sig"]
     elif data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
@@ -528,7 +630,7 @@ def _decode_text(data: bytes) -> str:
         candidates = ["utf-8", "gb18030"]  # GB18030 for Chinese text saved by Windows tools
     for encoding in candidates:
         try:
-            text = data.decode(encoding)  # strict: a wrong guess must fail, not produce mojibake
+            text = _decode_capped(data, encoding, limits)  # strict: a wrong guess must fail, not produce mojibake
         except UnicodeDecodeError:
             continue
         if _looks_like_text(text, chinese=encoding == "gb18030"):
@@ -536,14 +638,33 @@ def _decode_text(data: bytes) -> str:
     raise ParseError(MSG_ENCODING, "encoding")
 
 
+_DECODE_BLOCK = 2**20
+
+
+def _decode_capped(data: bytes, encoding: str, limits: Limits) -> str:
+    """Decode block by block, so that a text over the limit fails after `max_chars` characters."""
+    decoder = codecs.getincrementaldecoder(encoding)("strict")
+    view = memoryview(data)
+    parts: list[str] = []
+    chars = 0
+    for start in range(0, len(view), _DECODE_BLOCK):
+        part = decoder.decode(view[start : start + _DECODE_BLOCK], final=start + _DECODE_BLOCK >= len(view))
+        chars += len(part)
+        if chars > limits.max_chars:
+            raise _too_many_chars(limits)
+        parts.append(part)
+    return "".join(parts)
+
+
 def _looks_like_text(text: str, chinese: bool) -> bool:
     # A strict decode can still "succeed" on binary data (or on UTF-16 without a BOM, which is
     # valid UTF-8 full of NULs); real text has almost no control or private-use characters.
-    if len(_BAD_CHARS.findall(text)) > 3 + len(text) * 0.01:
+    # (Counted with subn, which builds no list of matches.)
+    if _BAD_CHARS.subn("", text)[1] > 3 + len(text) * 0.01:
         return False
     if chinese:
         # GB18030 maps nearly every byte pair to *some* character; Chinese text is mostly Han
         # characters and CJK punctuation.
-        non_ascii = len(_NON_ASCII.findall(text))
-        return len(_CJK.findall(text)) >= non_ascii * 0.5
+        non_ascii = _NON_ASCII.subn("", text)[1]
+        return _CJK.subn("", text)[1] >= non_ascii * 0.5
     return True

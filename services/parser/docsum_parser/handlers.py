@@ -12,7 +12,8 @@ from docsum_shared.handlers import Handlers, required
 from docsum_shared.levels import SizeLevel
 from docsum_shared.settings import Settings
 
-from .policy import Fail, StoredDocument, StoreText, already_done, needs_parse, parse
+from .policy import Extractor, Fail, StoredDocument, StoreText, already_done, needs_parse, parse
+from .worker import run_job
 
 log = logging.getLogger("docsum_parser")
 
@@ -28,6 +29,7 @@ class Repository(Protocol):
 class Deps:
     repo: Repository
     settings: Settings
+    extract: Extractor = run_job  # the service gives a ParseWorker: time and memory limits, own process
 
 
 handlers = Handlers[Deps]()
@@ -40,8 +42,10 @@ async def parse_document(event: DocumentSubmitted, deps: Deps) -> list[Event]:
     if not needs_parse(doc):
         return already_done(event, doc).emit
     data = required(await deps.repo.load_bytes(event.blob_sha256), f"the stored bytes with sha256 {event.blob_sha256}")
-    # Parsing is CPU-bound: keep the event loop (and the consumer's heartbeat) responsive.
-    decision = await asyncio.to_thread(parse, event, data, deps.settings)
+    # Parsing is CPU-bound (or waits for the worker): keep the event loop (and the consumer's heartbeat)
+    # responsive.
+    decision = await asyncio.to_thread(parse, event, data, deps.settings, deps.extract)
+    del data  # not held while the text is stored
     if isinstance(decision.write, StoreText):
         await deps.repo.store_text(event.document_id, decision.write.text, decision.write.size_level)
         log.info("parsed document %s (%s): %d chars", event.document_id, event.filename, len(decision.write.text))

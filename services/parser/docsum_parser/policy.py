@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from docsum_shared.events import DocumentMerged, DocumentOutcome, DocumentParsed, DocumentSubmitted, Event
@@ -10,7 +11,11 @@ from docsum_shared.levels import SizeLevel, size_level
 from docsum_shared.settings import Settings
 from docsum_shared.states import DocumentStatus, TaskStatus
 
-from .extract import ParseError, extract_text
+from .extract import ExtractedText, Limits, ParseError
+from .worker import Job, run_job
+
+# Turns a job into text: `run_job` in this process, or a ParseWorker running it in its worker.
+Extractor = Callable[[Job], ExtractedText]
 
 # Statuses in which the document still needs its text; anything later means the parse was stored.
 NEEDS_PARSE = (DocumentStatus.PENDING, DocumentStatus.PARSING)
@@ -60,10 +65,18 @@ def already_done(event: DocumentSubmitted, doc: StoredDocument) -> Decision:
     )
 
 
-def parse(event: DocumentSubmitted, data: bytes, settings: Settings) -> Decision:
-    """Extract the document's text from its bytes; a bad file fails this document only."""
+def limits(settings: Settings) -> Limits:
+    return Limits(
+        max_chars=settings.max_document_chars,
+        max_pdf_pages=settings.max_pdf_pages,
+        max_docx_unzipped_bytes=settings.max_docx_unzipped_bytes,
+    )
+
+
+def parse(event: DocumentSubmitted, data: bytes, settings: Settings, extract: Extractor = run_job) -> Decision:
+    """Extract the document's text from its bytes; a bad file, or one over a limit, fails this document only."""
     try:
-        extracted = extract_text(data, event.filename, event.content_type)
+        extracted = extract(Job(data, event.filename, event.content_type, limits(settings), event.document_id))
     except ParseError as exc:
         return Decision(Fail(str(exc)), [_failed(event)])
     chars = len(extracted.text)

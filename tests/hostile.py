@@ -1,0 +1,97 @@
+"""Hostile documents, small on disk and built in memory: each expands far beyond what it looks like."""
+
+from __future__ import annotations
+
+import io
+import re
+import struct
+import zipfile
+import zlib
+
+from tests.documents import make_docx
+
+_W_NS = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+
+
+def docx_bomb(inflated_bytes: int, *, declared_bytes: int | None = 4096) -> bytes:
+    """A DOCX whose word/document.xml inflates to about `inflated_bytes` (paragraphs of the same
+    thousand characters, again and again) while its zip headers, local and central, declare
+    `declared_bytes` (None: the truth). Deflate packs it about 350:1."""
+    base = zipfile.ZipFile(io.BytesIO(make_docx([("paragraph", "A letter of no importance.")])))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for info in base.infolist():
+            if info.filename != "word/document.xml":
+                archive.writestr(info, base.read(info.filename))
+        head = f'<?xml version="1.0" encoding="UTF-8"?><w:document xmlns:w="{_W_NS}"><w:body>'.encode()
+        tail = b"</w:body></w:document>"
+        paragraph = b"<w:p><w:r><w:t>" + b"a" * 1000 + b"</w:t></w:r></w:p>"
+        block = paragraph * (2**20 // len(paragraph))
+        bomb = zipfile.ZipInfo("word/document.xml", date_time=(1980, 1, 1, 0, 0, 0))
+        bomb.compress_type = zipfile.ZIP_DEFLATED
+        with archive.open(bomb, "w") as member:
+            member.write(head)
+            for _ in range(max(1, (inflated_bytes - len(head) - len(tail)) // len(block))):
+                member.write(block)
+            member.write(tail)
+    if declared_bytes is None:
+        return out.getvalue()
+    return _declare_size(out.getvalue(), "word/document.xml", declared_bytes)
+
+
+def _declare_size(data: bytes, name: str, size: int) -> bytes:
+    """Overwrite the uncompressed size of member `name` in its local header and its central entry."""
+    patched = bytearray(data)
+    encoded = name.encode()
+    for signature, size_at, name_length_at, name_at in ((b"PK\x03\x04", 22, 26, 30), (b"PK\x01\x02", 24, 28, 46)):
+        at = patched.find(signature)
+        while at >= 0:
+            (length,) = struct.unpack_from("<H", patched, at + name_length_at)
+            if patched[at + name_at : at + name_at + length] == encoded:
+                struct.pack_into("<I", patched, at + size_at, size)
+            at = patched.find(signature, at + 4)
+    return bytes(patched)
+
+
+def pdf_sharing_one_content_stream(pages: int, text: str = "The same page again.") -> bytes:
+    """A PDF of `pages` pages that all draw the same content stream: a few dozen bytes per page."""
+    content = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
+    stream = zlib.compress(content)
+    objects: list[bytes] = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [" + b" ".join(b"%d 0 R" % (5 + i) for i in range(pages)) + b"] /Count %d >>" % pages,
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream",
+    ]
+    page = (
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >>"
+        b" /Contents 4 0 R >>"
+    )
+    objects += [page] * pages
+    out = io.BytesIO()
+    out.write(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(out.tell())
+        out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
+    xref = out.tell()
+    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
+    for offset in offsets:
+        out.write(b"%010d 00000 n \n" % offset)
+    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref))
+    return out.getvalue()
+
+
+def one_line_text(n_bytes: int) -> bytes:
+    """Words without a single line break."""
+    word = b"endless "
+    return word * (n_bytes // len(word))
+
+
+def pdf_with_wrong_offsets(pages: int) -> bytes:
+    """A readable PDF whose cross-reference table points 3 bytes past every object: pypdf repairs it,
+    logging two warnings per object."""
+    data = pdf_sharing_one_content_stream(pages)
+    head, _, table = data.partition(b"xref\n")
+    table = re.sub(rb"^(\d{10})(?= 00000 n)", lambda m: b"%010d" % (int(m.group(1)) + 3), table, flags=re.M)
+    return head + b"xref\n" + table
