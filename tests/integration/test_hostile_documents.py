@@ -100,7 +100,7 @@ async def test_hostile_documents_fail_alone_and_the_parser_lets_go(make_stack: S
     assert len(hostile["bomb.docx"]) < 500_000 and len(hostile["pages.pdf"]) < 100_000
 
     async with stack.client() as client:
-        warm_up = (await client.post("/v1/tasks", files=[("files", ("warm-up.txt", good["notes.txt"], "text/plain"))]))
+        warm_up = await client.post("/v1/tasks", files=[("files", ("warm-up.txt", good["notes.txt"], "text/plain"))])
         assert (await wait_for_task(client, warm_up.json()["task_id"], stack))["status"] == "COMPLETED"
         idle = await settled_footprint(parser)
 

@@ -58,8 +58,9 @@ class FakeChunkRows:
     async def stored_chunks(self, document_id: str) -> list[ChunkRow]:
         return [ChunkRow(r.id, r.index) for r in self.rows]
 
-    async def store_chunks(self, document_id: str, rows: list[ChunkRow]) -> None:
+    async def store_chunks(self, document_id: str, rows: list[ChunkRow], hold: object = None) -> str | None:
         self.rows = rows
+        return None
 
     async def fail(self, document_id: str, error: str) -> None:
         self.failed.append(error)

@@ -7,12 +7,20 @@ from dataclasses import dataclass, field
 import pytest
 
 from docsum_chunker import handlers as chunker
-from docsum_chunker.policy import ChunkRow
+from docsum_chunker.policy import ChunkRow, HoldRule
 from docsum_chunker.repository import ParsedDocument
 from docsum_parser import handlers as parser
 from docsum_parser.policy import StoredDocument
+from docsum_shared.approval import Plan
 from docsum_shared.errors import Poison
-from docsum_shared.events import ChunkCreated, DocumentMerged, DocumentOutcome, DocumentParsed, DocumentSubmitted
+from docsum_shared.events import (
+    ChunkCreated,
+    DocumentMerged,
+    DocumentOutcome,
+    DocumentParsed,
+    DocumentSubmitted,
+    TaskEvent,
+)
 from docsum_shared.levels import SizeLevel
 from docsum_shared.settings import Settings
 from docsum_shared.states import DocumentStatus, TaskStatus
@@ -98,9 +106,12 @@ class FakeChunkRows:
     async def stored_chunks(self, document_id: str) -> list[ChunkRow]:
         return [ChunkRow(r.id, r.index) for r in self.rows]
 
-    async def store_chunks(self, document_id: str, rows: list[ChunkRow]) -> None:
+    async def store_chunks(self, document_id: str, rows: list[ChunkRow], hold: HoldRule | None = None) -> str | None:
         self.stores += 1
         self.rows = rows
+        if hold is None:
+            return None
+        return hold("alice", Plan(len(rows), 1 if len(rows) > 1 else 0, 1, 600 * len(rows)))
 
 
 PARSED = DocumentParsed(task_id="t", document_id="d", text_chars=30_000, size_level=SizeLevel.MEDIUM)
@@ -142,3 +153,24 @@ async def test_chunker_poison_for_unknown_documents_or_missing_text() -> None:
     repo = FakeChunkRows(ParsedDocument(DocumentStatus.CHUNKING, None, TaskStatus.PROCESSING))
     with pytest.raises(Poison):
         await chunker.handle(PARSED, chunker.Deps(repo, SETTINGS))
+
+
+async def test_a_task_over_its_owners_ceiling_waits_for_approval_before_any_call() -> None:
+    settings = Settings(_env_file=None, llm_backend="openai", task_max_calls=5)
+    repo = FakeChunkRows(ParsedDocument(DocumentStatus.CHUNKING, english_prose(30_000), TaskStatus.PROCESSING))
+    waiting, *announced = await chunker.handle(PARSED, chunker.Deps(repo, settings))
+    assert isinstance(waiting, TaskEvent) and waiting.status is TaskStatus.AWAITING_APPROVAL
+    assert "DOCSUM_TASK_MAX_CALLS" in waiting.detail["reason"] and "ceiling of 5" in waiting.detail["reason"]
+    assert len(announced) == len(repo.rows)  # announced all the same: held, they wait for resume
+
+
+def test_ceilings_per_owner_and_by_cost() -> None:
+    from docsum_shared.approval import Ceiling, over_ceiling
+
+    plan = Plan(chunks=40, documents_to_merge=2, documents=3, prompt_tokens=30_000)
+    assert plan.calls == 43
+    assert over_ceiling(plan, 0.01, Ceiling(calls=100)) is None
+    assert "DOCSUM_TASK_MAX_CALLS" in (over_ceiling(plan, 0.01, Ceiling(calls=10)) or "")
+    assert "DOCSUM_TASK_MAX_COST_USD" in (over_ceiling(plan, 0.5, Ceiling(cost_usd=0.25)) or "")
+    settings = Settings(_env_file=None, task_max_calls=10, owner_ceilings={"bob": {"calls": 1000}})
+    assert settings.ceiling("alice").calls == 10 and settings.ceiling("bob").calls == 1000

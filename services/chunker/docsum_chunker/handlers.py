@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from docsum_shared.errors import Poison
-from docsum_shared.events import DocumentParsed, Event
+from docsum_shared.events import DocumentParsed, Event, TaskEvent
 from docsum_shared.handlers import Handlers, required, takes_work
 from docsum_shared.settings import Settings
-from docsum_shared.states import DocumentStatus
+from docsum_shared.states import DocumentStatus, TaskStatus
 
-from .policy import ChunkRow, Fail, announce, cut, failed, should_announce_again
+from .policy import ChunkRow, Fail, HoldRule, announce, cut, failed, hold_rule, should_announce_again
 from .repository import ParsedDocument
 
 log = logging.getLogger("docsum_chunker")
@@ -22,7 +22,9 @@ log = logging.getLogger("docsum_chunker")
 class Repository(Protocol):
     async def load(self, document_id: str) -> ParsedDocument | None: ...
     async def stored_chunks(self, document_id: str) -> list[ChunkRow]: ...
-    async def store_chunks(self, document_id: str, rows: list[ChunkRow]) -> None: ...
+    async def store_chunks(
+        self, document_id: str, rows: list[ChunkRow], hold: HoldRule | None = None
+    ) -> str | None: ...
     async def fail(self, document_id: str, error: str) -> None: ...
 
 
@@ -49,8 +51,12 @@ async def chunk_document(event: DocumentParsed, deps: Deps) -> list[Event]:
             await deps.repo.fail(event.document_id, rows.error)
             log.info("document %s failed: %s", event.document_id, rows.error)
             return [failed(event)]
-        await deps.repo.store_chunks(event.document_id, rows)
+        held = await deps.repo.store_chunks(event.document_id, rows, hold_rule(deps.settings))
         log.info("document %s: %d chunks", event.document_id, len(rows))
+        if held is not None:  # its chunks are announced all the same: held, they wait for resume
+            log.info("task %s awaits its owner's approval: %s", event.task_id, held)
+            waiting = event.next(TaskEvent, status=TaskStatus.AWAITING_APPROVAL, detail={"reason": held})
+            return [waiting, *announce(event, await deps.repo.stored_chunks(event.document_id))]
     elif not should_announce_again(doc.status):
         return []
     return list(announce(event, await deps.repo.stored_chunks(event.document_id)))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from docsum_shared.approval import EXPECTED_COMPLETION_TOKENS, Plan, over_ceiling
 from docsum_shared.events import ChunkCreated, DocumentMerged, DocumentOutcome, DocumentParsed
 from docsum_shared.settings import Settings
 from docsum_shared.states import DocumentStatus
@@ -62,3 +64,22 @@ def should_announce_again(status: DocumentStatus) -> bool:
     Past SUMMARIZING the merger has seen every chunk finished, which proves they were announced.
     """
     return status is DocumentStatus.SUMMARIZING
+
+
+# Whether a task, given its owner and its plan so far, waits for its owner's approval (and why).
+HoldRule = Callable[[str, Plan], str | None]
+
+
+def hold_rule(settings: Settings) -> HoldRule | None:
+    """The owner's ceiling against the task's plan; None when no call is paid for or no ceiling is set."""
+    if settings.llm_backend != "openai" or (
+        not settings.owner_ceilings and settings.task_max_calls is None and settings.task_max_cost_usd is None
+    ):
+        return None
+
+    def hold(owner: str, plan: Plan) -> str | None:
+        completion = plan.calls * EXPECTED_COMPLETION_TOKENS
+        cost = settings.cost_usd(settings.llm_model, plan.prompt_tokens, completion)
+        return over_ceiling(plan, cost, settings.ceiling(owner))
+
+    return hold

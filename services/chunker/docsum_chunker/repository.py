@@ -6,10 +6,11 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from docsum_shared.approval import Plan
 from docsum_shared.states import DocumentStatus, TaskStatus
 from docsum_shared.text import estimate_tokens_upper
 
-from .policy import ChunkRow
+from .policy import ChunkRow, HoldRule
 
 
 @dataclass(frozen=True)
@@ -41,8 +42,11 @@ class ChunkRepository:
         )
         return [ChunkRow(r["id"], r["chunk_index"]) for r in rows]
 
-    async def store_chunks(self, document_id: str, rows: list[ChunkRow]) -> None:
-        """All chunk rows and the document's move to SUMMARIZING, in one transaction."""
+    async def store_chunks(self, document_id: str, rows: list[ChunkRow], hold: HoldRule | None = None) -> str | None:
+        """All chunk rows and the document's move to SUMMARIZING, in one transaction. With `hold`, the
+        task's plan (every document cut so far) is checked against its owner's ceiling in the same
+        transaction, under the task's row lock, and a task over it is held AWAITING_APPROVAL: returns
+        why (None: not held)."""
         records = [
             (
                 r.id,
@@ -60,6 +64,11 @@ class ChunkRepository:
             if r.chunk is not None
         ]
         async with self.pool.acquire() as conn, conn.transaction():
+            task = await conn.fetchrow(
+                "SELECT t.id, t.owner, t.approved FROM tasks t JOIN documents d ON d.task_id = t.id"
+                " WHERE d.id = $1 FOR UPDATE OF t",
+                document_id,
+            )
             moved = await conn.fetchval(
                 "UPDATE documents SET status = $2, chunk_total = $3, pending_token_estimate = $5,"
                 " chunks_completed = 0, chunks_failed = 0, updated_at = now()"
@@ -71,13 +80,35 @@ class ChunkRepository:
                 sum(record[8] for record in records),
             )
             if moved is None:
-                return
+                return None
             await conn.executemany(
                 "INSERT INTO chunks (id, document_id, chunk_index, start_char, end_char, text, context_before,"
                 " context_after, token_estimate) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
                 " ON CONFLICT (id) DO NOTHING",
                 records,
             )
+            if hold is None or task is None or task["approved"]:
+                return None
+            planned = await conn.fetchrow(
+                "SELECT coalesce(sum(chunk_total), 0)::int AS chunks,"
+                " count(*) FILTER (WHERE chunk_total > 1)::int AS merges, count(*)::int AS documents,"
+                " coalesce(sum(pending_token_estimate), 0)::bigint AS prompt_tokens"
+                " FROM documents WHERE task_id = $1",
+                task["id"],
+            )
+            plan = Plan(planned["chunks"], planned["merges"], planned["documents"], planned["prompt_tokens"])
+            reason = hold(task["owner"], plan)
+            if reason is None:
+                return None
+            held = await conn.fetchval(
+                "UPDATE tasks SET status = $2, hold_reason = $3, updated_at = now()"
+                " WHERE id = $1 AND status = ANY($4::text[]) RETURNING id",
+                task["id"],
+                TaskStatus.AWAITING_APPROVAL,
+                reason,
+                [TaskStatus.PENDING, TaskStatus.PROCESSING],
+            )
+            return reason if held is not None else None
 
     async def fail(self, document_id: str, error: str) -> None:
         """The document fails before any chunk row is stored (a guarded transition from CHUNKING)."""

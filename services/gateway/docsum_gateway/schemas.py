@@ -88,6 +88,9 @@ class TaskView(BaseModel):
     summary_model: str | None
     error: str | None
     options: TaskOptions
+    # Why the task waits AWAITING_APPROVAL (its planned calls or cost over its owner's ceiling):
+    # resume approves it, cancel drops it; `estimate` shows what it would take.
+    hold_reason: str | None = None
     truncated: bool = False  # the task summary, or one of its documents', was cut at its bound
     llm: EndpointView | None = None
     usage: Usage

@@ -52,6 +52,7 @@ async def task_view(pool: asyncpg.Pool, settings: Settings, owner: str, task_id:
         summary_model=task["summary_model"],
         error=task["error"],
         options=TaskOptions.from_stored(task["options"]),
+        hold_reason=task.get("hold_reason"),
         truncated=bool(task.get("summary_truncated")) or any(d.get("truncated_parts") for d in documents),
         llm=await endpoint_view(pool, settings),
         usage=total,
