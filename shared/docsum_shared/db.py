@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from importlib import resources
 
 import asyncpg
+
+from .errors import retry_until, until_deadline
 
 log = logging.getLogger(__name__)
 
@@ -17,15 +18,14 @@ _MIGRATION_LOCK_ID = 0x646F6373756D  # "docsum"
 
 async def connect_pool(database_url: str, *, max_size: int = 10, wait_s: float = 60.0) -> asyncpg.Pool:
     """Open a pool, waiting for the database to come up (it may be restarting) for up to `wait_s`."""
-    deadline = asyncio.get_running_loop().time() + wait_s
-    while True:
-        try:
-            return await asyncpg.create_pool(database_url, min_size=1, max_size=max_size)
-        except (OSError, asyncpg.CannotConnectNowError, asyncpg.TooManyConnectionsError) as exc:
-            if asyncio.get_running_loop().time() > deadline:
-                raise
-            log.warning("database not reachable yet (%s); retrying", exc)
-            await asyncio.sleep(1.0)
+
+    async def connect() -> asyncpg.Pool:
+        return await asyncpg.create_pool(database_url, min_size=1, max_size=max_size)
+
+    def waiting(exc: Exception) -> None:
+        log.warning("database not reachable yet (%s); retrying", exc)
+
+    return await retry_until(connect, until_deadline(wait_s, waiting))
 
 
 def _migrations() -> list[tuple[int, str, str]]:

@@ -208,3 +208,19 @@ def while_infrastructure_down(backoff: Backoff = Backoff()) -> Callable[[Excepti
         return backoff.delay(failures) if kind is Kind.RETRIABLE else None
 
     return decide
+
+
+def until_deadline(
+    wait_s: float, on_retry: Callable[[Exception], None], backoff: Backoff = Backoff(base_s=0.5, cap_s=2.0)
+) -> Callable[[Exception, int], float | None]:
+    """A `decide` for `retry_until` at start-up: wait out retriable failures for up to `wait_s` seconds
+    in all, then give up (the service exits, and its supervisor restarts it)."""
+    deadline = asyncio.get_running_loop().time() + wait_s
+
+    def decide(exc: Exception, failures: int) -> float | None:
+        if classify(exc) is not Kind.RETRIABLE or asyncio.get_running_loop().time() > deadline:
+            return None
+        on_retry(exc)
+        return backoff.delay(failures)
+
+    return decide

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterable
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
+from aiokafka.errors import TopicAlreadyExistsError
 
+from .errors import retry_until, until_deadline
 from .events import TOPIC_OF, Event, Topic
 from .settings import Settings
 
@@ -30,8 +30,8 @@ def topic_partitions(settings: Settings) -> dict[str, int]:
 
 async def ensure_topics(settings: Settings, *, wait_s: float = 120.0) -> None:
     """Create the missing topics; idempotent, and safe when several services start at once."""
-    deadline = asyncio.get_running_loop().time() + wait_s
-    while True:
+
+    async def create_missing() -> None:
         admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers)
         try:
             await admin.start()
@@ -48,14 +48,13 @@ async def ensure_topics(settings: Settings, *, wait_s: float = 120.0) -> None:
                     if code not in (0, TopicAlreadyExistsError.errno):
                         raise RuntimeError(f"cannot create topic {name}: error code {code}")
                 log.info("created topics: %s", ", ".join(t.name for t in missing))
-            return
-        except (KafkaConnectionError, OSError) as exc:
-            if asyncio.get_running_loop().time() > deadline:
-                raise
-            log.warning("Kafka not reachable yet (%s); retrying", exc)
-            await asyncio.sleep(1.0)
         finally:
             await admin.close()
+
+    def waiting(exc: Exception) -> None:
+        log.warning("Kafka not reachable yet (%s); retrying", exc)
+
+    await retry_until(create_missing, until_deadline(wait_s, waiting))
 
 
 def make_producer(settings: Settings) -> AIOKafkaProducer:

@@ -117,3 +117,32 @@ async def test_a_stop_during_the_wait_hands_the_work_back() -> None:
 
     with pytest.raises(Stopped):
         await retry_until(down, lambda exc, n: 30.0, stop=stop)
+
+
+async def test_start_up_waits_out_an_outage_until_its_deadline_then_gives_up() -> None:
+    from docsum_shared.errors import until_deadline
+
+    seen: list[Exception] = []
+    tries = 0
+
+    async def down_twice() -> str:
+        nonlocal tries
+        tries += 1
+        if tries <= 2:
+            raise ConnectionRefusedError("not yet")
+        return "up"
+
+    assert await retry_until(down_twice, until_deadline(5.0, seen.append, Backoff(0.0, 0.0))) == "up"
+    assert len(seen) == 2
+
+    async def never() -> None:
+        raise ConnectionRefusedError("down")
+
+    with pytest.raises(ConnectionRefusedError):
+        await retry_until(never, until_deadline(0.05, seen.append, Backoff(0.01, 0.01)))
+
+    async def wrong() -> None:
+        raise RuntimeError("cannot create topic x")
+
+    with pytest.raises(RuntimeError):  # not a passing outage: no waiting at all
+        await retry_until(wrong, until_deadline(5.0, seen.append))
