@@ -16,7 +16,8 @@ import pytest
 from docsum_parser.logfilter import KEEP
 from tests.documents import english_prose, make_docx, make_pdf
 from tests.hostile import docx_bomb, one_line_text, pdf_sharing_one_content_stream, pdf_with_wrong_offsets
-from tests.integration.conftest import Stack, StackFactory, wait_for_task
+from tests.integration.conftest import Stack, StackFactory
+from tests.integration.helpers import wait_for_task
 
 pytestmark = pytest.mark.integration
 
