@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -85,6 +86,19 @@ def test_nul_in_a_text_input_is_422(client: TestClient, parts: tuple, loc: list)
     (error,) = response.json()["detail"]
     assert error["loc"] == loc
     assert "NUL" in error["msg"]
+
+
+def test_a_lone_surrogate_is_refused_and_shown_escaped() -> None:
+    from fastapi.exceptions import RequestValidationError
+
+    from docsum_gateway.inputs import check_text, unstorable
+
+    assert unstorable("fine, 中文 too") is None
+    with pytest.raises(RequestValidationError) as refused:
+        check_text(("body", "title"), "a\ud800b")
+    (error,) = refused.value.errors()
+    assert "surrogate" in error["msg"] and error["input"] == "a\\ud800b"
+    error["input"].encode("utf-8")  # JSON-encodable as UTF-8
 
 
 def test_nul_in_a_path_parameter_is_422(client: TestClient) -> None:
@@ -367,3 +381,16 @@ def test_the_gateway_exits_with_one_line_naming_a_bad_setting(env: dict[str, str
     assert done.stderr.startswith(f"docsum-gateway: bad setting {setting}: "), done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
     assert "short" not in done.stderr  # the message names the setting, never a key
+
+
+
+def test_the_cli_says_which_input_was_refused(tmp_path: Path) -> None:
+    """The CLI shows a 422 as each refused input and why (here through the real application)."""
+    from docsum_cli.client import Gateway, GatewayError
+
+    gateway = Gateway(url="http://testserver", key=KEY)
+    gateway._http = TestClient(_app(), headers={"Authorization": f"Bearer {KEY}"})  # an httpx.Client
+    doc = tmp_path / "a.txt"
+    doc.write_text("text")
+    with pytest.raises(GatewayError, match=r"gateway answered 422: title: contains a NUL character"):
+        gateway.submit([doc], title="bad\x00title")

@@ -15,13 +15,15 @@ from typing import Annotated, Any
 from fastapi import HTTPException, Path, status
 from fastapi.exceptions import RequestValidationError
 from pydantic import AfterValidator
+from pydantic_core import PydanticCustomError
 
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_UNSTORABLE_CHARS = re.compile("[\x00\ud800-\udfff]")
+UNSTORABLE = "unstorable_text"  # the error type of text PostgreSQL cannot store
 
 
 def unstorable(text: str) -> str | None:
     """Why PostgreSQL cannot store `text`, or None if it can."""
-    found = _UNSTORABLE.search(text)
+    found = _UNSTORABLE_CHARS.search(text)
     if found is None:
         return None
     if found.group() == "\x00":
@@ -32,21 +34,30 @@ def unstorable(text: str) -> str | None:
 def storable(text: str) -> str:
     """A pydantic AfterValidator: `text` unchanged, or a validation error saying what is wrong."""
     if (problem := unstorable(text)) is not None:
-        raise ValueError(problem)
+        raise PydanticCustomError(UNSTORABLE, problem)
     return text
 
 
 StoredText = Annotated[str, AfterValidator(storable)]
 
 
-def invalid(loc: tuple[str | int, ...], message: str, value: Any = None) -> RequestValidationError:
+def echo(value: Any) -> Any:
+    """An input as a 422 may show it: a lone surrogate (which UTF-8 JSON cannot carry) escaped."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, list):
+        return [echo(v) for v in value]
+    return value
+
+
+def invalid(loc: tuple[str | int, ...], message: str, value: Any = None, kind: str = "value_error") -> Exception:
     """A 422 in FastAPI's own shape ({"detail": [{"loc", "msg", "type", "input"}]})."""
-    return RequestValidationError([{"type": "value_error", "loc": loc, "msg": message, "input": value}])
+    return RequestValidationError([{"type": kind, "loc": loc, "msg": message, "input": echo(value)}])
 
 
 def check_text(loc: tuple[str | int, ...], text: str) -> str:
     if (problem := unstorable(text)) is not None:
-        raise invalid(loc, problem, text)
+        raise invalid(loc, problem, text, kind=UNSTORABLE)
     return text
 
 

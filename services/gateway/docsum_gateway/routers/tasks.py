@@ -11,6 +11,7 @@ import asyncpg
 from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic_core import PydanticCustomError
 
 from docsum_shared import lifecycle
 from docsum_shared.events import DocumentSubmitted, TaskEvent
@@ -21,7 +22,7 @@ from docsum_shared.states import TaskStatus
 
 from .. import repository, views
 from ..deps import OwnerDep, PoolDep, ProducerDep, SettingsDep, TaskIdDep
-from ..inputs import StoredText, invalid
+from ..inputs import StoredText, echo, invalid
 from ..responses import errors
 from ..schemas import CreatedDocument, FailureView, LifecycleResult, TaskCreated, TaskListItem, TaskView
 from ..settings import GatewaySettings
@@ -35,7 +36,7 @@ def _form_bool(value: object) -> object:
     """A boolean form field is `true` or `false`, as the schema's boolean is written in multipart."""
     if isinstance(value, str):
         if value not in ("true", "false"):
-            raise ValueError("must be true or false")
+            raise PydanticCustomError("bool_parsing", "must be true or false")
         return value == "true"
     return value
 
@@ -117,7 +118,10 @@ def _form(fields: dict[str, list[str]]) -> TaskForm:
         return TaskForm.model_validate(given)
     except ValidationError as exc:
         raise RequestValidationError(
-            [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False, include_context=False)]
+            [
+                {**e, "loc": ("body", *e["loc"]), "input": echo(e.get("input"))}
+                for e in exc.errors(include_url=False, include_context=False)
+            ]
         ) from None
 
 
