@@ -69,13 +69,13 @@ private_log() {
 
 start_service() {
   local name=$1
+  private_log "$name"  # also the log of a service already running, made by an older stack.sh
   if alive "$name"; then
     if [ "$(cat "$STATE/$name.code" 2>/dev/null)" = "$CODE" ]; then return; fi
     echo "$name runs older code or settings: restarting it"
     stop_service "$name"
   fi
   echo "$CODE" > "$STATE/$name.code"
-  private_log "$name"
   LOG_OFFSET[$name]=$(stat -c %s "$STATE/$name.log")
   # setsid: the service outlives this shell and gets its own process group for `down`.
   setsid nohup "$PY" -m "docsum_${name%%-*}" >>"$STATE/$name.log" 2>&1 < /dev/null &
