@@ -4,7 +4,9 @@
 #   scripts/stack.sh down    stop what `up` started
 #   scripts/stack.sh infra   start only PostgreSQL and Kafka
 #   scripts/stack.sh env     print the environment the services run with (for `eval`)
-# Each process writes its pid to .run/<name>.pid and its log to .run/<name>.log. PARSER_REPLICAS,
+# Each process writes its pid to .run/<name>.pid and its log to .run/<name>.log (mode 0600). `up` fails
+# (exit 1, naming the service and showing what it wrote) when a service it starts dies at start, e.g. on
+# a bad setting, and then stops what it had started. PARSER_REPLICAS,
 # CHUNKER_REPLICAS, SUMMARIZER_REPLICAS and MERGER_REPLICAS (default 1) start more processes of a
 # service: summarizer, summarizer-2, summarizer-3...
 set -euo pipefail
@@ -53,18 +55,41 @@ code_hash() {
   } | cksum | cut -d' ' -f1
 }
 
+# The services this `up` started, and where each one's log stood when it did (to show what it wrote).
+STARTED=()
+STARTED_AT=$SECONDS
+declare -A LOG_OFFSET=()
+
+# Logs are private: a service may log what a client sent. Created 0600, and made so if older.
+private_log() {
+  local log="$STATE/$1.log"
+  (umask 077 && touch "$log")
+  chmod 600 "$log"
+}
+
 start_service() {
   local name=$1
+  private_log "$name"  # also the log of a service already running, made by an older stack.sh
   if alive "$name"; then
     if [ "$(cat "$STATE/$name.code" 2>/dev/null)" = "$CODE" ]; then return; fi
     echo "$name runs older code or settings: restarting it"
     stop_service "$name"
   fi
   echo "$CODE" > "$STATE/$name.code"
+  LOG_OFFSET[$name]=$(stat -c %s "$STATE/$name.log")
   # setsid: the service outlives this shell and gets its own process group for `down`.
   setsid nohup "$PY" -m "docsum_${name%%-*}" >>"$STATE/$name.log" 2>&1 < /dev/null &
   echo $! > "$STATE/$name.pid"
+  STARTED+=("$name")
+  STARTED_AT=$SECONDS
   echo "started $name (pid $!)"
+}
+
+# What a service that died at start wrote since it was started (its last lines), on stderr.
+report_dead() {
+  local name=$1 log="$STATE/$1.log"
+  echo "up: $name exited during start-up. The end of what it wrote to $log:" >&2
+  tail -c +"$(( ${LOG_OFFSET[$name]:-0} + 1 ))" "$log" 2>/dev/null | tail -n 8 | sed 's/^/  | /' >&2 || true
 }
 
 wait_gateway() {
@@ -74,12 +99,31 @@ wait_gateway() {
       echo "gateway answering at ${url%/healthz}"
       return 0
     fi
-    if ! alive gateway; then break; fi
+    if ! alive gateway; then
+      report_dead gateway
+      return 1
+    fi
     sleep 0.5
   done
-  echo "the gateway did not come up; the end of $STATE/gateway.log:" >&2
-  tail -n 30 "$STATE/gateway.log" >&2 || true
+  echo "up: the gateway (pid $(cat "$STATE/gateway.pid")) does not answer at $url after 60s;" \
+       "the end of $STATE/gateway.log:" >&2
+  tail -n 30 "$STATE/gateway.log" | sed 's/^/  | /' >&2 || true
   return 1
+}
+
+# Every service this `up` started must still run a moment after its start (a bad setting kills it at once).
+check_started() {
+  local name ok=0 grace=2
+  [ ${#STARTED[@]} -gt 0 ] || return 0
+  if (( SECONDS - STARTED_AT < grace )); then sleep $(( grace - (SECONDS - STARTED_AT) )); fi
+  for name in "${STARTED[@]}"; do
+    [ "$name" = gateway ] && continue  # wait_gateway has reported it
+    if ! alive "$name"; then
+      report_dead "$name"
+      ok=1
+    fi
+  done
+  return $ok
 }
 
 stop_service() {
@@ -103,7 +147,15 @@ case "${1:-}" in
     for service in "${SERVICES[@]}"; do
       for name in $(replicas "$service"); do start_service "$name"; done
     done
-    wait_gateway
+    failed=0
+    wait_gateway || failed=1
+    check_started || failed=1
+    if [ $failed -ne 0 ]; then
+      # Nothing half-started: stop what this `up` started (what ran before it keeps running).
+      for name in "${STARTED[@]}"; do stop_service "$name" >/dev/null; done
+      echo "up failed: stopped what it had started (${STARTED[*]}); see the lines above" >&2
+      exit 1
+    fi
     ;;
   down)
     for pidfile in "$STATE"/*.pid; do  # every service process and replica that `up` started

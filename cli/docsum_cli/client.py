@@ -48,6 +48,12 @@ class Gateway:
                 detail = response.json().get("detail", response.text)
             except ValueError:
                 detail = response.text
+            if isinstance(detail, list):  # a 422: each invalid input, where it is and what is wrong
+                detail = "; ".join(
+                    f"{'.'.join(str(p) for p in e.get('loc', [])[1:])}: {e.get('msg')}"
+                    for e in detail
+                    if isinstance(e, dict)
+                )
             raise GatewayError(f"gateway answered {response.status_code}: {detail}")
         return response.json()
 

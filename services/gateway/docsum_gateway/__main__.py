@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
-import logging
+import sys
 
 import uvicorn
 
-from docsum_shared.settings import get_settings
-
+from . import logs
 from .app import create_app
+from .settings import ConfigError, load_settings
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("aiokafka").setLevel(logging.WARNING)
-    settings = get_settings()
+    try:
+        settings, api_keys = load_settings()
+    except ConfigError as exc:
+        # One line, no traceback: `make up` shows it as the reason the gateway did not start.
+        print(f"docsum-gateway: bad setting {exc.setting}: {exc.message}", file=sys.stderr)
+        raise SystemExit(2) from None
+    logs.configure(secrets=list(api_keys))
     uvicorn.run(create_app(settings), host=settings.gateway_host, port=settings.gateway_port, log_config=None)
 
 

@@ -2,29 +2,31 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request, Response, status
+from fastapi.exception_handlers import http_exception_handler
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from docsum_shared.db import connect_pool, migrate
 from docsum_shared.kafka import ensure_topics, make_producer
-from docsum_shared.settings import Settings, get_settings
 
-from .limits import BodySizeLimit
+from . import settings as gateway_settings
 from .progress import ProgressHub
 from .routers import maintenance, progress, tasks
-from .security import parse_api_keys
-
-# Room for the multipart framing around the files themselves.
-_MULTIPART_SLACK = 64 * 1024
+from .security import Tickets, ticket_secret
+from .settings import GatewaySettings
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    settings = settings or get_settings()
-    api_keys = parse_api_keys(settings.api_keys)
-    if not api_keys:
-        raise SystemExit("DOCSUM_API_KEYS is not set: give the gateway at least one 'owner=key' pair")
+def create_app(settings: GatewaySettings | None = None) -> FastAPI:
+    """The application; a ConfigError (naming the setting) if the settings cannot work."""
+    if settings is None:
+        settings, api_keys = gateway_settings.load_settings()
+    else:
+        api_keys = gateway_settings.check(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -45,14 +47,48 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="docsum", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings
     app.state.api_keys = api_keys
+    app.state.tickets = Tickets(ticket_secret(settings.ws_ticket_secret, api_keys), settings.ws_ticket_ttl_s)
     app.include_router(tasks.router)
     app.include_router(maintenance.router)
     app.include_router(progress.router)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        allowed = _methods_of(app, request.url.path) if exc.status_code == status.HTTP_405_METHOD_NOT_ALLOWED else None
+        if allowed:
+            # Starlette names the methods of the first route of the path only (POST /v1/tasks, not GET).
+            exc.headers = {**(exc.headers or {}), "Allow": ", ".join(allowed)}
+        return await http_exception_handler(request, exc)
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    max_body = settings.max_files_per_task * settings.max_file_bytes + _MULTIPART_SLACK
-    app.add_middleware(BodySizeLimit, max_bytes=max_body)
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = FastAPI.openapi(app)
+            _document_limits(schema, settings)
+        return app.openapi_schema or {}
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+def _methods_of(app: FastAPI, path: str) -> list[str] | None:
+    """The methods the schema documents at `path` (None: not a documented path)."""
+    for template, operations in app.openapi()["paths"].items():
+        pattern = "^" + re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template)) + "$"
+        if re.match(pattern, path):
+            return sorted(method.upper() for method in operations)
+    return None
+
+
+def _document_limits(schema: dict[str, Any], settings: GatewaySettings) -> None:
+    """The upload limits in force, in the schema of POST /v1/tasks."""
+    body = schema["paths"]["/v1/tasks"]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]
+    files = body["properties"]["files"]
+    files["maxItems"] = settings.max_files_per_task
+    files["description"] += (
+        f"; at most {settings.max_files_per_task} files of at most {settings.max_file_bytes} bytes each,"
+        f" {settings.upload_bytes} bytes in all"
+    )

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import hashlib
+import struct
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import asyncpg
@@ -11,22 +12,14 @@ import asyncpg
 from docsum_shared.options import TaskOptions
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 
-
-@dataclass(frozen=True)
-class Upload:
-    filename: str
-    content_type: str | None
-    data: bytes
-
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.data).hexdigest()
+from .uploads import UploadedFile
 
 
 @dataclass(frozen=True)
 class NewDocument:
     id: str
-    upload: Upload
+    file: UploadedFile
+    filename: str
 
 
 def new_id() -> str:
@@ -34,16 +27,51 @@ def new_id() -> str:
     return str(uuid.uuid4())
 
 
-async def create_task(
-    pool: asyncpg.Pool, owner: str, title: str | None, uploads: list[Upload], options: TaskOptions
-) -> tuple[str, list[NewDocument]]:
-    task_id = new_id()
-    documents = [NewDocument(new_id(), upload) for upload in uploads]
-    async with pool.acquire() as conn, conn.transaction():
-        await conn.executemany(
-            "INSERT INTO blobs (sha256, data, size_bytes) VALUES ($1, $2, $3) ON CONFLICT (sha256) DO NOTHING",
-            list({u.sha256: (u.sha256, u.data, len(u.data)) for u in uploads}.values()),
+# The (class, hash) key space of advisory locks, apart from the single-key locks other services take.
+_BLOB_LOCK_CLASS = 0x626C6F62  # "blob"
+_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)
+_COPY_TRAILER = struct.pack("!h", -1)
+
+
+async def _blob_rows(files: list[UploadedFile]) -> AsyncIterator[bytes]:
+    """COPY ... (FORMAT binary) rows (sha256, data, size_bytes), each file's data read block by block
+    from its spool: the bytes go to PostgreSQL without ever being whole in memory."""
+    yield _COPY_HEADER
+    for f in files:
+        sha = f.sha256.encode()
+        yield struct.pack("!hi", 3, len(sha)) + sha + struct.pack("!i", f.size)
+        async for block in f.spool.blocks():
+            yield block
+        yield struct.pack("!iq", 8, f.size)
+    yield _COPY_TRAILER
+
+
+async def store_blobs(conn: asyncpg.Connection, files: list[UploadedFile]) -> None:
+    """Store each distinct file once (by sha256), in the caller's transaction. A transaction-scoped
+    advisory lock per hash (taken in order) makes concurrent uploads of the same bytes wait for each
+    other instead of colliding on the primary key (two hashes sharing a lock key only wait for each
+    other); only the hashes not stored yet are copied."""
+    by_hash = {f.sha256: f for f in files}
+    hashes = sorted(by_hash)
+    await conn.execute(
+        "SELECT pg_advisory_xact_lock($2, hashtext(h)) FROM (SELECT unnest($1::text[]) AS h ORDER BY 1) s",
+        hashes,
+        _BLOB_LOCK_CLASS,
+    )
+    stored = {r["sha256"] for r in await conn.fetch("SELECT sha256 FROM blobs WHERE sha256 = ANY($1::text[])", hashes)}
+    missing = [by_hash[h] for h in hashes if h not in stored]
+    if missing:
+        await conn.copy_to_table(
+            "blobs", source=_blob_rows(missing), columns=["sha256", "data", "size_bytes"], format="binary"
         )
+
+
+async def create_task(
+    pool: asyncpg.Pool, owner: str, title: str | None, documents: list[NewDocument], options: TaskOptions
+) -> str:
+    task_id = new_id()
+    async with pool.acquire() as conn, conn.transaction():
+        await store_blobs(conn, [d.file for d in documents])
         await conn.execute(
             "INSERT INTO tasks (id, owner, title, status, options) VALUES ($1, $2, $3, $4, $5)",
             task_id,
@@ -56,20 +84,11 @@ async def create_task(
             "INSERT INTO documents (id, task_id, position, filename, content_type, blob_sha256, size_bytes, status)"
             " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
             [
-                (
-                    d.id,
-                    task_id,
-                    i,
-                    d.upload.filename,
-                    d.upload.content_type,
-                    d.upload.sha256,
-                    len(d.upload.data),
-                    DocumentStatus.PENDING,
-                )
+                (d.id, task_id, i, d.filename, d.file.content_type, d.file.sha256, d.file.size, DocumentStatus.PENDING)
                 for i, d in enumerate(documents)
             ],
         )
-    return task_id, documents
+    return task_id
 
 
 async def get_task(pool: asyncpg.Pool, owner: str, task_id: str) -> tuple[asyncpg.Record, list[asyncpg.Record]] | None:

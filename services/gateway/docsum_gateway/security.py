@@ -1,17 +1,36 @@
-"""Who is calling: API keys map to owners; every task belongs to the owner that created it."""
+"""Who is calling: API keys map to owners; every task belongs to the owner that created it.
+
+A WebSocket cannot always carry an `Authorization` header (browsers), so it may also authenticate
+with a ticket: a short-lived token for one task, signed by the gateway (`issue_ticket`), good for one
+connection. Tickets are signed, not stored, so every replica that shares the signing secret accepts
+them; each replica also refuses a ticket it has already seen.
+"""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import hmac
+import secrets
+import time
+from dataclasses import dataclass, field
+
+MIN_KEY_CHARS = 16
+TICKET_PREFIX = "wst1"
 
 
 def parse_api_keys(spec: str) -> dict[str, str]:
     """'owner=key,owner2=key2' → {key: owner}. Keys shorter than 16 characters are refused."""
     keys: dict[str, str] = {}
-    for item in filter(None, (part.strip() for part in spec.split(","))):
+    for n, item in enumerate(filter(None, (part.strip() for part in spec.split(","))), start=1):
         owner, sep, key = item.partition("=")
-        if not sep or not owner.strip() or len(key.strip()) < 16:
-            raise ValueError("DOCSUM_API_KEYS must look like 'owner=key,...' with keys of 16+ characters")
+        if not sep or not owner.strip():
+            raise ValueError(f"entry {n} is not 'owner=key' (the list looks like 'owner=key,owner2=key2')")
+        if len(key.strip()) < MIN_KEY_CHARS:
+            raise ValueError(
+                f"the key of owner '{owner.strip()}' has {len(key.strip())} characters;"
+                f" keys need {MIN_KEY_CHARS} or more"
+            )
         keys[key.strip()] = owner.strip()
     return keys
 
@@ -20,6 +39,79 @@ def owner_for(keys: dict[str, str], presented: str) -> str | None:
     """The owner of `presented`, compared in constant time against every configured key."""
     found = None
     for key, owner in keys.items():
-        if hmac.compare_digest(key.encode(), presented.encode()):
+        if hmac.compare_digest(key.encode(), presented.encode(errors="surrogateescape")):
             found = owner
     return found
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The credentials of an `Authorization: Bearer <token>` header; the scheme in any case (RFC 9110)."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+# --------------------------------------------------------------------------------------------------
+# WebSocket tickets
+
+
+def ticket_secret(configured: str | None, keys: dict[str, str]) -> bytes:
+    """The configured secret, or one derived from all the API keys (the same on every replica)."""
+    if configured:
+        return hashlib.sha256(b"docsum-ws-ticket\0" + configured.encode()).digest()
+    material = "\0".join(f"{owner}={key}" for key, owner in sorted(keys.items()))
+    return hmac.new(material.encode(), b"docsum-ws-ticket", hashlib.sha256).digest()
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+@dataclass
+class Tickets:
+    """Issues and checks WebSocket tickets: `wst1.<payload>.<signature>`, URL- and subprotocol-safe."""
+
+    secret: bytes
+    ttl_s: float
+    _used: dict[str, float] = field(default_factory=dict)  # nonce -> expiry, while it could still be replayed
+
+    def issue(self, owner: str, task_id: str, now: float | None = None) -> str:
+        expires = int((now if now is not None else time.time()) + self.ttl_s)
+        payload = "\n".join((task_id, owner, str(expires), secrets.token_urlsafe(12))).encode()
+        body = f"{TICKET_PREFIX}.{_b64(payload)}"
+        return f"{body}.{_b64(self._sign(body))}"
+
+    def redeem(self, ticket: str, task_id: str, now: float | None = None) -> str | None:
+        """The owner the ticket was issued to, if it is genuine, for `task_id`, unexpired and unused."""
+        now = now if now is not None else time.time()
+        prefix, _, rest = ticket.partition(".")
+        encoded, _, signature = rest.partition(".")
+        if prefix != TICKET_PREFIX or not encoded or not signature:
+            return None
+        try:
+            genuine = hmac.compare_digest(_unb64(signature), self._sign(f"{prefix}.{encoded}"))
+            fields = _unb64(encoded).decode().split("\n") if genuine else []
+        except (ValueError, UnicodeDecodeError):
+            return None
+        if len(fields) != 4 or not fields[2].isdigit():
+            return None
+        ticket_task, owner, expires, nonce = fields[0], fields[1], int(fields[2]), fields[3]
+        if ticket_task != task_id or expires < now or nonce in self._used:
+            return None
+        self._forget_expired(now)
+        self._used[nonce] = expires
+        return owner
+
+    def _sign(self, body: str) -> bytes:
+        return hmac.new(self.secret, body.encode(), hashlib.sha256).digest()
+
+    def _forget_expired(self, now: float) -> None:
+        if len(self._used) > 1000:
+            self._used = {n: e for n, e in self._used.items() if e >= now}

@@ -9,6 +9,7 @@ from docsum_shared.lifecycle import idle_unfinished
 from docsum_shared.redrive import redrive_task
 
 from ..deps import OwnerDep, PoolDep, ProducerDep, SettingsDep
+from ..responses import errors
 
 router = APIRouter(prefix="/v1", tags=["maintenance"])
 
@@ -18,7 +19,7 @@ class ReconcileResult(BaseModel):
     redriven_events: int
 
 
-@router.post("/reconcile", response_model=ReconcileResult)
+@router.post("/reconcile", response_model=ReconcileResult, responses=errors(401))
 async def reconcile(owner: OwnerDep, pool: PoolDep, producer: ProducerDep, settings: SettingsDep) -> ReconcileResult:
     tasks = await idle_unfinished(pool, 0.0, owner)
     published = 0

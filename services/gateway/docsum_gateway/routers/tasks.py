@@ -5,10 +5,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import asyncpg
-from fastapi import APIRouter, File, Form, HTTPException, Query, UploadFile, status
+from fastapi import APIRouter, HTTPException, Query, Request, status
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic_core import PydanticCustomError
 
 from docsum_shared import lifecycle
 from docsum_shared.events import DocumentSubmitted, TaskEvent
@@ -18,59 +21,136 @@ from docsum_shared.redrive import redrive_task
 from docsum_shared.states import TaskStatus
 
 from .. import repository, views
-from ..deps import OwnerDep, PoolDep, ProducerDep, SettingsDep
+from ..deps import OwnerDep, PoolDep, ProducerDep, SettingsDep, TaskIdDep
+from ..inputs import StoredText, echo, invalid
+from ..responses import errors
 from ..schemas import CreatedDocument, FailureView, LifecycleResult, TaskCreated, TaskListItem, TaskView
+from ..settings import GatewaySettings
+from ..uploads import FILE_FIELD, UploadLimits, read_upload
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
 
-_READ_BLOCK = 1024 * 1024
+
+def _form_bool(value: object) -> object:
+    """A boolean form field is `true` or `false`, as the schema's boolean is written in multipart."""
+    if isinstance(value, str):
+        if value not in ("true", "false"):
+            raise PydanticCustomError("bool_parsing", "must be true or false")
+        return value == "true"
+    return value
 
 
-async def _read_limited(upload: UploadFile, max_bytes: int) -> bytes:
-    data = bytearray()
-    while block := await upload.read(_READ_BLOCK):
-        data += block
-        if len(data) > max_bytes:
-            raise HTTPException(
-                status.HTTP_413_CONTENT_TOO_LARGE,
-                f"file '{upload.filename}' is over the limit of {max_bytes} bytes",
-            )
-    return bytes(data)
+class TaskForm(BaseModel):
+    """The text fields of `POST /v1/tasks` (the files come in the field `files`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    title: Annotated[StoredText, Field(max_length=500)] | None = None
+    strict: Annotated[bool, BeforeValidator(_form_bool)] = False  # fail a document if any part of it fails
+    language: Annotated[StoredText, Field(max_length=40)] | None = None  # summary language; default: the document's
+    length: Literal["brief", "standard", "detailed"] = "standard"
+    style: Literal["prose", "bullets"] = "prose"
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=TaskCreated)
-async def create_task(
-    owner: OwnerDep,
-    settings: SettingsDep,
-    pool: PoolDep,
-    producer: ProducerDep,
-    files: Annotated[list[UploadFile] | None, File(description="the documents to summarize")] = None,
-    title: Annotated[str | None, Form(max_length=500)] = None,
-    strict: Annotated[bool, Form(description="fail a document if any part of it fails")] = False,
-    language: Annotated[
-        str | None, Form(max_length=40, description="summary language; default: the document's")
-    ] = None,
-    length: Annotated[Literal["brief", "standard", "detailed"], Form()] = "standard",
-    style: Annotated[Literal["prose", "bullets"], Form()] = "prose",
-) -> TaskCreated:
-    if not files:
-        raise HTTPException(status.HTTP_400_BAD_REQUEST, "no files: send one or more as multipart field 'files'")
-    if len(files) > settings.max_files_per_task:
-        raise HTTPException(
-            status.HTTP_413_CONTENT_TOO_LARGE,
-            f"{len(files)} files is over the limit of {settings.max_files_per_task} per task",
-        )
-    uploads = [
-        repository.Upload(
-            filename=(f.filename or f"document-{i + 1}")[:255],
-            content_type=f.content_type,
-            data=await _read_limited(f, settings.max_file_bytes),
-        )
-        for i, f in enumerate(files)
+_OPTIONAL_TEXT = {"title", "language"}
+_NO_NUL = "^[^\\x00]*$"  # documents what `StoredText` enforces (PostgreSQL text holds no NUL)
+UPLOAD_BODY: dict[str, Any] = {
+    "required": True,
+    "content": {
+        "multipart/form-data": {
+            "schema": {
+                "type": "object",
+                "required": ["files"],
+                "additionalProperties": False,
+                "properties": {
+                    "files": {
+                        "type": "array",
+                        "items": {"type": "string", "format": "binary"},
+                        "minItems": 1,
+                        "description": "the documents to summarize (PDF, DOCX, text, Markdown), one part each",
+                    },
+                    "title": {"type": "string", "maxLength": 500, "pattern": _NO_NUL},
+                    "strict": {"type": "boolean", "default": False,
+                               "description": "fail a document if any part of it fails"},
+                    "language": {"type": "string", "maxLength": 40, "pattern": _NO_NUL,
+                                 "description": "summary language; default: the document's"},
+                    "length": {"type": "string", "enum": ["brief", "standard", "detailed"], "default": "standard"},
+                    "style": {"type": "string", "enum": ["prose", "bullets"], "default": "prose"},
+                },
+            }
+        }
+    },
+}  # fmt: skip
+
+
+# What the new task's id opens (OpenAPI links: clients and test generators follow them).
+_TASK_LINKS = {
+    name: {"operationRef": f"#/paths/~1v1~1tasks~1{{task_id}}{path.replace('/', '~1')}/{method}",
+           "parameters": {"task_id": "$response.body#/task_id"}}
+    for name, method, path in [
+        ("GetTask", "get", ""), ("GetFailures", "get", "/failures"), ("Pause", "post", "/pause"),
+        ("Resume", "post", "/resume"), ("Cancel", "post", "/cancel"), ("Retry", "post", "/retry"),
+        ("Ticket", "post", "/ticket"),
     ]
-    options = TaskOptions(strict=strict, language=language or None, length=length, style=style)
-    task_id, documents = await repository.create_task(pool, owner, title, uploads, options)
+}  # fmt: skip
+
+
+def upload_limits(settings: GatewaySettings) -> UploadLimits:
+    return UploadLimits(
+        max_files=settings.max_files_per_task,
+        max_file_bytes=settings.max_file_bytes,
+        max_total_bytes=settings.upload_bytes,
+        spool_bytes=settings.upload_spool_bytes,
+    )
+
+
+def _form(fields: dict[str, list[str]]) -> TaskForm:
+    """The text fields, validated: a field the API does not have, or one given twice, is a 422 too."""
+    if FILE_FIELD in fields:
+        raise invalid(("body", FILE_FIELD), "the field 'files' takes files (parts with a filename), not text")
+    for name, values in fields.items():
+        if len(values) > 1:
+            raise invalid(("body", name), f"the field '{name}' is given {len(values)} times; give it once", values)
+    # An empty title or language is no title or language; any other empty field is invalid.
+    given = {name: v[0] for name, v in fields.items() if v[0] != "" or name not in _OPTIONAL_TEXT}
+    try:
+        return TaskForm.model_validate(given)
+    except ValidationError as exc:
+        raise RequestValidationError(
+            [
+                {**e, "loc": ("body", *e["loc"]), "input": echo(e.get("input"))}
+                for e in exc.errors(include_url=False, include_context=False)
+            ]
+        ) from None
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=TaskCreated,
+    responses={201: {"links": _TASK_LINKS}, **errors(400, 401, 413, 422)},
+    openapi_extra={"requestBody": UPLOAD_BODY},
+    description="Multipart: one or more `files`, and optionally `title`, `strict`, `language`, `length`, `style`."
+    " The upload streams: each file is spooled and hashed as it arrives, and a request over a limit is"
+    " answered 413 as soon as it crosses it.",
+)
+async def create_task(
+    request: Request, owner: OwnerDep, settings: SettingsDep, pool: PoolDep, producer: ProducerDep
+) -> TaskCreated:
+    upload = await read_upload(request, upload_limits(settings))
+    try:
+        form = _form(upload.fields)
+        if not upload.files:
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, "no files: send one or more as multipart field 'files'")
+        documents = [
+            repository.NewDocument(repository.new_id(), f, (f.filename or f"document-{i + 1}")[:255])
+            for i, f in enumerate(upload.files)
+        ]
+        options = TaskOptions(strict=form.strict, language=form.language, length=form.length, style=form.style)
+        task_id = await repository.create_task(pool, owner, form.title, documents, options)
+    finally:
+        upload.close()
     await publish(
         producer,
         settings,
@@ -79,10 +159,10 @@ async def create_task(
                 task_id=task_id,
                 document_id=d.id,
                 owner=owner,
-                filename=d.upload.filename,
-                content_type=d.upload.content_type,
-                blob_sha256=d.upload.sha256,
-                size_bytes=len(d.upload.data),
+                filename=d.filename,
+                content_type=d.file.content_type,
+                blob_sha256=d.file.sha256,
+                size_bytes=d.file.size,
             )
             for d in documents
         ],
@@ -91,27 +171,27 @@ async def create_task(
     return TaskCreated(
         task_id=task_id,
         status="PROCESSING",
-        documents=[CreatedDocument(document_id=d.id, filename=d.upload.filename) for d in documents],
+        documents=[CreatedDocument(document_id=d.id, filename=d.filename) for d in documents],
     )
 
 
-@router.get("", response_model=list[TaskListItem])
+@router.get("", response_model=list[TaskListItem], responses=errors(401, 422))
 async def list_tasks(
     owner: OwnerDep, pool: PoolDep, limit: Annotated[int, Query(ge=1, le=500)] = 50
 ) -> list[TaskListItem]:
     return await views.list_tasks(pool, owner, limit)
 
 
-@router.get("/{task_id}", response_model=TaskView)
-async def get_task(task_id: str, owner: OwnerDep, pool: PoolDep, settings: SettingsDep) -> TaskView:
+@router.get("/{task_id}", response_model=TaskView, responses=errors(401, 404, 422))
+async def get_task(owner: OwnerDep, task_id: TaskIdDep, pool: PoolDep, settings: SettingsDep) -> TaskView:
     view = await views.task_view(pool, settings, owner, task_id)
     if view is None:  # another owner's task looks exactly like a missing one
         raise _not_found(task_id)
     return view
 
 
-@router.get("/{task_id}/failures", response_model=list[FailureView])
-async def get_failures(task_id: str, owner: OwnerDep, pool: PoolDep) -> list[FailureView]:
+@router.get("/{task_id}/failures", response_model=list[FailureView], responses=errors(401, 404, 422))
+async def get_failures(owner: OwnerDep, task_id: TaskIdDep, pool: PoolDep) -> list[FailureView]:
     listed = await views.failures(pool, owner, task_id)
     if listed is None:
         raise _not_found(task_id)
@@ -143,7 +223,7 @@ _CONTROLS = {
 
 def _control_route(action: str, control: _Control) -> None:
     async def route(
-        task_id: str, owner: OwnerDep, pool: PoolDep, producer: ProducerDep, settings: SettingsDep
+        owner: OwnerDep, task_id: TaskIdDep, pool: PoolDep, producer: ProducerDep, settings: SettingsDep
     ) -> LifecycleResult:
         await _owned(pool, owner, task_id)
         if not await control.move(pool, task_id):
@@ -156,7 +236,7 @@ def _control_route(action: str, control: _Control) -> None:
 
     router.add_api_route(
         f"/{{task_id}}/{action}", route, methods=["POST"], response_model=LifecycleResult, name=action,
-        description=control.doc,
+        description=control.doc, responses=errors(401, 404, 409, 422),
     )  # fmt: skip
 
 

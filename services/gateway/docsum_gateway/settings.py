@@ -1,0 +1,79 @@
+"""The gateway's settings: the shared ones, the gateway's own, and the check made before it starts.
+
+A setting that cannot work (a value out of range, an API key too short) is a `ConfigError` naming the
+environment variable; `__main__` prints it as one line and exits non-zero, so `make up` can say which
+service refused to start and why.
+"""
+
+from __future__ import annotations
+
+from pydantic import AliasChoices, Field, ValidationError
+
+from docsum_shared.settings import Settings
+
+from .security import parse_api_keys
+
+KiB = 1024
+MiB = 1024 * KiB
+# PostgreSQL's bytea (where the files go) holds at most 1 GiB - 1 byte.
+BYTEA_MAX = 1024 * MiB - 1
+
+
+class ConfigError(Exception):
+    """A setting the gateway cannot start with: `setting` is the environment variable to fix."""
+
+    def __init__(self, setting: str, message: str) -> None:
+        super().__init__(f"{setting}: {message}")
+        self.setting = setting
+        self.message = message
+
+
+class GatewaySettings(Settings):
+    # All the files of one task together (each file is also held to DOCSUM_MAX_FILE_BYTES).
+    max_task_bytes: int = Field(256 * MiB, ge=1)
+    # How much of each uploaded file is kept in memory before it spills to a temporary file.
+    upload_spool_bytes: int = Field(64 * KiB, ge=0)
+    # A WebSocket ticket (POST /v1/tasks/{task_id}/ticket) is good for one connection within this time.
+    ws_ticket_ttl_s: float = Field(30.0, gt=0, le=3600)
+    # Signs WebSocket tickets; every replica needs the same one. Unset: derived from DOCSUM_API_KEYS.
+    ws_ticket_secret: str | None = Field(None, min_length=16)
+
+    @property
+    def upload_bytes(self) -> int:
+        """The most file bytes one task may carry."""
+        return min(self.max_task_bytes, self.max_files_per_task * self.max_file_bytes)
+
+
+def env_name(field: str) -> str:
+    """The environment variable that sets `field`."""
+    info = GatewaySettings.model_fields.get(field)
+    alias = info.validation_alias if info is not None else None
+    if isinstance(alias, AliasChoices):
+        first = alias.choices[0]
+        if isinstance(first, str):
+            return first
+    return f"DOCSUM_{field.upper()}"
+
+
+def load_settings() -> tuple[GatewaySettings, dict[str, str]]:
+    """The settings and the API keys ({key: owner}), or a ConfigError for the first bad setting."""
+    try:
+        settings = GatewaySettings()
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = str(error["loc"][0]) if error["loc"] else "?"
+        raise ConfigError(env_name(field), error["msg"]) from None
+    return settings, check(settings)
+
+
+def check(settings: GatewaySettings) -> dict[str, str]:
+    """What the types alone do not say; returns the API keys."""
+    try:
+        api_keys = parse_api_keys(settings.api_keys)
+    except ValueError as exc:
+        raise ConfigError("DOCSUM_API_KEYS", str(exc)) from None
+    if not api_keys:
+        raise ConfigError("DOCSUM_API_KEYS", "not set: give the gateway at least one 'owner=key' pair")
+    if settings.max_file_bytes > BYTEA_MAX:
+        raise ConfigError("DOCSUM_MAX_FILE_BYTES", f"at most {BYTEA_MAX} (what PostgreSQL stores in one value)")
+    return api_keys
