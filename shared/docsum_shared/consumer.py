@@ -31,7 +31,7 @@ from .errors import Backoff, Kind, Stopped, classify, retry_until
 from .events import Topic, decode
 from .handlers import Handler
 from .kafka import DLQ_SUFFIX, ensure_topics, make_producer, publish
-from .settings import Settings, get_settings
+from .settings import Settings, service_settings
 
 log = logging.getLogger(__name__)
 
@@ -305,7 +305,7 @@ async def serve(
 
     `build` gives the handlers of one consumer group, or several `Consumer`s run side by side.
     """
-    settings = get_settings()
+    settings = service_settings(name)
     pool = await connect_pool(settings.database_url, max_size=settings.db_pool_max)
     try:
         await migrate(pool)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .approval import Ceiling
@@ -146,6 +146,31 @@ class Settings(BaseSettings):
         return f"{self.topic_prefix}docsum-{service}"
 
 
+def env_name(model: type[BaseSettings], field: str) -> str:
+    """The environment variable that sets `field` of `model`."""
+    info = model.model_fields.get(field)
+    alias = info.validation_alias if info is not None else None
+    if isinstance(alias, AliasChoices) and isinstance(alias.choices[0], str):
+        return alias.choices[0]
+    return f"DOCSUM_{field.upper()}"
+
+
+def bad_setting(model: type[BaseSettings], exc: ValidationError) -> tuple[str, str]:
+    """(the environment variable, what is wrong with it) for the first error of `exc`."""
+    error = exc.errors()[0]
+    field = str(error["loc"][0]) if error["loc"] else "?"
+    return env_name(model, field), error["msg"]
+
+
 @lru_cache
 def get_settings() -> Settings:
     return Settings()
+
+
+def service_settings(service: str) -> Settings:
+    """A service's settings; a bad one ends the service with one line naming it, not a traceback."""
+    try:
+        return get_settings()
+    except ValidationError as exc:
+        setting, problem = bad_setting(Settings, exc)
+        raise SystemExit(f"docsum-{service}: bad setting {setting}: {problem}") from None

@@ -146,3 +146,16 @@ async def test_start_up_waits_out_an_outage_until_its_deadline_then_gives_up() -
 
     with pytest.raises(RuntimeError):  # not a passing outage: no waiting at all
         await retry_until(wrong, until_deadline(5.0, seen.append))
+
+
+def test_a_bad_setting_ends_a_service_with_one_line_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from docsum_shared.settings import get_settings, service_settings
+
+    monkeypatch.setenv("DOCSUM_TOPIC_PARTITIONS", "0")
+    get_settings.cache_clear()
+    try:
+        with pytest.raises(SystemExit) as ended:
+            service_settings("parser")
+    finally:
+        get_settings.cache_clear()
+    assert str(ended.value).startswith("docsum-parser: bad setting DOCSUM_TOPIC_PARTITIONS:")

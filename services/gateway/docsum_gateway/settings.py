@@ -7,9 +7,9 @@ service refused to start and why.
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, Field, ValidationError
+from pydantic import Field, ValidationError
 
-from docsum_shared.settings import Settings
+from docsum_shared.settings import Settings, bad_setting
 
 from .security import parse_api_keys
 
@@ -44,25 +44,12 @@ class GatewaySettings(Settings):
         return min(self.max_task_bytes, self.max_files_per_task * self.max_file_bytes)
 
 
-def env_name(field: str) -> str:
-    """The environment variable that sets `field`."""
-    info = GatewaySettings.model_fields.get(field)
-    alias = info.validation_alias if info is not None else None
-    if isinstance(alias, AliasChoices):
-        first = alias.choices[0]
-        if isinstance(first, str):
-            return first
-    return f"DOCSUM_{field.upper()}"
-
-
 def load_settings() -> tuple[GatewaySettings, dict[str, str]]:
     """The settings and the API keys ({key: owner}), or a ConfigError for the first bad setting."""
     try:
         settings = GatewaySettings()
     except ValidationError as exc:
-        error = exc.errors()[0]
-        field = str(error["loc"][0]) if error["loc"] else "?"
-        raise ConfigError(env_name(field), error["msg"]) from None
+        raise ConfigError(*bad_setting(GatewaySettings, exc)) from None
     return settings, check(settings)
 
 

@@ -10,7 +10,7 @@ import asyncpg
 from docsum_shared.consumer import run_service, serve
 from docsum_shared.events import Topic
 from docsum_shared.handlers import Handler
-from docsum_shared.settings import Settings, get_settings
+from docsum_shared.settings import Settings, service_settings
 
 from .handlers import Deps, handlers
 from .repository import DocumentRepository
@@ -22,7 +22,7 @@ def consumers(settings: Settings, pool: asyncpg.Pool, worker: ParseWorker) -> Ma
 
 
 async def service(stop: asyncio.Event) -> None:
-    settings = get_settings()
+    settings = service_settings("parser")
     worker = ParseWorker(timeout_s=settings.parse_timeout_s, memory_bytes=settings.parse_memory_bytes)
     worker.start()
     try:
