@@ -3,7 +3,7 @@ SHELL := /bin/bash
 UV := .run/bootstrap/bin/uv
 VENV := .venv/.synced
 
-.PHONY: setup run up down test test-unit lint contracts bench clean
+.PHONY: setup run up down test test-unit lint contracts bench eval clean
 
 setup: $(VENV)
 
@@ -42,6 +42,11 @@ lint: setup
 # The JSON Schema of every topic, generated from shared/docsum_shared/events.py into contracts/.
 contracts: setup
 	.venv/bin/python -m docsum_shared.contracts
+
+# ROUGE of the extractive summarizer against the abstracts of the ACLSum papers, before/after/lead-3:
+# writes eval/results.md. Installs its own dependency group (rouge-score, aclsum); not part of `make test`.
+eval: setup
+	$(UV) run --locked --group eval python eval/evaluate.py
 
 clean: down
 	rm -rf .run .venv
