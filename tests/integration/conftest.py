@@ -180,6 +180,18 @@ def make_stack(
     factory.stop_all()
 
 
+@pytest.fixture(autouse=True)
+def _stacks_end_with_their_test(make_stack: StackFactory) -> Iterator[None]:
+    """A stack a test starts for itself stops when the test ends (session and module stacks, made before
+    the test, stay). Every stack shares the session's database, and a merger's reconcile loop re-drives
+    any idle task it finds there onto its own topics: a leftover stack — its own stand-in gone, or its
+    budget learned for another test — would then summarize another test's chunks."""
+    before = len(make_stack.stacks)
+    yield
+    for stack in make_stack.stacks[before:]:
+        stack.stop_all()
+
+
 @pytest.fixture(scope="session")
 def stack(make_stack: StackFactory) -> Stack:
     """The stack most tests share: default settings, never killed."""
