@@ -74,13 +74,14 @@ class Summarizing:
             if self._probed_at is not None and time.monotonic() - self._probed_at < PROBE_AGAIN_S:
                 return
             facts = await probe()
-            self._probed_at = time.monotonic()
             if facts is None:
                 log.info("%s: the endpoint states no context window; learned from refusals", self.limits.key)
+                self._probed_at = time.monotonic()
                 return
-            self._probed_at = float("inf")  # asked and answered: never again in this process
             if facts.context_tokens:
                 await self.limits.observe(facts.context_tokens, facts.source)
+            # Only now: a call that finds the probe done plans under what it stated.
+            self._probed_at = float("inf")  # asked and answered: never again in this process
 
     async def bounded(self, request: SummaryRequest) -> SummaryRequest:
         """The request with its answer's bound: the setting for its kind and length, within a quarter of
