@@ -126,7 +126,8 @@ async def redrive_task(
 
 
 # A document's progress, as a re-drive sees it: its status, its chunks done and failed, its merge
-# nodes and LLM calls. A live lease is progress in itself (a call is running).
+# nodes, and the LLM calls of its whole task (a document waiting in a queue behind its task's other
+# work is not stuck). A live lease anywhere in the task is progress in itself (a call is running).
 _MARK_STALLED = """
 WITH progress AS (
     SELECT d.id,
@@ -134,8 +135,9 @@ WITH progress AS (
                      count(c.id) FILTER (WHERE c.status = $2),
                      count(c.id) FILTER (WHERE c.status = $3),
                      (SELECT count(*) FROM merge_nodes m WHERE m.scope_id = d.id),
-                     (SELECT count(*) FROM llm_calls l WHERE l.task_id = $1 AND l.document_id = d.id)) AS mark,
-           coalesce(bool_or(c.status = $4 AND c.lease_expires_at > now()), false) AS leased
+                     (SELECT count(*) FROM llm_calls l WHERE l.task_id = $1)) AS mark,
+           EXISTS (SELECT 1 FROM chunks lc JOIN documents ld ON ld.id = lc.document_id
+                   WHERE ld.task_id = $1 AND lc.status = $4 AND lc.lease_expires_at > now()) AS leased
     FROM documents d LEFT JOIN chunks c ON c.document_id = d.id
     WHERE d.task_id = $1 AND d.status <> ALL($5::text[])
     GROUP BY d.id

@@ -51,7 +51,7 @@ class Settings(BaseSettings):
     maintenance_interval_s: float = Field(30.0, gt=0)
     # A document that reconcile re-drives this many times in a row without any progress is FAILED
     # with its last error (nothing is re-driven forever).
-    redrive_limit: int = Field(5, ge=1)
+    redrive_limit: int = Field(10, ge=1)
 
     # Chunking
     small_max_chars: int = Field(8_000, ge=100)
