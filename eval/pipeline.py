@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from docsum_chunker.chunking import split_into_chunks
+from docsum_chunker.policy import Fail, cut
 from docsum_parser.extract import extract_text
 from docsum_shared.settings import Settings
 from docsum_shared.summarizers.base import SummarizerBackend, SummaryKind, SummaryRequest
@@ -32,14 +32,10 @@ def _call(backend: SummarizerBackend, request: SummaryRequest) -> str:
 def document_summary(
     backend: SummarizerBackend, text: str, *, filename: str = "", length: str = "", style: str = ""
 ) -> str:
-    settings = Settings()
-    chunks = split_into_chunks(
-        text,
-        chunk_chars=settings.chunk_chars,
-        overlap_chars=settings.overlap_chars,
-        context_after_chars=settings.context_after_chars,
-        small_max=settings.small_max_chars,
-    )
+    rows = cut(filename or "document", text, Settings())  # the chunker's own cut, caps included
+    if isinstance(rows, Fail):
+        raise ValueError(rows.error)
+    chunks = [r.chunk for r in rows if r.chunk is not None]
     summaries = [
         _call(
             backend,
