@@ -4,11 +4,15 @@ A service gives one async handler per topic. The handler stores its state and re
 emit; the shell publishes them, waits for Kafka's acknowledgement, and only then counts the message as
 done. Delivery is at-least-once, so handlers are idempotent (README, "How it works").
 
-Concurrency: up to `max_inflight` messages are handled at once, messages with the same key one after
-another in offset order. Per partition the committed offset is the lowest one not yet done, so a crash
-redelivers only unfinished work. The poll loop never waits for a handler: it keeps calling `getmany`
-(pausing the partitions while every slot is busy), so a slow LLM call never makes the consumer miss
-`max_poll_interval_ms` and get thrown out of its group (aiokafka issue #848).
+Concurrency: up to `max_inflight` keys are handled at once, the messages of one key one after another
+in offset order (a lane per key). A message whose key is busy waits in its lane without taking a
+slot, so that repeats of one key (a re-drive, a replay) cannot fill every slot and starve the other
+keys; at most `BUFFERED_PER_SLOT` messages per slot are held in all. Per partition the committed
+offset is the lowest one not yet done, so a crash redelivers only unfinished work.
+
+The poll loop never waits for a handler: it keeps calling `getmany` (pausing the partitions while
+every slot is busy), so a slow LLM call never makes the consumer miss `max_poll_interval_ms` and get
+thrown out of its group (aiokafka issue #848).
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ Background = Callable[[AIOKafkaProducer], Coroutine[Any, Any, None]]
 UNEXPECTED_ATTEMPTS = 3
 BACKOFF = Backoff(base_s=0.5, cap_s=10.0)
 POLL_MS = 200
+# Messages held per in-flight slot, waiting in their key's lane included: bounds the memory a run of
+# one key's messages can take while that key is busy.
+BUFFERED_PER_SLOT = 16
 
 
 @dataclass
@@ -64,6 +71,43 @@ class _PartitionProgress:
                 break
             del self.pending[offset]
             self.committable = offset + 1
+
+
+Lane = tuple[TopicPartition, bytes | None]
+
+
+@dataclass
+class _Lanes:
+    """Messages waiting per key, in offset order: the head of each lane is being handled."""
+
+    waiting: dict[Lane, collections.deque[ConsumerRecord]] = field(default_factory=dict)
+    held: int = 0  # messages in all lanes, heads included
+
+    def add(self, lane: Lane, record: ConsumerRecord) -> bool:
+        """Queue `record`; True when it opens a new lane (it is to be handled now)."""
+        self.held += 1
+        queue = self.waiting.get(lane)
+        if queue is not None:
+            queue.append(record)
+            return False
+        self.waiting[lane] = collections.deque([record])
+        return True
+
+    def head(self, lane: Lane) -> ConsumerRecord | None:
+        queue = self.waiting.get(lane)
+        return queue[0] if queue else None
+
+    def done(self, lane: Lane) -> None:
+        """The head of `lane` is done; the lane closes when nothing waits behind it."""
+        queue = self.waiting[lane]
+        queue.popleft()
+        self.held -= 1
+        if not queue:
+            del self.waiting[lane]
+
+    def close(self, lane: Lane) -> None:
+        """Hand back what `lane` still holds (its offsets stay uncommitted)."""
+        self.held -= len(self.waiting.pop(lane, ()))
 
 
 class ConsumerService:
@@ -93,8 +137,8 @@ class ConsumerService:
         )
         self._stopping = asyncio.Event()
         self._progress: dict[TopicPartition, _PartitionProgress] = {}
-        self._tasks: dict[tuple[TopicPartition, int], asyncio.Task[None]] = {}
-        self._key_locks: dict[bytes | None, asyncio.Lock] = {}
+        self._tasks: dict[Lane, asyncio.Task[None]] = {}  # one per lane being handled
+        self._lanes = _Lanes()
         self._slot_freed = asyncio.Event()
 
     def stop(self) -> None:
@@ -114,7 +158,9 @@ class ConsumerService:
         )
         try:
             while not self._stopping.is_set():
-                free = self.max_inflight - len(self._tasks)
+                free = min(
+                    self.max_inflight - len(self._tasks), self.max_inflight * BUFFERED_PER_SLOT - self._lanes.held
+                )
                 assigned = self.consumer.assignment()
                 if free <= 0:
                     # Still poll, so the group sees this member alive, but fetch nothing.
@@ -151,21 +197,24 @@ class ConsumerService:
 
     def _start(self, partition: TopicPartition, record: ConsumerRecord) -> None:
         self._progress.setdefault(partition, _PartitionProgress()).add(record.offset)
-        task = asyncio.create_task(self._handle_in_key_order(partition, record))
-        self._tasks[(partition, record.offset)] = task
+        lane = (partition, record.key)
+        if self._lanes.add(lane, record):
+            self._tasks[lane] = asyncio.create_task(self._handle_lane(lane))
 
-    async def _handle_in_key_order(self, partition: TopicPartition, record: ConsumerRecord) -> None:
-        lock = self._key_locks.setdefault(record.key, asyncio.Lock())
+    async def _handle_lane(self, lane: Lane) -> None:
+        """Handle the messages of one key in offset order, in one slot, until none waits."""
+        partition = lane[0]
         try:
-            async with lock:
-                if await self._process(record):
-                    progress = self._progress.get(partition)
-                    if progress is not None:
-                        progress.finish(record.offset)
+            while (record := self._lanes.head(lane)) is not None:
+                if not await self._process(record):
+                    return  # asked to stop: the rest of the lane is handed back too
+                progress = self._progress.get(partition)
+                if progress is not None:
+                    progress.finish(record.offset)
+                self._lanes.done(lane)
         finally:
-            if not lock.locked() and self._key_locks.get(record.key) is lock:
-                del self._key_locks[record.key]
-            self._tasks.pop((partition, record.offset), None)
+            self._lanes.close(lane)
+            self._tasks.pop(lane, None)
             self._slot_freed.set()
 
     async def _commit_progress(self, partitions: list[TopicPartition] | None = None) -> None:

@@ -95,7 +95,7 @@ class Settings(BaseSettings):
     llm_max_attempts: int = Field(4, ge=1)
     llm_inplace_attempts: int = Field(2, ge=1)
     llm_retry_delay_s: float = Field(30.0, ge=0)
-    llm_max_inflight: int = Field(4, ge=1)  # LLM calls in flight per summarizer process
+    llm_max_inflight: int = Field(4, ge=1)  # LLM calls in flight per process (summarizer, merger)
     # A chunk being summarized is leased to one process; a lease not renewed (its holder died) expires.
     lease_ttl_s: float = Field(15.0, ge=1)
     # The provider's limits: requests and tokens per minute for the whole cluster (None: no limit), and

@@ -3,7 +3,9 @@ are done with no unfinished one before them, so a crash redelivers only (and all
 
 from __future__ import annotations
 
-from docsum_shared.consumer import _PartitionProgress
+from aiokafka import TopicPartition
+
+from docsum_shared.consumer import _Lanes, _PartitionProgress
 
 
 def progress(*offsets: int) -> _PartitionProgress:
@@ -119,3 +121,21 @@ def test_the_committed_offset_is_left_to_the_consumer() -> None:
     p.add(1)
     p.finish(1)
     assert (p.committed, p.committable) == (1, 2)
+
+
+def test_a_busy_key_queues_its_messages_without_opening_a_lane() -> None:
+    tp = TopicPartition("t", 0)
+    lanes = _Lanes()
+    assert lanes.add((tp, b"a"), "a0")  # type: ignore[arg-type]
+    assert not lanes.add((tp, b"a"), "a1")  # type: ignore[arg-type]  # behind a0: no second slot
+    assert lanes.add((tp, b"b"), "b0")  # type: ignore[arg-type]
+    assert lanes.held == 3
+    assert lanes.head((tp, b"a")) == "a0"
+    lanes.done((tp, b"a"))
+    assert lanes.head((tp, b"a")) == "a1"  # the next of the key, in order, in the same slot
+    lanes.done((tp, b"a"))
+    assert lanes.head((tp, b"a")) is None
+    assert lanes.add((tp, b"a"), "a2")  # type: ignore[arg-type]  # the lane closed: a new one opens
+    lanes.close((tp, b"a"))
+    lanes.close((tp, b"b"))  # handed back: nothing held any more
+    assert lanes.held == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field, replace
 
 import pytest
@@ -13,6 +14,8 @@ from docsum_shared.events import ChunkSummarized, DocumentMerged, DocumentOutcom
 from docsum_shared.options import TaskOptions
 from docsum_shared.settings import Settings
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
+from docsum_shared.summarizers.base import SummaryRequest, SummaryResult
+from docsum_shared.summarizers.cache import CallContext
 from tests.documents import english_prose
 from tests.unit.fakes import FakeLLM
 
@@ -29,6 +32,7 @@ class FakeMerges:
     nodes: list[tuple[str, int, int]] = field(default_factory=list)
     finished: tuple[TaskStatus, str | None, str | None] | None = None
     chunk_rows_read: int = 0
+    touched: list[str] = field(default_factory=list)
 
     async def load_document(self, document_id: str) -> tuple[DocumentState, TaskStatus, TaskOptions, str] | None:
         doc = self.documents.get(document_id)
@@ -87,6 +91,9 @@ class FakeMerges:
     ) -> None:
         if self.task_status in (TaskStatus.PENDING, TaskStatus.PROCESSING):
             self.task_status, self.finished = status, (status, summary, error)
+
+    async def touch_task(self, task_id: str) -> None:
+        self.touched.append(task_id)
 
     async def store_node(self, scope_id: str, level: int, position: int, inputs: int, key: str, summary: str) -> None:
         self.nodes.append((scope_id, level, position))
@@ -185,3 +192,25 @@ async def test_the_task_finishes_when_every_document_is_final_even_if_its_summar
 async def test_an_unknown_document_is_poison() -> None:
     with pytest.raises(Poison):
         await handle(SUMMARIZED.model_copy(update={"document_id": "x"}), _deps(_repo(), FakeLLM()))
+
+
+@dataclass
+class SlowLLM(FakeLLM):
+    seconds: float = 0.3
+
+    async def summarize(
+        self, request: SummaryRequest, context: CallContext | None = None
+    ) -> tuple[SummaryResult, bool]:
+        await asyncio.sleep(self.seconds)
+        return await super().summarize(request, context)
+
+
+async def test_a_running_merge_keeps_its_task_active_so_reconcile_leaves_it_alone() -> None:
+    repo = _repo()
+    settings = Settings(_env_file=None, reconcile_idle_s=0.15)  # touched every 0.05 s while merging
+    [out] = await handle(SUMMARIZED, Deps(repo, SlowLLM(), settings, backoff=Backoff(base_s=0.0, cap_s=0.0)))
+    assert isinstance(out, DocumentMerged) and out.outcome is DocumentOutcome.COMPLETED
+    assert len(repo.touched) >= 2 and set(repo.touched) == {"t"}
+    touched = len(repo.touched)
+    await asyncio.sleep(0.2)
+    assert len(repo.touched) == touched  # and no more once the merge is done

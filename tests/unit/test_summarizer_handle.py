@@ -91,7 +91,7 @@ def _chunk(
 
 
 def _deps(repo: FakeChunks, llm: FakeLLM, settings: Settings = SETTINGS) -> Deps:
-    return Deps(repo, llm, settings, holder="test", calls=asyncio.Semaphore(4), backoff=Backoff(base_s=0.0, cap_s=0.0))
+    return Deps(repo, llm, settings, holder="test", backoff=Backoff(base_s=0.0, cap_s=0.0))
 
 
 EVENT = ChunkCreated(task_id="t", document_id="d", chunk_id="c", chunk_index=0)

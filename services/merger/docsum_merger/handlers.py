@@ -10,8 +10,10 @@ too long lowers the budget and goes hierarchical.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -73,6 +75,7 @@ class Repository(Protocol):
     async def store_node(
         self, scope_id: str, level: int, position: int, inputs: int, key: str, summary: str
     ) -> None: ...
+    async def touch_task(self, task_id: str) -> None: ...
 
 
 @dataclass
@@ -110,7 +113,7 @@ async def merge_document(event: ChunkSummarized, deps: Deps) -> list[Event]:
                     summary, model, truncated = await _merged(
                         decision.request,
                         CallContext(event.task_id, doc.id, owner=owner),
-                        doc.id,
+                        f"document {doc.id}",
                         lambda: deps.repo.record_document_merge_failure(doc.id),
                         deps,
                     )
@@ -143,7 +146,7 @@ async def finish_task(event: DocumentMerged, deps: Deps) -> list[Event]:
                 summary, model, truncated = await _merged(
                     decision.request,
                     CallContext(event.task_id, owner=owner),
-                    event.task_id,
+                    f"task {event.task_id}",
                     lambda: deps.repo.record_task_merge_failure(event.task_id),
                     deps,
                 )
@@ -159,12 +162,14 @@ async def finish_task(event: DocumentMerged, deps: Deps) -> list[Event]:
 async def _merged(
     request: SummaryRequest,
     context: CallContext,
-    scope_id: str,
+    what: str,
     record_failure: Callable[[], Awaitable[int]],
     deps: Deps,
 ) -> tuple[str, str, bool]:
-    """The merged summary, its model and whether it was cut; ItemFailed when the provider refused it or
-    kept failing."""
+    """The merged summary of `what` ("document <id>" or "task <id>"), its model and whether it was cut;
+    ItemFailed when the provider refused it or kept failing. While it runs, the task counts as active:
+    reconcile does not re-drive a task whose merge is making (slow) progress."""
+    scope_id = what.rpartition(" ")[2]
     waits = 0
 
     async def decide(exc: Exception, tries: int) -> float | None:
@@ -176,9 +181,40 @@ async def _merged(
             return None
         failures = await record_failure()
         if merge_gives_up(failures, deps.settings):
+            log.warning("the merge of %s gave up after %d attempts: %s", what, failures, exc)
             raise ItemFailed(f"gave up after {failures} attempts: {exc}") from exc
-        return deps.backoff.delay(tries, exc.retry_after)
+        delay = deps.backoff.delay(tries, exc.retry_after)
+        log.warning("the merge of %s failed (attempt %d): %s; again in %.1fs", what, failures, exc, delay)
+        return delay
 
     bounded = await deps.llm.bounded(request)
-    result = await retry_until(lambda: tree.merge(deps.llm, bounded, context, scope_id, deps.repo.store_node), decide)
+    async with _active(context.task_id, deps):
+        result = await retry_until(
+            lambda: tree.merge(deps.llm, bounded, context, scope_id, deps.repo.store_node), decide
+        )
     return result.text, result.model, result.truncated
+
+
+@contextlib.asynccontextmanager
+async def _active(task_id: str | None, deps: Deps) -> AsyncIterator[None]:
+    """Touch the task's activity mark while the block runs, a few times per reconcile idle period."""
+    if task_id is None:
+        yield
+        return
+    every = deps.settings.reconcile_idle_s / 3
+
+    async def keep() -> None:
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await deps.repo.touch_task(task_id)
+            except Exception as exc:  # the database is down: the merge itself will notice
+                log.debug("could not mark task %s active: %s", task_id, exc)
+
+    keeper = asyncio.create_task(keep())
+    try:
+        yield
+    finally:
+        keeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await keeper

@@ -132,3 +132,7 @@ class MergeRepository:
             " SET inputs = EXCLUDED.inputs, cache_key = EXCLUDED.cache_key, summary = EXCLUDED.summary",
             scope_id, level, position, inputs, key, summary,
         )  # fmt: skip
+
+    async def touch_task(self, task_id: str) -> None:
+        """The task is making progress (a merge is running): reconcile leaves it alone."""
+        await self.pool.execute("UPDATE tasks SET last_active_at = now() WHERE id = $1", task_id)

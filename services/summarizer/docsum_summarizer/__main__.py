@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 
@@ -23,7 +22,6 @@ def consumers(settings: Settings, pool: asyncpg.Pool) -> list[Consumer]:
         Summarizing.from_settings(settings, pool),
         settings,
         holder=f"{socket.gethostname()}:{os.getpid()}",
-        calls=asyncio.Semaphore(settings.llm_max_inflight),  # LLM calls in flight in this process
     )
     return [Consumer(handlers.bind(deps), max_inflight=settings.llm_max_inflight)]
 

@@ -70,7 +70,6 @@ class Deps:
     llm: LLM
     settings: Settings
     holder: str  # this process, as lease holder
-    calls: asyncio.Semaphore  # LLM calls in flight in this process, across its consumers
     backoff: Backoff = field(default_factory=lambda: Backoff(base_s=1.0, cap_s=60.0))
 
 
@@ -177,8 +176,7 @@ async def _summarize_within_budget(request: SummaryRequest, context: CallContext
         results: list[SummaryResult] = []
         try:
             for part in parts:
-                async with deps.calls:
-                    result, _ = await deps.llm.summarize(part, context)
+                result, _ = await deps.llm.summarize(part, context)
                 results.append(result)
         except ContextLimitExceeded as refusal:
             if not await deps.llm.learn(refusal, part):

@@ -41,6 +41,10 @@ class Summarizing:
     settings: Settings
     _probed_at: float | None = field(default=None, init=False)
     _probing: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+    _calls: asyncio.Semaphore = field(init=False)  # calls in flight in this process, whoever makes them
+
+    def __post_init__(self) -> None:
+        self._calls = asyncio.Semaphore(self.settings.llm_max_inflight)
 
     @classmethod
     def from_settings(cls, settings: Settings, pool: asyncpg.Pool) -> Summarizing:
@@ -93,15 +97,19 @@ class Summarizing:
     async def summarize(
         self, request: SummaryRequest, context: CallContext | None = None
     ) -> tuple[SummaryResult, bool]:
-        return await summarize_cached(
-            self.pool,
-            self.backend,
-            request,
-            context,
-            limiter=self.limiter,
-            calibration=self.calibration,
-            shared=self.settings.shared_cache,
-        )
+        """The answer to `request` (from the result cache, or the provider), and whether it was cached.
+        At most `DOCSUM_LLM_MAX_INFLIGHT` of them at once per process: the summarizer's chunks and the
+        merger's merges alike."""
+        async with self._calls:
+            return await summarize_cached(
+                self.pool,
+                self.backend,
+                request,
+                context,
+                limiter=self.limiter,
+                calibration=self.calibration,
+                shared=self.settings.shared_cache,
+            )
 
     def cache_key(self, request: SummaryRequest, context: CallContext) -> str:
         return cache_key(self.model, request, None if self.settings.shared_cache else context.owner)
