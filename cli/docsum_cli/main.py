@@ -62,17 +62,16 @@ def wait(gateway: Gateway, task_id: str, *, quiet: bool, poll_s: float = 0.5) ->
             time.sleep(poll_s)
 
 
+# The result of a task, as task-finished carries it (docsum_shared.readmodel.schemas.TaskResult).
+RESULT_FIELDS = ("task_id", "status", "updated_at", "summary", "error", "truncated", "llm", "usage", "recovery")
+DOCUMENT_FIELDS = ("document_id", "filename", "status", "summary", "error", "truncated", "chunks")
+
+
 def as_json(task: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "task_id": task["task_id"],
-        "status": task["status"],
-        "summary": task["summary"],
-        "usage": task.get("usage"),
-        "recovery": task.get("recovery"),
-        "documents": [
-            {k: d[k] for k in ("document_id", "filename", "status", "summary", "error")} for d in task["documents"]
-        ],
-    }
+    """The task's result: the same JSON as its task-finished message."""
+    result = {k: task.get(k) for k in RESULT_FIELDS}
+    result["documents"] = [{k: d.get(k) for k in DOCUMENT_FIELDS} for d in task["documents"]]
+    return result
 
 
 def show(task: dict[str, Any]) -> None:

@@ -1,6 +1,7 @@
 """The event contract: one frozen pydantic model per topic, all sharing one envelope.
 
-Events carry intents and ids, never document bytes or texts: Postgres holds the state. New fields are
+Events carry intents and ids, never document bytes or texts: Postgres holds the state (task-finished,
+the pipeline's output to other systems, carries the summaries). New fields are
 optional so that older consumers and external publishers keep working; `schema_version` is raised
 only for a change that old consumers cannot read. The JSON Schema of every topic is generated from
 these models into contracts/ (`make contracts`, see contracts.py).
@@ -16,6 +17,7 @@ from typing import Any, ClassVar, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from .levels import SizeLevel
+from .readmodel.schemas import TaskResult
 from .states import TaskStatus
 
 E = TypeVar("E", bound="Event")
@@ -129,6 +131,22 @@ class TaskEvent(Event):
     detail: dict[str, Any] = Field(default_factory=dict)
 
 
+class TaskFinished(Event, TaskResult):
+    """A task reached a final status: its result, the JSON `docsum summarize --json` prints.
+
+    Published once per final status; a replay or a re-drive may publish it again, identical (its
+    envelope is derived from the task: no new event id, time or trace)."""
+
+    @classmethod
+    def from_result(cls, result: TaskResult) -> TaskFinished:
+        return cls(
+            **result.model_dump(),
+            event_id=uuid.uuid5(uuid.NAMESPACE_URL, f"docsum:task-finished:{result.task_id}:{result.status}").hex,
+            occurred_at=result.updated_at,
+            trace_id=None,
+        )
+
+
 class Topic(StrEnum):
     DOCUMENT_SUBMITTED = "document-submitted"
     DOCUMENT_PARSED = "document-parsed"
@@ -136,6 +154,7 @@ class Topic(StrEnum):
     CHUNK_SUMMARIZED = "chunk-summarized"
     DOCUMENT_MERGED = "document-merged"
     TASK_EVENTS = "task-events"
+    TASK_FINISHED = "task-finished"
 
 
 EVENT_TYPES: dict[Topic, type[Event]] = {
@@ -145,6 +164,7 @@ EVENT_TYPES: dict[Topic, type[Event]] = {
     Topic.CHUNK_SUMMARIZED: ChunkSummarized,
     Topic.DOCUMENT_MERGED: DocumentMerged,
     Topic.TASK_EVENTS: TaskEvent,
+    Topic.TASK_FINISHED: TaskFinished,
 }
 TOPIC_OF: dict[type[Event], Topic] = {model: topic for topic, model in EVENT_TYPES.items()}
 

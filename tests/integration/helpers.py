@@ -208,6 +208,7 @@ CONSUMED = {
     Topic.CHUNK_CREATED: "summarizer",
     Topic.CHUNK_SUMMARIZED: "merger",
     Topic.DOCUMENT_MERGED: "merger",
+    Topic.TASK_EVENTS: "merger",
 }
 
 
@@ -234,6 +235,18 @@ async def read_topics(env: dict[str, str], topics: list[str]) -> list[ConsumerRe
         return found
     finally:
         await consumer.stop()
+
+
+async def task_finished(env: dict[str, str], task_id: str, stack: Logs | None = None) -> list[dict[str, Any]]:
+    """The task-finished messages of `task_id` (their values, without the envelope), once there is one."""
+    envelope = {"event_id", "schema_version", "occurred_at", "trace_id", "causation_id"}
+
+    async def published() -> list[dict[str, Any]]:
+        records = await read_topics(env, [env["DOCSUM_TOPIC_PREFIX"] + Topic.TASK_FINISHED])
+        found = [r for r in records if r.key == task_id.encode()]
+        return [{k: v for k, v in json.loads(r.value).items() if k not in envelope} for r in found]
+
+    return await eventually(published, timeout=60, message=f"task-finished for {task_id}", stack=stack)
 
 
 def dlq_names(env: dict[str, str]) -> list[str]:

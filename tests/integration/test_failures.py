@@ -29,9 +29,11 @@ from docsum_shared.events import (
     DocumentParsed,
     DocumentSubmitted,
     Event,
+    TaskEvent,
     Topic,
 )
 from docsum_shared.kafka import DLQ_SUFFIX
+from docsum_shared.states import TaskStatus
 from tests.fake_llm import FakeLLMServer, LedgerEntry
 from tests.integration.conftest import OWN_BROKER, OWN_DATABASE, ROOT, Stack, StackFactory
 from tests.integration.helpers import (
@@ -195,9 +197,10 @@ def _poison(topic: Topic, marker: str) -> list[tuple[bytes, bytes, str]]:
         Topic.DOCUMENT_MERGED: DocumentMerged(
             task_id=task_id, document_id=document_id, outcome=DocumentOutcome.COMPLETED
         ),
+        Topic.TASK_EVENTS: TaskEvent(task_id=task_id, status=TaskStatus.COMPLETED),
     }[topic]
-    # The handlers name what they could not find: the task for document-merged, the document otherwise.
-    missing_id = task_id if topic is Topic.DOCUMENT_MERGED else document_id
+    # The handlers name what they could not find: the task for the task-keyed topics, the document otherwise.
+    missing_id = task_id if topic in (Topic.DOCUMENT_MERGED, Topic.TASK_EVENTS) else document_id
     key = f"{marker}-{topic}"
     return [
         (f"{key}-garbage".encode(), b"\xff\xfe\x00 not json at all " + marker.encode(), "malformed"),

@@ -35,6 +35,7 @@ from tests.integration.helpers import (
     paid_twice,
     submit,
     tagged,
+    task_finished,
     txt,
     wait_for_task,
 )
@@ -286,6 +287,9 @@ async def test_cancel_is_terminal_and_owned(stack: Stack, db: asyncpg.Pool, slow
         cancelled = await alice.post(f"/v1/tasks/{task_id}/cancel")
         assert cancelled.status_code == 200, cancelled.text
         assert cancelled.json()["status"] == "CANCELLED"
+        published, *again = await task_finished(stack.env, task_id, stack)  # whoever ends a task, it is published
+        assert published["status"] == "CANCELLED" and all(other == published for other in again)
+        assert {d["filename"]: d["status"] for d in published["documents"]}["small.txt"] == "COMPLETED"
 
         settled_at = await _settle(db, llm, task_id, marker, stack)
         calls_at_cancel = len(calls(llm, marker))

@@ -7,9 +7,10 @@ import asyncio
 import asyncpg
 import pytest
 
+from docsum_cli.main import as_json
 from tests.documents import english_prose, make_docx, make_encrypted_pdf, make_pdf, truncate
 from tests.integration.conftest import Stack
-from tests.integration.helpers import chunks_of, submit, txt, wait_for_task
+from tests.integration.helpers import chunks_of, submit, task_finished, txt, wait_for_task
 
 pytestmark = pytest.mark.integration
 
@@ -68,6 +69,9 @@ async def test_bad_files_fail_alone(stack: Stack) -> None:
     for name, words in {"secret.pdf": "encrypted", "broken.pdf": "damaged", "empty.txt": "empty"}.items():
         assert by_name[name]["status"] == "FAILED"
         assert words in by_name[name]["error"].lower(), by_name[name]["error"]
+    # The result goes out on task-finished too: what `docsum summarize --json` prints, errors included.
+    published, *again = await task_finished(stack.env, task["task_id"], stack)
+    assert published == as_json(task) and all(other == published for other in again)
 
 
 async def test_owner_isolation_and_auth(stack: Stack) -> None:

@@ -8,9 +8,9 @@ import uuid
 import asyncpg
 import pytest
 
-from docsum_gateway import repository
 from docsum_shared.db import _migrations, migrate
 from docsum_shared.lifecycle import recount_documents
+from docsum_shared.readmodel import queries
 from docsum_shared.text import estimate_tokens_upper
 from tests.documents import chinese_prose, english_prose
 from tests.integration.conftest import Stack
@@ -126,7 +126,7 @@ async def test_chunker_stores_estimates_and_the_gateway_sums_them(stack: Stack, 
             await db.execute("UPDATE chunks SET token_estimate = NULL WHERE id = $1", ids[0])
             async with db.acquire() as conn:
                 await recount_documents(conn, documents)
-            remaining = await repository.remaining_work(db, task_id)
+            remaining = await queries.remaining_work(db, task_id)
             assert (remaining["chunks"], remaining["prompt_tokens"]) == (len(ids), sum(expected.values()))
             shown = (await client.get(f"/v1/tasks/{task_id}")).json()["estimate"]
             assert shown["remaining_chunks"] == len(ids)

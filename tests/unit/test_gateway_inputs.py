@@ -383,7 +383,6 @@ def test_the_gateway_exits_with_one_line_naming_a_bad_setting(env: dict[str, str
     assert "short" not in done.stderr  # the message names the setting, never a key
 
 
-
 def test_the_cli_says_which_input_was_refused(tmp_path: Path) -> None:
     """The CLI shows a 422 as each refused input and why (here through the real application)."""
     from docsum_cli.client import Gateway, GatewayError

@@ -1,19 +1,21 @@
-"""The gateway's read model: repository rows shaped into the response models, without a database."""
+"""The gateway's read model: queries rows shaped into the response models, without a database."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from docsum_gateway import repository, views
-from docsum_gateway.schemas import Usage
+from docsum_cli.main import as_json
+from docsum_shared.readmodel import queries, views
+from docsum_shared.readmodel.schemas import Usage
 from docsum_shared.settings import Settings
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 SETTINGS = Settings(llm_model="m1", llm_prices={"m1": (1.0, 2.0), "m2": (10.0, 20.0)})
-POOL: Any = object()  # never touched: the repository functions are replaced below
+POOL: Any = object()  # never touched: the queries functions are replaced below
 
 
 def _task(**fields: object) -> dict[str, object]:
@@ -66,7 +68,7 @@ def _usage(document_id: str | None, model: str, prompt: int, completion: int, ca
 
 @pytest.fixture
 def rows(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """What the repository answers; a test changes an entry before calling the view."""
+    """What the queries answers; a test changes an entry before calling the view."""
     answers: dict[str, Any] = {
         "owns": True,
         "get_task": (_task(), [_document("d1"), _document("d2", status="PENDING", chunk_total=None)]),
@@ -93,8 +95,9 @@ def rows(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
         return fake
 
+    answers["load_task"] = answers["get_task"]
     for name in answers:
-        monkeypatch.setattr(repository, name, answer(name))
+        monkeypatch.setattr(queries, name, answer(name))
     return answers
 
 
@@ -170,3 +173,17 @@ async def test_list_tasks(rows: dict[str, Any]) -> None:
         ("t2", None, "COMPLETED"),
         ("t1", "a title", "PROCESSING"),
     ]
+
+
+async def test_the_published_result_is_what_the_cli_prints_as_json(rows: dict[str, Any]) -> None:
+    rows["get_task"] = rows["load_task"] = (_task(status="COMPLETED", summary="all of it"), [_document("d1")])
+    view = await views.task_view(POOL, SETTINGS, "alice", "t1")
+    result = await views.task_result(POOL, SETTINGS, "t1")
+    assert view is not None and result is not None
+    printed = as_json(json.loads(view.model_dump_json()))  # the CLI reads the gateway's JSON
+    assert printed == json.loads(result.model_dump_json())
+    assert printed["summary"] == "all of it" and printed["documents"][0]["chunks"] == {
+        "done": 1,
+        "failed": 1,
+        "total": 3,
+    }

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 
 import pytest
 
 from docsum_merger.handlers import Deps, handle
 from docsum_merger.policy import ChunkState, DocumentState
 from docsum_shared.errors import Backoff, Poison, ProviderUnavailable, RequestRefused
-from docsum_shared.events import ChunkSummarized, DocumentMerged, DocumentOutcome, TaskEvent
+from docsum_shared.events import ChunkSummarized, DocumentMerged, DocumentOutcome, TaskEvent, TaskFinished
 from docsum_shared.options import TaskOptions
+from docsum_shared.readmodel.schemas import ChunkProgress, DocumentResult, Recovery, TaskResult, Usage
 from docsum_shared.settings import Settings
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.base import SummaryRequest, SummaryResult
@@ -20,6 +22,7 @@ from tests.documents import english_prose
 from tests.unit.fakes import FakeLLM
 
 SETTINGS = Settings(_env_file=None, llm_max_attempts=3)
+T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
 
 @dataclass
@@ -94,6 +97,31 @@ class FakeMerges:
 
     async def touch_task(self, task_id: str) -> None:
         self.touched.append(task_id)
+
+    async def task_result(self, task_id: str) -> TaskResult | None:
+        if task_id != "t":
+            return None
+        documents = [
+            DocumentResult(
+                document_id=d.id,
+                filename=d.filename,
+                status=d.status,
+                summary=d.summary,
+                error=d.error,
+                chunks=ChunkProgress(done=d.chunks_final, failed=0, total=d.chunk_total),
+            )
+            for d in self.documents.values()
+        ]
+        summary = self.finished[1] if self.finished else None
+        return TaskResult(
+            task_id=task_id,
+            status=self.task_status,
+            updated_at=T0,
+            summary=summary,
+            usage=Usage(),
+            recovery=Recovery(),
+            documents=documents,
+        )
 
     async def store_node(self, scope_id: str, level: int, position: int, inputs: int, key: str, summary: str) -> None:
         self.nodes.append((scope_id, level, position))
@@ -214,3 +242,25 @@ async def test_a_running_merge_keeps_its_task_active_so_reconcile_leaves_it_alon
     touched = len(repo.touched)
     await asyncio.sleep(0.2)
     assert len(repo.touched) == touched  # and no more once the merge is done
+
+
+async def test_a_final_task_event_publishes_the_tasks_result_the_same_each_time() -> None:
+    repo = _repo()
+    repo.documents["d"] = replace(repo.documents["d"], status=DocumentStatus.COMPLETED, summary="one")
+    merged = DocumentMerged(task_id="t", document_id="d", outcome=DocumentOutcome.COMPLETED)
+    [ended] = await handle(merged, _deps(repo, FakeLLM()))
+    assert isinstance(ended, TaskEvent) and ended.status is TaskStatus.COMPLETED
+    [first] = await handle(ended, _deps(repo, FakeLLM()))
+    [again] = await handle(TaskEvent(task_id="t", status=TaskStatus.COMPLETED), _deps(repo, FakeLLM()))
+    assert isinstance(first, TaskFinished) and first.key() == "t"
+    assert first.status == "COMPLETED" and first.summary == "one" and first.documents[0].summary == "one"
+    assert first.to_bytes() == again.to_bytes()  # a replay or a re-drive publishes it identical
+
+
+async def test_only_a_final_status_that_still_holds_publishes_a_result() -> None:
+    repo = _repo()
+    assert await handle(TaskEvent(task_id="t", status=TaskStatus.PAUSED), _deps(repo, FakeLLM())) == []
+    # Retried since it failed: the task is running again, so the old event publishes nothing.
+    assert await handle(TaskEvent(task_id="t", status=TaskStatus.FAILED), _deps(repo, FakeLLM())) == []
+    with pytest.raises(Poison):
+        await handle(TaskEvent(task_id="x", status=TaskStatus.CANCELLED), _deps(repo, FakeLLM()))

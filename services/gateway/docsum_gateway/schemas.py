@@ -1,12 +1,8 @@
-"""The gateway's response models."""
+"""The gateway's own response models (a task's views are docsum_shared.readmodel.schemas)."""
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from pydantic import BaseModel
-
-from docsum_shared.options import TaskOptions
 
 
 class CreatedDocument(BaseModel):
@@ -20,101 +16,7 @@ class TaskCreated(BaseModel):
     documents: list[CreatedDocument]
 
 
-class ChunkProgress(BaseModel):
-    done: int
-    failed: int
-    total: int | None
-
-
-class Usage(BaseModel):
-    """Tokens and cost of the provider's answers; cached_calls were answered from stored results."""
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    llm_calls: int = 0
-    cached_calls: int = 0
-    cost_usd: float = 0.0
-
-
-class Estimate(BaseModel):
-    """What the rest of the task should cost and take, known from the moment its chunks exist."""
-
-    remaining_chunks: int
-    prompt_tokens: int  # of the remaining chunk requests (merges come on top)
-    cost_usd: float
-    eta_s: float | None  # from the task's calls of the last minute; None before there is a rate
-
-
-class Recovery(BaseModel):
-    """How the work got through failures: attempts made, interruptions survived, calls saved."""
-
-    attempts: int = 0  # summarizer attempts over all chunks (1 per chunk when nothing went wrong)
-    interruptions: int = 0  # chunks taken over after the process working on them died
-    redrives: int = 0  # times the task's unfinished work was re-driven (resume, retry, reconcile)
-    calls_saved: int = 0  # requests answered from stored results instead of the provider
-
-
-class EndpointView(BaseModel):
-    """What docsum knows of the LLM endpoint it plans requests for."""
-
-    model: str
-    input_budget: int | None  # tokens a request (prompt and answer) must fit; None: unlimited
-    learned_from: str | None  # the setting, what the endpoint stated, or the refusal it was learned from
-
-
-class DocumentView(BaseModel):
-    document_id: str
-    filename: str
-    status: str
-    size_level: str | None
-    text_chars: int | None
-    chunks: ChunkProgress
-    summary: str | None
-    summary_model: str | None
-    error: str | None
-    coverage: float | None  # share of the document its summary covers, when parts failed for good
-    failed_chunks: list[int]
-    truncated: bool = False  # some answer behind this summary was cut at its bound, even asked shorter
-    usage: Usage
-
-
-class TaskView(BaseModel):
-    task_id: str
-    title: str | None
-    status: str
-    created_at: datetime
-    updated_at: datetime
-    summary: str | None
-    summary_model: str | None
-    error: str | None
-    options: TaskOptions
-    # Why the task waits AWAITING_APPROVAL (its planned calls or cost over its owner's ceiling):
-    # resume approves it, cancel drops it; `estimate` shows what it would take.
-    hold_reason: str | None = None
-    truncated: bool = False  # the task summary, or one of its documents', was cut at its bound
-    llm: EndpointView | None = None
-    usage: Usage
-    estimate: Estimate
-    recovery: Recovery
-    documents: list[DocumentView]
-
-
-class FailureView(BaseModel):
-    document_id: str
-    filename: str
-    chunk_index: int | None  # None: the document failed as a whole (its file could not be read)
-    error: str | None
-    attempts: int | None
-
-
 class LifecycleResult(BaseModel):
     task_id: str
     status: str
     redriven_events: int = 0
-
-
-class TaskListItem(BaseModel):
-    task_id: str
-    title: str | None
-    status: str
-    created_at: datetime

@@ -18,7 +18,7 @@ from .repository import MergeRepository
 
 
 def consumers(settings: Settings, pool: asyncpg.Pool) -> Mapping[Topic, Handler]:
-    return handlers.bind(Deps(MergeRepository(pool), Summarizing.from_settings(settings, pool), settings))
+    return handlers.bind(Deps(MergeRepository(pool, settings), Summarizing.from_settings(settings, pool), settings))
 
 
 def maintenance(settings: Settings, pool: asyncpg.Pool) -> Background:

@@ -1,7 +1,9 @@
 """The merger's handlers.
 
 chunk-summarized (keyed by document) → the document summary → document-merged;
-document-merged (keyed by task) → the task summary → task-events.
+document-merged (keyed by task) → the task summary → task-events;
+task-events with a final status (whoever ended the task: the task stage, cancel, expiry) → the
+task's result → task-finished, for the systems that read results off Kafka.
 
 The merger's LLM errors fail the document (or the task's summary), never the message: a provider
 that keeps failing is given as many attempts as a chunk gets, a refusal is final, and a refusal as
@@ -18,9 +20,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from docsum_shared.errors import Backoff, ItemFailed, ProviderUnavailable, RateLimited, retry_until
-from docsum_shared.events import ChunkSummarized, DocumentMerged, DocumentOutcome, Event, TaskEvent
+from docsum_shared.events import ChunkSummarized, DocumentMerged, DocumentOutcome, Event, TaskEvent, TaskFinished
 from docsum_shared.handlers import Handlers, required, takes_work
 from docsum_shared.options import TaskOptions
+from docsum_shared.readmodel.schemas import TaskResult
 from docsum_shared.settings import Settings
 from docsum_shared.states import DOCUMENT_FINAL, TASK_FINAL, TASK_HELD, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.base import SummaryRequest
@@ -76,6 +79,7 @@ class Repository(Protocol):
         self, scope_id: str, level: int, position: int, inputs: int, key: str, summary: str
     ) -> None: ...
     async def touch_task(self, task_id: str) -> None: ...
+    async def task_result(self, task_id: str) -> TaskResult | None: ...
 
 
 @dataclass
@@ -157,6 +161,16 @@ async def finish_task(event: DocumentMerged, deps: Deps) -> list[Event]:
         log.info("task %s finished: %s", event.task_id, decision.status)
         status, *_ = required(await deps.repo.load_task(event.task_id), f"task {event.task_id}")
     return [event.next(TaskEvent, status=status)]
+
+
+@handlers.on(TaskEvent)
+async def publish_result(event: TaskEvent, deps: Deps) -> list[Event]:
+    if event.status not in TASK_FINAL:
+        return []  # paused, resumed...: not an end
+    result = required(await deps.repo.task_result(event.task_id), f"task {event.task_id}")
+    if result.status not in TASK_FINAL:
+        return []  # retried since: it ends again later, with its own event
+    return [TaskFinished.from_result(result)]
 
 
 async def _merged(

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncpg
 
 from docsum_shared.options import TaskOptions
+from docsum_shared.readmodel import views
+from docsum_shared.readmodel.schemas import TaskResult
+from docsum_shared.settings import Settings
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.prompts import PROMPT_VERSION
 
@@ -33,8 +36,9 @@ _DOCUMENT = (
 
 
 class MergeRepository:
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, settings: Settings) -> None:
         self.pool = pool
+        self.settings = settings  # prices, for the usage in a task's result
         self.chunk_rows_read = 0  # how many chunk rows this process has read: O(chunks), not O(chunks²)
 
     async def load_document(self, document_id: str) -> tuple[DocumentState, TaskStatus, TaskOptions, str] | None:
@@ -136,3 +140,6 @@ class MergeRepository:
     async def touch_task(self, task_id: str) -> None:
         """The task is making progress (a merge is running): reconcile leaves it alone."""
         await self.pool.execute("UPDATE tasks SET last_active_at = now() WHERE id = $1", task_id)
+
+    async def task_result(self, task_id: str) -> TaskResult | None:
+        return await views.task_result(self.pool, self.settings, task_id)

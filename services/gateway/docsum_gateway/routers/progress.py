@@ -22,9 +22,9 @@ from fastapi import APIRouter, HTTPException, Request, WebSocket, WebSocketDisco
 from pydantic import BaseModel
 
 from docsum_shared.events import TOPIC_OF, TaskEvent
+from docsum_shared.readmodel import queries, views
 from docsum_shared.states import TASK_FINAL
 
-from .. import repository, views
 from ..deps import OwnerDep, PoolDep, SettingsDep, TaskIdDep
 from ..inputs import is_task_id
 from ..responses import errors
@@ -51,7 +51,7 @@ class Ticket(BaseModel):
     " `?ticket=<ticket>`. It expires after `expires_in_s` seconds and is good for one connection.",
 )
 async def ticket(request: Request, owner: OwnerDep, task_id: TaskIdDep, pool: PoolDep, settings: SettingsDep) -> Ticket:
-    if not await repository.owns(pool, owner, task_id):
+    if not await queries.owns(pool, owner, task_id):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no task {task_id}")
     tickets: Tickets = request.app.state.tickets
     return Ticket(ticket=tickets.issue(owner, task_id), expires_in_s=settings.ws_ticket_ttl_s)
@@ -92,7 +92,7 @@ def _redeem(keys: dict[str, str], tickets: Tickets, ticket: str, task_id: str) -
 async def task_events(websocket: WebSocket, task_id: str) -> None:
     app = websocket.app
     owner, subprotocol = _caller(websocket, task_id) if is_task_id(task_id) else (None, None)
-    if owner is None or not await repository.owns(app.state.pool, owner, task_id):
+    if owner is None or not await queries.owns(app.state.pool, owner, task_id):
         await websocket.close(code=status.WS_1008_POLICY_VIOLATION, reason="unknown task or bad API key")
         return
     await websocket.accept(subprotocol=subprotocol)

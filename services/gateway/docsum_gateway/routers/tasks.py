@@ -17,14 +17,16 @@ from docsum_shared import lifecycle
 from docsum_shared.events import DocumentSubmitted, TaskEvent
 from docsum_shared.kafka import publish
 from docsum_shared.options import TaskOptions
+from docsum_shared.readmodel import queries, views
+from docsum_shared.readmodel.schemas import FailureView, TaskListItem, TaskView
 from docsum_shared.redrive import redrive_task
 from docsum_shared.states import TaskStatus
 
-from .. import repository, views
+from .. import repository
 from ..deps import OwnerDep, PoolDep, ProducerDep, SettingsDep, TaskIdDep
 from ..inputs import StoredText, echo, invalid
 from ..responses import errors
-from ..schemas import CreatedDocument, FailureView, LifecycleResult, TaskCreated, TaskListItem, TaskView
+from ..schemas import CreatedDocument, LifecycleResult, TaskCreated
 from ..settings import GatewaySettings
 from ..uploads import FILE_FIELD, UploadLimits, read_upload
 
@@ -249,7 +251,7 @@ def _not_found(task_id: str) -> HTTPException:
 
 
 async def _owned(pool: asyncpg.Pool, owner: str, task_id: str) -> None:
-    if not await repository.owns(pool, owner, task_id):
+    if not await queries.owns(pool, owner, task_id):
         raise _not_found(task_id)
 
 

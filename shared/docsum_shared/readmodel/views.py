@@ -1,8 +1,10 @@
-"""The gateway's read model: what a task, a task list and a task's failures look like to their owner.
+"""The read model: what a task, a task list and a task's failures look like to their owner, and what a
+finished task's result is.
 
-Each function takes the pool (and the settings where prices matter), reads through `repository`
-(which holds all the SQL) and shapes the rows into the response models of `schemas`. The routes and
-the progress WebSocket answer with these; a task of another owner reads as None, like a missing one.
+Each function takes the pool (and the settings where prices matter), reads through `queries` (which
+holds all the SQL) and shapes the rows into the models of `schemas`. The gateway's routes and progress
+WebSocket answer with these (a task of another owner reads as None, like a missing one); the merger
+publishes `task_result` on task-finished.
 """
 
 from __future__ import annotations
@@ -12,11 +14,10 @@ from typing import Any
 
 import asyncpg
 
-from docsum_shared.options import TaskOptions
-from docsum_shared.settings import Settings
-from docsum_shared.summarizers import endpoint_key
-
-from . import repository
+from ..options import TaskOptions
+from ..settings import Settings
+from ..summarizers import endpoint_key
+from . import queries
 from .schemas import (
     ChunkProgress,
     DocumentView,
@@ -25,6 +26,7 @@ from .schemas import (
     FailureView,
     Recovery,
     TaskListItem,
+    TaskResult,
     TaskView,
     Usage,
 )
@@ -37,11 +39,19 @@ Row = Mapping[str, Any]  # an asyncpg.Record, or anything that reads like one
 
 async def task_view(pool: asyncpg.Pool, settings: Settings, owner: str, task_id: str) -> TaskView | None:
     """The task with its documents, usage, estimate and recovery; None if `owner` has no such task."""
-    found = await repository.get_task(pool, owner, task_id)
-    if found is None:
-        return None
-    task, documents = found
-    total, per_document = usage_by_document(settings, await repository.usage_rows(pool, task_id))
+    found = await queries.get_task(pool, owner, task_id)
+    return None if found is None else await _view(pool, settings, *found)
+
+
+async def task_result(pool: asyncpg.Pool, settings: Settings, task_id: str) -> TaskResult | None:
+    """The task's result as published on task-finished (the pipeline's own read: no owner check)."""
+    found = await queries.load_task(pool, task_id)
+    return None if found is None else TaskResult.of(await _view(pool, settings, *found))
+
+
+async def _view(pool: asyncpg.Pool, settings: Settings, task: Row, documents: list[Row]) -> TaskView:
+    task_id = task["id"]
+    total, per_document = usage_by_document(settings, await queries.usage_rows(pool, task_id))
     return TaskView(
         task_id=task["id"],
         title=task["title"],
@@ -56,8 +66,8 @@ async def task_view(pool: asyncpg.Pool, settings: Settings, owner: str, task_id:
         truncated=bool(task.get("summary_truncated")) or any(d.get("truncated_parts") for d in documents),
         llm=await endpoint_view(pool, settings),
         usage=total,
-        estimate=estimate_from(settings, await repository.remaining_work(pool, task_id)),
-        recovery=recovery_from(task, await repository.recovery(pool, task_id), total),
+        estimate=estimate_from(settings, await queries.remaining_work(pool, task_id)),
+        recovery=recovery_from(task, await queries.recovery(pool, task_id), total),
         documents=[document_view(d, per_document.get(d["id"], Usage())) for d in documents],
     )
 
@@ -66,7 +76,7 @@ async def endpoint_view(pool: asyncpg.Pool, settings: Settings) -> EndpointView 
     """The input budget requests are planned under: configured, stated by the endpoint, or learned."""
     if settings.llm_backend != "openai":
         return None
-    learned = await repository.learned_budget(pool, endpoint_key(settings))
+    learned = await queries.learned_budget(pool, endpoint_key(settings))
     configured = settings.llm_context_tokens
     if learned is not None and (configured is None or learned["context_tokens"] < configured):
         return EndpointView(
@@ -83,13 +93,13 @@ async def list_tasks(pool: asyncpg.Pool, owner: str, limit: int) -> list[TaskLis
     """The owner's latest tasks, newest first."""
     return [
         TaskListItem(task_id=r["id"], title=r["title"], status=r["status"], created_at=r["created_at"])
-        for r in await repository.list_tasks(pool, owner, limit)
+        for r in await queries.list_tasks(pool, owner, limit)
     ]
 
 
 async def failures(pool: asyncpg.Pool, owner: str, task_id: str) -> list[FailureView] | None:
     """The failed chunks and documents of the task; None if `owner` has no such task."""
-    if not await repository.owns(pool, owner, task_id):
+    if not await queries.owns(pool, owner, task_id):
         return None
     return [
         FailureView(
@@ -99,7 +109,7 @@ async def failures(pool: asyncpg.Pool, owner: str, task_id: str) -> list[Failure
             error=r["error"],
             attempts=r["attempts"],
         )
-        for r in await repository.failures(pool, task_id)
+        for r in await queries.failures(pool, task_id)
     ]
 
 

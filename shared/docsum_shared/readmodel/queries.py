@@ -1,0 +1,88 @@
+"""The read model's SQL: a task as its owner (or, inside the pipeline, its result) sees it."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from ..states import ChunkStatus, DocumentStatus
+
+
+async def load_task(pool: asyncpg.Pool, task_id: str) -> tuple[asyncpg.Record, list[asyncpg.Record]] | None:
+    """The task and its documents, whoever owns it: for the pipeline's own use (its published result)."""
+    task = await pool.fetchrow("SELECT * FROM tasks WHERE id = $1", task_id)
+    return None if task is None else (task, await _documents(pool, task_id))
+
+
+async def get_task(pool: asyncpg.Pool, owner: str, task_id: str) -> tuple[asyncpg.Record, list[asyncpg.Record]] | None:
+    """The task and its documents if `owner` owns it."""
+    task = await pool.fetchrow("SELECT * FROM tasks WHERE id = $1 AND owner = $2", task_id, owner)
+    return None if task is None else (task, await _documents(pool, task_id))
+
+
+async def _documents(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
+    return await pool.fetch(
+        "SELECT d.id, d.filename, d.status, d.size_level, d.text_chars, d.chunk_total, d.summary,"
+        " d.summary_model, d.error, d.coverage, d.failed_chunks, d.truncated_parts,"
+        " d.chunks_completed AS chunks_done, d.chunks_failed"
+        " FROM documents d WHERE d.task_id = $1 ORDER BY d.position",
+        task_id,
+    )
+
+
+async def usage_rows(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
+    """Usage per document (None: the task-level merge) and model, from the calls ledger."""
+    return await pool.fetch(
+        "SELECT document_id, model, coalesce(sum(prompt_tokens), 0) AS prompt_tokens,"
+        " coalesce(sum(completion_tokens), 0) AS completion_tokens,"
+        " count(*) FILTER (WHERE NOT cached) AS llm_calls, count(*) FILTER (WHERE cached) AS cached_calls"
+        " FROM llm_calls WHERE task_id = $1 GROUP BY document_id, model",
+        task_id,
+    )
+
+
+async def remaining_work(pool: asyncpg.Pool, task_id: str) -> asyncpg.Record:
+    """Chunks still to summarize and their estimated prompt tokens (counted on each document as its chunks
+    finish, see migration 0006: a sum over the task's documents, not its chunks), and the recent call rate."""
+    return await pool.fetchrow(
+        "SELECT coalesce(sum(d.chunk_total - d.chunks_completed - d.chunks_failed), 0)::bigint AS chunks,"
+        "  coalesce(sum(d.pending_token_estimate), 0)::bigint AS prompt_tokens,"
+        "  (SELECT count(*) FROM llm_calls WHERE task_id = $1 AND NOT cached"
+        "   AND created_at > now() - interval '60 seconds') AS calls_last_minute"
+        " FROM documents d WHERE d.task_id = $1",
+        task_id,
+    )
+
+
+async def learned_budget(pool: asyncpg.Pool, key: str) -> asyncpg.Record | None:
+    return await pool.fetchrow("SELECT context_tokens, learned_from FROM llm_endpoints WHERE key = $1", key)
+
+
+async def recovery(pool: asyncpg.Pool, task_id: str) -> asyncpg.Record:
+    return await pool.fetchrow(
+        "SELECT coalesce(sum(c.attempts), 0) AS attempts, coalesce(sum(c.interruptions), 0) AS interruptions"
+        " FROM chunks c JOIN documents d ON d.id = c.document_id WHERE d.task_id = $1",
+        task_id,
+    )
+
+
+async def failures(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
+    return await pool.fetch(
+        "SELECT d.id AS document_id, d.filename, c.chunk_index, coalesce(c.error, d.error) AS error, c.attempts"
+        " FROM documents d LEFT JOIN chunks c ON c.document_id = d.id AND c.status = $2"
+        " WHERE d.task_id = $1 AND (d.status = $3 OR c.id IS NOT NULL) ORDER BY d.position, c.chunk_index",
+        task_id,
+        ChunkStatus.FAILED,
+        DocumentStatus.FAILED,
+    )
+
+
+async def owns(pool: asyncpg.Pool, owner: str, task_id: str) -> bool:
+    return bool(await pool.fetchval("SELECT 1 FROM tasks WHERE id = $1 AND owner = $2", task_id, owner))
+
+
+async def list_tasks(pool: asyncpg.Pool, owner: str, limit: int) -> list[asyncpg.Record]:
+    return await pool.fetch(
+        "SELECT id, title, status, created_at FROM tasks WHERE owner = $1 ORDER BY created_at DESC LIMIT $2",
+        owner,
+        limit,
+    )
