@@ -30,10 +30,12 @@ import asyncpg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 from pydantic import ValidationError
 
+from . import metrics
 from .db import connect_pool, migrate
 from .errors import Backoff, Kind, Stopped, classify, retry_until
-from .events import Topic, decode
+from .events import TOPIC_OF, Topic, decode
 from .handlers import Handler
+from .health import Ready, database_ready, serve_health
 from .kafka import DLQ_SUFFIX, ensure_topics, make_producer, publish
 from .settings import Settings, service_settings
 
@@ -50,6 +52,7 @@ POLL_MS = 200
 # Messages held per in-flight slot, waiting in their key's lane included: bounds the memory a run of
 # one key's messages can take while that key is busy.
 BUFFERED_PER_SLOT = 16
+LAG_EVERY_S = 5.0  # how often the consumer lag gauges are refreshed
 
 
 @dataclass
@@ -140,6 +143,9 @@ class ConsumerService:
         self._tasks: dict[Lane, asyncio.Task[None]] = {}  # one per lane being handled
         self._lanes = _Lanes()
         self._slot_freed = asyncio.Event()
+        self.joined = False  # the group has given this member its partitions (readiness)
+        self._lag_at = 0.0
+        self._in_flight = metrics.IN_FLIGHT.labels(name)
 
     def stop(self) -> None:
         self._stopping.set()
@@ -178,6 +184,7 @@ class ConsumerService:
                         for record in records:
                             self._start(partition, record)
                 await self._commit_progress()
+                await self._measure_lag()
             await self._drain()
         finally:
             if beside is not None:
@@ -195,6 +202,20 @@ class ConsumerService:
                 raise RuntimeError(f"{self.name}: topics missing from the cluster metadata: {sorted(missing)}")
             await asyncio.sleep(0.2)
 
+    async def _measure_lag(self) -> None:
+        now = asyncio.get_running_loop().time()
+        if now - self._lag_at < LAG_EVERY_S:
+            return
+        self._lag_at = now
+        for tp in self.consumer.assignment():
+            high = self.consumer.highwater(tp)
+            progress = self._progress.get(tp)
+            done = progress.committed if progress is not None and progress.committed is not None else None
+            if done is None:
+                done = await self.consumer.position(tp)
+            if high is not None:
+                metrics.LAG.labels(self.name, tp.topic, str(tp.partition)).set(max(0, high - done))
+
     def _start(self, partition: TopicPartition, record: ConsumerRecord) -> None:
         self._progress.setdefault(partition, _PartitionProgress()).add(record.offset)
         lane = (partition, record.key)
@@ -204,15 +225,20 @@ class ConsumerService:
     async def _handle_lane(self, lane: Lane) -> None:
         """Handle the messages of one key in offset order, in one slot, until none waits."""
         partition = lane[0]
+        self._in_flight.inc()
         try:
             while (record := self._lanes.head(lane)) is not None:
-                if not await self._process(record):
+                with metrics.HANDLER_SECONDS.labels(self.name, record.topic).time():
+                    handled = await self._process(record)
+                if not handled:
                     return  # asked to stop: the rest of the lane is handed back too
+                metrics.CONSUMED.labels(self.name, record.topic).inc()
                 progress = self._progress.get(partition)
                 if progress is not None:
                     progress.finish(record.offset)
                 self._lanes.done(lane)
         finally:
+            self._in_flight.dec()
             self._lanes.close(lane)
             self._tasks.pop(lane, None)
             self._slot_freed.set()
@@ -260,7 +286,10 @@ class ConsumerService:
             return True
 
         async def attempt() -> None:
-            await publish(self.producer, self.settings, await handler(event))
+            events = await handler(event)
+            await publish(self.producer, self.settings, events)
+            for out in events:
+                metrics.PRODUCED.labels(self.name, self.settings.topic(TOPIC_OF[type(out)])).inc()
 
         def decide(exc: Exception, failures: int) -> float | None:
             kind = classify(exc)
@@ -302,6 +331,7 @@ class ConsumerService:
         await retry_until(
             lambda: self.producer.send_and_wait(dlq, record.value, key=record.key, headers=headers), forever
         )
+        metrics.DEAD_LETTERED.labels(self.name, record.topic).inc()
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -316,6 +346,7 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
             await self.service._drain(list(revoked))
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        self.service.joined = True
         log.info("%s: assigned %s", self.service.name, sorted(f"{tp.topic}[{tp.partition}]" for tp in assigned))
 
 
@@ -371,12 +402,32 @@ async def serve(
             for i, c in enumerate(consumers)
         ]
         watcher = asyncio.create_task(_stop_when(stop, services))
+        health = (
+            asyncio.create_task(serve_health(settings.health_host, settings.health_port, _ready(services, pool)))
+            if settings.health_port is not None
+            else None
+        )
         try:
             await asyncio.gather(*(service.run() for service in services))
         finally:
             watcher.cancel()
+            if health is not None:
+                health.cancel()
     finally:
         await pool.close()
+
+
+def _ready(services: list[ConsumerService], pool: asyncpg.Pool) -> Ready:
+    """Ready: every consumer joined its group, and PostgreSQL answers."""
+    database = database_ready(pool)
+
+    async def check() -> str | None:
+        waiting = [s.name for s in services if not s.joined]
+        if waiting:
+            return f"not yet in the consumer group: {', '.join(waiting)}"
+        return await database()
+
+    return check
 
 
 async def _stop_when(stop: asyncio.Event, services: list[ConsumerService]) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import asyncpg
 from aiokafka import AIOKafkaProducer
 
+from . import metrics
 from .events import (
     ChunkCreated,
     ChunkSummarized,
@@ -121,7 +122,15 @@ async def redrive_task(
         chunks.setdefault(r["document_id"], []).append(ChunkRow(r["id"], r["chunk_index"], ChunkStatus(r["status"])))
     events = plan(task_id, owner, documents, chunks)
     await publish(producer, settings, events)
-    await pool.execute("UPDATE tasks SET redrives = redrives + 1, last_active_at = now() WHERE id = $1", task_id)
+    # A reconcile re-drive is a recovery (the work was stuck); a resume or a retry is the owner's wish.
+    await pool.execute(
+        "UPDATE tasks SET redrives = redrives + 1, last_active_at = now(),"
+        " recovering_since = CASE WHEN $2 THEN coalesce(recovering_since, now()) ELSE recovering_since END"
+        " WHERE id = $1",
+        task_id,
+        bounded,
+    )
+    metrics.REDRIVES.labels("reconcile" if bounded else "requested").inc()
     return len(events)
 
 

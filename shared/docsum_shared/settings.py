@@ -44,6 +44,11 @@ class Settings(BaseSettings):
     # On SIGTERM or a rebalance, how long in-flight work may take to finish before it is handed back.
     drain_timeout_s: float = Field(20.0, ge=0)
 
+    # Operations: the health port (/healthz, /readyz, /metrics; see health.py) listens only when
+    # `health_port` is set, and only on `health_host`.
+    health_host: str = "127.0.0.1"
+    health_port: int | None = Field(None, ge=1, le=65535)
+
     # Lifecycle: unfinished tasks idle longer than the TTL expire; those idle for `reconcile_idle_s`
     # are re-driven from Postgres (start-up and every `maintenance_interval_s`).
     task_ttl_s: float = Field(24 * 3600.0, gt=0)

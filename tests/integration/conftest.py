@@ -74,13 +74,15 @@ class Stack:
     keys: dict[str, str]  # owner -> API key
     logs: Path
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    health_ports: dict[str, int] = field(default_factory=dict)  # /healthz, /readyz and /metrics per process
 
     def start(self, name: str, **env: str) -> None:
         """Start service `name` ("summarizer", or "summarizer-2" for a second replica) as a process."""
         log = (self.logs / f"{name}.log").open("ab")
+        self.health_ports[name] = free_port()
         self.processes[name] = subprocess.Popen(
             [sys.executable, "-m", f"docsum_{name.partition('-')[0]}"],
-            env={**self.env, **env},
+            env={**self.env, "DOCSUM_HEALTH_PORT": str(self.health_ports[name]), **env},
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=ROOT,

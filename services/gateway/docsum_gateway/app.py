@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -9,9 +10,11 @@ from typing import Any
 
 from fastapi import FastAPI, Request, Response, status
 from fastapi.exception_handlers import http_exception_handler
+from prometheus_fastapi_instrumentator import Instrumentator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from docsum_shared.db import connect_pool, migrate
+from docsum_shared.health import database_ready, serve_health
 from docsum_shared.kafka import ensure_topics, make_producer
 
 from . import settings as gateway_settings
@@ -37,9 +40,18 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         await app.state.producer.start()
         app.state.progress = ProgressHub(settings)
         app.state.progress.start()
+        health = (
+            asyncio.create_task(
+                serve_health(settings.health_host, settings.health_port, database_ready(app.state.pool))
+            )
+            if settings.health_port is not None
+            else None
+        )
         try:
             yield
         finally:
+            if health is not None:
+                health.cancel()
             await app.state.progress.stop()
             await app.state.producer.stop()
             await app.state.pool.close()
@@ -48,6 +60,9 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.api_keys = api_keys
     app.state.tickets = Tickets(ticket_secret(settings.ws_ticket_secret, api_keys), settings.ws_ticket_ttl_s)
+    # HTTP metrics (requests, latency by route template and status), served on the health port only:
+    # the API port never shows counts across owners.
+    Instrumentator(excluded_handlers=["/healthz", "/readyz"]).instrument(app)
     app.include_router(tasks.router)
     app.include_router(maintenance.router)
     app.include_router(progress.router)

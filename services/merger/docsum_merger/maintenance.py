@@ -1,5 +1,7 @@
 """Expiry and reconcile, run beside the merger by one process at a time (under a database lock).
 
+It also counts the tasks by status for the docsum_tasks gauge.
+
 Expiry: unfinished tasks idle longer than the TTL become EXPIRED. Reconcile: unfinished tasks nobody
 moved for `reconcile_idle_s` are re-driven from Postgres; a document re-driven `redrive_limit` times
 without any progress is FAILED with its last error, so nothing is re-driven forever.
@@ -13,6 +15,7 @@ import logging
 import asyncpg
 from aiokafka import AIOKafkaProducer
 
+from docsum_shared import metrics
 from docsum_shared.events import TaskEvent
 from docsum_shared.kafka import publish
 from docsum_shared.lifecycle import expire_idle, idle_unfinished
@@ -44,9 +47,17 @@ async def maintain_once(pool: asyncpg.Pool, producer: AIOKafkaProducer, settings
             await conn.execute("SELECT pg_advisory_unlock($1)", _MAINTENANCE_LOCK_ID)
 
 
+async def count_tasks(pool: asyncpg.Pool) -> None:
+    """The docsum_tasks gauge: every merger process sets the same counts (read it as max by status)."""
+    counts = {r["status"]: r["n"] for r in await pool.fetch("SELECT status, count(*) AS n FROM tasks GROUP BY status")}
+    for status in TaskStatus:
+        metrics.TASKS.labels(status).set(counts.get(status, 0))
+
+
 async def maintain_forever(pool: asyncpg.Pool, producer: AIOKafkaProducer, settings: Settings) -> None:
     while True:
         try:
+            await count_tasks(pool)
             await maintain_once(pool, producer, settings)
         except Exception as exc:  # the database or broker is away: try again next round
             log.warning("maintenance round failed: %s", exc)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncpg
 
+from docsum_shared import metrics
 from docsum_shared.options import TaskOptions
 from docsum_shared.readmodel import views
 from docsum_shared.readmodel.schemas import TaskResult
@@ -121,12 +122,17 @@ class MergeRepository:
         *,
         truncated: bool = False,
     ) -> None:
-        await self.pool.execute(
+        moved = await self.pool.fetchrow(
             "UPDATE tasks SET status = $2, summary = $3, summary_model = $4, error = $5, summary_prompt_version = $6,"
             " summary_truncated = $8, updated_at = now(), last_active_at = now()"
-            " WHERE id = $1 AND status = ANY($7::text[])",
+            " WHERE id = $1 AND status = ANY($7::text[])"
+            " RETURNING extract(epoch FROM now() - recovering_since)::float8 AS recovery_s",
             task_id, status, summary, model, error, PROMPT_VERSION, UNFINISHED_TASK, truncated,
         )  # fmt: skip
+        if moved is not None and moved["recovery_s"] is not None:  # it got here through a recovery
+            recovered = status in (TaskStatus.COMPLETED, TaskStatus.COMPLETED_WITH_ERRORS)
+            metrics.RECOVERIES.labels("recovered" if recovered else "failed").inc()
+            metrics.RECOVERY_SECONDS.observe(moved["recovery_s"])
 
     async def store_node(self, scope_id: str, level: int, position: int, inputs: int, key: str, summary: str) -> None:
         """One finished node of a hierarchical merge (its answer is in the result cache as well)."""

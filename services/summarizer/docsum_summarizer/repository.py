@@ -6,6 +6,7 @@ import enum
 
 import asyncpg
 
+from docsum_shared import metrics
 from docsum_shared.options import TaskOptions
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.prompts import PROMPT_VERSION
@@ -52,17 +53,26 @@ class ChunkRepository:
 
     async def claim(self, chunk_id: str, holder: str, ttl_s: float) -> Claim:
         """Take the chunk's lease if it is free, expired or already ours (a takeover counts as an interruption)."""
-        taken = await self.pool.fetchval(
-            "UPDATE chunks SET status = $4, attempts = attempts + 1,"
-            " interruptions = interruptions + (status = $4 AND lease_owner IS DISTINCT FROM $2)::int,"
-            " lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3), updated_at = now()"
-            " WHERE id = $1 AND EXISTS (SELECT 1 FROM documents d JOIN tasks t ON t.id = d.task_id"
-            "   WHERE d.id = chunks.document_id AND t.status = ANY($5::text[]))"  # not paused meanwhile
-            " AND (status = $6 AND (retry_at IS NULL OR retry_at <= now()) OR (status = $4"
-            "   AND (lease_owner = $2 OR lease_expires_at IS NULL OR lease_expires_at < now())))"
-            " RETURNING id",
-            chunk_id, holder, ttl_s, ChunkStatus.SUMMARIZING, UNFINISHED_TASK, ChunkStatus.PENDING,
-        )  # fmt: skip
+        async with self.pool.acquire() as conn, conn.transaction():
+            taken = await conn.fetchrow(
+                "UPDATE chunks SET status = $4, attempts = attempts + 1,"
+                " interruptions = interruptions + (status = $4 AND lease_owner IS DISTINCT FROM $2)::int,"
+                " lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3), updated_at = now()"
+                " FROM (SELECT status AS was, lease_owner AS held_by FROM chunks WHERE id = $1 FOR UPDATE) old"
+                " WHERE id = $1 AND EXISTS (SELECT 1 FROM documents d JOIN tasks t ON t.id = d.task_id"
+                "   WHERE d.id = chunks.document_id AND t.status = ANY($5::text[]))"  # not paused meanwhile
+                " AND (status = $6 AND (retry_at IS NULL OR retry_at <= now()) OR (status = $4"
+                "   AND (lease_owner = $2 OR lease_expires_at IS NULL OR lease_expires_at < now())))"
+                " RETURNING document_id, (old.was = $4 AND old.held_by IS DISTINCT FROM $2) AS taken_over",
+                chunk_id, holder, ttl_s, ChunkStatus.SUMMARIZING, UNFINISHED_TASK, ChunkStatus.PENDING,
+            )  # fmt: skip
+            if taken is not None and taken["taken_over"]:
+                metrics.LEASE_TAKEOVERS.inc()
+                await conn.execute(
+                    "UPDATE tasks SET recovering_since = coalesce(recovering_since, now())"
+                    " WHERE id = (SELECT task_id FROM documents WHERE id = $1)",
+                    taken["document_id"],
+                )
         if taken is not None:
             return Claim.TAKEN
         row = await self.pool.fetchrow(

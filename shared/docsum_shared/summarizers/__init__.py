@@ -9,7 +9,8 @@ from dataclasses import dataclass, field, replace
 
 import asyncpg
 
-from ..errors import ContextLimitExceeded
+from .. import metrics
+from ..errors import ContextLimitExceeded, RateLimited
 from ..ratelimit import RateLimiter
 from ..settings import Settings
 from .base import SummarizerBackend, SummaryRequest, SummaryResult
@@ -100,16 +101,24 @@ class Summarizing:
         """The answer to `request` (from the result cache, or the provider), and whether it was cached.
         At most `DOCSUM_LLM_MAX_INFLIGHT` of them at once per process: the summarizer's chunks and the
         merger's merges alike."""
+        kind = str(request.kind)
         async with self._calls:
-            return await summarize_cached(
-                self.pool,
-                self.backend,
-                request,
-                context,
-                limiter=self.limiter,
-                calibration=self.calibration,
-                shared=self.settings.shared_cache,
-            )
+            started = time.monotonic()
+            try:
+                result, cached = await summarize_cached(
+                    self.pool,
+                    self.backend,
+                    request,
+                    context,
+                    limiter=self.limiter,
+                    calibration=self.calibration,
+                    shared=self.settings.shared_cache,
+                )
+            except Exception as exc:
+                metrics.LLM_CALLS.labels(self.model, kind, _outcome(exc)).inc()
+                raise
+        _measured(result, kind, cached, time.monotonic() - started, self.settings)
+        return result, cached
 
     def cache_key(self, request: SummaryRequest, context: CallContext) -> str:
         return cache_key(self.model, request, None if self.settings.shared_cache else context.owner)
@@ -128,6 +137,25 @@ class Summarizing:
 
     def describe_budget(self) -> str:
         return self.limits.describe() if self.limits else "no known input budget"
+
+
+def _outcome(exc: Exception) -> str:
+    if isinstance(exc, RateLimited):
+        return "rate_limited"
+    return "context_refused" if isinstance(exc, ContextLimitExceeded) else "failed"
+
+
+def _measured(result: SummaryResult, kind: str, cached: bool, seconds: float, settings: Settings) -> None:
+    if cached:
+        metrics.LLM_CALLS.labels(result.model, kind, "cached").inc()
+        return
+    metrics.LLM_CALLS.labels(result.model, kind, "answered").inc()
+    metrics.LLM_SECONDS.labels(result.model, kind).observe(seconds)
+    metrics.LLM_TOKENS.labels(result.model, "prompt").inc(result.prompt_tokens)
+    metrics.LLM_TOKENS.labels(result.model, "completion").inc(result.completion_tokens)
+    metrics.LLM_COST.labels(result.model).inc(
+        settings.cost_usd(result.model, result.prompt_tokens, result.completion_tokens)
+    )
 
 
 def make_backend(settings: Settings) -> SummarizerBackend:

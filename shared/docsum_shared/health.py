@@ -1,0 +1,83 @@
+"""The small HTTP port every service can serve: /healthz, /readyz and /metrics.
+
+    /healthz   200 while the process's event loop answers (liveness)
+    /readyz    200 once every consumer has joined its group and PostgreSQL answers; 503 with the reason
+    /metrics   the Prometheus metrics of metrics.py (prometheus-client's ASGI app)
+
+Nothing listens unless `DOCSUM_HEALTH_PORT` is set (Kubernetes and compose set it), and then only on
+`DOCSUM_HEALTH_HOST` (127.0.0.1 unless configured). Served by uvicorn inside the service's own event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import uvicorn
+from prometheus_client import make_asgi_app
+
+log = logging.getLogger(__name__)
+
+Ready = Callable[[], Awaitable[str | None]]  # None when ready, else why not
+DB_CHECK_S = 2.0
+
+
+def app(ready: Ready) -> Callable[..., Awaitable[None]]:
+    metrics = make_asgi_app()
+
+    async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            return
+        path = scope.get("path", "")
+        if path == "/metrics":
+            await metrics(scope, receive, send)
+            return
+        if path == "/healthz":
+            status, body = 200, "ok"
+        elif path == "/readyz":
+            reason = await ready()
+            status, body = (200, "ready") if reason is None else (503, reason)
+        else:
+            status, body = 404, "not found"
+        await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": body.encode() + b"\n"})
+
+    return asgi
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield  # the service owns SIGTERM and SIGINT: it drains its consumers, then stops this server
+
+
+async def serve_health(host: str, port: int, ready: Ready) -> None:
+    """Serve until cancelled."""
+    config = uvicorn.Config(app(ready), host=host, port=port, log_level="warning", access_log=False, lifespan="on")
+    server = _Server(config)
+    log.info("health, readiness and metrics on http://%s:%d", host, port)
+    try:
+        await server.serve()
+    except asyncio.CancelledError:
+        server.should_exit = True
+        raise
+
+
+def database_ready(pool: Any) -> Ready:
+    """A readiness part: PostgreSQL answers within a couple of seconds."""
+
+    async def check() -> str | None:
+        try:
+            async with asyncio.timeout(DB_CHECK_S):
+                await pool.fetchval("SELECT 1")
+        except Exception as exc:
+            return f"database: {type(exc).__name__}: {exc}"
+        return None
+
+    return check

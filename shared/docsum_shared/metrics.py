@@ -1,0 +1,70 @@
+"""Every Prometheus metric docsum exports, in one place (prometheus-client, the process's default registry).
+
+Each process serves them on its health port (`DOCSUM_HEALTH_PORT`, see health.py) at /metrics, beside
+/healthz and /readyz. Names follow Prometheus conventions: `_total` counters, `_seconds` histograms,
+base units. Labels never carry an owner, a task or a document id: a metric is an operator's view of the
+whole system, and it must not let anyone learn of another owner's work.
+
+deploy/observability/ holds the alert rules and the dashboard built on these names.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+# --- consumption (the consumer shell) ---------------------------------------------------------------
+CONSUMED = Counter(
+    "docsum_messages_consumed_total", "Messages handled to the end (or dead-lettered).", ["service", "topic"]
+)
+PRODUCED = Counter("docsum_messages_produced_total", "Events published and acknowledged.", ["service", "topic"])
+DEAD_LETTERED = Counter(
+    "docsum_messages_dead_lettered_total", "Messages parked in <topic>.dlq, with the reason.", ["service", "topic"]
+)
+HANDLER_SECONDS = Histogram(
+    "docsum_handler_seconds",
+    "Time to handle one message, publishing its events included.",
+    ["service", "topic"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
+)
+IN_FLIGHT = Gauge("docsum_messages_in_flight", "Messages being handled now (one per key at most).", ["service"])
+LAG = Gauge(
+    "docsum_consumer_lag",
+    "Messages on the partition not yet committed by the group (its high watermark minus its committed offset).",
+    ["service", "topic", "partition"],
+)
+
+# --- LLM (the Summarizing port and the result cache) ------------------------------------------------
+LLM_CALLS = Counter(
+    "docsum_llm_calls_total",
+    "Requests by outcome: answered (paid), cached (answered from stored results), rate_limited (429),"
+    " context_refused (too long for the model), failed (any other error).",
+    ["model", "kind", "outcome"],
+)
+LLM_SECONDS = Histogram(
+    "docsum_llm_call_seconds",
+    "Time of an answered provider call.",
+    ["model", "kind"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
+)
+LLM_TOKENS = Counter("docsum_llm_tokens_total", "Tokens the provider reported.", ["model", "direction"])
+LLM_COST = Counter("docsum_llm_cost_usd_total", "Cost of the answered calls, at DOCSUM_LLM_PRICES.", ["model"])
+
+# --- recovery -----------------------------------------------------------------------------------------
+LEASE_TAKEOVERS = Counter(
+    "docsum_lease_takeovers_total", "Chunks taken over after the process working on them died (interruptions)."
+)
+REDRIVES = Counter("docsum_redrives_total", "Tasks whose unfinished work was re-driven from PostgreSQL.", ["reason"])
+RECOVERIES = Counter(
+    "docsum_recoveries_total",
+    "Tasks that needed recovery (a re-drive or a lease take-over), by how they ended: recovered"
+    " (COMPLETED or COMPLETED_WITH_ERRORS) or failed.",
+    ["outcome"],
+)
+RECOVERY_SECONDS = Histogram(
+    "docsum_recovery_seconds",
+    "From a task's first recovery (re-drive or lease take-over) to its end: the time to recover.",
+    buckets=(1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200),
+)
+
+# --- tasks ----------------------------------------------------------------------------------------------
+TASKS = Gauge("docsum_tasks", "Tasks by status (counted by the maintenance loop).", ["status"])
