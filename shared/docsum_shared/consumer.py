@@ -36,7 +36,7 @@ from .errors import Backoff, Kind, Stopped, classify, retry_until
 from .events import TOPIC_OF, Topic, decode
 from .handlers import Handler
 from .health import Ready, database_ready, serve_health
-from .kafka import DLQ_SUFFIX, ensure_topics, make_producer, publish
+from .kafka import DLQ_SUFFIX, client_options, ensure_topics, make_producer, publish
 from .settings import Settings, service_settings
 
 log = logging.getLogger(__name__)
@@ -130,7 +130,7 @@ class ConsumerService:
         self.max_inflight = max_inflight or settings.max_inflight
         self.producer = make_producer(settings)
         self.consumer = AIOKafkaConsumer(
-            bootstrap_servers=settings.kafka_bootstrap_servers,
+            **client_options(settings),
             group_id=settings.group(name),
             enable_auto_commit=False,
             auto_offset_reset="earliest",

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.helpers import create_ssl_context
 
 from .errors import retry_until, until_deadline
 from .events import TOPIC_OF, Event, Topic
@@ -16,6 +18,32 @@ from .settings import Settings
 log = logging.getLogger(__name__)
 
 DLQ_SUFFIX = ".dlq"
+
+
+def client_options(settings: Settings) -> dict[str, Any]:
+    """How every Kafka client of docsum connects: the keyword arguments of aiokafka's producer, consumer
+    and admin client (the broker's address and the security settings). The result holds the SASL
+    password in clear, as aiokafka needs it: pass it on, never log it."""
+    options: dict[str, Any] = {
+        "bootstrap_servers": settings.kafka_bootstrap_servers,
+        "security_protocol": settings.kafka_security_protocol,
+    }
+    if settings.kafka_security_protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+        # Settings has checked that the mechanism and both credentials are there.
+        assert settings.kafka_sasl_password is not None
+        options["sasl_mechanism"] = settings.kafka_sasl_mechanism
+        options["sasl_plain_username"] = settings.kafka_sasl_username
+        options["sasl_plain_password"] = settings.kafka_sasl_password.get_secret_value()
+    if settings.kafka_security_protocol in ("SSL", "SASL_SSL"):
+        key_password = settings.kafka_ssl_key_password
+        # Without a CA file the system's CAs verify the broker; the host name is always checked.
+        options["ssl_context"] = create_ssl_context(
+            cafile=settings.kafka_ssl_cafile,
+            certfile=settings.kafka_ssl_certfile,
+            keyfile=settings.kafka_ssl_keyfile,
+            password=key_password.get_secret_value() if key_password is not None else None,
+        )
+    return options
 
 
 def topic_partitions(settings: Settings) -> dict[str, int]:
@@ -32,7 +60,7 @@ async def ensure_topics(settings: Settings, *, wait_s: float = 120.0) -> None:
     """Create the missing topics; idempotent, and safe when several services start at once."""
 
     async def create_missing() -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap_servers)
+        admin = AIOKafkaAdminClient(**client_options(settings))
         try:
             await admin.start()
             existing = set(await admin.list_topics())
@@ -60,7 +88,7 @@ async def ensure_topics(settings: Settings, *, wait_s: float = 120.0) -> None:
 def make_producer(settings: Settings) -> AIOKafkaProducer:
     # acks=all + idempotence: an acknowledged event is on the log exactly once per send.
     return AIOKafkaProducer(
-        bootstrap_servers=settings.kafka_bootstrap_servers,
+        **client_options(settings),
         acks="all",
         enable_idempotence=True,
         linger_ms=5,

@@ -10,14 +10,25 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import AliasChoices, Field, ValidationError
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .approval import Ceiling
 
 
+class SettingConflict(ValueError):
+    """Settings that cannot work together: `setting` is the environment variable to fix."""
+
+    def __init__(self, setting: str, message: str) -> None:
+        super().__init__(message)
+        self.setting = setting
+
+
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="DOCSUM_", env_ignore_empty=True, extra="ignore")
+    # hide_input_in_errors: a failed validation prints no input (the input holds every secret).
+    model_config = SettingsConfigDict(
+        env_prefix="DOCSUM_", env_ignore_empty=True, extra="ignore", hide_input_in_errors=True
+    )
 
     # Infrastructure
     kafka_bootstrap_servers: str = Field(
@@ -34,6 +45,36 @@ class Settings(BaseSettings):
     topic_partitions: int = Field(6, ge=1)
     chunk_topic_partitions: int = Field(12, ge=1)  # chunk-created spreads one document's chunks
     db_pool_max: int = Field(10, ge=1)
+
+    # Kafka security: every client (services, gateway, tests) connects with these (kafka.client_options).
+    # SASL needs a mechanism and both credentials; SSL verifies the broker with the CA file (or the
+    # system's CAs) and presents a client certificate when one is given. The secrets are SecretStr:
+    # shown as '**********' in every repr and log line.
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: SecretStr | None = None
+    kafka_ssl_cafile: str | None = None  # PEM: the CA that signed the broker's certificate
+    kafka_ssl_certfile: str | None = None  # PEM: the client certificate (mutual TLS)
+    kafka_ssl_keyfile: str | None = None  # PEM: its private key
+    kafka_ssl_key_password: SecretStr | None = None  # the private key's password, if it has one
+
+    @model_validator(mode="after")
+    def _kafka_security_is_complete(self) -> Settings:
+        protocol = self.kafka_security_protocol
+        sasl = {
+            "DOCSUM_KAFKA_SASL_MECHANISM": self.kafka_sasl_mechanism,
+            "DOCSUM_KAFKA_SASL_USERNAME": self.kafka_sasl_username,
+            "DOCSUM_KAFKA_SASL_PASSWORD": self.kafka_sasl_password,
+        }
+        if protocol.startswith("SASL_"):
+            if missing := [name for name, value in sasl.items() if not value]:
+                raise SettingConflict(missing[0], f"not set, and DOCSUM_KAFKA_SECURITY_PROTOCOL={protocol} needs it")
+        elif stray := [name for name, value in sasl.items() if value]:
+            raise SettingConflict(stray[0], f"set, but DOCSUM_KAFKA_SECURITY_PROTOCOL={protocol} uses no SASL")
+        if self.kafka_ssl_keyfile and not self.kafka_ssl_certfile:
+            raise SettingConflict("DOCSUM_KAFKA_SSL_CERTFILE", "not set, and DOCSUM_KAFKA_SSL_KEYFILE needs it")
+        return self
 
     # Consumers. Messages of one key are handled in order, up to `max_inflight` keys at once; the
     # offset committed is the lowest unfinished one, so a crash loses nothing.
@@ -163,6 +204,9 @@ def env_name(model: type[BaseSettings], field: str) -> str:
 def bad_setting(model: type[BaseSettings], exc: ValidationError) -> tuple[str, str]:
     """(the environment variable, what is wrong with it) for the first error of `exc`."""
     error = exc.errors()[0]
+    conflict = error.get("ctx", {}).get("error")
+    if isinstance(conflict, SettingConflict):  # a check across settings names the one to fix
+        return conflict.setting, str(conflict)
     field = str(error["loc"][0]) if error["loc"] else "?"
     return env_name(model, field), error["msg"]
 

@@ -15,7 +15,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, NoReturn, Protocol, TypeVar
 
 import asyncpg
@@ -24,7 +24,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from docsum_shared.events import Topic
-from docsum_shared.kafka import DLQ_SUFFIX, topic_partitions
+from docsum_shared.kafka import DLQ_SUFFIX, client_options, topic_partitions
 from docsum_shared.settings import Settings
 from tests.documents import english_prose
 from tests.fake_llm import FakeLLM, FakeLLMServer, LedgerEntry
@@ -212,6 +212,22 @@ CONSUMED = {
 }
 
 
+def kafka_settings(env: Mapping[str, str]) -> Settings:
+    """The Kafka side of the settings a process with environment `env` (a stack's) runs with: the
+    broker, its security settings (DOCSUM_KAFKA_*) and the topic prefix."""
+    kafka = {
+        name.removeprefix("DOCSUM_").lower(): value
+        for name, value in env.items()
+        if name in ("KAFKA_BOOTSTRAP_SERVERS", "DOCSUM_TOPIC_PREFIX") or name.startswith("DOCSUM_KAFKA_")
+    }
+    return Settings(**kafka)
+
+
+def kafka_options(env: Mapping[str, str]) -> dict[str, Any]:
+    """How a test's own Kafka client connects to the broker of `env`, as the services do."""
+    return client_options(kafka_settings(env))
+
+
 def _partitions(env: dict[str, str], topics: list[str]) -> list[TopicPartition]:
     declared = topic_partitions(Settings(topic_prefix=env["DOCSUM_TOPIC_PREFIX"]))
     return [TopicPartition(t, p) for t in topics for p in range(declared[t])]
@@ -219,9 +235,7 @@ def _partitions(env: dict[str, str], topics: list[str]) -> list[TopicPartition]:
 
 async def read_topics(env: dict[str, str], topics: list[str]) -> list[ConsumerRecord]:
     """Every record now on `topics` (full names), from the beginning."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=env["KAFKA_BOOTSTRAP_SERVERS"], enable_auto_commit=False, auto_offset_reset="earliest"
-    )
+    consumer = AIOKafkaConsumer(**kafka_options(env), enable_auto_commit=False, auto_offset_reset="earliest")
     await consumer.start()
     try:
         partitions = _partitions(env, topics)

@@ -12,7 +12,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from docsum_shared.events import Topic
 from docsum_shared.kafka import topic_partitions
 from docsum_shared.settings import Settings
-from tests.integration.helpers import eventually
+from tests.integration.helpers import eventually, kafka_options
 
 SERVICE_TOPICS = {
     "parser": [Topic.DOCUMENT_SUBMITTED],
@@ -23,10 +23,10 @@ SERVICE_TOPICS = {
 
 
 async def republish_task_events(env: dict[str, str], task_id: str) -> int:
-    prefix, servers = env["DOCSUM_TOPIC_PREFIX"], env["KAFKA_BOOTSTRAP_SERVERS"]
+    prefix, options = env["DOCSUM_TOPIC_PREFIX"], kafka_options(env)
     topics = [prefix + t for t in Topic]
-    consumer = AIOKafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False, auto_offset_reset="earliest")
-    producer = AIOKafkaProducer(bootstrap_servers=servers, acks="all")
+    consumer = AIOKafkaConsumer(**options, enable_auto_commit=False, auto_offset_reset="earliest")
+    producer = AIOKafkaProducer(**options, acks="all")
     await consumer.start()
     await producer.start()
     try:
@@ -49,9 +49,9 @@ async def republish_task_events(env: dict[str, str], task_id: str) -> int:
 async def wait_until_consumed(env: dict[str, str], timeout: float = 60.0, *, quiet_s: float = 0.0) -> None:
     """Until every service's consumer group has committed up to the end of its topics; with `quiet_s`, until
     that has held for `quiet_s` seconds with no new event on those topics (a straggling re-emit has landed)."""
-    prefix, servers = env["DOCSUM_TOPIC_PREFIX"], env["KAFKA_BOOTSTRAP_SERVERS"]
-    admin = AIOKafkaAdminClient(bootstrap_servers=servers)
-    consumer = AIOKafkaConsumer(bootstrap_servers=servers)
+    prefix, options = env["DOCSUM_TOPIC_PREFIX"], kafka_options(env)
+    admin = AIOKafkaAdminClient(**options)
+    consumer = AIOKafkaConsumer(**options)
     await admin.start()
     await consumer.start()
     lagging: list[TopicPartition] = []

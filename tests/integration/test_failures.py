@@ -43,6 +43,7 @@ from tests.integration.helpers import (
     clear_forced,
     dlq_names,
     eventually,
+    kafka_options,
     marked_text,
     new_marker,
     read_topics,
@@ -77,7 +78,7 @@ async def run_script(*args: str) -> None:
 
 async def committed(env: dict[str, str], service: str) -> dict[TopicPartition, int]:
     """The offsets `service`'s consumer group has committed."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=env["KAFKA_BOOTSTRAP_SERVERS"])
+    admin = AIOKafkaAdminClient(**kafka_options(env))
     await admin.start()
     try:
         offsets = await admin.list_consumer_group_offsets(f"{env['DOCSUM_TOPIC_PREFIX']}docsum-{service}")
@@ -213,7 +214,7 @@ def _poison(topic: Topic, marker: str) -> list[tuple[bytes, bytes, str]]:
 async def test_poison_messages_are_dead_lettered(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
     env, marker = stack.env, new_marker()
     sent: dict[bytes, tuple[str, int, int, str, str]] = {}  # key -> topic, partition, offset, service, mention
-    producer = AIOKafkaProducer(bootstrap_servers=env["KAFKA_BOOTSTRAP_SERVERS"], acks="all")
+    producer = AIOKafkaProducer(**kafka_options(env), acks="all")
     await producer.start()
     try:
         for topic, service in CONSUMED.items():
@@ -388,7 +389,7 @@ async def test_a_chunk_waits_for_its_next_round_in_its_row_and_holds_no_slot(
     try:
         # What used to park every delayed-retry slot: far-future "retries" from anyone who can write to
         # Kafka. Now a due time is never taken from the wire; these name no chunk and are dead-lettered.
-        producer = AIOKafkaProducer(bootstrap_servers=stack.env["KAFKA_BOOTSTRAP_SERVERS"], acks="all")
+        producer = AIOKafkaProducer(**kafka_options(stack.env), acks="all")
         await producer.start()
         try:
             for i in range(64):

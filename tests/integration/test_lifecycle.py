@@ -31,6 +31,7 @@ from tests.integration.helpers import (
     chunks_of,
     eventually,
     get_task,
+    kafka_options,
     new_marker,
     paid_twice,
     submit,
@@ -160,7 +161,7 @@ async def _announce(stack: Stack, db: asyncpg.Pool, task_id: str, doc_id: str) -
         blob_sha256=row["blob_sha256"],
         size_bytes=row["size_bytes"],
     )
-    producer = AIOKafkaProducer(bootstrap_servers=stack.env["KAFKA_BOOTSTRAP_SERVERS"], acks="all")
+    producer = AIOKafkaProducer(**kafka_options(stack.env), acks="all")
     await producer.start()
     try:
         topic = f"{stack.env['DOCSUM_TOPIC_PREFIX']}document-submitted"

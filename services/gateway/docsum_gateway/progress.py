@@ -17,6 +17,7 @@ from aiokafka import AIOKafkaConsumer
 from pydantic import ValidationError
 
 from docsum_shared.events import Event, Topic, decode
+from docsum_shared.kafka import client_options
 from docsum_shared.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -53,9 +54,7 @@ class ProgressHub:
     async def _run(self) -> None:
         topics = {self.settings.topic(t): t for t in PROGRESS_TOPICS}
         while True:  # the broker may be away: keep trying, progress is a convenience
-            consumer = AIOKafkaConsumer(
-                *topics, bootstrap_servers=self.settings.kafka_bootstrap_servers, auto_offset_reset="latest"
-            )
+            consumer = AIOKafkaConsumer(*topics, **client_options(self.settings), auto_offset_reset="latest")
             try:
                 await consumer.start()
                 async for record in consumer:
