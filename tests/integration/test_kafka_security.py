@@ -8,6 +8,8 @@ start`) in a state dir of its own, on the first broker's jars; its principals ge
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import os
 import secrets
@@ -18,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError, TopicAuthorizationFailedError
 
 from docsum_shared.events import Topic
@@ -99,6 +101,23 @@ async def test_the_pipeline_runs_as_the_services_principal(secured: SecuredBroke
     assert f"parser consuming {secured.prefix}{Topic.DOCUMENT_SUBMITTED}" in logs
     assert "AuthorizationFailed" not in logs and "progress consumer" not in logs
     assert secured.passwords["docsum"] not in logs
+
+    # The outside consumer of results reads the task's result with its own principal and group.
+    consumer = AIOKafkaConsumer(
+        secured.prefix + Topic.TASK_FINISHED,
+        **kafka_options(secured.env("results")),
+        group_id=secured.prefix + "results",
+        auto_offset_reset="earliest",
+    )
+    await consumer.start()
+    try:
+        async with asyncio.timeout(60):
+            async for record in consumer:
+                if record.key == task_id.encode():
+                    break
+    finally:
+        await consumer.stop()
+    assert json.loads(record.value)["documents"][0]["summary"] == task["documents"][0]["summary"]
 
 
 async def test_a_principal_without_write_on_document_submitted_is_refused(secured: SecuredBroker) -> None:
