@@ -48,5 +48,10 @@ contracts: setup
 eval: setup
 	$(UV) run --locked --group eval python eval/evaluate.py
 
+# B1–B9 (bench/README.md) on its own stack and stand-in provider: writes bench/results/latest.md and
+# the plots. Timings live here, never in `make test`.
+bench: setup
+	$(UV) run --locked --group bench python bench/run.py
+
 clean: down
 	rm -rf .run .venv

@@ -281,6 +281,7 @@ class LedgerEntry:
     num_ctx: int | None = None  # the context in force: max_prompt_tokens, llama.cpp's n_ctx, Ollama's num_ctx
     truncated_to: int | None = None  # the prompt tokens kept when Ollama cut the prompt to its num_ctx
     finish_reason: str | None = None  # "stop" or "length" when answered
+    frequency_penalty: float | None = None  # as the request sent it
 
     @property
     def at(self) -> float:
@@ -691,6 +692,7 @@ class FakeLLM:
                 stream=stream,
                 max_tokens=asked if isinstance(asked, int) and not isinstance(asked, bool) else None,
                 num_ctx=context,
+                frequency_penalty=body.get("frequency_penalty"),
             )
             streaming = False  # once the stream is handed over, it records the entry itself
             try:

@@ -135,6 +135,9 @@ class Settings(BaseSettings):
     # Ask the endpoint at start what it can (llama.cpp /props, Ollama /api/show, vLLM /v1/models) and
     # plan under the context window it states.
     llm_probe: bool = True
+    # Sent as `frequency_penalty` when set (-2 to 2): small local models tend to copy their input
+    # word for word instead of summarizing it, and 0.5 stops most of that.
+    llm_frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     # A chunk's call is tried `llm_inplace_attempts` times in place (with back-off), then again after
     # `llm_retry_delay_s` (kept in Postgres, re-announced when due), until `llm_max_attempts` failed in
     # all: then it is FAILED.

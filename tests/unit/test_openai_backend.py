@@ -65,6 +65,13 @@ async def test_a_plain_answer_is_bounded_and_its_usage_is_the_providers(server: 
     assert (result.prompt_tokens, result.completion_tokens) == (entry.prompt_tokens, entry.completion_tokens)
 
 
+async def test_a_frequency_penalty_is_sent_only_when_set(server: FakeLLMServer) -> None:
+    await _backend(server).summarize(_chunk())
+    penalised = OpenAIBackend("stand-in-1", base_url=server.base_url, api_key="k", frequency_penalty=0.5)
+    await penalised.summarize(_chunk(1_200))
+    assert [e.frequency_penalty for e in server.llm.entries()] == [None, 0.5]
+
+
 async def test_a_context_refusal_is_recognised(server: FakeLLMServer) -> None:
     server.llm.configure(max_prompt_tokens=100)
     with pytest.raises(ContextLimitExceeded) as refused:

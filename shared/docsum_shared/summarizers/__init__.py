@@ -167,6 +167,7 @@ def make_backend(settings: Settings) -> SummarizerBackend:
             base_url=settings.openai_base_url,
             api_key=settings.openai_api_key,
             timeouts=Timeouts(settings.llm_stall_timeout_s, settings.llm_min_prompt_tps, settings.llm_min_output_tps),
+            frequency_penalty=settings.llm_frequency_penalty,
         )
     from .extractive import ExtractiveBackend
 

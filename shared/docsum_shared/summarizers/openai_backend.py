@@ -67,9 +67,16 @@ class Timeouts:
 
 class OpenAIBackend(SummarizerBackend):
     def __init__(
-        self, model: str, *, base_url: str | None, api_key: str | None, timeouts: Timeouts = Timeouts()
+        self,
+        model: str,
+        *,
+        base_url: str | None,
+        api_key: str | None,
+        timeouts: Timeouts = Timeouts(),
+        frequency_penalty: float | None = None,
     ) -> None:
         self.model = model
+        self.frequency_penalty = frequency_penalty
         self.base_url = base_url
         self.api_key = api_key or "not-needed"
         self.timeouts = timeouts
@@ -101,6 +108,8 @@ class OpenAIBackend(SummarizerBackend):
         prompt_tokens = sum(estimate_tokens_upper(str(m.get("content", ""))) for m in messages)
         max_tokens = request.max_tokens or 1024
         extra: dict[str, Any] = {}
+        if self.frequency_penalty is not None:  # small local models copy their input without one
+            extra["frequency_penalty"] = self.frequency_penalty
         try:
             async with asyncio.timeout(self.timeouts.ceiling_s(prompt_tokens, max_tokens)):
                 if self.streaming:

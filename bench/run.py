@@ -1,0 +1,456 @@
+"""make bench: docsum measured against the ideal and against the in-process alternative, in one run.
+
+Starts its own stack (the project's broker and PostgreSQL, a database and topic prefix of its own, the
+five services as processes) and its own OpenAI-compatible stand-in (tests/fake_llm.py: latency, jitter
+and concurrency as parameters), measures B1–B9 (bench/README.md says what each is and why), and writes
+bench/results/latest.md (each figure, its goal, pass or miss) with PNG plots beside it. Every figure
+is a ratio or a rate measured within this run: absolute times on a shared 2-core machine drift.
+
+    make bench                          # everything (under 10 minutes on 2 cores)
+    .venv/bin/python bench/run.py --only B1,B9
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench import baseline  # noqa: E402
+from tests.documents import english_prose, make_pdf  # noqa: E402
+from tests.fake_llm import FakeLLM, FakeLLMServer  # noqa: E402
+from tests.integration.conftest import SERVICES, Stack, StackFactory  # noqa: E402
+from tests.integration.helpers import paid_twice  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+
+
+@dataclass
+class Figure:
+    id: str
+    measure: str
+    value: float
+    shown: str
+    goal: str
+    passed: bool
+    detail: str = ""
+
+
+class _Temp:
+    """What StackFactory needs of pytest's TempPathFactory."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+
+    def mktemp(self, name: str) -> Path:
+        path = Path(tempfile.mkdtemp(prefix=name, dir=self.base))
+        return path
+
+
+def _infra() -> dict[str, str]:
+    subprocess.run([str(ROOT / "scripts" / "stack.sh"), "infra"], check=True)
+    server_url = os.environ.get("DATABASE_URL") or subprocess.run(
+        [str(ROOT / "scripts" / "postgres.sh"), "url"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    database = f"docsum_bench_{uuid.uuid4().hex[:10]}"
+
+    async def create() -> None:
+        conn = await asyncpg.connect(server_url)
+        try:
+            await conn.execute(f'CREATE DATABASE "{database}"')
+        finally:
+            await conn.close()
+
+    asyncio.run(create())
+    base = server_url.rpartition("/")[0]
+    port = os.environ.get("DOCSUM_KAFKA_PORT", "9092")
+    return {
+        "DATABASE_URL": f"{base}/{database}",
+        "KAFKA_BOOTSTRAP_SERVERS": os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or f"127.0.0.1:{port}",
+    }
+
+
+class Bench:
+    def __init__(self, workdir: Path) -> None:
+        self.llm = FakeLLMServer(FakeLLM())
+        self.llm.__enter__()
+        self.factory = StackFactory(_infra(), self.llm, _Temp(workdir))  # type: ignore[arg-type]
+        self.seed = 1000
+        self.stack = self.new_stack()
+
+    def new_stack(self, **env: str) -> Stack:
+        settings = {
+            "DOCSUM_MAX_FILE_BYTES": str(16 * 2**20),
+            "DOCSUM_MAX_DOCUMENT_CHARS": str(8_000_000),
+            "DOCSUM_MAX_CHUNKS_PER_DOCUMENT": "5000",
+            "DOCSUM_LLM_MAX_INFLIGHT": "16",
+            "DOCSUM_MAX_INFLIGHT": "16",
+            **env,
+        }
+        stack = self.factory(SERVICES, **settings)
+        self.wait_ready(stack)
+        return stack
+
+    def wait_ready(self, stack: Stack, names: Iterator[str] | None = None) -> None:
+        deadline = time.monotonic() + 120
+        for name in list(names or stack.processes):
+            url = f"http://127.0.0.1:{stack.health_ports[name]}/readyz"
+            while True:
+                try:
+                    if httpx.get(url, timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{name} not ready:\n{stack.log_tail()}")
+                time.sleep(0.2)
+
+    def restart(self, name: str, **env: str) -> None:
+        self.stack.stop(name)
+        self.stack.start(name, **env)
+        self.wait_ready(self.stack, iter([name]))
+
+    def close(self) -> None:
+        self.factory.stop_all()
+        self.llm.__exit__(None, None, None)
+
+    def text(self, chars: int) -> str:
+        self.seed += 1
+        return english_prose(chars, seed=self.seed)
+
+    # --- one task, timed ----------------------------------------------------------------------
+
+    def run_task(self, files: list[tuple[str, bytes]], *, poll_s: float = 0.02, stack: Stack | None = None) -> tuple[float, dict]:
+        """Seconds from the submit request to COMPLETED as seen through the API, and the task."""
+        stack = stack or self.stack
+        with httpx.Client(base_url=stack.gateway_url, timeout=120,
+                          headers={"Authorization": f"Bearer {stack.keys['alice']}"}) as client:  # fmt: skip
+            started = time.perf_counter()
+            response = client.post("/v1/tasks", files=[("files", (n, b, "text/plain")) for n, b in files])
+            response.raise_for_status()
+            task_id = response.json()["task_id"]
+            while True:
+                task = client.get(f"/v1/tasks/{task_id}").json()
+                if task["status"] in ("COMPLETED", "COMPLETED_WITH_ERRORS", "FAILED", "CANCELLED", "EXPIRED"):
+                    return time.perf_counter() - started, task
+                time.sleep(poll_s)
+
+    def chunks_of(self, task: dict) -> int:
+        return sum(d["chunks"]["total"] or 0 for d in task["documents"])
+
+
+def _rss_mb(pid: int) -> float:
+    """Resident memory of the process and its children (the parser's worker), in MB."""
+    total = 0
+    pids = [pid]
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        pids += [int(c) for c in children]
+    except OSError:
+        pass
+    for p in pids:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+# --- the measures -----------------------------------------------------------------------------------
+
+
+def b1_b2_concurrency(bench: Bench, figures: list[Figure], plots: dict[str, Any]) -> None:
+    latency, inflight, chars = 0.1, 16, 400_000
+    bench.llm.llm.configure(latency_s=latency, jitter_s=0.0)
+    text = bench.text(chars)
+    seconds, task = bench.run_task([("b1.txt", text.encode())])
+    n = bench.chunks_of(task)
+    ideal = n * latency / inflight
+    figures.append(Figure("B1", f"wall ÷ ideal N·L/C ({n} chunks, {latency * 1000:.0f} ms, {inflight} in flight)",
+                          seconds / ideal, f"{seconds / ideal:.2f} ({seconds:.2f}s vs {ideal:.2f}s)", "≤ 1.15",
+                          seconds / ideal <= 1.15))  # fmt: skip
+    base_s, base_n = asyncio.run(baseline.timed(bench.llm.base_url, bench.text(chars), inflight))
+    ratio = seconds / base_s
+    figures.append(Figure("B2", "same ÷ in-process asyncio map-reduce (bench/baseline.py)", ratio,
+                          f"{ratio:.2f} ({seconds:.2f}s vs {base_s:.2f}s, {base_n} chunks)", "≤ 1.05",
+                          ratio <= 1.05))  # fmt: skip
+    # Throughput against concurrency (the summarizer restarted with each bound), docsum and baseline.
+    curve: list[tuple[int, float, float]] = []
+    for c in (1, 4, 16, 64):
+        bench.restart("summarizer", DOCSUM_LLM_MAX_INFLIGHT=str(c), DOCSUM_MAX_INFLIGHT=str(c))
+        chars_c = 60_000 if c == 1 else 200_000
+        s, t = bench.run_task([(f"conc-{c}.txt", bench.text(chars_c).encode())])
+        bs, bn = asyncio.run(baseline.timed(bench.llm.base_url, bench.text(chars_c), c))
+        curve.append((c, bench.chunks_of(t) / s, bn / bs))
+    bench.restart("summarizer", DOCSUM_LLM_MAX_INFLIGHT="16", DOCSUM_MAX_INFLIGHT="16")
+    plots["concurrency"] = curve
+
+
+def b3_throughput(bench: Bench, figures: list[Figure]) -> None:
+    bench.llm.llm.configure(latency_s=0.0)
+    files = [(f"b3-{i}.txt", bench.text(50_000).encode()) for i in range(20)]
+    seconds, task = bench.run_task(files)
+    rate = bench.chunks_of(task) / seconds
+    figures.append(Figure("B3", "throughput at 0 ms calls, 20 documents at once (chunks/s)", rate,
+                          f"{rate:.0f} ({bench.chunks_of(task)} chunks in {seconds:.1f}s)", "≥ 1,000",
+                          rate >= 1000))  # fmt: skip
+
+
+def b4_growth(bench: Bench, figures: list[Figure], plots: dict[str, Any]) -> None:
+    bench.llm.llm.configure(latency_s=0.0)
+    per_chunk: list[tuple[int, float]] = []
+    for target in (50, 200, 800, 3200):
+        seconds, task = bench.run_task([(f"b4-{target}.txt", bench.text(target * 1_800).encode())], poll_s=0.1)
+        n = bench.chunks_of(task)
+        per_chunk.append((n, seconds / n))
+    growth = per_chunk[-1][1] / per_chunk[0][1]
+    shown = ", ".join(f"{n}: {s * 1000:.1f} ms" for n, s in per_chunk)
+    figures.append(Figure("B4", "time per chunk, 50 → 3,200 chunks in one document", growth,
+                          f"{growth:.2f}× ({shown})", "≤ 1.2×", growth <= 1.2))  # fmt: skip
+    plots["growth"] = per_chunk
+
+
+def b5_replicas(bench: Bench, figures: list[Figure], plots: dict[str, Any]) -> None:
+    latency = 0.2
+    bench.llm.llm.configure(latency_s=latency)
+    bench.restart("summarizer", DOCSUM_LLM_MAX_INFLIGHT="4", DOCSUM_MAX_INFLIGHT="4")
+    one_s, one = bench.run_task([("b5-1.txt", bench.text(200_000).encode())])
+    bench.stack.start("summarizer-2", DOCSUM_LLM_MAX_INFLIGHT="4", DOCSUM_MAX_INFLIGHT="4")
+    bench.wait_ready(bench.stack, iter(["summarizer-2"]))
+    time.sleep(3)  # the group rebalances over both members
+    two_s, two = bench.run_task([("b5-2.txt", bench.text(200_000).encode())])
+    bench.stack.stop("summarizer-2")
+    ratio = (bench.chunks_of(two) / two_s) / (bench.chunks_of(one) / one_s)
+    figures.append(Figure("B5", "2 summarizer replicas ÷ 1, LLM-bound (200 ms calls, 4 in flight each)", ratio,
+                          f"{ratio:.2f} ({one_s:.1f}s → {two_s:.1f}s)", "≥ 1.9", ratio >= 1.9))  # fmt: skip
+    plots["replicas"] = [(1, bench.chunks_of(one) / one_s), (2, bench.chunks_of(two) / two_s)]
+    bench.restart("summarizer", DOCSUM_LLM_MAX_INFLIGHT="16", DOCSUM_MAX_INFLIGHT="16")
+
+
+def b6_kill(bench: Bench, figures: list[Figure]) -> None:
+    inflight = 4
+    bench.llm.llm.configure(latency_s=0.2)
+    bench.restart("summarizer", DOCSUM_LLM_MAX_INFLIGHT=str(inflight), DOCSUM_MAX_INFLIGHT=str(inflight))
+    marker = f"bench{uuid.uuid4().hex[:8]}"
+    text = "\n\n".join(f"{marker} {p}" for p in bench.text(200_000).split("\n\n"))
+    stack = bench.stack
+    with httpx.Client(base_url=stack.gateway_url, timeout=60,
+                      headers={"Authorization": f"Bearer {stack.keys['alice']}"}) as client:  # fmt: skip
+        task_id = client.post("/v1/tasks", files=[("files", ("b6.txt", text.encode(), "text/plain"))]).json()["task_id"]
+        answered = lambda: [e for e in bench.llm.llm.entries(200) if marker in e.prompt]  # noqa: E731
+        while len(answered()) < 40:
+            time.sleep(0.05)
+        stack.kill("summarizer")
+        stack.start("summarizer", DOCSUM_LLM_MAX_INFLIGHT=str(inflight), DOCSUM_MAX_INFLIGHT=str(inflight))
+        while client.get(f"/v1/tasks/{task_id}").json()["status"] != "COMPLETED":
+            time.sleep(0.2)
+    repeats = paid_twice(answered())
+    figures.append(Figure("B6", "LLM calls repeated after kill -9 of the summarizer ÷ calls in flight",
+                          repeats / inflight, f"{repeats / inflight:.2f} ({repeats} repeated, {inflight} in flight)",
+                          "≤ 1", repeats <= inflight))  # fmt: skip
+    bench.restart("summarizer", DOCSUM_LLM_MAX_INFLIGHT="16", DOCSUM_MAX_INFLIGHT="16")
+
+
+def _real_pdfs() -> list[Path]:
+    found = sorted(ROOT.glob("examples/*.pdf"))
+    for path in sorted(Path("/usr/share").rglob("*.pdf"))[:200]:
+        if path.stat().st_size > 50_000 and len(found) < 6:
+            found.append(path)
+    return found
+
+
+def b7_parser(figures: list[Figure]) -> None:
+    from pypdf import PdfReader
+
+    from docsum_parser.extract import extract_text
+
+    def best(run: Callable[[], object], times: int = 3) -> float:
+        spent = []
+        for _ in range(times):
+            started = time.perf_counter()
+            run()
+            spent.append(time.perf_counter() - started)
+        return min(spent)
+
+    ours = raw = 0.0
+    pages = 0
+    for path in _real_pdfs():
+        data = path.read_bytes()
+        import io
+
+        pages += len(PdfReader(io.BytesIO(data)).pages)
+        ours += best(lambda: extract_text(data, path.name))
+        raw += best(lambda: "\n".join(p.extract_text() or "" for p in PdfReader(io.BytesIO(data)).pages))
+    ratio = ours / raw
+    figures.append(Figure("B7", f"parser seconds per page ÷ raw pypdf ({len(_real_pdfs())} real PDFs, {pages} pages)",
+                          ratio, f"{ratio:.2f} ({ours / pages * 1000:.1f} vs {raw / pages * 1000:.1f} ms/page)",
+                          "≤ 1.10", ratio <= 1.10))  # fmt: skip
+
+
+def b8_memory(bench: Bench, figures: list[Figure]) -> None:
+    time.sleep(2)
+    idle = {name: _rss_mb(p.pid) for name, p in bench.stack.processes.items()}
+    worst = max(idle.values())
+    shown = ", ".join(f"{n} {mb:.0f}" for n, mb in sorted(idle.items()))
+    figures.append(Figure("B8a", "resident memory per service, idle (MB)", worst, f"max {worst:.0f} ({shown})",
+                          "≤ 120 MB", worst <= 120))  # fmt: skip
+    pdf = make_pdf([english_prose(2_000, seed=i) for i in range(500)])
+    parser = bench.stack.processes["parser"]
+    peak = 0.0
+    with httpx.Client(base_url=bench.stack.gateway_url, timeout=120,
+                      headers={"Authorization": f"Bearer {bench.stack.keys['alice']}"}) as client:  # fmt: skip
+        task_id = client.post("/v1/tasks", files=[("files", ("b8.pdf", pdf, "application/pdf"))]).json()["task_id"]
+        while True:
+            peak = max(peak, _rss_mb(parser.pid))
+            doc = client.get(f"/v1/tasks/{task_id}").json()["documents"][0]
+            if doc["status"] not in ("PENDING", "PARSING"):
+                break
+            time.sleep(0.05)
+    figures.append(Figure("B8b", "parser on a 500-page PDF, peak resident memory with its worker (MB)", peak,
+                          f"{peak:.0f}", "≤ 300 MB", peak <= 300))  # fmt: skip
+
+
+def b9_latency(bench: Bench, figures: list[Figure]) -> None:
+    from docsum_cli.client import Gateway
+    from docsum_cli.main import wait
+
+    bench.llm.llm.configure(latency_s=0.0)
+    gateway = Gateway(bench.stack.gateway_url, bench.stack.keys["alice"])
+    spent = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(20):
+            path = Path(tmp) / f"page-{i}.txt"
+            path.write_text(bench.text(1_800))
+            started = time.perf_counter()
+            created = gateway.submit([path])
+            wait(gateway, created["task_id"], quiet=True)
+            spent.append(time.perf_counter() - started)
+    p50 = statistics.median(spent)
+    p95 = statistics.quantiles(spent, n=20)[18]
+    figures.append(Figure("B9", "a 1-page document, submit → COMPLETED as `docsum` sees it (20 tasks)", p50,
+                          f"p50 {p50:.2f}s, p95 {p95:.2f}s", "p50 ≤ 0.5 s", p50 <= 0.5))  # fmt: skip
+
+
+# --- output -----------------------------------------------------------------------------------------------
+
+
+def plot(plots: dict[str, Any]) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    if "concurrency" in plots:
+        c, ours, base = zip(*plots["concurrency"], strict=True)
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.plot(c, ours, "o-", label="docsum")
+        ax.plot(c, base, "s--", label="in-process map-reduce")
+        ax.plot(c, [x / 0.1 for x in c], ":", label="ideal (C / L)")
+        ax.set(xscale="log", yscale="log", xlabel="LLM calls in flight", ylabel="chunks / s",
+               title="Throughput against concurrency (100 ms calls)")  # fmt: skip
+        ax.legend()
+        fig.savefig(RESULTS / "concurrency.png", dpi=110, bbox_inches="tight")
+        written.append("concurrency.png")
+    if "replicas" in plots:
+        r, rate = zip(*plots["replicas"], strict=True)
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.plot(r, rate, "o-", label="docsum")
+        ax.plot(r, [rate[0] * x for x in r], ":", label="linear")
+        ax.set(xlabel="summarizer replicas", ylabel="chunks / s", xticks=list(r),
+               title="Scaling with replicas (200 ms calls, 4 in flight each)")  # fmt: skip
+        ax.legend()
+        fig.savefig(RESULTS / "replicas.png", dpi=110, bbox_inches="tight")
+        written.append("replicas.png")
+    if "growth" in plots:
+        n, per = zip(*plots["growth"], strict=True)
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.plot(n, [p * 1000 for p in per], "o-")
+        ax.set(xscale="log", xlabel="chunks in the document", ylabel="ms per chunk (end to end)",
+               title="Time per chunk against document size (0 ms calls)", ylim=(0, None))  # fmt: skip
+        fig.savefig(RESULTS / "growth.png", dpi=110, bbox_inches="tight")
+        written.append("growth.png")
+    return written
+
+
+def write(figures: list[Figure], pictures: list[str], seconds: float) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    rows = "\n".join(
+        f"| {f.id} | {f.measure} | {f.shown} | {f.goal} | {'pass' if f.passed else '**miss**'} |" for f in figures
+    )
+    images = "\n".join(f"![{p}]({p})" for p in pictures)
+    text = f"""# docsum bench — latest run
+
+{time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, {os.cpu_count()} cores, the whole run {seconds:.0f} s.
+Every figure is a ratio or a rate measured within this run (bench/README.md: what each measures, and
+why a missed goal is missed).
+
+| # | measure | measured | goal | |
+|---|---|---|---|---|
+{rows}
+
+{images}
+"""
+    out = RESULTS / "latest.md"
+    out.write_text(text)
+    return out
+
+
+MEASURES = ("B1", "B3", "B4", "B5", "B6", "B7", "B8", "B9")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default=",".join(MEASURES), help="comma-separated: " + ",".join(MEASURES))
+    args = parser.parse_args()
+    only = set(args.only.split(","))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    figures: list[Figure] = []
+    plots: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="docsum-bench-") as workdir:
+        bench = Bench(Path(workdir))
+        try:
+            steps: list[tuple[str, Callable[[], None]]] = [
+                ("B8", lambda: b8_memory(bench, figures)),  # first: idle means before any work
+                ("B1", lambda: b1_b2_concurrency(bench, figures, plots)),
+                ("B3", lambda: b3_throughput(bench, figures)),
+                ("B4", lambda: b4_growth(bench, figures, plots)),
+                ("B5", lambda: b5_replicas(bench, figures, plots)),
+                ("B6", lambda: b6_kill(bench, figures)),
+                ("B7", lambda: b7_parser(figures)),
+                ("B9", lambda: b9_latency(bench, figures)),
+            ]
+            for name, step in steps:
+                if name in only:
+                    t0 = time.monotonic()
+                    step()
+                    print(f"{name}: {time.monotonic() - t0:.0f}s — " + "; ".join(
+                        f"{f.id} {f.shown}" for f in figures if f.id.startswith(name)), flush=True)  # fmt: skip
+        finally:
+            bench.close()
+    figures.sort(key=lambda f: (int(f.id[1]), f.id))
+    out = write(figures, plot(plots), time.monotonic() - started)
+    print(out.read_text())
+
+
+if __name__ == "__main__":
+    main()
