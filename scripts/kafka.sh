@@ -249,12 +249,14 @@ group.consumer.heartbeat.interval.ms=1000
 group.consumer.min.session.timeout.ms=3000
 group.consumer.session.timeout.ms=10000
 
-# After kill -9 the old broker registration stays until its session times
-# out (default 9s), and the restarted broker cannot register before that.
-# A shorter session makes such restarts take ~3s longer instead of ~9s; broker
-# and controller share one JVM here, so only a >3s stall could fence it.
-broker.heartbeat.interval.ms=500
-broker.session.timeout.ms=3000
+# Broker and controller share one JVM, so only a stall of the whole JVM can
+# miss heartbeats; but on a loaded 2-core machine (load average 15) stalls of
+# over 3s happen, and a fenced broker refuses every request ("larger than
+# available brokers: 0") until it re-registers. 10s rides those out; the price
+# is that after a kill -9 the restarted broker waits for the old registration's
+# session to end (up to 10s) before it can register.
+broker.heartbeat.interval.ms=1000
+broker.session.timeout.ms=10000
 
 # Small machine: few threads, small retention.
 num.network.threads=2
