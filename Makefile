@@ -39,9 +39,11 @@ lint: setup
 	.venv/bin/mypy shared/docsum_shared services/*/docsum_* cli/docsum_cli
 	.venv/bin/python -m docsum_shared.contracts --check
 
-# The JSON Schema of every topic, generated from shared/docsum_shared/events.py into contracts/.
+# The JSON Schema of every topic and the AsyncAPI document, generated from shared/docsum_shared/events.py
+# into contracts/; the AsyncAPI parser (installed by the script into .run/asyncapi) then checks the document.
 contracts: setup
 	.venv/bin/python -m docsum_shared.contracts
+	scripts/asyncapi.sh validate >/dev/null
 
 # ROUGE of the extractive summarizer against the abstracts of the ACLSum papers, before/after/lead-3:
 # writes eval/results.md. Installs its own dependency group (rouge-score, aclsum); not part of `make test`.

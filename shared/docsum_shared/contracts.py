@@ -1,4 +1,6 @@
-"""The event contract as JSON Schema: one file per Kafka topic, generated from the models in events.py.
+"""The event contract as JSON Schema, one file per Kafka topic, and as one AsyncAPI 3.0 document.
+
+Both are generated from the models in events.py.
 
     python -m docsum_shared.contracts            # (re)write contracts/ (what `make contracts` runs)
     python -m docsum_shared.contracts --check    # exit 1 if contracts/ differs from the models
@@ -7,21 +9,37 @@ Each schema describes a topic's message value in validation mode, i.e. what cons
 with defaults are optional; unknown fields are ignored), as JSON Schema draft 2020-12. Besides the
 standard keywords it names the topic (`x-kafka-topic`) and the field whose value is the message key
 (`x-kafka-key`). The output is deterministic: sorted keys, two-space indent, a trailing newline.
+
+contracts/asyncapi.yaml describes the same topics as an AsyncAPI 3.0.0 document: the broker and its
+security schemes, one channel per topic and per dead-letter topic (with the Kafka bindings: partitions,
+replicas, the message key), each message's payload (the topic's JSON Schema, inlined under
+components.schemas) with an example built from the model, and what docsum sends and receives on each.
+scripts/asyncapi.sh validates it with the AsyncAPI parser (tests/integration/test_contract_asyncapi.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
+import tomllib
+import traceback
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .events import EVENT_TYPES, Topic
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from .events import EVENT_TYPES, Topic, decode
+from .kafka import DLQ_SUFFIX, topic_partitions
+from .settings import Settings
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 README = "README.md"
+ASYNCAPI = "asyncapi.yaml"
 DEFAULT_DIR = Path("contracts")
 REGENERATE = "run `make contracts`"
 
@@ -77,12 +95,510 @@ of the event that caused it; null for a root event such as a submission or a re-
 | Topic | Model | Key | Schema |
 |---|---|---|---|
 {rows}
+
+## AsyncAPI
+
+[{ASYNCAPI}]({ASYNCAPI}) describes the same contract as one [AsyncAPI 3.0](https://www.asyncapi.com/docs/reference/specification/v3.0.0)
+document: the Kafka broker (plain, or secured with SASL/SCRAM or PLAIN), one channel per topic and per
+dead-letter topic (`<topic>{DLQ_SUFFIX}`: the original value, byte for byte, with the error in its headers),
+their partitions and message keys, each message's payload (the schemas above, inlined) with an example,
+and which service sends and receives what. Every name is prefixed on the broker with the deployment's
+`DOCSUM_TOPIC_PREFIX` (empty by default). It is generated with the schemas and checked by the AsyncAPI
+parser (`scripts/asyncapi.sh validate`, part of `make test`).
+
+To read it rendered, open it in AsyncAPI Studio (https://studio.asyncapi.com: paste or import the file),
+or start Studio locally with the AsyncAPI CLI (npm `@asyncapi/cli`; 4.1 is the newest that runs on Node 20):
+`asyncapi start studio contracts/{ASYNCAPI}`.
 """
+
+
+# --- AsyncAPI -----------------------------------------------------------------------------------------
+
+ASYNCAPI_VERSION = "3.0.0"
+KAFKA_BINDING = "0.5.0"  # the version of the Kafka bindings used below
+REPLICAS = 1  # ensure_topics (kafka.py) creates every topic with replication factor 1
+ROOT_PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+
+
+@dataclass(frozen=True)
+class Roles:
+    """Who produces and who consumes a topic (the topic table of the architecture handbook)."""
+
+    sent_by: tuple[tuple[str, str], ...]  # (who, when): the docsum services (or others) that produce it
+    received_by: tuple[tuple[str, str], ...]  # (who, what for): the docsum services that consume it
+    groups: tuple[str, ...] = ()  # the services whose consumer groups read it (and dead-letter what they cannot)
+
+
+# By topic name, so that a topic can be described before events.py has it; a topic missing here is
+# still published, as sent by docsum for a purpose not described yet, until it gets a row.
+ROLES: dict[str, Roles] = {
+    "document-submitted": Roles(
+        (
+            ("the gateway", "for every uploaded file, once its bytes are stored"),
+            ("other systems", "submitting documents straight onto Kafka"),
+        ),
+        (("the parser", "parses the document and stores its plain text"),),
+        ("parser",),
+    ),
+    "document-parsed": Roles(
+        (("the parser", "once the document's plain text is stored"),),
+        (
+            ("the chunker", "cuts the text into chunks and stores them"),
+            ("the gateway", "streams progress to the task's clients (a consumer per replica, no group)"),
+        ),
+        ("chunker",),
+    ),
+    "chunk-created": Roles(
+        (
+            ("the chunker", "once every chunk of the document is stored"),
+            ("the re-drives", "resume, retry and reconcile, from the state stored in PostgreSQL"),
+        ),
+        (("the summarizer", "summarizes the chunk and stores its summary"),),
+        ("summarizer",),
+    ),
+    "chunk-summarized": Roles(
+        (("the summarizer", "once the chunk's summary is stored, or the chunk FAILED"),),
+        (
+            ("the merger", "merges the document's summaries once every chunk is final"),
+            ("the gateway", "streams progress to the task's clients (a consumer per replica, no group)"),
+        ),
+        ("merger",),
+    ),
+    "document-merged": Roles(
+        (("the merger", "once the document's summary is stored, or the document FAILED"),),
+        (
+            ("the merger's task stage", "finishes the task once every document is final"),
+            ("the gateway", "streams progress to the task's clients (a consumer per replica, no group)"),
+        ),
+        ("merger",),
+    ),
+    "task-events": Roles(
+        (
+            ("the gateway", "on pause, resume and cancel"),
+            ("the chunker", "when a task awaits its owner's approval"),
+            ("the merger", "when a task finishes or expires"),
+        ),
+        (("the gateway", "streams them to the task's clients (a consumer per replica, no group)"),),
+    ),
+    "task-finished": Roles(
+        (("the merger", "once a task is final (and the lifecycle controls, for a cancelled or expired one)"),),
+        (),  # read by other systems: the task's final result
+    ),
+}
+UNDESCRIBED = Roles((("docsum", "(this topic has no row in ROLES in contracts.py yet)"),), ())
+
+EXAMPLE_DATETIME = "2026-01-15T09:30:00Z"
+# Example values by field name, for the message examples (any field not here gets a value derived from
+# its schema). A field that a model would refuse in a combination is left out of that model's example.
+EXAMPLE_VALUES: dict[str, Any] = {
+    "event_id": "0b7c1e5a9d3f4e21a6c8b2d4f0e1a3c5",
+    "schema_version": 1,
+    "occurred_at": EXAMPLE_DATETIME,
+    "trace_id": "5e2d8c4b1a9f4d37b6e0c2a8f1d3b5e7",
+    "causation_id": "9a4f2c7e1b5d4a83c0e6f8b2d4a1c3e5",
+    "task_id": "3f1c2b9e-7d4a-4e8b-9c6f-2a5d1e0b8c47",
+    "document_id": "c2a7e4d1-5b3f-4a9c-8e2d-6f1b0a9c3d75",
+    "chunk_id": "c2a7e4d1-5b3f-4a9c-8e2d-6f1b0a9c3d75-c00003",
+    "chunk_index": 3,
+    "owner": "alice",
+    "filename": "annual-report-2025.pdf",
+    "title": "Annual reports",
+    "content_type": "application/pdf",
+    "blob_sha256": "f1e8bf1621c3909f835ff77b3e52c2538cdb345799c1bd2379f87e76fc59fc49",
+    "size_bytes": 482113,
+    "task_documents": 2,
+    "content_base64": "UmV2ZW51ZSBncmV3IDEyJSBpbiAyMDI1Lgo=",
+    "source_uri": "file:///srv/docsum/inbox/annual-report-2025.pdf",
+    "text_chars": 23750,
+    "size_level": "MEDIUM",
+    "outcome": "COMPLETED",
+    "status": "COMPLETED",
+    "language": "en",
+    "length": "standard",
+    "style": "prose",
+    "summary": "Revenue grew 12% in 2025, driven by the new subscription plans; costs stayed flat.",
+}
+
+# The headers of a dead letter (consumer.py's _dead_letter): the values are UTF-8 text.
+DEAD_LETTER_HEADERS: dict[str, str] = {
+    "error": "Why the message could not be handled: the exception (at most 4,000 characters).",
+    "source-topic": "The topic the message was read from (with the deployment's prefix).",
+    "source-partition": "Its partition, in decimal.",
+    "source-offset": "Its offset in that partition, in decimal.",
+    "service": "The service that gave up on it.",
+}
+
+
+def project_version() -> str:
+    return str(tomllib.loads(ROOT_PYPROJECT.read_text())["project"]["version"])
+
+
+def _sample(name: str, node: dict[str, Any], defs: dict[str, Any]) -> Any:
+    """A value for the property `name` with the schema `node`: the table's, else one its schema allows."""
+    if name in EXAMPLE_VALUES:
+        return EXAMPLE_VALUES[name]
+    if "$ref" in node:
+        return _sample(name, defs[node["$ref"].rsplit("/", 1)[-1]], defs)
+    for key in ("const", "default"):
+        if key in node:
+            return node[key]
+    if node.get("enum"):
+        return node["enum"][0]
+    for key in ("anyOf", "oneOf", "allOf"):
+        branches = [b for b in node.get(key, []) if b.get("type") != "null"]
+        if branches:
+            return _sample(name, branches[0], defs)
+    kind = node.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), None)
+    if kind == "object":
+        properties = node.get("properties", {})
+        return {k: _sample(k, properties[k], defs) for k in node.get("required", []) if k in properties}
+    if kind == "array":
+        return [_sample(name, node.get("items", {}), defs)] * max(1, node.get("minItems", 1))
+    if kind == "string":
+        return EXAMPLE_DATETIME if node.get("format") == "date-time" else f"example-{name.replace('_', '-')}"
+    if kind in ("integer", "number"):
+        return max(1, node.get("minimum", 1))
+    if kind == "boolean":
+        return False
+    return None
+
+
+def _errors(model: type[BaseModel], values: dict[str, Any]) -> int:
+    try:
+        model.model_validate(values)
+    except ValidationError as exc:
+        return max(1, exc.error_count())
+    return 0
+
+
+def example(topic: Topic) -> dict[str, Any]:
+    """A realistic value of a message on `topic`, as docsum would send it (null fields left out).
+
+    Built from the model: its required fields, then each optional field that EXAMPLE_VALUES names,
+    kept unless it makes the model refuse the event (e.g. a second form of a one-of-several choice).
+    """
+    model = EVENT_TYPES[topic]
+    body = model.model_json_schema(mode="validation")
+    defs, properties = body.get("$defs", {}), body.get("properties", {})
+    required = set(body.get("required", []))
+    values = {name: _sample(name, properties[name], defs) for name in properties if name in required}
+    for name in properties:
+        if name in required or name not in EXAMPLE_VALUES:
+            continue
+        candidate = {**values, name: EXAMPLE_VALUES[name]}
+        # Kept when the model accepts it as well as before: a valid example stays valid, and an invalid
+        # one (a field needs a companion: one form of a choice) may take what it lacks.
+        if _errors(model, candidate) <= _errors(model, values):
+            values = candidate
+    try:
+        event = model.model_validate(values)
+    except ValidationError as exc:
+        raise ValueError(f"no example of {model.__name__} from EXAMPLE_VALUES in contracts.py: {exc}") from exc
+    return event.model_dump(mode="json", exclude_none=True)
+
+
+def _dead_letter_example(topic: Topic) -> tuple[str, str]:
+    """A value that the consumers of `topic` refuse, and the error they give: the example without its
+    key field (or, should the model accept that, the example cut short)."""
+    value = example(topic)
+    text = json.dumps(value, ensure_ascii=False)
+    keyless = json.dumps({k: v for k, v in value.items() if k != EVENT_TYPES[topic].KEY_FIELD}, ensure_ascii=False)
+    for raw in (keyless, text[: len(text) // 2]):
+        try:
+            decode(topic, raw.encode())
+        except ValidationError as exc:
+            lines = "".join(traceback.format_exception_only(exc)).strip().splitlines()
+            return raw, "\n".join(line for line in lines if "errors.pydantic.dev" not in line)  # no pydantic version
+    raise AssertionError(f"{topic}: a truncated event was accepted")
+
+
+def _hoist(body: dict[str, Any], shared: dict[str, Any], owner: str) -> dict[str, Any]:
+    """`body` with its $defs moved into `shared` (components.schemas) and its references pointed there.
+
+    A definition that another schema already put there under the same name with other content is
+    renamed `<owner>.<name>`.
+    """
+    body = copy.deepcopy(body)
+    defs: dict[str, Any] = body.pop("$defs", {})
+    targets = {name: name for name in defs}
+
+    def point(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {
+                k: f"#/components/schemas/{targets[v[8:]]}" if k == "$ref" and v.startswith("#/$defs/") else point(v)
+                for k, v in node.items()
+            }
+        if isinstance(node, list):
+            return [point(v) for v in node]
+        return node
+
+    for name, definition in defs.items():
+        if name in shared and shared[name] != point(definition):
+            targets[name] = f"{owner}.{name}"
+    for name, definition in defs.items():
+        shared[targets[name]] = point(definition)
+    return dict(point(body))
+
+
+def _ref(*path: str) -> dict[str, str]:
+    return {"$ref": "#/" + "/".join(p.replace("~", "~0").replace("/", "~1") for p in path)}
+
+
+def _key_binding(key: str, what: str) -> dict[str, Any]:
+    return {
+        "key": {"type": "string", "description": f"{what} (UTF-8)."},
+        "bindingVersion": KAFKA_BINDING,
+    }
+
+
+def _channel_binding(address: str, partitions: dict[str, int]) -> dict[str, Any]:
+    return {
+        "kafka": {
+            "topic": address,
+            "partitions": partitions[address],
+            "replicas": REPLICAS,
+            "bindingVersion": KAFKA_BINDING,
+        }
+    }
+
+
+def _names(who: Sequence[tuple[str, str]]) -> str:
+    names = [name for name, _ in who]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _operation(
+    action: str, channel: str, who: Sequence[tuple[str, str]], groups: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """`action` (send or receive) on `channel`, by `who` ((service, when or what for) pairs)."""
+    verb = "Sent" if action == "send" else "Received"
+    lines = [f"- {name}: {what}" for name, what in who]
+    operation: dict[str, Any] = {
+        "action": action,
+        "channel": _ref("channels", channel),
+        "summary": f"{verb} by {_names(who)}.",
+        "description": f"{verb} by\n\n" + "\n".join(lines),
+        "messages": [_ref("channels", channel, "messages", channel)],
+    }
+    if groups:
+        operation["bindings"] = {
+            "kafka": {
+                "groupId": {
+                    "type": "string",
+                    "enum": [f"docsum-{g}" for g in groups],
+                    "description": "The consumer group, after the deployment's DOCSUM_TOPIC_PREFIX.",
+                },
+                "bindingVersion": KAFKA_BINDING,
+            }
+        }
+    return operation
+
+
+def asyncapi() -> dict[str, Any]:
+    """The AsyncAPI 3.0 document of every topic, its dead-letter topic and what docsum does with them."""
+    partitions = topic_partitions(Settings.model_construct())  # the defaults: no prefix, no environment
+    schemas: dict[str, Any] = {}
+    messages: dict[str, Any] = {}
+    channels: dict[str, Any] = {}
+    operations: dict[str, Any] = {}
+    schemas["DeadLetterHeaders"] = {
+        "type": "object",
+        "description": "The headers a dead letter carries besides its original key and value.",
+        "required": list(DEAD_LETTER_HEADERS),
+        "properties": {name: {"type": "string", "description": text} for name, text in DEAD_LETTER_HEADERS.items()},
+    }
+    for topic in Topic:
+        model = EVENT_TYPES[topic]
+        name, key = topic.value, model.KEY_FIELD
+        roles = ROLES.get(name, UNDESCRIBED)
+        body = {k: v for k, v in schema(topic).items() if k not in ("$schema", "$id")}
+        schemas[model.__name__] = _hoist(body, schemas, model.__name__)
+        summary = (model.__doc__ or name).strip().splitlines()[0]
+        messages[name] = {
+            "name": model.__name__,
+            "title": model.__name__,
+            "summary": summary,
+            "contentType": "application/json",
+            "correlationId": _ref("components", "correlationIds", "trace"),
+            "payload": _ref("components", "schemas", model.__name__),
+            "bindings": {"kafka": _key_binding(key, f"The event's `{key}`")},
+            "examples": [
+                {"name": f"{name}-example", "summary": f"A {model.__name__} event.", "payload": example(topic)}
+            ],
+        }
+        prefixed = "On the broker its name starts with the deployment's `DOCSUM_TOPIC_PREFIX` (empty by default)."
+        channels[name] = {
+            "address": name,
+            "title": name,
+            "description": f"{summary}\n\nMessage key: `{key}`. {prefixed}",
+            "messages": {name: _ref("components", "messages", name)},
+            "bindings": _channel_binding(name, partitions),
+        }
+        for action, who in (("send", roles.sent_by), ("receive", roles.received_by)):
+            if who:
+                operations[f"{action}-{name}"] = _operation(action, name, who, roles.groups * (action == "receive"))
+        dlq = name + DLQ_SUFFIX
+        raw, error = _dead_letter_example(topic)
+        consumer = roles.groups[0] if roles.groups else "consumer"
+        messages[dlq] = {
+            "name": f"{model.__name__}DeadLetter",
+            "title": f"{name} dead letter",
+            "summary": f"A message of {name} that its consumer could not handle, with the reason.",
+            "contentType": "application/octet-stream",
+            "headers": _ref("components", "schemas", "DeadLetterHeaders"),
+            "payload": {
+                "description": (
+                    f"The original value, byte for byte: usually JSON meant as a {model.__name__}, but it"
+                    " may be anything a producer wrote on the topic."
+                )
+            },
+            "bindings": {"kafka": _key_binding(key, f"The original message's key: normally the event's `{key}`")},
+            "examples": [
+                {
+                    "name": f"{dlq}-example",
+                    "summary": f"An event its {consumer} refused, with the reason.",
+                    "headers": {
+                        "error": error,
+                        "source-topic": name,
+                        "source-partition": "0",
+                        "source-offset": "1187",
+                        "service": consumer,
+                    },
+                    "payload": raw,
+                }
+            ],
+        }
+        channels[dlq] = {
+            "address": dlq,
+            "title": dlq,
+            "description": (
+                f"Dead letters of {name}: a message that its consumer could not decode, or kept failing to"
+                " handle after its retries, goes here with the reason in its headers, so that it never blocks"
+                f" the topic. Message key: the original key. {prefixed}"
+                + (
+                    ""
+                    if roles.groups
+                    else "\n\nNo docsum consumer group reads the topic: nothing of docsum writes here."
+                )
+            ),
+            "messages": {dlq: _ref("components", "messages", dlq)},
+            "bindings": _channel_binding(dlq, partitions),
+        }
+        if roles.groups:  # only docsum's consumer groups dead-letter what they cannot handle
+            why = "gives up on a message it cannot decode, or keeps failing to handle; operators read these"
+            operations[f"send-{dlq}"] = _operation("send", dlq, [(f"the {g}", why) for g in roles.groups])
+
+    description = (
+        "docsum summarizes batches of documents with an LLM: the gateway takes uploads, and the parser,"
+        " chunker, summarizer and merger pass the work on over these Kafka topics, each handling its"
+        " events idempotently against the state stored in PostgreSQL (Kafka carries intents, never"
+        " document bytes or texts).\n\n"
+        "Every event is JSON and carries the same envelope: `event_id`, `schema_version`, `occurred_at`,"
+        " `task_id`, `trace_id` (one per submission, copied to every event it causes) and `causation_id`"
+        " (the `event_id` of the event that caused it; null for a root event). Consumers ignore unknown"
+        " properties, so a new optional property is a compatible change; `schema_version` is raised only"
+        " for a change that older consumers cannot read.\n\n"
+        "Every topic and consumer group name is prefixed with the deployment's `DOCSUM_TOPIC_PREFIX`"
+        " (empty by default), so that several deployments can share one cluster.\n\n"
+        "Generated from shared/docsum_shared/events.py by shared/docsum_shared/contracts.py"
+        " (`make contracts`): do not edit."
+    )
+    bootstrap = {
+        "host": {
+            "default": Settings.model_fields["kafka_bootstrap_servers"].default,
+            "description": "host:port of a bootstrap broker (KAFKA_BOOTSTRAP_SERVERS).",
+        }
+    }
+    return {
+        "asyncapi": ASYNCAPI_VERSION,
+        "id": "urn:docsum",
+        "info": {
+            "title": "docsum",
+            "version": project_version(),
+            "description": description,
+        },
+        "defaultContentType": "application/json",
+        "servers": {
+            "kafka": {
+                "host": "{host}",
+                "protocol": "kafka",
+                "title": "Kafka (plaintext)",
+                "description": "The cluster docsum runs on, without authentication (PLAINTEXT; `make up` starts one).",
+                "variables": bootstrap,
+            },
+            "kafka-secured": {
+                "host": "{host}",
+                "protocol": "kafka-secure",
+                "title": "Kafka (SASL)",
+                "description": (
+                    "The same cluster behind SASL (SASL_PLAINTEXT, or SASL_SSL over TLS): each client"
+                    " authenticates with one of these mechanisms, and the broker's ACLs decide which topics"
+                    " and groups its principal may use."
+                ),
+                "variables": bootstrap,
+                "security": [_ref("components", "securitySchemes", s) for s in ("scramSha512", "scramSha256", "plain")],
+            },
+        },
+        "channels": channels,
+        "operations": operations,
+        "components": {
+            "schemas": schemas,
+            "messages": messages,
+            "securitySchemes": {
+                "scramSha512": {
+                    "type": "scramSha512",
+                    "description": "SASL/SCRAM-SHA-512 with a user name and password.",
+                },
+                "scramSha256": {
+                    "type": "scramSha256",
+                    "description": "SASL/SCRAM-SHA-256 with a user name and password.",
+                },
+                "plain": {
+                    "type": "plain",
+                    "description": "SASL/PLAIN with a user name and password (use it over TLS only).",
+                },
+            },
+            "correlationIds": {
+                "trace": {
+                    "description": "One id per submission, copied to every event it causes.",
+                    "location": "$message.payload#/trace_id",
+                }
+            },
+        },
+    }
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style, text with newlines as literal blocks, and no anchors (the file is read by people)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _represent_str(dumper: yaml.SafeDumper, text: str) -> yaml.Node:
+    # Text over several lines as a block: folded (wrapped) when it has long lines, unless a line starts
+    # with a space, which folding would change; literal otherwise (lists keep their lines).
+    style = None
+    if "\n" in text:
+        lines = text.splitlines()
+        folded = any(len(line) > 100 for line in lines) and not any(line[:1].isspace() for line in lines)
+        style = ">" if folded else "|"
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+_Dumper.add_representer(str, _represent_str)
+
+
+def _dump_yaml(document: dict[str, Any]) -> str:
+    return yaml.dump(document, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=120, default_flow_style=False)
 
 
 def render() -> dict[str, str]:
     """Every file of the contracts directory, by name, as it should read."""
     files = {file_name(topic): _dump(schema(topic)) for topic in Topic}
+    files[ASYNCAPI] = _dump_yaml(asyncapi())
     files[README] = _readme()
     return files
 

@@ -45,7 +45,7 @@ def test_checked_in_contract_is_current(name: str) -> None:
 
 def test_every_topic_has_a_schema_file_and_there_is_no_other_file() -> None:
     present = {p.name for p in CONTRACTS.iterdir()}
-    expected = {f"{topic.value}.schema.json" for topic in Topic} | {"README.md"}
+    expected = {f"{topic.value}.schema.json" for topic in Topic} | {"README.md", "asyncapi.yaml"}
     assert present == expected, f"missing {expected - present}, extra {present - expected}: run make contracts"
     assert set(EVENT_TYPES) == set(Topic)
 
@@ -56,14 +56,16 @@ def test_check_mode_reports_stale_missing_and_extra_files(tmp_path: Path, capsys
     (tmp_path / "task-events.schema.json").write_text("{}\n")
     (tmp_path / "document-parsed.schema.json").unlink()
     (tmp_path / "gone-topic.schema.json").write_text("{}\n")
+    (tmp_path / "asyncapi.yaml").write_text((tmp_path / "asyncapi.yaml").read_text().replace("3.0.0", "2.6.0"))
     capsys.readouterr()
     assert contracts.main(["--check", "--dir", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "task-events.schema.json: out of date" in err
     assert "document-parsed.schema.json: missing" in err
     assert "gone-topic.schema.json: not generated" in err
+    assert "asyncapi.yaml: out of date" in err
     assert "run `make contracts`" in err
-    assert contracts.main(["--dir", str(tmp_path)]) == 0  # writing repairs all three
+    assert contracts.main(["--dir", str(tmp_path)]) == 0  # writing repairs all four
     assert contracts.stale(tmp_path) == []
 
 

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The AsyncAPI parser (npm @asyncapi/parser, pinned with its whole tree in scripts/asyncapi/package-lock.json)
+# that validates contracts/asyncapi.yaml, installed into .run/asyncapi (git-ignored) with `npm ci`.
+#   scripts/asyncapi.sh install              install it, unless the installed tree matches the lock already
+#   scripts/asyncapi.sh validate [FILE...]   install if needed, then validate each FILE (default
+#                                            contracts/asyncapi.yaml): prints every diagnostic, exit 1 on an error
+# Needs Node.js 18+ and npm; as root, installs Debian's nodejs and npm when they are missing.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+STATE=${DOCSUM_STATE_DIR:-$ROOT/.run}
+SPEC=$ROOT/scripts/asyncapi
+DIR=$STATE/asyncapi
+
+die() { echo "asyncapi.sh: $*" >&2; exit 1; }
+
+need_node() {
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    [[ $EUID -eq 0 ]] || die "Node.js and npm not found; install them (e.g. sudo apt-get install -y nodejs npm)"
+    echo "asyncapi.sh: installing nodejs and npm with apt-get" >&2
+    apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm
+  fi
+  local major
+  major=$(node -p 'process.versions.node.split(".")[0]')
+  ((major >= 18)) || die "Node.js $major is too old: @asyncapi/parser needs 18 or newer"
+}
+
+installed() {
+  cmp -s "$SPEC/package-lock.json" "$DIR/package-lock.json" && [[ -f "$DIR/node_modules/@asyncapi/parser/package.json" ]]
+}
+
+install() {
+  need_node
+  installed && return 0
+  mkdir -p "$STATE"
+  # One install at a time: several test runs may share the state dir.
+  exec 9>"$STATE/asyncapi.lock"
+  flock 9
+  installed && return 0
+  rm -rf "$DIR"
+  mkdir -p "$DIR"
+  cp "$SPEC/package.json" "$DIR/"
+  # --ignore-scripts: no install script of the tree is needed (one only sends usage statistics).
+  (cd "$DIR" && cp "$SPEC/package-lock.json" . && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error) \
+    || { rm -rf "$DIR"; die "npm ci failed"; }
+  echo "asyncapi.sh: installed @asyncapi/parser $(node -p "require('$DIR/node_modules/@asyncapi/parser/package.json').version") into $DIR" >&2
+}
+
+case "${1:-}" in
+  install) install ;;
+  validate)
+    shift
+    install
+    (($#)) || set -- "$ROOT/contracts/asyncapi.yaml"
+    rc=0
+    for file in "$@"; do node "$SPEC/validate.mjs" "$DIR" "$file" || rc=1; done
+    exit $rc
+    ;;
+  *) die "usage: scripts/asyncapi.sh install | validate [FILE...]" ;;
+esac

@@ -1,0 +1,153 @@
+"""contracts/asyncapi.yaml: one channel per topic and dead-letter topic, payloads that are the topics'
+JSON Schemas, examples that those schemas and the models accept, and a generator that follows the models.
+
+The AsyncAPI parser's own verdict is in tests/integration/test_contract_asyncapi.py.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+from typing import Any
+
+import pytest
+import yaml
+from jsonschema import Draft7Validator, Draft202012Validator
+from jsonschema.exceptions import ValidationError as SchemaError
+
+from docsum_shared import contracts, kafka
+from docsum_shared.consumer import ConsumerService
+from docsum_shared.events import EVENT_TYPES, Topic, decode
+from docsum_shared.settings import Settings
+from tests import contract_changes
+
+
+def _unhoist(payload: dict[str, Any], shared: dict[str, Any]) -> dict[str, Any]:
+    """The payload as a standalone schema again: what it references (transitively) back under $defs."""
+    wanted: set[str] = set()
+    todo = [payload]
+    while todo:
+        for name in re.findall(r'"#/components/schemas/([^"]+)"', json.dumps(todo.pop())):
+            if name not in wanted:
+                wanted.add(name)
+                todo.append(shared[name])
+    body = {**payload, "$defs": {name: shared[name] for name in sorted(wanted)}} if wanted else dict(payload)
+    return dict(json.loads(json.dumps(body).replace('"#/components/schemas/', '"#/$defs/')))
+
+
+def _check_document(document: dict[str, Any], topics: list[Any]) -> None:
+    """What every rendering must say, whatever the topics and models are."""
+    partitions = kafka.topic_partitions(Settings.model_construct())
+    schemas = document["components"]["schemas"]
+    messages = document["components"]["messages"]
+    expected = {t.value for t in topics} | {t.value + kafka.DLQ_SUFFIX for t in topics}
+    assert set(document["channels"]) == expected == set(messages)
+    for topic in topics:
+        model, name = contracts.EVENT_TYPES[topic], topic.value
+        for address in (name, name + kafka.DLQ_SUFFIX):
+            channel = document["channels"][address]
+            assert channel["address"] == address
+            assert channel["bindings"]["kafka"]["partitions"] == partitions[address]
+            assert channel["bindings"]["kafka"]["replicas"] == 1
+            assert "DOCSUM_TOPIC_PREFIX" in channel["description"]
+            assert channel["messages"] == {address: {"$ref": f"#/components/messages/{address}"}}
+
+        message = messages[name]
+        assert message["bindings"]["kafka"]["key"]["type"] == "string"
+        assert f"`{model.KEY_FIELD}`" in message["bindings"]["kafka"]["key"]["description"]
+        # The payload is the topic's JSON Schema (inlined; its $defs shared under components.schemas).
+        payload = schemas[message["payload"]["$ref"].rsplit("/", 1)[-1]]
+        standalone = {k: v for k, v in contracts.schema(topic).items() if k not in ("$schema", "$id")}
+        assert _unhoist(payload, schemas) == standalone
+
+        # The example is what the model accepts, and both the topic's schema and the payload accept it.
+        (example,) = message["examples"]
+        value = example["payload"]
+        event = decode(topic, json.dumps(value).encode())
+        assert event.key() == value[model.KEY_FIELD]
+        Draft202012Validator(contracts.schema(topic)).validate(value)
+        Draft7Validator(_unhoist(payload, schemas)).validate(value)  # AsyncAPI schemas are draft-07 based
+
+        dead = messages[name + kafka.DLQ_SUFFIX]
+        (dead_example,) = dead["examples"]
+        headers = schemas[dead["headers"]["$ref"].rsplit("/", 1)[-1]]
+        Draft7Validator(headers).validate(dead_example["headers"])
+        assert dead_example["headers"]["source-topic"] == name
+        with pytest.raises(Exception, match="validation error"):
+            decode(topic, dead_example["payload"].encode())
+
+    operations = document["operations"]
+    for operation in operations.values():
+        channel = operation["channel"]["$ref"].removeprefix("#/channels/")
+        assert operation["action"] in ("send", "receive")
+        assert operation["messages"] == [{"$ref": f"#/channels/{channel}/messages/{channel}"}]
+        assert operation["summary"] and operation["description"]
+    for topic in topics:
+        assert f"send-{topic.value}" in operations, topic
+
+
+def test_the_document_describes_every_topic_and_its_dead_letters() -> None:
+    document = contracts.asyncapi()
+    assert document["asyncapi"] == "3.0.0"
+    assert document["info"]["title"] == "docsum"
+    assert document["info"]["version"] == contracts.project_version() == "0.1.0"
+    assert document["defaultContentType"] == "application/json"
+    assert {s["protocol"] for s in document["servers"].values()} == {"kafka", "kafka-secure"}
+    secured = document["servers"]["kafka-secured"]["security"]
+    assert {s["$ref"].rsplit("/", 1)[-1] for s in secured} == set(document["components"]["securitySchemes"])
+    _check_document(document, list(Topic))
+
+
+def test_operations_follow_the_services() -> None:
+    operations = contracts.asyncapi()["operations"]
+    parser = operations["receive-document-submitted"]
+    assert "parser" in parser["summary"]
+    assert parser["bindings"]["kafka"]["groupId"]["enum"] == ["docsum-parser"]
+    assert "gateway" in operations["send-document-submitted"]["summary"]
+    assert "summarizer" in operations["receive-chunk-created"]["summary"]
+    assert "send-chunk-created.dlq" in operations  # the summarizer dead-letters
+    assert "send-task-events.dlq" not in operations  # only the gateway reads task-events, with no group
+
+
+def test_dead_letter_headers_are_the_ones_the_consumer_writes() -> None:
+    written = set(re.findall(r'\("([a-z-]+)", ', inspect.getsource(ConsumerService._dead_letter)))
+    assert written == set(contracts.DEAD_LETTER_HEADERS)
+    headers = contracts.asyncapi()["components"]["schemas"]["DeadLetterHeaders"]
+    assert set(headers["required"]) == written
+
+
+def test_the_file_reads_back_as_the_document() -> None:
+    text = contracts.render()[contracts.ASYNCAPI]
+    assert yaml.safe_load(text) == contracts.asyncapi()
+    assert "&id" not in text and "*id" not in text  # no YAML anchors: the file is read by people
+
+
+def test_a_new_topic_and_a_one_of_payload_need_regeneration_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    topic = contract_changes.extend(monkeypatch)
+    document = contracts.asyncapi()
+    _check_document(document, list(topic))
+
+    finished = document["channels"]["task-finished"]
+    assert finished["bindings"]["kafka"]["partitions"] == Settings.model_construct().topic_partitions
+    assert "send-task-finished" in document["operations"]
+    assert "receive-task-finished" not in document["operations"]  # other systems read it
+    example = document["components"]["messages"]["task-finished"]["examples"][0]["payload"]
+    assert example["documents"][0]["status"] == "COMPLETED"
+
+    submitted = document["components"]["schemas"]["DocumentSubmitted"]
+    assert len(submitted["oneOf"]) == 3
+    value = document["components"]["messages"]["document-submitted"]["examples"][0]["payload"]
+    assert value["blob_sha256"] and "content_base64" not in value and "source_uri" not in value
+    with pytest.raises(SchemaError):  # the schema really tells the forms apart
+        Draft202012Validator(contracts.schema(topic("document-submitted"))).validate(
+            {**value, "source_uri": "file:///srv/a.pdf"}
+        )
+    assert yaml.safe_load(contracts.render()[contracts.ASYNCAPI]) == document
+
+
+def test_examples_are_fixed() -> None:
+    for topic in Topic:
+        assert contracts.example(topic) == contracts.example(topic)
+        assert contracts.example(topic)["occurred_at"] == "2026-01-15T09:30:00Z"
+    assert set(EVENT_TYPES) == set(Topic)
