@@ -3,7 +3,8 @@
 # that validates contracts/asyncapi.yaml, installed into .run/asyncapi (git-ignored) with `npm ci`.
 #   scripts/asyncapi.sh install              install it, unless the installed tree matches the lock already
 #   scripts/asyncapi.sh validate [FILE...]   install if needed, then validate each FILE (default
-#                                            contracts/asyncapi.yaml): prints every diagnostic, exit 1 on an error
+#                                            contracts/asyncapi.yaml): errors and warnings on stderr, one JSON
+#                                            line per file on stdout; exit 1 when any file has an error
 # Needs Node.js 18+ and npm; as root, installs Debian's nodejs and npm when they are missing.
 set -euo pipefail
 
@@ -53,9 +54,7 @@ case "${1:-}" in
     shift
     install
     (($#)) || set -- "$ROOT/contracts/asyncapi.yaml"
-    rc=0
-    for file in "$@"; do node "$SPEC/validate.mjs" "$DIR" "$file" || rc=1; done
-    exit $rc
+    exec node "$SPEC/validate.mjs" "$DIR" "$@"
     ;;
   *) die "usage: scripts/asyncapi.sh install | validate [FILE...]" ;;
 esac

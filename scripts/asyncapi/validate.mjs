@@ -1,15 +1,15 @@
-// Validates an AsyncAPI document with @asyncapi/parser (schema, references, Spectral's AsyncAPI rules):
-// every error and warning goes to stderr, one line each (hints too with ASYNCAPI_HINTS=1); exit 1 when
-// any is an error (severity 0).
-// On success stdout is one JSON line saying what the parser read (version, channels, operations, messages).
-//   node scripts/asyncapi/validate.mjs MODULES_DIR FILE      (scripts/asyncapi.sh validate runs this)
+// Validates AsyncAPI documents with @asyncapi/parser (schema, references, Spectral's AsyncAPI rules).
+// Every error and warning goes to stderr, one line each, starting with the file's name (hints too with
+// ASYNCAPI_HINTS=1); stdout gets one JSON line per file saying what the parser read: valid (no error,
+// severity 0), version, channels, operations, messages, counts. Exit 1 when any file has an error.
+//   node scripts/asyncapi/validate.mjs MODULES_DIR FILE...      (scripts/asyncapi.sh validate runs this)
 import { readFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import path from "node:path";
 
-const [modules, file] = process.argv.slice(2);
-if (!modules || !file) {
-  console.error("usage: node validate.mjs MODULES_DIR FILE");
+const [modules, ...files] = process.argv.slice(2);
+if (!modules || !files.length) {
+  console.error("usage: node validate.mjs MODULES_DIR FILE...");
   process.exit(2);
 }
 // The parser is installed under MODULES_DIR (.run/asyncapi), not next to this script.
@@ -17,29 +17,35 @@ const require = createRequire(path.resolve(modules, "package.json"));
 const { Parser } = require("@asyncapi/parser");
 
 const SEVERITY = ["error", "warning", "information", "hint"];
-const source = path.resolve(file);
-const { document, diagnostics } = await new Parser().parse(await readFile(source, "utf8"), { source });
-
 const shown = process.env.ASYNCAPI_HINTS === "1" ? 3 : 1;
-for (const d of diagnostics.filter((d) => d.severity <= shown)) {
-  const line = d.range ? d.range.start.line + 1 : 0;
-  const where = d.path && d.path.length ? ` at /${d.path.join("/")}` : "";
-  console.error(`${file}:${line}: ${SEVERITY[d.severity] ?? d.severity}: ${d.message} [${d.code}]${where}`);
+const parser = new Parser(); // one for all files: loading its rules is most of the time
+let failed = false;
+
+for (const file of files) {
+  const source = path.resolve(file);
+  const { document, diagnostics } = await parser.parse(await readFile(source, "utf8"), { source });
+  for (const d of diagnostics.filter((d) => d.severity <= shown)) {
+    const line = d.range ? d.range.start.line + 1 : 0;
+    const where = d.path && d.path.length ? ` at /${d.path.join("/")}` : "";
+    console.error(`${file}:${line}: ${SEVERITY[d.severity] ?? d.severity}: ${d.message} [${d.code}]${where}`);
+  }
+  const count = (severity) => diagnostics.filter((d) => d.severity === severity).length;
+  const valid = count(0) === 0 && Boolean(document);
+  if (!valid) {
+    console.error(`${file}: ${count(0)} error(s): not a valid AsyncAPI document`);
+    failed = true;
+  }
+  const ids = (collection) => collection.all().map((item) => item.id());
+  const read = document
+    ? {
+        asyncapi: document.version(),
+        title: document.info().title(),
+        version: document.info().version(),
+        channels: Object.fromEntries(document.channels().all().map((c) => [c.id(), c.address()])),
+        operations: Object.fromEntries(document.operations().all().map((o) => [o.id(), o.action()])),
+        messages: ids(document.components().messages()),
+      }
+    : {};
+  console.log(JSON.stringify({ file, valid, errors: count(0), warnings: count(1), ...read }));
 }
-const errors = diagnostics.filter((d) => d.severity === 0).length;
-if (errors || !document) {
-  console.error(`${file}: ${errors} error(s): not a valid AsyncAPI document`);
-  process.exit(1);
-}
-const ids = (collection) => collection.all().map((item) => item.id());
-console.log(
-  JSON.stringify({
-    asyncapi: document.version(),
-    title: document.info().title(),
-    version: document.info().version(),
-    channels: Object.fromEntries(document.channels().all().map((c) => [c.id(), c.address()])),
-    operations: Object.fromEntries(document.operations().all().map((o) => [o.id(), o.action()])),
-    messages: ids(document.components().messages()),
-    warnings: diagnostics.filter((d) => d.severity === 1).length,
-  }),
-);
+process.exit(failed ? 1 : 0);
