@@ -1,8 +1,9 @@
 """Event-model changes that the contract generator must take in its stride by regeneration alone.
 
-`extend(monkeypatch)` makes events.py (as contracts.py and kafka.py see it) gain a topic `task-finished`
-whose event carries nested results, and gives `document-submitted` three alternative forms published as
-a `oneOf` (enforced by a model validator). The models are this module's guesses, not the real ones.
+`extend(monkeypatch)` makes events.py (as contracts.py and kafka.py see it) gain a topic `task-archived`
+(one that contracts.ROLES does not know) whose event carries nested results, and gives
+`document-submitted` three alternative forms published as a `oneOf` (enforced by a model validator).
+The models are made up for the test.
 """
 
 from __future__ import annotations
@@ -56,8 +57,8 @@ class DocumentResult(BaseModel):
     error: str | None = None
 
 
-class TaskFinished(Event):
-    """The final result of a task."""
+class TaskArchived(Event):
+    """A finished task was archived, with its results."""
 
     status: TaskStatus
     summary: str | None = None
@@ -67,11 +68,11 @@ class TaskFinished(Event):
 
 def extend(monkeypatch: pytest.MonkeyPatch) -> type[StrEnum]:
     """Patch in the extended contract; returns the new Topic enum."""
-    members = [(t.name, t.value) for t in Topic] + [("TASK_FINISHED", "task-finished")]
+    members = [(t.name, t.value) for t in Topic] + [("TASK_ARCHIVED", "task-archived")]
     topic = StrEnum("Topic", members)  # type: ignore[misc]
     types: dict[Any, type[Event]] = {topic(t.value): EVENT_TYPES[t] for t in Topic}
     types[topic("document-submitted")] = DocumentSubmitted
-    types[topic("task-finished")] = TaskFinished
+    types[topic("task-archived")] = TaskArchived
     for module in (contracts, kafka):
         monkeypatch.setattr(module, "Topic", topic)
     monkeypatch.setattr(contracts, "EVENT_TYPES", types)

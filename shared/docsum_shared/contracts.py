@@ -178,10 +178,20 @@ ROLES: dict[str, Roles] = {
             ("the chunker", "when a task awaits its owner's approval"),
             ("the merger", "when a task finishes or expires"),
         ),
-        (("the gateway", "streams them to the task's clients (a consumer per replica, no group)"),),
+        (
+            ("the merger", "publishes the result of a task that reached a final status on task-finished"),
+            ("the gateway", "streams them to the task's clients (a consumer per replica, no group)"),
+        ),
+        ("merger",),
     ),
     "task-finished": Roles(
-        (("the merger", "once a task is final (and the lifecycle controls, for a cancelled or expired one)"),),
+        (
+            (
+                "the merger",
+                "once a task reached a final status, whoever ended it (a replay or a re-drive may publish it again,"
+                " identical)",
+            ),
+        ),
         (),  # read by other systems: the task's final result
     ),
 }
@@ -217,6 +227,16 @@ EXAMPLE_VALUES: dict[str, Any] = {
     "length": "standard",
     "style": "prose",
     "summary": "Revenue grew 12% in 2025, driven by the new subscription plans; costs stayed flat.",
+    "updated_at": EXAMPLE_DATETIME,
+    "chunks": {"done": 12, "failed": 0, "total": 12},
+    "usage": {
+        "prompt_tokens": 18250,
+        "completion_tokens": 2410,
+        "llm_calls": 14,
+        "cached_calls": 2,
+        "cost_usd": 0.0042,
+    },
+    "recovery": {"attempts": 12, "interruptions": 0, "redrives": 0, "calls_saved": 2},
 }
 
 # The headers of a dead letter (consumer.py's _dead_letter): the values are UTF-8 text.
@@ -233,29 +253,32 @@ def project_version() -> str:
     return str(tomllib.loads(ROOT_PYPROJECT.read_text())["project"]["version"])
 
 
-def _sample(name: str, node: dict[str, Any], defs: dict[str, Any]) -> Any:
-    """A value for the property `name` with the schema `node`: the table's, else one its schema allows."""
-    if name in EXAMPLE_VALUES:
+def _sample(name: str, node: dict[str, Any], defs: dict[str, Any], table: bool = True) -> Any:
+    """A value for the property `name` with the schema `node`: the table's (unless `table` is off),
+    else one its schema allows (null where it allows null)."""
+    if table and name in EXAMPLE_VALUES:
         return EXAMPLE_VALUES[name]
     if "$ref" in node:
-        return _sample(name, defs[node["$ref"].rsplit("/", 1)[-1]], defs)
+        return _sample(name, defs[node["$ref"].rsplit("/", 1)[-1]], defs, table)
     for key in ("const", "default"):
         if key in node:
             return node[key]
     if node.get("enum"):
         return node["enum"][0]
     for key in ("anyOf", "oneOf", "allOf"):
-        branches = [b for b in node.get(key, []) if b.get("type") != "null"]
+        branches = node.get(key, [])
+        if any(b.get("type") == "null" for b in branches):
+            return None
         if branches:
-            return _sample(name, branches[0], defs)
+            return _sample(name, branches[0], defs, table)
     kind = node.get("type")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), None)
     if kind == "object":
         properties = node.get("properties", {})
-        return {k: _sample(k, properties[k], defs) for k in node.get("required", []) if k in properties}
+        return {k: _sample(k, properties[k], defs, table) for k in node.get("required", []) if k in properties}
     if kind == "array":
-        return [_sample(name, node.get("items", {}), defs)] * max(1, node.get("minItems", 1))
+        return [_sample(name, node.get("items", {}), defs, table)] * max(1, node.get("minItems", 1))
     if kind == "string":
         return EXAMPLE_DATETIME if node.get("format") == "date-time" else f"example-{name.replace('_', '-')}"
     if kind in ("integer", "number"):
@@ -274,29 +297,32 @@ def _errors(model: type[BaseModel], values: dict[str, Any]) -> int:
 
 
 def example(topic: Topic) -> dict[str, Any]:
-    """A realistic value of a message on `topic`, as docsum would send it (null fields left out).
+    """A realistic value of a message on `topic`, with the fields it sets (the defaults left out).
 
     Built from the model: its required fields, then each optional field that EXAMPLE_VALUES names,
     kept unless it makes the model refuse the event (e.g. a second form of a one-of-several choice).
+    Should the table's values make a required field's nested value wrong, the schema's are used there.
     """
     model = EVENT_TYPES[topic]
     body = model.model_json_schema(mode="validation")
     defs, properties = body.get("$defs", {}), body.get("properties", {})
-    required = set(body.get("required", []))
-    values = {name: _sample(name, properties[name], defs) for name in properties if name in required}
-    for name in properties:
-        if name in required or name not in EXAMPLE_VALUES:
-            continue
-        candidate = {**values, name: EXAMPLE_VALUES[name]}
-        # Kept when the model accepts it as well as before: a valid example stays valid, and an invalid
-        # one (a field needs a companion: one form of a choice) may take what it lacks.
-        if _errors(model, candidate) <= _errors(model, values):
-            values = candidate
-    try:
-        event = model.model_validate(values)
-    except ValidationError as exc:
-        raise ValueError(f"no example of {model.__name__} from EXAMPLE_VALUES in contracts.py: {exc}") from exc
-    return event.model_dump(mode="json", exclude_none=True)
+    required = [name for name in properties if name in set(body.get("required", []))]
+    for table in (True, False):
+        # The table's value for a field itself; for what a field nests, the table's only at first.
+        values = {n: EXAMPLE_VALUES.get(n, _sample(n, properties[n], defs, table)) for n in required}
+        for name in properties:
+            if name in required or name not in EXAMPLE_VALUES:
+                continue
+            candidate = {**values, name: EXAMPLE_VALUES[name]}
+            # Kept when the model accepts it as well as before: a valid example stays valid, and an
+            # invalid one (a field that needs a companion: one form of a choice) may take what it lacks.
+            if _errors(model, candidate) <= _errors(model, values):
+                values = candidate
+        try:
+            return model.model_validate(values).model_dump(mode="json", exclude_unset=True)
+        except ValidationError as exc:
+            error = exc
+    raise ValueError(f"no example of {model.__name__} from EXAMPLE_VALUES in contracts.py: {error}") from error
 
 
 def _dead_letter_example(topic: Topic) -> tuple[str, str]:
@@ -579,11 +605,12 @@ class _Dumper(yaml.SafeDumper):
 
 def _represent_str(dumper: yaml.SafeDumper, text: str) -> yaml.Node:
     # Text over several lines as a block: folded (wrapped) when it has long lines, unless a line starts
-    # with a space, which folding would change; literal otherwise (lists keep their lines).
+    # with a space (folding would change it) or is an item of a list; literal otherwise.
     style = None
     if "\n" in text:
         lines = text.splitlines()
-        folded = any(len(line) > 100 for line in lines) and not any(line[:1].isspace() for line in lines)
+        kept = any(line[:1].isspace() or line.startswith("- ") for line in lines)  # indented text, lists
+        folded = any(len(line) > 100 for line in lines) and not kept
         style = ">" if folded else "|"
     return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
 

@@ -46,7 +46,7 @@ def verdicts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tup
         topics = contract_changes.extend(monkeypatch)
         changed = directory / "changed"
         assert contracts.main(["--dir", str(changed)]) == 0
-        assert "task-finished" in {t.value for t in topics}
+        assert "task-archived" in {t.value for t in topics}
     files = {
         "checked-in": ROOT / "contracts" / contracts.ASYNCAPI,
         "broken": broken,
@@ -71,7 +71,7 @@ def test_the_checked_in_document_is_valid(verdicts: dict[str, tuple[dict[str, An
     addresses = {t.value for t in Topic} | {t.value + ".dlq" for t in Topic}
     assert seen["channels"] == {a: a for a in addresses}
     assert sorted(seen["messages"]) == sorted(addresses)
-    assert {f"receive-{t.value}" for t in Topic} <= set(seen["operations"])  # docsum reads every topic
+    assert {f"send-{t.value}" for t in Topic} <= set(seen["operations"])  # docsum writes every topic
 
 
 def test_a_broken_document_is_refused(verdicts: dict[str, tuple[dict[str, Any], list[str]]]) -> None:
@@ -85,6 +85,6 @@ def test_a_broken_document_is_refused(verdicts: dict[str, tuple[dict[str, Any], 
 def test_a_new_topic_and_a_one_of_payload_stay_valid(verdicts: dict[str, tuple[dict[str, Any], list[str]]]) -> None:
     seen, diagnostics = verdicts["changed"]
     assert seen["valid"] and diagnostics == [], diagnostics
-    assert seen["channels"]["task-finished"] == "task-finished"
-    assert seen["operations"]["send-task-finished"] == "send"
+    assert seen["channels"]["task-archived"] == "task-archived"
+    assert seen["operations"]["send-task-archived"] == "send"
     assert len(seen["channels"]) == 2 * (len(Topic) + 1)

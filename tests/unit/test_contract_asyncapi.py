@@ -24,7 +24,8 @@ from tests import contract_changes
 
 
 def _unhoist(payload: dict[str, Any], shared: dict[str, Any]) -> dict[str, Any]:
-    """The payload as a standalone schema again: what it references (transitively) back under $defs."""
+    """The payload as a standalone schema again: what it references (transitively) back under $defs,
+    by the names they had there (a definition renamed for a clash is `<model>.<name>`)."""
     wanted: set[str] = set()
     todo = [payload]
     while todo:
@@ -32,8 +33,10 @@ def _unhoist(payload: dict[str, Any], shared: dict[str, Any]) -> dict[str, Any]:
             if name not in wanted:
                 wanted.add(name)
                 todo.append(shared[name])
-    body = {**payload, "$defs": {name: shared[name] for name in sorted(wanted)}} if wanted else dict(payload)
-    return dict(json.loads(json.dumps(body).replace('"#/components/schemas/', '"#/$defs/')))
+    own = f"{payload['title']}."
+    body = {**payload, "$defs": {name.removeprefix(own): shared[name] for name in wanted}} if wanted else payload
+    text = re.sub(r'"#/components/schemas/([^"]+)"', lambda m: f'"#/$defs/{m[1].removeprefix(own)}"', json.dumps(body))
+    return dict(json.loads(text))
 
 
 def _check_document(document: dict[str, Any], topics: list[Any]) -> None:
@@ -107,7 +110,10 @@ def test_operations_follow_the_services() -> None:
     assert "gateway" in operations["send-document-submitted"]["summary"]
     assert "summarizer" in operations["receive-chunk-created"]["summary"]
     assert "send-chunk-created.dlq" in operations  # the summarizer dead-letters
-    assert "send-task-events.dlq" not in operations  # only the gateway reads task-events, with no group
+    assert operations["receive-task-events"]["bindings"]["kafka"]["groupId"]["enum"] == ["docsum-merger"]
+    assert "send-task-finished.dlq" not in operations  # no docsum consumer group reads task-finished
+    assert "merger" in operations["send-task-finished"]["summary"]
+    assert "receive-task-finished" not in operations  # other systems read it
 
 
 def test_dead_letter_headers_are_the_ones_the_consumer_writes() -> None:
@@ -128,13 +134,15 @@ def test_a_new_topic_and_a_one_of_payload_need_regeneration_only(monkeypatch: py
     document = contracts.asyncapi()
     _check_document(document, list(topic))
 
-    finished = document["channels"]["task-finished"]
-    assert finished["bindings"]["kafka"]["partitions"] == Settings.model_construct().topic_partitions
-    assert "send-task-finished" in document["operations"]
-    assert "receive-task-finished" not in document["operations"]  # other systems read it
-    example = document["components"]["messages"]["task-finished"]["examples"][0]["payload"]
+    archived = document["channels"]["task-archived"]
+    assert archived["bindings"]["kafka"]["partitions"] == Settings.model_construct().topic_partitions
+    assert "no row in ROLES" in document["operations"]["send-task-archived"]["description"]
+    assert "receive-task-archived" not in document["operations"]
+    example = document["components"]["messages"]["task-archived"]["examples"][0]["payload"]
     assert example["documents"][0]["status"] == "COMPLETED"
 
+    # Its DocumentResult is not task-finished's: each keeps its own, under its own name.
+    assert "TaskArchived.DocumentResult" in document["components"]["schemas"]
     submitted = document["components"]["schemas"]["DocumentSubmitted"]
     assert len(submitted["oneOf"]) == 3
     value = document["components"]["messages"]["document-submitted"]["examples"][0]["payload"]
