@@ -35,7 +35,7 @@ from pydantic import BaseModel, ValidationError
 
 from .events import EVENT_TYPES, Topic, decode
 from .kafka import DLQ_SUFFIX, topic_partitions
-from .settings import Settings
+from .settings import Settings, env_name
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 README = "README.md"
@@ -422,6 +422,31 @@ def _operation(
     return operation
 
 
+def env(field: str) -> str:
+    """The environment variable of a setting (KeyError for a setting that does not exist)."""
+    Settings.model_fields[field]
+    return env_name(Settings, field)
+
+
+_SASL = f"`{env('kafka_sasl_mechanism')}`={{}} with `{env('kafka_sasl_username')}` and `{env('kafka_sasl_password')}`."
+# What a client of the secured broker may authenticate with: each as docsum's settings name it.
+SECURITY_SCHEMES: dict[str, dict[str, str]] = {
+    "scramSha512": {"type": "scramSha512", "description": "SASL/SCRAM-SHA-512: " + _SASL.format("SCRAM-SHA-512")},
+    "scramSha256": {"type": "scramSha256", "description": "SASL/SCRAM-SHA-256: " + _SASL.format("SCRAM-SHA-256")},
+    "plain": {
+        "type": "plain",
+        "description": "SASL/PLAIN (the password travels as it is: use SASL_SSL): " + _SASL.format("PLAIN"),
+    },
+    "clientCertificate": {
+        "type": "X509",
+        "description": (
+            f"TLS with a client certificate: `{env('kafka_security_protocol')}`=SSL with"
+            f" `{env('kafka_ssl_certfile')}` and `{env('kafka_ssl_keyfile')}`."
+        ),
+    },
+}
+
+
 def asyncapi() -> dict[str, Any]:
     """The AsyncAPI 3.0 document of every topic, its dead-letter topic and what docsum does with them."""
     partitions = topic_partitions(Settings.model_construct())  # the defaults: no prefix, no environment
@@ -551,20 +576,26 @@ def asyncapi() -> dict[str, Any]:
                 "host": "{host}",
                 "protocol": "kafka",
                 "title": "Kafka (plaintext)",
-                "description": "The cluster docsum runs on, without authentication (PLAINTEXT; `make up` starts one).",
+                "description": (
+                    f"The cluster docsum runs on, without authentication (`{env('kafka_security_protocol')}`"
+                    " PLAINTEXT, the default; `make up` starts one)."
+                ),
                 "variables": bootstrap,
             },
             "kafka-secured": {
                 "host": "{host}",
                 "protocol": "kafka-secure",
-                "title": "Kafka (SASL)",
+                "title": "Kafka (SASL or TLS)",
                 "description": (
-                    "The same cluster behind SASL (SASL_PLAINTEXT, or SASL_SSL over TLS): each client"
-                    " authenticates with one of these mechanisms, and the broker's ACLs decide which topics"
-                    " and groups its principal may use."
+                    "The same cluster behind authentication: SASL (SASL_PLAINTEXT, or SASL_SSL over TLS) with"
+                    " one of these mechanisms, or TLS with a client certificate (SSL). Every client of docsum"
+                    f" takes them from `{env('kafka_security_protocol')}`, `{env('kafka_sasl_mechanism')}`,"
+                    f" `{env('kafka_sasl_username')}`, `{env('kafka_sasl_password')}` and `{env('kafka_ssl_cafile')}`;"
+                    " the broker's ACLs decide which topics and groups a principal may use (the README's"
+                    ' "Kafka security and ACLs" lists them).'
                 ),
                 "variables": bootstrap,
-                "security": [_ref("components", "securitySchemes", s) for s in ("scramSha512", "scramSha256", "plain")],
+                "security": [_ref("components", "securitySchemes", name) for name in SECURITY_SCHEMES],
             },
         },
         "channels": channels,
@@ -572,20 +603,7 @@ def asyncapi() -> dict[str, Any]:
         "components": {
             "schemas": schemas,
             "messages": messages,
-            "securitySchemes": {
-                "scramSha512": {
-                    "type": "scramSha512",
-                    "description": "SASL/SCRAM-SHA-512 with a user name and password.",
-                },
-                "scramSha256": {
-                    "type": "scramSha256",
-                    "description": "SASL/SCRAM-SHA-256 with a user name and password.",
-                },
-                "plain": {
-                    "type": "plain",
-                    "description": "SASL/PLAIN with a user name and password (use it over TLS only).",
-                },
-            },
+            "securitySchemes": SECURITY_SCHEMES,
             "correlationIds": {
                 "trace": {
                     "description": "One id per submission, copied to every event it causes.",
