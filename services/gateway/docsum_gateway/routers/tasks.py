@@ -14,6 +14,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from pydantic_core import PydanticCustomError
 
 from docsum_shared import lifecycle
+from docsum_shared.errors import Kind, classify, retry_until, until_deadline
 from docsum_shared.events import DocumentSubmitted, TaskEvent
 from docsum_shared.kafka import publish
 from docsum_shared.options import TaskOptions
@@ -31,7 +32,13 @@ from ..settings import GatewaySettings
 from ..uploads import FILE_FIELD, UploadLimits, read_upload
 
 log = logging.getLogger(__name__)
+# How long a submission waits for the broker to take its events before it is answered anyway.
+PUBLISH_WAIT_S = 10.0
 router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
+
+
+def _waiting(exc: Exception) -> None:
+    log.warning("the broker did not take the submission yet (%s); retrying", exc)
 
 
 def _form_bool(value: object) -> object:
@@ -153,22 +160,26 @@ async def create_task(
         task_id = await repository.create_task(pool, owner, form.title, documents, options)
     finally:
         upload.close()
-    await publish(
-        producer,
-        settings,
-        [
-            DocumentSubmitted(
-                task_id=task_id,
-                document_id=d.id,
-                owner=owner,
-                filename=d.filename,
-                content_type=d.file.content_type,
-                blob_sha256=d.file.sha256,
-                size_bytes=d.file.size,
-            )
-            for d in documents
-        ],
-    )
+    submitted = [
+        DocumentSubmitted(
+            task_id=task_id,
+            document_id=d.id,
+            owner=owner,
+            filename=d.filename,
+            content_type=d.file.content_type,
+            blob_sha256=d.file.sha256,
+            size_bytes=d.file.size,
+        )
+        for d in documents
+    ]
+    try:
+        await retry_until(lambda: publish(producer, settings, submitted), until_deadline(PUBLISH_WAIT_S, _waiting))
+    except Exception as exc:
+        if classify(exc) is not Kind.RETRIABLE:
+            raise
+        # Stored is accepted: PostgreSQL holds the task, and reconcile announces its documents once the
+        # broker is back. The client gets its task id (and does not submit the same files twice).
+        log.warning("task %s stored, not yet announced (%s): reconcile will announce it", task_id, exc)
     log.info("task %s: %d documents submitted by %s", task_id, len(documents), owner)
     return TaskCreated(
         task_id=task_id,
