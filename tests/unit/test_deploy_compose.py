@@ -8,6 +8,7 @@ compose-spec schema, dependencies. Then whatever it names must exist: entry poin
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +79,10 @@ def test_every_command_is_an_entry_point(compose: dict[str, Any]) -> None:
 def test_start_order_health_and_replicas(compose: dict[str, Any]) -> None:
     services = compose["services"]
     assert services["kafka"]["image"].startswith("apache/kafka:")
-    assert services["kafka"]["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"  # KRaft
+    kafka = services["kafka"]
+    assert kafka["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"  # KRaft
+    # the data survives a restart: the log dirs are the mounted volume
+    assert any(v["target"] == kafka["environment"]["KAFKA_LOG_DIRS"] for v in kafka["volumes"])
     assert services["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
     for name in SERVICES:
         service = services[name]
@@ -143,3 +147,11 @@ def test_the_images_settings_and_command_are_real() -> None:
     # the services the comments promise, and the packages the build installs
     packages = set(re.findall(r"--package (docsum-[a-z]+)", DOCKERFILE))
     assert packages == {f"docsum-{s}" for s in SERVICES}
+
+
+def test_docker_compose_itself_agrees_where_its_plugin_is_installed() -> None:
+    docker = shutil.which("docker")
+    if docker is None or run([docker, "compose", "version"]).returncode != 0:
+        pytest.skip("no `docker compose` plugin on this machine: compose-config (compose-go) resolved the file above")
+    result = run([docker, "compose", "-f", "docker-compose.yml", "config", "--quiet"], env=clean_env())
+    assert result.returncode == 0, result.stderr

@@ -23,6 +23,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from docsum_gateway.settings import load_settings
 from docsum_shared.events import Topic
 from docsum_shared.kafka import DLQ_SUFFIX, topic_partitions
 from docsum_shared.settings import Settings
@@ -276,6 +277,21 @@ def test_every_environment_variable_is_a_setting(overlay: str) -> None:
     assert named - known == set()
     # and the settings load: a value of the wrong type would stop every service at start
     overlay_settings(overlay)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_gateway_starts_with_the_configmap_and_the_placeholder_secret(overlay: str) -> None:
+    (secret,) = of_kind(overlay, "Secret")
+    values = {k: v for k, v in {**config(overlay), **secret["stringData"]}.items() if v != ""}
+    old = os.environ.copy()
+    try:
+        os.environ.clear()
+        os.environ.update({**clean_env(), **values})
+        settings, api_keys = load_settings()  # a ConfigError names the setting that would stop it
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    assert api_keys and settings.health_port == 8081 and settings.health_host == "0.0.0.0"
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
