@@ -3,7 +3,7 @@ SHELL := /bin/bash
 UV := .run/bootstrap/bin/uv
 VENV := .venv/.synced
 
-.PHONY: setup run up down test test-unit lint contracts bench eval clean
+.PHONY: setup run up down test test-unit lint contracts deploy-manifests deploy-tools bench eval clean
 
 setup: $(VENV)
 
@@ -25,11 +25,11 @@ up: setup
 down:
 	scripts/stack.sh down
 
-test: setup
+test: setup deploy-tools
 	scripts/stack.sh infra
 	.venv/bin/pytest -q
 
-test-unit: setup
+test-unit: setup deploy-tools
 	.venv/bin/pytest -q tests/unit
 
 # ruff on the tree, its formatter on the packages, mypy on every package.
@@ -38,12 +38,24 @@ lint: setup
 	.venv/bin/ruff format --check shared services cli
 	.venv/bin/mypy shared/docsum_shared services/*/docsum_* cli/docsum_cli
 	.venv/bin/python -m docsum_shared.contracts --check
+	.venv/bin/python deploy/generate.py --check
 
 # The JSON Schema of every topic and the AsyncAPI document, generated from shared/docsum_shared/events.py
 # into contracts/; the AsyncAPI parser (installed by the script into .run/asyncapi) then checks the document.
 contracts: setup
 	.venv/bin/python -m docsum_shared.contracts
 	scripts/asyncapi.sh validate >/dev/null
+
+# The Kubernetes manifests that follow from the code (topics, partitions, KEDA's groups and thresholds),
+# generated from docsum_shared.events.Topic and the settings into deploy/k8s/base.
+deploy-manifests: setup
+	.venv/bin/python deploy/generate.py
+
+# What the deployment tests validate with, into .run/: KEDA's CRD models (npm ci from the committed lock)
+# and compose-config (compose-go, what `docker compose config` runs on; built through the Go module proxy).
+deploy-tools:
+	scripts/keda-validate/install.sh
+	scripts/compose-config/install.sh
 
 # ROUGE of the extractive summarizer against the abstracts of the ACLSum papers, before/after/lead-3:
 # writes eval/results.md. Installs its own dependency group (rouge-score, aclsum); not part of `make test`.

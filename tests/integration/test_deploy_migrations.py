@@ -1,0 +1,56 @@
+"""The one-shot migration entry point that compose and the Kubernetes Job run (`python -m docsum_shared.migrations`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from importlib import resources
+
+import asyncpg
+import pytest
+
+from tests.integration.conftest import ROOT
+
+pytestmark = pytest.mark.integration
+
+
+def _migrate(database_url: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DOCSUM_")}
+    return subprocess.run(
+        [sys.executable, "-m", "docsum_shared.migrations"],
+        env={**env, "DATABASE_URL": database_url},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+
+
+async def test_migrates_an_empty_database_once_and_exits_0(infra: dict[str, str]) -> None:
+    server, _, _ = infra["DATABASE_URL"].rpartition("/")
+    name = f"docsum_migrate_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(infra["DATABASE_URL"])
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        url = f"{server}/{name}"
+        files = sorted(e.name for e in resources.files("docsum_shared.migrations").iterdir() if e.name.endswith(".sql"))
+
+        first = _migrate(url)
+        assert first.returncode == 0, first.stderr
+        assert f"({len(files)} migration(s) applied now)" in first.stderr
+        conn = await asyncpg.connect(url)
+        try:
+            applied = [r["name"] for r in await conn.fetch("SELECT name FROM schema_migrations ORDER BY version")]
+            assert applied == files
+            assert await conn.fetchval("SELECT to_regclass('tasks') IS NOT NULL")
+        finally:
+            await conn.close()
+
+        again = _migrate(url)
+        assert again.returncode == 0, again.stderr
+        assert "(0 migration(s) applied now)" in again.stderr
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
