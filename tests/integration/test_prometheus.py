@@ -17,6 +17,7 @@ from prometheus_client import REGISTRY
 
 from docsum_merger.maintenance import count_tasks
 from docsum_shared.db import migrate
+from docsum_shared.states import TaskStatus
 from tests.fake_llm import FakeLLMServer, free_port
 from tests.integration.conftest import SERVICES, Stack
 from tests.integration.helpers import (
@@ -169,15 +170,23 @@ async def test_prometheus_scrapes_every_service_and_sees_a_task_move_the_counter
         return after_at if ok else None
 
     after_at = await eventually(grown, timeout=30, interval=0.5, message="the counters to grow", stack=prometheus)
-    window = f"{max(1, round(after_at - before_at))}s"
-    by_topic = {
-        r["metric"]["topic"]: float(r["value"][1])
-        for r in prometheus.query(f"sum by (topic) (increase(docsum_messages_consumed_total[{window}]))", after_at)
-    }
+
+    # Per topic, at the same two instants (a series a task's first message creates is absent, i.e. 0, before).
+    def by_topic(at: float) -> dict[str, float]:
+        query = 'sum by (topic) (docsum_messages_consumed_total{job="docsum"})'
+        return {r["metric"]["topic"]: float(r["value"][1]) for r in prometheus.query(query, at)}
+
+    topics_before, topics_after = by_topic(before_at), by_topic(after_at)
     prefix = stack.env["DOCSUM_TOPIC_PREFIX"]
-    assert by_topic.get(prefix + "chunk-created", 0) > 0 and by_topic.get(prefix + "document-submitted", 0) > 0
-    assert prometheus.scalar('sum(docsum_tasks{app="merger", status="COMPLETED"})', after_at) >= 1
+    for topic, least in (("document-submitted", 1), ("document-parsed", 1), ("chunk-created", chunks)):
+        grew = topics_after.get(prefix + topic, 0) - topics_before.get(prefix + topic, 0)
+        assert grew >= least, (topic, topics_before, topics_after)
+    # The merger's maintenance gauges (set every DOCSUM_MAINTENANCE_INTERVAL_S; their values are tested below).
+    statuses = {r["metric"]["status"] for r in prometheus.query('docsum_tasks{app="merger"}', after_at)}
+    assert statuses == set(TaskStatus)
+    assert len(prometheus.query('docsum_task_stalled_seconds{app="merger"}', after_at)) == 1
     # Every process was scraped all along.
+    window = f"{max(1, round(after_at - before_at))}s"
     assert prometheus.scalar(f'min(min_over_time(up{{job="docsum"}}[{window}]))', after_at) == 1
 
 
