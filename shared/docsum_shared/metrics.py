@@ -68,3 +68,8 @@ RECOVERY_SECONDS = Histogram(
 
 # --- tasks ----------------------------------------------------------------------------------------------
 TASKS = Gauge("docsum_tasks", "Tasks by status (counted by the maintenance loop).", ["status"])
+STALLED_SECONDS = Gauge(
+    "docsum_task_stalled_seconds",
+    "Of the unfinished (PENDING or PROCESSING) tasks, the longest time any has gone without progress: since"
+    " its last LLM call, document step or finished chunk (0 when none is unfinished). Re-drives are not progress.",
+)

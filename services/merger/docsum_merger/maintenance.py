@@ -1,6 +1,7 @@
 """Expiry and reconcile, run beside the merger by one process at a time (under a database lock).
 
-It also counts the tasks by status for the docsum_tasks gauge.
+It also counts the tasks by status for the docsum_tasks gauge, and how long the most stalled unfinished
+task has gone without progress (docsum_task_stalled_seconds).
 
 Expiry: unfinished tasks idle longer than the TTL become EXPIRED. Reconcile: unfinished tasks nobody
 moved for `reconcile_idle_s` are re-driven from Postgres; a document re-driven `redrive_limit` times
@@ -18,10 +19,10 @@ from aiokafka import AIOKafkaProducer
 from docsum_shared import metrics
 from docsum_shared.events import TaskEvent
 from docsum_shared.kafka import publish
-from docsum_shared.lifecycle import expire_idle, idle_unfinished
+from docsum_shared.lifecycle import UNFINISHED, expire_idle, idle_unfinished
 from docsum_shared.redrive import redrive_task
 from docsum_shared.settings import Settings
-from docsum_shared.states import TaskStatus
+from docsum_shared.states import CHUNK_FINAL, TaskStatus
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,20 @@ async def count_tasks(pool: asyncpg.Pool) -> None:
     counts = {r["status"]: r["n"] for r in await pool.fetch("SELECT status, count(*) AS n FROM tasks GROUP BY status")}
     for status in TaskStatus:
         metrics.TASKS.labels(status).set(counts.get(status, 0))
+    metrics.STALLED_SECONDS.set(await pool.fetchval(_STALLED_SECONDS, UNFINISHED, list(CHUNK_FINAL)))
+
+
+# The docsum_task_stalled_seconds gauge. A re-drive moves last_active_at but is no progress, so progress
+# is read where work leaves its mark: an LLM call (answered or cached), a document's step, a chunk's end.
+_STALLED_SECONDS = """
+SELECT coalesce(max(extract(epoch FROM now() - greatest(
+           t.created_at,
+           (SELECT max(l.created_at) FROM llm_calls l WHERE l.task_id = t.id),
+           (SELECT max(d.updated_at) FROM documents d WHERE d.task_id = t.id),
+           (SELECT max(c.updated_at) FROM chunks c JOIN documents d ON d.id = c.document_id
+             WHERE d.task_id = t.id AND c.status = ANY($2::text[]))))), 0)::float8
+  FROM tasks t WHERE t.status = ANY($1::text[])
+"""
 
 
 async def maintain_forever(pool: asyncpg.Pool, producer: AIOKafkaProducer, settings: Settings) -> None:
