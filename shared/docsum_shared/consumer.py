@@ -145,6 +145,7 @@ class ConsumerService:
         self._slot_freed = asyncio.Event()
         self.joined = False  # the group has given this member its partitions (readiness)
         self._lag_at = 0.0
+        self._lag_reported: set[TopicPartition] = set()
         self._in_flight = metrics.IN_FLIGHT.labels(name)
 
     def stop(self) -> None:
@@ -207,7 +208,11 @@ class ConsumerService:
         if now - self._lag_at < LAG_EVERY_S:
             return
         self._lag_at = now
-        for tp in self.consumer.assignment():
+        assigned = self.consumer.assignment()
+        for tp in self._lag_reported - assigned:  # moved to another member: its lag is theirs to report
+            metrics.LAG.remove(self.name, tp.topic, str(tp.partition))
+        self._lag_reported = set(assigned)
+        for tp in assigned:
             high = self.consumer.highwater(tp)
             progress = self._progress.get(tp)
             done = progress.committed if progress is not None and progress.committed is not None else None
