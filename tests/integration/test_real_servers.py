@@ -52,7 +52,9 @@ async def test_llama_cpp_window_read_from_props_and_a_slow_stream_waited_for(
     # Every answer streams for longer than the stall timeout in all, but never stalls that long.
     server.llm.configure(dialect="llamacpp", max_prompt_tokens=2_048, latency_s=0.05, token_latency_s=0.25)
     server.llm.configure(answer_min_tokens=40)
-    stack = make_stack(OPENAI_BASE_URL=server.base_url, DOCSUM_LLM_STALL_TIMEOUT_S="1")
+    # Reconcile looks for tasks idle 4 s, every second: each call lasts longer than that.
+    idle = {"DOCSUM_RECONCILE_IDLE_S": "4", "DOCSUM_MAINTENANCE_INTERVAL_S": "1", "DOCSUM_LEASE_TTL_S": "3"}
+    stack = make_stack(OPENAI_BASE_URL=server.base_url, DOCSUM_LLM_STALL_TIMEOUT_S="1", **idle)
     task = await _summarize(stack, seed=310)
 
     assert task["llm"]["input_budget"] == 2_048 and "llama.cpp" in task["llm"]["learned_from"], task["llm"]
@@ -61,6 +63,7 @@ async def test_llama_cpp_window_read_from_props_and_a_slow_stream_waited_for(
     assert [e for e in entries if e.status != 200] == []  # nothing refused, nothing abandoned...
     assert max(e.duration_s for e in entries) > 1.0  # ... though calls outlasted the stall timeout
     assert server.llm.repeats() == 0  # no call retried from zero while it was producing tokens
+    assert task["recovery"]["redrives"] == 0  # a call still streaming is progress: nothing looked stuck
 
 
 async def test_ollama_is_never_sent_more_than_it_reads(make_stack: StackFactory, server: FakeLLMServer) -> None:

@@ -18,7 +18,7 @@ from .retries import pump_due_retries
 
 def consumers(settings: Settings, pool: asyncpg.Pool) -> list[Consumer]:
     deps = Deps(
-        ChunkRepository(pool),
+        ChunkRepository(pool, reconcile_idle_s=settings.reconcile_idle_s),
         Summarizing.from_settings(settings, pool),
         settings,
         holder=f"{socket.gethostname()}:{os.getpid()}",

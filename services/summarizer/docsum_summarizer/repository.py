@@ -15,7 +15,9 @@ from .policy import StoredChunk
 
 UNFINISHED_TASK = [TaskStatus.PENDING, TaskStatus.PROCESSING]
 UNFINISHED_CHUNK = [ChunkStatus.PENDING, ChunkStatus.SUMMARIZING]
-ACTIVITY_EVERY_S = 5.0  # how often chunk progress refreshes its task's last_active_at
+# How often chunk progress refreshes its task's last_active_at: one hot row, not one write per chunk;
+# well within reconcile's idle period, so a task making progress never looks idle.
+ACTIVITY_EVERY_S = 5.0
 
 
 class Claim(enum.Enum):
@@ -26,7 +28,8 @@ class Claim(enum.Enum):
 
 
 class ChunkRepository:
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, *, reconcile_idle_s: float = 60.0) -> None:
+        self.activity_every_s = min(ACTIVITY_EVERY_S, reconcile_idle_s / 4)
         self.pool = pool
 
     async def load(self, chunk_id: str) -> StoredChunk | None:
@@ -83,11 +86,22 @@ class ChunkRepository:
         return Claim.DEFERRED if row is not None and row["deferred"] else Claim.UNAVAILABLE
 
     async def renew(self, chunk_id: str, holder: str, ttl_s: float) -> None:
-        await self.pool.execute(
-            "UPDATE chunks SET lease_expires_at = now() + make_interval(secs => $3)"
-            " WHERE id = $1 AND lease_owner = $2 AND status = $4",
-            chunk_id, holder, ttl_s, ChunkStatus.SUMMARIZING,
-        )  # fmt: skip
+        """Extend the lease; a call still running is its task's progress too (at most every few seconds
+        per task), so reconcile does not re-drive a task whose one slow call is still being answered."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            renewed = await conn.fetchval(
+                "UPDATE chunks SET lease_expires_at = now() + make_interval(secs => $3)"
+                " WHERE id = $1 AND lease_owner = $2 AND status = $4 RETURNING document_id",
+                chunk_id, holder, ttl_s, ChunkStatus.SUMMARIZING,
+            )  # fmt: skip
+            if renewed is not None:
+                await conn.execute(
+                    "UPDATE tasks SET last_active_at = now()"
+                    " WHERE id = (SELECT task_id FROM documents WHERE id = $1)"
+                    " AND last_active_at < now() - make_interval(secs => $2)",
+                    renewed,
+                    self.activity_every_s,
+                )
 
     async def release(self, chunk_id: str, holder: str, *, retry_in_s: float | None = None) -> None:
         """Hand the chunk back (shutting down mid-call: the next owner need not wait for expiry); with
@@ -132,7 +146,7 @@ class ChunkRepository:
                 "UPDATE tasks SET last_active_at = now()"
                 " WHERE id = $1 AND last_active_at < now() - make_interval(secs => $2)",
                 task_id,
-                ACTIVITY_EVERY_S,
+                self.activity_every_s,
             )
 
     async def fail(self, chunk_id: str, error: str) -> None:
