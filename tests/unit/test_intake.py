@@ -91,7 +91,10 @@ def test_a_document_id_of_another_task_or_owner_is_refused() -> None:
     event = _inline()
     intake.check_document(event, None)
     intake.check_document(event, intake.ExistingDocument("crm:task-1", "crm", needs_bytes=False))
-    for other in (intake.ExistingDocument("crm:task-2", "crm", False), intake.ExistingDocument("crm:task-1", "x", False)):
+    for other in (
+        intake.ExistingDocument("crm:task-2", "crm", False),
+        intake.ExistingDocument("crm:task-1", "x", False),
+    ):
         with pytest.raises(Poison, match="another task or owner"):
             intake.check_document(event, other)
 
@@ -228,7 +231,12 @@ def test_a_file_under_a_root_is_read(tree: tuple[Path, Settings]) -> None:
 
 @pytest.mark.parametrize(
     "relative",
-    ["root/../outside/secret.txt", "root/sub/../../outside/secret.txt", "root/escape.txt", "root/linked-dir/secret.txt"],
+    [
+        "root/../outside/secret.txt",
+        "root/sub/../../outside/secret.txt",
+        "root/escape.txt",
+        "root/linked-dir/secret.txt",
+    ],
 )
 def test_dot_dot_and_symlinks_out_of_the_roots_are_refused(tree: tuple[Path, Settings], relative: str) -> None:
     base, settings = tree
@@ -361,7 +369,11 @@ def test_the_schema_publishes_the_three_forms_as_one_of() -> None:
 
 def test_the_model_requires_one_form_and_decoding_leaves_the_reason_to_the_parser() -> None:
     base = {"task_id": "t1", "document_id": "d1", "owner": "alice", "filename": "a.txt"}
-    for fields in ({}, {"task_documents": 1, "content_base64": "aGk=", "source_uri": "file:///a"}, {"blob_sha256": "a"}):
+    for fields in (
+        {},
+        {"task_documents": 1, "content_base64": "aGk=", "source_uri": "file:///a"},
+        {"blob_sha256": "a"},
+    ):
         with pytest.raises(ValidationError):
             DocumentSubmitted(**base, **fields)
     with pytest.raises(ValidationError, match="task_documents"):
