@@ -5,11 +5,13 @@ One stack, two tasks:
 - a task of three documents: a Chinese text inline (base64), the example PDF by a file:// URI under the
   configured root, and one whose base64 is broken: two COMPLETED, one FAILED with its reason, the task
   COMPLETED_WITH_ERRORS (read through the gateway's API: the task id is a uuid, its owner has a key);
-- a task of two documents that may not be had: a file:// outside the root and http://127.0.0.1/ (every
-  host allowed, but never a loopback address): both FAILED with the reason, the task FAILED (read from
-  PostgreSQL: its id is not one the gateway's API answers for).
+- a task of three documents that may not be had: file:// out of the root by .. and by a symlink, and
+  http://127.0.0.1/ (every host allowed, but never a loopback address): each FAILED with the reason,
+  the task FAILED (its id is not one the gateway's API answers for: read from PostgreSQL).
+Both results are read back from task-finished by a confluent-kafka consumer, as the other system would.
 Then every message again: no new row, no document, no LLM call; and messages that do not add up (another
-owner naming the task, a count that disagrees, an id outside the charset) are dead-lettered, never joined.
+owner naming the task, a count that disagrees, an id outside the charset, a document id of another task)
+are dead-lettered, never joined.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import asyncio
 import base64
 import json
 import shutil
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -26,7 +29,7 @@ import asyncpg
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer
 
 from tests.integration.conftest import ROOT, Stack, StackFactory
 from tests.integration.helpers import CONSUMED, eventually, read_topics, wait_for_task
@@ -51,6 +54,34 @@ def publish(stack: Stack, messages: list[dict[str, Any]]) -> None:
     if producer.flush(30) != 0:
         raise KafkaException("messages still unsent after 30 s")
     assert not failed, failed
+
+
+def read_finished(stack: Stack, task_ids: set[str], timeout: float = 90.0) -> dict[str, dict[str, Any]]:
+    """The task-finished message of each task, read as another system would (its own consumer group)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": stack.env["KAFKA_BOOTSTRAP_SERVERS"],
+            "group.id": f"crm-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([stack.env["DOCSUM_TOPIC_PREFIX"] + "task-finished"])
+    found: dict[str, dict[str, Any]] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while set(found) != task_ids and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None or message.error() is not None:
+                continue
+            result = json.loads(message.value())
+            if result["task_id"] in task_ids:
+                assert message.key().decode() == result["task_id"]  # keyed by task
+                found[result["task_id"]] = result
+    finally:
+        consumer.close()
+    assert set(found) == task_ids, f"task-finished of {task_ids - set(found)} not read within {timeout:g}s"
+    return found
 
 
 async def drained(env: dict[str, str]) -> bool:
@@ -112,11 +143,12 @@ async def test_documents_published_by_another_kafka_client(
     )
     essay = (EXAMPLES / "chinese-essay.txt").read_bytes()
     task = str(uuid.uuid4())  # a uuid, so that its owner can follow it through the gateway's API too
-    common = {"task_id": task, "owner": "alice", "task_documents": 3, "title": "From the CRM"}
+    # Whichever message of the task comes first creates it: each carries the task's title and options.
+    common = {"task_id": task, "owner": "alice", "task_documents": 3, "title": "From the CRM",
+              "options": {"length": "brief"}}  # fmt: skip
     good = [
         {**common, "document_id": f"crm:{uuid.uuid4().hex}", "filename": "论文.txt",
-         "content_type": "text/plain", "content_base64": base64.b64encode(essay).decode(),
-         "options": {"length": "brief"}},
+         "content_type": "text/plain", "content_base64": base64.b64encode(essay).decode()},
         {**common, "document_id": f"crm:{uuid.uuid4().hex}", "filename": "kafka-overview.pdf",
          "source_uri": (file_root / "kafka-overview.pdf").as_uri(), "event_id": "e-1", "trace_id": "trace-1"},
     ]  # fmt: skip
@@ -134,7 +166,9 @@ async def test_documents_published_by_another_kafka_client(
     await asyncio.to_thread(publish, stack, [*good, bad, *refused])
 
     created = "SELECT 1 FROM tasks WHERE id = $1"
-    await eventually(lambda: db.fetchval(created, task), timeout=60, message="the task, created on first sight")
+    await eventually(
+        lambda: db.fetchval(created, task), timeout=90, message="the task, created on first sight", stack=stack
+    )
     async with stack.client("alice") as client:
         view = await wait_for_task(client, task, stack, timeout=120)
     assert view["status"] == "COMPLETED_WITH_ERRORS", view
@@ -156,16 +190,19 @@ async def test_documents_published_by_another_kafka_client(
     )
     assert blob == essay  # stored once by sha256, exactly the bytes published
 
-    async def refused_final() -> list[asyncpg.Record] | None:
-        status = await db.fetchval("SELECT status FROM tasks WHERE id = $1", refused_task)
-        if status != "FAILED":
-            return None
-        return await db.fetch(
-            "SELECT filename, status, error, blob_sha256 FROM documents WHERE task_id = $1 ORDER BY position",
-            refused_task,
-        )
-
-    rows = {r["filename"]: r for r in await eventually(refused_final, timeout=60, message="the refused task")}
+    # What other systems read back: the result of each task on task-finished.
+    results = await asyncio.to_thread(read_finished, stack, {task, refused_task})
+    assert results[task]["status"] == "COMPLETED_WITH_ERRORS" and results[task]["summary"]
+    assert {d["filename"]: d["status"] for d in results[task]["documents"]} == {
+        "论文.txt": "COMPLETED", "kafka-overview.pdf": "COMPLETED", "broken.txt": "FAILED"
+    }  # fmt: skip
+    assert results[refused_task]["status"] == "FAILED"
+    rows = {
+        r["filename"]: r
+        for r in await db.fetch("SELECT filename, status, error, blob_sha256 FROM documents WHERE task_id = $1",
+                                refused_task)
+    }  # fmt: skip
+    assert {d["error"] for d in results[refused_task]["documents"]} == {r["error"] for r in rows.values()}
     assert {r["status"] for r in rows.values()} == {"FAILED"} and all(r["blob_sha256"] is None for r in rows.values())
     for name in ("outside.txt", "escape.txt"):
         assert "is not under a directory DOCSUM_INTAKE_FILE_ROOTS allows" in rows[name]["error"], rows[name]

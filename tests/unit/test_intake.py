@@ -415,3 +415,46 @@ def test_settings_read_lists_from_the_environment(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setitem(os.environ, "DOCSUM_INTAKE_HTTP_HOSTS", '["docs.example.com"]')
     settings = Settings(_env_file=None)
     assert settings.intake_file_roots == ["/srv/docs", "/data"] and settings.intake_http_hosts == ["docs.example.com"]
+
+
+# --- the parser's handler: a replay takes nothing in ------------------------------------------------------
+
+
+class _Intake:
+    """The parser's repository as intake uses it, in memory."""
+
+    def __init__(self, existing: intake.ExistingDocument | None) -> None:
+        self.existing = existing
+        self.taken: list[tuple[bytes | None, str | None]] = []
+
+    async def find_document(self, document_id: str) -> intake.ExistingDocument | None:
+        return self.existing
+
+    async def load_intake_task(self, task_id: str) -> intake.StoredTask | None:
+        return None
+
+    async def take_in(
+        self, event: DocumentSubmitted, data: bytes | None, error: str | None, settings: Settings
+    ) -> None:
+        self.taken.append((data, error))
+
+
+async def test_the_handler_takes_bytes_in_once_and_a_replay_fetches_nothing(tmp_path: Path) -> None:
+    from docsum_parser import handlers
+
+    (tmp_path / "a.txt").write_bytes(b"from a file")
+    settings = Settings(_env_file=None, intake_file_roots=[str(tmp_path)])
+    event = _inline(content_base64=None, source_uri=(tmp_path / "a.txt").as_uri())
+    repo = _Intake(None)
+    await handlers.take_in(event, handlers.Deps(repo, settings))  # type: ignore[arg-type]
+    assert repo.taken == [(b"from a file", None)]
+
+    (tmp_path / "a.txt").unlink()  # a fetch now would fail: the replay must not fetch
+    replay = _Intake(intake.ExistingDocument(event.task_id, event.owner, needs_bytes=False))
+    await handlers.take_in(event, handlers.Deps(replay, settings))  # type: ignore[arg-type]
+    assert replay.taken == []
+
+    broken = _Intake(None)
+    await handlers.take_in(_inline(content_base64="%%%="), handlers.Deps(broken, settings))  # type: ignore[arg-type]
+    [(data, error)] = broken.taken
+    assert data is None and error is not None and "not valid base64" in error
