@@ -11,7 +11,8 @@ One stack, two tasks:
 Both results are read back from task-finished by a confluent-kafka consumer, as the other system would.
 Then every message again: no new row, no document, no LLM call; and messages that do not add up (another
 owner naming the task, a count that disagrees, an id outside the charset, a document id of another task)
-are dead-lettered, never joined.
+are dead-lettered, never joined. Last, `retry` and the broken document published again with its bytes:
+taken in, and the task COMPLETED.
 """
 
 from __future__ import annotations
@@ -241,3 +242,14 @@ async def test_documents_published_by_another_kafka_client(
             1 if message["task_id"] == task else 0
         )
     assert await db.fetchval("SELECT owner FROM tasks WHERE id = $1", task) == "alice"
+
+    # --- a document that failed at intake, retried: published again with its bytes, it is taken in -----
+    async with stack.client("alice") as client:
+        retried = await client.post(f"/v1/tasks/{task}/retry")
+        assert retried.status_code == 200, retried.text
+        fixed = {**bad, "content_base64": base64.b64encode(b"A note that arrives intact at last.").decode()}
+        await asyncio.to_thread(publish, stack, [fixed])
+        view = await wait_for_task(client, task, stack, timeout=120)
+    assert view["status"] == "COMPLETED", view
+    assert {d["filename"]: d["status"] for d in view["documents"]}["broken.txt"] == "COMPLETED"
+    assert await db.fetchval("SELECT count(*) FROM documents WHERE task_id = $1", task) == 3
