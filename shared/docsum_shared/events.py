@@ -142,7 +142,7 @@ class DocumentSubmitted(Event):
     filename: str = Field(description="The document's name, as summaries and the API show it (at most 255 characters).")
     content_type: str | None = Field(
         default=None,
-        description="The MIME type (application/pdf, text/plain...); by default guessed from the filename and bytes.",
+        description="The MIME type (application/pdf, text/plain...): a last resort, after the bytes and the extension.",
     )
     blob_sha256: str | None = Field(
         default=None,
