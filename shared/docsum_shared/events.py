@@ -14,9 +14,10 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 from .levels import SizeLevel
+from .options import TaskOptions
 from .readmodel.schemas import TaskResult
 from .states import TaskStatus
 
@@ -67,17 +68,150 @@ class Event(BaseModel):
         return self.model_dump_json().encode()
 
 
-class DocumentSubmitted(Event):
-    """A document exists and its bytes are stored by sha256 in the blobs table."""
+# Ids and owners of documents published by other systems (the gateway's own are uuids): what a
+# producer may use, and what the parser refuses (dead-letters) otherwise.
+ID_PATTERN = r"^[A-Za-z0-9._:-]{1,64}$"
+_FOREIGN_IDS = {name: {"type": "string", "pattern": ID_PATTERN} for name in ("task_id", "document_id", "owner")}
+_ABSENT = {"type": "null"}  # a field of another form: left out, or null
+# The three forms of a submission, as the published schema states them (`oneOf`).
+_SUBMISSION_FORMS: list[Any] = [
+    {
+        "title": "stored",
+        "description": "The bytes are already stored in PostgreSQL (what the gateway and re-drives publish).",
+        "required": ["blob_sha256", "size_bytes"],
+        "properties": {
+            "blob_sha256": {"type": "string"},
+            "size_bytes": {"type": "integer"},
+            "content_base64": _ABSENT,
+            "source_uri": _ABSENT,
+        },
+    },
+    {
+        "title": "inline",
+        "description": "Another system's document, its bytes in the message (base64).",
+        "required": ["task_documents", "content_base64"],
+        "properties": {
+            **_FOREIGN_IDS,
+            "task_documents": {"type": "integer"},
+            "content_base64": {"type": "string"},
+            "blob_sha256": _ABSENT,
+            "source_uri": _ABSENT,
+        },
+    },
+    {
+        "title": "by URI",
+        "description": "Another system's document, fetched by the parser from a file:// or http(s):// URI.",
+        "required": ["task_documents", "source_uri"],
+        "properties": {
+            **_FOREIGN_IDS,
+            "task_documents": {"type": "integer"},
+            "source_uri": {"type": "string"},
+            "blob_sha256": _ABSENT,
+            "content_base64": _ABSENT,
+        },
+    },
+]
+# Decoding with this context accepts a submission in none or several of the forms: the parser then
+# fails that document with a message its submitter sees, instead of dead-lettering it unseen.
+LENIENT_FORMS = {"submission_forms": "lenient"}
 
-    document_id: str
-    owner: str
-    filename: str
-    content_type: str | None = None
-    blob_sha256: str = Field(description="The sha256 (hex) under which the document's bytes are stored.")
-    size_bytes: int = Field(ge=0)
+
+class DocumentSubmitted(Event):
+    """A document to summarize. Three forms (exactly one per message):
+
+    - stored: its bytes are stored by sha256 in the blobs table and the task and document rows exist
+      (the gateway publishes this form);
+    - inline: another system publishes the bytes in `content_base64`;
+    - by URI: another system names them by `source_uri` (file:// under the configured roots,
+      http(s):// to the configured hosts).
+
+    In the inline and URI forms the task is created on first sight, from `owner`, `title`, `options`
+    and `task_documents`, and finishes once that many documents of it are final. Publishing the same
+    message again changes nothing.
+    """
+
+    model_config = ConfigDict(json_schema_extra={"oneOf": _SUBMISSION_FORMS})
+
+    document_id: str = Field(
+        description=(
+            "The document's id, also the message key. Another system's ids (and owner) are 1-64 characters"
+            " of A-Z a-z 0-9 . _ : - and unique: the same id under another task or owner is refused."
+        )
+    )
+    owner: str = Field(description="Who the task belongs to; every message of one task names the same owner.")
+    filename: str = Field(description="The document's name, as summaries and the API show it (at most 255 characters).")
+    content_type: str | None = Field(
+        default=None,
+        description="The MIME type (application/pdf, text/plain...): a last resort, after the bytes and the extension.",
+    )
+    blob_sha256: str | None = Field(
+        default=None,
+        description="Stored form: the sha256 (hex) under which the document's bytes are stored in PostgreSQL.",
+    )
+    size_bytes: int | None = Field(default=None, ge=0, description="Stored form: the size of the stored bytes.")
+    task_documents: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Inline and URI forms: how many documents the task has, the same number in each of its messages;"
+            " the task finishes when that many are final, in whatever order they arrive."
+        ),
+    )
+    content_base64: str | None = Field(
+        default=None,
+        description=(
+            "Inline form: the document's bytes, base64 (RFC 4648). At most DOCSUM_INTAKE_INLINE_MAX_BYTES"
+            " decoded bytes (700 KiB by default, so that the message fits the broker's default 1 MiB)."
+        ),
+    )
+    source_uri: str | None = Field(
+        default=None,
+        description=(
+            "URI form: where the parser fetches the bytes: file:///path under DOCSUM_INTAKE_FILE_ROOTS, or"
+            " http(s)://host/... for a host in DOCSUM_INTAKE_HTTP_HOSTS (no redirect to another origin, at"
+            " most DOCSUM_MAX_FILE_BYTES). s3:// is not supported."
+        ),
+    )
+    title: str | None = Field(
+        default=None,
+        max_length=500,
+        description="Inline and URI forms: the task's title, taken from the first message of the task.",
+    )
+    options: TaskOptions | None = Field(
+        default=None,
+        description="Inline and URI forms: how the task's summaries are written, taken from the first message.",
+    )
 
     KEY_FIELD = "document_id"
+
+    @property
+    def form(self) -> str | None:
+        """ "stored", "inline" or "uri": the form this message is in; None if it is in none or several."""
+        given = [
+            name
+            for name, present in (
+                ("stored", self.blob_sha256 is not None or self.size_bytes is not None),
+                ("inline", self.content_base64 is not None),
+                ("uri", self.source_uri is not None),
+            )
+            if present
+        ]
+        return given[0] if len(given) == 1 else None
+
+    @model_validator(mode="after")
+    def _one_form(self, info: ValidationInfo) -> DocumentSubmitted:
+        if info.context == LENIENT_FORMS:
+            return self
+        form = self.form
+        if form is None:
+            raise ValueError(
+                "give exactly one of: blob_sha256 with size_bytes (stored), content_base64 (inline), source_uri"
+            )
+        if form == "stored" and (self.blob_sha256 is None or self.size_bytes is None):
+            raise ValueError("the stored form needs both blob_sha256 and size_bytes")
+        if form != "stored" and self.task_documents is None:
+            raise ValueError("the inline and URI forms need task_documents (how many documents the task has)")
+        return self
 
 
 class DocumentParsed(Event):
@@ -170,5 +304,6 @@ TOPIC_OF: dict[type[Event], Topic] = {model: topic for topic, model in EVENT_TYP
 
 
 def decode(topic: Topic, payload: bytes | None) -> Event:
-    """Parse a message of `topic`; raises pydantic.ValidationError for anything malformed."""
-    return EVENT_TYPES[topic].model_validate_json(payload or b"")
+    """Parse a message of `topic`; raises pydantic.ValidationError for anything malformed. A submission in
+    none or several of its forms is accepted: the parser fails that document with the reason."""
+    return EVENT_TYPES[topic].model_validate_json(payload or b"", context=LENIENT_FORMS)

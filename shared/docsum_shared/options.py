@@ -14,12 +14,18 @@ from .summarizers.base import SummaryRequest
 class TaskOptions(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
-    # Fail a document when any of its chunks failed, instead of summarizing the rest and saying so.
-    strict: bool = False
-    # The summaries' language ("en", "zh", "French"...); None: each document's own language.
-    language: str | None = Field(None, min_length=1, max_length=40)
-    length: Literal["brief", "standard", "detailed"] = "standard"
-    style: Literal["prose", "bullets"] = "prose"
+    strict: bool = Field(
+        False,
+        description="Fail a document when any of its chunks failed, instead of summarizing the rest and saying so.",
+    )
+    language: str | None = Field(
+        None,
+        min_length=1,
+        max_length=40,
+        description='The summaries\' language ("en", "zh", "French"...); null: each document\'s own language.',
+    )
+    length: Literal["brief", "standard", "detailed"] = Field("standard", description="How long the summaries are.")
+    style: Literal["prose", "bullets"] = Field("prose", description="Paragraphs, or bullet points.")
 
     @classmethod
     def from_stored(cls, stored: str | dict | None) -> TaskOptions:

@@ -36,8 +36,8 @@ class DocumentRow:
     status: DocumentStatus
     filename: str
     content_type: str | None
-    blob_sha256: str
-    size_bytes: int
+    blob_sha256: str | None  # None: no bytes stored (another system's document that failed without them)
+    size_bytes: int | None
     text_chars: int | None
     size_level: SizeLevel | None
 
@@ -49,11 +49,21 @@ class ChunkRow:
     status: ChunkStatus
 
 
-def plan(task_id: str, owner: str, documents: list[DocumentRow], chunks: dict[str, list[ChunkRow]]) -> list[Event]:
-    """The events that move every unfinished document of the task one step on."""
+def plan(
+    task_id: str,
+    owner: str,
+    documents: list[DocumentRow],
+    chunks: dict[str, list[ChunkRow]],
+    expected_documents: int | None = None,
+) -> list[Event]:
+    """The events that move every unfinished document of the task one step on. `expected_documents`: the
+    number of documents the task will have (another system's task, whose documents arrive one by one);
+    until that many exist, the task is not finished whatever state they are in."""
     events: list[Event] = []
     for doc in documents:
         if doc.status in (DocumentStatus.PENDING, DocumentStatus.PARSING):
+            if doc.blob_sha256 is None or doc.size_bytes is None:
+                continue  # no bytes to parse: its producer publishes it again (after `docsum retry`)
             events.append(
                 DocumentSubmitted(
                     task_id=task_id, document_id=doc.id, owner=owner, filename=doc.filename,
@@ -76,7 +86,8 @@ def plan(task_id: str, owner: str, documents: list[DocumentRow], chunks: dict[st
                 events.append(
                     ChunkSummarized(task_id=task_id, document_id=doc.id, chunk_id=last.id, chunk_index=last.index)
                 )
-    if documents and all(d.status in DOCUMENT_FINAL for d in documents):  # only the task merge is missing
+    complete = len(documents) >= (expected_documents or 1)
+    if complete and all(d.status in DOCUMENT_FINAL for d in documents):  # only the task merge is missing
         last_doc = documents[-1]
         outcome = DocumentOutcome.COMPLETED if last_doc.status is DocumentStatus.COMPLETED else DocumentOutcome.FAILED
         events.append(DocumentMerged(task_id=task_id, document_id=last_doc.id, outcome=outcome))
@@ -91,8 +102,8 @@ async def redrive_task(
     `bounded` (reconcile): a document found where the previous re-drive left it, `redrive_limit`
     times in a row, is FAILED with its last error instead of being re-driven again.
     """
-    owner = await pool.fetchval("SELECT owner FROM tasks WHERE id = $1", task_id)
-    if owner is None:
+    task = await pool.fetchrow("SELECT owner, expected_documents FROM tasks WHERE id = $1", task_id)
+    if task is None:
         return 0
     if bounded:
         await fail_stalled(pool, task_id, settings.redrive_limit)
@@ -120,7 +131,7 @@ async def redrive_task(
     chunks: dict[str, list[ChunkRow]] = {}
     for r in chunk_rows:
         chunks.setdefault(r["document_id"], []).append(ChunkRow(r["id"], r["chunk_index"], ChunkStatus(r["status"])))
-    events = plan(task_id, owner, documents, chunks)
+    events = plan(task_id, task["owner"], documents, chunks, task["expected_documents"])
     await publish(producer, settings, events)
     # A reconcile re-drive is a recovery (the work was stuck); a resume or a retry is the owner's wish.
     await pool.execute(

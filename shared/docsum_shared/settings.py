@@ -175,6 +175,18 @@ class Settings(BaseSettings):
     # "owner=key,owner2=key2": who may call the gateway, and as whom.
     api_keys: str = ""
 
+    # Intake: documents other systems publish straight onto document-submitted (inline or by URI).
+    # Decoded bytes of one inline document (content_base64); the default fits a 1 MiB broker message.
+    intake_inline_max_bytes: int = Field(700 * 1024, ge=1)
+    # Directories whose files a file:// URI may name (symlinks and .. resolved first); empty: none.
+    intake_file_roots: list[str] = Field(default_factory=list)
+    # Hosts an http(s):// URI may name; a loopback, link-local or private address only if listed itself.
+    intake_http_hosts: list[str] = Field(default_factory=list)
+    intake_http_timeout_s: float = Field(10.0, gt=0)  # to connect, and between two reads
+    intake_http_total_s: float = Field(120.0, gt=0)  # for a whole download
+    # All the files of one task together (each file is also held to max_file_bytes), from any producer.
+    max_task_bytes: int = Field(256 * 1024 * 1024, ge=1)
+
     def max_answer_tokens(self, kind: str, length: str) -> int:
         base = {"chunk": self.llm_max_tokens_chunk, "document": self.llm_max_tokens_document}.get(
             kind, self.llm_max_tokens_task

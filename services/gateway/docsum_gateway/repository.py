@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from docsum_shared.blobs import lock_blobs
 from docsum_shared.options import TaskOptions
 from docsum_shared.states import DocumentStatus, TaskStatus
 
@@ -27,8 +28,6 @@ def new_id() -> str:
     return str(uuid.uuid4())
 
 
-# The (class, hash) key space of advisory locks, apart from the single-key locks other services take.
-_BLOB_LOCK_CLASS = 0x626C6F62  # "blob"
 _COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)
 _COPY_TRAILER = struct.pack("!h", -1)
 
@@ -47,17 +46,12 @@ async def _blob_rows(files: list[UploadedFile]) -> AsyncIterator[bytes]:
 
 
 async def store_blobs(conn: asyncpg.Connection, files: list[UploadedFile]) -> None:
-    """Store each distinct file once (by sha256), in the caller's transaction. A transaction-scoped
-    advisory lock per hash (taken in order) makes concurrent uploads of the same bytes wait for each
-    other instead of colliding on the primary key (two hashes sharing a lock key only wait for each
-    other); only the hashes not stored yet are copied."""
+    """Store each distinct file once (by sha256), in the caller's transaction, under the lock of its hash
+    (docsum_shared.blobs: a concurrent upload or publication of the same bytes waits); only the hashes
+    not stored yet are copied."""
     by_hash = {f.sha256: f for f in files}
     hashes = sorted(by_hash)
-    await conn.execute(
-        "SELECT pg_advisory_xact_lock($2, hashtext(h)) FROM (SELECT unnest($1::text[]) AS h ORDER BY 1) s",
-        hashes,
-        _BLOB_LOCK_CLASS,
-    )
+    await lock_blobs(conn, hashes)
     stored = {r["sha256"] for r in await conn.fetch("SELECT sha256 FROM blobs WHERE sha256 = ANY($1::text[])", hashes)}
     missing = [by_hash[h] for h in hashes if h not in stored]
     if missing:

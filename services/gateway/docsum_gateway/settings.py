@@ -29,8 +29,6 @@ class ConfigError(Exception):
 
 
 class GatewaySettings(Settings):
-    # All the files of one task together (each file is also held to DOCSUM_MAX_FILE_BYTES).
-    max_task_bytes: int = Field(256 * MiB, ge=1)
     # How much of each uploaded file is kept in memory before it spills to a temporary file.
     upload_spool_bytes: int = Field(64 * KiB, ge=0)
     # A WebSocket ticket (POST /v1/tasks/{task_id}/ticket) is good for one connection within this time.

@@ -101,10 +101,23 @@ class FinishTask:
     error: str | None
 
 
+def with_awaited(docs: list[DocumentState], expected: int | None) -> list[DocumentState]:
+    """The task's documents, and one PENDING stand-in per document it expects that has not arrived yet
+    (another system's task, whose documents are published one by one): a task is never final before
+    all of them are."""
+    missing = (expected or 0) - len(docs)
+    return docs + [AWAITED] * max(0, missing)
+
+
+# A document that the task expects but that has not been submitted yet.
+AWAITED = DocumentState("", "(not submitted yet)", DocumentStatus.PENDING, None, None)
+
+
 def decide_task(
     title: str | None, docs: list[DocumentState], options: TaskOptions = DEFAULT_OPTIONS
 ) -> FinishTask | None:
-    """The task's final status and summary once every document is final; None until then."""
+    """The task's final status and summary once every document is final (an awaited one never is); None
+    until then."""
     if not docs or any(d.status not in DOCUMENT_FINAL for d in docs):
         return None
     completed = [d for d in docs if d.status is DocumentStatus.COMPLETED]

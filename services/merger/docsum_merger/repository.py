@@ -12,7 +12,7 @@ from docsum_shared.settings import Settings
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.prompts import PROMPT_VERSION
 
-from .policy import ChunkState, DocumentState
+from .policy import ChunkState, DocumentState, with_awaited
 
 MERGEABLE = [DocumentStatus.SUMMARIZING]  # a document whose chunks are being (or have been) summarized
 UNFINISHED_TASK = [TaskStatus.PENDING, TaskStatus.PROCESSING]
@@ -102,7 +102,9 @@ class MergeRepository:
     async def load_task(
         self, task_id: str
     ) -> tuple[TaskStatus, str | None, list[DocumentState], TaskOptions, str] | None:
-        task = await self.pool.fetchrow("SELECT status, title, options, owner FROM tasks WHERE id = $1", task_id)
+        task = await self.pool.fetchrow(
+            "SELECT status, title, options, owner, expected_documents FROM tasks WHERE id = $1", task_id
+        )
         if task is None:
             return None
         rows = await self.pool.fetch(
@@ -110,7 +112,8 @@ class MergeRepository:
             task_id,
         )
         options = TaskOptions.from_stored(task["options"])
-        return TaskStatus(task["status"]), task["title"], [_document(r) for r in rows], options, task["owner"]
+        docs = with_awaited([_document(r) for r in rows], task["expected_documents"])
+        return TaskStatus(task["status"]), task["title"], docs, options, task["owner"]
 
     async def finish_task(
         self,

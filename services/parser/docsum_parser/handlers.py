@@ -7,12 +7,14 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
+from docsum_shared.errors import ItemFailed
 from docsum_shared.events import DocumentSubmitted, Event
 from docsum_shared.handlers import Handlers, required
 from docsum_shared.levels import SizeLevel
 from docsum_shared.settings import Settings
 
-from .policy import Extractor, Fail, StoredDocument, StoreText, already_done, needs_parse, parse
+from . import intake, sources
+from .policy import Extractor, Fail, StoredDocument, StoreText, already_done, check_belongs, needs_parse, parse
 from .worker import run_job
 
 log = logging.getLogger("docsum_parser")
@@ -23,6 +25,11 @@ class Repository(Protocol):
     async def load_bytes(self, sha256: str) -> bytes | None: ...
     async def store_text(self, document_id: str, text: str, size_level: SizeLevel) -> None: ...
     async def fail(self, document_id: str, error: str) -> None: ...
+    async def find_document(self, document_id: str) -> intake.ExistingDocument | None: ...
+    async def load_intake_task(self, task_id: str) -> intake.StoredTask | None: ...
+    async def take_in(
+        self, event: DocumentSubmitted, data: bytes | None, error: str | None, settings: Settings
+    ) -> None: ...
 
 
 @dataclass
@@ -38,10 +45,14 @@ handle = handlers.handle
 
 @handlers.on(DocumentSubmitted)
 async def parse_document(event: DocumentSubmitted, deps: Deps) -> list[Event]:
+    if event.blob_sha256 is None:  # another system's document, inline or by URI: the rows may not exist yet
+        await take_in(event, deps)
     doc = required(await deps.repo.load(event.document_id), f"document {event.document_id} of task {event.task_id}")
+    check_belongs(event, doc)
     if not needs_parse(doc):
         return already_done(event, doc).emit
-    data = required(await deps.repo.load_bytes(event.blob_sha256), f"the stored bytes with sha256 {event.blob_sha256}")
+    sha256 = event.blob_sha256 or doc.blob_sha256
+    data = required(await deps.repo.load_bytes(sha256) if sha256 else None, f"the stored bytes with sha256 {sha256}")
     # Parsing is CPU-bound (or waits for the worker): keep the event loop (and the consumer's heartbeat)
     # responsive.
     decision = await asyncio.to_thread(parse, event, data, deps.settings, deps.extract)
@@ -53,3 +64,26 @@ async def parse_document(event: DocumentSubmitted, deps: Deps) -> list[Event]:
         await deps.repo.fail(event.document_id, decision.write.error)
         log.info("document %s (%s) failed: %s", event.document_id, event.filename, decision.write.error)
     return decision.emit
+
+
+async def take_in(event: DocumentSubmitted, deps: Deps) -> None:
+    """Register another system's document: refuse what does not add up (Poison), take its bytes (or
+    the reason there are none) and store the task and document rows. A replay finds the document and
+    takes nothing: no row, no fetch."""
+    intake.check_message(event, deps.settings)
+    existing = await deps.repo.find_document(event.document_id)
+    intake.check_document(event, existing)
+    if existing is not None and not existing.needs_bytes:
+        return
+    intake.check_task(event, await deps.repo.load_intake_task(event.task_id), new_document=existing is None)
+    data: bytes | None = None
+    error: str | None = None
+    try:
+        data = await sources.content(event, deps.settings)  # no lock held while fetching
+    except ItemFailed as exc:
+        error = str(exc)
+    await deps.repo.take_in(event, data, error, deps.settings)
+    if error is None:
+        log.info("document %s of task %s taken in: %d bytes", event.document_id, event.task_id, len(data or b""))
+    else:
+        log.info("document %s of task %s failed: %s", event.document_id, event.task_id, error)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from docsum_shared.errors import Poison
 from docsum_shared.events import DocumentMerged, DocumentOutcome, DocumentParsed, DocumentSubmitted, Event
 from docsum_shared.handlers import takes_work
 from docsum_shared.levels import SizeLevel, size_level
@@ -28,6 +29,9 @@ class StoredDocument:
     size_level: SizeLevel | None
     error: str | None
     task_status: TaskStatus = TaskStatus.PROCESSING
+    owner: str | None = None  # the task's
+    blob_sha256: str | None = None  # None: no bytes stored (a document that failed before they were)
+    task_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,13 @@ class Fail:
 class Decision:
     write: StoreText | Fail | None
     emit: list[Event]
+
+
+def check_belongs(event: DocumentSubmitted, doc: StoredDocument) -> None:
+    """A message naming a document of another task or owner is refused, whichever form it has."""
+    other_owner = doc.owner is not None and doc.owner != event.owner
+    if other_owner or (doc.task_id is not None and doc.task_id != event.task_id):
+        raise Poison(f"document {event.document_id} belongs to another task or owner")
 
 
 def needs_parse(doc: StoredDocument) -> bool:

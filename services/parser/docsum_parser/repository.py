@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import asyncpg
 
+from docsum_shared.blobs import store_blob
+from docsum_shared.events import DocumentSubmitted
 from docsum_shared.levels import SizeLevel
+from docsum_shared.options import TaskOptions
+from docsum_shared.settings import Settings
 from docsum_shared.states import DocumentStatus, TaskStatus
 
+from . import intake
 from .policy import NEEDS_PARSE, StoredDocument
 
 
@@ -16,7 +21,8 @@ class DocumentRepository:
 
     async def load(self, document_id: str) -> StoredDocument | None:
         row = await self.pool.fetchrow(
-            "SELECT d.status, d.text_chars, d.size_level, d.error, t.status AS task_status"
+            "SELECT d.status, d.text_chars, d.size_level, d.error, t.status AS task_status, t.owner, d.blob_sha256,"
+            " d.task_id"
             " FROM documents d JOIN tasks t ON t.id = d.task_id WHERE d.id = $1",
             document_id,
         )
@@ -28,6 +34,9 @@ class DocumentRepository:
             SizeLevel(row["size_level"]) if row["size_level"] else None,
             row["error"],
             TaskStatus(row["task_status"]),
+            row["owner"],
+            row["blob_sha256"],
+            row["task_id"],
         )
 
     async def load_bytes(self, sha256: str) -> bytes | None:
@@ -61,3 +70,85 @@ class DocumentRepository:
             error,
             list(NEEDS_PARSE),
         )
+
+    # --- intake: documents other systems publish (inline or by URI) ---------------------------------
+
+    async def find_document(self, document_id: str) -> intake.ExistingDocument | None:
+        row = await self.pool.fetchrow(_EXISTING, document_id, list(NEEDS_PARSE))
+        return _existing(row)
+
+    async def load_intake_task(self, task_id: str) -> intake.StoredTask | None:
+        async with self.pool.acquire() as conn:
+            return await _intake_task(conn, task_id, lock=False)
+
+    async def take_in(
+        self, event: DocumentSubmitted, data: bytes | None, error: str | None, settings: Settings
+    ) -> None:
+        """Create the task on first sight and the document, with its bytes stored once by sha256, or FAILED
+        with `error`; in one transaction under the task's row lock, which re-checks what intake decided
+        before (a concurrent message of the same task may have come first). Poison rolls it all back."""
+        options = event.options or TaskOptions()
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(
+                "INSERT INTO tasks (id, owner, title, status, options, expected_documents)"
+                " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING",
+                event.task_id, event.owner, event.title, TaskStatus.PROCESSING, options.model_dump_json(),
+                event.task_documents,
+            )  # fmt: skip
+            task = await _intake_task(conn, event.task_id, lock=True)
+            existing = _existing(await conn.fetchrow(_EXISTING, event.document_id, list(NEEDS_PARSE)))
+            intake.check_document(event, existing)
+            intake.check_task(event, task, new_document=existing is None)
+            if existing is not None and not existing.needs_bytes:
+                return  # taken in meanwhile by another delivery
+            assert task is not None
+            if data is not None and (too_big := intake.task_bytes_error(task.total_bytes, len(data), settings)):
+                data, error = None, too_big
+            sha256 = await store_blob(conn, data) if data is not None else None
+            size = len(data) if data is not None else None
+            status = DocumentStatus.PENDING if data is not None else DocumentStatus.FAILED
+            if existing is None:
+                inserted = await conn.fetchval(
+                    "INSERT INTO documents (id, task_id, position, filename, content_type, blob_sha256, size_bytes,"
+                    " status, error) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING"
+                    " RETURNING id",
+                    event.document_id, event.task_id, task.documents, event.filename, event.content_type, sha256,
+                    size, status, error,
+                )  # fmt: skip
+                if inserted is None:  # the same id, just now, by a message of another task
+                    intake.check_document(
+                        event, _existing(await conn.fetchrow(_EXISTING, event.document_id, list(NEEDS_PARSE)))
+                    )
+            else:  # reset by `docsum retry`, published again: its bytes this time, or its failure again
+                await conn.execute(
+                    "UPDATE documents SET blob_sha256 = $2, size_bytes = $3, status = $4, error = $5,"
+                    " updated_at = now() WHERE id = $1 AND blob_sha256 IS NULL AND status = ANY($6::text[])",
+                    event.document_id, sha256, size, status, error, list(NEEDS_PARSE),
+                )  # fmt: skip
+            await conn.execute("UPDATE tasks SET last_active_at = now() WHERE id = $1", event.task_id)
+
+
+_EXISTING = (
+    "SELECT d.task_id, t.owner, (d.blob_sha256 IS NULL AND d.status = ANY($2::text[])) AS needs_bytes"
+    " FROM documents d JOIN tasks t ON t.id = d.task_id WHERE d.id = $1"
+)
+
+
+def _existing(row: asyncpg.Record | None) -> intake.ExistingDocument | None:
+    if row is None:
+        return None
+    return intake.ExistingDocument(row["task_id"], row["owner"], row["needs_bytes"])
+
+
+async def _intake_task(conn: asyncpg.Connection, task_id: str, *, lock: bool) -> intake.StoredTask | None:
+    task = await conn.fetchrow(
+        "SELECT owner, expected_documents FROM tasks WHERE id = $1" + (" FOR UPDATE" if lock else ""), task_id
+    )
+    if task is None:
+        return None
+    held = await conn.fetchrow(
+        "SELECT count(*) AS documents, coalesce(sum(size_bytes), 0)::bigint AS total_bytes"
+        " FROM documents WHERE task_id = $1",
+        task_id,
+    )
+    return intake.StoredTask(task["owner"], task["expected_documents"], held["documents"], held["total_bytes"])

@@ -1,0 +1,281 @@
+"""Documents other systems publish onto document-submitted (inline or by URI): the parser's decisions, no IO.
+
+A message whose ids, owner or task do not add up is refused (`Poison`: dead-lettered with the reason,
+no row written). A message that is fine but whose bytes cannot be had — bad base64, over a cap, a URI
+that is not allowed or cannot be fetched, no content at all — fails its document (`ItemFailed`): the
+task and document rows are written, the document FAILED with the reason, so its submitter sees why.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import ipaddress
+import re
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Literal
+from urllib.parse import unquote, urlsplit
+
+from docsum_shared.errors import ItemFailed, Poison
+from docsum_shared.events import ID_PATTERN, DocumentSubmitted
+from docsum_shared.settings import Settings
+
+_ID = re.compile(ID_PATTERN)
+MAX_FILENAME = 255
+MAX_CONTENT_TYPE = 255
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+@dataclass(frozen=True)
+class StoredTask:
+    """A task as intake sees it: whose it is, how many documents it expects, what it holds already."""
+
+    owner: str
+    expected_documents: int | None  # None: a task the gateway made (its documents are all present)
+    documents: int
+    total_bytes: int
+
+
+@dataclass(frozen=True)
+class ExistingDocument:
+    """The row a message's document_id names, whichever task it is in."""
+
+    task_id: str
+    owner: str
+    needs_bytes: bool  # not parsed yet and no bytes stored (it failed before; `docsum retry` reset it)
+
+
+# --- refused: the dead-letter topic ---------------------------------------------------------------
+
+
+def check_message(event: DocumentSubmitted, settings: Settings) -> None:
+    """The ids, the owner and the task's size in documents; Poison naming the first that is wrong."""
+    for name in ("task_id", "document_id", "owner"):
+        value = getattr(event, name)
+        if not _ID.match(value):
+            raise Poison(f"{name} {value[:80]!r} is not 1-64 characters of A-Z a-z 0-9 . _ : -")
+    if not event.filename or len(event.filename) > MAX_FILENAME or "\x00" in event.filename:
+        raise Poison(f"filename must be 1-{MAX_FILENAME} characters without NUL")
+    if event.content_type is not None and (len(event.content_type) > MAX_CONTENT_TYPE or "\x00" in event.content_type):
+        raise Poison(f"content_type must be at most {MAX_CONTENT_TYPE} characters without NUL")
+    if event.title is not None and "\x00" in event.title:
+        raise Poison("title must not contain NUL")
+    if event.options is not None and event.options.language is not None and "\x00" in event.options.language:
+        raise Poison("options.language must not contain NUL")
+    if event.task_documents is None:
+        raise Poison("task_documents is missing: say how many documents the task has, in each of its messages")
+    if event.task_documents > settings.max_files_per_task:
+        raise Poison(
+            f"task_documents is {event.task_documents}, over the limit of {settings.max_files_per_task}"
+            " documents per task (DOCSUM_MAX_FILES_PER_TASK)"
+        )
+
+
+def check_document(event: DocumentSubmitted, existing: ExistingDocument | None) -> None:
+    """A document id is another task's (or owner's): refused, and never joined to this task."""
+    if existing is not None and (existing.task_id != event.task_id or existing.owner != event.owner):
+        raise Poison(f"document {event.document_id} already exists under another task or owner")
+
+
+def check_task(event: DocumentSubmitted, task: StoredTask | None, *, new_document: bool) -> None:
+    """The task the message names, as stored (None: not yet, the message creates it). The first message
+    of a task decides its owner and its size; one that disagrees is refused."""
+    if task is None:
+        return
+    if task.owner != event.owner:
+        raise Poison(f"task {event.task_id} belongs to another owner")
+    if task.expected_documents is None:
+        raise Poison(f"task {event.task_id} was submitted through the gateway and takes no documents from Kafka")
+    if task.expected_documents != event.task_documents:
+        raise Poison(
+            f"task_documents is {event.task_documents}, but task {event.task_id} was first published with"
+            f" {task.expected_documents}: every message of a task gives the same number"
+        )
+    if new_document and task.documents >= task.expected_documents:
+        raise Poison(f"task {event.task_id} already has its {task.expected_documents} documents")
+
+
+# --- failed: the document FAILED with the reason ----------------------------------------------------
+
+
+def form_error(event: DocumentSubmitted) -> str | None:
+    """Why the message gives no bytes to take (None: it gives exactly one kind)."""
+    if event.content_base64 is not None and event.source_uri is not None:
+        return "the message gives both content_base64 and source_uri: give exactly one"
+    if event.content_base64 is None and event.source_uri is None:
+        return "the message gives no content: put the bytes in content_base64 (base64) or name them by source_uri"
+    return None
+
+
+def inline_cap(settings: Settings) -> tuple[int, str]:
+    """The most decoded bytes an inline document may have, and the setting that says so."""
+    if settings.max_file_bytes < settings.intake_inline_max_bytes:
+        return settings.max_file_bytes, "DOCSUM_MAX_FILE_BYTES"
+    return settings.intake_inline_max_bytes, "DOCSUM_INTAKE_INLINE_MAX_BYTES"
+
+
+def decode_inline(content: str, settings: Settings) -> bytes:
+    """The bytes of `content_base64` (standard alphabet, padded; line breaks allowed)."""
+    cap, setting = inline_cap(settings)
+    compact = "".join(content.split())
+    if len(compact) // 4 * 3 > cap + 2:  # over the cap by its length alone: not decoded at all
+        raise ItemFailed(_over(f"about {len(compact) // 4 * 3:,}", cap, setting) + _LARGER)
+    try:
+        data = base64.b64decode(compact, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ItemFailed(
+            f"content_base64 is not valid base64 ({exc}): encode the file's bytes with the standard alphabet"
+            " (A-Z a-z 0-9 + /) and = padding"
+        ) from None
+    if len(data) > cap:
+        raise ItemFailed(_over(f"{len(data):,}", cap, setting) + _LARGER)
+    return data
+
+
+_LARGER = "; publish a larger file by source_uri instead"
+
+
+def _over(size: str, cap: int, setting: str) -> str:
+    return f"the document has {size} bytes, over the limit of {cap:,} ({setting})"
+
+
+def task_bytes_error(total_bytes: int, size: int, settings: Settings) -> str | None:
+    """A document that would take its task over the bytes one task may hold."""
+    if total_bytes + size <= settings.max_task_bytes:
+        return None
+    return (
+        f"the task's documents would have {total_bytes + size:,} bytes, over the limit of"
+        f" {settings.max_task_bytes:,} (DOCSUM_MAX_TASK_BYTES)"
+    )
+
+
+# --- where a URI may lead ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FileSource:
+    path: str  # absolute, as the URI names it (not resolved yet)
+
+
+@dataclass(frozen=True)
+class HttpSource:
+    url: str
+    scheme: Literal["http", "https"]
+    host: str  # lowercased; an IPv6 address without brackets
+    port: int
+
+
+def parse_uri(uri: str, settings: Settings) -> FileSource | HttpSource:
+    """What `source_uri` names, if the settings allow that kind of place at all; ItemFailed otherwise."""
+    try:
+        parts = urlsplit(uri)
+        port = parts.port
+    except ValueError as exc:
+        raise ItemFailed(f"source_uri is not a valid URI ({exc})") from None
+    scheme = parts.scheme.lower()
+    if scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise ItemFailed(f"a file:// URI names a file of this machine: file:///path, not a host ({parts.netloc})")
+        path = unquote(parts.path)
+        if not path.startswith("/") or "\x00" in path:
+            raise ItemFailed("a file:// URI needs an absolute path: file:///path/to/file")
+        if not settings.intake_file_roots:
+            raise ItemFailed("file:// URIs are not allowed here: no directory is configured (DOCSUM_INTAKE_FILE_ROOTS)")
+        return FileSource(path)
+    if scheme in ("http", "https"):
+        host = (parts.hostname or "").lower()
+        if not host:
+            raise ItemFailed("an http(s):// URI needs a host")
+        if not host_allowed(host, settings.intake_http_hosts):
+            raise ItemFailed(f"host {host} is not allowed: list it in DOCSUM_INTAKE_HTTP_HOSTS")
+        secure = scheme == "https"
+        return HttpSource(uri, "https" if secure else "http", host, port or (443 if secure else 80))
+    if scheme == "s3":
+        raise ItemFailed(
+            "s3:// URIs are not supported: publish the bytes inline (content_base64), or by an http(s):// URI"
+            " (e.g. a presigned URL, its host in DOCSUM_INTAKE_HTTP_HOSTS) or a file:// URI"
+        )
+    raise ItemFailed(f"source_uri scheme {scheme or '(none)'!r} is not supported: use file://, http:// or https://")
+
+
+def under_roots(resolved: str, roots: list[str]) -> bool:
+    """`resolved` (a path with its symlinks and .. resolved) is one of the roots or inside one (the roots
+    resolved likewise)."""
+    path = PurePosixPath(resolved)
+    return any(path == PurePosixPath(root) or path.is_relative_to(root) for root in roots)
+
+
+def _listed_address(entry: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    try:
+        return ipaddress.ip_network(entry.strip("[]"), strict=False)
+    except ValueError:
+        return None
+
+
+def host_allowed(host: str, listed: list[str]) -> bool:
+    """The host is listed: by name or address, by a network (10.0.0.0/8) for an address, by "*.domain"
+    for the domain's subdomains, or by "*" for any host."""
+    for entry in (e.strip().lower() for e in listed):
+        if entry in (host, "*") or (entry.startswith("*.") and host.endswith(entry[1:])):
+            return True
+        network = _listed_address(entry)
+        if network is not None and (address := _address(host)) is not None and address in network:
+            return True
+    return False
+
+
+def _address(text: str) -> Address | None:
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+def address_error(host: str, address: Address, listed: list[str]) -> str | None:
+    """Why `host` may not be reached at `address` (None: it may). Only a public address is reached
+    unless this very address (or a network holding it), or the host by its exact name, is listed: a
+    name allowed by a wildcard never leads to a loopback, link-local or private address."""
+    given = address
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
+    if address.is_global and not address.is_multicast:
+        return None
+    for entry in (e.strip().lower() for e in listed):
+        network = _listed_address(entry)
+        if entry == host and network is None:
+            return None  # the host itself, by name
+        if network is not None and (address in network or given in network):
+            return None
+    kind = (
+        "loopback"
+        if address.is_loopback
+        else "link-local"
+        if address.is_link_local
+        else "private"
+        if address.is_private
+        else "non-public"
+    )
+    return (
+        f"host {host} resolves to {address}, a {kind} address: list that address (or the host by its exact"
+        " name) in DOCSUM_INTAKE_HTTP_HOSTS to allow it"
+    )
+
+
+def redirect_error(source: HttpSource, location: str) -> str | None:
+    """A redirect is followed only to the same scheme, host and port."""
+    target = urlsplit(location)
+    try:
+        port = target.port
+    except ValueError:
+        return f"the server redirected to an invalid URI ({location[:200]})"
+    scheme = target.scheme.lower()
+    if not scheme and not target.netloc:
+        return None  # relative: the same origin
+    default = 443 if scheme == "https" else 80
+    if (scheme, (target.hostname or "").lower(), port or default) != (source.scheme, source.host, source.port):
+        return (
+            f"the server redirected to another place ({location[:200]}); redirects are followed only within"
+            " the same scheme, host and port: publish the final URI"
+        )
+    return None

@@ -1,0 +1,159 @@
+"""The bytes of a document another system published: decoded from the message, read from a file under
+the configured roots, or downloaded from a configured host. Each way either returns the bytes or raises
+`ItemFailed` with what to do; what may be reached is decided in intake.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import os
+import socket
+import stat
+
+import httpx
+
+from docsum_shared.errors import ItemFailed
+from docsum_shared.events import DocumentSubmitted
+from docsum_shared.settings import Settings
+
+from . import intake
+
+MAX_REDIRECTS = 5
+READ_BLOCK = 64 * 1024
+
+
+async def content(event: DocumentSubmitted, settings: Settings) -> bytes:
+    """The document's bytes, whichever way the message gives them."""
+    problem = intake.form_error(event)
+    if problem is not None:
+        raise ItemFailed(problem)
+    if event.content_base64 is not None:
+        return intake.decode_inline(event.content_base64, settings)
+    assert event.source_uri is not None
+    source = intake.parse_uri(event.source_uri, settings)
+    if isinstance(source, intake.FileSource):
+        return await asyncio.to_thread(read_file, source.path, settings)
+    return await download(source, settings)
+
+
+# --- file:// ------------------------------------------------------------------------------------------
+
+
+def read_file(path: str, settings: Settings) -> bytes:
+    """The file at `path`, if it is a regular file under one of the roots once every symlink and .. is
+    resolved (checked again on the opened file, so a link swapped in meanwhile leads nowhere)."""
+    roots = [os.path.realpath(root) for root in settings.intake_file_roots]
+    outside = ItemFailed(f"{path} is not under a directory DOCSUM_INTAKE_FILE_ROOTS allows")
+    resolved = os.path.realpath(path)
+    if not intake.under_roots(resolved, roots):
+        raise outside
+    try:
+        fd = os.open(resolved, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise ItemFailed(f"no file at {path}") from None
+    except PermissionError:
+        raise ItemFailed(f"{path} cannot be read by the parser: permission denied") from None
+    except OSError as exc:
+        raise ItemFailed(f"{path} cannot be opened: {exc.strerror or exc}") from None
+    try:
+        proc_link = f"/proc/self/fd/{fd}"
+        if os.path.exists(proc_link) and not intake.under_roots(os.readlink(proc_link), roots):
+            raise outside
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ItemFailed(f"{path} is not a regular file")
+        cap = settings.max_file_bytes
+        if info.st_size > cap:
+            raise ItemFailed(f"{path} has {info.st_size:,} bytes, over the limit of {cap:,} (DOCSUM_MAX_FILE_BYTES)")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(cap + 1)
+    except OSError as exc:
+        raise ItemFailed(f"{path} cannot be read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(data) > cap:  # it grew while being read
+        raise ItemFailed(f"{path} has more than {cap:,} bytes, the limit (DOCSUM_MAX_FILE_BYTES)")
+    return data
+
+
+# --- http(s):// ---------------------------------------------------------------------------------------
+
+
+async def resolve(source: intake.HttpSource, settings: Settings) -> intake.Address:
+    """The address to connect to: every address the host resolves to must be allowed (a name with one
+    private address among public ones is refused), and the connection goes to the one checked."""
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(source.host, source.port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise ItemFailed(f"host {source.host} cannot be resolved ({exc})") from None
+    addresses = list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos))
+    if not addresses:
+        raise ItemFailed(f"host {source.host} has no address")
+    for address in addresses:
+        problem = intake.address_error(source.host, address, settings.intake_http_hosts)
+        if problem is not None:
+            raise ItemFailed(problem)
+    return addresses[0]
+
+
+async def download(source: intake.HttpSource, settings: Settings) -> bytes:
+    """GET the URI: to the checked address only, with connect and read timeouts and a deadline for the
+    whole download, at most DOCSUM_MAX_FILE_BYTES; redirects only within the same origin."""
+    timeout = httpx.Timeout(settings.intake_http_timeout_s)
+    try:
+        async with (
+            asyncio.timeout(settings.intake_http_total_s),
+            httpx.AsyncClient(timeout=timeout, follow_redirects=False, trust_env=False) as client,
+        ):
+            url = source.url
+            for _ in range(MAX_REDIRECTS + 1):
+                body, location = await _get(client, source, url, settings)
+                if body is not None:
+                    return body
+                problem = intake.redirect_error(source, location)
+                if problem is not None:
+                    raise ItemFailed(problem)
+                url = str(httpx.URL(url).join(location))
+            raise ItemFailed(f"{source.url} redirected more than {MAX_REDIRECTS} times")
+    except TimeoutError:
+        raise ItemFailed(
+            f"{source.url} took longer than {settings.intake_http_total_s:g} s to download (DOCSUM_INTAKE_HTTP_TOTAL_S)"
+        ) from None
+    except httpx.TimeoutException as exc:
+        raise ItemFailed(
+            f"{source.url} did not answer within {settings.intake_http_timeout_s:g} s"
+            f" (DOCSUM_INTAKE_HTTP_TIMEOUT_S): {type(exc).__name__}"
+        ) from None
+    except httpx.HTTPError as exc:
+        raise ItemFailed(f"{source.url} cannot be fetched: {type(exc).__name__}: {exc}") from None
+
+
+async def _get(
+    client: httpx.AsyncClient, source: intake.HttpSource, url: str, settings: Settings
+) -> tuple[bytes | None, str]:
+    """One request, to the address checked just before: (the body, "") or (None, the redirect's Location)."""
+    address = await resolve(source, settings)
+    pinned = httpx.URL(url).copy_with(host=str(address))
+    host = f"[{source.host}]" if ":" in source.host else source.host
+    default_port = 443 if source.scheme == "https" else 80
+    headers = {"Host": host if source.port == default_port else f"{host}:{source.port}"}
+    request = client.build_request("GET", pinned, headers=headers, extensions={"sni_hostname": source.host})
+    response = await client.send(request, stream=True)
+    try:
+        if response.is_redirect:
+            return None, response.headers.get("location", "")
+        if response.status_code != 200:
+            raise ItemFailed(f"{url} answered {response.status_code} {response.reason_phrase}: it cannot be fetched")
+        cap = settings.max_file_bytes
+        declared = response.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > cap:
+            raise ItemFailed(f"{url} has {int(declared):,} bytes, over the limit of {cap:,} (DOCSUM_MAX_FILE_BYTES)")
+        body = bytearray()
+        async for block in response.aiter_bytes(READ_BLOCK):
+            body += block
+            if len(body) > cap:
+                raise ItemFailed(f"{url} has more than {cap:,} bytes, the limit (DOCSUM_MAX_FILE_BYTES)")
+        return bytes(body), ""
+    finally:
+        await response.aclose()

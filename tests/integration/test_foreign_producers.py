@@ -1,0 +1,255 @@
+"""Documents from a producer that is not ours: confluent-kafka (librdkafka, not aiokafka) publishes raw
+JSON onto document-submitted, as another system would, and the pipeline takes it from there.
+
+One stack, two tasks:
+- a task of three documents: a Chinese text inline (base64), the example PDF by a file:// URI under the
+  configured root, and one whose base64 is broken: two COMPLETED, one FAILED with its reason, the task
+  COMPLETED_WITH_ERRORS (read through the gateway's API: the task id is a uuid, its owner has a key);
+- a task of three documents that may not be had: file:// out of the root by .. and by a symlink, and
+  http://127.0.0.1/ (every host allowed, but never a loopback address): each FAILED with the reason,
+  the task FAILED (its id is not one the gateway's API answers for: read from PostgreSQL).
+Both results are read back from task-finished by a confluent-kafka consumer, as the other system would.
+Then every message again: no new row, no document, no LLM call; and messages that do not add up (another
+owner naming the task, a count that disagrees, an id outside the charset, a document id of another task)
+are dead-lettered, never joined. Last, `retry` and the broken document published again with its bytes:
+taken in, and the task COMPLETED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from confluent_kafka import Consumer, KafkaException, Producer
+
+from tests.integration.conftest import ROOT, Stack, StackFactory
+from tests.integration.helpers import CONSUMED, eventually, read_topics, wait_for_task
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = ROOT / "examples"
+
+
+def publish(stack: Stack, messages: list[dict[str, Any]]) -> None:
+    """Each message as JSON, keyed by its document_id, onto the stack's document-submitted topic."""
+    producer = Producer({"bootstrap.servers": stack.env["KAFKA_BOOTSTRAP_SERVERS"], "acks": "all"})
+    failed: list[str] = []
+
+    def delivered(error: Any, _message: Any) -> None:
+        if error is not None:
+            failed.append(str(error))
+
+    topic = stack.env["DOCSUM_TOPIC_PREFIX"] + "document-submitted"
+    for message in messages:
+        producer.produce(topic, key=message["document_id"], value=json.dumps(message), on_delivery=delivered)
+    if producer.flush(30) != 0:
+        raise KafkaException("messages still unsent after 30 s")
+    assert not failed, failed
+
+
+def read_finished(stack: Stack, task_ids: set[str], timeout: float = 90.0) -> dict[str, dict[str, Any]]:
+    """The task-finished message of each task, read as another system would (its own consumer group)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": stack.env["KAFKA_BOOTSTRAP_SERVERS"],
+            "group.id": f"crm-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([stack.env["DOCSUM_TOPIC_PREFIX"] + "task-finished"])
+    found: dict[str, dict[str, Any]] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while set(found) != task_ids and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None or message.error() is not None:
+                continue
+            result = json.loads(message.value())
+            if result["task_id"] in task_ids:
+                assert message.key().decode() == result["task_id"]  # keyed by task
+                found[result["task_id"]] = result
+    finally:
+        consumer.close()
+    assert set(found) == task_ids, f"task-finished of {task_ids - set(found)} not read within {timeout:g}s"
+    return found
+
+
+async def drained(env: dict[str, str]) -> bool:
+    """Every service has handled every message on the topics it consumes, in pipeline order (a handler
+    publishes before it commits: a group at the end of its topic has published all it will)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=env["KAFKA_BOOTSTRAP_SERVERS"])
+    consumer = AIOKafkaConsumer(bootstrap_servers=env["KAFKA_BOOTSTRAP_SERVERS"], enable_auto_commit=False)
+    await admin.start()
+    await consumer.start()
+    try:
+        for topic, service in CONSUMED.items():
+            name = env["DOCSUM_TOPIC_PREFIX"] + topic
+            partitions = [TopicPartition(name, p) for p in consumer.partitions_for_topic(name) or ()]
+            ends = await consumer.end_offsets(partitions)
+            group = await admin.list_consumer_group_offsets(f"{env['DOCSUM_TOPIC_PREFIX']}docsum-{service}")
+            done = {tp: meta.offset for tp, meta in group.items()}
+            if any(done.get(tp, 0) < end for tp, end in ends.items() if end > 0):
+                return False
+        return True
+    finally:
+        await consumer.stop()
+        await admin.close()
+
+
+async def snapshot(db: asyncpg.Pool, task_ids: list[str]) -> dict[str, Any]:
+    """What a replay must not change: the tasks' rows, their documents and chunks, their LLM calls
+    (every summary request is recorded there, answered by the backend or by the cache), and the blobs."""
+    return {
+        "tasks": [dict(r) for r in await db.fetch("SELECT * FROM tasks WHERE id = ANY($1) ORDER BY id", task_ids)],
+        "documents": [
+            dict(r) for r in await db.fetch("SELECT * FROM documents WHERE task_id = ANY($1) ORDER BY id", task_ids)
+        ],
+        "chunks": await db.fetchval(
+            "SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id WHERE d.task_id = ANY($1)",
+            task_ids,
+        ),
+        "llm_calls": await db.fetchval("SELECT count(*) FROM llm_calls WHERE task_id = ANY($1)", task_ids),
+        "blobs": await db.fetchval("SELECT count(*) FROM blobs"),
+    }
+
+
+@pytest.fixture
+def file_root(tmp_path: Path) -> Path:
+    root = tmp_path / "shared-docs"
+    root.mkdir()
+    shutil.copy(EXAMPLES / "kafka-overview.pdf", root / "kafka-overview.pdf")
+    (tmp_path / "private.txt").write_text("Not to be read by docsum. " * 20)
+    (root / "escape.txt").symlink_to(tmp_path / "private.txt")
+    return root
+
+
+async def test_documents_published_by_another_kafka_client(
+    make_stack: StackFactory, db: asyncpg.Pool, file_root: Path
+) -> None:
+    stack = make_stack(
+        DOCSUM_LLM_BACKEND="extractive",
+        DOCSUM_INTAKE_FILE_ROOTS=json.dumps([str(file_root)]),
+        DOCSUM_INTAKE_HTTP_HOSTS=json.dumps(["*"]),  # any host: the address check still refuses loopback
+    )
+    essay = (EXAMPLES / "chinese-essay.txt").read_bytes()
+    task = str(uuid.uuid4())  # a uuid, so that its owner can follow it through the gateway's API too
+    # Whichever message of the task comes first creates it: each carries the task's title and options.
+    common = {"task_id": task, "owner": "alice", "task_documents": 3, "title": "From the CRM",
+              "options": {"length": "brief"}}  # fmt: skip
+    good = [
+        {**common, "document_id": f"crm:{uuid.uuid4().hex}", "filename": "论文.txt",
+         "content_type": "text/plain", "content_base64": base64.b64encode(essay).decode()},
+        {**common, "document_id": f"crm:{uuid.uuid4().hex}", "filename": "kafka-overview.pdf",
+         "source_uri": (file_root / "kafka-overview.pdf").as_uri(), "event_id": "e-1", "trace_id": "trace-1"},
+    ]  # fmt: skip
+    bad = {**common, "document_id": f"crm:{uuid.uuid4().hex}", "filename": "broken.txt", "content_base64": "%%%="}
+    refused_task = f"crm.batch:{uuid.uuid4().hex}"
+    refused = [
+        {"task_id": refused_task, "owner": "alice", "task_documents": 3, "document_id": f"{refused_task}.{name}",
+         "filename": name, "source_uri": uri}
+        for name, uri in [
+            ("outside.txt", (file_root / ".." / "private.txt").as_uri()),  # .. out of the root
+            ("escape.txt", (file_root / "escape.txt").as_uri()),  # a symlink out of the root
+            ("loopback.txt", "http://127.0.0.1:9/loopback.txt"),
+        ]
+    ]  # fmt: skip
+    await asyncio.to_thread(publish, stack, [*good, bad, *refused])
+
+    created = "SELECT 1 FROM tasks WHERE id = $1"
+    await eventually(
+        lambda: db.fetchval(created, task), timeout=90, message="the task, created on first sight", stack=stack
+    )
+    async with stack.client("alice") as client:
+        view = await wait_for_task(client, task, stack, timeout=120)
+    assert view["status"] == "COMPLETED_WITH_ERRORS", view
+    assert view["title"] == "From the CRM"
+    docs = {d["filename"]: d for d in view["documents"]}
+    assert set(docs) == {"论文.txt", "kafka-overview.pdf", "broken.txt"}
+    for name in ("论文.txt", "kafka-overview.pdf"):
+        assert docs[name]["status"] == "COMPLETED" and docs[name]["summary"], docs[name]
+    assert any("\u4e00" <= ch <= "\u9fff" for ch in docs["论文.txt"]["summary"])  # summarized in Chinese
+    pdf_text = await db.fetchval("SELECT text FROM document_texts WHERE document_id = $1", good[1]["document_id"])
+    assert "Kafka" in pdf_text  # the PDF read from the file:// URI, parsed like an upload
+    assert docs["broken.txt"]["status"] == "FAILED"
+    assert "content_base64 is not valid base64" in docs["broken.txt"]["error"]
+    stored = await db.fetchrow("SELECT options, expected_documents, owner FROM tasks WHERE id = $1", task)
+    assert json.loads(stored["options"])["length"] == "brief" and stored["expected_documents"] == 3
+    blob = await db.fetchval(
+        "SELECT b.data FROM blobs b JOIN documents d ON d.blob_sha256 = b.sha256 WHERE d.id = $1",
+        good[0]["document_id"],
+    )
+    assert blob == essay  # stored once by sha256, exactly the bytes published
+
+    # What other systems read back: the result of each task on task-finished.
+    results = await asyncio.to_thread(read_finished, stack, {task, refused_task})
+    assert results[task]["status"] == "COMPLETED_WITH_ERRORS" and results[task]["summary"]
+    assert {d["filename"]: d["status"] for d in results[task]["documents"]} == {
+        "论文.txt": "COMPLETED", "kafka-overview.pdf": "COMPLETED", "broken.txt": "FAILED"
+    }  # fmt: skip
+    assert results[refused_task]["status"] == "FAILED"
+    rows = {
+        r["filename"]: r
+        for r in await db.fetch("SELECT filename, status, error, blob_sha256 FROM documents WHERE task_id = $1",
+                                refused_task)
+    }  # fmt: skip
+    assert {d["error"] for d in results[refused_task]["documents"]} == {r["error"] for r in rows.values()}
+    assert {r["status"] for r in rows.values()} == {"FAILED"} and all(r["blob_sha256"] is None for r in rows.values())
+    for name in ("outside.txt", "escape.txt"):
+        assert "is not under a directory DOCSUM_INTAKE_FILE_ROOTS allows" in rows[name]["error"], rows[name]
+    assert "resolves to 127.0.0.1, a loopback address" in rows["loopback.txt"]["error"]
+
+    # --- the same messages again, and messages that do not add up ------------------------------------
+    await eventually(lambda: drained(stack.env), timeout=60, message="the pipeline to settle")
+    before = await snapshot(db, [task, refused_task])
+    intruder = {**good[0], "owner": "bob", "document_id": f"crm:{uuid.uuid4().hex}"}
+    recount = {**good[0], "task_documents": 4, "document_id": f"crm:{uuid.uuid4().hex}"}
+    bad_id = {**good[0], "task_id": "crm task with spaces", "document_id": f"crm:{uuid.uuid4().hex}"}
+    hijack = {**good[1], "task_id": str(uuid.uuid4()), "task_documents": 1}  # a document of task A, elsewhere
+    poison = {m["document_id"]: m for m in (intruder, recount, bad_id, hijack)}
+    await asyncio.to_thread(publish, stack, [*good, bad, *refused, *poison.values()])
+
+    dlq = stack.env["DOCSUM_TOPIC_PREFIX"] + "document-submitted.dlq"
+
+    async def dead_lettered() -> dict[str, str] | None:
+        found = {
+            r.key.decode(): dict(r.headers)["error"].decode()
+            for r in await read_topics(stack.env, [dlq])
+            if r.key and r.key.decode() in poison
+        }
+        return found if len(found) == len(poison) else None
+
+    reasons = await eventually(dead_lettered, timeout=60, message="the refused messages in the DLQ", stack=stack)
+    assert "belongs to another owner" in reasons[intruder["document_id"]]
+    assert "task_documents is 4, but" in reasons[recount["document_id"]]
+    assert "task_id 'crm task with spaces' is not 1-64 characters" in reasons[bad_id["document_id"]]
+    assert "already exists under another task or owner" in reasons[hijack["document_id"]]
+    await eventually(lambda: drained(stack.env), timeout=60, message="the pipeline to settle again")
+    after = await snapshot(db, [task, refused_task])
+    assert after == before  # nothing joined, nothing written, nothing summarized again
+    for message in poison.values():
+        assert await db.fetchval("SELECT count(*) FROM tasks WHERE id = $1", message["task_id"]) == (
+            1 if message["task_id"] == task else 0
+        )
+    assert await db.fetchval("SELECT owner FROM tasks WHERE id = $1", task) == "alice"
+
+    # --- a document that failed at intake, retried: published again with its bytes, it is taken in -----
+    async with stack.client("alice") as client:
+        retried = await client.post(f"/v1/tasks/{task}/retry")
+        assert retried.status_code == 200, retried.text
+        fixed = {**bad, "content_base64": base64.b64encode(b"A note that arrives intact at last.").decode()}
+        await asyncio.to_thread(publish, stack, [fixed])
+        view = await wait_for_task(client, task, stack, timeout=120)
+    assert view["status"] == "COMPLETED", view
+    assert {d["filename"]: d["status"] for d in view["documents"]}["broken.txt"] == "COMPLETED"
+    assert await db.fetchval("SELECT count(*) FROM documents WHERE task_id = $1", task) == 3
