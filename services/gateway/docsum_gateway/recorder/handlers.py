@@ -35,20 +35,26 @@ class Deps:
 
 @handlers.on(DocumentSubmitted, DocumentParsed, ChunkCreated, ChunkSummarized, DocumentMerged, TaskEvent)
 async def record(event: Event, deps: Deps) -> list[Event]:
-    view = await views.pipeline_view(deps.pool, deps.settings, event.task_id)
-    if view is None:
+    if not await repository.task_stored(deps.pool, event.task_id):
         # Not stored (yet): a submission by another system, which the parser registers; the log
         # starts with the task's next event. Nobody can watch a task that is not stored.
         return []
-    if isinstance(event, ChunkSummarized):
-        chunks = await repository.chunk(deps.pool, event.chunk_id)
-    elif isinstance(event, DocumentMerged):
-        chunks = await repository.chunks(deps.pool, event.task_id, event.document_id)
-    elif isinstance(event, TaskEvent) and event.status in TASK_FINAL:
-        chunks = await repository.chunks(deps.pool, event.task_id)
-    else:
-        chunks = []
-    numbers = await repository.append(deps.pool, event.task_id, policy.entries_for(event, view, chunks))
+
+    async def entries() -> list[policy.Entry]:  # read under the task's log lock (repository.append)
+        view = await views.pipeline_view(deps.pool, deps.settings, event.task_id)
+        if view is None:
+            return []
+        if isinstance(event, ChunkSummarized):
+            chunks = await repository.chunk(deps.pool, event.chunk_id)
+        elif isinstance(event, DocumentMerged):
+            chunks = await repository.chunks(deps.pool, event.task_id, event.document_id)
+        elif isinstance(event, TaskEvent) and event.status in TASK_FINAL:
+            chunks = await repository.chunks(deps.pool, event.task_id)
+        else:
+            chunks = []
+        return policy.entries_for(event, view, chunks)
+
+    numbers = await repository.append(deps.pool, event.task_id, entries)
     if numbers:
         log.debug("task %s: progress %d..%d", event.task_id, numbers[0], numbers[-1])
     return []

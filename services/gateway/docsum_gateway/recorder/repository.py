@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,19 +27,22 @@ class Logged:
         return {"seq": self.seq, **self.body}
 
 
-async def append(pool: asyncpg.Pool, task_id: str, entries: Sequence[Entry]) -> list[int]:
-    """Store the entries not stored yet (by key), numbered after the task's last one; their numbers.
+async def append(pool: asyncpg.Pool, task_id: str, make: Callable[[], Awaitable[Sequence[Entry]]]) -> list[int]:
+    """Store the entries `make` gives that are not stored yet (by key), numbered after the task's last
+    one; their numbers.
 
-    The head row's lock serializes every append of the task (whichever gateway makes it), so the
+    The head row's lock serializes every append of the task (whichever gateway makes it): `make` reads
+    the stored state under it, so each entry shows the task at least as far as the entry before it, the
     check for keys already stored sees every committed entry, and numbers commit in order."""
-    if not entries:
-        return []
     async with pool.acquire() as conn, conn.transaction():
         head = await conn.fetchval(
             "INSERT INTO progress_heads (task_id, seq) VALUES ($1, 0)"
             " ON CONFLICT (task_id) DO UPDATE SET seq = progress_heads.seq RETURNING seq",
             task_id,
         )
+        entries = await make()
+        if not entries:
+            return []
         stored = {
             r["dedupe_key"]
             for r in await conn.fetch(
@@ -106,3 +109,7 @@ async def stream_state(pool: asyncpg.Pool, task_id: str) -> tuple[str | None, in
     if row is None:
         return None, 0, None
     return row["status"], int(row["seq"] or 0), row["kind"]
+
+
+async def task_stored(pool: asyncpg.Pool, task_id: str) -> bool:
+    return bool(await pool.fetchval("SELECT 1 FROM tasks WHERE id = $1", task_id))

@@ -299,13 +299,15 @@ function showTask(main, taskId) {
     document.title = (task.title || "Task") + " — docsum";
     badge.className = "badge " + task.status; badge.textContent = label(task.status);
     setBar(bar, fill, taskPercent(task), task.status);
-    figures.replaceChildren(
+    const working = !FINAL.has(task.status) && task.estimate.remaining_chunks > 0;
+    figures.replaceChildren(...[
       el("span", {}, el("b", { id: "task-percent", text: pct(taskPercent(task)) }), " done"),
-      FINAL.has(task.status) ? null : el("span", {}, "Time left ", el("b", { id: "task-eta", text: duration(task.estimate.eta_s) })),
+      working ? el("span", {}, "Time left ", el("b", { id: "task-eta", text: duration(task.estimate.eta_s) })) : null,
       el("span", {}, "Cost so far ", el("b", { id: "task-cost", text: money(task.usage.cost_usd) })),
       task.estimate.remaining_chunks ? el("span", {}, "Still to pay ", el("b", { text: "≈ " + money(task.estimate.cost_usd) })) : null,
       el("span", {}, el("b", { text: String(task.usage.llm_calls) }), " model calls"),
-      task.usage.cached_calls ? el("span", {}, el("b", { text: String(task.usage.cached_calls) }), " answered from earlier results") : null);
+      task.usage.cached_calls ? el("span", {}, el("b", { text: String(task.usage.cached_calls) }), " answered from earlier results") : null,
+    ].filter(Boolean));
     hold.textContent = task.status === "AWAITING_APPROVAL" ? "This task waits for your approval: " + (task.hold_reason || "it would go over your spending limit") + ". Resume approves it; Cancel drops it." : "";
     hold.classList.toggle("hidden", task.status !== "AWAITING_APPROVAL");
     problem.textContent = task.error || ""; problem.classList.toggle("hidden", !task.error);
@@ -361,6 +363,7 @@ function showTask(main, taskId) {
     const name = entry.document_id && bars.get(entry.document_id) ? bars.get(entry.document_id).filename : entry.filename;
     const what = (KIND_TEXT[entry.kind] || entry.kind) + (name ? " — " + name : "") + (entry.chunk_index !== undefined ? " (part " + (entry.chunk_index + 1) + ")" : "");
     log.prepend(el("li", { "data-seq": entry.seq, text: `#${entry.seq} ${what} · ${pct(entry.percent)}` }));
+    while (log.children.length > 200) log.lastElementChild.remove();
     if (!task) return;
     task.status = entry.status;
     task.usage = entry.usage; task.estimate = entry.estimate;
