@@ -96,11 +96,16 @@ async def test_a_dropped_stream_resumes_on_another_replica_with_no_gap_and_no_re
                 assert (await anon.get(f"/v1/tasks/{task_id}/events", headers=bob)).status_code == 404
                 assert (await anon.get(f"/v1/tasks/{task_id}/events")).status_code == 401
                 ticket = (await client.post(f"/v1/tasks/{task_id}/ticket")).json()["ticket"]
-                async with anon.stream("GET", f"/v1/tasks/{task_id}/events?ticket={ticket}&after=2") as response:
+                sse = {"Accept": "text/event-stream"}
+                assert (await anon.get(f"/v1/tasks/{task_id}/events", headers={**bob, **sse})).status_code == 404
+                plain = await anon.get(f"/v1/tasks/{task_id}/events", headers={**auth, "Accept": "application/json"})
+                assert plain.status_code == 406  # an event stream, for whoever accepts one
+                url = f"/v1/tasks/{task_id}/events?ticket={ticket}&after=2"
+                async with anon.stream("GET", url, headers=sse) as response:
                     assert response.status_code == 200
                     body = (await response.aread()).decode()
                 assert body.count("event: progress") == len(whole) - 2
-                again = await anon.get(f"/v1/tasks/{task_id}/events?ticket={ticket}")
+                again = await anon.get(f"/v1/tasks/{task_id}/events?ticket={ticket}", headers=sse)
                 assert again.status_code == 401  # a ticket is good for one connection
     finally:
         llm.llm.configure(latency_s=0.0)

@@ -50,7 +50,8 @@ def test_the_page_summarizes_documents_live(stack: Stack, llm, chromium: str, tm
                 args=["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                       "--disable-component-update", "--disable-sync"],
             )  # fmt: skip
-            page = browser.new_page(viewport={"width": 1180, "height": 1000})
+            # Reduced motion: the bars jump to their value, so a screenshot shows what the figures say.
+            page = browser.new_page(viewport={"width": 1180, "height": 1000}, reduced_motion="reduce")
             errors: list[str] = []
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(stack.gateway_url + "/")

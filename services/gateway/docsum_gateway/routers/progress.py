@@ -108,10 +108,11 @@ def _redeem(keys: dict[str, str], tickets: Tickets, ticket: str, task_id: str) -
 
 
 async def _snapshot(app: Any, owner: str, task_id: str) -> dict[str, Any] | None:
+    head = await repository.head(app.state.pool, task_id)  # first: the view shows at least what it numbers
     view = await views.task_view(app.state.pool, app.state.settings, owner, task_id)
     if view is None:
         return None
-    return {**json.loads(view.model_dump_json()), "progress_seq": await repository.head(app.state.pool, task_id)}
+    return {**json.loads(view.model_dump_json()), "progress_seq": head}
 
 
 async def _over(app: Any, task_id: str, seen: int) -> bool:
@@ -137,16 +138,16 @@ async def _entries(app: Any, task_id: str, after: int) -> AsyncIterator[list[dic
             return
 
 
-def _after(value: str | None) -> int:
-    if value is None or not value.strip():
-        return 0
-    try:
-        number = int(value.strip())
-    except ValueError:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, "Last-Event-ID / after must be a number") from None
-    if number < 0:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, "Last-Event-ID / after must be 0 or more")
-    return number
+def _last_event_id(value: str | None) -> int | None:
+    """The number EventSource sends back; anything else (no number) is as if none were sent."""
+    text = (value or "").strip()
+    return int(text) if text.isdigit() else None
+
+
+def _accepts_sse(accept: str | None) -> bool:
+    """The client asks for an event stream by name (EventSource always does): a client that accepts
+    anything (`*/*`) may not expect a response that never ends."""
+    return any(part.split(";")[0].strip().lower() == SSE for part in (accept or "").split(","))
 
 
 def _sse(event: str, data: dict[str, Any], seq: int | None = None) -> bytes:
@@ -157,7 +158,7 @@ def _sse(event: str, data: dict[str, Any], seq: int | None = None) -> bytes:
 @router.get(
     "/{task_id}/events",
     responses={200: {"content": {SSE: {}}, "description": "An SSE stream: `snapshot`, then `progress` events"},
-               **errors(401, 404, 422)},
+               **errors(401, 404, 406, 422)},
     response_class=StreamingResponse,
     description="The task's progress as Server-Sent Events: `event: snapshot` (the task, plus `progress_seq`),"
     " then one `event: progress` per entry of its progress log (`id:` its number), from `Last-Event-ID`"
@@ -167,7 +168,7 @@ def _sse(event: str, data: dict[str, Any], seq: int | None = None) -> bytes:
 async def task_event_stream(
     request: Request,
     task_id: str,
-    after: str | None = Query(None, description="deliver the entries after this number"),
+    after: int = Query(0, ge=0, description="deliver the entries after this number (Last-Event-ID wins)"),
     last_event_id: str | None = Header(None, description="what EventSource sends when it reconnects"),
 ) -> StreamingResponse:
     app = request.app
@@ -185,10 +186,13 @@ async def task_event_stream(
             "a valid API key (Authorization: Bearer <key>) or ticket (?ticket=) is required",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    start = _after(last_event_id if last_event_id is not None else after)
+    resumed = _last_event_id(last_event_id)
+    start = resumed if resumed is not None else after
     snapshot = await _snapshot(app, owner, task_id) if is_task_id(task_id) else None
     if snapshot is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no task {task_id}")
+    if not _accepts_sse(request.headers.get("accept")):
+        raise HTTPException(status.HTTP_406_NOT_ACCEPTABLE, f"this is an event stream: send Accept: {SSE}")
 
     async def stream() -> AsyncIterator[bytes]:
         yield b"retry: 2000\n\n" + _sse("snapshot", snapshot)
@@ -210,11 +214,11 @@ async def task_events(websocket: WebSocket, task_id: str) -> None:
     if owner is None or not await queries.owns(app.state.pool, owner, task_id):
         await websocket.close(code=status.WS_1008_POLICY_VIOLATION, reason="unknown task or bad API key")
         return
-    try:
-        start = _after(websocket.query_params.get("after"))
-    except HTTPException:
+    after = websocket.query_params.get("after", "0").strip()
+    if not after.isdigit():
         await websocket.close(code=status.WS_1008_POLICY_VIOLATION, reason="after must be a number")
         return
+    start = int(after)
     await websocket.accept(subprotocol=subprotocol)
     try:
         snapshot = await _snapshot(app, owner, task_id)

@@ -255,6 +255,7 @@ function size(bytes) {
 function showTask(main, taskId) {
   let task = null;
   let lastSeq = 0;
+  let snapshotSeq = 0;  // the log's last entry when the snapshot was taken
   let source = null;
   let closed = false;
   let refetching = null;
@@ -364,7 +365,7 @@ function showTask(main, taskId) {
     const what = (KIND_TEXT[entry.kind] || entry.kind) + (name ? " — " + name : "") + (entry.chunk_index !== undefined ? " (part " + (entry.chunk_index + 1) + ")" : "");
     log.prepend(el("li", { "data-seq": entry.seq, text: `#${entry.seq} ${what} · ${pct(entry.percent)}` }));
     while (log.children.length > 200) log.lastElementChild.remove();
-    if (!task) return;
+    if (!task || entry.seq <= snapshotSeq) return;  // already in the snapshot: history for the activity list only
     task.status = entry.status;
     task.usage = entry.usage; task.estimate = entry.estimate;
     for (const d of entry.documents || []) {
@@ -403,6 +404,7 @@ function showTask(main, taskId) {
     source = new EventSource(url);
     source.addEventListener("snapshot", (event) => {
       task = JSON.parse(event.data);
+      snapshotSeq = task.progress_seq || 0;
       renderTask();
       loadFailures().catch(() => {});
     });
