@@ -27,6 +27,7 @@ down:
 
 test: setup deploy-tools
 	scripts/stack.sh infra
+	scripts/chromium.sh >/dev/null  # the web page's browser test drives Debian's Chromium
 	.venv/bin/pytest -q
 
 test-unit: setup deploy-tools

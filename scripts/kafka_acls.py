@@ -60,7 +60,7 @@ def grants(settings: Settings, services: str, ingest: str, results: str, results
     found: list[Grant] = []
     if services:
         # Every service creates the missing topics at start (and their .dlq), reads and writes them,
-        # and commits offsets in its consumer group; the gateway's progress consumer has no group.
+        # and commits offsets in its consumer group (the gateway's progress recorder: docsum-gateway-progress).
         found += [Grant(services, topic, topics, pattern, op) for op in (read, write, create)]
         found.append(Grant(services, group, settings.group(""), prefixed, read))
     if ingest:  # an outside system that submits documents (contracts/document-submitted.json)

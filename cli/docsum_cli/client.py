@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import mimetypes
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,3 +86,47 @@ class Gateway:
 
     def reconcile(self) -> dict[str, Any]:
         return self._call("POST", "/v1/reconcile")
+
+
+class StreamDropped(Exception):
+    """The progress stream broke off before its end (the caller reconnects from the last entry it saw)."""
+
+
+def _sse_events(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(event name, decoded data) per Server-Sent Event; comment lines (heartbeats) are skipped."""
+    name, data = "message", list[str]()
+    for line in lines:
+        if not line:
+            if data:
+                yield name, json.loads("\n".join(data))
+            name, data = "message", list[str]()
+        elif line.startswith(":"):
+            continue
+        else:
+            field, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if field == "event":
+                name = value
+            elif field == "data":
+                data.append(value)
+
+
+def task_events(gateway: Gateway, task_id: str, after: int = 0) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The task's progress stream, GET /v1/tasks/{task_id}/events as SSE: ("snapshot", the task), then
+    ("progress", entry) per entry after `after` (sent as Last-Event-ID). Returns when the server ends
+    the stream (the task is over); StreamDropped if the connection breaks first."""
+    headers = {"Accept": "text/event-stream", **({"Last-Event-ID": str(after)} if after else {})}
+    # The server sends a heartbeat every 15 s: a minute of silence is a dead connection.
+    timeout = httpx.Timeout(10.0, read=60.0)
+    try:
+        with gateway._http.stream("GET", f"/v1/tasks/{task_id}/events", headers=headers, timeout=timeout) as response:
+            if response.is_error:
+                response.read()
+                try:
+                    detail = response.json().get("detail", response.text)
+                except ValueError:
+                    detail = response.text
+                raise GatewayError(f"gateway answered {response.status_code}: {detail}")
+            yield from _sse_events(response.iter_lines())
+    except httpx.HTTPError as exc:
+        raise StreamDropped(str(exc) or type(exc).__name__) from exc

@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 
-from .client import Gateway, GatewayError
+from .client import Gateway, GatewayError, StreamDropped, task_events
 
 FINAL = {"COMPLETED", "COMPLETED_WITH_ERRORS", "FAILED", "CANCELLED", "EXPIRED"}
 DOC_FINAL = {"COMPLETED", "FAILED", "CANCELLED"}
@@ -21,45 +21,74 @@ err = Console(stderr=True)
 out = Console(highlight=False, soft_wrap=True)
 
 
-def _doc_fraction(doc: dict[str, Any]) -> float:
+def _doc_percent(doc: dict[str, Any]) -> float:
+    """A document's bar from the task view (the stream's entries carry it computed by the gateway)."""
     if doc["status"] in DOC_FINAL:
-        return 1.0
+        return 100.0
     total = doc["chunks"]["total"]
     if not total:
-        return 0.05
-    return 0.1 + 0.85 * (doc["chunks"]["done"] + doc["chunks"]["failed"]) / total
+        return 0.0
+    return 10 + 85 * (doc["chunks"]["done"] + doc["chunks"]["failed"]) / total
 
 
-def wait(gateway: Gateway, task_id: str, *, quiet: bool, poll_s: float = 0.5) -> dict[str, Any]:
-    """Poll the task until it is final, showing its progress on stderr.
+def _state(doc: dict[str, Any]) -> str:
+    chunks = doc["chunks"]
+    return doc["status"] + (f" {chunks['done']}/{chunks['total']}" if chunks["total"] else "")
 
-    On a terminal: one live bar per document. Elsewhere (a log, CI): one line per change of state.
+
+def wait(gateway: Gateway, task_id: str, *, quiet: bool, reconnect_s: float = 1.0) -> dict[str, Any]:
+    """Follow the task's progress stream (SSE) until it ends, showing progress on stderr; the task.
+
+    On a terminal: one live bar per document. Elsewhere (a log, CI): one line per change of state. A
+    dropped connection is resumed from the last entry seen (Last-Event-ID): nothing is missed or shown twice.
     """
     live = err.is_terminal and not quiet
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
         TextColumn("{task.fields[state]}"),
         console=err,
         disable=not live,
     ) as progress:
         bars: dict[str, Any] = {}
+        names: dict[str, str] = {}
         last: dict[str, str] = {}
+
+        def show_doc(document_id: str, status: str, percent: float, chunks: dict[str, Any]) -> None:
+            state = _state({"status": status, "chunks": chunks})
+            if live:
+                if document_id not in bars:
+                    bars[document_id] = progress.add_task(names.get(document_id, document_id)[:40], total=100, state="")
+                progress.update(bars[document_id], completed=percent, state=state)
+            elif not quiet and last.get(document_id) != status:
+                err.print(f"{names.get(document_id, document_id)}: {state}")
+            last[document_id] = status
+
+        seen, drops = 0, 0
         while True:
-            task = gateway.task(task_id)
-            for doc in task["documents"]:
-                chunks = doc["chunks"]
-                state = doc["status"] + (f" {chunks['done']}/{chunks['total']}" if chunks["total"] else "")
-                if live:
-                    if doc["document_id"] not in bars:
-                        bars[doc["document_id"]] = progress.add_task(doc["filename"][:40], total=1.0, state="")
-                    progress.update(bars[doc["document_id"]], completed=_doc_fraction(doc), state=state)
-                elif not quiet and last.get(doc["document_id"]) != doc["status"]:
-                    err.print(f"{doc['filename']}: {state}")
-                last[doc["document_id"]] = doc["status"]
+            try:
+                for kind, data in task_events(gateway, task_id, seen):
+                    if kind == "snapshot":
+                        for doc in data["documents"]:
+                            names[doc["document_id"]] = doc["filename"]
+                            show_doc(doc["document_id"], doc["status"], _doc_percent(doc), doc["chunks"])
+                    elif kind == "progress":
+                        seen, drops = data["seq"], 0
+                        for doc in data.get("documents", []):
+                            show_doc(doc["document_id"], doc["status"], doc["percent"], doc["chunks"])
+                        if not live and not quiet and data["kind"] in ("paused", "resumed", "cancelled", "expired"):
+                            err.print(f"task {data['kind']}")
+            except StreamDropped as exc:
+                drops += 1
+                if not quiet:
+                    err.print(f"[yellow]progress stream dropped ({exc}); reconnecting[/]")
+                time.sleep(min(10.0, reconnect_s * drops))
+                continue
+            task = gateway.task(task_id)  # the stream ended: the task is over; its summaries
             if task["status"] in FINAL:
                 return task
-            time.sleep(poll_s)
+            time.sleep(reconnect_s)
 
 
 # The result of a task, as task-finished carries it (docsum_shared.readmodel.schemas.TaskResult).

@@ -144,9 +144,10 @@ async def test_progress_streams_over_a_websocket(stack: Stack, llm) -> None:
                 messages.append(json.loads(raw))
     llm.llm.configure(latency_s=0.0)
     assert messages[0]["task_id"] == task_id and messages[0]["status"] == "PROCESSING"
-    kinds = [m.get("event") for m in messages[1:]]
-    assert "chunk-summarized" in kinds and "document-merged" in kinds
-    assert kinds[-1] == "task-events" and messages[-1]["status"] == "COMPLETED"
+    kinds = [m.get("kind") for m in messages[1:]]
+    assert "chunk-summarized" in kinds and "document-done" in kinds
+    assert kinds[-1] == "task-done" and messages[-1]["status"] == "COMPLETED" and messages[-1]["percent"] == 100
+    assert [m["seq"] for m in messages[1:]] == list(range(1, len(messages)))  # numbered, no gap
 
     bob = f"{ws_url}/v1/tasks/{task_id}/events?token={stack.keys['bob']}"
     with pytest.raises(websockets.exceptions.WebSocketException):

@@ -19,7 +19,13 @@ def main() -> None:
         print(f"docsum-gateway: bad setting {exc.setting}: {exc.message}", file=sys.stderr)
         raise SystemExit(2) from None
     logs.configure(secrets=list(api_keys))
-    uvicorn.run(create_app(settings), host=settings.gateway_host, port=settings.gateway_port, log_config=None)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.gateway_host,
+        port=settings.gateway_port,
+        log_config=None,
+        ws_ping_interval=settings.progress_heartbeat_s,  # the progress WebSocket's heartbeat
+    )
 
 
 if __name__ == "__main__":

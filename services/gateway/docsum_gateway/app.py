@@ -18,8 +18,9 @@ from docsum_shared.health import database_ready, serve_health
 from docsum_shared.kafka import ensure_topics, make_producer
 
 from . import settings as gateway_settings
-from .progress import ProgressHub
-from .routers import maintenance, progress, tasks
+from .progress import ProgressFeed
+from .recorder import record_until
+from .routers import maintenance, progress, tasks, web
 from .security import Tickets, ticket_secret
 from .settings import GatewaySettings
 
@@ -38,8 +39,15 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         await ensure_topics(settings)
         app.state.producer = make_producer(settings)
         await app.state.producer.start()
-        app.state.progress = ProgressHub(settings)
+        app.state.progress = ProgressFeed(
+            settings.database_url,
+            app.state.pool,
+            poll_s=settings.progress_poll_s,
+            heartbeat_s=settings.progress_heartbeat_s,
+        )
         app.state.progress.start()
+        stop_recording = asyncio.Event()
+        recording = asyncio.create_task(record_until(stop_recording, settings, app.state.pool))
         health = (
             asyncio.create_task(
                 serve_health(settings.health_host, settings.health_port, database_ready(app.state.pool))
@@ -52,6 +60,11 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         finally:
             if health is not None:
                 health.cancel()
+            stop_recording.set()
+            try:
+                await asyncio.wait_for(recording, settings.drain_timeout_s + 5)
+            except Exception:  # noqa: BLE001 - stopping anyway; what it did not commit is redelivered
+                recording.cancel()
             await app.state.progress.stop()
             await app.state.producer.stop()
             await app.state.pool.close()
@@ -66,6 +79,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     app.include_router(tasks.router)
     app.include_router(maintenance.router)
     app.include_router(progress.router)
+    web.install(app)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:

@@ -32,6 +32,7 @@ _DESCRIPTIONS = {
     400: "The body is not a well-formed multipart/form-data upload, or it has no files.",
     401: "No valid API key: send `Authorization: Bearer <key>`.",
     404: "No such task. Another owner's task answers the same; so does an id the gateway cannot have made.",
+    406: "The request does not accept what the route sends (the progress stream: `Accept: text/event-stream`).",
     409: "The task's status does not allow this (a finished task cannot be paused, say).",
     413: (
         "Over an upload limit: bytes per file (DOCSUM_MAX_FILE_BYTES), files per task (DOCSUM_MAX_FILES_PER_TASK),"

@@ -36,6 +36,12 @@ class GatewaySettings(Settings):
     # Signs WebSocket tickets; every replica needs the same one. Unset: derived from DOCSUM_API_KEYS.
     ws_ticket_secret: str | None = Field(None, min_length=16)
 
+    # Progress streams (SSE and WebSocket on /v1/tasks/{task_id}/events).
+    # An idle stream gets a heartbeat this often (SSE comment line, WebSocket ping), so proxies keep it.
+    progress_heartbeat_s: float = Field(15.0, gt=0, le=300)
+    # A stream reads its task's log at least this often, whether or not a NOTIFY woke it.
+    progress_poll_s: float = Field(1.0, gt=0, le=60)
+
     @property
     def upload_bytes(self) -> int:
         """The most file bytes one task may carry."""

@@ -49,6 +49,12 @@ async def task_result(pool: asyncpg.Pool, settings: Settings, task_id: str) -> T
     return None if found is None else TaskResult.of(await _view(pool, settings, *found))
 
 
+async def pipeline_view(pool: asyncpg.Pool, settings: Settings, task_id: str) -> TaskView | None:
+    """The task's full view, whoever owns it: for the pipeline's own use (the gateway's progress log)."""
+    found = await queries.load_task(pool, task_id)
+    return None if found is None else await _view(pool, settings, *found)
+
+
 async def _view(pool: asyncpg.Pool, settings: Settings, task: Row, documents: list[Row]) -> TaskView:
     task_id = task["id"]
     total, per_document = usage_by_document(settings, await queries.usage_rows(pool, task_id))

@@ -242,6 +242,10 @@ def _control_route(action: str, control: _Control) -> None:
         if not await control.move(pool, task_id):
             raise await _conflict(pool, task_id, control.verb)
         if control.redrive:
+            # Said on task-events first (the progress log's "resumed"/"retried"), then the work re-driven.
+            await publish(
+                producer, settings, [TaskEvent(task_id=task_id, status=control.status, detail={"action": action})]
+            )
             published = await redrive_task(pool, producer, settings, task_id)
             return LifecycleResult(task_id=task_id, status=control.status, redriven_events=published)
         await publish(producer, settings, [TaskEvent(task_id=task_id, status=control.status)])

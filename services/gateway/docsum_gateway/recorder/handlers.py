@@ -1,0 +1,60 @@
+"""The recorder's handler: a pipeline event in, its entries appended to the task's progress log."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import asyncpg
+
+from docsum_shared.events import (
+    ChunkCreated,
+    ChunkSummarized,
+    DocumentMerged,
+    DocumentParsed,
+    DocumentSubmitted,
+    Event,
+    TaskEvent,
+)
+from docsum_shared.handlers import Handlers
+from docsum_shared.readmodel import views
+from docsum_shared.settings import Settings
+from docsum_shared.states import TASK_FINAL
+
+from . import policy, repository
+
+log = logging.getLogger(__name__)
+handlers = Handlers["Deps"]()
+
+
+@dataclass(frozen=True)
+class Deps:
+    pool: asyncpg.Pool
+    settings: Settings
+
+
+@handlers.on(DocumentSubmitted, DocumentParsed, ChunkCreated, ChunkSummarized, DocumentMerged, TaskEvent)
+async def record(event: Event, deps: Deps) -> list[Event]:
+    if not await repository.task_stored(deps.pool, event.task_id):
+        # Not stored (yet): a submission by another system, which the parser registers; the log
+        # starts with the task's next event. Nobody can watch a task that is not stored.
+        return []
+
+    async def entries() -> list[policy.Entry]:  # read under the task's log lock (repository.append)
+        view = await views.pipeline_view(deps.pool, deps.settings, event.task_id)
+        if view is None:
+            return []
+        if isinstance(event, ChunkSummarized):
+            chunks = await repository.chunk(deps.pool, event.chunk_id)
+        elif isinstance(event, DocumentMerged):
+            chunks = await repository.chunks(deps.pool, event.task_id, event.document_id)
+        elif isinstance(event, TaskEvent) and event.status in TASK_FINAL:
+            chunks = await repository.chunks(deps.pool, event.task_id)
+        else:
+            chunks = []
+        return policy.entries_for(event, view, chunks)
+
+    numbers = await repository.append(deps.pool, event.task_id, entries)
+    if numbers:
+        log.debug("task %s: progress %d..%d", event.task_id, numbers[0], numbers[-1])
+    return []

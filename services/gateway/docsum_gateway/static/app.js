@@ -1,0 +1,469 @@
+// docsum's web page: sign in with an API key, submit files, follow a task live (SSE), read its summaries.
+// Every text that comes from a user or a document (file names, titles, summaries, errors) is set with
+// textContent through el(): nothing here ever parses a string as HTML.
+"use strict";
+
+const KEY = "docsum.key";
+const FINAL = new Set(["COMPLETED", "COMPLETED_WITH_ERRORS", "FAILED", "CANCELLED", "EXPIRED"]);
+const DOC_FINAL = new Set(["COMPLETED", "FAILED", "CANCELLED"]);
+const LABELS = {
+  PENDING: "Waiting", PROCESSING: "Working", PAUSED: "Paused", AWAITING_APPROVAL: "Needs approval",
+  COMPLETED: "Done", COMPLETED_WITH_ERRORS: "Done, with errors", FAILED: "Failed", CANCELLED: "Cancelled",
+  EXPIRED: "Expired", PARSING: "Reading", CHUNKING: "Cutting", SUMMARIZING: "Summarizing", MERGING: "Merging",
+};
+const KIND_TEXT = {
+  "task-started": "Task started", "document-started": "Started", "document-parsed": "Read",
+  "chunks-created": "Cut into parts", "chunk-summarized": "Part summarized", "chunk-failed": "Part failed",
+  "document-done": "Summary ready", "document-failed": "Failed", "task-done": "Task finished",
+  paused: "Paused", resumed: "Resumed", retried: "Retrying failed parts", cancelled: "Cancelled",
+  expired: "Expired", "awaiting-approval": "Waiting for approval",
+};
+
+// --- small helpers ------------------------------------------------------------------------------
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name === "class") node.className = value;
+    else if (name === "text") node.textContent = value;
+    else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    else node.setAttribute(name, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+const $ = (id) => document.getElementById(id);
+const key = () => localStorage.getItem(KEY);
+const label = (status) => LABELS[status] || status;
+const money = (usd) => (usd > 0 && usd < 0.01 ? "< $0.01" : "$" + (usd || 0).toFixed(2));
+const pct = (n) => Math.round(n || 0) + "%";
+
+function duration(s) {
+  if (s === null || s === undefined) return "estimating…";
+  if (s < 1) return "moments";
+  if (s < 60) return Math.round(s) + " s";
+  if (s < 3600) return Math.round(s / 60) + " min";
+  return (s / 3600).toFixed(1) + " h";
+}
+
+class ApiError extends Error {
+  constructor(status, message) { super(message); this.status = status; }
+}
+
+async function api(method, path, body) {
+  const response = await fetch(path, {
+    method, body, headers: { Authorization: "Bearer " + key(), Accept: "application/json" },
+  });
+  if (response.status === 401) { signOut("Your API key was not accepted. Check it and sign in again."); throw new ApiError(401, "signed out"); }
+  let data = null;
+  try { data = await response.json(); } catch (_) { /* no body */ }
+  if (!response.ok) {
+    let detail = data && data.detail !== undefined ? data.detail : response.statusText;
+    if (Array.isArray(detail)) detail = detail.map((e) => (e.loc || []).slice(1).join(".") + ": " + e.msg).join("; ");
+    throw new ApiError(response.status, String(detail));
+  }
+  return data;
+}
+
+function documentPercent(doc) {
+  if (DOC_FINAL.has(doc.status)) return 100;
+  const total = doc.chunks.total;
+  if (!total) return doc.text_chars !== null && doc.text_chars !== undefined ? 5 : 0;
+  return 10 + 85 * (doc.chunks.done + doc.chunks.failed) / total;
+}
+
+function taskPercent(task) {
+  if (FINAL.has(task.status)) return 100;
+  if (!task.documents.length) return 0;
+  return Math.min(99, task.documents.reduce((s, d) => s + documentPercent(d), 0) / task.documents.length);
+}
+
+// --- routing ------------------------------------------------------------------------------------
+
+let leave = () => {};  // closes what the current view opened (its stream)
+
+function go(path, replace) {
+  if (replace) history.replaceState(null, "", path); else history.pushState(null, "", path);
+  route();
+}
+
+function route() {
+  leave(); leave = () => {};
+  const main = $("main");
+  main.replaceChildren();
+  $("account").hidden = !key();
+  if (!key()) return showSignIn(main);
+  const match = location.pathname.match(/^\/tasks\/([0-9a-f-]{8,64})$/i);
+  if (match) return showTask(main, match[1]);
+  return showHome(main);
+}
+
+document.addEventListener("click", (event) => {
+  const link = event.target.closest("a[data-link]");
+  if (link && !event.metaKey && !event.ctrlKey && link.origin === location.origin) {
+    event.preventDefault();
+    go(link.pathname);
+  }
+});
+window.addEventListener("popstate", route);
+
+function signOut(message) {
+  localStorage.removeItem(KEY);
+  sessionStorage.setItem("docsum.notice", message || "");
+  go("/", true);
+}
+
+// --- sign in ------------------------------------------------------------------------------------
+
+function showSignIn(main) {
+  const notice = sessionStorage.getItem("docsum.notice");
+  sessionStorage.removeItem("docsum.notice");
+  const input = el("input", { id: "api-key", type: "password", autocomplete: "current-password", placeholder: "Your API key", required: true });
+  const problem = el("p", { class: notice ? "notice" : "notice hidden", id: "signin-error", text: notice || "" });
+  const form = el("form", { class: "card stack", id: "signin", onsubmit: async (event) => {
+    event.preventDefault();
+    const value = input.value.trim();
+    if (!value) return;
+    localStorage.setItem(KEY, value);
+    const response = await fetch("/v1/tasks?limit=1", { headers: { Authorization: "Bearer " + value } });
+    if (!response.ok) {
+      localStorage.removeItem(KEY);
+      problem.textContent = response.status === 401 ? "That key was not accepted. Check it and try again." : "The service answered " + response.status + ". Try again in a moment.";
+      problem.classList.remove("hidden");
+      return;
+    }
+    go("/", true);
+  } },
+    el("h1", { text: "Sign in" }),
+    el("p", { class: "muted", text: "docsum summarizes your documents — each one, and the whole batch. Sign in with the API key you were given." }),
+    el("div", {}, el("label", { for: "api-key", text: "API key" }), input),
+    problem,
+    el("button", { class: "primary", type: "submit", id: "signin-button", text: "Sign in" }),
+    el("p", { class: "muted small", text: "The key stays in this browser (local storage) until you sign out." }),
+  );
+  main.append(el("div", { class: "signin" }, form));
+  input.focus();
+}
+
+// --- home: submit, your tasks -------------------------------------------------------------------
+
+function segmented(name, choices, chosen) {
+  return el("div", { class: "seg", role: "radiogroup" }, choices.map(([value, text]) =>
+    el("label", {}, el("input", { type: "radio", name, value, checked: value === chosen }), el("span", { text }))));
+}
+
+function showHome(main) {
+  const chosen = [];
+  const list = el("ul", { class: "files", id: "chosen-files" });
+  const submit = el("button", { class: "primary", type: "submit", id: "submit", disabled: true, text: "Summarize" });
+  const problem = el("p", { class: "notice hidden", id: "submit-error" });
+  const picker = el("input", { type: "file", id: "file-input", multiple: true, class: "hidden", accept: ".pdf,.docx,.txt,.md,.markdown,text/plain,text/markdown,application/pdf,application/vnd.openxmlformats-officedocument.wordprocessingml.document" });
+  const folder = el("input", { type: "file", id: "folder-input", multiple: true, class: "hidden", webkitdirectory: true });
+
+  function refresh() {
+    list.replaceChildren(...chosen.map((file, i) => el("li", {},
+      el("span", { title: file.name, text: file.name }),
+      el("span", { class: "row" }, el("span", { class: "muted small", text: size(file.size) }),
+        el("button", { class: "link", type: "button", "aria-label": "Remove " + file.name, text: "Remove", onclick: () => { chosen.splice(i, 1); refresh(); } })))));
+    submit.disabled = !chosen.length;
+    submit.textContent = chosen.length ? `Summarize ${chosen.length} file${chosen.length > 1 ? "s" : ""}` : "Summarize";
+  }
+  function add(files) {
+    for (const file of files) {
+      if (/\.(pdf|docx|txt|md|markdown|text)$/i.test(file.name) || file.type.startsWith("text/")) chosen.push(file);
+    }
+    refresh();
+  }
+  picker.addEventListener("change", () => { add(picker.files); picker.value = ""; });
+  folder.addEventListener("change", () => { add(folder.files); folder.value = ""; });
+
+  const drop = el("div", { class: "drop", id: "drop", tabindex: 0, role: "button", onclick: () => picker.click(),
+    onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); picker.click(); } },
+    ondragover: (e) => { e.preventDefault(); drop.classList.add("over"); },
+    ondragleave: () => drop.classList.remove("over"),
+    ondrop: (e) => { e.preventDefault(); drop.classList.remove("over"); add(e.dataTransfer.files); } },
+    el("strong", { text: "Drop files here, or click to choose" }),
+    el("span", { class: "muted small", text: "PDF, Word (.docx), text and Markdown — one summary per file, and one for them all" }));
+
+  const form = el("form", { class: "card stack", id: "new-task", onsubmit: async (event) => {
+    event.preventDefault();
+    if (!chosen.length) return;
+    const data = new FormData();
+    for (const file of chosen) data.append("files", file, file.name);
+    const fields = new FormData(form);
+    for (const name of ["title", "language", "length", "style"]) {
+      const value = (fields.get(name) || "").toString().trim();
+      if (value) data.append(name, value);
+    }
+    data.append("strict", fields.get("strict") ? "true" : "false");
+    submit.disabled = true; submit.textContent = "Uploading…"; problem.classList.add("hidden");
+    try {
+      const created = await api("POST", "/v1/tasks", data);
+      go("/tasks/" + created.task_id);
+    } catch (error) {
+      if (error.status === 401) return;
+      problem.textContent = "Could not submit: " + error.message; problem.classList.remove("hidden");
+      refresh();
+    }
+  } },
+    el("h1", { text: "Summarize documents" }),
+    drop, picker, folder,
+    el("div", { class: "row small" }, el("span", { class: "muted", text: "or" }),
+      el("button", { class: "link", type: "button", id: "choose-folder", text: "choose a whole folder", onclick: () => folder.click() })),
+    list,
+    el("div", { class: "options" },
+      el("div", {}, el("label", { for: "title", text: "Title (optional)" }), el("input", { type: "text", id: "title", name: "title", maxlength: 500, placeholder: "e.g. Q3 board papers" })),
+      el("div", {}, el("label", { for: "language", text: "Summary language" }),
+        el("select", { id: "language", name: "language" },
+          [["", "Each document's own"], ["en", "English"], ["zh", "中文 (Chinese)"], ["es", "Español"], ["fr", "Français"], ["de", "Deutsch"], ["ja", "日本語"], ["pt", "Português"]]
+            .map(([value, text]) => el("option", { value, text })))),
+      el("div", {}, el("label", { text: "Length" }), segmented("length", [["brief", "Brief"], ["standard", "Standard"], ["detailed", "Detailed"]], "standard")),
+      el("div", {}, el("label", { text: "Style" }), segmented("style", [["prose", "Prose"], ["bullets", "Bullet points"]], "prose")),
+    ),
+    el("label", { class: "check" }, el("input", { type: "checkbox", name: "strict", id: "strict" }),
+      el("span", {}, "Strict: ", el("span", { class: "muted", text: "fail a document if any part of it cannot be summarized (otherwise you get the rest, and what is missing is said)" }))),
+    problem,
+    el("div", { class: "row" }, submit),
+  );
+
+  const tasks = el("ul", { class: "tasks", id: "task-list" }, el("li", { class: "muted", text: "Loading…" }));
+  main.append(el("div", { class: "grid" }, form, el("section", { class: "card" }, el("h2", { text: "Your tasks" }), tasks)));
+  refresh();
+  api("GET", "/v1/tasks?limit=50").then((items) => {
+    tasks.replaceChildren(...(items.length ? items.map((t) => el("li", {},
+      el("a", { href: "/tasks/" + t.task_id, "data-link": true },
+        el("span", { class: "name" }, el("span", { text: t.title || "Untitled task" }), el("br"),
+          el("span", { class: "muted small", text: new Date(t.created_at).toLocaleString() })),
+        el("span", { class: "badge " + t.status, text: label(t.status) }))))
+      : [el("li", { class: "muted", text: "No tasks yet. Your first summary starts on the left." })]));
+  }).catch(() => {});
+}
+
+function size(bytes) {
+  if (bytes < 1024) return bytes + " B";
+  if (bytes < 1024 * 1024) return (bytes / 1024).toFixed(0) + " KB";
+  return (bytes / 1024 / 1024).toFixed(1) + " MB";
+}
+
+// --- one task, live -----------------------------------------------------------------------------
+
+function showTask(main, taskId) {
+  let task = null;
+  let lastSeq = 0;
+  let snapshotSeq = 0;  // the log's last entry when the snapshot was taken
+  let source = null;
+  let closed = false;
+  let refetching = null;
+  let retryTimer = null;
+  const bars = new Map();  // document_id -> {bar, fill, state, chunks, summary, error, card}
+
+  const title = el("h1", { id: "task-title", text: "Task" });
+  const badge = el("span", { class: "badge", id: "task-status" });
+  const fill = el("div", { id: "task-fill" });
+  const bar = el("div", { class: "progress", id: "task-progress", role: "progressbar", "aria-valuemin": 0, "aria-valuemax": 100 }, fill);
+  const figures = el("div", { class: "figures", id: "task-figures" });
+  const hold = el("p", { class: "notice info hidden", id: "hold" });
+  const problem = el("p", { class: "notice hidden", id: "task-error" });
+  const buttons = {};
+  const actions = el("div", { class: "actions" }, ["pause", "resume", "cancel", "retry"].map((action) => {
+    buttons[action] = el("button", { type: "button", id: action, class: action === "cancel" ? "danger" : "", text: action[0].toUpperCase() + action.slice(1),
+      onclick: () => control(action) });
+    return buttons[action];
+  }));
+  const downloads = el("div", { class: "actions" },
+    el("button", { type: "button", id: "download-json", text: "Download JSON", onclick: () => download("json") }),
+    el("button", { type: "button", id: "download-md", text: "Download Markdown", onclick: () => download("md") }));
+  const docs = el("div", { id: "documents" });
+  const summary = el("section", { class: "card hidden", id: "task-summary-card" }, el("h2", { text: "Summary of the whole batch" }), el("p", { class: "summary", id: "task-summary" }));
+  const failures = el("section", { class: "card hidden", id: "failures-card" }, el("h2", { text: "What failed, and why" }), el("ul", { class: "log", id: "failures" }));
+  const log = el("ul", { class: "log", id: "activity" });
+
+  main.append(el("div", { class: "stack" },
+    el("a", { href: "/", "data-link": true, class: "small", text: "← All tasks" }),
+    el("section", { class: "card stack" },
+      el("div", { class: "taskhead" }, el("div", {}, title, badge), actions),
+      bar, figures, hold, problem, downloads),
+    summary,
+    el("section", { class: "card" }, el("h2", { text: "Documents" }), docs),
+    failures,
+    el("section", { class: "card" }, el("h2", { text: "Activity" }), log)));
+
+  leave = () => { closed = true; if (source) source.close(); clearTimeout(retryTimer); };
+
+  function renderTask() {
+    title.textContent = task.title || "Untitled task";
+    document.title = (task.title || "Task") + " — docsum";
+    badge.className = "badge " + task.status; badge.textContent = label(task.status);
+    setBar(bar, fill, taskPercent(task), task.status);
+    const working = !FINAL.has(task.status) && task.estimate.remaining_chunks > 0;
+    figures.replaceChildren(...[
+      el("span", {}, el("b", { id: "task-percent", text: pct(taskPercent(task)) }), " done"),
+      working ? el("span", {}, "Time left ", el("b", { id: "task-eta", text: duration(task.estimate.eta_s) })) : null,
+      el("span", {}, "Cost so far ", el("b", { id: "task-cost", text: money(task.usage.cost_usd) })),
+      task.estimate.remaining_chunks ? el("span", {}, "Still to pay ", el("b", { text: "≈ " + money(task.estimate.cost_usd) })) : null,
+      el("span", {}, el("b", { text: String(task.usage.llm_calls) }), " model calls"),
+      task.usage.cached_calls ? el("span", {}, el("b", { text: String(task.usage.cached_calls) }), " answered from earlier results") : null,
+    ].filter(Boolean));
+    hold.textContent = task.status === "AWAITING_APPROVAL" ? "This task waits for your approval: " + (task.hold_reason || "it would go over your spending limit") + ". Resume approves it; Cancel drops it." : "";
+    hold.classList.toggle("hidden", task.status !== "AWAITING_APPROVAL");
+    problem.textContent = task.error || ""; problem.classList.toggle("hidden", !task.error);
+    const s = task.status;
+    buttons.pause.disabled = !(s === "PENDING" || s === "PROCESSING");
+    buttons.resume.disabled = !(s === "PAUSED" || s === "AWAITING_APPROVAL");
+    buttons.cancel.disabled = FINAL.has(s);
+    buttons.retry.disabled = !(s === "COMPLETED_WITH_ERRORS" || s === "FAILED");
+    $("task-summary").textContent = task.summary || "";
+    summary.classList.toggle("hidden", !task.summary);
+    for (const doc of task.documents) renderDocument(doc);
+  }
+
+  function renderDocument(doc) {
+    let view = bars.get(doc.document_id);
+    if (!view) {
+      const fillDoc = el("div");
+      view = {
+        fill: fillDoc,
+        bar: el("div", { class: "progress", role: "progressbar" }, fillDoc),
+        state: el("span", { class: "badge" }),
+        chunks: el("span", { class: "muted small" }),
+        summary: el("p", { class: "summary" }),
+        error: el("p", { class: "error hidden" }),
+        name: el("span", { class: "fname" }),
+      };
+      view.card = el("article", { class: "doc", "data-document": doc.document_id },
+        el("div", { class: "top" }, view.name, view.state), view.bar,
+        el("div", { class: "figures" }, view.chunks), view.error, view.summary);
+      bars.set(doc.document_id, view);
+      docs.append(view.card);
+    }
+    view.name.textContent = doc.filename;
+    if (doc.filename !== undefined) view.filename = doc.filename;
+    view.state.className = "badge " + doc.status; view.state.textContent = label(doc.status);
+    setBar(view.bar, view.fill, doc.percent !== undefined ? doc.percent : documentPercent(doc), doc.status);
+    const c = doc.chunks;
+    view.chunks.textContent = c.total ? `${c.done} of ${c.total} part${c.total > 1 ? "s" : ""} summarized` + (c.failed ? `, ${c.failed} failed` : "") : (doc.status === "FAILED" ? "" : "Reading…");
+    if (doc.summary !== undefined) view.summary.textContent = doc.summary || "";
+    if (doc.error !== undefined) { view.error.textContent = doc.error || ""; view.error.classList.toggle("hidden", !doc.error); }
+  }
+
+  function setBar(barNode, fillNode, percent, status) {
+    fillNode.style.width = Math.max(0, Math.min(100, percent)) + "%";
+    barNode.setAttribute("aria-valuenow", String(Math.round(percent)));
+    barNode.classList.toggle("done", status === "COMPLETED");
+    barNode.classList.toggle("bad", status === "FAILED" || status === "CANCELLED" || status === "EXPIRED" || status === "COMPLETED_WITH_ERRORS");
+    barNode.classList.toggle("held", status === "PAUSED" || status === "AWAITING_APPROVAL");
+  }
+
+  function applyEntry(entry) {
+    lastSeq = Math.max(lastSeq, entry.seq);
+    const name = entry.document_id && bars.get(entry.document_id) ? bars.get(entry.document_id).filename : entry.filename;
+    const what = (KIND_TEXT[entry.kind] || entry.kind) + (name ? " — " + name : "") + (entry.chunk_index !== undefined ? " (part " + (entry.chunk_index + 1) + ")" : "");
+    log.prepend(el("li", { "data-seq": entry.seq, text: `#${entry.seq} ${what} · ${pct(entry.percent)}` }));
+    while (log.children.length > 200) log.lastElementChild.remove();
+    if (!task || entry.seq <= snapshotSeq) return;  // already in the snapshot: history for the activity list only
+    task.status = entry.status;
+    task.usage = entry.usage; task.estimate = entry.estimate;
+    for (const d of entry.documents || []) {
+      const doc = task.documents.find((x) => x.document_id === d.document_id);
+      if (doc) { doc.status = d.status; doc.chunks = d.chunks; }
+    }
+    renderTask();
+    setBar(bar, fill, entry.percent, entry.status);
+    $("task-percent").textContent = pct(entry.percent);
+    for (const d of entry.documents || []) { const v = bars.get(d.document_id); if (v) setBar(v.bar, v.fill, d.percent, d.status); }
+    if (/done|failed|cancelled|expired|task-done|paused|resumed|retried/.test(entry.kind)) refetch();
+  }
+
+  function refetch() {  // summaries and errors are not in the stream: read the task again, once per burst
+    if (refetching) return;
+    refetching = setTimeout(async () => {
+      refetching = null;
+      try { task = await api("GET", "/v1/tasks/" + taskId); renderTask(); loadFailures(); } catch (_) { /* next event retries */ }
+    }, 250);
+  }
+
+  async function loadFailures() {
+    const listed = await api("GET", `/v1/tasks/${taskId}/failures`);
+    $("failures").replaceChildren(...listed.map((f) => el("li", {},
+      el("b", { text: f.filename }), f.chunk_index === null ? " — the whole document: " : ` — part ${f.chunk_index + 1}: `,
+      el("span", { class: "error", text: f.error || "unknown error" }))));
+    failures.classList.toggle("hidden", !listed.length);
+  }
+
+  async function connect() {
+    if (closed) return;
+    let ticket;
+    try { ticket = (await api("POST", `/v1/tasks/${taskId}/ticket`)).ticket; }
+    catch (error) { if (error.status === 404) return notFound(); retryTimer = setTimeout(connect, 2000); return; }
+    const url = `/v1/tasks/${taskId}/events?ticket=${encodeURIComponent(ticket)}&after=${lastSeq}`;
+    source = new EventSource(url);
+    source.addEventListener("snapshot", (event) => {
+      task = JSON.parse(event.data);
+      snapshotSeq = task.progress_seq || 0;
+      renderTask();
+      loadFailures().catch(() => {});
+    });
+    source.addEventListener("progress", (event) => applyEntry(JSON.parse(event.data)));
+    source.onerror = () => {  // the end of the stream, or a drop: a ticket is good once, so ask anew
+      source.close();
+      if (closed || (task && FINAL.has(task.status))) { refetch(); return; }
+      retryTimer = setTimeout(connect, 1000);
+    };
+  }
+
+  function notFound() {
+    main.replaceChildren(el("div", { class: "card center" }, el("h1", { text: "No such task" }),
+      el("p", { class: "muted", text: "It does not exist, or it belongs to another account." }),
+      el("a", { href: "/", "data-link": true, text: "Back to your tasks" })));
+  }
+
+  async function control(action) {
+    if (action === "cancel" && !confirm("Cancel this task for good? Work done so far is kept.")) return;
+    buttons[action].disabled = true;
+    try { await api("POST", `/v1/tasks/${taskId}/${action}`); problem.classList.add("hidden"); }
+    catch (error) { problem.textContent = error.message; problem.classList.remove("hidden"); }
+    refetch();
+    if (action === "retry" || action === "resume") { if (source) source.close(); clearTimeout(retryTimer); connect(); }
+  }
+
+  function download(format) {
+    if (!task) return;
+    const result = asJson(task);
+    const name = "docsum-" + (task.title || task.task_id).replace(/[^\w.-]+/g, "-").slice(0, 60);
+    const blob = format === "json"
+      ? new Blob([JSON.stringify(result, null, 2)], { type: "application/json" })
+      : new Blob([asMarkdown(task)], { type: "text/markdown" });
+    const link = el("a", { href: URL.createObjectURL(blob), download: name + (format === "json" ? ".json" : ".md") });
+    document.body.append(link); link.click(); link.remove();
+    setTimeout(() => URL.revokeObjectURL(link.href), 1000);
+  }
+
+  connect();
+}
+
+// The result as `docsum summarize --json` prints it (and task-finished carries it).
+function asJson(task) {
+  const pick = (o, keys) => Object.fromEntries(keys.map((k) => [k, o[k] === undefined ? null : o[k]]));
+  const result = pick(task, ["task_id", "status", "updated_at", "summary", "error", "truncated", "llm", "usage", "recovery"]);
+  result.documents = task.documents.map((d) => pick(d, ["document_id", "filename", "status", "summary", "error", "truncated", "chunks"]));
+  return result;
+}
+
+function asMarkdown(task) {
+  const lines = [`# ${task.title || "docsum summary"}`, "", `Status: ${label(task.status)}`, ""];
+  if (task.summary) lines.push("## Summary", "", task.summary, "");
+  for (const d of task.documents) {
+    lines.push(`## ${d.filename}`, "", d.summary || (d.error ? `_Failed: ${d.error}_` : "_No summary_"), "");
+  }
+  return lines.join("\n");
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("sign-out").addEventListener("click", () => signOut(""));
+  route();
+});

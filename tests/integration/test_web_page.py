@@ -1,0 +1,123 @@
+"""The web page, in a real browser (Debian's Chromium driven by playwright): sign in, upload real
+documents, watch the bars fill live, pause and resume, reload mid-task, read the summaries — and a
+hostile file name and summary stay text.
+
+Screenshots (just submitted, mid-way, finished) go to the test's tmp dir and to .run/screenshots/.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.integration.conftest import ROOT, Stack
+
+pytestmark = pytest.mark.integration
+
+HOSTILE_NAME = "<img src=x onerror=window.__pwned=1>.txt"
+HOSTILE_TEXT = "<script>window.__pwned=2</script> is what this note starts with. " + "It says little else. " * 20
+SHOTS = ROOT / ".run" / "screenshots"
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    """Debian's Chromium, installed by the project's script when missing."""
+    done = subprocess.run([str(ROOT / "scripts" / "chromium.sh")], check=True, capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+def test_the_page_summarizes_documents_live(stack: Stack, llm, chromium: str, tmp_path: Path) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    page_headers = httpx.get(stack.gateway_url + "/").headers
+    assert "script-src 'self'" in page_headers["content-security-policy"]
+    assert page_headers["x-content-type-options"] == "nosniff"
+
+    hostile = tmp_path / HOSTILE_NAME
+    hostile.write_text(HOSTILE_TEXT)
+    files = [str(ROOT / "examples" / "python-language-reference.docx"), str(ROOT / "examples" / "chinese-essay.txt")]
+    llm.llm.configure(latency_s=1.2)  # slow enough to pause, reload and look mid-way
+    shots: list[Path] = []
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(
+                executable_path=chromium,
+                headless=True,
+                args=["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                      "--disable-component-update", "--disable-sync"],
+            )  # fmt: skip
+            # Reduced motion: the bars jump to their value, so a screenshot shows what the figures say.
+            page = browser.new_page(viewport={"width": 1180, "height": 1000}, reduced_motion="reduce")
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(stack.gateway_url + "/")
+
+            page.fill("#api-key", "not-a-key-of-anyone")
+            page.click("#signin-button")
+            expect(page.locator("#signin-error")).to_contain_text("not accepted")
+            page.fill("#api-key", stack.keys["alice"])
+            page.click("#signin-button")
+
+            page.set_input_files("#file-input", [*files, str(hostile)])
+            expect(page.locator("#chosen-files li")).to_have_count(3)
+            page.fill("#title", "Reading for Monday")
+            page.click("#submit")
+            page.wait_for_url("**/tasks/*")
+            expect(page.locator("#documents article")).to_have_count(3)
+            shots.append(_shot(page, tmp_path, "1-submitted"))
+
+            page.click("#pause")
+            expect(page.locator("#task-status")).to_have_text("Paused", timeout=20_000)
+            page.reload()  # the page picks up where the task is: the same task, paused, bars kept
+            expect(page.locator("#task-title")).to_have_text("Reading for Monday")
+            expect(page.locator("#task-status")).to_have_text("Paused")
+            expect(page.locator("#resume")).to_be_enabled()
+            page.click("#resume")
+            expect(page.locator("#task-status")).to_have_text("Working", timeout=20_000)
+            mid_way = "() => { const n = parseInt(document.querySelector('#task-percent').textContent); return n > 10 }"
+            page.wait_for_function(mid_way, timeout=60_000)
+            shots.append(_shot(page, tmp_path, "2-mid-way"))
+            page.reload()
+            expect(page.locator("#documents article")).to_have_count(3)
+
+            expect(page.locator("#task-status")).to_have_text("Done", timeout=120_000)
+            expect(page.locator("#task-percent")).to_have_text("100%")
+            for article in page.locator("#documents article").all():
+                expect(article.locator(".summary")).not_to_be_empty()
+                assert article.get_attribute("data-document")
+            expect(page.locator("#task-summary")).not_to_be_empty()
+            expect(page.locator("#activity li").first).to_contain_text("Task finished")
+
+            # The hostile name and summary are text: no element was made of them, no script ran.
+            hostile_doc = page.locator("#documents article", has_text="onerror")
+            expect(hostile_doc.locator(".fname")).to_have_text(HOSTILE_NAME)
+            expect(hostile_doc.locator(".summary")).to_contain_text("<script>window.__pwned=2</script>")
+            assert page.locator("#documents img, #documents script").count() == 0
+            assert page.evaluate("() => window.__pwned") is None
+
+            with page.expect_download() as download:
+                page.click("#download-md")
+            markdown = Path(download.value.path()).read_text()
+            assert "# Reading for Monday" in markdown and "## chinese-essay.txt" in markdown
+            shots.append(_shot(page, tmp_path, "3-finished"))
+            page.set_viewport_size({"width": 390, "height": 844})  # a phone: one column, nothing wider
+            assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
+            shots.append(_shot(page, tmp_path, "4-phone", full_page=False))
+            assert not errors, errors
+            browser.close()
+    finally:
+        llm.llm.configure(latency_s=0.0)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    for shot in shots:
+        shutil.copy(shot, SHOTS / shot.name)
+    print(f"\nscreenshots: {', '.join(str(SHOTS / s.name) for s in shots)}")
+
+
+def _shot(page, tmp_path: Path, name: str, full_page: bool = True) -> Path:  # type: ignore[no-untyped-def]
+    path = tmp_path / f"{name}.png"
+    page.screenshot(path=str(path), full_page=full_page)
+    return path

@@ -1,0 +1,97 @@
+"""The progress log's policy: which entries an event adds, in which order, under which keys."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from docsum_gateway.recorder.policy import ChunkRow, document_percent, entries_for, task_percent
+from docsum_shared.events import ChunkSummarized, DocumentMerged, DocumentOutcome, DocumentSubmitted, TaskEvent
+from docsum_shared.options import TaskOptions
+from docsum_shared.readmodel.schemas import ChunkProgress, DocumentView, Estimate, Recovery, TaskView, Usage
+from docsum_shared.states import TaskStatus
+
+T0 = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def _doc(doc_id: str, status: str = "SUMMARIZING", done: int = 0, total: int | None = 4) -> DocumentView:
+    return DocumentView(
+        document_id=doc_id, filename=f"{doc_id}.txt", status=status, size_level="MEDIUM", text_chars=9000,
+        chunks=ChunkProgress(done=done, failed=0, total=total), summary=None, summary_model=None, error=None,
+        coverage=None, failed_chunks=[], usage=Usage(),
+    )  # fmt: skip
+
+
+def _view(*docs: DocumentView, status: str = "PROCESSING", redrives: int = 0) -> TaskView:
+    return TaskView(
+        task_id="t1", title=None, status=status, created_at=T0, updated_at=T0, summary=None, summary_model=None,
+        error=None, options=TaskOptions(), usage=Usage(llm_calls=3, cost_usd=0.5),
+        estimate=Estimate(remaining_chunks=2, prompt_tokens=10, cost_usd=0.1, eta_s=4.0),
+        recovery=Recovery(redrives=redrives), documents=list(docs),
+    )  # fmt: skip
+
+
+def test_an_event_brings_the_milestones_before_it_in_order() -> None:
+    view = _view(_doc("d1", done=1))
+    event = ChunkSummarized(task_id="t1", document_id="d1", chunk_id="c1", chunk_index=0)
+    entries = entries_for(event, view, [ChunkRow("c1", "d1", 0, "COMPLETED")])
+    assert [e.kind for e in entries] == [
+        "task-started", "document-started", "document-parsed", "chunks-created", "chunk-summarized",
+    ]  # fmt: skip
+    assert entries[-1].key == "chunk:c1:COMPLETED" and entries[-1].body["chunk_index"] == 0
+    assert entries[-1].body["percent"] == round(10 + 85 * 1 / 4, 1) and entries[-1].body["eta_s"] == 4.0
+    assert entries[-1].body["usage"]["cost_usd"] == 0.5
+    # The same event again gives the same keys: the store keeps one entry per key.
+    assert [e.key for e in entries_for(event, view, [ChunkRow("c1", "d1", 0, "COMPLETED")])] == [e.key for e in entries]
+
+
+def test_a_chunk_reset_by_a_retry_is_not_told_ended_and_a_later_end_is_a_new_entry() -> None:
+    event = ChunkSummarized(task_id="t1", document_id="d1", chunk_id="c1", chunk_index=0)
+    pending = entries_for(event, _view(_doc("d1")), [ChunkRow("c1", "d1", 0, "PENDING")])
+    assert "chunk-summarized" not in [e.kind for e in pending]
+    failed = entries_for(event, _view(_doc("d1")), [ChunkRow("c1", "d1", 0, "FAILED")])[-1]
+    completed = entries_for(event, _view(_doc("d1")), [ChunkRow("c1", "d1", 0, "COMPLETED")])[-1]
+    assert (failed.kind, completed.kind) == ("chunk-failed", "chunk-summarized") and failed.key != completed.key
+
+
+def test_the_task_end_comes_after_every_end_it_implies() -> None:
+    view = _view(_doc("d1", "COMPLETED", 2, 2), _doc("d2", "FAILED", 0, None), status="COMPLETED_WITH_ERRORS")
+    chunks = [ChunkRow("c2", "d1", 1, "COMPLETED"), ChunkRow("c1", "d1", 0, "COMPLETED")]
+    kinds = [
+        e.kind for e in entries_for(TaskEvent(task_id="t1", status=TaskStatus.COMPLETED_WITH_ERRORS), view, chunks)
+    ]
+    assert kinds[-1] == "task-done" and kinds.index("document-done") < kinds.index("task-done")
+    assert kinds.count("chunk-summarized") == 2 and "document-failed" in kinds
+    # A retry ends the task again: a new entry, told apart by the re-drive count.
+    again = entries_for(TaskEvent(task_id="t1", status=TaskStatus.COMPLETED), _view(status="COMPLETED", redrives=1))
+    first = entries_for(TaskEvent(task_id="t1", status=TaskStatus.COMPLETED), _view(status="COMPLETED"))
+    assert again[-1].key != first[-1].key and again[-1].body["percent"] == 100.0
+
+
+def test_each_pause_and_resume_is_its_own_entry() -> None:
+    view = _view(_doc("d1"))
+    pauses = [TaskEvent(task_id="t1", status=TaskStatus.PAUSED) for _ in range(2)]
+    keys = {entries_for(p, view)[-1].key for p in pauses}
+    assert len(keys) == 2
+    resumed = entries_for(TaskEvent(task_id="t1", status=TaskStatus.PROCESSING, detail={"action": "resume"}), view)
+    retried = entries_for(TaskEvent(task_id="t1", status=TaskStatus.PROCESSING, detail={"action": "retry"}), view)
+    assert (resumed[-1].kind, retried[-1].kind) == ("resumed", "retried")
+    assert entries_for(pauses[0], view)[-1].body["status"] == "PAUSED"
+
+
+def test_a_document_end_that_no_longer_holds_adds_nothing() -> None:
+    merged = DocumentMerged(task_id="t1", document_id="d1", outcome=DocumentOutcome.FAILED)
+    kinds = [e.kind for e in entries_for(merged, _view(_doc("d1", "SUMMARIZING")))]  # retried since
+    assert "document-failed" not in kinds and "document-done" not in kinds
+
+
+def test_percent() -> None:
+    assert document_percent(_doc("d", "PARSING", total=None).model_copy(update={"text_chars": None})) == 0.0
+    assert document_percent(_doc("d", "CHUNKING", total=None)) == 5.0
+    assert document_percent(_doc("d", done=4)) == 95.0 and document_percent(_doc("d", "COMPLETED")) == 100.0
+    assert task_percent(_view(_doc("a", "COMPLETED"), _doc("b", done=4))) == 97.5
+    assert task_percent(_view(_doc("a", "COMPLETED"), status="COMPLETED")) == 100.0
+    assert task_percent(_view(_doc("a", "COMPLETED"))) == 99.0  # 100 only once the task is final
+    submitted = DocumentSubmitted(
+        task_id="t1", document_id="d9", owner="o", filename="x", blob_sha256="0" * 64, size_bytes=1
+    )
+    assert [e.kind for e in entries_for(submitted, _view(_doc("d1")))] == ["task-started"]  # unknown document
