@@ -47,7 +47,12 @@ def _info(record: keystore.KeyRecord) -> KeyInfo:
     return KeyInfo(**record.__dict__)
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=KeyCreated, responses=errors(401, 422))
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=KeyCreated,
+    responses={**errors(401, 422), 400: {"model": ErrorBody, "description": "The body cannot be parsed as JSON."}},
+)
 async def create_key(body: KeyRequest, pool: PoolDep) -> KeyCreated:
     record, key = await keystore.create_key(pool, body.owner, body.name)
     return KeyCreated(**record.__dict__, key=key)
