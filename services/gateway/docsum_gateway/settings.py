@@ -35,7 +35,7 @@ class GatewaySettings(Settings):
     upload_spool_bytes: int = Field(64 * KiB, ge=0)
     # A WebSocket ticket (POST /v1/tasks/{task_id}/ticket) is good for one connection within this time.
     ws_ticket_ttl_s: float = Field(30.0, gt=0, le=3600)
-    # Signs WebSocket tickets; every replica needs the same one. Unset: derived from DOCSUM_API_KEYS.
+    # Signs WebSocket tickets; every replica needs the same one. Unset: derived from the API and admin keys.
     ws_ticket_secret: str | None = Field(None, min_length=16)
 
     # --- Stored API keys and the task rate limit (README: "API keys and rate limits") ---
