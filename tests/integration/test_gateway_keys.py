@@ -147,7 +147,7 @@ async def _ws_answer(url: str, path: str, task_id: str, **how: Any) -> tuple[str
         async with connect(ws_url, open_timeout=10, **how) as ws:
             return "accepted", await ws.recv()  # type: ignore[return-value]
     except InvalidStatus as refused:
-        return "refused", refused.value.response.status_code
+        return "refused", refused.response.status_code
 
 
 async def test_another_owner_learns_nothing_about_a_task_on_any_route(
