@@ -30,6 +30,13 @@ service_env() {
     fi
     export DOCSUM_API_KEYS="local=$(cat "$STATE/api-key")"
   fi
+  if [ -z "${DOCSUM_ADMIN_KEY:-}" ]; then
+    # The operator's key for `docsum keys` on the local stack, made once; the CLI finds it in .run/admin-key.
+    if [ ! -s "$STATE/admin-key" ]; then
+      (umask 077 && "$PY" -c 'import secrets; print(secrets.token_urlsafe(32))' > "$STATE/admin-key")
+    fi
+    export DOCSUM_ADMIN_KEY="$(cat "$STATE/admin-key")"
+  fi
 }
 
 infra() {
@@ -169,7 +176,7 @@ case "${1:-}" in
   env)
     service_env
     echo "export DATABASE_URL='$DATABASE_URL' KAFKA_BOOTSTRAP_SERVERS='$KAFKA_BOOTSTRAP_SERVERS'" \
-         "DOCSUM_API_KEYS='$DOCSUM_API_KEYS'"
+         "DOCSUM_API_KEYS='$DOCSUM_API_KEYS' DOCSUM_ADMIN_KEY='$DOCSUM_ADMIN_KEY'"
     ;;
   *) echo "usage: $0 up|down|infra|env" >&2; exit 2 ;;
 esac

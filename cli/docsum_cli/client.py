@@ -130,3 +130,49 @@ def task_events(gateway: Gateway, task_id: str, after: int = 0) -> Iterator[tupl
             yield from _sse_events(response.iter_lines())
     except httpx.HTTPError as exc:
         raise StreamDropped(str(exc) or type(exc).__name__) from exc
+
+
+# --- the owner's tasks, and the operator's keys ------------------------------------------------------
+
+# Where `make up` keeps the admin key it generated for the local stack.
+LOCAL_ADMIN_KEY_FILE = Path(".run") / "admin-key"
+
+
+def admin_key() -> str | None:
+    key = os.environ.get("DOCSUM_ADMIN_KEY")
+    if key:
+        return key
+    if LOCAL_ADMIN_KEY_FILE.is_file():
+        return LOCAL_ADMIN_KEY_FILE.read_text().strip()
+    return None
+
+
+class OwnerClient(Gateway):
+    """The reads of the owner's own tasks that `docsum tasks` and `docsum show` use."""
+
+    def tasks(self, limit: int = 50) -> list[dict[str, Any]]:
+        return self._call("GET", "/v1/tasks", params={"limit": limit})
+
+
+class KeyAdmin(Gateway):
+    """/v1/keys, with the operator's DOCSUM_ADMIN_KEY (not an owner's key)."""
+
+    def __init__(self, url: str | None = None, key: str | None = None, timeout_s: float = 30.0) -> None:
+        key = key or admin_key()
+        if not key:
+            raise GatewayError(
+                "no admin key: set DOCSUM_ADMIN_KEY to the gateway's (make up writes the local one to .run/admin-key)"
+            )
+        super().__init__(url, key, timeout_s)
+
+    def create(self, owner: str, name: str | None = None) -> dict[str, Any]:
+        return self._call("POST", "/v1/keys", json={"owner": owner, **({"name": name} if name else {})})
+
+    def list(self, owner: str | None = None, include_revoked: bool = False) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"include_revoked": str(include_revoked).lower()}
+        if owner:
+            params["owner"] = owner
+        return self._call("GET", "/v1/keys", params=params)
+
+    def revoke(self, key_id: str) -> dict[str, Any]:
+        return self._call("DELETE", f"/v1/keys/{key_id}")

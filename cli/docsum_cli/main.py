@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn
 
+from . import commands
 from .client import Gateway, GatewayError, StreamDropped, task_events
 
 FINAL = {"COMPLETED", "COMPLETED_WITH_ERRORS", "FAILED", "CANCELLED", "EXPIRED"}
@@ -144,9 +145,12 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_parser(action, help=text).add_argument("task_id")
     sub.add_parser("failures", help="list what failed in a task and why").add_argument("task_id")
     sub.add_parser("reconcile", help="re-drive your unfinished tasks from stored state")
+    commands.add_commands(sub)
     args = parser.parse_args(argv)
 
     try:
+        if args.command in commands.COMMANDS:
+            return commands.run(args)
         gateway = Gateway(args.url)
         if args.command in ("pause", "resume", "cancel", "retry"):
             print(json.dumps(gateway.control(args.task_id, args.command)))

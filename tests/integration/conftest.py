@@ -158,6 +158,9 @@ class StackFactory:
             # Fast group membership: a killed consumer's partitions move on within seconds.
             "DOCSUM_SESSION_TIMEOUT_MS": "6000",
             "DOCSUM_HEARTBEAT_INTERVAL_MS": "1000",
+            # Every stack shares the session's database, so alice's tasks of all tests would count against
+            # one rate; the limit has its own test (test_gateway_keys.py).
+            "DOCSUM_TASKS_PER_MINUTE": "0",
             **overrides,
         }
         stack = Stack(env, f"http://127.0.0.1:{port}", keys, self.logs.mktemp("logs"))

@@ -37,7 +37,8 @@ class Untouchable:
 
 
 def _app(**settings: Any) -> Any:
-    app = create_app(GatewaySettings(api_keys=f"alice={KEY}", **settings))
+    # No task rate limit: it is booked in PostgreSQL (tests/integration/test_gateway_keys.py).
+    app = create_app(GatewaySettings(api_keys=f"alice={KEY}", **{"tasks_per_minute": 0, **settings}))
     app.state.pool = Untouchable()
     app.state.producer = Untouchable()
     return app

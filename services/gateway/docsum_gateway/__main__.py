@@ -18,7 +18,8 @@ def main() -> None:
         # One line, no traceback: `make up` shows it as the reason the gateway did not start.
         print(f"docsum-gateway: bad setting {exc.setting}: {exc.message}", file=sys.stderr)
         raise SystemExit(2) from None
-    logs.configure(secrets=list(api_keys))
+    admin_key = [settings.admin_key.get_secret_value()] if settings.admin_key else []
+    logs.configure(secrets=[*api_keys, *admin_key])
     uvicorn.run(
         create_app(settings),
         host=settings.gateway_host,

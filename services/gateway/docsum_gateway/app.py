@@ -20,7 +20,7 @@ from docsum_shared.kafka import ensure_topics, make_producer
 from . import settings as gateway_settings
 from .progress import ProgressFeed
 from .recorder import record_until
-from .routers import maintenance, progress, tasks, web
+from .routers import keys, maintenance, progress, tasks, web
 from .security import Tickets, ticket_secret
 from .settings import GatewaySettings
 
@@ -72,13 +72,16 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     app = FastAPI(title="docsum", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings
     app.state.api_keys = api_keys
-    app.state.tickets = Tickets(ticket_secret(settings.ws_ticket_secret, api_keys), settings.ws_ticket_ttl_s)
+    admin_key = settings.admin_key.get_secret_value() if settings.admin_key else None
+    app.state.tickets = Tickets(ticket_secret(settings.ws_ticket_secret, api_keys, admin_key), settings.ws_ticket_ttl_s)
     # HTTP metrics (requests, latency by route template and status), served on the health port only:
     # the API port never shows counts across owners.
     Instrumentator(excluded_handlers=["/healthz", "/readyz"]).instrument(app)
     app.include_router(tasks.router)
     app.include_router(maintenance.router)
     app.include_router(progress.router)
+    if admin_key is not None:  # no operator credential, no key management
+        app.include_router(keys.router)
     web.install(app)
 
     @app.exception_handler(StarletteHTTPException)

@@ -1,5 +1,10 @@
 """Who is calling: API keys map to owners; every task belongs to the owner that created it.
 
+Keys come from two places: DOCSUM_API_KEYS (`owner=key,...`, fixed at start-up) and the `api_keys`
+table, where an operator creates and revokes them (`docsum keys`, or /v1/keys with DOCSUM_ADMIN_KEY).
+A stored key reads `dsk_<key id>_<secret>`: the id is public (it names the key in `list` and
+`revoke`), the secret is 256 random bits and only its HMAC-SHA256 is stored (`key_hash`).
+
 A WebSocket cannot always carry an `Authorization` header (browsers), so it may also authenticate
 with a ticket: a short-lived token for one task, signed by the gateway (`issue_ticket`), good for one
 connection. Tickets are signed, not stored, so every replica that shares the signing secret accepts
@@ -11,12 +16,18 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import re
 import secrets
 import time
 from dataclasses import dataclass, field
 
 MIN_KEY_CHARS = 16
 TICKET_PREFIX = "wst1"
+KEY_PREFIX = "dsk"
+KEY_ID_HEX = 12  # 48 bits: unique enough for ids, which are not secret
+_KEY_FORMAT = re.compile(rf"{KEY_PREFIX}_(?P<id>[0-9a-f]{{{KEY_ID_HEX}}})_(?P<secret>[A-Za-z0-9_-]{{43}})")
+# Domain separation for the stored hashes: an HMAC under this key is no other hash of the same secret.
+_HASH_KEY = b"docsum-api-key-v1"
 
 
 def parse_api_keys(spec: str) -> dict[str, str]:
@@ -44,6 +55,46 @@ def owner_for(keys: dict[str, str], presented: str) -> str | None:
     return found
 
 
+@dataclass(frozen=True)
+class NewKey:
+    key_id: str
+    key: str  # the whole key: shown once to whoever created it, never stored
+    key_hash: str
+
+
+def new_key() -> NewKey:
+    key_id = secrets.token_hex(KEY_ID_HEX // 2)
+    secret = secrets.token_urlsafe(32)  # 32 bytes: 43 URL-safe characters
+    return NewKey(key_id, f"{KEY_PREFIX}_{key_id}_{secret}", key_hash(secret))
+
+
+def split_key(presented: str) -> tuple[str, str] | None:
+    """(key id, secret) of a key in the stored keys' format, or None."""
+    match = _KEY_FORMAT.fullmatch(presented)
+    return (match["id"], match["secret"]) if match else None
+
+
+def is_key_id(text: str) -> bool:
+    return re.fullmatch(rf"[0-9a-f]{{{KEY_ID_HEX}}}", text) is not None
+
+
+def key_hash(secret: str) -> str:
+    """What the table keeps of a key's secret.
+
+    HMAC-SHA256, not a password hash (argon2, scrypt): those are slow on purpose, to make guessing a
+    low-entropy password from a stolen hash expensive. A key's secret is 256 random bits — no guess
+    ever lands, slow or fast — so a slow hash would only cost every request its CPU time. This is how
+    high-entropy tokens are commonly stored; the id in the key finds the row without scanning.
+    """
+    return hmac.new(_HASH_KEY, secret.encode(), hashlib.sha256).hexdigest()
+
+
+def hash_matches(stored_hash: str | None, secret: str) -> bool:
+    """Whether `secret` is the one stored, in constant time; a missing row costs the same work."""
+    computed = key_hash(secret)
+    return hmac.compare_digest(stored_hash or "0" * len(computed), computed) and stored_hash is not None
+
+
 def bearer_token(authorization: str | None) -> str | None:
     """The credentials of an `Authorization: Bearer <token>` header; the scheme in any case (RFC 9110)."""
     if not authorization:
@@ -58,11 +109,14 @@ def bearer_token(authorization: str | None) -> str | None:
 # WebSocket tickets
 
 
-def ticket_secret(configured: str | None, keys: dict[str, str]) -> bytes:
-    """The configured secret, or one derived from all the API keys (the same on every replica)."""
+def ticket_secret(configured: str | None, keys: dict[str, str], admin_key: str | None = None) -> bytes:
+    """The configured secret, or one derived from all the API keys and the admin key (the same on
+    every replica; `settings.check` makes sure there is something secret to derive it from)."""
     if configured:
         return hashlib.sha256(b"docsum-ws-ticket\0" + configured.encode()).digest()
     material = "\0".join(f"{owner}={key}" for key, owner in sorted(keys.items()))
+    if admin_key:
+        material += "\0admin=" + admin_key
     return hmac.new(material.encode(), b"docsum-ws-ticket", hashlib.sha256).digest()
 
 

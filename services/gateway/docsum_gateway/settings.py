@@ -7,11 +7,11 @@ service refused to start and why.
 
 from __future__ import annotations
 
-from pydantic import Field, ValidationError
+from pydantic import Field, SecretStr, ValidationError
 
 from docsum_shared.settings import Settings, bad_setting
 
-from .security import parse_api_keys
+from .security import MIN_KEY_CHARS, parse_api_keys
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -33,7 +33,7 @@ class GatewaySettings(Settings):
     upload_spool_bytes: int = Field(64 * KiB, ge=0)
     # A WebSocket ticket (POST /v1/tasks/{task_id}/ticket) is good for one connection within this time.
     ws_ticket_ttl_s: float = Field(30.0, gt=0, le=3600)
-    # Signs WebSocket tickets; every replica needs the same one. Unset: derived from DOCSUM_API_KEYS.
+    # Signs WebSocket tickets; every replica needs the same one. Unset: derived from the API and admin keys.
     ws_ticket_secret: str | None = Field(None, min_length=16)
 
     # Progress streams (SSE and WebSocket on /v1/tasks/{task_id}/events).
@@ -41,6 +41,12 @@ class GatewaySettings(Settings):
     progress_heartbeat_s: float = Field(15.0, gt=0, le=300)
     # A stream reads its task's log at least this often, whether or not a NOTIFY woke it.
     progress_poll_s: float = Field(1.0, gt=0, le=60)
+
+    # --- Stored API keys and the task rate limit (README: "API keys and rate limits") ---
+    # The operator's credential for /v1/keys (create, list, revoke stored keys). Unset: no /v1/keys routes.
+    admin_key: SecretStr | None = None
+    # Tasks one owner may create per minute, counted across every gateway replica (beyond: 429). 0: no limit.
+    tasks_per_minute: int = Field(60, ge=0)
 
     @property
     def upload_bytes(self) -> int:
@@ -63,8 +69,16 @@ def check(settings: GatewaySettings) -> dict[str, str]:
         api_keys = parse_api_keys(settings.api_keys)
     except ValueError as exc:
         raise ConfigError("DOCSUM_API_KEYS", str(exc)) from None
-    if not api_keys:
-        raise ConfigError("DOCSUM_API_KEYS", "not set: give the gateway at least one 'owner=key' pair")
+    admin = settings.admin_key.get_secret_value() if settings.admin_key else None
+    if admin is not None and len(admin) < MIN_KEY_CHARS:
+        raise ConfigError("DOCSUM_ADMIN_KEY", f"has {len(admin)} characters; it needs {MIN_KEY_CHARS} or more")
+    if admin is not None and admin in api_keys:
+        raise ConfigError("DOCSUM_ADMIN_KEY", "is also an owner's key in DOCSUM_API_KEYS; give it a key of its own")
+    if not api_keys and admin is None:
+        raise ConfigError(
+            "DOCSUM_API_KEYS",
+            "not set: give the gateway at least one 'owner=key' pair, or DOCSUM_ADMIN_KEY to create stored keys",
+        )
     if settings.max_file_bytes > BYTEA_MAX:
         raise ConfigError("DOCSUM_MAX_FILE_BYTES", f"at most {BYTEA_MAX} (what PostgreSQL stores in one value)")
     return api_keys

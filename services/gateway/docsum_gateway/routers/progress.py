@@ -28,6 +28,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import asyncpg
 from fastapi import APIRouter, Header, HTTPException, Query, Request, WebSocket, WebSocketDisconnect, status
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
@@ -35,13 +36,14 @@ from pydantic import BaseModel
 from docsum_shared.readmodel import queries, views
 from docsum_shared.states import TASK_FINAL
 
-from ..deps import OwnerDep, PoolDep, SettingsDep, TaskIdDep
+from .. import keystore
+from ..deps import OwnerDep, PoolDep, SettingsDep, TaskIdDep, owner_of
 from ..inputs import is_task_id
 from ..progress import ProgressFeed
 from ..recorder import repository
 from ..recorder.policy import TERMINAL_KINDS
 from ..responses import errors
-from ..security import TICKET_PREFIX, Tickets, bearer_token, owner_for
+from ..security import TICKET_PREFIX, Tickets, bearer_token
 
 router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
 
@@ -72,35 +74,36 @@ async def ticket(request: Request, owner: OwnerDep, task_id: TaskIdDep, pool: Po
     return Ticket(ticket=tickets.issue(owner, task_id), expires_in_s=settings.ws_ticket_ttl_s)
 
 
-def _caller(websocket: WebSocket, task_id: str) -> tuple[str | None, str | None]:
+async def _caller(websocket: WebSocket, task_id: str) -> tuple[str | None, str | None]:
     """(owner, subprotocol to answer) from the header, a subprotocol, a ticket or a token, in that order."""
     app = websocket.app
     keys: dict[str, str] = app.state.api_keys
+    pool: asyncpg.Pool = app.state.pool
     tickets: Tickets = app.state.tickets
     offered = [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
     answer = SUBPROTOCOL if SUBPROTOCOL in offered else None
     token = bearer_token(websocket.headers.get("authorization"))
     if token is not None:
-        return owner_for(keys, token), answer
+        return await owner_of(keys, pool, token), answer
     for protocol in offered:
         if protocol.lower().startswith(BEARER_SUBPROTOCOL):
-            return _key_or_ticket(keys, tickets, protocol[len(BEARER_SUBPROTOCOL) :], task_id), answer
+            credential = protocol[len(BEARER_SUBPROTOCOL) :]
+            if credential.startswith(TICKET_PREFIX + "."):
+                return await _redeem(keys, pool, tickets, credential, task_id), answer
+            return await owner_of(keys, pool, credential), answer
     if ticket := websocket.query_params.get("ticket"):
-        return _redeem(keys, tickets, ticket, task_id), answer
+        return await _redeem(keys, pool, tickets, ticket, task_id), answer
     if token := websocket.query_params.get("token"):
-        return owner_for(keys, token), answer
+        return await owner_of(keys, pool, token), answer
     return None, answer
 
 
-def _key_or_ticket(keys: dict[str, str], tickets: Tickets, credential: str, task_id: str) -> str | None:
-    if credential.startswith(TICKET_PREFIX + "."):
-        return _redeem(keys, tickets, credential, task_id)
-    return owner_for(keys, credential)
-
-
-def _redeem(keys: dict[str, str], tickets: Tickets, ticket: str, task_id: str) -> str | None:
+async def _redeem(keys: dict[str, str], pool: asyncpg.Pool, tickets: Tickets, ticket: str, task_id: str) -> str | None:
     owner = tickets.redeem(ticket, task_id)
-    return owner if owner in keys.values() else None  # a ticket dies with its owner's key
+    if owner is None:
+        return None
+    # A ticket dies with its owner's keys: one in DOCSUM_API_KEYS, or a stored one not revoked.
+    return owner if owner in keys.values() or await keystore.has_live_key(pool, owner) else None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -175,9 +178,9 @@ async def task_event_stream(
     token = bearer_token(request.headers.get("authorization"))
     ticket = request.query_params.get("ticket")
     if token is not None:
-        owner = owner_for(app.state.api_keys, token)
+        owner = await owner_of(app.state.api_keys, app.state.pool, token)
     elif ticket and is_task_id(task_id):
-        owner = _redeem(app.state.api_keys, app.state.tickets, ticket, task_id)
+        owner = await _redeem(app.state.api_keys, app.state.pool, app.state.tickets, ticket, task_id)
     else:
         owner = None
     if owner is None:
@@ -210,7 +213,7 @@ async def task_event_stream(
 @router.websocket("/{task_id}/events")
 async def task_events(websocket: WebSocket, task_id: str) -> None:
     app = websocket.app
-    owner, subprotocol = _caller(websocket, task_id) if is_task_id(task_id) else (None, None)
+    owner, subprotocol = await _caller(websocket, task_id) if is_task_id(task_id) else (None, None)
     if owner is None or not await queries.owns(app.state.pool, owner, task_id):
         await websocket.close(code=status.WS_1008_POLICY_VIOLATION, reason="unknown task or bad API key")
         return

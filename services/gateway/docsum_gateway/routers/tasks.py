@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import asyncpg
-from fastapi import APIRouter, HTTPException, Query, Request, status
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
@@ -24,7 +24,7 @@ from docsum_shared.redrive import redrive_task
 from docsum_shared.states import TaskStatus
 
 from .. import repository
-from ..deps import OwnerDep, PoolDep, ProducerDep, SettingsDep, TaskIdDep
+from ..deps import OwnerDep, PoolDep, ProducerDep, SettingsDep, TaskIdDep, within_task_rate
 from ..inputs import StoredText, echo, invalid
 from ..responses import errors
 from ..schemas import CreatedDocument, LifecycleResult, TaskCreated
@@ -138,7 +138,8 @@ def _form(fields: dict[str, list[str]]) -> TaskForm:
     "",
     status_code=status.HTTP_201_CREATED,
     response_model=TaskCreated,
-    responses={201: {"links": _TASK_LINKS}, **errors(400, 401, 413, 422)},
+    responses={201: {"links": _TASK_LINKS}, **errors(400, 401, 413, 422, 429)},
+    dependencies=[Depends(within_task_rate)],
     openapi_extra={"requestBody": UPLOAD_BODY},
     description="Multipart: one or more `files`, and optionally `title`, `strict`, `language`, `length`, `style`."
     " The upload streams: each file is spooled and hashed as it arrives, and a request over a limit is"

@@ -1,0 +1,128 @@
+"""`docsum tasks`, `docsum show TASK` and `docsum keys create|list|revoke`: the owner's tasks, one task
+in full, and the operator's stored API keys. Each prints a table (or text) for people, or with
+`--json` the gateway's own JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from .client import KeyAdmin, OwnerClient
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True)
+
+COMMANDS = ("tasks", "show", "keys")
+_STORED_KEY = re.compile(r"dsk_([0-9a-f]{12})_.+")
+
+
+def add_commands(sub: Any) -> None:
+    """The subcommands, on the parser's subparsers."""
+    tasks = sub.add_parser("tasks", help="list your tasks, newest first")
+    tasks.add_argument("--limit", type=int, default=50, help="at most this many (1-500; default 50)")
+    tasks.add_argument("--json", action="store_true", help="print JSON")
+    show = sub.add_parser("show", help="one task: its status, documents and summaries")
+    show.add_argument("task_id")
+    show.add_argument("--json", action="store_true", help="print the task as the gateway answers it")
+    keys = sub.add_parser("keys", help="stored API keys (needs the gateway's DOCSUM_ADMIN_KEY)")
+    actions = keys.add_subparsers(dest="keys_command", required=True)
+    create = actions.add_parser("create", help="make a key for OWNER; it is shown this once")
+    create.add_argument("owner")
+    create.add_argument("--name", help="what the key is for (ci, laptop...)")
+    create.add_argument("--json", action="store_true", help="print JSON")
+    listing = actions.add_parser("list", help="the keys: id, owner, name, created, last used")
+    listing.add_argument("--owner", help="only this owner's keys")
+    listing.add_argument("--all", action="store_true", help="revoked keys too")
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    revoke = actions.add_parser("revoke", help="revoke a key: refused from the next request on")
+    revoke.add_argument("key_id", help="the id `keys list` shows (or the whole key)")
+    revoke.add_argument("--json", action="store_true", help="print JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one of COMMANDS (GatewayError propagates to main's handler)."""
+    if args.command == "tasks":
+        listed = OwnerClient(args.url).tasks(args.limit)
+        return _print(listed, args.json, lambda: _tasks_table(listed))
+    if args.command == "show":
+        task = OwnerClient(args.url).task(args.task_id)
+        return _print(task, args.json, lambda: _show_task(task))
+    admin = KeyAdmin(args.url)
+    if args.keys_command == "create":
+        made = admin.create(args.owner, args.name)
+        return _print(made, args.json, lambda: _created(made))
+    if args.keys_command == "list":
+        keys = admin.list(args.owner, args.all)
+        return _print(keys, args.json, lambda: _keys_table(keys))
+    whole = _STORED_KEY.fullmatch(args.key_id)
+    revoked = admin.revoke(whole.group(1) if whole else args.key_id)
+    return _print(revoked, args.json, lambda: out.print(f"revoked {revoked['key_id']} ({revoked['owner']})"))
+
+
+def _print(value: Any, as_json: bool, human: Any) -> int:
+    if as_json:
+        print(json.dumps(value, ensure_ascii=False, indent=2))
+    else:
+        human()
+    return 0
+
+
+def _when(value: str | None) -> str:
+    return value[:19].replace("T", " ") if value else "-"
+
+
+def _tasks_table(tasks: list[dict[str, Any]]) -> None:
+    if not tasks:
+        out.print("no tasks")
+        return
+    table = Table("task", "status", "created (UTC)", "title", box=None)
+    for t in tasks:
+        table.add_row(t["task_id"], t["status"], _when(t["created_at"]), t.get("title") or "")
+    out.print(table)
+
+
+def _show_task(task: dict[str, Any]) -> None:
+    out.print(
+        f"[bold]Task {task['task_id']}[/] — {task['status']}" + (f"  {task['title']}" if task.get("title") else "")
+    )
+    out.print(f"created {_when(task['created_at'])}, updated {_when(task['updated_at'])}")
+    if task.get("hold_reason"):
+        out.print(f"held: {task['hold_reason']}")
+    table = Table("document", "status", "chunks", "", box=None)
+    for d in task["documents"]:
+        c = d["chunks"]
+        chunks = (
+            f"{c['done']}/{c['total']}" + (f" ({c['failed']} failed)" if c["failed"] else "") if c["total"] else "-"
+        )
+        table.add_row(d["filename"], d["status"], chunks, d.get("error") or "")
+    out.print(table)
+    for d in task["documents"]:
+        if d.get("summary"):
+            out.rule(f"[bold]{d['filename']}[/]")
+            out.print(d["summary"])
+    if task.get("summary") or task.get("error"):
+        out.rule("[bold]Task summary[/]")
+        out.print(task.get("summary") or f"[red]{task['error']}[/]")
+
+
+def _created(made: dict[str, Any]) -> None:
+    out.print(made["key"])
+    err.print(f"key {made['key_id']} for {made['owner']}: shown this once, store it now")
+
+
+def _keys_table(keys: list[dict[str, Any]]) -> None:
+    if not keys:
+        out.print("no keys")
+        return
+    table = Table("key id", "owner", "name", "created (UTC)", "last used", "revoked", box=None)
+    for k in keys:
+        table.add_row(
+            k["key_id"], k["owner"], k.get("name") or "", _when(k["created_at"]), _when(k["last_used_at"]),
+            _when(k["revoked_at"]),
+        )  # fmt: skip
+    out.print(table)
