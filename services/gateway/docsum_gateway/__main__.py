@@ -6,6 +6,8 @@ import sys
 
 import uvicorn
 
+from docsum_shared import telemetry
+
 from . import logs
 from .app import create_app
 from .settings import ConfigError, load_settings
@@ -18,7 +20,8 @@ def main() -> None:
         # One line, no traceback: `make up` shows it as the reason the gateway did not start.
         print(f"docsum-gateway: bad setting {exc.setting}: {exc.message}", file=sys.stderr)
         raise SystemExit(2) from None
-    logs.configure(secrets=list(api_keys))
+    logs.configure(secrets=list(api_keys), log_format=settings.log_format)
+    telemetry.setup("gateway", settings.trace_file)
     uvicorn.run(create_app(settings), host=settings.gateway_host, port=settings.gateway_port, log_config=None)
 
 
