@@ -180,3 +180,40 @@ def test_a_redrive_starts_a_new_trace_linked_to_its_cause(spans: InMemorySpanExp
     assert redrive.parent is None
     assert [link.context.span_id for link in redrive.links] == [request.get_span_context().span_id]
     assert sent[0][1].decode().split("-")[1] == trace_id
+
+
+_WITHOUT = """
+import sys, importlib.abc
+
+class Missing(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if any(name == p or name.startswith(p + ".") for p in {blocked!r}):
+            raise ModuleNotFoundError(name)
+        return None
+
+sys.meta_path.insert(0, Missing())
+from types import SimpleNamespace
+from docsum_shared import consumer, kafka, logs, redrive, telemetry
+
+assert not telemetry.setup("parser", "/nonexistent/spans.jsonl") and not telemetry.active()
+assert telemetry.headers() == []
+parent = b"00-" + b"1" * 32 + b"-" + b"2" * 16 + b"-01"
+record = SimpleNamespace(topic="t", partition=0, offset=1, headers=(("traceparent", parent),))
+with telemetry.consumer_span("parser", "t", record, {{"task_id": "x"}}):
+    assert telemetry.headers() == [] and telemetry.current_ids() == {{}}
+with telemetry.root_span("redrive", {{}}) as trace_id:
+    assert trace_id is None
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("blocked", [("opentelemetry",), ("opentelemetry.sdk", "opentelemetry.instrumentation")])
+def test_without_the_otel_extra_the_services_run_and_make_no_spans(blocked: tuple[str, ...]) -> None:
+    """Without OpenTelemetry at all, or with only the API (fastapi brings it), nothing breaks."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT.format(blocked=blocked)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
