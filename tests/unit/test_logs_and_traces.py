@@ -91,12 +91,17 @@ def test_a_text_line_names_the_ids_after_the_message(logger: logging.Logger) -> 
 
 def test_the_gateways_json_lines_never_show_a_key_and_name_the_task_of_a_url() -> None:
     key = "k3y-" + "s" * 30
-    root = logging.getLogger()
+    root, access = logging.getLogger(), logging.getLogger("uvicorn.access")
     saved = root.handlers[:], root.level
+    # uvicorn's loggers as the gateway's process has them (log_config=None): another test's in-process
+    # uvicorn may have given them handlers of their own that do not propagate.
+    uvicorn_loggers = [logging.getLogger("uvicorn"), access]
+    saved_uvicorn = [(lg.handlers[:], lg.level, lg.propagate) for lg in uvicorn_loggers]
+    for lg in uvicorn_loggers:
+        lg.handlers[:], lg.level, lg.propagate = [], logging.NOTSET, True
     redact = gateway_logs.configure(secrets=[key], log_format="json")
     try:
         out = _capture(root.handlers[0])
-        access = logging.getLogger("uvicorn.access")
         access.info('%s - "%s %s HTTP/%s" %d', "127.0.0.1:5000", "GET", f"/v1/tasks/{TASK}?token={key}", "1.1", 200)
         logging.getLogger("docsum_gateway.test").info("Authorization: Bearer %s", "other-secret-token")
         line, bearer = _json_lines(out)
@@ -104,6 +109,8 @@ def test_the_gateways_json_lines_never_show_a_key_and_name_the_task_of_a_url() -
         for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
             logging.getLogger(name).removeFilter(redact)
         root.handlers[:], root.level = saved
+        for lg, (handlers, level, propagate) in zip(uvicorn_loggers, saved_uvicorn, strict=True):
+            lg.handlers[:], lg.level, lg.propagate = handlers, level, propagate
     assert key not in json.dumps(line) and f"/v1/tasks/{TASK}?token=[redacted]" in line["message"]
     assert line["task_id"] == TASK and line["service"] == "gateway" and line["logger"] == "uvicorn.access"
     assert "other-secret-token" not in json.dumps(bearer) and bearer["message"] == "Authorization: Bearer [redacted]"
