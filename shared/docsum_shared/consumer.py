@@ -21,6 +21,7 @@ import asyncio
 import collections
 import logging
 import signal
+import sys
 import traceback
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
@@ -30,10 +31,10 @@ import asyncpg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 from pydantic import ValidationError
 
-from . import metrics
+from . import logs, metrics, telemetry
 from .db import connect_pool, migrate
 from .errors import Backoff, Kind, Stopped, classify, retry_until
-from .events import TOPIC_OF, Topic, decode
+from .events import TOPIC_OF, Event, Topic, decode
 from .handlers import Handler
 from .health import Ready, database_ready, serve_health
 from .kafka import DLQ_SUFFIX, client_options, ensure_topics, make_producer, publish
@@ -287,9 +288,21 @@ class ConsumerService:
         try:
             event = decode(topic, record.value)
         except ValidationError as exc:
-            await self._dead_letter(record, f"malformed {topic} event: {exc.errors(include_url=False)}")
+            with telemetry.consumer_span(self.name, topic, record, {}):
+                await self._dead_letter(record, f"malformed {topic} event: {exc.errors(include_url=False)}")
             return True
+        # Every log line of the handler carries these ids; its span continues the trace of the record's
+        # traceparent header, and the events it publishes carry the span's.
+        ids = {
+            "task_id": event.task_id,
+            "document_id": getattr(event, "document_id", None),
+            "chunk_id": getattr(event, "chunk_id", None),
+            "trace_id": event.trace_id,
+        }
+        with logs.bound(**ids), telemetry.consumer_span(self.name, topic, record, ids, self.settings.group(self.name)):
+            return await self._handle(record, handler, event)
 
+    async def _handle(self, record: ConsumerRecord, handler: Handler, event: Event) -> bool:
         async def attempt() -> None:
             events = await handler(event)
             await publish(self.producer, self.settings, events)
@@ -320,6 +333,7 @@ class ConsumerService:
 
     async def _dead_letter(self, record: ConsumerRecord, reason: str) -> None:
         log.error("dead-lettering %s[%d]@%d: %s", record.topic, record.partition, record.offset, reason)
+        telemetry.failed(f"dead-lettered: {reason}")
         headers = [
             ("error", reason[:4000].encode()),
             ("source-topic", record.topic.encode()),
@@ -357,8 +371,8 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
 
 def run_service(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
     """Entry point helper: logging, SIGTERM/SIGINT → graceful stop, one event loop."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    # Text until `serve` has read the settings (DOCSUM_LOG_FORMAT): a bad setting is still one line.
+    logs.configure(_service_of_main())
 
     async def _main() -> None:
         stop = asyncio.Event()
@@ -368,6 +382,13 @@ def run_service(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
         await main(stop)
 
     asyncio.run(_main())
+
+
+def _service_of_main() -> str:
+    """The service run as `python -m docsum_<service>` ("parser"), for its log lines."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    package = spec.name.partition(".")[0] if spec is not None else ""
+    return package.removeprefix("docsum_") or "docsum"
 
 
 @dataclass(frozen=True)
@@ -391,6 +412,8 @@ async def serve(
     `build` gives the handlers of one consumer group, or several `Consumer`s run side by side.
     """
     settings = service_settings(name)
+    logs.configure(name, settings.log_format)
+    telemetry.setup(name, settings.trace_file)  # before the pool and the clients, so they are instrumented
     pool = await connect_pool(settings.database_url, max_size=settings.db_pool_max)
     try:
         await migrate(pool)

@@ -51,6 +51,21 @@ def app(ready: Ready) -> Callable[..., Awaitable[None]]:
     return asgi
 
 
+class _Config(uvicorn.Config):
+    def configure_logging(self) -> None:
+        """Leave the process's logging alone: uvicorn's own set-up would apply to every uvicorn server of
+        the process — the gateway's access log silenced, its lines bypassing the service's format."""
+
+
+class _QuietProbes(logging.Filter):
+    """Drops the access lines of probes and scrapes (every few seconds, on every service)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        path = args[2] if len(args) > 2 and isinstance(args[2], str) else ""
+        return path.partition("?")[0] not in ("/healthz", "/readyz", "/metrics")
+
+
 class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -59,7 +74,10 @@ class _Server(uvicorn.Server):
 
 async def serve_health(host: str, port: int, ready: Ready) -> None:
     """Serve until cancelled."""
-    config = uvicorn.Config(app(ready), host=host, port=port, log_level="warning", access_log=False, lifespan="on")
+    config = _Config(app(ready), host=host, port=port, lifespan="on")
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, _QuietProbes) for f in access.filters):
+        access.addFilter(_QuietProbes())
     server = _Server(config)
     log.info("health, readiness and metrics on http://%s:%d", host, port)
     try:

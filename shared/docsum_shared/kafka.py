@@ -14,6 +14,7 @@ from aiokafka.helpers import create_ssl_context
 from .errors import retry_until, until_deadline
 from .events import TOPIC_OF, Event, Topic
 from .settings import Settings
+from .telemetry import headers
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +97,12 @@ def make_producer(settings: Settings) -> AIOKafkaProducer:
 
 
 async def publish(producer: AIOKafkaProducer, settings: Settings, events: Iterable[Event]) -> None:
-    """Send the events and wait until Kafka has acknowledged every one of them."""
+    """Send the events and wait until Kafka has acknowledged every one of them. Each carries the
+    current trace context as a W3C `traceparent` header (telemetry.py; none without OpenTelemetry)."""
     pending = [
-        await producer.send(settings.topic(TOPIC_OF[type(event)]), event.to_bytes(), key=event.key().encode())
+        await producer.send(
+            settings.topic(TOPIC_OF[type(event)]), event.to_bytes(), key=event.key().encode(), headers=headers()
+        )
         for event in events
     ]
     for delivery in pending:

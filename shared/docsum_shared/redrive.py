@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import asyncpg
 from aiokafka import AIOKafkaProducer
 
-from . import metrics
+from . import metrics, telemetry
 from .events import (
     ChunkCreated,
     ChunkSummarized,
@@ -131,8 +131,12 @@ async def redrive_task(
     chunks: dict[str, list[ChunkRow]] = {}
     for r in chunk_rows:
         chunks.setdefault(r["document_id"], []).append(ChunkRow(r["id"], r["chunk_index"], ChunkStatus(r["status"])))
-    events = plan(task_id, task["owner"], documents, chunks, task["expected_documents"])
-    await publish(producer, settings, events)
+    # A re-drive starts a trace of its own (linked to what asked for it): its events' trace id is the new one.
+    with telemetry.root_span("redrive", {"task_id": task_id}) as trace_id:
+        events = plan(task_id, task["owner"], documents, chunks, task["expected_documents"])
+        if trace_id is not None:
+            events = [event.model_copy(update={"trace_id": trace_id}) for event in events]
+        await publish(producer, settings, events)
     # A reconcile re-drive is a recovery (the work was stuck); a resume or a retry is the owner's wish.
     await pool.execute(
         "UPDATE tasks SET redrives = redrives + 1, last_active_at = now(),"

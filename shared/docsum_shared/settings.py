@@ -187,6 +187,10 @@ class Settings(BaseSettings):
     # All the files of one task together (each file is also held to max_file_bytes), from any producer.
     max_task_bytes: int = Field(256 * 1024 * 1024, ge=1)
 
+    # Logs and traces (logs.py, telemetry.py; OpenTelemetry's own OTEL_* variables configure the export)
+    log_format: Literal["text", "json"] = "text"  # json: one JSON object per line (set it under Kubernetes)
+    trace_file: str | None = None  # also write every finished span to this file, one JSON line each (tests)
+
     def max_answer_tokens(self, kind: str, length: str) -> int:
         base = {"chunk": self.llm_max_tokens_chunk, "document": self.llm_max_tokens_document}.get(
             kind, self.llm_max_tokens_task

@@ -6,6 +6,8 @@ import sys
 
 import uvicorn
 
+from docsum_shared import telemetry
+
 from . import logs
 from .app import create_app
 from .settings import ConfigError, load_settings
@@ -19,7 +21,8 @@ def main() -> None:
         print(f"docsum-gateway: bad setting {exc.setting}: {exc.message}", file=sys.stderr)
         raise SystemExit(2) from None
     admin_key = [settings.admin_key.get_secret_value()] if settings.admin_key else []
-    logs.configure(secrets=[*api_keys, *admin_key])
+    logs.configure(secrets=[*api_keys, *admin_key], log_format=settings.log_format)
+    telemetry.setup("gateway", settings.trace_file)
     uvicorn.run(
         create_app(settings),
         host=settings.gateway_host,

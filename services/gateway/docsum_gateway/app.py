@@ -13,6 +13,7 @@ from fastapi.exception_handlers import http_exception_handler
 from prometheus_fastapi_instrumentator import Instrumentator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from docsum_shared import telemetry
 from docsum_shared.db import connect_pool, migrate
 from docsum_shared.health import database_ready, serve_health
 from docsum_shared.kafka import ensure_topics, make_producer
@@ -77,6 +78,7 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
     # HTTP metrics (requests, latency by route template and status), served on the health port only:
     # the API port never shows counts across owners.
     Instrumentator(excluded_handlers=["/healthz", "/readyz"]).instrument(app)
+    telemetry.instrument_app(app)  # a span per request, with the OpenTelemetry extra (docsum_shared.telemetry)
     app.include_router(tasks.router)
     app.include_router(maintenance.router)
     app.include_router(progress.router)

@@ -3,7 +3,9 @@
 A WebSocket client that cannot send headers may put its key in the URL (`?token=`), and uvicorn logs
 every request's path with its query string (the access log, and "WebSocket ..." lines). `Redact`
 rewrites every record before it is written: the values of query parameters that carry credentials,
-`Bearer` credentials, and the configured API keys wherever they appear.
+`Bearer` credentials, and the configured API keys wherever they appear — in text and in JSON lines alike
+(DOCSUM_LOG_FORMAT, docsum_shared.logs). A line naming a task's URL (uvicorn's access log, say) carries
+that task's id (`TaskInPath`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ from __future__ import annotations
 import logging
 import re
 from urllib.parse import quote, quote_plus
+
+from docsum_shared import logs
+from docsum_shared.logs import LogFormat
 
 REDACTED = "[redacted]"
 CREDENTIAL_PARAMS = (
@@ -47,14 +52,22 @@ class Redact(logging.Filter):
         return True
 
 
-def configure(secrets: list[str] | None = None, level: int = logging.INFO) -> Redact:
+class TaskInPath(logging.Filter):
+    """Gives a record that names a task's URL (/v1/tasks/<id>...) that task's id, if it has none."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "task_id", None) is None and (found := _TASK_PATH.search(record.getMessage())):
+            record.task_id = found.group(1)
+        return True
+
+
+_TASK_PATH = re.compile(r"/v1/tasks/([0-9a-fA-F-]{36})\b")
+
+
+def configure(secrets: list[str] | None = None, level: int = logging.INFO, log_format: LogFormat = "text") -> Redact:
     """Root logging to stderr through `Redact`, also set on uvicorn's own loggers."""
     redact = Redact(secrets)
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    handler.addFilter(redact)
-    logging.basicConfig(level=level, handlers=[handler], force=True)
+    logs.configure("gateway", log_format, filters=[redact, TaskInPath()], level=level)
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logging.getLogger(name).addFilter(redact)
-    logging.getLogger("aiokafka").setLevel(logging.WARNING)
     return redact

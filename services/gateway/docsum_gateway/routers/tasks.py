@@ -13,7 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
 
-from docsum_shared import lifecycle
+from docsum_shared import lifecycle, logs, telemetry
 from docsum_shared.errors import Kind, classify, retry_until, until_deadline
 from docsum_shared.events import DocumentSubmitted, TaskEvent
 from docsum_shared.kafka import publish
@@ -161,6 +161,8 @@ async def create_task(
         task_id = await repository.create_task(pool, owner, form.title, documents, options)
     finally:
         upload.close()
+    logs.bind(task_id=task_id)  # the request's log lines and span name the task from here on
+    telemetry.annotate(task_id=task_id)
     submitted = [
         DocumentSubmitted(
             task_id=task_id,
@@ -170,6 +172,7 @@ async def create_task(
             content_type=d.file.content_type,
             blob_sha256=d.file.sha256,
             size_bytes=d.file.size,
+            **telemetry.trace_fields(),  # the request's trace id, with OpenTelemetry
         )
         for d in documents
     ]
