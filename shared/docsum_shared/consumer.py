@@ -123,8 +123,12 @@ class ConsumerService:
         *,
         max_inflight: int | None = None,
         background: Background | None = None,
+        dead_letters: bool = True,
     ) -> None:
         self.background = background
+        # False for a reader beside the topic's owner (the gateway's progress recorder): a message it
+        # cannot take is skipped, and dead-lettered once, by the owner, not twice.
+        self.dead_letters = dead_letters
         self.name = name
         self.settings = settings
         self.handlers = {settings.topic(topic): (topic, handler) for topic, handler in handlers.items()}
@@ -332,6 +336,9 @@ class ConsumerService:
         return True
 
     async def _dead_letter(self, record: ConsumerRecord, reason: str) -> None:
+        if not self.dead_letters:
+            log.warning("skipping %s[%d]@%d: %s", record.topic, record.partition, record.offset, reason)
+            return
         log.error("dead-lettering %s[%d]@%d: %s", record.topic, record.partition, record.offset, reason)
         telemetry.failed(f"dead-lettered: {reason}")
         headers = [

@@ -25,7 +25,7 @@ GROUP = "gateway-progress"
 
 
 def recorder(settings: Settings, pool: asyncpg.Pool) -> ConsumerService:
-    return ConsumerService(GROUP, settings, handlers.bind(Deps(pool, settings)))
+    return ConsumerService(GROUP, settings, handlers.bind(Deps(pool, settings)), dead_letters=False)
 
 
 async def record_until(stop: asyncio.Event, settings: Settings, pool: asyncpg.Pool) -> None:
