@@ -218,12 +218,14 @@ class ConsumerService:
             metrics.LAG.remove(self.name, tp.topic, str(tp.partition))
         self._lag_reported = set(assigned)
         for tp in assigned:
+            # Only what this process knows already: the poll loop must never wait on the broker here
+            # (position() waits for an offset fetch, and stalled the loop while a leader moved).
             high = self.consumer.highwater(tp)
             progress = self._progress.get(tp)
-            done = progress.committed if progress is not None and progress.committed is not None else None
-            if done is None:
-                done = await self.consumer.position(tp)
-            if high is not None:
+            if high is None or progress is None:
+                continue
+            done = progress.committed if progress.committed is not None else next(iter(progress.pending), None)
+            if done is not None:
                 metrics.LAG.labels(self.name, tp.topic, str(tp.partition)).set(max(0, high - done))
 
     def _start(self, partition: TopicPartition, record: ConsumerRecord) -> None:
