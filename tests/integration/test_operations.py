@@ -31,7 +31,10 @@ async def test_every_service_is_live_ready_and_counts_a_task_in_its_metrics(stac
 
     async def all_ready() -> bool:
         async with httpx.AsyncClient(timeout=5) as client:
-            codes = [(await client.get(f"http://127.0.0.1:{p}/readyz")).status_code for p in ports.values()]
+            try:
+                codes = [(await client.get(f"http://127.0.0.1:{p}/readyz")).status_code for p in ports.values()]
+            except httpx.TransportError:  # a process not listening yet
+                return False
         return codes == [200] * len(ports)
 
     await eventually(all_ready, timeout=60, message="every service ready", stack=stack)
