@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 
@@ -40,16 +41,16 @@ async def record(event: Event, deps: Deps) -> list[Event]:
         # starts with the task's next event. Nobody can watch a task that is not stored.
         return []
 
-    async def entries() -> list[policy.Entry]:  # read under the task's log lock (repository.append)
-        view = await views.pipeline_view(deps.pool, deps.settings, event.task_id)
+    async def entries(db: Any) -> list[policy.Entry]:  # read under the task's log lock, on its connection
+        view = await views.pipeline_view(db, deps.settings, event.task_id)
         if view is None:
             return []
         if isinstance(event, ChunkSummarized):
-            chunks = await repository.chunk(deps.pool, event.chunk_id)
+            chunks = await repository.chunk(db, event.chunk_id)
         elif isinstance(event, DocumentMerged):
-            chunks = await repository.chunks(deps.pool, event.task_id, event.document_id)
+            chunks = await repository.chunks(db, event.task_id, event.document_id)
         elif isinstance(event, TaskEvent) and event.status in TASK_FINAL:
-            chunks = await repository.chunks(deps.pool, event.task_id)
+            chunks = await repository.chunks(db, event.task_id)
         else:
             chunks = []
         return policy.entries_for(event, view, chunks)

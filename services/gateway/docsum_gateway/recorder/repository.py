@@ -27,20 +27,24 @@ class Logged:
         return {"seq": self.seq, **self.body}
 
 
-async def append(pool: asyncpg.Pool, task_id: str, make: Callable[[], Awaitable[Sequence[Entry]]]) -> list[int]:
+async def append(
+    pool: asyncpg.Pool, task_id: str, make: Callable[[asyncpg.Connection], Awaitable[Sequence[Entry]]]
+) -> list[int]:
     """Store the entries `make` gives that are not stored yet (by key), numbered after the task's last
     one; their numbers.
 
     The head row's lock serializes every append of the task (whichever gateway makes it): `make` reads
     the stored state under it, so each entry shows the task at least as far as the entry before it, the
-    check for keys already stored sees every committed entry, and numbers commit in order."""
+    check for keys already stored sees every committed entry, and numbers commit in order. `make` reads
+    on the lock's own connection: reading through the pool while holding the lock would deadlock once
+    every other connection is held by an append waiting for this very lock."""
     async with pool.acquire() as conn, conn.transaction():
         head = await conn.fetchval(
             "INSERT INTO progress_heads (task_id, seq) VALUES ($1, 0)"
             " ON CONFLICT (task_id) DO UPDATE SET seq = progress_heads.seq RETURNING seq",
             task_id,
         )
-        entries = await make()
+        entries = await make(conn)
         if not entries:
             return []
         stored = {
