@@ -17,7 +17,6 @@ import asyncio
 import io
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from bench import baseline  # noqa: E402
 from tests.documents import english_prose, make_pdf  # noqa: E402
 from tests.fake_llm import FakeLLM, FakeLLMServer  # noqa: E402
-from tests.integration.conftest import SERVICES, Stack, StackFactory  # noqa: E402
+from tests.integration.conftest import SERVICES, Stack, StackFactory, start_infra  # noqa: E402
 from tests.integration.helpers import paid_twice  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -64,34 +62,11 @@ class _Temp:
         return path
 
 
-def _infra() -> dict[str, str]:
-    subprocess.run([str(ROOT / "scripts" / "stack.sh"), "infra"], check=True)
-    server_url = os.environ.get("DATABASE_URL") or subprocess.run(
-        [str(ROOT / "scripts" / "postgres.sh"), "url"], check=True, capture_output=True, text=True
-    ).stdout.strip()
-    database = f"docsum_bench_{uuid.uuid4().hex[:10]}"
-
-    async def create() -> None:
-        conn = await asyncpg.connect(server_url)
-        try:
-            await conn.execute(f'CREATE DATABASE "{database}"')
-        finally:
-            await conn.close()
-
-    asyncio.run(create())
-    base = server_url.rpartition("/")[0]
-    port = os.environ.get("DOCSUM_KAFKA_PORT", "9092")
-    return {
-        "DATABASE_URL": f"{base}/{database}",
-        "KAFKA_BOOTSTRAP_SERVERS": os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or f"127.0.0.1:{port}",
-    }
-
-
 class Bench:
     def __init__(self, workdir: Path) -> None:
         self.llm = FakeLLMServer(FakeLLM())
         self.llm.__enter__()
-        self.factory = StackFactory(_infra(), self.llm, _Temp(workdir))  # type: ignore[arg-type]
+        self.factory = StackFactory(start_infra("docsum_bench"), self.llm, _Temp(workdir))  # type: ignore[arg-type]
         self.seed = 1000
         self.stack = self.new_stack()
 

@@ -39,12 +39,11 @@ def _script(*args: str) -> str:
     ).stdout.strip()
 
 
-@pytest.fixture(scope="session")
-def infra() -> dict[str, str]:
-    """Start (or reuse) Kafka and PostgreSQL; a fresh database and topic prefix for this session."""
+def start_infra(database_prefix: str = "docsum_test") -> dict[str, str]:
+    """Start (or reuse) Kafka and PostgreSQL; a fresh database of its own (the bench uses it too)."""
     subprocess.run([str(ROOT / "scripts" / "stack.sh"), "infra"], check=True)
     server_url = os.environ.get("DATABASE_URL") or _script("postgres.sh", "url")
-    database = f"docsum_test_{uuid.uuid4().hex[:12]}"
+    database = f"{database_prefix}_{uuid.uuid4().hex[:12]}"
 
     async def create() -> None:
         conn = await asyncpg.connect(server_url)
@@ -59,6 +58,12 @@ def infra() -> dict[str, str]:
         "DATABASE_URL": f"{base}/{database}",
         "KAFKA_BOOTSTRAP_SERVERS": BOOTSTRAP,
     }
+
+
+@pytest.fixture(scope="session")
+def infra() -> dict[str, str]:
+    """Kafka and PostgreSQL; a fresh database and topic prefix for this session."""
+    return start_infra()
 
 
 @pytest.fixture(scope="session")
