@@ -3,6 +3,7 @@ package: bounded answers, streaming, a stall timeout, what it asks the endpoint.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
@@ -23,6 +24,15 @@ def server() -> Iterator[FakeLLMServer]:
 
 def _backend(server: FakeLLMServer, **timeouts: float) -> OpenAIBackend:
     return OpenAIBackend("stand-in-1", base_url=server.base_url, api_key="k", timeouts=Timeouts(**timeouts))
+
+
+async def _recorded(server: FakeLLMServer, n: int = 1) -> list:
+    """The stand-in's ledger once it holds `n` entries: it records a call just after answering it."""
+    for _ in range(200):
+        if len(entries := server.llm.entries()) >= n:
+            return entries
+        await asyncio.sleep(0.01)
+    return server.llm.entries()
 
 
 def _chunk(chars: int = 1_500, max_tokens: int = 300) -> SummaryRequest:
@@ -60,7 +70,7 @@ def test_slow_prompts_and_long_answers_get_more_time() -> None:
 async def test_a_plain_answer_is_bounded_and_its_usage_is_the_providers(server: FakeLLMServer) -> None:
     backend = _backend(server)
     result = await backend.summarize(_chunk())
-    (entry,) = server.llm.entries()
+    (entry,) = await _recorded(server)
     assert result.text and not result.truncated
     assert (result.prompt_tokens, result.completion_tokens) == (entry.prompt_tokens, entry.completion_tokens)
 
