@@ -39,9 +39,7 @@ async def map_reduce(client: AsyncOpenAI, model: str, requests: list[SummaryRequ
 
     async def ask(request: SummaryRequest) -> str:
         async with slots:
-            answer = await client.chat.completions.create(
-                model=model, messages=build_messages(request), max_tokens=300
-            )
+            answer = await client.chat.completions.create(model=model, messages=build_messages(request), max_tokens=300)
         return answer.choices[0].message.content or ""
 
     summaries = await asyncio.gather(*(ask(r) for r in requests))

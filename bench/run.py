@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import io
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import baseline  # noqa: E402
+from bench.profile import Profiles  # noqa: E402
 from tests.documents import english_prose, make_pdf  # noqa: E402
 from tests.fake_llm import FakeLLM, FakeLLMServer  # noqa: E402
 from tests.integration.conftest import SERVICES, Stack, StackFactory, start_infra  # noqa: E402
@@ -62,11 +66,24 @@ class _Temp:
         return path
 
 
+def shipped_python() -> str:
+    """The services run as shipped: an environment of their own dependencies only, from uv.lock, as the
+    image installs them (deploy/Dockerfile) — not the development one, whose test tools (fpdf2's Pillow
+    and fontTools, which pypdf then imports; OpenTelemetry) would weigh on every process."""
+    venv = Path(os.environ.get("DOCSUM_STATE_DIR", ROOT / ".run")) / "bench" / "venv"
+    uv = os.environ.get("UV") or shutil.which("uv") or str(ROOT / ".run" / "bootstrap" / "bin" / "uv")
+    packages = [arg for name in SERVICES for arg in ("--package", f"docsum-{name}")]
+    subprocess.run([uv, "sync", "--locked", "--no-dev", "--no-editable", "--quiet", *packages], cwd=ROOT,
+                   env={**os.environ, "UV_PROJECT_ENVIRONMENT": str(venv)}, check=True)  # fmt: skip
+    return str(venv / "bin" / "python")
+
+
 class Bench:
     def __init__(self, workdir: Path) -> None:
         self.llm = FakeLLMServer(FakeLLM())
         self.llm.__enter__()
-        self.factory = StackFactory(start_infra("docsum_bench"), self.llm, _Temp(workdir))  # type: ignore[arg-type]
+        infra = start_infra("docsum_bench")
+        self.factory = StackFactory(infra, self.llm, _Temp(workdir), python=shipped_python())  # type: ignore[arg-type]
         self.seed = 1000
         self.stack = self.new_stack()
 
@@ -102,6 +119,9 @@ class Bench:
         self.stack.start(name, **env)
         self.wait_ready(self.stack, iter([name]))
 
+    def pids(self) -> dict[str, int]:
+        return {name: process.pid for name, process in self.stack.processes.items()}
+
     def close(self) -> None:
         self.factory.stop_all()
         self.llm.__exit__(None, None, None)
@@ -112,22 +132,23 @@ class Bench:
 
     # --- one task, timed ----------------------------------------------------------------------
 
-    def run_task(
-        self, files: list[tuple[str, bytes]], *, poll_s: float = 0.02, stack: Stack | None = None
-    ) -> tuple[float, dict]:
-        """Seconds from the submit request to COMPLETED as seen through the API, and the task."""
+    def run_task(self, files: list[tuple[str, bytes]], *, stack: Stack | None = None) -> tuple[float, dict]:
+        """Seconds from the submit request to COMPLETED as `docsum` sees it (the CLI's own submit and
+        wait: it follows the task's progress stream), and the task."""
+        from docsum_cli.client import Gateway
+        from docsum_cli.main import wait
+
         stack = stack or self.stack
-        with httpx.Client(base_url=stack.gateway_url, timeout=120,
-                          headers={"Authorization": f"Bearer {stack.keys['alice']}"}) as client:  # fmt: skip
+        gateway = Gateway(stack.gateway_url, stack.keys["alice"])
+        with tempfile.TemporaryDirectory() as tmp:
+            paths = []
+            for name, data in files:
+                paths.append(Path(tmp) / name)
+                paths[-1].write_bytes(data)
             started = time.perf_counter()
-            response = client.post("/v1/tasks", files=[("files", (n, b, "text/plain")) for n, b in files])
-            response.raise_for_status()
-            task_id = response.json()["task_id"]
-            while True:
-                task = client.get(f"/v1/tasks/{task_id}").json()
-                if task["status"] in ("COMPLETED", "COMPLETED_WITH_ERRORS", "FAILED", "CANCELLED", "EXPIRED"):
-                    return time.perf_counter() - started, task
-                time.sleep(poll_s)
+            task_id = gateway.submit(paths)["task_id"]
+            task = wait(gateway, task_id, quiet=True)
+            return time.perf_counter() - started, task
 
     def chunks_of(self, task: dict) -> int:
         return sum(d["chunks"]["total"] or 0 for d in task["documents"])
@@ -155,7 +176,7 @@ def _rss_mb(pid: int) -> float:
 # --- the measures -----------------------------------------------------------------------------------
 
 
-def b1_b2_concurrency(bench: Bench, figures: list[Figure], plots: dict[str, Any]) -> None:
+def b1_b2_concurrency(bench: Bench, figures: list[Figure]) -> None:
     latency, inflight, chars = 0.1, 16, 400_000
     bench.llm.llm.configure(latency_s=latency, jitter_s=0.0)
     text = bench.text(chars)
@@ -170,7 +191,11 @@ def b1_b2_concurrency(bench: Bench, figures: list[Figure], plots: dict[str, Any]
     figures.append(Figure("B2", "same ÷ in-process asyncio map-reduce (bench/baseline.py)", ratio,
                           f"{ratio:.2f} ({seconds:.2f}s vs {base_s:.2f}s, {base_n} chunks)", "≤ 1.05",
                           ratio <= 1.05))  # fmt: skip
-    # Throughput against concurrency (the summarizer restarted with each bound), docsum and baseline.
+
+
+def concurrency_curve(bench: Bench, plots: dict[str, Any]) -> None:
+    """Throughput against concurrency (the summarizer restarted with each bound), docsum and baseline."""
+    bench.llm.llm.configure(latency_s=0.1, jitter_s=0.0)
     curve: list[tuple[int, float, float]] = []
     for c in (1, 4, 16, 64):
         bench.restart("summarizer", DOCSUM_LLM_MAX_INFLIGHT=str(c), DOCSUM_MAX_INFLIGHT=str(c))
@@ -196,7 +221,7 @@ def b4_growth(bench: Bench, figures: list[Figure], plots: dict[str, Any]) -> Non
     bench.llm.llm.configure(latency_s=0.0)
     per_chunk: list[tuple[int, float]] = []
     for target in (50, 200, 800, 3200):
-        seconds, task = bench.run_task([(f"b4-{target}.txt", bench.text(target * 1_800).encode())], poll_s=0.1)
+        seconds, task = bench.run_task([(f"b4-{target}.txt", bench.text(target * 1_800).encode())])
         n = bench.chunks_of(task)
         per_chunk.append((n, seconds / n))
     growth = per_chunk[-1][1] / per_chunk[0][1]
@@ -300,6 +325,10 @@ def b8_memory(bench: Bench, figures: list[Figure]) -> None:
             if doc["status"] not in ("PENDING", "PARSING"):
                 break
             time.sleep(0.05)
+        # Its 500 pages would still be summarized through the next measures: cancelled, and ended.
+        client.post(f"/v1/tasks/{task_id}/cancel").raise_for_status()
+        while client.get(f"/v1/tasks/{task_id}").json()["status"] != "CANCELLED":
+            time.sleep(0.2)
     figures.append(Figure("B8b", "parser on a 500-page PDF, peak resident memory with its worker (MB)", peak,
                           f"{peak:.0f}", "≤ 300 MB", peak <= 300))  # fmt: skip
 
@@ -367,7 +396,7 @@ def plot(plots: dict[str, Any]) -> list[str]:
     return written
 
 
-def write(figures: list[Figure], pictures: list[str], seconds: float) -> Path:
+def write(figures: list[Figure], pictures: list[str], seconds: float, profiled: str) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     rows = "\n".join(
         f"| {f.id} | {f.measure} | {f.shown} | {f.goal} | {'pass' if f.passed else '**miss**'} |" for f in figures
@@ -385,18 +414,23 @@ why a missed goal is missed).
 
 {images}
 """
+    if profiled:
+        text += f"\n## Profiles (py-spy, `--profile`)\n\n{profiled}\n"
     out = RESULTS / "latest.md"
     out.write_text(text)
     return out
 
 
-MEASURES = ("B1", "B3", "B4", "B5", "B6", "B7", "B8", "B9")
+MEASURES = ("B1", "curve", "B3", "B4", "B5", "B6", "B7", "B8", "B9")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default=",".join(MEASURES), help="comma-separated: " + ",".join(MEASURES))
+    parser.add_argument("--profile", action="store_true",
+                        help="py-spy every service during each measure (bench/results/profiles/)")  # fmt: skip
     args = parser.parse_args()
+    profiles = Profiles(RESULTS / "profiles") if args.profile else None
     only = set(args.only.split(","))
     RESULTS.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -407,7 +441,8 @@ def main() -> None:
         try:
             steps: list[tuple[str, Callable[[], None]]] = [
                 ("B8", lambda: b8_memory(bench, figures)),  # first: idle means before any work
-                ("B1", lambda: b1_b2_concurrency(bench, figures, plots)),
+                ("B1", lambda: b1_b2_concurrency(bench, figures)),
+                ("curve", lambda: concurrency_curve(bench, plots)),
                 ("B3", lambda: b3_throughput(bench, figures)),
                 ("B4", lambda: b4_growth(bench, figures, plots)),
                 ("B5", lambda: b5_replicas(bench, figures, plots)),
@@ -418,13 +453,14 @@ def main() -> None:
             for name, step in steps:
                 if name in only:
                     t0 = time.monotonic()
-                    step()
+                    with profiles.during(name, bench.pids()) if profiles else contextlib.nullcontext():
+                        step()
                     print(f"{name}: {time.monotonic() - t0:.0f}s — " + "; ".join(
                         f"{f.id} {f.shown}" for f in figures if f.id.startswith(name)), flush=True)  # fmt: skip
         finally:
             bench.close()
     figures.sort(key=lambda f: (int(f.id[1]), f.id))
-    out = write(figures, plot(plots), time.monotonic() - started)
+    out = write(figures, plot(plots), time.monotonic() - started, profiles.summary() if profiles else "")
     print(out.read_text())
 
 

@@ -10,9 +10,9 @@ slot, so that repeats of one key (a re-drive, a replay) cannot fill every slot a
 keys; at most `BUFFERED_PER_SLOT` messages per slot are held in all. Per partition the committed
 offset is the lowest one not yet done, so a crash redelivers only unfinished work.
 
-The poll loop never waits for a handler: it keeps calling `getmany` (pausing the partitions while
-every slot is busy), so a slow LLM call never makes the consumer miss `max_poll_interval_ms` and get
-thrown out of its group (aiokafka issue #848).
+The poll loop never waits for a handler: while every slot is busy it still calls `getmany` now and
+then (its partitions paused), so a slow LLM call never makes the consumer miss `max_poll_interval_ms`
+and get thrown out of its group (aiokafka issue #848).
 """
 
 from __future__ import annotations
@@ -54,6 +54,10 @@ POLL_MS = 200
 # one key's messages can take while that key is busy.
 BUFFERED_PER_SLOT = 16
 LAG_EVERY_S = 5.0  # how often the consumer lag gauges are refreshed
+# How often the offsets of finished messages are committed while running (and at every rebalance and
+# stop): a crash redelivers at most this much finished work, which the idempotent handlers absorb;
+# a commit per message would be a broker round trip per message.
+COMMIT_EVERY_S = 1.0
 
 
 @dataclass
@@ -150,6 +154,9 @@ class ConsumerService:
         self._slot_freed = asyncio.Event()
         self.joined = False  # the group has given this member its partitions (readiness)
         self._lag_at = 0.0
+        self._polled_at = self._committed_at = 0.0
+        # A member that has not polled for max_poll_interval_ms is put out of its group.
+        self._keepalive_s = settings.max_poll_interval_ms / 1000 / 4
         self._lag_reported: set[TopicPartition] = set()
         self._in_flight = metrics.IN_FLIGHT.labels(name)
 
@@ -174,22 +181,31 @@ class ConsumerService:
                     self.max_inflight - len(self._tasks), self.max_inflight * BUFFERED_PER_SLOT - self._lanes.held
                 )
                 assigned = self.consumer.assignment()
+                loop = asyncio.get_running_loop()
                 if free <= 0:
-                    # Still poll, so the group sees this member alive, but fetch nothing.
-                    self.consumer.pause(*assigned)
-                    await self.consumer.getmany(timeout_ms=0)
+                    if loop.time() - self._polled_at > self._keepalive_s:
+                        # Poll now and then, so the group sees this member alive, but take nothing.
+                        # Pausing drops what the fetcher holds of those partitions (fetched again on
+                        # resume): hence only now and then, not at every turn of the loop.
+                        self.consumer.pause(*assigned)
+                        await self.consumer.getmany(timeout_ms=0)
+                        self._polled_at = loop.time()
                     self._slot_freed.clear()
                     try:
                         await asyncio.wait_for(self._slot_freed.wait(), POLL_MS / 1000)
                     except TimeoutError:
                         pass
                 else:
-                    self.consumer.resume(*assigned)
+                    if self.consumer.paused():
+                        self.consumer.resume(*assigned)
                     batches = await self.consumer.getmany(timeout_ms=POLL_MS, max_records=free)
+                    self._polled_at = loop.time()
                     for partition, records in batches.items():
                         for record in records:
                             self._start(partition, record)
-                await self._commit_progress()
+                if loop.time() - self._committed_at >= COMMIT_EVERY_S:
+                    await self._commit_progress()
+                    self._committed_at = loop.time()
                 await self._measure_lag()
             await self._drain()
         finally:

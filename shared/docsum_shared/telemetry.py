@@ -9,8 +9,9 @@ handler runs — hence our own span around the handler); without it, `inject` he
 re-drive starts a new trace (`root_span`), linked to whatever asked for it. asyncpg's instrumentation
 adds a span per query.
 
-All of this is the optional extra `docsum-shared[otel]`. Without it (or with OTEL_SDK_DISABLED=true)
-every function here is a no-op: the services run the same, no span is made and no header written; the
+All of this is the optional extra `docsum-shared[otel]`, and only when spans go somewhere: an OTLP
+endpoint or DOCSUM_TRACE_FILE. Without it, without either (or with OTEL_SDK_DISABLED=true) every
+function here is a no-op: the services run the same, no span is made and no header written; the
 events' own `trace_id` still ties a submission's log lines together. With it, spans are exported over
 OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set, configured by
 the standard OTEL_* variables (OTEL_SERVICE_NAME defaults to docsum-<service>), and written as JSON
@@ -55,6 +56,9 @@ def setup(service: str, trace_file: str | None = None) -> bool:
         return True
     if trace is None or os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False
+    exporting = any(os.environ.get(f"OTEL_EXPORTER_OTLP_{part}ENDPOINT") for part in ("", "TRACES_"))
+    if not (exporting or trace_file):
+        return False  # spans with nowhere to go: all cost (a span per query and message), no use
     try:
         from opentelemetry.sdk.resources import SERVICE_NAME, Resource
         from opentelemetry.sdk.trace import TracerProvider
@@ -64,7 +68,7 @@ def setup(service: str, trace_file: str | None = None) -> bool:
     # An OTEL_SERVICE_NAME (or service.name in OTEL_RESOURCE_ATTRIBUTES) is taken by Resource.create.
     named = os.environ.get("OTEL_SERVICE_NAME") or "service.name=" in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
     provider = TracerProvider(resource=Resource.create({} if named else {SERVICE_NAME: f"docsum-{service}"}))
-    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+    if exporting:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))

@@ -80,13 +80,14 @@ class Stack:
     logs: Path
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     health_ports: dict[str, int] = field(default_factory=dict)  # /healthz, /readyz and /metrics per process
+    python: str = sys.executable  # the interpreter (and so the environment) the services run in
 
     def start(self, name: str, **env: str) -> None:
         """Start service `name` ("summarizer", or "summarizer-2" for a second replica) as a process."""
         log = (self.logs / f"{name}.log").open("ab")
         self.health_ports[name] = free_port()
         self.processes[name] = subprocess.Popen(
-            [sys.executable, "-m", f"docsum_{name.partition('-')[0]}"],
+            [self.python, "-m", f"docsum_{name.partition('-')[0]}"],
             env={**self.env, "DOCSUM_HEALTH_PORT": str(self.health_ports[name]), **env},
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -141,8 +142,10 @@ class StackFactory:
     """Starts stacks of the five services as real processes; each stack has its own topic and consumer
     group prefix, so tests that kill, pause or reconfigure services never disturb one another."""
 
-    def __init__(self, infra: dict[str, str], llm: FakeLLMServer, logs: pytest.TempPathFactory) -> None:
-        self.infra, self.llm, self.logs = infra, llm, logs
+    def __init__(
+        self, infra: dict[str, str], llm: FakeLLMServer, logs: pytest.TempPathFactory, python: str = sys.executable
+    ) -> None:
+        self.infra, self.llm, self.logs, self.python = infra, llm, logs, python
         self.stacks: list[Stack] = []
 
     def __call__(self, services: tuple[str, ...] = SERVICES, **overrides: str) -> Stack:
@@ -168,7 +171,7 @@ class StackFactory:
             "DOCSUM_TASKS_PER_MINUTE": "0",
             **overrides,
         }
-        stack = Stack(env, f"http://127.0.0.1:{port}", keys, self.logs.mktemp("logs"))
+        stack = Stack(env, f"http://127.0.0.1:{port}", keys, self.logs.mktemp("logs"), python=self.python)
         self.stacks.append(stack)
         for name in services:
             stack.start(name)

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from docsum_gateway.recorder.policy import ChunkRow, document_percent, entries_for, task_percent
-from docsum_shared.events import ChunkSummarized, DocumentMerged, DocumentOutcome, DocumentSubmitted, TaskEvent
+from docsum_gateway.recorder.policy import ChunkRow, document_percent, entries_for, keys_at_most, task_percent
+from docsum_shared.events import (
+    ChunkCreated,
+    ChunkSummarized,
+    DocumentMerged,
+    DocumentOutcome,
+    DocumentParsed,
+    DocumentSubmitted,
+    TaskEvent,
+)
 from docsum_shared.options import TaskOptions
 from docsum_shared.readmodel.schemas import ChunkProgress, DocumentView, Estimate, Recovery, TaskView, Usage
 from docsum_shared.states import TaskStatus
@@ -95,3 +103,29 @@ def test_percent() -> None:
         task_id="t1", document_id="d9", owner="o", filename="x", blob_sha256="0" * 64, size_bytes=1
     )
     assert [e.kind for e in entries_for(submitted, _view(_doc("d1")))] == ["task-started"]  # unknown document
+
+
+def test_the_keys_an_event_can_tell_cover_every_entry_it_gives_in_any_state() -> None:
+    # The recorder skips an event whose keys_at_most are all stored: a key missing there would be an
+    # entry never written. Every state a document passes through, every status its chunk can have.
+    states = [_doc("d1", "PENDING", 0, None), _doc("d1", "PARSING", 0, None), _doc("d1", "SUMMARIZING", 1, 4),
+              _doc("d1", "MERGING", 4, 4), _doc("d1", "COMPLETED", 4, 4), _doc("d1", "FAILED", 0, None)]  # fmt: skip
+    events = [
+        DocumentSubmitted(
+            task_id="t1", document_id="d1", owner="o", filename="d1.txt", content_base64="aGk=", task_documents=1
+        ),
+        DocumentParsed(task_id="t1", document_id="d1", text_chars=9000, size_level="MEDIUM"),
+        ChunkCreated(task_id="t1", document_id="d1", chunk_id="c1", chunk_index=0),
+        ChunkSummarized(task_id="t1", document_id="d1", chunk_id="c1", chunk_index=0),
+    ]
+    for doc in states:
+        for event in events:
+            for status in ("PENDING", "SUMMARIZING", "COMPLETED", "FAILED"):
+                told = keys_at_most(event, status)
+                assert told is not None
+                given = {e.key for e in entries_for(event, _view(doc), [ChunkRow("c1", "d1", 0, status)])}
+                assert given <= set(told), (doc.status, type(event).__name__, status, given - set(told))
+    # What depends on more than the event and its chunk is not guessed.
+    assert keys_at_most(ChunkSummarized(task_id="t1", document_id="d1", chunk_id="c1", chunk_index=0)) is None
+    assert keys_at_most(TaskEvent(task_id="t1", status=TaskStatus.COMPLETED)) is None
+    assert keys_at_most(DocumentMerged(task_id="t1", document_id="d1", outcome=DocumentOutcome.COMPLETED)) is None

@@ -19,6 +19,15 @@ UNFINISHED_CHUNK = [ChunkStatus.PENDING, ChunkStatus.SUMMARIZING]
 # well within reconcile's idle period, so a task making progress never looks idle.
 ACTIVITY_EVERY_S = 5.0
 
+# One more final chunk on its document, in the statement that made it final (`moved`): exactly once.
+_COUNT_FINAL = (
+    "UPDATE documents d SET {column} = {column} + 1, truncated_parts = truncated_parts + {truncated},"
+    " pending_token_estimate = greatest(0, pending_token_estimate - coalesce(moved.token_estimate, 0))"
+    " FROM moved WHERE d.id = moved.document_id RETURNING 1"
+)
+_COUNT_COMPLETED = _COUNT_FINAL.format(column="chunks_completed", truncated="$7::int")
+_COUNT_FAILED = _COUNT_FINAL.format(column="chunks_failed", truncated="0")
+
 
 class Claim(enum.Enum):
     TAKEN = "taken"  # the lease is ours: call the LLM
@@ -56,27 +65,26 @@ class ChunkRepository:
 
     async def claim(self, chunk_id: str, holder: str, ttl_s: float) -> Claim:
         """Take the chunk's lease if it is free, expired or already ours (a takeover counts as an interruption)."""
-        async with self.pool.acquire() as conn, conn.transaction():
-            taken = await conn.fetchrow(
-                "UPDATE chunks SET status = $4, attempts = attempts + 1,"
-                " interruptions = interruptions + (status = $4 AND lease_owner IS DISTINCT FROM $2)::int,"
-                " lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3), updated_at = now()"
-                " FROM (SELECT status AS was, lease_owner AS held_by FROM chunks WHERE id = $1 FOR UPDATE) old"
-                " WHERE id = $1 AND EXISTS (SELECT 1 FROM documents d JOIN tasks t ON t.id = d.task_id"
-                "   WHERE d.id = chunks.document_id AND t.status = ANY($5::text[]))"  # not paused meanwhile
-                " AND (status = $6 AND (retry_at IS NULL OR retry_at <= now()) OR (status = $4"
-                "   AND (lease_owner = $2 OR lease_expires_at IS NULL OR lease_expires_at < now())))"
-                " RETURNING document_id, (old.was = $4 AND old.held_by IS DISTINCT FROM $2) AS taken_over",
-                chunk_id, holder, ttl_s, ChunkStatus.SUMMARIZING, UNFINISHED_TASK, ChunkStatus.PENDING,
-            )  # fmt: skip
-            if taken is not None and taken["taken_over"]:
+        taken = await self.pool.fetchrow(
+            "UPDATE chunks SET status = $4, attempts = attempts + 1,"
+            " interruptions = interruptions + (status = $4 AND lease_owner IS DISTINCT FROM $2)::int,"
+            " lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3), updated_at = now()"
+            " FROM (SELECT status AS was, lease_owner AS held_by FROM chunks WHERE id = $1 FOR UPDATE) old"
+            " WHERE id = $1 AND EXISTS (SELECT 1 FROM documents d JOIN tasks t ON t.id = d.task_id"
+            "   WHERE d.id = chunks.document_id AND t.status = ANY($5::text[]))"  # not paused meanwhile
+            " AND (status = $6 AND (retry_at IS NULL OR retry_at <= now()) OR (status = $4"
+            "   AND (lease_owner = $2 OR lease_expires_at IS NULL OR lease_expires_at < now())))"
+            " RETURNING document_id, (old.was = $4 AND old.held_by IS DISTINCT FROM $2) AS taken_over",
+            chunk_id, holder, ttl_s, ChunkStatus.SUMMARIZING, UNFINISHED_TASK, ChunkStatus.PENDING,
+        )  # fmt: skip
+        if taken is not None:
+            if taken["taken_over"]:  # its task is recovering: told apart from the claim, which stands alone
                 metrics.LEASE_TAKEOVERS.inc()
-                await conn.execute(
+                await self.pool.execute(
                     "UPDATE tasks SET recovering_since = coalesce(recovering_since, now())"
                     " WHERE id = (SELECT task_id FROM documents WHERE id = $1)",
                     taken["document_id"],
                 )
-        if taken is not None:
             return Claim.TAKEN
         row = await self.pool.fetchrow(
             "SELECT status, retry_at > now() AS deferred FROM chunks WHERE id = $1", chunk_id
@@ -131,34 +139,30 @@ class ChunkRepository:
         )
 
     async def complete(self, chunk_id: str, task_id: str, summary: str, model: str, *, truncated: bool = False) -> None:
-        async with self.pool.acquire() as conn, conn.transaction():
-            moved = await conn.fetchrow(
-                "UPDATE chunks SET status = $4, summary = $2, summary_model = $3, error = NULL, summary_truncated = $7,"
-                " summary_prompt_version = $5, lease_owner = NULL, lease_expires_at = NULL, retry_at = NULL,"
-                " updated_at = now()"
-                " WHERE id = $1 AND status = ANY($6::text[]) RETURNING document_id, token_estimate",
-                chunk_id, summary, model, ChunkStatus.COMPLETED, PROMPT_VERSION, UNFINISHED_CHUNK, truncated,
-            )  # fmt: skip
-            if moved is not None:
-                await _count_final(conn, moved, "chunks_completed", truncated=truncated)
-            # Progress, at most every few seconds per task: one hot row, not one write per chunk.
-            await conn.execute(
-                "UPDATE tasks SET last_active_at = now()"
-                " WHERE id = $1 AND last_active_at < now() - make_interval(secs => $2)",
-                task_id,
-                self.activity_every_s,
-            )
+        """The chunk COMPLETED with its summary, counted once on its document (the same statement, so
+        exactly once), and its task active (at most every few seconds: one hot row, not a write per chunk)."""
+        await self.pool.execute(
+            "WITH moved AS (UPDATE chunks SET status = $4, summary = $2, summary_model = $3, error = NULL,"
+            "   summary_truncated = $7, summary_prompt_version = $5, lease_owner = NULL, lease_expires_at = NULL,"
+            "   retry_at = NULL, updated_at = now()"
+            "   WHERE id = $1 AND status = ANY($6::text[]) RETURNING document_id, token_estimate),"
+            f" counted AS ({_COUNT_COMPLETED}),"
+            " active AS (UPDATE tasks SET last_active_at = now()"
+            "   WHERE id = $8 AND last_active_at < now() - make_interval(secs => $9) RETURNING 1)"
+            " SELECT (SELECT count(*) FROM counted), (SELECT count(*) FROM active)",
+            chunk_id, summary, model, ChunkStatus.COMPLETED, PROMPT_VERSION, UNFINISHED_CHUNK, truncated,
+            task_id, self.activity_every_s,
+        )  # fmt: skip
 
     async def fail(self, chunk_id: str, error: str) -> None:
-        async with self.pool.acquire() as conn, conn.transaction():
-            moved = await conn.fetchrow(
-                "UPDATE chunks SET status = $3, error = $2, lease_owner = NULL, lease_expires_at = NULL,"
-                " retry_at = NULL, updated_at = now()"
-                " WHERE id = $1 AND status = ANY($4::text[]) RETURNING document_id, token_estimate",
-                chunk_id, error, ChunkStatus.FAILED, UNFINISHED_CHUNK,
-            )  # fmt: skip
-            if moved is not None:
-                await _count_final(conn, moved, "chunks_failed")
+        await self.pool.execute(
+            "WITH moved AS (UPDATE chunks SET status = $3, error = $2, lease_owner = NULL, lease_expires_at = NULL,"
+            "   retry_at = NULL, updated_at = now()"
+            "   WHERE id = $1 AND status = ANY($4::text[]) RETURNING document_id, token_estimate),"
+            f" counted AS ({_COUNT_FAILED})"
+            " SELECT count(*) FROM counted",
+            chunk_id, error, ChunkStatus.FAILED, UNFINISHED_CHUNK,
+        )  # fmt: skip
 
     async def record_failure(self, chunk_id: str, error: str, *, retry_now: bool) -> None:
         """A failed attempt: its error and one more failure on the row; with `retry_now` one more
@@ -168,16 +172,3 @@ class ChunkRepository:
             " WHERE id = $1 AND status = $4",
             chunk_id, error, int(retry_now), ChunkStatus.SUMMARIZING,
         )  # fmt: skip
-
-
-async def _count_final(
-    conn: asyncpg.Connection, moved: asyncpg.Record, column: str, *, truncated: bool = False
-) -> None:
-    """One more final chunk on its document, in the transaction that made it final: exactly once."""
-    await conn.execute(
-        f"UPDATE documents SET {column} = {column} + 1, truncated_parts = truncated_parts + $3::int,"
-        " pending_token_estimate = greatest(0, pending_token_estimate - coalesce($2::bigint, 0)) WHERE id = $1",
-        moved["document_id"],
-        moved["token_estimate"],
-        int(truncated),
-    )

@@ -66,7 +66,7 @@ async def summarize_cached(
         result = SummaryResult(
             row["result"], row["model"], row["prompt_tokens"], row["completion_tokens"], row["truncated"]
         )
-        await _record(pool, context, request, key, result, cached=True, latency_ms=0)
+        await pool.execute(_RECORD, *_ledger(context, request, key, result, cached=True, latency_ms=0))
         return result, True
     estimate = estimate_request_tokens(request)
     reservation = await limiter.acquire(estimate + COMPLETION_RESERVE) if limiter else None
@@ -82,35 +82,29 @@ async def summarize_cached(
     if calibration is not None:
         calibration.observe(estimate, result.prompt_tokens)
     latency_ms = int((time.monotonic() - started) * 1000)
-    async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(
-            "INSERT INTO llm_results (key, model, kind, result, prompt_tokens, completion_tokens, truncated)"
-            " VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (key) DO NOTHING",
-            key,
-            result.model,
-            str(request.kind),
-            result.text,
-            result.prompt_tokens,
-            result.completion_tokens,
-            result.truncated,
-        )
-        await _record(conn, context, request, key, result, cached=False, latency_ms=latency_ms)
+    # The answer and its ledger line in one statement: both or neither.
+    await pool.execute(
+        "WITH stored AS (INSERT INTO llm_results (key, model, kind, result, prompt_tokens, completion_tokens,"
+        "   truncated) VALUES ($5, $6, $4, $11, $8, $9, $12) ON CONFLICT (key) DO NOTHING RETURNING 1)"
+        f", recorded AS ({_RECORD} RETURNING 1) SELECT (SELECT count(*) FROM stored), (SELECT count(*) FROM recorded)",
+        *_ledger(context, request, key, result, cached=False, latency_ms=latency_ms),
+        result.text,
+        result.truncated,
+    )
     return result, False
 
 
-async def _record(
-    db: asyncpg.Pool | asyncpg.Connection,
-    context: CallContext,
-    request: SummaryRequest,
-    key: str,
-    result: SummaryResult,
-    *,
-    cached: bool,
-    latency_ms: int,
-) -> None:
-    await db.execute(
-        "INSERT INTO llm_calls (task_id, document_id, chunk_id, kind, cache_key, model, cached, prompt_tokens,"
-        " completion_tokens, latency_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+# A call in the ledger; its parameters are `_ledger`'s, $1 to $10.
+_RECORD = (
+    "INSERT INTO llm_calls (task_id, document_id, chunk_id, kind, cache_key, model, cached, prompt_tokens,"
+    " completion_tokens, latency_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+)
+
+
+def _ledger(
+    context: CallContext, request: SummaryRequest, key: str, result: SummaryResult, *, cached: bool, latency_ms: int
+) -> tuple[object, ...]:
+    return (
         context.task_id,
         context.document_id,
         context.chunk_id,

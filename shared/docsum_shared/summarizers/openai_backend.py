@@ -180,26 +180,26 @@ class OpenAIBackend(SummarizerBackend):
         pieces: list[str] = []
         finish = model = None
         usage: tuple[int, int] | None = None
-        chunks = stream.__aiter__()
+        loop = asyncio.get_running_loop()
+        wait_s = first_token_s
         try:
-            while True:
-                wait_s = self.timeouts.stall_s if pieces else first_token_s
-                try:
-                    chunk = await asyncio.wait_for(chunks.__anext__(), timeout=wait_s)
-                except StopAsyncIteration:
-                    break
-                except TimeoutError as exc:
-                    raise ProviderUnavailable(
-                        f"LLM provider stalled: no token for {wait_s:.0f}s (DOCSUM_LLM_STALL_TIMEOUT_S)"
-                    ) from exc
-                model = chunk.model or model
-                if chunk.usage is not None:
-                    usage = (chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
-                for choice in chunk.choices:
-                    if choice.delta and choice.delta.content:
-                        pieces.append(choice.delta.content)
-                    if choice.finish_reason:
-                        finish = choice.finish_reason
+            # One deadline, moved on at each piece (no task per piece, as wait_for would make).
+            async with asyncio.timeout_at(loop.time() + wait_s) as deadline:
+                async for chunk in stream:
+                    model = chunk.model or model
+                    if chunk.usage is not None:
+                        usage = (chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
+                    for choice in chunk.choices:
+                        if choice.delta and choice.delta.content:
+                            pieces.append(choice.delta.content)
+                        if choice.finish_reason:
+                            finish = choice.finish_reason
+                    wait_s = self.timeouts.stall_s if pieces else first_token_s
+                    deadline.reschedule(loop.time() + wait_s)
+        except TimeoutError as exc:
+            raise ProviderUnavailable(
+                f"LLM provider stalled: no token for {wait_s:.0f}s (DOCSUM_LLM_STALL_TIMEOUT_S)"
+            ) from exc
         finally:
             await stream.close()
         return "".join(pieces), finish, usage, model

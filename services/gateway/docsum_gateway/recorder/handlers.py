@@ -40,6 +40,12 @@ async def record(event: Event, deps: Deps) -> list[Event]:
         # Not stored (yet): a submission by another system, which the parser registers; the log
         # starts with the task's next event. Nobody can watch a task that is not stored.
         return []
+    chunk_status = (
+        await repository.chunk_status(deps.pool, event.chunk_id) if isinstance(event, ChunkSummarized) else None
+    )
+    told = policy.keys_at_most(event, chunk_status)
+    if told is not None and await repository.all_stored(deps.pool, event.task_id, told):
+        return []  # nothing new to tell (every chunk-created after the first, a redelivery)
 
     async def entries(db: Any) -> list[policy.Entry]:  # read under the task's log lock, on its connection
         view = await views.pipeline_view(db, deps.settings, event.task_id)

@@ -138,6 +138,21 @@ def entries_for(event: Event, view: TaskView, chunks: Sequence[ChunkRow] = ()) -
     return out
 
 
+def keys_at_most(event: Event, chunk_status: str | None = None) -> list[str] | None:
+    """Every key `entries_for(event, …)` can give, whatever the stored state (for a chunk-summarized, given
+    its chunk's stored status); None when that is not known without reading the state. When all of
+    them are stored, the event adds nothing: its view need not be read (most chunk-created events)."""
+    if isinstance(event, DocumentSubmitted | DocumentParsed | ChunkCreated | ChunkSummarized):
+        doc = event.document_id
+        keys = ["task", f"started:{doc}", f"parsed:{doc}", f"chunks:{doc}"]
+        if isinstance(event, ChunkSummarized):
+            if chunk_status not in (ChunkStatus.COMPLETED, ChunkStatus.FAILED):
+                return None if chunk_status is None else keys
+            keys.append(f"chunk:{event.chunk_id}:{chunk_status}")
+        return keys
+    return None
+
+
 def _task_event(
     event: TaskEvent, view: TaskView, chunks: Sequence[ChunkRow], shown: dict[str, Any], document: Any
 ) -> list[Entry]:

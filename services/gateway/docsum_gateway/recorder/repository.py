@@ -63,12 +63,16 @@ async def append(
         if not new:
             return []
         numbers = list(range(head + 1, head + 1 + len(new)))
-        await conn.executemany(
-            "INSERT INTO progress_log (task_id, seq, kind, dedupe_key, body) VALUES ($1, $2, $3, $4, $5::jsonb)",
-            [(task_id, n, e.kind, e.key, json.dumps(e.body)) for n, e in zip(numbers, new, strict=True)],
-        )
-        await conn.execute("UPDATE progress_heads SET seq = $2 WHERE task_id = $1", task_id, numbers[-1])
-        await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, task_id)
+        await conn.execute(  # the entries, the head moved past them, the streams woken: one round trip
+            "WITH added AS (INSERT INTO progress_log (task_id, seq, kind, dedupe_key, body)"
+            "   SELECT $1, seq, kind, dedupe_key, body::jsonb"
+            "   FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[]) AS e(seq, kind, dedupe_key, body)"
+            "   RETURNING 1),"
+            " moved AS (UPDATE progress_heads SET seq = $6 WHERE task_id = $1 RETURNING 1)"
+            " SELECT pg_notify($7, $1), (SELECT count(*) FROM added), (SELECT count(*) FROM moved)",
+            task_id, numbers, [e.kind for e in new], [e.key for e in new], [json.dumps(e.body) for e in new],
+            numbers[-1], CHANNEL,
+        )  # fmt: skip
         return numbers
 
 
@@ -113,6 +117,18 @@ async def stream_state(pool: asyncpg.Pool, task_id: str) -> tuple[str | None, in
     if row is None:
         return None, 0, None
     return row["status"], int(row["seq"] or 0), row["kind"]
+
+
+async def all_stored(pool: asyncpg.Pool, task_id: str, keys: Sequence[str]) -> bool:
+    """Every one of `keys` has its entry in the task's log."""
+    found = await pool.fetchval(
+        "SELECT count(*) FROM progress_log WHERE task_id = $1 AND dedupe_key = ANY($2::text[])", task_id, list(keys)
+    )
+    return int(found) == len(set(keys))
+
+
+async def chunk_status(pool: asyncpg.Pool, chunk_id: str) -> str | None:
+    return await pool.fetchval("SELECT status FROM chunks WHERE id = $1", chunk_id)
 
 
 async def task_stored(pool: asyncpg.Pool, task_id: str) -> bool:
