@@ -74,13 +74,6 @@ def _proc_cpu(pid: int) -> float:
     return sum(int(f) for f in fields[11:15]) / _TICK  # utime, stime, cutime, cstime
 
 
-def _comm(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
-
-
 def _children(pid: int) -> list[int]:
     try:
         return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
@@ -88,21 +81,25 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+def _state_pid(name: str) -> int | None:
+    """The pid our own scripts wrote for the broker or the database server (scripts/kafka.sh, postgres.sh)."""
+    state = Path(os.environ.get("DOCSUM_STATE_DIR", Path(__file__).resolve().parents[1] / ".run"))
+    try:
+        return int((state / f"{name}.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def cpu_snapshot(pids: Mapping[str, int]) -> dict[str, float]:
     """CPU seconds so far: each service (with its worker), the stand-in provider and client (this
-    process), PostgreSQL (all its processes), Kafka (the JVM), and the whole machine."""
+    process), PostgreSQL (its server and every backend), Kafka (the broker's JVM), the whole machine."""
     taken: dict[str, float] = {}
     for service, pid in pids.items():
         taken[service] = _proc_cpu(pid) + sum(_proc_cpu(c) for c in _children(pid))
     taken["stand-in + client"] = _proc_cpu(os.getpid())
-    taken["postgres"] = taken["kafka"] = 0.0
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            comm = _comm(int(entry.name))
-            if comm == "postgres":
-                taken["postgres"] += _proc_cpu(int(entry.name))
-            elif comm == "java":
-                taken["kafka"] += _proc_cpu(int(entry.name))
+    broker, database = _state_pid("kafka"), _state_pid("postgres")
+    taken["kafka"] = _proc_cpu(broker) if broker else 0.0
+    taken["postgres"] = (_proc_cpu(database) + sum(_proc_cpu(c) for c in _children(database))) if database else 0.0
     busy = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
     taken["machine"] = (sum(int(x) for x in busy) - int(busy[3]) - int(busy[4])) / _TICK  # all but idle, iowait
     return taken

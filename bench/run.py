@@ -68,12 +68,15 @@ class _Temp:
 
 def shipped_python() -> str:
     """The services run as shipped: an environment of their own dependencies only, from uv.lock, as the
-    image installs them (deploy/Dockerfile) — not the development one, whose test tools (fpdf2's Pillow
+    image installs them (deploy/Dockerfile; our packages editable here, so the code is the tree's) — not
+    the development one, whose test tools (fpdf2's Pillow
     and fontTools, which pypdf then imports; OpenTelemetry) would weigh on every process."""
+    if os.environ.get("DOCSUM_BENCH_PYTHON"):  # another interpreter, to compare environments or trees
+        return os.environ["DOCSUM_BENCH_PYTHON"]
     venv = Path(os.environ.get("DOCSUM_STATE_DIR", ROOT / ".run")) / "bench" / "venv"
     uv = os.environ.get("UV") or shutil.which("uv") or str(ROOT / ".run" / "bootstrap" / "bin" / "uv")
     packages = [arg for name in SERVICES for arg in ("--package", f"docsum-{name}")]
-    subprocess.run([uv, "sync", "--locked", "--no-dev", "--no-editable", "--quiet", *packages], cwd=ROOT,
+    subprocess.run([uv, "sync", "--locked", "--no-dev", "--quiet", *packages], cwd=ROOT,
                    env={**os.environ, "UV_PROJECT_ENVIRONMENT": str(venv)}, check=True)  # fmt: skip
     return str(venv / "bin" / "python")
 

@@ -11,7 +11,7 @@ import os
 import socket
 import stat
 
-import httpx
+import httpx2
 
 from docsum_shared.errors import ItemFailed
 from docsum_shared.events import DocumentSubmitted
@@ -100,11 +100,11 @@ async def resolve(source: intake.HttpSource, settings: Settings) -> intake.Addre
 async def download(source: intake.HttpSource, settings: Settings) -> bytes:
     """GET the URI: to the checked address only, with connect and read timeouts and a deadline for the
     whole download, at most DOCSUM_MAX_FILE_BYTES; redirects only within the same origin."""
-    timeout = httpx.Timeout(settings.intake_http_timeout_s)
+    timeout = httpx2.Timeout(settings.intake_http_timeout_s)
     try:
         async with (
             asyncio.timeout(settings.intake_http_total_s),
-            httpx.AsyncClient(timeout=timeout, follow_redirects=False, trust_env=False) as client,
+            httpx2.AsyncClient(timeout=timeout, follow_redirects=False, trust_env=False) as client,
         ):
             url = source.url
             for _ in range(MAX_REDIRECTS + 1):
@@ -114,27 +114,27 @@ async def download(source: intake.HttpSource, settings: Settings) -> bytes:
                 problem = intake.redirect_error(source, location)
                 if problem is not None:
                     raise ItemFailed(problem)
-                url = str(httpx.URL(url).join(location))
+                url = str(httpx2.URL(url).join(location))
             raise ItemFailed(f"{source.url} redirected more than {MAX_REDIRECTS} times")
     except TimeoutError:
         raise ItemFailed(
             f"{source.url} took longer than {settings.intake_http_total_s:g} s to download (DOCSUM_INTAKE_HTTP_TOTAL_S)"
         ) from None
-    except httpx.TimeoutException as exc:
+    except httpx2.TimeoutException as exc:
         raise ItemFailed(
             f"{source.url} did not answer within {settings.intake_http_timeout_s:g} s"
             f" (DOCSUM_INTAKE_HTTP_TIMEOUT_S): {type(exc).__name__}"
         ) from None
-    except httpx.HTTPError as exc:
+    except httpx2.HTTPError as exc:
         raise ItemFailed(f"{source.url} cannot be fetched: {type(exc).__name__}: {exc}") from None
 
 
 async def _get(
-    client: httpx.AsyncClient, source: intake.HttpSource, url: str, settings: Settings
+    client: httpx2.AsyncClient, source: intake.HttpSource, url: str, settings: Settings
 ) -> tuple[bytes | None, str]:
     """One request, to the address checked just before: (the body, "") or (None, the redirect's Location)."""
     address = await resolve(source, settings)
-    pinned = httpx.URL(url).copy_with(host=str(address))
+    pinned = httpx2.URL(url).copy_with(host=str(address))
     host = f"[{source.host}]" if ":" in source.host else source.host
     default_port = 443 if source.scheme == "https" else 80
     headers = {"Host": host if source.port == default_port else f"{host}:{source.port}"}

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
+import httpx2
 import openai
 
 from ..errors import ContextLimitExceeded, ProviderUnavailable, RateLimited, RequestRefused, context_limit_error
@@ -175,7 +175,7 @@ class OpenAIBackend(SummarizerBackend):
             stream_options={"include_usage": True},
             extra_body=extra or None,
             # read: between two bytes of the answer; the first may come only after the whole prompt is read
-            timeout=httpx.Timeout(first_token_s, connect=10.0),
+            timeout=httpx2.Timeout(first_token_s, connect=10.0),
         )  # type: ignore[call-overload]  # the stream=True overload, with extra_body
         pieces: list[str] = []
         finish = model = None
@@ -221,7 +221,7 @@ class OpenAIBackend(SummarizerBackend):
         """Ask the endpoint what it can; None when it says nothing useful (or is not there)."""
         root = _server_root(self.base_url)
         headers = {"Authorization": f"Bearer {self.api_key}"}
-        async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S, headers=headers) as http:
+        async with httpx2.AsyncClient(timeout=PROBE_TIMEOUT_S, headers=headers) as http:
             props = await _json(http, "GET", f"{root}/props")
             if isinstance(props, dict) and ("default_generation_settings" in props or "n_ctx" in props):
                 settings = props.get("default_generation_settings") or {}
@@ -267,11 +267,11 @@ def _server_root(base_url: str | None) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, "", "")).rstrip("/")
 
 
-async def _json(http: httpx.AsyncClient, method: str, url: str, **kwargs: Any) -> Any:
+async def _json(http: httpx2.AsyncClient, method: str, url: str, **kwargs: Any) -> Any:
     try:
         response = await http.request(method, url, **kwargs)
         return response.json() if response.status_code == 200 else None
-    except (httpx.HTTPError, ValueError):
+    except (httpx2.HTTPError, ValueError):
         return None
 
 
