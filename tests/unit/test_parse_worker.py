@@ -92,6 +92,20 @@ def test_a_bug_in_the_worker_is_not_the_document_s_fault(worker: ParseWorker) ->
     assert worker(GOOD).text
 
 
+def test_an_idle_worker_stops_and_the_next_document_starts_another() -> None:
+    worker = ParseWorker(timeout_s=3.0, memory_bytes=512 * 2**20, idle_s=0.5, run=misbehave)
+    try:
+        assert pid(worker) is None  # nothing runs before the first document
+        assert worker(GOOD).text and (first := worker._process) is not None
+        deadline = time.monotonic() + 10
+        while (worker._process is not None or first.is_alive()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert worker._process is None and not first.is_alive(), "the idle worker still runs"
+        assert worker(GOOD).text and pid(worker) not in (None, first.pid)
+    finally:
+        worker.close()
+
+
 def test_a_closed_worker_takes_no_more_documents() -> None:
     worker = ParseWorker(timeout_s=3.0, memory_bytes=512 * 2**20)
     worker.close()

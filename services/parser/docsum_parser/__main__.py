@@ -23,8 +23,11 @@ def consumers(settings: Settings, pool: asyncpg.Pool, worker: ParseWorker) -> Ma
 
 async def service(stop: asyncio.Event) -> None:
     settings = service_settings("parser")
-    worker = ParseWorker(timeout_s=settings.parse_timeout_s, memory_bytes=settings.parse_memory_bytes)
-    worker.start()
+    worker = ParseWorker(
+        timeout_s=settings.parse_timeout_s,
+        memory_bytes=settings.parse_memory_bytes,
+        idle_s=settings.parse_worker_idle_s,
+    )  # started by the first document
     try:
         await serve("parser", stop, lambda settings, pool: consumers(settings, pool, worker))
     finally:

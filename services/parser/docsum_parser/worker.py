@@ -3,8 +3,9 @@
 A pathological file (a decompression bomb, a page tree that takes minutes to walk, a library that
 loops) costs at most `parse_timeout_s` seconds and `parse_memory_bytes` of address space (RLIMIT_AS in
 the worker), and fails its document alone: the worker is killed and replaced, the consumer goes on, and
-the parser's own memory never holds more than the bytes in and the text out. One worker, kept warm
-between documents, takes one document at a time; it retires (and is replaced) after a document that
+the parser's own memory never holds more than the bytes in and the text out. One worker, started by
+the first document and kept warm between documents (stopped after `idle_s` without one, so an idle
+parser holds none), takes one document at a time; it retires (and is replaced) after a document that
 left it holding much more memory than it started with, so that memory goes back to the system.
 
 `run_job` is the extraction itself; `ParseWorker` runs it in the worker. Both take a `Job` and return
@@ -66,9 +67,19 @@ class WorkerClosed(RuntimeError):
 class ParseWorker:
     """Runs `run` (default `run_job`) in one warm worker process; thread-safe, one job at a time."""
 
-    def __init__(self, *, timeout_s: float, memory_bytes: int, run: Callable[[Job], ExtractedText] = run_job) -> None:
+    def __init__(
+        self,
+        *,
+        timeout_s: float,
+        memory_bytes: int,
+        idle_s: float = 0.0,
+        run: Callable[[Job], ExtractedText] = run_job,
+    ) -> None:
         self.timeout_s = timeout_s
         self.memory_bytes = memory_bytes
+        self.idle_s = idle_s  # stop the worker after this long without a job (0: keep it)
+        self._jobs = 0  # jobs taken so far: a retirement scheduled before the latest one is void
+        self._retirement: threading.Timer | None = None
         self._run = run
         self._context = multiprocessing.get_context("spawn")  # never fork a process running threads
         self._lock = threading.Lock()
@@ -84,7 +95,14 @@ class ParseWorker:
                 self._spawn()
 
     def __call__(self, job: Job) -> ExtractedText:
+        try:
+            return self._call(job)
+        finally:
+            self._retire_when_idle()
+
+    def _call(self, job: Job) -> ExtractedText:
         with self._lock:
+            self._jobs += 1
             _give_back_free_memory()  # what the documents before left in malloc's free lists
             conn = self._send(job)
             if not conn.poll(self.timeout_s):
@@ -124,10 +142,37 @@ class ParseWorker:
     def close(self) -> None:
         """Stop the worker; a job in flight ends with WorkerClosed. Safe to call from any thread."""
         self._closed = True
+        if self._retirement is not None:
+            self._retirement.cancel()
         process = self._process
         if process is not None and process.is_alive():
             process.kill()
             process.join(5.0)
+
+    def _retire_when_idle(self) -> None:
+        if self.idle_s <= 0 or self._closed:
+            return
+        with self._lock:
+            if self._retirement is not None:
+                self._retirement.cancel()
+            self._retirement = threading.Timer(self.idle_s, self._retire, args=(self._jobs,))
+            self._retirement.daemon = True
+            self._retirement.start()
+
+    def _retire(self, jobs: int) -> None:
+        """No job since the one numbered `jobs`: stop the worker; the next job starts another."""
+        with self._lock:
+            if jobs != self._jobs or self._process is None or self._closed:
+                return
+            process, conn = self._process, self._conn
+            self._process = self._conn = None
+            if conn is not None:
+                conn.close()  # the worker, waiting for a job, reads the end of the pipe and exits
+            process.join(5.0)
+            if process.is_alive():
+                process.kill()
+                process.join()
+            log.info("parse worker %s stopped after %.0f s without a document", process.pid, self.idle_s)
 
     # --- the worker process's lifecycle (under the lock) -------------------------------------------
 

@@ -1,0 +1,172 @@
+"""PDF text, page by page, with pypdf: what extract.extract_text calls for a PDF."""
+
+from __future__ import annotations
+
+import io
+import re
+import struct
+import zlib
+from collections import Counter
+
+from pypdf import PasswordType, PdfReader
+from pypdf.errors import PyPdfError
+from pypdf.generic import DictionaryObject, NullObject
+
+from docsum_shared.text import dehyphenate
+
+from .extract import _SPLIT_IT, MSG_ENCRYPTED, Limits, ParseError, _short, _too_many_chars, normalize
+
+# With strict=False pypdf repairs what it can and otherwise fails with its own errors or with plain
+# Python errors from deep inside the parser (bad offsets, broken streams, odd object types).
+_PDF_ERRORS = (
+    PyPdfError,
+    ValueError,
+    TypeError,
+    KeyError,
+    IndexError,
+    AttributeError,
+    AssertionError,
+    RecursionError,
+    NotImplementedError,  # e.g. "Unsupported filter" when a filter name is garbled
+    zlib.error,
+    struct.error,
+)
+
+
+_OBJECT_HEADER = re.compile(rb"\d+\s+\d+\s+obj\b")
+
+
+def _damaged(reason: str) -> ParseError:
+    return ParseError(f"PDF is damaged or truncated: {reason}; re-export it and try again", "damaged")
+
+
+def extract_pdf(data: bytes, limits: Limits) -> tuple[str, int]:
+    if b"%PDF-" not in data[:1024]:
+        raise _damaged("it does not start with a %PDF header")
+    # pypdf searches the *whole* file backwards for %%EOF, so a cut-off file that contains an
+    # earlier revision (incremental update, linearized PDF) "opens" and silently loses pages.
+    # Readers require the marker in the last 1024 bytes, and objects after it mean the last
+    # update was cut off.
+    eof = data.rfind(b"%%EOF")
+    if eof < 0 or len(data) - eof > 1024 or _OBJECT_HEADER.search(data, eof):
+        raise _damaged("the end of the file is missing (no final %%EOF marker)")
+    try:
+        reader = PdfReader(io.BytesIO(data), strict=False)
+        if reader.is_encrypted:
+            _decrypt_with_empty_password(reader)
+        _check_page_count(reader, limits)
+        page_texts = []
+        chars = 0
+        for page in reader.pages:
+            page_texts.append(page.extract_text() or "")
+            chars += len(page_texts[-1])
+            if chars > limits.max_chars:
+                raise _too_many_chars(limits)
+        if not any(t.strip() for t in page_texts):
+            # extract_text() swallows some errors and returns "", which would turn a damaged file
+            # into a misleading "run OCR" message; make sure the page content is really there.
+            _check_page_contents(reader)
+    except _PDF_ERRORS as exc:
+        raise _damaged(_short(exc)) from exc
+    # Normalize per page so a page of only whitespace does not leave a double separator.
+    pages = [normalize(p) for p in page_texts]
+    if len(pages) >= _RUNNING_MIN_PAGES:
+        pages = _drop_running_lines(pages)
+    text = "\n\n".join(t for t in (dehyphenate(p) for p in pages) if t)
+    return text, len(page_texts)
+
+
+# Running headers and footers: a line among the first or last `_EDGE_LINES` lines of a page whose
+# shape (digits as "#", a Roman page number at either end as "#") is on the edge of more than half
+# of the pages - or of at least 75% of the odd or of the even pages, for left/right headers - is
+# dropped; the top lines of the first page are kept, as a running header usually repeats the
+# document's title there. A line that is only a page number ("7", "- 7 -", "Page 7 of 9", "iv") is
+# dropped from page edges. Short documents are left alone: with fewer than four pages "most pages"
+# means too little.
+_RUNNING_MIN_PAGES = 4
+_EDGE_LINES = 2
+_ROMAN = r"(?:x{0,3}(?:ix|iv|vi{0,3}|i{1,3})|x{1,3}|X{0,3}(?:IX|IV|VI{0,3}|I{1,3})|X{1,3})"
+_PAGE_NUMBER_LINE = re.compile(
+    rf"[-–—\s]*(?:(?:page|p\.)\s*)?(?:\d{{1,4}}|{_ROMAN})(?:\s*(?:/|of)\s*\d{{1,4}})?[-–—\s]*", re.IGNORECASE
+)
+_EDGE_ROMAN = re.compile(rf"^{_ROMAN}(?=\s)|(?<=\s){_ROMAN}$")
+_DIGITS = re.compile(r"\d+")
+
+
+def _running_key(line: str) -> str:
+    key = _DIGITS.sub("#", " ".join(line.split()))
+    return _EDGE_ROMAN.sub("#", key).casefold()
+
+
+def _drop_running_lines(pages: list[str]) -> list[str]:
+    lines = [page.split("\n") for page in pages]
+    edges: list[list[int]] = []
+    counts: Counter[str] = Counter()
+    parity_counts: tuple[Counter[str], Counter[str]] = (Counter(), Counter())
+    for number, page_lines in enumerate(lines):
+        filled = [i for i, line in enumerate(page_lines) if line.strip()]
+        edge = sorted(set(filled[:_EDGE_LINES] + filled[-_EDGE_LINES:]))
+        edges.append(edge)
+        for key in {_running_key(page_lines[i]) for i in edge}:
+            counts[key] += 1
+            parity_counts[number % 2][key] += 1
+    parity_pages = ((len(pages) + 1) // 2, len(pages) // 2)
+
+    def running(key: str) -> bool:
+        if counts[key] > len(pages) / 2:
+            return True
+        return any(c[key] >= max(3, 0.75 * n) for c, n in zip(parity_counts, parity_pages, strict=True))
+
+    out = []
+    for number, (page_lines, edge) in enumerate(zip(lines, edges, strict=True)):
+        keep_top = edge[:_EDGE_LINES] if number == 0 else []
+        drop = {
+            i
+            for i in edge
+            if _PAGE_NUMBER_LINE.fullmatch(page_lines[i])
+            or (i not in keep_top and running(_running_key(page_lines[i])))
+        }
+        out.append("\n".join(line for i, line in enumerate(page_lines) if i not in drop).strip("\n"))
+    return out
+
+
+def _check_page_count(reader: PdfReader, limits: Limits) -> None:
+    """Before any page is read: the count the page tree declares (a number, nothing walked), else the
+    pages really found."""
+    tree = reader.root_object["/Pages"].get_object()
+    count = tree.get("/Count") if isinstance(tree, DictionaryObject) else None
+    if not (isinstance(count, int) and count > limits.max_pdf_pages):
+        count = len(reader.pages)
+    if count > limits.max_pdf_pages:
+        raise ParseError(
+            f"the PDF has {count:,} pages, over the limit of {limits.max_pdf_pages:,} (DOCSUM_MAX_PDF_PAGES); "
+            f"{_SPLIT_IT}",
+            "too_large",
+        )
+
+
+def _check_page_contents(reader: PdfReader) -> None:
+    # A broken page tree makes pypdf return fewer (or bogus) pages instead of failing.
+    tree = reader.root_object["/Pages"].get_object()
+    declared = tree.get("/Count") if isinstance(tree, DictionaryObject) else None
+    if len(reader.pages) == 0:
+        raise _damaged("it has no readable pages")
+    if isinstance(declared, int) and declared != len(reader.pages):
+        raise _damaged(f"only {len(reader.pages)} of {declared} pages could be read")
+    for number, page in enumerate(reader.pages, start=1):
+        reference = page.get("/Contents")  # unresolved: None means a legitimately blank page
+        if reference is None:
+            continue
+        if isinstance(reference.get_object(), NullObject) or page.get_contents() is None:
+            raise _damaged(f"the content of page {number} is missing")
+
+
+def _decrypt_with_empty_password(reader: PdfReader) -> None:
+    # Many PDFs are encrypted with only an owner password (to restrict printing/copying) and an
+    # empty user password: every viewer opens them, so we must too.
+    try:
+        if reader.decrypt("") != PasswordType.NOT_DECRYPTED:
+            return
+    except (PyPdfError, NotImplementedError) as exc:  # e.g. an unsupported security handler
+        raise ParseError(MSG_ENCRYPTED, "encrypted") from exc
+    raise ParseError(MSG_ENCRYPTED, "encrypted")
