@@ -1,10 +1,12 @@
-"""Where a measure's time goes: py-spy sampling each service process while the measure runs.
+"""Where a measure's time goes: the CPU each part used, and (with --profile) py-spy samples.
 
-`bench/run.py --profile` wraps every measure in `Profiles.during(name, processes)`: one `py-spy record`
-per process (100 samples a second, idle threads left out, so a process's samples ÷ 100 ≈ the seconds it
-spent running Python), written as collapsed stacks to `bench/results/profiles/<measure>-<service>.txt`.
-`summary` reads them back: busy seconds per service and the functions that took the most of them
-(inclusive), which is what bench/README.md's "Where the time goes" quotes.
+`bench/run.py` wraps every measure in `Profiles.during(name, processes)`, which counts the CPU seconds
+each part used meanwhile (each service, the stand-in provider, the broker, the database, the whole
+machine: from /proc). With `--profile` it also runs one `py-spy record` per service (50 samples a
+second, idle threads left out), written as collapsed stacks to
+`bench/results/profiles/<measure>-<service>.txt`; `summary` names the packages each service was
+running in most often (the frame on top of each sample: asyncio's loop, asyncpg, openai, ours...).
+bench/README.md's "Where the time goes" quotes both.
 """
 
 from __future__ import annotations
@@ -21,45 +23,39 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-RATE = 100
-# Frames worth naming: ours, and the libraries between our code and the wire.
-_NAMED = re.compile(r"docsum_\w+|aiokafka|asyncpg|pydantic|openai|httpx|httpcore|json|uvicorn|fastapi|starlette")
+RATE = 50
 
 
 @dataclass
 class Profile:
     service: str
     samples: int
-    inclusive: Counter[str]
+    by_package: Counter[str]  # samples whose running frame is in that package ("asyncio", "openai", ...)
 
-    @property
-    def busy_s(self) -> float:
-        return self.samples / RATE
-
-    def top(self, n: int = 8) -> list[tuple[str, float]]:
-        """The n functions with the most samples under them, as shares of the process's samples."""
+    def top(self, n: int = 6) -> list[tuple[str, float]]:
+        """The n packages the process was running in most often, as shares of its samples."""
         if not self.samples:
             return []
-        return [(fn, count / self.samples) for fn, count in self.inclusive.most_common(n)]
+        return [(package, count / self.samples) for package, count in self.by_package.most_common(n)]
+
+
+_FILE = re.compile(r"\(([^/)]+)(?:/[^)]*)?\.py:\d+\)$|\(<frozen ([\w.]+)>")
 
 
 def read(path: Path, service: str) -> Profile:
     samples = 0
-    inclusive: Counter[str] = Counter()
+    by_package: Counter[str] = Counter()
     for line in path.read_text().splitlines():
         stack, _, count_text = line.rpartition(" ")
         if not stack or not count_text.isdigit():
             continue
         count = int(count_text)
         samples += count
-        seen = set()
-        for frame in stack.split(";"):
-            # "function (module/file.py:line)" → "function (module/file.py)"
-            name = re.sub(r":\d+\)$", ")", frame.strip())
-            if _NAMED.search(name) and name not in seen:
-                seen.add(name)
-                inclusive[name] += count
-    return Profile(service, samples, inclusive)
+        leaf = stack.split(";")[-1].strip()
+        found = _FILE.search(leaf)
+        package = (found.group(1) or found.group(2)) if found else "native"
+        by_package[package.split(".")[0]] += count
+    return Profile(service, samples, by_package)
 
 
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -74,11 +70,16 @@ def _proc_cpu(pid: int) -> float:
     return sum(int(f) for f in fields[11:15]) / _TICK  # utime, stime, cutime, cstime
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
+def children(pid: int) -> list[int]:
+    """The process's children, whichever of its threads started them (the parser's worker is started
+    from a worker thread)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return found
 
 
 def _state_pid(name: str) -> int | None:
@@ -95,34 +96,39 @@ def cpu_snapshot(pids: Mapping[str, int]) -> dict[str, float]:
     process), PostgreSQL (its server and every backend), Kafka (the broker's JVM), the whole machine."""
     taken: dict[str, float] = {}
     for service, pid in pids.items():
-        taken[service] = _proc_cpu(pid) + sum(_proc_cpu(c) for c in _children(pid))
+        taken[service] = _proc_cpu(pid) + sum(_proc_cpu(c) for c in children(pid))
     taken["stand-in + client"] = _proc_cpu(os.getpid())
     broker, database = _state_pid("kafka"), _state_pid("postgres")
     taken["kafka"] = _proc_cpu(broker) if broker else 0.0
-    taken["postgres"] = (_proc_cpu(database) + sum(_proc_cpu(c) for c in _children(database))) if database else 0.0
+    taken["postgres"] = (_proc_cpu(database) + sum(_proc_cpu(c) for c in children(database))) if database else 0.0
     busy = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
     taken["machine"] = (sum(int(x) for x in busy) - int(busy[3]) - int(busy[4])) / _TICK  # all but idle, iowait
     return taken
 
 
 class Profiles:
-    def __init__(self, out: Path) -> None:
-        self.out = out
+    """CPU seconds per part for every measure (always: read from /proc, costs nothing); with `sample`,
+    py-spy stacks too (py-spy takes a good share of a core itself: figures of a sampled run are slower)."""
+
+    def __init__(self, out: Path, *, sample: bool) -> None:
+        self.out, self.sample = out, sample
         self.taken: dict[str, list[Profile]] = {}
         self.cpu: dict[str, tuple[float, dict[str, float]]] = {}  # measure: (wall s, CPU s by part)
         self.py_spy = shutil.which("py-spy") or str(Path(__file__).resolve().parents[1] / ".venv" / "bin" / "py-spy")
 
     @contextlib.contextmanager
     def during(self, measure: str, pids: Mapping[str, int]) -> Iterator[None]:
-        self.out.mkdir(parents=True, exist_ok=True)
         running: list[tuple[str, Path, subprocess.Popen[bytes]]] = []
-        for service, pid in sorted(pids.items()):
-            path = self.out / f"{measure}-{service}.txt"
-            command = [self.py_spy, "record", "--pid", str(pid), "--format", "raw", "--rate", str(RATE),
-                       "--subprocesses", "--nonblocking", "--output", str(path)]  # fmt: skip
-            running.append(
-                (service, path, subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
-            )
+        if self.sample:
+            self.out.mkdir(parents=True, exist_ok=True)
+            for service, pid in sorted(pids.items()):
+                path = self.out / f"{measure}-{service}.txt"
+                command = [self.py_spy, "record", "--pid", str(pid), "--format", "raw", "--rate", str(RATE),
+                           "--nonblocking", "--output", str(path)]  # fmt: skip
+                if service == "parser":
+                    command.append("--subprocesses")  # its worker
+                spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                running.append((service, path, spy))
         before, started = cpu_snapshot(pids), time.monotonic()
         try:
             yield
@@ -139,20 +145,28 @@ class Profiles:
                     profiles.append(read(path, service))
             self.taken[measure] = profiles
 
-    def summary(self) -> str:
+    def summary(self, chunks: Mapping[str, int]) -> str:
+        """The CPU table of each measure (per chunk where the measure says how many), and what py-spy saw."""
         lines = []
-        for measure, profiles in self.taken.items():
+        cores = os.cpu_count() or 1
+        for measure, (wall, cpu) in self.cpu.items():
+            n = chunks.get(measure)
             lines.append(f"### {measure}\n")
-            wall, cpu = self.cpu.get(measure, (0.0, {}))
-            ranked = sorted(((v, k) for k, v in cpu.items() if k != "machine"), reverse=True)
-            parts = ", ".join(f"{k} {v:.1f}" for v, k in ranked)
-            cores = os.cpu_count() or 1
-            lines.append(f"CPU seconds over {wall:.1f} s of wall time ({cores} cores: at most {wall * cores:.1f}):"
-                         f" the machine {cpu.get('machine', 0):.1f}; {parts}.\n")  # fmt: skip
-            lines.append("| service | busy s | where (share of its samples, inclusive) |")
-            lines.append("|---|---|---|")
-            for p in sorted(profiles, key=lambda p: -p.samples):
-                top = "; ".join(f"{fn} {share:.0%}" for fn, share in p.top(6))
-                lines.append(f"| {p.service} | {p.busy_s:.1f} | {top} |")
+            lines.append(f"{wall:.1f} s of wall time, {cores} cores: at most {wall * cores:.1f} CPU seconds; the whole"
+                         f" machine used {cpu.get('machine', 0):.1f}" + (f" ({n} chunks)." if n else "."))  # fmt: skip
+            lines.append("")
+            head = "| part | CPU s |" + (" ms per chunk |" if n else "") + (" where (py-spy) |" if self.sample else "")
+            lines.append(head)
+            lines.append("|---|---|" + ("---|" if n else "") + ("---|" if self.sample else ""))
+            sampled = {p.service: p for p in self.taken.get(measure, [])}
+            ours = sum(v for k, v in cpu.items() if k != "machine")
+            rows = sorted(((v, k) for k, v in cpu.items() if k != "machine"), reverse=True)
+            rows.append((cpu.get("machine", 0) - ours, "everything else on the machine"))
+            for seconds, part in rows:
+                row = f"| {part} | {seconds:.1f} |" + (f" {seconds / n * 1000:.1f} |" if n else "")
+                if self.sample:
+                    where = sampled.get(part)
+                    row += " " + ("; ".join(f"{fn} {share:.0%}" for fn, share in where.top(5)) if where else "") + " |"
+                lines.append(row)
             lines.append("")
         return "\n".join(lines)
