@@ -36,13 +36,12 @@ class Deps:
 
 @handlers.on(DocumentSubmitted, DocumentParsed, ChunkCreated, ChunkSummarized, DocumentMerged, TaskEvent)
 async def record(event: Event, deps: Deps) -> list[Event]:
-    if not await repository.task_stored(deps.pool, event.task_id):
+    chunk_id = event.chunk_id if isinstance(event, ChunkSummarized) else None
+    stored, chunk_status = await repository.task_and_chunk(deps.pool, event.task_id, chunk_id)
+    if not stored:
         # Not stored (yet): a submission by another system, which the parser registers; the log
         # starts with the task's next event. Nobody can watch a task that is not stored.
         return []
-    chunk_status = (
-        await repository.chunk_status(deps.pool, event.chunk_id) if isinstance(event, ChunkSummarized) else None
-    )
     told = policy.keys_at_most(event, chunk_status)
     if told is not None and await repository.all_stored(deps.pool, event.task_id, told):
         return []  # nothing new to tell (every chunk-created after the first, a redelivery)

@@ -127,9 +127,12 @@ async def all_stored(pool: asyncpg.Pool, task_id: str, keys: Sequence[str]) -> b
     return int(found) == len(set(keys))
 
 
-async def chunk_status(pool: asyncpg.Pool, chunk_id: str) -> str | None:
-    return await pool.fetchval("SELECT status FROM chunks WHERE id = $1", chunk_id)
-
-
-async def task_stored(pool: asyncpg.Pool, task_id: str) -> bool:
-    return bool(await pool.fetchval("SELECT 1 FROM tasks WHERE id = $1", task_id))
+async def task_and_chunk(pool: asyncpg.Pool, task_id: str, chunk_id: str | None) -> tuple[bool, str | None]:
+    """Whether the task is stored, and its chunk's status (None: no chunk asked, or none stored)."""
+    row = await pool.fetchrow(
+        "SELECT EXISTS (SELECT 1 FROM tasks WHERE id = $1) AS stored,"
+        " (SELECT status FROM chunks WHERE id = $2) AS chunk_status",
+        task_id,
+        chunk_id,
+    )
+    return bool(row["stored"]), row["chunk_status"]
