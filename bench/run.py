@@ -406,13 +406,14 @@ def plot(plots: dict[str, Any]) -> list[str]:
     return written
 
 
-def write(figures: list[Figure], pictures: list[str], seconds: float, profiled: str) -> Path:
+def write(figures: list[Figure], pictures: list[str], seconds: float, profiled: str, name: str) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     rows = "\n".join(
         f"| {f.id} | {f.measure} | {f.shown} | {f.goal} | {'pass' if f.passed else '**miss**'} |" for f in figures
     )
     images = "\n".join(f"![{p}]({p})" for p in pictures)
-    text = f"""# docsum bench — latest run
+    title = "a profiled run (py-spy on every service: slower)" if name == "profiled.md" else "latest run"
+    text = f"""# docsum bench — {title}
 
 {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, {os.cpu_count()} cores, the whole run {seconds:.0f} s.
 Every figure is a ratio or a rate measured within this run (bench/README.md: what each measures, and
@@ -426,7 +427,7 @@ why a missed goal is missed).
 """
     if profiled:
         text += f"\n## Where the time went: CPU seconds per part, measure by measure\n\n{profiled}\n"
-    out = RESULTS / "latest.md"
+    out = RESULTS / name
     out.write_text(text)
     return out
 
@@ -473,7 +474,10 @@ def main() -> None:
         finally:
             bench.close()
     figures.sort(key=lambda f: (int(f.id[1]), f.id))
-    out = write(figures, plot(plots), time.monotonic() - started, profiles.summary(chunks))
+    # A profiled run is slower (py-spy takes its share of the cores): its figures go beside the latest
+    # run's, not over them.
+    name, pictures = ("profiled.md", []) if args.profile else ("latest.md", plot(plots))
+    out = write(figures, pictures, time.monotonic() - started, profiles.summary(chunks), name)
     print(out.read_text())
 
 
