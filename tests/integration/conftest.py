@@ -12,6 +12,7 @@ import os
 import secrets
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -102,9 +103,19 @@ class Stack:
             process.kill()
             process.wait()
 
-    def stop_all(self) -> None:
-        for name in list(self.processes):
-            self.stop(name)
+    def stop_all(self, timeout: float = 20.0) -> None:
+        """SIGTERM to every process at once, then wait for each (SIGKILL past `timeout`): the processes
+        shut down side by side, as they would under an orchestrator, instead of one after another."""
+        processes = [self.processes.pop(name) for name in list(self.processes)]
+        for process in processes:
+            process.terminate()
+        deadline = time.monotonic() + timeout
+        for process in processes:
+            try:
+                process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
     def kill(self, name: str) -> None:
         """SIGKILL: no clean-up, no commit, no goodbye."""
