@@ -1,11 +1,12 @@
 """Crash recovery: kill -9 any service at any moment, restart it, and the task still finishes with
 nothing lost and no LLM call whose result was stored paid for twice.
 
-Every test runs its own stack (its own processes, topics and consumer groups), so killing a service
-never disturbs another test. The stand-in LLM (`llm`) is shared by the whole session, so each test
-puts a unique marker word in its documents' text and file names and looks only at the ledger
-entries whose prompt carries it (tests/integration/helpers.py). Its runtime config is restored after
-every test.
+The tests share one stack of this module (its own processes, topics and consumer groups, so killing a
+service never disturbs another module's test): each kills, stops or reconfigures services of it, and
+the next is handed it whole again (`fast`, `summarizer_with`); the chaos test runs a stack of its own.
+The stand-in LLM (`llm`) is shared by the whole session, so each test puts a unique marker word in its
+documents' text and file names and looks only at the ledger entries whose prompt carries it
+(tests/integration/helpers.py). Its runtime config is restored after every test.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import asyncio
 import random
 import re
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
 
 import asyncpg
 import httpx
@@ -95,6 +96,64 @@ def stand_in(llm: FakeLLMServer) -> Iterator[FakeLLM]:
     llm.llm.configure(**saved)
     clear_forced(llm)  # a hang_next a failed test left unused must not hit the next test
     llm.llm.wait_idle(10)
+
+
+@dataclass
+class _Shared:
+    """The module's FAST stack, and what its running summarizer has on top of FAST."""
+
+    stack: Stack
+    fast_env: dict[str, str]
+    summarizer_env: dict[str, str] = field(default_factory=dict)
+
+    def summarizer_with(self, **env: str) -> Stack:
+        """The stack, all five services running, its summarizer with `env` on top of FAST (restarted only
+        when that changes). The stack's env carries `env` too, so a restart in the test keeps it."""
+        stack = self.stack
+        summarizer = stack.processes.get("summarizer")
+        if env != self.summarizer_env and summarizer is not None and summarizer.poll() is None:
+            stack.stop("summarizer")
+        stack.env.clear()
+        stack.env.update(self.fast_env, **env)
+        self.summarizer_env = env
+        for name in SERVICES:  # whichever is not running: a failed test may have left one killed
+            process = stack.processes.get(name)
+            if process is None or process.poll() is not None:
+                stack.processes.pop(name, None)
+                stack.start(name)
+                if name == "gateway":
+                    stack.wait_ready()
+        return stack
+
+    def end_of_test(self) -> None:
+        for name in [n for n in self.stack.processes if n not in SERVICES]:  # replicas it started
+            self.stack.stop(name)
+
+
+@pytest.fixture(scope="module")
+def _shared(make_stack: StackFactory) -> Iterator[_Shared]:
+    """One FAST stack for the tests of this module that need no other stack: each kills, stops or
+    reconfigures services of it, and is handed it whole (a stack start is ~10 s, a service restart a
+    fraction of that)."""
+    stack = make_stack(**FAST)
+    yield _Shared(stack, dict(stack.env))
+    for name in list(stack.processes):
+        stack.kill(name)
+
+
+@pytest.fixture
+def fast(_shared: _Shared) -> Iterator[Stack]:
+    """The module's stack, all five services running with the FAST settings."""
+    yield _shared.summarizer_with()
+    _shared.end_of_test()
+
+
+@pytest.fixture
+def summarizer_with(_shared: _Shared) -> Iterator[Callable[..., Stack]]:
+    """The module's stack, all five services running, its summarizer with the given settings on top of
+    FAST: `summarizer_with(DOCSUM_LEASE_TTL_S="60")`."""
+    yield _shared.summarizer_with
+    _shared.end_of_test()
 
 
 @pytest.fixture
@@ -196,11 +255,11 @@ async def kill_moment(victim: str, task_id: str, db: asyncpg.Pool, llm: FakeLLM,
 
 
 @pytest.mark.parametrize("victim", SERVICES)
-async def test_kill_9_mid_task(victim: str, stacks: Callable[..., Stack], stand_in: FakeLLM, db: asyncpg.Pool) -> None:
+async def test_kill_9_mid_task(victim: str, fast: Stack, stand_in: FakeLLM, db: asyncpg.Pool) -> None:
     """SIGKILL one service mid-task (see kill_moment), restart it: the task completes, no chunk stored
     before the kill is sent to the LLM again, and at most the victim's calls in flight are paid twice."""
     marker = new_marker()
-    stack = stacks(**FAST)
+    stack = fast
     stand_in.configure(latency_s=0.2)
     async with stack.client() as client:
         task_id = await submit(client, small_batch(marker, 74_000), title=marker)
@@ -272,29 +331,21 @@ async def summaries(client: httpx.AsyncClient, task_id: str, stack: Stack) -> tu
     return task, {d["filename"]: d["summary"] for d in task["documents"]}
 
 
-async def test_chaos_kill_9_random_services(
-    stacks: Callable[..., Stack], stand_in: FakeLLM, db: asyncpg.Pool, infra: dict[str, str]
-) -> None:
+async def test_chaos_kill_9_random_services(stacks: Callable[..., Stack], stand_in: FakeLLM, db: asyncpg.Pool) -> None:
     marker = new_marker()
     files = chaos_batch(marker)
-
-    # The clean run: its own database (so the chaos run finds no cached answer), no kill.
-    clean_db = f"docsum_clean_{uuid.uuid4().hex[:12]}"
-    await db.execute(f'CREATE DATABASE "{clean_db}"')
-    try:
-        clean = stacks(**FAST, DATABASE_URL=infra["DATABASE_URL"].rpartition("/")[0] + "/" + clean_db)
-        async with clean.client() as client:
-            expected_task, expected = await summaries(client, await submit(client, files, title=marker), clean)
-        for name in list(clean.processes):
-            clean.kill(name)
-    finally:
-        await db.execute(f'DROP DATABASE IF EXISTS "{clean_db}" WITH (FORCE)')
-    assert expected_task["status"] == "COMPLETED", expected_task
-
-    # The same documents with kills: a random service every few seconds, restarted at once or soon.
     stack = stacks(
         **{**FAST, "DOCSUM_LLM_MAX_INFLIGHT": str(CHAOS_INFLIGHT), "DOCSUM_MAX_INFLIGHT": str(CHAOS_INFLIGHT)}
     )
+
+    # The clean run: no kill, as bob. The result cache is per owner (test_tenants.py), so alice's chaos
+    # run below finds none of these answers cached: every one of its summaries is made again.
+    async with stack.client("bob") as client:
+        expected_task, expected = await summaries(client, await submit(client, files, title=marker), stack)
+    assert expected_task["status"] == "COMPLETED", expected_task
+    assert expected_task["usage"]["cached_calls"] == 0, expected_task["usage"]
+
+    # The same documents with kills: a random service every few seconds, restarted at once or soon.
     stand_in.configure(latency_s=0.8, jitter_s=0.4)
     started = time.time()
     async with stack.client() as client:
@@ -329,12 +380,14 @@ async def test_chaos_kill_9_random_services(
 DRAIN_S = 4
 
 
-async def test_sigterm_drains_the_summarizer(stacks: Callable[..., Stack], stand_in: FakeLLM, db: asyncpg.Pool) -> None:
+async def test_sigterm_drains_the_summarizer(
+    summarizer_with: Callable[..., Stack], stand_in: FakeLLM, db: asyncpg.Pool
+) -> None:
     """SIGTERM with calls in flight: the ones that answer within the drain are stored, the hung ones are
     handed back (chunk PENDING, no lease, offset uncommitted), and the process exits by itself."""
     marker = new_marker()
     # A long lease: a chunk left SUMMARIZING by the stopped process would hold the restart back a minute.
-    stack = stacks(**{**FAST, "DOCSUM_LEASE_TTL_S": "60", "DOCSUM_DRAIN_TIMEOUT_S": str(DRAIN_S)})
+    stack = summarizer_with(DOCSUM_LEASE_TTL_S="60", DOCSUM_DRAIN_TIMEOUT_S=str(DRAIN_S))
     stand_in.configure(latency_s=1.5)
 
     async def completed() -> int:
@@ -382,12 +435,13 @@ async def test_sigterm_drains_the_summarizer(stacks: Callable[..., Stack], stand
 
 
 async def test_llm_call_slower_than_poll_interval(
-    stacks: Callable[..., Stack], stand_in: FakeLLM, db: asyncpg.Pool
+    summarizer_with: Callable[..., Stack], stand_in: FakeLLM, db: asyncpg.Pool
 ) -> None:
     """aiokafka issue #848: a consumer that does not poll within max_poll_interval_ms leaves its group,
     its messages go to another member (or to itself after rejoining) and are paid for again."""
     marker = new_marker()
-    stack = stacks(**FAST, DOCSUM_MAX_POLL_INTERVAL_MS="3000")
+    stack = summarizer_with(DOCSUM_MAX_POLL_INTERVAL_MS="3000")
+    log_path = stack.logs / "summarizer.log"
     stand_in.configure(latency_s=4.5)  # every chunk call outlives the poll interval; 4 in flight, 5 chunks
 
     async with stack.client() as client:
@@ -408,19 +462,22 @@ async def test_llm_call_slower_than_poll_interval(
     chunk_calls = [e for e in entries if chunk_text(e) is not None]
     assert len(chunk_calls) == len(await chunks_of(db, task["task_id"])) == 5, "a chunk was called twice"
     assert paid_twice(entries) == 0
-    log = (stack.logs / "summarizer.log").read_text(errors="replace")
+    # The log of this summarizer process alone: the ones started before it wrote to the same file.
+    log = log_path.read_text(errors="replace").rpartition("summarizer consuming ")[2]
     assert log.count("summarizer: assigned") == 1, "the summarizer left its group and joined again"
 
 
 # --- 5. two replicas and rebalances -------------------------------------------------------------
 
 
-async def test_rebalance_pays_no_chunk_twice(stacks: Callable[..., Stack], stand_in: FakeLLM, db: asyncpg.Pool) -> None:
+async def test_rebalance_pays_no_chunk_twice(
+    summarizer_with: Callable[..., Stack], stand_in: FakeLLM, db: asyncpg.Pool
+) -> None:
     """Partitions move between summarizers mid-task (a third replica joins, then one leaves): the
     drain on revoke and the chunk lease keep every chunk in one member's hands."""
     marker = new_marker()
-    services = ("parser", "chunker", "summarizer", "summarizer-2", "merger", "gateway")
-    stack = stacks(services, **{**FAST, "DOCSUM_LLM_MAX_INFLIGHT": "2"})
+    stack = summarizer_with(DOCSUM_LLM_MAX_INFLIGHT="2")
+    stack.start("summarizer-2")
     stand_in.configure(latency_s=0.4)
 
     def summarized_by(name: str) -> int:

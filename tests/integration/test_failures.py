@@ -95,13 +95,29 @@ def retry_stack(make_stack: StackFactory) -> Iterator[Stack]:
     stack.stop_all()
 
 
-def with_attempts(stack: Stack, attempts: int) -> Stack:
-    """`stack` with its summarizer giving each chunk `attempts` tries (restarted only when that changes)."""
-    if stack.env["DOCSUM_LLM_MAX_ATTEMPTS"] != str(attempts):
+# The summarizer's retry settings the tests of retry_stack set; any not given is the default.
+RETRY_SETTINGS = ("DOCSUM_LLM_MAX_ATTEMPTS", "DOCSUM_LLM_INPLACE_ATTEMPTS", "DOCSUM_LLM_RETRY_DELAY_S")
+
+
+def with_retries(stack: Stack, **settings: str) -> Stack:
+    """`stack` with its summarizer running with exactly these RETRY_SETTINGS (restarted only when they
+    change: a restart is a few seconds, a stack of its own several more)."""
+    wanted = {name: settings.get(name) for name in RETRY_SETTINGS}
+    assert set(settings) <= set(RETRY_SETTINGS), settings
+    if {name: stack.env.get(name) for name in RETRY_SETTINGS} != wanted:
         stack.stop("summarizer")
-        stack.env["DOCSUM_LLM_MAX_ATTEMPTS"] = str(attempts)
+        for name, value in wanted.items():
+            if value is None:
+                stack.env.pop(name, None)
+            else:
+                stack.env[name] = value
         stack.start("summarizer")
     return stack
+
+
+def with_attempts(stack: Stack, attempts: int) -> Stack:
+    """`stack` with its summarizer giving each chunk `attempts` tries, the other retry settings default."""
+    return with_retries(stack, DOCSUM_LLM_MAX_ATTEMPTS=str(attempts))
 
 
 # --- 1. the broker or the database goes away mid-task ---------------------------------------------------
@@ -383,32 +399,31 @@ async def test_failed_chunks_then_retry(retry_stack: Stack, db: asyncpg.Pool, ll
 
 
 async def test_a_chunk_waits_for_its_next_round_in_its_row_and_holds_no_slot(
-    make_stack: StackFactory, db: asyncpg.Pool, llm: FakeLLMServer
+    retry_stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer
 ) -> None:
-    stack = make_stack(DOCSUM_LLM_INPLACE_ATTEMPTS="1", DOCSUM_LLM_RETRY_DELAY_S="1", DOCSUM_LLM_MAX_ATTEMPTS="3")
+    stack = with_retries(
+        retry_stack, DOCSUM_LLM_INPLACE_ATTEMPTS="1", DOCSUM_LLM_RETRY_DELAY_S="1", DOCSUM_LLM_MAX_ATTEMPTS="3"
+    )
+    # What used to park every delayed-retry slot: far-future "retries" from anyone who can write to
+    # Kafka. Now a due time is never taken from the wire; these name no chunk and are dead-lettered.
+    producer = AIOKafkaProducer(**kafka_options(stack.env), acks="all")
+    await producer.start()
     try:
-        # What used to park every delayed-retry slot: far-future "retries" from anyone who can write to
-        # Kafka. Now a due time is never taken from the wire; these name no chunk and are dead-lettered.
-        producer = AIOKafkaProducer(**kafka_options(stack.env), acks="all")
-        await producer.start()
-        try:
-            for i in range(64):
-                far = {"task_id": "t", "document_id": "d", "chunk_id": f"far-{i}", "chunk_index": 0,
-                       "not_before": "2999-01-01T00:00:00Z", "failures": 1}  # fmt: skip
-                await producer.send(stack.env["DOCSUM_TOPIC_PREFIX"] + Topic.CHUNK_CREATED, json.dumps(far).encode())
-            await producer.flush()
-        finally:
-            await producer.stop()
-        marker = new_marker()
-        llm.llm.fail_next(1)  # the chunk's first round fails; its second, a second later, is answered
-        try:
-            async with stack.client() as client:
-                task_id = await submit(client, [txt("flaky.txt", marked_text(1_500, 62, marker))])
-                task = await wait_for_task(client, task_id, stack)
-        finally:
-            clear_forced(llm)
+        for i in range(64):
+            far = {"task_id": "t", "document_id": "d", "chunk_id": f"far-{i}", "chunk_index": 0,
+                   "not_before": "2999-01-01T00:00:00Z", "failures": 1}  # fmt: skip
+            await producer.send(stack.env["DOCSUM_TOPIC_PREFIX"] + Topic.CHUNK_CREATED, json.dumps(far).encode())
+        await producer.flush()
     finally:
-        stack.stop_all()
+        await producer.stop()
+    marker = new_marker()
+    llm.llm.fail_next(1)  # the chunk's first round fails; its second, a second later, is answered
+    try:
+        async with stack.client() as client:
+            task_id = await submit(client, [txt("flaky.txt", marked_text(1_500, 62, marker))])
+            task = await wait_for_task(client, task_id, stack)
+    finally:
+        clear_forced(llm)
 
     assert task["status"] == "COMPLETED", task
     assert [e.status for e in calls(llm, marker)] == [500, 200]

@@ -317,6 +317,16 @@ def finish_reasons(chunks: list[openai.types.chat.ChatCompletionChunk]) -> list[
     return [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
 
 
+def recorded(llm: FakeLLM, n: int) -> list:
+    """The ledger once it holds `n` entries: a stream's entry is recorded just after its last byte is sent,
+    so the client can have read the whole answer a moment before."""
+    for _ in range(200):
+        if len(entries := llm.entries()) >= n:
+            return entries
+        time.sleep(0.01)
+    return llm.entries()
+
+
 def test_streamed_text_is_the_plain_answer(llm: FakeLLM, client: openai.OpenAI) -> None:
     plain = ask(client, DOCUMENT).choices[0].message.content
     chunks = stream(client, DOCUMENT)
@@ -335,7 +345,7 @@ def test_streamed_text_is_the_plain_answer(llm: FakeLLM, client: openai.OpenAI) 
     assert streamed_text(stream(client, chinese)) == ask(client, chinese).choices[0].message.content
     assert streamed_text(stream(client, DOCUMENT)) == plain  # deterministic
 
-    entries = llm.entries()
+    entries = recorded(llm, 5)
     assert [e.stream for e in entries] == [False, True, True, False, True]
     assert all((e.status, e.finish_reason) == (200, "stop") for e in entries)
     assert entries[1].completion_tokens == entries[0].completion_tokens == estimate_tokens(plain)

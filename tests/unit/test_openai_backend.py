@@ -79,7 +79,7 @@ async def test_a_frequency_penalty_is_sent_only_when_set(server: FakeLLMServer) 
     await _backend(server).summarize(_chunk())
     penalised = OpenAIBackend("stand-in-1", base_url=server.base_url, api_key="k", frequency_penalty=0.5)
     await penalised.summarize(_chunk(1_200))
-    assert [e.frequency_penalty for e in server.llm.entries()] == [None, 0.5]
+    assert [e.frequency_penalty for e in await _recorded(server, 2)] == [None, 0.5]
 
 
 async def test_a_context_refusal_is_recognised(server: FakeLLMServer) -> None:
@@ -97,7 +97,7 @@ async def test_a_hung_call_fails_within_its_ceiling(server: FakeLLMServer) -> No
 
 async def test_calls_stream_and_usage_is_still_the_providers(server: FakeLLMServer) -> None:
     result = await _backend(server).summarize(_chunk())
-    (entry,) = server.llm.entries()
+    (entry,) = await _recorded(server)
     assert entry.stream and entry.max_tokens == 300 and entry.status == 200
     assert (result.prompt_tokens, result.completion_tokens) == (entry.prompt_tokens, entry.completion_tokens)
 
@@ -105,7 +105,7 @@ async def test_calls_stream_and_usage_is_still_the_providers(server: FakeLLMServ
 async def test_an_answer_cut_at_its_bound_is_asked_again_shorter_then_kept_marked(server: FakeLLMServer) -> None:
     server.llm.configure(answer_min_tokens=500)  # a model that rambles whatever it is asked
     result = await _backend(server).summarize(_chunk(max_tokens=40))
-    first, second = server.llm.entries()
+    first, second = await _recorded(server, 2)
     assert first.finish_reason == second.finish_reason == "length"
     assert "cut off" not in first.prompt and "cut off" in second.prompt  # asked again, shorter
     assert result.truncated and result.text
@@ -114,17 +114,17 @@ async def test_an_answer_cut_at_its_bound_is_asked_again_shorter_then_kept_marke
 
 async def test_an_answer_cut_once_then_short_enough_is_not_marked(server: FakeLLMServer) -> None:
     result = await _backend(server).summarize(_chunk(max_tokens=1))  # the stand-in's answers are longer
-    assert len(server.llm.entries()) == 2 and result.truncated  # still too long for one token
+    assert len(await _recorded(server, 2)) == 2 and result.truncated  # still too long for one token
     server.llm.reset()
     result = await _backend(server).summarize(_chunk(max_tokens=300))
-    assert len(server.llm.entries()) == 1 and not result.truncated
+    assert len(await _recorded(server)) == 1 and not result.truncated
 
 
 async def test_a_slow_model_still_producing_tokens_is_waited_for(server: FakeLLMServer) -> None:
     server.llm.configure(token_latency_s=0.1, answer_min_tokens=60)
     backend = _backend(server, stall_s=0.5, min_prompt_tps=1e6, min_output_tps=1.0)
     result = await backend.summarize(_chunk(max_tokens=300))
-    (entry,) = server.llm.entries()
+    (entry,) = await _recorded(server)
     assert result.text and entry.status == 200 and entry.duration_s > 0.5  # longer than the stall timeout
 
 
