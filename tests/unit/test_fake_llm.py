@@ -381,6 +381,7 @@ def test_a_rambling_model_is_cut_by_max_tokens(llm: FakeLLM, client: openai.Open
         chunks = stream(client, DOCUMENT, stream_options={"include_usage": True}, **limit)
         assert streamed_text(chunks) == cut.choices[0].message.content and finish_reasons(chunks) == ["length"]
         assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == cut.usage.completion_tokens  # type: ignore[union-attr]
+    assert llm.wait_idle(2)  # a stream's entry is recorded just after its last byte
     entries = llm.entries()[-4:]
     assert [(e.stream, e.max_tokens, e.finish_reason) for e in entries] == [
         (False, 30, "length"),
@@ -425,6 +426,7 @@ def test_errors_come_before_the_stream(llm: FakeLLM, client: openai.OpenAI) -> N
     assert llm.wait_idle(2)
     llm.max_prompt_tokens = None
     assert streamed_text(stream(client, DOCUMENT))
+    assert llm.wait_idle(2)  # a stream's entry is recorded just after its last byte
     assert [(e.status, e.stream) for e in llm.entries()] == [
         (500, True),
         (429, True),
@@ -448,6 +450,7 @@ def test_token_latency_makes_a_slow_model(server: FakeLLMServer, llm: FakeLLM, c
     assert len(reads) > 1 and b"".join(reads).endswith(b"data: [DONE]\n\n")
     plain = ask(client, DOCUMENT)  # not streamed: as slow, all at once
     assert plain.choices[0].message.content
+    assert llm.wait_idle(2)  # a stream's entry is recorded just after its last byte
     assert all(e.status == 200 and e.duration_s >= 0.05 + 0.05 * n for e in llm.entries())
     assert [e.stream for e in llm.entries()] == [True, True, False]
 
