@@ -19,7 +19,7 @@ import signal
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,13 +61,13 @@ def read(path: Path, service: str) -> Profile:
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _proc_cpu(pid: int) -> float:
-    """CPU seconds (user + system) a process has used, with its waited-for children's."""
+def _proc_cpu(pid: int, *, reaped: bool = True) -> float:
+    """CPU seconds (user + system) a process has used, with (if `reaped`) its ended children's."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
-    return sum(int(f) for f in fields[11:15]) / _TICK  # utime, stime, cutime, cstime
+    return sum(int(f) for f in fields[11 : 15 if reaped else 13]) / _TICK  # utime, stime (cutime, cstime)
 
 
 def children(pid: int) -> list[int]:
@@ -96,14 +96,30 @@ def cpu_snapshot(pids: Mapping[str, int]) -> dict[str, float]:
     process), PostgreSQL (its server and every backend), Kafka (the broker's JVM), the whole machine."""
     taken: dict[str, float] = {}
     for service, pid in pids.items():
-        taken[service] = _proc_cpu(pid) + sum(_proc_cpu(c) for c in children(pid))
-    taken["stand-in + client"] = _proc_cpu(os.getpid())
+        taken[f"{service}@{pid}"] = _proc_cpu(pid) + sum(_proc_cpu(c) for c in children(pid))
+    # Not its children's: the services it stopped are its children too.
+    taken["stand-in + client"] = _proc_cpu(os.getpid(), reaped=False)
     broker, database = _state_pid("kafka"), _state_pid("postgres")
     taken["kafka"] = _proc_cpu(broker) if broker else 0.0
     taken["postgres"] = (_proc_cpu(database) + sum(_proc_cpu(c) for c in children(database))) if database else 0.0
     busy = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
     taken["machine"] = (sum(int(x) for x in busy) - int(busy[3]) - int(busy[4])) / _TICK  # all but idle, iowait
     return taken
+
+
+def _spent(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    """CPU seconds each part used between two snapshots. A service restarted in between (its pid
+    changed) is told so: the CPU of the process that ended is gone with it."""
+    spent: dict[str, float] = {}
+    for key, value in after.items():
+        name, _, _ = key.partition("@")
+        if key in before:
+            spent[name] = value - before[key]
+        elif "@" in key:
+            spent[f"{name} (restarted during the measure: its new process only)"] = value
+        else:
+            spent[name] = value
+    return spent
 
 
 class Profiles:
@@ -117,7 +133,8 @@ class Profiles:
         self.py_spy = shutil.which("py-spy") or str(Path(__file__).resolve().parents[1] / ".venv" / "bin" / "py-spy")
 
     @contextlib.contextmanager
-    def during(self, measure: str, pids: Mapping[str, int]) -> Iterator[None]:
+    def during(self, measure: str, pids_now: Callable[[], Mapping[str, int]]) -> Iterator[None]:
+        pids = pids_now()
         running: list[tuple[str, Path, subprocess.Popen[bytes]]] = []
         if self.sample:
             self.out.mkdir(parents=True, exist_ok=True)
@@ -133,8 +150,8 @@ class Profiles:
         try:
             yield
         finally:
-            after, wall = cpu_snapshot(pids), time.monotonic() - started
-            self.cpu[measure] = (wall, {k: after[k] - before.get(k, 0.0) for k in after})
+            after, wall = cpu_snapshot(pids_now()), time.monotonic() - started
+            self.cpu[measure] = (wall, _spent(before, after))
             for _, _, spy in running:
                 spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
             profiles = []

@@ -241,20 +241,39 @@ def b4_growth(bench: Bench, figures: list[Figure], plots: dict[str, Any]) -> Non
     plots["growth"] = per_chunk
 
 
+# What a chunk's request says (docsum_shared/summarizers/prompts.py): tells chunk calls from merges.
+CHUNK_PROMPT = "Summarize the text between <text> tags"
+
+
+def summarizing_rate(bench: Bench, since: float) -> tuple[float, int]:
+    """Chunks summarized per second while the summarizers worked: the chunk calls the stand-in answered
+    since `since`, over the span from the first one's arrival to the last one's answer (the task's
+    reading, cutting and merging, which more summarizers do not shorten, left out)."""
+    calls = [e for e in bench.llm.llm.entries(200) if e.started >= since and CHUNK_PROMPT in e.prompt]
+    span = max(e.finished for e in calls) - min(e.started for e in calls)
+    return len(calls) / span, len(calls)
+
+
 def b5_replicas(bench: Bench, figures: list[Figure], plots: dict[str, Any]) -> None:
     latency = 0.2
     bench.llm.llm.configure(latency_s=latency)
     bench.restart("summarizer", DOCSUM_LLM_MAX_INFLIGHT="4", DOCSUM_MAX_INFLIGHT="4")
-    one_s, one = bench.run_task([("b5-1.txt", bench.text(200_000).encode())])
+    since = time.time()
+    one_s, _ = bench.run_task([("b5-1.txt", bench.text(300_000).encode())])
+    one, n1 = summarizing_rate(bench, since)
     bench.stack.start("summarizer-2", DOCSUM_LLM_MAX_INFLIGHT="4", DOCSUM_MAX_INFLIGHT="4")
     bench.wait_ready(bench.stack, iter(["summarizer-2"]))
     time.sleep(3)  # the group rebalances over both members
-    two_s, two = bench.run_task([("b5-2.txt", bench.text(200_000).encode())])
+    since = time.time()
+    two_s, _ = bench.run_task([("b5-2.txt", bench.text(300_000).encode())])
+    two, n2 = summarizing_rate(bench, since)
     bench.stack.stop("summarizer-2")
-    ratio = (bench.chunks_of(two) / two_s) / (bench.chunks_of(one) / one_s)
-    figures.append(Figure("B5", "2 summarizer replicas ÷ 1, LLM-bound (200 ms calls, 4 in flight each)", ratio,
-                          f"{ratio:.2f} ({one_s:.1f}s → {two_s:.1f}s)", "≥ 1.9", ratio >= 1.9))  # fmt: skip
-    plots["replicas"] = [(1, bench.chunks_of(one) / one_s), (2, bench.chunks_of(two) / two_s)]
+    ratio = two / one
+    shown = (f"{ratio:.2f} ({one:.1f} → {two:.1f} chunks/s over {n1} and {n2} chunks; the whole task"
+             f" {one_s:.1f}s → {two_s:.1f}s)")  # fmt: skip
+    figures.append(Figure("B5", "2 summarizer replicas ÷ 1, LLM-bound (200 ms calls, 4 in flight each): throughput",
+                          ratio, shown, "≥ 1.9", ratio >= 1.9))  # fmt: skip
+    plots["replicas"] = [(1, one), (2, two)]
     bench.restart("summarizer", DOCSUM_LLM_MAX_INFLIGHT="16", DOCSUM_MAX_INFLIGHT="16")
 
 
@@ -466,7 +485,7 @@ def main() -> None:
             for name, step in steps:
                 if name in only:
                     t0, c0 = time.monotonic(), bench.chunks_done
-                    with profiles.during(name, bench.pids()):
+                    with profiles.during(name, bench.pids):
                         step()
                     chunks[name] = bench.chunks_done - c0
                     print(f"{name}: {time.monotonic() - t0:.0f}s — " + "; ".join(
