@@ -11,6 +11,7 @@ import pytest
 from docsum_shared.errors import ContextLimitExceeded, ProviderUnavailable
 from docsum_shared.settings import Settings
 from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
+from docsum_shared.summarizers.cache import cache_key
 from docsum_shared.summarizers.openai_backend import OpenAIBackend, Timeouts, _repeats_the_input, _server_root
 from tests.documents import english_prose
 from tests.fake_llm import FakeLLM, FakeLLMServer
@@ -80,6 +81,22 @@ async def test_a_frequency_penalty_is_sent_only_when_set(server: FakeLLMServer) 
     penalised = OpenAIBackend("stand-in-1", base_url=server.base_url, api_key="k", frequency_penalty=0.5)
     await penalised.summarize(_chunk(1_200))
     assert [e.frequency_penalty for e in await _recorded(server, 2)] == [None, 0.5]
+
+
+def test_what_the_backend_sends_besides_the_request_is_part_of_the_cache_key() -> None:
+    # A changed penalty changes the answers: the stored ones of another penalty are not reused.
+    plain = OpenAIBackend("stand-in-1", base_url="http://127.0.0.1:9/v1", api_key="k")
+    keys = {
+        cache_key(b.model, _chunk(), "alice", b.sampling)
+        for b in (
+            plain,
+            OpenAIBackend("stand-in-1", base_url="http://127.0.0.1:9/v1", api_key="k", frequency_penalty=0.5),
+            OpenAIBackend("stand-in-1", base_url="http://127.0.0.1:9/v1", api_key="k", frequency_penalty=0.8),
+        )
+    }
+    assert len(keys) == 3
+    # Without one, the key is what it always was: answers stored before stay found.
+    assert cache_key(plain.model, _chunk(), "alice", plain.sampling) == cache_key(plain.model, _chunk(), "alice")
 
 
 async def test_a_context_refusal_is_recognised(server: FakeLLMServer) -> None:

@@ -121,7 +121,9 @@ class Summarizing:
         return result, cached
 
     def cache_key(self, request: SummaryRequest, context: CallContext) -> str:
-        return cache_key(self.model, request, None if self.settings.shared_cache else context.owner)
+        return cache_key(
+            self.model, request, None if self.settings.shared_cache else context.owner, self.backend.sampling
+        )
 
     async def plan_chunk(self, request: SummaryRequest) -> list[SummaryRequest] | None:
         return plan_chunk(request, await self.budget(), self.calibration)

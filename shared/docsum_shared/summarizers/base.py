@@ -8,8 +8,10 @@ task summary. Backends are stateless and safe to share between concurrent calls.
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 
 
 class SummaryKind(StrEnum):
@@ -52,6 +54,8 @@ class SummaryResult:
 class SummarizerBackend(abc.ABC):
     #: Identifies what produced a summary (stored beside it, part of the cache key).
     model: str
+    #: What else it sends that changes an answer (e.g. a frequency penalty): part of the cache key too.
+    sampling: Mapping[str, object] = MappingProxyType({})
 
     @abc.abstractmethod
     async def summarize(self, request: SummaryRequest) -> SummaryResult: ...

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 import asyncpg
@@ -32,11 +33,15 @@ class CallContext:
     owner: str | None = None
 
 
-def cache_key(model: str, request: SummaryRequest, scope: str | None = None) -> str:
-    """The result cache's key: model, prompt version, the whole request, and its scope (the owner;
-    None for a cache shared by every owner)."""
+def cache_key(
+    model: str, request: SummaryRequest, scope: str | None = None, sampling: Mapping[str, object] | None = None
+) -> str:
+    """The result cache's key: model, prompt version, the whole request, what else the backend sends
+    that changes an answer (`sampling`: only when there is any, so that keys made without stay the
+    same), and its scope (the owner; None for a cache shared by every owner)."""
+    extra = {"sampling": dict(sampling)} if sampling else {}
     payload = json.dumps(
-        {"model": model, "prompt_version": PROMPT_VERSION, "scope": scope, **asdict(request)},
+        {"model": model, "prompt_version": PROMPT_VERSION, "scope": scope, **asdict(request), **extra},
         ensure_ascii=False,
         sort_keys=True,
     )
@@ -58,7 +63,7 @@ async def summarize_cached(
     A call that goes to the provider first takes its slot from the cluster-wide rate limiter.
     """
     context = context or CallContext()
-    key = cache_key(backend.model, request, None if shared else context.owner)
+    key = cache_key(backend.model, request, None if shared else context.owner, backend.sampling)
     row = await pool.fetchrow(
         "SELECT result, model, prompt_tokens, completion_tokens, truncated FROM llm_results WHERE key = $1", key
     )

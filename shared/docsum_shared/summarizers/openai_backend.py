@@ -77,6 +77,7 @@ class OpenAIBackend(SummarizerBackend):
     ) -> None:
         self.model = model
         self.frequency_penalty = frequency_penalty
+        self.sampling = {} if frequency_penalty is None else {"frequency_penalty": frequency_penalty}
         self.base_url = base_url
         self.api_key = api_key or "not-needed"
         self.timeouts = timeouts
