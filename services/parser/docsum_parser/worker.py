@@ -164,15 +164,8 @@ class ParseWorker:
         with self._lock:
             if jobs != self._jobs or self._process is None or self._closed:
                 return
-            process, conn = self._process, self._conn
-            self._process = self._conn = None
-            if conn is not None:
-                conn.close()  # the worker, waiting for a job, reads the end of the pipe and exits
-            process.join(5.0)
-            if process.is_alive():
-                process.kill()
-                process.join()
-            log.info("parse worker %s stopped after %.0f s without a document", process.pid, self.idle_s)
+            log.info("parse worker %s: no document for %.0f s", self._process.pid, self.idle_s)
+            self._stop(wait_s=5.0)
 
     # --- the worker process's lifecycle (under the lock) -------------------------------------------
 
@@ -219,10 +212,12 @@ class ParseWorker:
             self._ready = True
         return self._conn
 
-    def _replace(self, wait_s: float = 0.0) -> str:
-        """Stop the worker (waiting `wait_s` for it to exit by itself, then killing it) and start another;
-        returns how the old one ended."""
+    def _stop(self, wait_s: float = 0.0) -> str:
+        """Close its pipe (a worker waiting for a job reads the end of it and exits), wait `wait_s` for
+        it to exit by itself, then kill it; returns how it ended."""
         how = "not running"
+        if self._conn is not None:
+            self._conn.close()
         if self._process is not None:
             self._process.join(wait_s)
             if self._process.is_alive():
@@ -232,9 +227,12 @@ class ParseWorker:
             else:
                 how = _exit_description(self._process.exitcode)
             log.info("parse worker %s stopped (%s)", self._process.pid, how)
-        if self._conn is not None:
-            self._conn.close()
         self._process = self._conn = None
+        return how
+
+    def _replace(self, wait_s: float = 0.0) -> str:
+        """Stop the worker (see `_stop`) and start another; returns how the old one ended."""
+        how = self._stop(wait_s)
         if self._closed:
             raise WorkerClosed("the parser is stopping")
         self._spawn()
