@@ -16,9 +16,7 @@ import argparse
 import asyncio
 import io
 import os
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +37,7 @@ from tests.documents import english_prose, make_pdf  # noqa: E402
 from tests.fake_llm import FakeLLM, FakeLLMServer  # noqa: E402
 from tests.integration.conftest import SERVICES, Stack, StackFactory, start_infra  # noqa: E402
 from tests.integration.helpers import paid_twice  # noqa: E402
+from tests.shipped import shipped_environment  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 
@@ -66,18 +65,12 @@ class _Temp:
 
 
 def shipped_python() -> str:
-    """The services run as shipped: an environment of their own dependencies only, from uv.lock, as the
-    image installs them (deploy/Dockerfile; our packages editable here, so the code is the tree's) — not
-    the development one, whose test tools (fpdf2's Pillow
-    and fontTools, which pypdf then imports; OpenTelemetry) would weigh on every process."""
+    """The services run as shipped (tests/shipped.py), not in the development environment, whose test
+    tools (fpdf2's Pillow and fontTools, which pypdf then imports; OpenTelemetry) would weigh on every
+    process."""
     if os.environ.get("DOCSUM_BENCH_PYTHON"):  # another interpreter, to compare environments or trees
         return os.environ["DOCSUM_BENCH_PYTHON"]
-    venv = Path(os.environ.get("DOCSUM_STATE_DIR", ROOT / ".run")) / "bench" / "venv"
-    uv = os.environ.get("UV") or shutil.which("uv") or str(ROOT / ".run" / "bootstrap" / "bin" / "uv")
-    packages = [arg for name in SERVICES for arg in ("--package", f"docsum-{name}")]
-    subprocess.run([uv, "sync", "--locked", "--no-dev", "--quiet", *packages], cwd=ROOT,
-                   env={**os.environ, "UV_PROJECT_ENVIRONMENT": str(venv)}, check=True)  # fmt: skip
-    return str(venv / "bin" / "python")
+    return str(shipped_environment(Path(os.environ.get("DOCSUM_STATE_DIR", ROOT / ".run")) / "bench" / "venv"))
 
 
 class Bench:

@@ -3,19 +3,16 @@
 The image installs the five services from uv.lock without the development group (deploy/Dockerfile);
 the development environment has much more (test tools and what they pull in), so a module imported
 without being declared works in every test and fails in the image. Here the environment is built with
-the image's dependencies (our packages editable, so the code is the tree's), and every module of every
-service package is imported in it.
+the image's dependencies (tests/shipped.py), and every module of every service package is imported in it.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-SERVICES = ("gateway", "parser", "chunker", "summarizer", "merger")
+from tests.shipped import SERVICES, shipped_environment
+
 PACKAGES = ("docsum_shared", *(f"docsum_{name}" for name in SERVICES))
 # Development tools inside the packages, which no service imports: `make contracts` writes contracts/
 # with this one (and the development environment's PyYAML).
@@ -38,18 +35,8 @@ sys.exit(1 if failed else 0)
 """
 
 
-def _uv() -> str:
-    return os.environ.get("UV") or shutil.which("uv") or str(ROOT / ".run" / "bootstrap" / "bin" / "uv")
-
-
 def test_every_module_of_every_service_imports_in_the_shipped_environment(tmp_path: Path) -> None:
-    venv = tmp_path / "venv"
-    packages = [arg for name in SERVICES for arg in ("--package", f"docsum-{name}")]
-    subprocess.run(
-        [_uv(), "sync", "--locked", "--no-dev", "--quiet", *packages],
-        cwd=ROOT, env={**os.environ, "UV_PROJECT_ENVIRONMENT": str(venv)}, check=True,
-    )  # fmt: skip
-    python = venv / "bin" / "python"
+    python = shipped_environment(tmp_path / "venv")
     script = IMPORT_ALL.replace("{skip!r}", repr(set(DEVELOPMENT_ONLY)))
     done = subprocess.run([python, "-c", script, *PACKAGES], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, f"modules that do not import as shipped:\n{done.stdout}{done.stderr}"
