@@ -170,8 +170,12 @@ def _rss_mb(pid: int) -> float:
 # --- the measures -----------------------------------------------------------------------------------
 
 
+# B1's and B2's load: 100 ms calls, 16 in flight, a 400,000-character text (~220 chunks).
+B1_CALL = (0.1, 16, 400_000)
+
+
 def b1_ideal(bench: Bench, figures: list[Figure]) -> None:
-    latency, inflight, chars = 0.1, 16, 400_000
+    latency, inflight, chars = B1_CALL
     bench.llm.llm.configure(latency_s=latency, jitter_s=0.0)
     text = bench.text(chars)
     seconds, task = bench.run_task([("b1.txt", text.encode())])
@@ -185,7 +189,7 @@ def b1_ideal(bench: Bench, figures: list[Figure]) -> None:
 
 def b2_baseline(bench: Bench, figures: list[Figure]) -> None:
     """B1's text size, concurrency and latency, through the in-process map-reduce."""
-    latency, inflight, chars = 0.1, 16, 400_000
+    latency, inflight, chars = B1_CALL
     bench.llm.llm.configure(latency_s=latency, jitter_s=0.0)
     seconds = bench.b1_seconds
     base_s, base_n = asyncio.run(baseline.timed(bench.llm.base_url, bench.text(chars), inflight))

@@ -175,13 +175,13 @@ class ConsumerService:
         beside: asyncio.Task[None] | None = (
             asyncio.create_task(self.background(self.producer)) if self.background else None
         )
+        loop = asyncio.get_running_loop()
         try:
             while not self._stopping.is_set():
                 free = min(
                     self.max_inflight - len(self._tasks), self.max_inflight * BUFFERED_PER_SLOT - self._lanes.held
                 )
                 assigned = self.consumer.assignment()
-                loop = asyncio.get_running_loop()
                 if free <= 0:
                     if loop.time() - self._polled_at > self._keepalive_s:
                         # Poll now and then, so the group sees this member alive, but take nothing.
