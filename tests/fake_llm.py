@@ -1047,10 +1047,20 @@ def _validate(name: str, value: Any) -> Any:
     raise ValueError(f"unknown config field: {name}")  # pragma: no cover
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on now and that this process has not handed out before: the kernel may
+    give the same free port twice before the first taker binds it (a stack's gateway port and a service's
+    health port, both picked before either process starts)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 class _Server(uvicorn.Server):
