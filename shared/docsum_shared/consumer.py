@@ -5,7 +5,8 @@ emit; the shell publishes them, waits for Kafka's acknowledgement, and only then
 done. Delivery is at-least-once, so handlers are idempotent (README, "How it works").
 
 Concurrency: up to `max_inflight` keys are handled at once, the messages of one key one after another
-in offset order (a lane per key). A message whose key is busy waits in its lane without taking a
+in offset order (a lane per key; a handler registered with `on_many` gets the messages waiting in
+its lane together, up to `MAX_TOGETHER`). A message whose key is busy waits in its lane without taking a
 slot, so that repeats of one key (a re-drive, a replay) cannot fill every slot and starve the other
 keys; at most `BUFFERED_PER_SLOT` messages per slot are held in all. Per partition the committed
 offset is the lowest one not yet done, so a crash redelivers only unfinished work.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import logging
 import signal
 import sys
@@ -35,7 +37,7 @@ from . import logs, metrics, telemetry
 from .db import connect_pool, migrate
 from .errors import Backoff, Kind, Stopped, classify, retry_until
 from .events import TOPIC_OF, Event, Topic, decode
-from .handlers import Handler
+from .handlers import Bound, Handler
 from .health import Ready, database_ready, serve_health
 from .kafka import DLQ_SUFFIX, client_options, ensure_topics, make_producer, publish
 from .settings import Settings, service_settings
@@ -58,6 +60,8 @@ LAG_EVERY_S = 5.0  # how often the consumer lag gauges are refreshed
 # stop): a crash redelivers at most this much finished work, which the idempotent handlers absorb;
 # a commit per message would be a broker round trip per message.
 COMMIT_EVERY_S = 1.0
+# At most this many messages of one key go to a handler that takes them together (Handlers.on_many).
+MAX_TOGETHER = 64
 
 
 @dataclass
@@ -104,6 +108,11 @@ class _Lanes:
     def head(self, lane: Lane) -> ConsumerRecord | None:
         queue = self.waiting.get(lane)
         return queue[0] if queue else None
+
+    def leading(self, lane: Lane, most: int) -> list[ConsumerRecord]:
+        """The head of `lane` and up to `most` - 1 records behind it, in order."""
+        queue = self.waiting.get(lane)
+        return list(itertools.islice(queue, most)) if queue else []
 
     def done(self, lane: Lane) -> None:
         """The head of `lane` is done; the lane closes when nothing waits behind it."""
@@ -251,20 +260,24 @@ class ConsumerService:
             self._tasks[lane] = asyncio.create_task(self._handle_lane(lane))
 
     async def _handle_lane(self, lane: Lane) -> None:
-        """Handle the messages of one key in offset order, in one slot, until none waits."""
+        """Handle the messages of one key in offset order, in one slot, until none waits (several at
+        once where the topic's handler takes them together)."""
         partition = lane[0]
+        _, handler = self.handlers[partition.topic]
+        most = MAX_TOGETHER if isinstance(handler, Bound) and handler.takes_many else 1
         self._in_flight.inc()
         try:
-            while (record := self._lanes.head(lane)) is not None:
-                with metrics.HANDLER_SECONDS.labels(self.name, record.topic).time():
-                    handled = await self._process(record)
+            while records := self._lanes.leading(lane, most):
+                with metrics.HANDLER_SECONDS.labels(self.name, partition.topic).time():
+                    handled = await self._process_leading(records)
                 if not handled:
                     return  # asked to stop: the rest of the lane is handed back too
-                metrics.CONSUMED.labels(self.name, record.topic).inc()
-                progress = self._progress.get(partition)
-                if progress is not None:
-                    progress.finish(record.offset)
-                self._lanes.done(lane)
+                for record in records[:handled]:
+                    metrics.CONSUMED.labels(self.name, record.topic).inc()
+                    progress = self._progress.get(partition)
+                    if progress is not None:
+                        progress.finish(record.offset)
+                    self._lanes.done(lane)
         finally:
             self._in_flight.dec()
             self._lanes.close(lane)
@@ -302,7 +315,58 @@ class ConsumerService:
         for tp in partitions if partitions is not None else list(self._progress):
             self._progress.pop(tp, None)
 
-    # --- one message ---------------------------------------------------------------------------
+    # --- one message, or several of one key ----------------------------------------------------
+
+    async def _process_leading(self, records: list[ConsumerRecord]) -> int:
+        """Handle the first of `records`, or as many of them as the handler takes together; how many are
+        done (handled or dead-lettered), 0 if handed back."""
+        topic, handler = self.handlers[records[0].topic]
+        if len(records) < 2 or not isinstance(handler, Bound):
+            return int(await self._process(records[0]))
+        events: list[Event] = []
+        for record in records:
+            try:
+                events.append(decode(topic, record.value))
+            except ValidationError:
+                break  # a malformed one is dead-lettered on its own, when its turn comes
+        events = events[: handler.together(events)]
+        if len(events) < 2:
+            return int(await self._process(records[0]))
+        return await self._handle_together(records[: len(events)], handler, events)
+
+    async def _handle_together(self, records: list[ConsumerRecord], handler: Bound[Any], events: list[Event]) -> int:
+        """Several events of one key in one call: retried as one message would be; past a failure that
+        is not passing, each is handled on its own (so one bad message is dead-lettered alone)."""
+        first = events[0]
+        ids = {"task_id": first.task_id, "document_id": getattr(first, "document_id", None), "trace_id": first.trace_id}
+
+        async def attempt() -> None:
+            await self._emit(await handler.many(events))
+
+        def decide(exc: Exception, failures: int) -> float | None:
+            kind = classify(exc)
+            if kind in (Kind.POISON, Kind.FAILS_ITEM) or (kind is None and failures >= UNEXPECTED_ATTEMPTS):
+                return None
+            return BACKOFF.delay(failures, getattr(exc, "retry_after", None))
+
+        topic = self.handlers[records[0].topic][0]
+        with (
+            logs.bound(**ids),
+            telemetry.consumer_span(self.name, topic, records[0], ids, self.settings.group(self.name)),
+        ):
+            try:
+                await retry_until(attempt, decide, stop=self._stopping)
+                return len(records)
+            except Stopped:
+                return 0
+            except Exception as exc:  # noqa: BLE001 - each is tried on its own next, and logged there
+                log.warning(
+                    "%s: %d messages of one key failed together (%s); handling each alone", self.name, len(records), exc
+                )
+        for done, record in enumerate(records):
+            if not await self._process(record):
+                return done
+        return len(records)
 
     async def _process(self, record: ConsumerRecord) -> bool:
         """Handle one message; True once it is done (handled or dead-lettered), False if handed back."""
@@ -326,10 +390,7 @@ class ConsumerService:
 
     async def _handle(self, record: ConsumerRecord, handler: Handler, event: Event) -> bool:
         async def attempt() -> None:
-            events = await handler(event)
-            await publish(self.producer, self.settings, events)
-            for out in events:
-                metrics.PRODUCED.labels(self.name, self.settings.topic(TOPIC_OF[type(out)])).inc()
+            await self._emit(await handler(event))
 
         def decide(exc: Exception, failures: int) -> float | None:
             kind = classify(exc)
@@ -352,6 +413,12 @@ class ConsumerService:
         except Exception as exc:
             await self._dead_letter(record, "".join(traceback.format_exception_only(exc)).strip())
         return True
+
+    async def _emit(self, events: list[Event]) -> None:
+        """Publish what a handler returned; done once Kafka has acknowledged every event."""
+        await publish(self.producer, self.settings, events)
+        for event in events:
+            metrics.PRODUCED.labels(self.name, self.settings.topic(TOPIC_OF[type(event)])).inc()
 
     async def _dead_letter(self, record: ConsumerRecord, reason: str) -> None:
         if not self.dead_letters:

@@ -7,11 +7,18 @@
 
 `handlers.handle(event, deps)` dispatches on the event's type; the consumer shell gets
 `handlers.bind(deps)`, one callable per topic. A unit test calls `handle` with in-memory fakes.
+
+A handler whose work for several events of one key costs about what it costs for one (the progress
+recorder reads its task's view once for every chunk that ended meanwhile; the merger checks its
+document once) is registered with `on_many`: a function of a list of events, in offset order. The
+shell hands it the events that wait in one key's lane together (`Bound.many`), and one event alone as
+a list of one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, TypeVar
 
@@ -27,11 +34,24 @@ Handler = Callable[[Event], Awaitable[list[Event]]]
 class Handlers(Generic[D]):
     def __init__(self) -> None:
         self._by_type: dict[type[Event], Callable[[Any, D], Awaitable[list[Event]]]] = {}
+        self._many: dict[type[Event], Callable[[list[Any], D], Awaitable[list[Event]]]] = {}
 
     def on(self, *types: type[Event]) -> Callable[[Callable[[Any, D], Awaitable[list[Event]]]], Any]:
         def register(function: Callable[[Any, D], Awaitable[list[Event]]]) -> Any:
             for event_type in types:
                 self._by_type[event_type] = function
+            return function
+
+        return register
+
+    def on_many(self, *types: type[Event]) -> Callable[[Callable[[list[Any], D], Awaitable[list[Event]]]], Any]:
+        """Register a function of (events, deps) for `types`: the events of one key waiting together,
+        in offset order; one event alone comes as a list of one."""
+
+        def register(function: Callable[[list[Any], D], Awaitable[list[Event]]]) -> Any:
+            for event_type in types:
+                self._many[event_type] = function
+                self._by_type[event_type] = partial(_one_of_many, function)
             return function
 
         return register
@@ -42,9 +62,49 @@ class Handlers(Generic[D]):
             raise Poison(f"no handler for {type(event).__name__} events")
         return await function(event, deps)
 
+    def together(self, events: Sequence[Event]) -> int:
+        """How many of the leading `events` one call of their `on_many` function takes (0 or 1: none)."""
+        function = self._many.get(type(events[0])) if events else None
+        if function is None:
+            return 0
+        return next((i for i, e in enumerate(events) if self._many.get(type(e)) is not function), len(events))
+
+    async def handle_many(self, events: list[Event], deps: D) -> list[Event]:
+        """Handle events that `together` said go together."""
+        return await self._many[type(events[0])](events, deps)
+
     def bind(self, deps: D, *types: type[Event]) -> Mapping[Topic, Handler]:
         """The consumer shell's view: topic → handler, for `types` (default: every registered type)."""
-        return {TOPIC_OF[t]: partial(self.handle, deps=deps) for t in types or tuple(self._by_type)}
+        bound = Bound(self, deps)
+        return {TOPIC_OF[t]: bound for t in types or tuple(self._by_type)}
+
+
+async def _one_of_many(
+    function: Callable[[list[Any], Any], Awaitable[list[Event]]], event: Event, deps: Any
+) -> list[Event]:
+    return await function([event], deps)
+
+
+@dataclass(frozen=True)
+class Bound(Generic[D]):
+    """The handlers with their deps, as the consumer shell calls them: one event, or several of one key."""
+
+    handlers: Handlers[D]
+    deps: D
+
+    async def __call__(self, event: Event) -> list[Event]:
+        return await self.handlers.handle(event, self.deps)
+
+    @property
+    def takes_many(self) -> bool:
+        """Whether any of its handlers takes several events at once (`on_many`)."""
+        return bool(self.handlers._many)
+
+    def together(self, events: Sequence[Event]) -> int:
+        return self.handlers.together(events)
+
+    async def many(self, events: list[Event]) -> list[Event]:
+        return await self.handlers.handle_many(events, self.deps)
 
 
 def takes_work(task_status: TaskStatus) -> bool:

@@ -9,12 +9,17 @@ from docsum_merger.policy import ChunkState, DocumentState, FailDocument, MergeC
 from docsum_parser.policy import Fail, StoredDocument, StoreText, already_done, parse
 from docsum_shared.events import (
     EVENT_TYPES,
+    ChunkSummarized,
     DocumentMerged,
+    DocumentOutcome,
     DocumentParsed,
     DocumentSubmitted,
+    Event,
+    TaskEvent,
     Topic,
     decode,
 )
+from docsum_shared.handlers import Bound, Handlers
 from docsum_shared.options import TaskOptions
 from docsum_shared.settings import Settings
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
@@ -148,3 +153,23 @@ def test_a_document_summarized_in_part_makes_the_task_complete_with_errors() -> 
     decision = decide_task("t", [partial, whole])
     assert decision is not None and decision.status is TaskStatus.COMPLETED_WITH_ERRORS
     assert decision.error == "1 of 2 documents summarized in part" and decision.request is not None
+
+
+def test_only_events_of_one_on_many_function_are_taken_together() -> None:
+    registry = Handlers[None]()
+
+    @registry.on_many(ChunkSummarized, DocumentMerged)
+    async def many(events: list[Event], deps: None) -> list[Event]:
+        return []
+
+    @registry.on(TaskEvent)
+    async def one(event: Event, deps: None) -> list[Event]:
+        return []
+
+    summarized = ChunkSummarized(task_id="t", document_id="d", chunk_id="c", chunk_index=0)
+    merged = DocumentMerged(task_id="t", document_id="d", outcome=DocumentOutcome.COMPLETED)
+    ended = TaskEvent(task_id="t", status=TaskStatus.COMPLETED)
+    assert registry.together([summarized, merged, summarized, ended, summarized]) == 3
+    assert registry.together([ended, summarized]) == 0  # `on`: one at a time
+    assert registry.together([]) == 0
+    assert Bound(registry, None).takes_many and not Bound(Handlers[None](), None).takes_many

@@ -61,15 +61,21 @@ class FakeChunks:
             row.chunk = replace(row.chunk, status=ChunkStatus.PENDING)
             self.released.append(chunk_id)
 
-    async def complete(self, chunk_id: str, task_id: str, summary: str, model: str, *, truncated: bool = False) -> None:
+    async def complete(self, chunk_id: str, task_id: str, summary: str, model: str, *, truncated: bool = False) -> bool:
         row = self.rows[chunk_id]
+        if row.chunk.status in (ChunkStatus.COMPLETED, ChunkStatus.FAILED):
+            return False
         row.summary, row.lease, row.error = summary, None, None
         row.chunk = replace(row.chunk, status=ChunkStatus.COMPLETED)
+        return True
 
-    async def fail(self, chunk_id: str, error: str) -> None:
+    async def fail(self, chunk_id: str, error: str) -> bool:
         row = self.rows[chunk_id]
+        if row.chunk.status in (ChunkStatus.COMPLETED, ChunkStatus.FAILED):
+            return False
         row.error, row.lease = error, None
         row.chunk = replace(row.chunk, status=ChunkStatus.FAILED)
+        return True
 
     async def record_failure(self, chunk_id: str, error: str, *, retry_now: bool) -> None:
         row = self.rows[chunk_id]

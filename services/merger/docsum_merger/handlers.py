@@ -94,7 +94,14 @@ handlers = Handlers[Deps]()
 handle = handlers.handle
 
 
-@handlers.on(ChunkSummarized)
+@handlers.on_many(ChunkSummarized)
+async def merge_documents(events: list[ChunkSummarized], deps: Deps) -> list[Event]:
+    """The chunk-summarized events of a document that waited together: the document's state is read
+    when handled, never taken from an event, so handling the last of them does what each would do."""
+    last = {event.document_id: event for event in events}
+    return [out for event in last.values() for out in await merge_document(event, deps)]
+
+
 async def merge_document(event: ChunkSummarized, deps: Deps) -> list[Event]:
     loaded = await deps.repo.load_document(event.document_id)
     doc, task_status, options, owner = required(loaded, f"document {event.document_id}")

@@ -47,8 +47,8 @@ class Repository(Protocol):
     async def release(self, chunk_id: str, holder: str, *, retry_in_s: float | None = None) -> None: ...
     async def complete(
         self, chunk_id: str, task_id: str, summary: str, model: str, *, truncated: bool = False
-    ) -> None: ...
-    async def fail(self, chunk_id: str, error: str) -> None: ...
+    ) -> bool: ...
+    async def fail(self, chunk_id: str, error: str) -> bool: ...
     async def record_failure(self, chunk_id: str, error: str, *, retry_now: bool) -> None: ...
 
 
@@ -93,22 +93,26 @@ async def summarize_chunk(event: ChunkCreated, deps: Deps) -> list[Event]:
         if step is Step.NOTHING:
             return []
         if step is Step.REPORT:
-            fields = event.model_dump(include={"document_id", "chunk_id", "chunk_index"})
-            return [event.next(ChunkSummarized, **fields)]
+            return [_reported(event)]
         claim = await deps.repo.claim(event.chunk_id, holder, ttl)
         if claim is Claim.HELD:
             await asyncio.sleep(min(2.0, ttl / 4))  # another process is on it
         elif claim is Claim.DEFERRED:
             return []  # waiting for its next round, announced again when due (retries.py)
-        elif claim is Claim.TAKEN:
-            await _under_lease(event, chunk, holder, deps)
-        # then load again: the chunk is final now, deferred, or no longer wanted
+        elif claim is Claim.TAKEN and await _under_lease(event, chunk, holder, deps):
+            return [_reported(event)]  # made final by this very handling: no need to read it again
+        # else load again: the chunk is final now, deferred, or no longer wanted
 
 
-async def _under_lease(event: ChunkCreated, chunk: StoredChunk, holder: str, deps: Deps) -> None:
+def _reported(event: ChunkCreated) -> ChunkSummarized:
+    return event.next(ChunkSummarized, **event.model_dump(include={"document_id", "chunk_id", "chunk_index"}))
+
+
+async def _under_lease(event: ChunkCreated, chunk: StoredChunk, holder: str, deps: Deps) -> bool:
+    """Whether this handling made the chunk final (its summary or its failure stored)."""
     renewer = asyncio.create_task(_keep_lease(event.chunk_id, holder, deps))
     try:
-        await _summarize(event, chunk, holder, deps)
+        return await _summarize(event, chunk, holder, deps)
     except asyncio.CancelledError:
         # Shutting down mid-call: hand the chunk back so its next owner starts at once.
         await asyncio.shield(deps.repo.release(event.chunk_id, holder))
@@ -124,8 +128,9 @@ async def _keep_lease(chunk_id: str, holder: str, deps: Deps) -> None:
             await deps.repo.renew(chunk_id, holder, deps.settings.lease_ttl_s)
 
 
-async def _summarize(event: ChunkCreated, chunk: StoredChunk, holder: str, deps: Deps) -> None:
-    """Summarize the leased chunk and store the outcome: its summary, its failure, or its next round."""
+async def _summarize(event: ChunkCreated, chunk: StoredChunk, holder: str, deps: Deps) -> bool:
+    """Summarize the leased chunk and store the outcome: its summary, its failure, or its next round;
+    whether it made the chunk final."""
     request = await deps.llm.bounded(request_for(chunk))
     context = CallContext(event.task_id, event.document_id, event.chunk_id, owner=chunk.owner)
     round_failures = waits = 0
@@ -157,13 +162,14 @@ async def _summarize(event: ChunkCreated, chunk: StoredChunk, holder: str, deps:
         delay = deps.settings.llm_retry_delay_s
         log.info("chunk %s: next round in %.0fs", event.chunk_id, delay)
         await deps.repo.release(event.chunk_id, holder, retry_in_s=delay)
-        return
+        return False
     except ItemFailed as exc:
-        await deps.repo.fail(event.chunk_id, str(exc))
+        failed = await deps.repo.fail(event.chunk_id, str(exc))
         log.warning("chunk %s failed: %s", event.chunk_id, exc)
-        return
-    await deps.repo.complete(event.chunk_id, event.task_id, summary, model, truncated=truncated)
+        return failed
+    completed = await deps.repo.complete(event.chunk_id, event.task_id, summary, model, truncated=truncated)
     log.info("chunk %s summarized", event.chunk_id)
+    return completed
 
 
 async def _summarize_within_budget(request: SummaryRequest, context: CallContext, deps: Deps) -> tuple[str, str, bool]:

@@ -138,10 +138,11 @@ class ChunkRepository:
             [(r["chunk_id"], r["retry_at"]) for r in due],
         )
 
-    async def complete(self, chunk_id: str, task_id: str, summary: str, model: str, *, truncated: bool = False) -> None:
+    async def complete(self, chunk_id: str, task_id: str, summary: str, model: str, *, truncated: bool = False) -> bool:
         """The chunk COMPLETED with its summary, counted once on its document (the same statement, so
-        exactly once), and its task active (at most every few seconds: one hot row, not a write per chunk)."""
-        await self.pool.execute(
+        exactly once), and its task active (at most every few seconds: one hot row, not a write per chunk).
+        False if it was final already (or gone)."""
+        moved = await self.pool.fetchval(
             "WITH moved AS (UPDATE chunks SET status = $4, summary = $2, summary_model = $3, error = NULL,"
             "   summary_truncated = $7, summary_prompt_version = $5, lease_owner = NULL, lease_expires_at = NULL,"
             "   retry_at = NULL, updated_at = now()"
@@ -153,9 +154,11 @@ class ChunkRepository:
             chunk_id, summary, model, ChunkStatus.COMPLETED, PROMPT_VERSION, UNFINISHED_CHUNK, truncated,
             task_id, self.activity_every_s,
         )  # fmt: skip
+        return bool(moved)
 
-    async def fail(self, chunk_id: str, error: str) -> None:
-        await self.pool.execute(
+    async def fail(self, chunk_id: str, error: str) -> bool:
+        """The chunk FAILED with its error, counted once on its document; False if it was final already."""
+        moved = await self.pool.fetchval(
             "WITH moved AS (UPDATE chunks SET status = $3, error = $2, lease_owner = NULL, lease_expires_at = NULL,"
             "   retry_at = NULL, updated_at = now()"
             "   WHERE id = $1 AND status = ANY($4::text[]) RETURNING document_id, token_estimate),"
@@ -163,6 +166,7 @@ class ChunkRepository:
             " SELECT count(*) FROM counted",
             chunk_id, error, ChunkStatus.FAILED, UNFINISHED_CHUNK,
         )  # fmt: skip
+        return bool(moved)
 
     async def record_failure(self, chunk_id: str, error: str, *, retry_now: bool) -> None:
         """A failed attempt: its error and one more failure on the row; with `retry_now` one more

@@ -34,33 +34,53 @@ class Deps:
     settings: Settings
 
 
-@handlers.on(DocumentSubmitted, DocumentParsed, ChunkCreated, ChunkSummarized, DocumentMerged, TaskEvent)
-async def record(event: Event, deps: Deps) -> list[Event]:
-    chunk_id = event.chunk_id if isinstance(event, ChunkSummarized) else None
-    stored, chunk_status = await repository.task_and_chunk(deps.pool, event.task_id, chunk_id)
+@handlers.on_many(DocumentSubmitted, DocumentParsed, ChunkCreated, ChunkSummarized, DocumentMerged, TaskEvent)
+async def record(events: list[Event], deps: Deps) -> list[Event]:
+    """Events of one key that waited together (the chunks of a document that ended while the recorder
+    was busy) are told with one read of their task's view, the ends of chunks under one append."""
+    by_task: dict[str, list[Event]] = {}
+    for event in events:
+        by_task.setdefault(event.task_id, []).append(event)
+    for task_id, told in by_task.items():
+        await _record(task_id, told, deps)
+    return []
+
+
+async def _record(task_id: str, events: list[Event], deps: Deps) -> None:
+    chunk_ids = [e.chunk_id for e in events if isinstance(e, ChunkSummarized)]
+    stored, chunk_status = await repository.task_and_chunks(deps.pool, task_id, chunk_ids)
     if not stored:
         # Not stored (yet): a submission by another system, which the parser registers; the log
         # starts with the task's next event. Nobody can watch a task that is not stored.
-        return []
-    told = policy.keys_at_most(event, chunk_status)
-    if told is not None and await repository.all_stored(deps.pool, event.task_id, told):
-        return []  # nothing new to tell (every chunk-created after the first, a redelivery)
+        return
+    told = [
+        policy.keys_at_most(e, chunk_status.get(e.chunk_id) if isinstance(e, ChunkSummarized) else None) for e in events
+    ]
+    if all(keys is not None for keys in told):
+        have = await repository.stored_keys(deps.pool, task_id, sorted({k for keys in told for k in keys or ()}))
+        # Nothing new to tell from every chunk-created after the first of a document, and a redelivery.
+        events = [e for e, keys in zip(events, told, strict=True) if not set(keys or ()) <= have]
+        if not events:
+            return
 
     async def entries(db: Any) -> list[policy.Entry]:  # read under the task's log lock, on its connection
-        view = await views.pipeline_view(db, deps.settings, event.task_id)
+        view = await views.pipeline_view(db, deps.settings, task_id)
         if view is None:
             return []
-        if isinstance(event, ChunkSummarized):
-            chunks = await repository.chunk(db, event.chunk_id)
-        elif isinstance(event, DocumentMerged):
-            chunks = await repository.chunks(db, event.task_id, event.document_id)
-        elif isinstance(event, TaskEvent) and event.status in TASK_FINAL:
-            chunks = await repository.chunks(db, event.task_id)
-        else:
-            chunks = []
-        return policy.entries_for(event, view, chunks)
+        ended = await repository.chunks_by_id(db, [e.chunk_id for e in events if isinstance(e, ChunkSummarized)])
+        out: list[policy.Entry] = []
+        for event in events:
+            if isinstance(event, ChunkSummarized):
+                chunks = [c for c in ended if c.chunk_id == event.chunk_id]
+            elif isinstance(event, DocumentMerged):
+                chunks = await repository.chunks(db, task_id, event.document_id)
+            elif isinstance(event, TaskEvent) and event.status in TASK_FINAL:
+                chunks = await repository.chunks(db, task_id)
+            else:
+                chunks = []
+            out.extend(policy.entries_for(event, view, chunks))
+        return out
 
-    numbers = await repository.append(deps.pool, event.task_id, entries)
+    numbers = await repository.append(deps.pool, task_id, entries)
     if numbers:
-        log.debug("task %s: progress %d..%d", event.task_id, numbers[0], numbers[-1])
-    return []
+        log.debug("task %s: progress %d..%d", task_id, numbers[0], numbers[-1])

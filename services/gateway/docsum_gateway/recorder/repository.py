@@ -102,9 +102,13 @@ async def chunks(pool: asyncpg.Pool, task_id: str, document_id: str | None = Non
     return [ChunkRow(r["id"], r["document_id"], r["chunk_index"], r["status"]) for r in rows]
 
 
-async def chunk(pool: asyncpg.Pool, chunk_id: str) -> list[ChunkRow]:
-    row = await pool.fetchrow("SELECT id, document_id, chunk_index, status FROM chunks WHERE id = $1", chunk_id)
-    return [] if row is None else [ChunkRow(row["id"], row["document_id"], row["chunk_index"], row["status"])]
+async def chunks_by_id(pool: asyncpg.Pool, chunk_ids: Sequence[str]) -> list[ChunkRow]:
+    if not chunk_ids:
+        return []
+    rows = await pool.fetch(
+        "SELECT id, document_id, chunk_index, status FROM chunks WHERE id = ANY($1::text[])", list(chunk_ids)
+    )
+    return [ChunkRow(r["id"], r["document_id"], r["chunk_index"], r["status"]) for r in rows]
 
 
 async def stream_state(pool: asyncpg.Pool, task_id: str) -> tuple[str | None, int, str | None]:
@@ -119,20 +123,20 @@ async def stream_state(pool: asyncpg.Pool, task_id: str) -> tuple[str | None, in
     return row["status"], int(row["seq"] or 0), row["kind"]
 
 
-async def all_stored(pool: asyncpg.Pool, task_id: str, keys: Sequence[str]) -> bool:
-    """Every one of `keys` has its entry in the task's log."""
-    found = await pool.fetchval(
-        "SELECT count(*) FROM progress_log WHERE task_id = $1 AND dedupe_key = ANY($2::text[])", task_id, list(keys)
+async def stored_keys(pool: asyncpg.Pool, task_id: str, keys: Sequence[str]) -> set[str]:
+    """Those of `keys` that have their entry in the task's log."""
+    rows = await pool.fetch(
+        "SELECT dedupe_key FROM progress_log WHERE task_id = $1 AND dedupe_key = ANY($2::text[])", task_id, list(keys)
     )
-    return int(found) == len(set(keys))
+    return {r["dedupe_key"] for r in rows}
 
 
-async def task_and_chunk(pool: asyncpg.Pool, task_id: str, chunk_id: str | None) -> tuple[bool, str | None]:
-    """Whether the task is stored, and its chunk's status (None: no chunk asked, or none stored)."""
+async def task_and_chunks(pool: asyncpg.Pool, task_id: str, chunk_ids: Sequence[str]) -> tuple[bool, dict[str, str]]:
+    """Whether the task is stored, and the status of those of its chunks that are stored."""
     row = await pool.fetchrow(
         "SELECT EXISTS (SELECT 1 FROM tasks WHERE id = $1) AS stored,"
-        " (SELECT status FROM chunks WHERE id = $2) AS chunk_status",
+        " (SELECT coalesce(jsonb_object_agg(id, status), '{}') FROM chunks WHERE id = ANY($2::text[])) AS chunks",
         task_id,
-        chunk_id,
+        list(chunk_ids),
     )
-    return bool(row["stored"]), row["chunk_status"]
+    return bool(row["stored"]), json.loads(row["chunks"])
