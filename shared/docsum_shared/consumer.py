@@ -8,12 +8,13 @@ Concurrency: up to `max_inflight` keys are handled at once, the messages of one 
 in offset order (a lane per key; a handler registered with `on_many` gets the messages waiting in
 its lane together, up to `MAX_TOGETHER`). A message whose key is busy waits in its lane without taking a
 slot, so that repeats of one key (a re-drive, a replay) cannot fill every slot and starve the other
-keys; at most `BUFFERED_PER_SLOT` messages per slot are held in all. Per partition the committed
-offset is the lowest one not yet done, so a crash redelivers only unfinished work.
+keys; the first message of a new key waits for a slot, its lane opened in turn. Messages are fetched
+ahead while the slots are busy, at most `BUFFERED_PER_SLOT` per slot held in all. Per partition the
+committed offset is the lowest one not yet done, so a crash redelivers only unfinished work.
 
-The poll loop never waits for a handler: while every slot is busy it still calls `getmany` now and
-then (its partitions paused), so a slow LLM call never makes the consumer miss `max_poll_interval_ms`
-and get thrown out of its group (aiokafka issue #848).
+The poll loop never waits for a handler: with the buffer full it still calls `getmany` now and then
+(its partitions paused), so a slow LLM call never makes the consumer miss `max_poll_interval_ms` and
+get thrown out of its group (aiokafka issue #848).
 """
 
 from __future__ import annotations
@@ -90,10 +91,12 @@ Lane = tuple[TopicPartition, bytes | None]
 
 @dataclass
 class _Lanes:
-    """Messages waiting per key, in offset order: the head of each lane is being handled."""
+    """Messages waiting per key, in offset order: the head of each lane is being handled, or waits for
+    a free slot (`ready`, in the order the lanes opened)."""
 
     waiting: dict[Lane, collections.deque[ConsumerRecord]] = field(default_factory=dict)
     held: int = 0  # messages in all lanes, heads included
+    ready: collections.deque[Lane] = field(default_factory=collections.deque)
 
     def add(self, lane: Lane, record: ConsumerRecord) -> bool:
         """Queue `record`; True when it opens a new lane (it is to be handled now)."""
@@ -125,6 +128,16 @@ class _Lanes:
     def close(self, lane: Lane) -> None:
         """Hand back what `lane` still holds (its offsets stay uncommitted)."""
         self.held -= len(self.waiting.pop(lane, ()))
+
+    def next_ready(self) -> Lane | None:
+        """The lane that has waited longest for a slot."""
+        return self.ready.popleft() if self.ready else None
+
+    def close_ready(self, partitions: list[TopicPartition] | None = None) -> None:
+        """Hand back the lanes of `partitions` (all if None) still waiting for a slot."""
+        for lane in [lane for lane in self.ready if partitions is None or lane[0] in partitions]:
+            self.ready.remove(lane)
+            self.close(lane)
 
 
 class ConsumerService:
@@ -160,7 +173,7 @@ class ConsumerService:
         self._progress: dict[TopicPartition, _PartitionProgress] = {}
         self._tasks: dict[Lane, asyncio.Task[None]] = {}  # one per lane being handled
         self._lanes = _Lanes()
-        self._slot_freed = asyncio.Event()
+        self._room = asyncio.Event()  # set when handled messages leave the buffer
         self.joined = False  # the group has given this member its partitions (readiness)
         self._lag_at = 0.0
         self._polled_at = self._committed_at = 0.0
@@ -187,9 +200,9 @@ class ConsumerService:
         loop = asyncio.get_running_loop()
         try:
             while not self._stopping.is_set():
-                free = min(
-                    self.max_inflight - len(self._tasks), self.max_inflight * BUFFERED_PER_SLOT - self._lanes.held
-                )
+                # Fetched ahead while the slots are busy (up to the buffer): the messages of a key
+                # being handled queue in its lane, the first of another key waits for a slot.
+                free = self.max_inflight * BUFFERED_PER_SLOT - self._lanes.held
                 assigned = self.consumer.assignment()
                 if free <= 0:
                     if loop.time() - self._polled_at > self._keepalive_s:
@@ -199,9 +212,9 @@ class ConsumerService:
                         self.consumer.pause(*assigned)
                         await self.consumer.getmany(timeout_ms=0)
                         self._polled_at = loop.time()
-                    self._slot_freed.clear()
+                    self._room.clear()
                     try:
-                        await asyncio.wait_for(self._slot_freed.wait(), POLL_MS / 1000)
+                        await asyncio.wait_for(self._room.wait(), POLL_MS / 1000)
                     except TimeoutError:
                         pass
                 else:
@@ -257,7 +270,10 @@ class ConsumerService:
         self._progress.setdefault(partition, _PartitionProgress()).add(record.offset)
         lane = (partition, record.key)
         if self._lanes.add(lane, record):
-            self._tasks[lane] = asyncio.create_task(self._handle_lane(lane))
+            if len(self._tasks) < self.max_inflight:
+                self._tasks[lane] = asyncio.create_task(self._handle_lane(lane))
+            else:
+                self._lanes.ready.append(lane)
 
     async def _handle_lane(self, lane: Lane) -> None:
         """Handle the messages of one key in offset order, in one slot, until none waits (several at
@@ -278,11 +294,14 @@ class ConsumerService:
                     if progress is not None:
                         progress.finish(record.offset)
                     self._lanes.done(lane)
+                self._room.set()
         finally:
             self._in_flight.dec()
             self._lanes.close(lane)
             self._tasks.pop(lane, None)
-            self._slot_freed.set()
+            if not self._stopping.is_set() and (waiting := self._lanes.next_ready()) is not None:
+                self._tasks[waiting] = asyncio.create_task(self._handle_lane(waiting))
+            self._room.set()
 
     async def _commit_progress(self, partitions: list[TopicPartition] | None = None) -> None:
         offsets = {
@@ -302,6 +321,7 @@ class ConsumerService:
 
     async def _drain(self, partitions: list[TopicPartition] | None = None) -> None:
         """Let in-flight work on `partitions` (all if None) finish, hand back the rest, commit."""
+        self._lanes.close_ready(partitions)  # not started: handed back as they are
         tasks = [t for (tp, _), t in self._tasks.items() if partitions is None or tp in partitions]
         if tasks:
             log.info("%s: waiting for %d messages in flight", self.name, len(tasks))
