@@ -178,11 +178,14 @@ def b1_ideal(bench: Bench, figures: list[Figure]) -> None:
     latency, inflight, chars = B1_CALL
     bench.llm.llm.configure(latency_s=latency, jitter_s=0.0)
     text = bench.text(chars)
+    since = time.time()
     seconds, task = bench.run_task([("b1.txt", text.encode())])
     n = bench.chunks_of(task)
     ideal = n * latency / inflight
+    held = calls_in_flight(bench, since)
     figures.append(Figure("B1", f"wall ÷ ideal N·L/C ({n} chunks, {latency * 1000:.0f} ms, {inflight} in flight)",
-                          seconds / ideal, f"{seconds / ideal:.2f} ({seconds:.2f}s vs {ideal:.2f}s)", "≤ 1.15",
+                          seconds / ideal, f"{seconds / ideal:.2f} ({seconds:.2f}s vs {ideal:.2f}s; "
+                          f"{held:.1f} calls in flight on average while summarizing)", "≤ 1.15",
                           seconds / ideal <= 1.15))  # fmt: skip
     bench.b1_seconds = seconds
 
@@ -246,9 +249,22 @@ def summarizing_rate(bench: Bench, since: float) -> tuple[float, int]:
     """Chunks summarized per second while the summarizers worked: the chunk calls the stand-in answered
     since `since`, over the span from the first one's arrival to the last one's answer (the task's
     reading, cutting and merging, which more summarizers do not shorten, left out)."""
-    calls = [e for e in bench.llm.llm.entries(200) if e.started >= since and CHUNK_PROMPT in e.prompt]
-    span = max(e.finished for e in calls) - min(e.started for e in calls)
+    calls, span = chunk_calls(bench, since)
     return len(calls) / span, len(calls)
+
+
+def calls_in_flight(bench: Bench, since: float) -> float:
+    """The chunk calls the stand-in held at once on average, from the first one's arrival to the last
+    one's answer (the ideal holds the limit all along)."""
+    calls, span = chunk_calls(bench, since)
+    return sum(e.finished - e.started for e in calls) / span
+
+
+def chunk_calls(bench: Bench, since: float) -> tuple[list[Any], float]:
+    """The chunk calls (not the merges) the stand-in answered since `since`, and the seconds from the
+    first one's arrival to the last one's answer."""
+    calls = [e for e in bench.llm.llm.entries(200) if e.started >= since and CHUNK_PROMPT in e.prompt]
+    return calls, max(e.finished for e in calls) - min(e.started for e in calls)
 
 
 def b5_replicas(bench: Bench, figures: list[Figure], plots: dict[str, Any]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from docsum_gateway.recorder.handlers import Known
 from docsum_gateway.recorder.policy import ChunkRow, document_percent, entries_for, keys_at_most, task_percent
 from docsum_shared.events import (
     ChunkCreated,
@@ -129,3 +130,13 @@ def test_the_keys_an_event_can_tell_cover_every_entry_it_gives_in_any_state() ->
     assert keys_at_most(ChunkSummarized(task_id="t1", document_id="d1", chunk_id="c1", chunk_index=0)) is None
     assert keys_at_most(TaskEvent(task_id="t1", status=TaskStatus.COMPLETED)) is None
     assert keys_at_most(DocumentMerged(task_id="t1", document_id="d1", outcome=DocumentOutcome.COMPLETED)) is None
+
+
+def test_known_keys_cover_an_event_only_when_every_key_is_known_and_stay_bounded() -> None:
+    known = Known(most=3)
+    assert not known.cover("t", ["task"]) and not known.cover("t", None)  # None: not known without reading
+    known.add("t", ["task", "started:d"])
+    assert known.cover("t", ["task", "started:d"]) and known.cover("t", [])
+    assert not known.cover("t", ["task", "parsed:d"]) and not known.cover("other", ["task"])  # per task
+    known.add("t", ["parsed:d", "chunks:d"])  # a fourth key: the oldest goes
+    assert not known.cover("t", ["task"]) and known.cover("t", ["started:d", "parsed:d", "chunks:d"])

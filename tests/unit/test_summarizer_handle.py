@@ -12,7 +12,7 @@ from docsum_shared.events import ChunkCreated, ChunkSummarized
 from docsum_shared.settings import Settings
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from docsum_summarizer.handlers import Deps, handle
-from docsum_summarizer.policy import StoredChunk
+from docsum_summarizer.policy import Step, StoredChunk, next_step
 from docsum_summarizer.repository import Claim
 from tests.documents import chinese_prose, english_prose
 from tests.unit.fakes import FakeLLM
@@ -39,17 +39,17 @@ class FakeChunks:
         row = self.rows.get(chunk_id)
         return None if row is None else row.chunk
 
-    async def claim(self, chunk_id: str, holder: str, ttl_s: float) -> Claim:
-        row = self.rows[chunk_id]
-        if row.chunk.status in (ChunkStatus.COMPLETED, ChunkStatus.FAILED):
-            return Claim.UNAVAILABLE
+    async def claim(self, chunk_id: str, holder: str, ttl_s: float) -> tuple[Claim, StoredChunk | None]:
+        row = self.rows.get(chunk_id)
+        if row is None or next_step(row.chunk) is not Step.SUMMARIZE:
+            return Claim.UNAVAILABLE, None  # final, or its task or document no longer wants it
         if row.lease not in (None, holder):
-            return Claim.HELD
+            return Claim.HELD, None
         if row.retry_in_s is not None:
-            return Claim.DEFERRED
+            return Claim.DEFERRED, None
         row.lease, row.attempts = holder, row.attempts + 1
         row.chunk = replace(row.chunk, status=ChunkStatus.SUMMARIZING)
-        return Claim.TAKEN
+        return Claim.TAKEN, row.chunk
 
     async def renew(self, chunk_id: str, holder: str, ttl_s: float) -> None:
         pass

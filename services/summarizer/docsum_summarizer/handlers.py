@@ -42,7 +42,7 @@ MAX_REPLANS = 8
 
 class Repository(Protocol):
     async def load(self, chunk_id: str) -> StoredChunk | None: ...
-    async def claim(self, chunk_id: str, holder: str, ttl_s: float) -> Claim: ...
+    async def claim(self, chunk_id: str, holder: str, ttl_s: float) -> tuple[Claim, StoredChunk | None]: ...
     async def renew(self, chunk_id: str, holder: str, ttl_s: float) -> None: ...
     async def release(self, chunk_id: str, holder: str, *, retry_in_s: float | None = None) -> None: ...
     async def complete(
@@ -88,20 +88,24 @@ async def summarize_chunk(event: ChunkCreated, deps: Deps) -> list[Event]:
     holder = f"{deps.holder}:{uuid.uuid4().hex[:12]}"
     ttl = deps.settings.lease_ttl_s
     while True:
+        # The claim comes first: it takes the chunk only if it is unfinished and its task and document
+        # still want it (next_step's SUMMARIZE), and gives it as stored; anything else reads it.
+        claim, leased = await deps.repo.claim(event.chunk_id, holder, ttl)
+        if claim is Claim.TAKEN and leased is not None:
+            if await _under_lease(event, leased, holder, deps):
+                return [_reported(event)]  # made final by this very handling: no need to read it again
+            continue  # deferred, or no longer wanted: read again
+        if claim is Claim.DEFERRED:
+            return []  # waiting for its next round, announced again when due (retries.py)
         chunk = required(await deps.repo.load(event.chunk_id), f"chunk {event.chunk_id} of {event.document_id}")
         step = next_step(chunk)
         if step is Step.NOTHING:
             return []
         if step is Step.REPORT:
             return [_reported(event)]
-        claim = await deps.repo.claim(event.chunk_id, holder, ttl)
-        if claim is Claim.HELD:
-            await asyncio.sleep(min(2.0, ttl / 4))  # another process is on it
-        elif claim is Claim.DEFERRED:
-            return []  # waiting for its next round, announced again when due (retries.py)
-        elif claim is Claim.TAKEN and await _under_lease(event, chunk, holder, deps):
-            return [_reported(event)]  # made final by this very handling: no need to read it again
-        # else load again: the chunk is final now, deferred, or no longer wanted
+        # Another process is on it (or it changed between the two reads): claim again in a moment,
+        # its holder may be gone by then.
+        await asyncio.sleep(min(2.0, ttl / 4))
 
 
 def _reported(event: ChunkCreated) -> ChunkSummarized:

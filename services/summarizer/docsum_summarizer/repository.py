@@ -8,7 +8,7 @@ import asyncpg
 
 from docsum_shared import metrics
 from docsum_shared.options import TaskOptions
-from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
+from docsum_shared.states import DOCUMENT_FINAL, ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.prompts import PROMPT_VERSION
 
 from .policy import StoredChunk
@@ -49,33 +49,26 @@ class ChunkRepository:
             " WHERE c.id = $1",
             chunk_id,
         )
-        if row is None:
-            return None
-        return StoredChunk(
-            ChunkStatus(row["status"]),
-            row["text"],
-            row["context_before"],
-            row["context_after"],
-            DocumentStatus(row["document_status"]),
-            TaskStatus(row["task_status"]),
-            TaskOptions.from_stored(row["options"]),
-            row["failures"],
-            row["owner"],
-        )
+        return None if row is None else _stored(row)
 
-    async def claim(self, chunk_id: str, holder: str, ttl_s: float) -> Claim:
-        """Take the chunk's lease if it is free, expired or already ours (a takeover counts as an interruption)."""
+    async def claim(self, chunk_id: str, holder: str, ttl_s: float) -> tuple[Claim, StoredChunk | None]:
+        """Take the chunk's lease if it is free, expired or already ours (a takeover counts as an
+        interruption), and its task and document still want it; the chunk as leased when taken."""
         taken = await self.pool.fetchrow(
-            "UPDATE chunks SET status = $4, attempts = attempts + 1,"
-            " interruptions = interruptions + (status = $4 AND lease_owner IS DISTINCT FROM $2)::int,"
+            "UPDATE chunks c SET status = $4, attempts = c.attempts + 1,"
+            " interruptions = c.interruptions + (c.status = $4 AND c.lease_owner IS DISTINCT FROM $2)::int,"
             " lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3), updated_at = now()"
-            " FROM (SELECT status AS was, lease_owner AS held_by FROM chunks WHERE id = $1 FOR UPDATE) old"
-            " WHERE id = $1 AND EXISTS (SELECT 1 FROM documents d JOIN tasks t ON t.id = d.task_id"
-            "   WHERE d.id = chunks.document_id AND t.status = ANY($5::text[]))"  # not paused meanwhile
-            " AND (status = $6 AND (retry_at IS NULL OR retry_at <= now()) OR (status = $4"
-            "   AND (lease_owner = $2 OR lease_expires_at IS NULL OR lease_expires_at < now())))"
-            " RETURNING document_id, (old.was = $4 AND old.held_by IS DISTINCT FROM $2) AS taken_over",
+            " FROM (SELECT status AS was, lease_owner AS held_by FROM chunks WHERE id = $1 FOR UPDATE) old,"
+            "   documents d JOIN tasks t ON t.id = d.task_id"
+            " WHERE c.id = $1 AND d.id = c.document_id"
+            " AND t.status = ANY($5::text[]) AND d.status <> ALL($7::text[])"  # not paused or ended meanwhile
+            " AND (c.status = $6 AND (c.retry_at IS NULL OR c.retry_at <= now()) OR (c.status = $4"
+            "   AND (c.lease_owner = $2 OR c.lease_expires_at IS NULL OR c.lease_expires_at < now())))"
+            " RETURNING c.document_id, (old.was = $4 AND old.held_by IS DISTINCT FROM $2) AS taken_over,"
+            "   c.status, c.text, c.context_before, c.context_after, c.failures,"
+            "   d.status AS document_status, t.status AS task_status, t.options, t.owner",
             chunk_id, holder, ttl_s, ChunkStatus.SUMMARIZING, UNFINISHED_TASK, ChunkStatus.PENDING,
+            sorted(DOCUMENT_FINAL),
         )  # fmt: skip
         if taken is not None:
             if taken["taken_over"]:  # its task is recovering: told apart from the claim, which stands alone
@@ -85,13 +78,13 @@ class ChunkRepository:
                     " WHERE id = (SELECT task_id FROM documents WHERE id = $1)",
                     taken["document_id"],
                 )
-            return Claim.TAKEN
+            return Claim.TAKEN, _stored(taken)
         row = await self.pool.fetchrow(
             "SELECT status, retry_at > now() AS deferred FROM chunks WHERE id = $1", chunk_id
         )
         if row is not None and row["status"] == ChunkStatus.SUMMARIZING:
-            return Claim.HELD
-        return Claim.DEFERRED if row is not None and row["deferred"] else Claim.UNAVAILABLE
+            return Claim.HELD, None
+        return (Claim.DEFERRED if row is not None and row["deferred"] else Claim.UNAVAILABLE), None
 
     async def renew(self, chunk_id: str, holder: str, ttl_s: float) -> None:
         """Extend the lease; a call still running is its task's progress too (at most every few seconds
@@ -176,3 +169,17 @@ class ChunkRepository:
             " WHERE id = $1 AND status = $4",
             chunk_id, error, int(retry_now), ChunkStatus.SUMMARIZING,
         )  # fmt: skip
+
+
+def _stored(row: asyncpg.Record) -> StoredChunk:
+    return StoredChunk(
+        ChunkStatus(row["status"]),
+        row["text"],
+        row["context_before"],
+        row["context_after"],
+        DocumentStatus(row["document_status"]),
+        TaskStatus(row["task_status"]),
+        TaskOptions.from_stored(row["options"]),
+        row["failures"],
+        row["owner"],
+    )

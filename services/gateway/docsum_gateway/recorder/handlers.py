@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import collections
 import logging
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
@@ -28,10 +30,31 @@ log = logging.getLogger(__name__)
 handlers = Handlers["Deps"]()
 
 
+@dataclass
+class Known:
+    """Keys this process saw stored in the tasks' logs. An entry, once stored, stays (until its task is
+    deleted, and nothing is recorded for a deleted task anyway), so an event whose keys are all known
+    adds nothing, and needs no query to say so: every chunk-created of a document after the first."""
+
+    most: int = 20_000
+    keys: collections.OrderedDict[tuple[str, str], None] = field(default_factory=collections.OrderedDict)
+
+    def cover(self, task_id: str, keys: Iterable[str] | None) -> bool:
+        return keys is not None and all((task_id, key) in self.keys for key in keys)
+
+    def add(self, task_id: str, keys: Iterable[str]) -> None:
+        for key in keys:
+            self.keys[(task_id, key)] = None
+            self.keys.move_to_end((task_id, key))
+        while len(self.keys) > self.most:
+            self.keys.popitem(last=False)
+
+
 @dataclass(frozen=True)
 class Deps:
     pool: asyncpg.Pool
     settings: Settings
+    known: Known = field(default_factory=Known)
 
 
 @handlers.on_many(DocumentSubmitted, DocumentParsed, ChunkCreated, ChunkSummarized, DocumentMerged, TaskEvent)
@@ -47,6 +70,9 @@ async def record(events: list[Event], deps: Deps) -> list[Event]:
 
 
 async def _record(task_id: str, events: list[Event], deps: Deps) -> None:
+    events = [e for e in events if not deps.known.cover(task_id, policy.keys_at_most(e))]
+    if not events:
+        return
     chunk_ids = [e.chunk_id for e in events if isinstance(e, ChunkSummarized)]
     stored, chunk_status = await repository.task_and_chunks(deps.pool, task_id, chunk_ids)
     if not stored:
@@ -58,6 +84,7 @@ async def _record(task_id: str, events: list[Event], deps: Deps) -> None:
     ]
     if all(keys is not None for keys in told):
         have = await repository.stored_keys(deps.pool, task_id, sorted({k for keys in told for k in keys or ()}))
+        deps.known.add(task_id, have)
         # Nothing new to tell from every chunk-created after the first of a document, and a redelivery.
         events = [e for e, keys in zip(events, told, strict=True) if not set(keys or ()) <= have]
         if not events:
@@ -79,8 +106,11 @@ async def _record(task_id: str, events: list[Event], deps: Deps) -> None:
             else:
                 chunks = []
             out.extend(policy.entries_for(event, view, chunks))
+        written.extend(out)
         return out
 
+    written: list[policy.Entry] = []
     numbers = await repository.append(deps.pool, task_id, entries)
+    deps.known.add(task_id, (entry.key for entry in written))  # stored now, whether new or not
     if numbers:
         log.debug("task %s: progress %d..%d", task_id, numbers[0], numbers[-1])
