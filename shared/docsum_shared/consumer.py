@@ -270,7 +270,7 @@ class ConsumerService:
         self._progress.setdefault(partition, _PartitionProgress()).add(record.offset)
         lane = (partition, record.key)
         if self._lanes.add(lane, record):
-            if len(self._tasks) < self.max_inflight:
+            if len(self._tasks) < self.max_inflight and not self._lanes.ready:
                 self._tasks[lane] = asyncio.create_task(self._handle_lane(lane))
             else:
                 self._lanes.ready.append(lane)
