@@ -70,7 +70,8 @@ async def test_waiting_messages_of_one_key_are_handled_together(infra: dict[str,
         for index in range(5, 9):
             await producer.send(topic, event(index).to_bytes(), key=b"doc")
         await producer.flush()
-        await asyncio.sleep(1.0)  # fetched by now: they wait behind 0
+        # All fetched (0 being handled, nine behind it), before 0 is let go.
+        await eventually(lambda: service._lanes.held == 10, timeout=30, message="the nine to wait in the lane")
         seen.release.set()
         await eventually(
             lambda: seen.calls[-1:] == [[8]], timeout=30, message=lambda: f"chunk 8 alone, after {seen.calls}"
