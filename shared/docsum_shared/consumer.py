@@ -99,7 +99,7 @@ class _Lanes:
     ready: collections.deque[Lane] = field(default_factory=collections.deque)
 
     def add(self, lane: Lane, record: ConsumerRecord) -> bool:
-        """Queue `record`; True when it opens a new lane (it is to be handled now)."""
+        """Queue `record`; True when it opens a new lane (to be handled now, or once a slot is free)."""
         self.held += 1
         queue = self.waiting.get(lane)
         if queue is not None:
