@@ -13,7 +13,7 @@ import json
 import subprocess
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import asyncpg
@@ -118,6 +118,20 @@ def with_retries(stack: Stack, **settings: str) -> Stack:
 def with_attempts(stack: Stack, attempts: int) -> Stack:
     """`stack` with its summarizer giving each chunk `attempts` tries, the other retry settings default."""
     return with_retries(stack, DOCSUM_LLM_MAX_ATTEMPTS=str(attempts))
+
+
+async def forced_task(
+    stack: Stack, llm: FakeLLMServer, force: Callable[[], None], filename: str, seed: int, marker: str
+) -> dict[str, Any]:
+    """A one-chunk task run to its end, the provider told `force` (fail_next, rate_limit_next, ...)
+    just before it and nothing more after it."""
+    force()
+    try:
+        async with stack.client() as client:
+            task_id = await submit(client, [txt(filename, marked_text(1_500, seed, marker))])
+            return await wait_for_task(client, task_id, stack)
+    finally:
+        clear_forced(llm)
 
 
 # --- 1. the broker or the database goes away mid-task ---------------------------------------------------
@@ -311,13 +325,8 @@ async def test_same_files_again_cost_nothing(stack: Stack, llm: FakeLLMServer) -
 
 async def test_server_error_is_retried_in_place(retry_stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
     two_attempts, marker = with_attempts(retry_stack, 2), new_marker()
-    llm.llm.fail_next(1)  # only this test's task is running: the failure is its chunk's first try
-    try:
-        async with two_attempts.client() as client:
-            task_id = await submit(client, [txt("flaky.txt", marked_text(1_500, 61, marker))])
-            task = await wait_for_task(client, task_id, two_attempts)
-    finally:
-        clear_forced(llm)
+    # Only this test's task is running: the failure is its chunk's first try.
+    task = await forced_task(two_attempts, llm, lambda: llm.llm.fail_next(1), "flaky.txt", 61, marker)
 
     assert task["status"] == "COMPLETED", task
     entries = calls(llm, marker)
@@ -417,30 +426,21 @@ async def test_a_chunk_waits_for_its_next_round_in_its_row_and_holds_no_slot(
     finally:
         await producer.stop()
     marker = new_marker()
-    llm.llm.fail_next(1)  # the chunk's first round fails; its second, a second later, is answered
-    try:
-        async with stack.client() as client:
-            task_id = await submit(client, [txt("flaky.txt", marked_text(1_500, 62, marker))])
-            task = await wait_for_task(client, task_id, stack)
-    finally:
-        clear_forced(llm)
+    # The chunk's first round fails; its second, a second later, is answered.
+    task = await forced_task(stack, llm, lambda: llm.llm.fail_next(1), "flaky.txt", 62, marker)
 
     assert task["status"] == "COMPLETED", task
     assert [e.status for e in calls(llm, marker)] == [500, 200]
-    (chunk,) = await chunks_of(db, task_id)
+    (chunk,) = await chunks_of(db, task["task_id"])
     assert chunk["status"] == "COMPLETED" and chunk["failures"] == 1 and chunk["attempts"] == 2, dict(chunk)
     assert chunk["retry_at"] is None
 
 
 async def test_rate_limits_do_not_count_as_failures(retry_stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
     one_attempt, marker = with_attempts(retry_stack, 1), new_marker()
-    llm.llm.rate_limit_next(3, retry_after=0.5)
-    try:
-        async with one_attempt.client() as client:
-            task_id = await submit(client, [txt("busy.txt", marked_text(1_500, 81, marker))])
-            task = await wait_for_task(client, task_id, one_attempt)
-    finally:
-        clear_forced(llm)
+    task = await forced_task(
+        one_attempt, llm, lambda: llm.llm.rate_limit_next(3, retry_after=0.5), "busy.txt", 81, marker
+    )
 
     assert task["status"] == "COMPLETED", task
     entries = calls(llm, marker)
