@@ -28,6 +28,7 @@ import sys
 import traceback
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import asyncpg
@@ -341,98 +342,91 @@ class ConsumerService:
         """Handle the first of `records`, or as many of them as the handler takes together; how many are
         done (handled or dead-lettered), 0 if handed back."""
         topic, handler = self.handlers[records[0].topic]
-        if len(records) < 2 or not isinstance(handler, Bound):
-            return int(await self._process(records[0]))
-        events: list[Event] = []
-        for record in records:
+        try:
+            head = decode(topic, records[0].value)
+        except ValidationError:
+            return int(await self._process(records[0]))  # dead-lettered there, with the reason
+        if len(records) < 2 or not isinstance(handler, Bound) or not handler.together([head]):
+            return int(await self._process(records[0], head))
+        events = [head]
+        for record in records[1:]:
             try:
                 events.append(decode(topic, record.value))
             except ValidationError:
                 break  # a malformed one is dead-lettered on its own, when its turn comes
         events = events[: handler.together(events)]
         if len(events) < 2:
-            return int(await self._process(records[0]))
+            return int(await self._process(records[0], head))
         return await self._handle_together(records[: len(events)], handler, events)
 
     async def _handle_together(self, records: list[ConsumerRecord], handler: Bound[Any], events: list[Event]) -> int:
         """Several events of one key in one call: retried as one message would be; past a failure that
         is not passing, each is handled on its own (so one bad message is dead-lettered alone)."""
-        first = events[0]
-        ids = {"task_id": first.task_id, "document_id": getattr(first, "document_id", None), "trace_id": first.trace_id}
-
-        async def attempt() -> None:
-            await self._emit(await handler.many(events))
-
-        def decide(exc: Exception, failures: int) -> float | None:
-            kind = classify(exc)
-            if kind in (Kind.POISON, Kind.FAILS_ITEM) or (kind is None and failures >= UNEXPECTED_ATTEMPTS):
-                return None
-            return BACKOFF.delay(failures, getattr(exc, "retry_after", None))
-
+        ids = {**_log_ids(events[0]), "chunk_id": None}  # the key's ids: one document's, one task's
+        what = f"{records[0].topic}@{records[0].offset}..{records[-1].offset}"
         topic = self.handlers[records[0].topic][0]
         with (
             logs.bound(**ids),
             telemetry.consumer_span(self.name, topic, records[0], ids, self.settings.group(self.name)),
         ):
             try:
-                await retry_until(attempt, decide, stop=self._stopping)
+                await self._attempt(what, lambda: handler.many(events))
                 return len(records)
             except Stopped:
                 return 0
             except Exception as exc:  # noqa: BLE001 - each is tried on its own next, and logged there
-                log.warning(
-                    "%s: %d messages of one key failed together (%s); handling each alone", self.name, len(records), exc
-                )
-        for done, record in enumerate(records):
-            if not await self._process(record):
+                log.warning("%s: %s failed together (%s); handling each alone", self.name, what, exc)
+        for done, (record, event) in enumerate(zip(records, events, strict=True)):
+            if not await self._process(record, event):
                 return done
         return len(records)
 
-    async def _process(self, record: ConsumerRecord) -> bool:
-        """Handle one message; True once it is done (handled or dead-lettered), False if handed back."""
+    async def _process(self, record: ConsumerRecord, event: Event | None = None) -> bool:
+        """Handle one message (`event`, when decoded already); True once it is done (handled or
+        dead-lettered), False if handed back."""
         topic, handler = self.handlers[record.topic]
-        try:
-            event = decode(topic, record.value)
-        except ValidationError as exc:
-            with telemetry.consumer_span(self.name, topic, record, {}):
-                await self._dead_letter(record, f"malformed {topic} event: {exc.errors(include_url=False)}")
-            return True
+        if event is None:
+            try:
+                event = decode(topic, record.value)
+            except ValidationError as exc:
+                with telemetry.consumer_span(self.name, topic, record, {}):
+                    await self._dead_letter(record, f"malformed {topic} event: {exc.errors(include_url=False)}")
+                return True
         # Every log line of the handler carries these ids; its span continues the trace of the record's
         # traceparent header, and the events it publishes carry the span's.
-        ids = {
-            "task_id": event.task_id,
-            "document_id": getattr(event, "document_id", None),
-            "chunk_id": getattr(event, "chunk_id", None),
-            "trace_id": event.trace_id,
-        }
+        ids = _log_ids(event)
         with logs.bound(**ids), telemetry.consumer_span(self.name, topic, record, ids, self.settings.group(self.name)):
-            return await self._handle(record, handler, event)
+            try:
+                await self._attempt(f"{record.topic}@{record.offset}", partial(handler, event))
+            except Stopped:
+                return False  # asked to stop: hand the message back
+            except Exception as exc:
+                await self._dead_letter(record, "".join(traceback.format_exception_only(exc)).strip())
+            return True
 
-    async def _handle(self, record: ConsumerRecord, handler: Handler, event: Event) -> bool:
+    async def _attempt(self, what: str, handle: Callable[[], Awaitable[list[Event]]]) -> None:
+        """Handle and publish what the handler returns, tried again while the failure passes; raises
+        Stopped when asked to stop, and the failure once it is the message's (or an unexpected one
+        persists), to be dead-lettered."""
+
         async def attempt() -> None:
-            await self._emit(await handler(event))
+            await self._emit(await handle())
 
         def decide(exc: Exception, failures: int) -> float | None:
             kind = classify(exc)
             if kind in (Kind.POISON, Kind.FAILS_ITEM):
                 return None  # an item failure the handler did not take is the message's: dead-letter it
             if kind is None and failures >= UNEXPECTED_ATTEMPTS:
-                log.exception("%s: giving up on %s@%d", self.name, record.topic, record.offset, exc_info=exc)
+                log.exception("%s: giving up on %s", self.name, what, exc_info=exc)
                 return None
             delay = BACKOFF.delay(failures, getattr(exc, "retry_after", None))
             log.warning(
-                "%s: %s: %s on %s@%d (attempt %d); retrying in %.1fs",
-                self.name, type(exc).__name__, exc, record.topic, record.offset, failures, delay,
+                "%s: %s: %s on %s (attempt %d); retrying in %.1fs",
+                self.name, type(exc).__name__, exc, what, failures, delay,
             )  # fmt: skip
             return delay
 
-        try:
-            await retry_until(attempt, decide, stop=self._stopping)
-        except Stopped:
-            return False  # asked to stop: hand the message back
-        except Exception as exc:
-            await self._dead_letter(record, "".join(traceback.format_exception_only(exc)).strip())
-        return True
+        await retry_until(attempt, decide, stop=self._stopping)
 
     async def _emit(self, events: list[Event]) -> None:
         """Publish what a handler returned; done once Kafka has acknowledged every event."""
@@ -463,6 +457,15 @@ class ConsumerService:
             lambda: self.producer.send_and_wait(dlq, record.value, key=record.key, headers=headers), forever
         )
         metrics.DEAD_LETTERED.labels(self.name, record.topic).inc()
+
+
+def _log_ids(event: Event) -> dict[str, str | None]:
+    return {
+        "task_id": event.task_id,
+        "document_id": getattr(event, "document_id", None),
+        "chunk_id": getattr(event, "chunk_id", None),
+        "trace_id": event.trace_id,
+    }
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]

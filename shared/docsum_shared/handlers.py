@@ -62,6 +62,11 @@ class Handlers(Generic[D]):
             raise Poison(f"no handler for {type(event).__name__} events")
         return await function(event, deps)
 
+    @property
+    def takes_many(self) -> bool:
+        """Whether any of its handlers takes several events at once (`on_many`)."""
+        return bool(self._many)
+
     def together(self, events: Sequence[Event]) -> int:
         """How many of the leading `events` one call of their `on_many` function takes (0 or 1: none)."""
         function = self._many.get(type(events[0])) if events else None
@@ -97,8 +102,7 @@ class Bound(Generic[D]):
 
     @property
     def takes_many(self) -> bool:
-        """Whether any of its handlers takes several events at once (`on_many`)."""
-        return bool(self.handlers._many)
+        return self.handlers.takes_many
 
     def together(self, events: Sequence[Event]) -> int:
         return self.handlers.together(events)
