@@ -19,8 +19,9 @@ need_node() {
   if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
     [[ $EUID -eq 0 ]] || die "Node.js and npm not found; install them (e.g. sudo apt-get install -y nodejs npm)"
     echo "asyncapi.sh: installing nodejs and npm with apt-get" >&2
-    apt-get update -q
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm
+    # apt's and npm's output go to stderr: `validate` prints one JSON line per file on stdout.
+    apt-get update -q >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm >&2
   fi
   local major
   major=$(node -p 'process.versions.node.split(".")[0]')
@@ -43,7 +44,7 @@ install() {
   mkdir -p "$DIR"
   cp "$SPEC/package.json" "$DIR/"
   # --ignore-scripts: no install script of the tree is needed (one only sends usage statistics).
-  (cd "$DIR" && cp "$SPEC/package-lock.json" . && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error) \
+  (cd "$DIR" && cp "$SPEC/package-lock.json" . && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >&2) \
     || { rm -rf "$DIR"; die "npm ci failed"; }
   echo "asyncapi.sh: installed @asyncapi/parser $(node -p "require('$DIR/node_modules/@asyncapi/parser/package.json').version") into $DIR" >&2
 }

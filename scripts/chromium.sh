@@ -5,8 +5,9 @@
 # Idempotent; prints the browser's path.
 set -euo pipefail
 
-CHROMIUM=/usr/bin/chromium
-CJK_FONT=/usr/share/fonts/truetype/wqy/wqy-microhei.ttc
+# Where Debian's packages put them (the variables exist so that the script can be tried without touching /usr).
+CHROMIUM=${DOCSUM_CHROMIUM:-/usr/bin/chromium}
+CJK_FONT=${DOCSUM_CJK_FONT:-/usr/share/fonts/truetype/wqy/wqy-microhei.ttc}
 log() { echo "chromium: $*" >&2; }
 
 missing=()

@@ -123,8 +123,9 @@ ensure_tools() {
       die "missing ${missing[*]}; install them (e.g. sudo apt-get install -y ${missing[*]})"
     fi
     log "installing ${missing[*]} with apt-get"
-    apt-get update -q
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+    # apt's output goes to stderr: stdout carries only what a caller reads (`libs`).
+    apt-get update -q >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >&2
   fi
   # Kafka 4.x brokers need Java 17+.
   local major

@@ -21,6 +21,8 @@ REPO_DIR="$(dirname "$SCRIPT_DIR")"
 STATE_DIR="${DOCSUM_STATE_DIR:-$REPO_DIR/.run}"
 
 PORT="${DOCSUM_PG_PORT:-5433}"
+# Where Debian's postgresql packages put their programs (one folder per major version).
+PG_LIB_ROOT="${DOCSUM_PG_LIB_ROOT:-/usr/lib/postgresql}"
 DB_USER="docsum"
 DB_NAME="docsum"
 
@@ -74,7 +76,7 @@ candidate_bindirs() {
   if p="$(command -v initdb 2>/dev/null)"; then
     dirname "$(readlink -f "$p")"
   fi
-  for d in /usr/lib/postgresql/*/bin; do
+  for d in "$PG_LIB_ROOT"/*/bin; do
     [[ -x "$d/initdb" ]] && echo "$d"
   done
   return 0
@@ -111,9 +113,10 @@ do_install() {
     :
   elif is_root; then
     log "PostgreSQL server not found; installing Debian's postgresql package"
-    apt-get update -q
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql
-    find_bindir || die "postgresql installed, but no initdb found under /usr/lib/postgresql/*/bin"
+    # apt's output goes to stderr: stdout carries only what a caller reads (`url`).
+    apt-get update -q >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >&2
+    find_bindir || die "postgresql installed, but no initdb found under $PG_LIB_ROOT/*/bin"
   else
     die "PostgreSQL server binaries (initdb, pg_ctl) not found; install them as root: apt-get install -y postgresql"
   fi

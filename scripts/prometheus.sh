@@ -31,8 +31,9 @@ do_install() {
   have && return 0
   [[ $EUID -eq 0 ]] || die "prometheus/promtool not found; install them as root: apt-get install -y --no-install-recommends prometheus"
   log "prometheus not found; installing Debian's prometheus package"
-  apt-get update -q
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus
+  # apt's output goes to stderr: `bin` prints one path on stdout, and its callers read exactly that.
+  apt-get update -q >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >&2
   have || die "the prometheus package is installed, but prometheus or promtool is not in PATH"
 }
 

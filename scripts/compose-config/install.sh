@@ -10,4 +10,4 @@ if [[ -x "$bin" && "$bin" -nt "$here/main.go" && "$bin" -nt "$here/go.sum" ]]; t
 fi
 command -v go >/dev/null || { echo "compose-config: Go is needed (Debian: apt-get install -y golang-go)" >&2; exit 1; }
 mkdir -p "$root/.run/tools"
-(cd "$here" && go build -mod=readonly -o "$bin" .)
+(cd "$here" && go build -mod=readonly -o "$bin" . >&2)  # stdout stays empty

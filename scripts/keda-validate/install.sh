@@ -13,5 +13,5 @@ if [[ -f "$stamp" ]] && cmp -s "$here/package-lock.json" "$stamp"; then
 fi
 command -v npm >/dev/null || { echo "keda-validate: npm is needed (Debian: apt-get install -y nodejs npm)" >&2; exit 1; }
 cp "$here/package.json" "$here/package-lock.json" "$dest/"
-(cd "$dest" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+(cd "$dest" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >&2)  # stdout stays empty
 cp "$here/package-lock.json" "$stamp"
