@@ -3,7 +3,7 @@ SHELL := /bin/bash
 UV := .run/bootstrap/bin/uv
 VENV := .venv/.synced
 
-.PHONY: setup run up down test test-unit lint contracts deploy-manifests deploy-tools bench eval clean
+.PHONY: setup run up down observe test test-unit lint contracts deploy-manifests deploy-tools bench eval clean
 
 setup: $(VENV)
 
@@ -25,10 +25,14 @@ up: setup
 down:
 	scripts/stack.sh down
 
+# Debian's Prometheus with docsum's alert rules, scraping the local stack (started first if it is not up).
+observe: up
+	scripts/stack.sh observe
+
+# Starts PostgreSQL and Kafka for the suite and stops afterwards whichever of them it started.
 test: setup deploy-tools
-	scripts/stack.sh infra
 	scripts/chromium.sh >/dev/null  # the web page's browser test drives Debian's Chromium
-	.venv/bin/pytest -q
+	scripts/stack.sh with-infra .venv/bin/pytest -q
 
 test-unit: setup deploy-tools
 	.venv/bin/pytest -q tests/unit

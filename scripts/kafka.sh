@@ -339,13 +339,15 @@ do_start() {
   mkdir -p "$KAFKA_DIR"
   # A port still taken means another program (or another state dir's broker).
   # Retry briefly: right after kill -9 the dying JVM can hold it for a moment.
-  local p i
+  local p i setting
   for p in "$PORT" "$CONTROLLER_PORT"; do
     for ((i = 0; i < 25; i++)); do
       port_open "$p" || continue 2
       sleep 0.2
     done
-    die "port 127.0.0.1:$p is already in use by another process (set DOCSUM_KAFKA_PORT / DOCSUM_KAFKA_CONTROLLER_PORT)"
+    setting=DOCSUM_KAFKA_PORT
+    [[ "$p" == "$CONTROLLER_PORT" ]] && setting=DOCSUM_KAFKA_CONTROLLER_PORT
+    die "port 127.0.0.1:$p is already in use by another process (set $setting to another port)"
   done
   write_config
 

@@ -163,6 +163,9 @@ pid_alive() {
   [[ -n "$state" && "$state" != Z ]]
 }
 
+# bash's /dev/tcp: no client tools needed; timeout guards against a hung connect.
+port_taken() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
+
 ready_tcp() { "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PORT" -d "$DB_NAME" -U "$DB_USER"; }
 
 sql_socket() {
@@ -292,6 +295,8 @@ do_start() {
     # handle that, so remove them: we just checked no postmaster uses them.
     rm -f "$DATA_DIR/postmaster.pid" "$PID_FILE" "$SOCK_DIR"/.s.PGSQL.*
     wait_for_orphans
+    # Not ours, yet something answers there: say so in one line rather than in PostgreSQL's log.
+    port_taken "$PORT" && die "port 127.0.0.1:$PORT is already in use by another process (set DOCSUM_PG_PORT to another port)"
   fi
 
   ensure_password

@@ -4,9 +4,15 @@
 #   scripts/stack.sh down    stop what `up` started
 #   scripts/stack.sh infra   start only PostgreSQL and Kafka
 #   scripts/stack.sh env     print the environment the services run with (for `eval`)
+#   scripts/stack.sh observe Debian's Prometheus with deploy/observability/alerts.yml, scraping the running
+#                            stack's processes; prints its URL (`down` stops it with the rest)
+#   scripts/stack.sh with-infra CMD...   run CMD with PostgreSQL and Kafka running, then stop whichever of
+#                            the two this started (what ran before keeps running): `make test`
 # Each process writes its pid to .run/<name>.pid and its log to .run/<name>.log (mode 0600). `up` fails
 # (exit 1, naming the service and showing what it wrote) when a service it starts dies at start, e.g. on
-# a bad setting, and then stops what it had started. PARSER_REPLICAS,
+# a bad setting, and then stops what it had started. Every process serves /healthz, /readyz and /metrics on
+# 127.0.0.1, from DOCSUM_HEALTH_PORT_BASE (8100) up: parser, chunker, summarizer, merger, gateway, then
+# the extra replicas; `up` ends by printing each one's /metrics URL once it answers (base 0: no such port). PARSER_REPLICAS,
 # CHUNKER_REPLICAS, SUMMARIZER_REPLICAS and MERGER_REPLICAS (default 1) start more processes of a
 # service: summarizer, summarizer-2, summarizer-3...
 set -euo pipefail
@@ -23,6 +29,9 @@ service_env() {
   DATABASE_URL=${DATABASE_URL:-$("$ROOT/scripts/postgres.sh" url)}
   KAFKA_BOOTSTRAP_SERVERS=${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:${DOCSUM_KAFKA_PORT:-9092}}
   export DATABASE_URL KAFKA_BOOTSTRAP_SERVERS
+  # Each process's health port is DOCSUM_HEALTH_PORT_BASE + its place in all_names (exported, so a change
+  # of base restarts the services: it is part of the code hash).
+  export DOCSUM_HEALTH_PORT_BASE=${DOCSUM_HEALTH_PORT_BASE:-8100}
   if [ -z "${DOCSUM_API_KEYS:-}" ]; then
     # A key for the local owner, made once; the CLI finds it in .run/api-key.
     if [ ! -s "$STATE/api-key" ]; then
@@ -51,6 +60,14 @@ replicas() {
   count=${!var:-1}
   echo "$service"
   for ((i = 2; i <= count; i++)); do echo "$service-$i"; done
+}
+
+# Every process of the stack, in the order of their health ports: one of each service (so the first five
+# ports never move), then the extra replicas.
+all_names() {
+  local service
+  printf '%s\n' "${SERVICES[@]}"
+  for service in "${SERVICES[@]}"; do replicas "$service" | tail -n +2; done
 }
 
 # A fingerprint of the code and the configuration the services run with: `up` restarts a running
@@ -83,9 +100,11 @@ start_service() {
     stop_service "$name"
   fi
   echo "$CODE" > "$STATE/$name.code"
+  local port=${HEALTH_PORT[$name]:-}
+  if [ -n "$port" ]; then echo "$port" > "$STATE/$name.health"; else rm -f "$STATE/$name.health"; fi
   LOG_OFFSET[$name]=$(stat -c %s "$STATE/$name.log")
   # setsid: the service outlives this shell and gets its own process group for `down`.
-  setsid nohup "$PY" -m "docsum_${name%%-*}" >>"$STATE/$name.log" 2>&1 < /dev/null &
+  DOCSUM_HEALTH_PORT=$port setsid nohup "$PY" -m "docsum_${name%%-*}" >>"$STATE/$name.log" 2>&1 < /dev/null &
   echo $! > "$STATE/$name.pid"
   STARTED+=("$name")
   STARTED_AT=$SECONDS
@@ -118,6 +137,78 @@ wait_gateway() {
   return 1
 }
 
+# bash's /dev/tcp: no client tools needed; timeout guards against a hung connect.
+port_taken() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
+
+answers() { "$PY" -c "import urllib.request,sys; urllib.request.urlopen(sys.argv[1], timeout=1)" "$1" 2>/dev/null; }
+
+# Once every running process's /metrics answers (each serves it once connected to PostgreSQL), their URLs.
+print_metrics() {
+  local name port url waiting deadline=$((SECONDS + 60))
+  echo "metrics of each process (/healthz and /readyz on the same port):"
+  while read -r name; do
+    alive "$name" && [ -s "$STATE/$name.health" ] || continue
+    port=$(cat "$STATE/$name.health")
+    url="http://127.0.0.1:$port/metrics"
+    waiting=1
+    while ((SECONDS < deadline)); do
+      if answers "$url"; then waiting=0; break; fi
+      alive "$name" || break
+      sleep 0.3
+    done
+    if ((waiting)); then
+      printf '  %-13s %s  (not answering: see %s)\n' "$name" "$url" "$STATE/$name.log"
+    else
+      printf '  %-13s %s\n' "$name" "$url"
+    fi
+  done < <(all_names)
+  echo "make observe: Prometheus scraping them, with docsum's alert rules"
+}
+
+# Debian's Prometheus with the shipped alert rules, scraping every running process of the stack.
+observe() {
+  local port=${DOCSUM_PROMETHEUS_PORT:-9090} dir="$STATE/prometheus" prometheus name config
+  prometheus=$("$ROOT/scripts/prometheus.sh" bin prometheus)
+  mkdir -p "$dir/data"
+  config="$dir/prometheus.yml"
+  {
+    echo "# Written by scripts/stack.sh observe: the local stack's processes, on their health ports."
+    echo "global: {scrape_interval: 5s, evaluation_interval: 5s}"
+    echo "rule_files: ['$ROOT/deploy/observability/alerts.yml']"
+    echo "scrape_configs:"
+    echo "  - job_name: docsum-local"
+    echo "    static_configs:"
+    while read -r name; do
+      alive "$name" && [ -s "$STATE/$name.health" ] || continue
+      echo "      - {targets: ['127.0.0.1:$(cat "$STATE/$name.health")'], labels: {app: ${name%%-*}, process: $name}}"
+    done < <(all_names)
+  } > "$config.new"
+  mv "$config.new" "$config"
+  if alive prometheus; then
+    kill -HUP "$(cat "$STATE/prometheus.pid")"  # Prometheus reads its configuration again on SIGHUP
+  else
+    port_taken "$port" && { echo "observe: port 127.0.0.1:$port is already in use by another process (set DOCSUM_PROMETHEUS_PORT to another port)" >&2; exit 1; }
+    private_log prometheus
+    setsid nohup "$prometheus" --config.file="$config" --storage.tsdb.path="$dir/data" \
+      --storage.tsdb.retention.time=2d --web.listen-address="127.0.0.1:$port" \
+      >>"$STATE/prometheus.log" 2>&1 < /dev/null &
+    echo $! > "$STATE/prometheus.pid"
+    echo "$port" > "$STATE/prometheus.port"
+  fi
+  port=$(cat "$STATE/prometheus.port")
+  for _ in $(seq 1 100); do
+    if answers "http://127.0.0.1:$port/-/ready"; then
+      echo "Prometheus at http://127.0.0.1:$port (targets: /targets, alerts: /alerts); make down stops it"
+      return 0
+    fi
+    alive prometheus || break
+    sleep 0.3
+  done
+  echo "observe: Prometheus did not become ready; the end of $STATE/prometheus.log:" >&2
+  tail -n 15 "$STATE/prometheus.log" | sed 's/^/  | /' >&2 || true
+  exit 1
+}
+
 # Every service this `up` started must still run a moment after its start (a bad setting kills it at once).
 check_started() {
   local name ok=0 grace=2
@@ -143,7 +234,7 @@ stop_service() {
     kill -KILL "$pid" 2>/dev/null || true
     echo "stopped $name"
   fi
-  rm -f "$STATE/$name.pid"
+  rm -f "$STATE/$name.pid" "$STATE/$name.health"
 }
 
 case "${1:-}" in
@@ -151,6 +242,23 @@ case "${1:-}" in
     infra
     service_env
     CODE=$(code_hash)
+    declare -A HEALTH_PORT=()
+    i=0
+    if [ "$DOCSUM_HEALTH_PORT_BASE" != 0 ]; then
+      while read -r name; do HEALTH_PORT[$name]=$((DOCSUM_HEALTH_PORT_BASE + i)); i=$((i + 1)); done < <(all_names)
+    fi
+    # A port taken by another program stops `up` before it starts anything, in one line naming the setting.
+    taken=()
+    for name in "${!HEALTH_PORT[@]}"; do
+      alive "$name" || ! port_taken "${HEALTH_PORT[$name]}" ||
+        taken+=("127.0.0.1:${HEALTH_PORT[$name]} ($name's health port) is already in use by another process (set DOCSUM_HEALTH_PORT_BASE to another range)")
+    done
+    alive gateway || ! port_taken "${DOCSUM_GATEWAY_PORT:-8000}" ||
+      taken+=("127.0.0.1:${DOCSUM_GATEWAY_PORT:-8000} is already in use by another process (set DOCSUM_GATEWAY_PORT to another port)")
+    if [ ${#taken[@]} -gt 0 ]; then
+      printf 'up: %s\n' "${taken[@]}" >&2
+      exit 1
+    fi
     for service in "${SERVICES[@]}"; do
       for name in $(replicas "$service"); do start_service "$name"; done
     done
@@ -163,6 +271,26 @@ case "${1:-}" in
       echo "up failed: stopped what it had started (${STARTED[*]}); see the lines above" >&2
       exit 1
     fi
+    [ "$DOCSUM_HEALTH_PORT_BASE" = 0 ] || print_metrics
+    ;;
+  observe) observe ;;
+  with-infra)
+    shift
+    # Which of the two ran before: those keep running. One named by DATABASE_URL or KAFKA_BOOTSTRAP_SERVERS
+    # is not ours to stop.
+    ran_pg=0 ran_kafka=0
+    if [ -n "${DATABASE_URL:-}" ] || "$ROOT/scripts/postgres.sh" status >/dev/null 2>&1; then ran_pg=1; fi
+    if [ -n "${KAFKA_BOOTSTRAP_SERVERS:-}" ] || "$ROOT/scripts/kafka.sh" status >/dev/null 2>&1; then ran_kafka=1; fi
+    stop_started() {
+      ((ran_kafka)) || "$ROOT/scripts/kafka.sh" stop
+      ((ran_pg)) || "$ROOT/scripts/postgres.sh" stop
+    }
+    trap stop_started EXIT
+    trap 'exit 130' INT TERM  # Ctrl-C too: the EXIT trap stops what was started
+    infra
+    status=0
+    "$@" || status=$?
+    exit $status
     ;;
   down)
     for pidfile in "$STATE"/*.pid; do  # every service process and replica that `up` started
@@ -178,5 +306,5 @@ case "${1:-}" in
     echo "export DATABASE_URL='$DATABASE_URL' KAFKA_BOOTSTRAP_SERVERS='$KAFKA_BOOTSTRAP_SERVERS'" \
          "DOCSUM_API_KEYS='$DOCSUM_API_KEYS' DOCSUM_ADMIN_KEY='$DOCSUM_ADMIN_KEY'"
     ;;
-  *) echo "usage: $0 up|down|infra|env" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|infra|env|observe|with-infra CMD..." >&2; exit 2 ;;
 esac

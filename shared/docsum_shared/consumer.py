@@ -40,7 +40,7 @@ from .db import connect_pool, migrate
 from .errors import Backoff, Kind, Stopped, classify, retry_until
 from .events import TOPIC_OF, Event, Topic, decode
 from .handlers import Bound, Handler
-from .health import Ready, database_ready, serve_health
+from .health import Ready, database_ready, listen, serve_health
 from .kafka import DLQ_SUFFIX, client_options, ensure_topics, make_producer, publish
 from .settings import Settings, service_settings
 
@@ -527,6 +527,11 @@ async def serve(
     `build` gives the handlers of one consumer group, or several `Consumer`s run side by side.
     """
     settings = service_settings(name)
+    health_socket = (
+        listen(settings.health_host, settings.health_port, "DOCSUM_HEALTH_PORT", name)
+        if settings.health_port is not None
+        else None
+    )
     logs.configure(name, settings.log_format)
     telemetry.setup(name, settings.trace_file)  # before the pool and the clients, so they are instrumented
     pool = await connect_pool(settings.database_url, max_size=settings.db_pool_max)
@@ -546,8 +551,8 @@ async def serve(
         ]
         watcher = asyncio.create_task(_stop_when(stop, services))
         health = (
-            asyncio.create_task(serve_health(settings.health_host, settings.health_port, _ready(services, pool)))
-            if settings.health_port is not None
+            asyncio.create_task(serve_health(health_socket, _ready(services, pool)))
+            if health_socket is not None
             else None
         )
         try:
@@ -558,6 +563,8 @@ async def serve(
                 health.cancel()
     finally:
         await pool.close()
+        if health_socket is not None:
+            health_socket.close()
 
 
 def _ready(services: list[ConsumerService], pool: asyncpg.Pool) -> Ready:

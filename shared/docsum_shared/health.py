@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import socket
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -72,16 +74,37 @@ class _Server(uvicorn.Server):
         yield  # the service owns SIGTERM and SIGINT: it drains its consumers, then stops this server
 
 
-async def serve_health(host: str, port: int, ready: Ready) -> None:
-    """Serve until cancelled."""
-    config = _Config(app(ready), host=host, port=port, lifespan="on")
+class PortTaken(SystemExit):
+    """A port the service cannot listen on: one line naming the address and the setting that moves it."""
+
+
+def listen(host: str, port: int, setting: str, service: str) -> socket.socket:
+    """A socket bound to host:port, or PortTaken. Bound before anything else starts, so that a taken
+    port stops the service at once with one line — not uvicorn's error in the middle of a start-up."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: TIME_WAIT is no conflict
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        why = "is already in use by another process" if exc.errno == errno.EADDRINUSE else f"cannot be bound: {exc}"
+        raise PortTaken(f"docsum-{service}: {host}:{port} {why}; set {setting} to another port") from None
+    sock.set_inheritable(False)
+    return sock
+
+
+async def serve_health(sock: socket.socket, ready: Ready) -> None:
+    """Serve on `sock` (from `listen`) until cancelled."""
+    host, port = sock.getsockname()[:2]
+    config = _Config(app(ready), lifespan="on")
     access = logging.getLogger("uvicorn.access")
     if not any(isinstance(f, _QuietProbes) for f in access.filters):
         access.addFilter(_QuietProbes())
     server = _Server(config)
     log.info("health, readiness and metrics on http://%s:%d", host, port)
     try:
-        await server.serve()
+        await server.serve(sockets=[sock])
     except asyncio.CancelledError:
         server.should_exit = True
         raise

@@ -287,6 +287,7 @@ def test_stack_up_names_the_gateway_and_the_setting_and_stops_what_it_started(
         "DOCSUM_TOPIC_PREFIX": f"test-{uuid.uuid4().hex[:8]}.",
         "DOCSUM_GATEWAY_PORT": str(free_port()),
         "DOCSUM_API_KEYS": "local=tooshort",
+        "DOCSUM_HEALTH_PORT_BASE": "0",  # no health ports: a `make up` stack may hold the default ones
     }
     done = subprocess.run(
         [str(ROOT / "scripts" / "stack.sh"), "up"], env=env, capture_output=True, text=True, timeout=180

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -15,7 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from docsum_shared import telemetry
 from docsum_shared.db import connect_pool, migrate
-from docsum_shared.health import database_ready, serve_health
+from docsum_shared.health import database_ready, listen, serve_health
 from docsum_shared.kafka import ensure_topics, make_producer
 
 from . import settings as gateway_settings
@@ -26,8 +27,9 @@ from .security import Tickets, ticket_secret
 from .settings import GatewaySettings
 
 
-def create_app(settings: GatewaySettings | None = None) -> FastAPI:
-    """The application; a ConfigError (naming the setting) if the settings cannot work."""
+def create_app(settings: GatewaySettings | None = None, health_socket: socket.socket | None = None) -> FastAPI:
+    """The application; a ConfigError (naming the setting) if the settings cannot work. The health port
+    is served on `health_socket` when `__main__` bound it already, else bound at start-up."""
     if settings is None:
         settings, api_keys = gateway_settings.load_settings()
     else:
@@ -49,11 +51,12 @@ def create_app(settings: GatewaySettings | None = None) -> FastAPI:
         app.state.progress.start()
         stop_recording = asyncio.Event()
         recording = asyncio.create_task(record_until(stop_recording, settings, app.state.pool))
+        health_sock = health_socket
+        if health_sock is None and settings.health_port is not None:
+            health_sock = listen(settings.health_host, settings.health_port, "DOCSUM_HEALTH_PORT", "gateway")
         health = (
-            asyncio.create_task(
-                serve_health(settings.health_host, settings.health_port, database_ready(app.state.pool))
-            )
-            if settings.health_port is not None
+            asyncio.create_task(serve_health(health_sock, database_ready(app.state.pool)))
+            if health_sock is not None
             else None
         )
         try:

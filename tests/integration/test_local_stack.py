@@ -1,0 +1,97 @@
+"""The local stack as `make up` and `make observe` start it: every process's /metrics answers at the URL `up`
+prints, Prometheus scrapes all of them with the shipped rules, and `down` leaves nothing listening.
+
+The stack runs from a state folder of its own, on this session's database and broker (stack.sh starts no
+infrastructure when DATABASE_URL and KAFKA_BOOTSTRAP_SERVERS are set), with its own ports.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import socket
+import subprocess
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.fake_llm import free_port
+from tests.integration.conftest import ROOT, SERVICES
+from tests.integration.helpers import eventually_blocking
+
+pytestmark = pytest.mark.integration
+
+STACK = str(ROOT / "scripts" / "stack.sh")
+
+
+def free_range(count: int) -> int:
+    """The first of `count` consecutive ports nothing listens on, below the kernel's ephemeral range (where
+    free_port's ports come from, so the two never meet)."""
+    while True:
+        base = random.randrange(20_000, 30_000)
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_up_prints_metrics_that_answer_and_observe_scrapes_them(infra: dict[str, str], tmp_path: Path) -> None:
+    base = free_range(len(SERVICES))
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("DOCSUM_")},
+        **infra,
+        "DOCSUM_STATE_DIR": str(tmp_path / "state"),
+        "DOCSUM_TOPIC_PREFIX": f"test-{uuid.uuid4().hex[:8]}.",
+        "DOCSUM_GATEWAY_PORT": str(free_port()),
+        "DOCSUM_HEALTH_PORT_BASE": str(base),
+        "DOCSUM_PROMETHEUS_PORT": str(free_port()),
+    }
+
+    def stack(*args: str) -> str:
+        done = subprocess.run([STACK, *args], env=env, capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    try:
+        printed = stack("up")
+        urls = dict(re.findall(r"^  (\S+) +(http://127\.0\.0\.1:\d+/metrics)$", printed, re.MULTILINE))
+        assert sorted(urls) == sorted(SERVICES), printed
+        ports = [int(url.split(":")[2].split("/")[0]) for url in urls.values()]
+        assert sorted(ports) == list(range(base, base + len(SERVICES)))
+        for name, url in urls.items():
+            metrics = httpx.get(url, timeout=5)
+            assert metrics.status_code == 200, (name, metrics.text)
+            assert "docsum_" in metrics.text, name
+            assert httpx.get(url.replace("/metrics", "/healthz"), timeout=5).status_code == 200
+
+        observed = stack("observe")
+        prometheus = re.search(r"Prometheus at (http://127\.0\.0\.1:\d+)", observed)
+        assert prometheus, observed
+
+        def all_up() -> list[dict] | None:
+            targets = httpx.get(f"{prometheus[1]}/api/v1/targets", timeout=5).json()["data"]["activeTargets"]
+            up = [t for t in targets if t["health"] == "up"]
+            return targets if len(up) == len(SERVICES) else None
+
+        targets = eventually_blocking(all_up, timeout=60, interval=0.5, message="Prometheus to scrape every process")
+        assert {t["labels"]["app"] for t in targets} == set(SERVICES)
+        assert all(t["labels"]["job"].startswith("docsum") for t in targets)  # what the alert rules select
+        groups = httpx.get(f"{prometheus[1]}/api/v1/rules", timeout=5).json()["data"]["groups"]
+        assert any(rule["name"] == "DocsumServiceDown" for group in groups for rule in group["rules"])
+        prometheus_port = int(prometheus[1].rsplit(":", 1)[1])
+    finally:
+        subprocess.run([STACK, "down"], env=env, capture_output=True, timeout=120)
+
+    for port in [*ports, int(env["DOCSUM_GATEWAY_PORT"]), prometheus_port]:
+        assert not listening(port), f"127.0.0.1:{port} still listens after down"
