@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -22,6 +23,19 @@ class SettingConflict(ValueError):
     def __init__(self, setting: str, message: str) -> None:
         super().__init__(message)
         self.setting = setting
+
+
+# What the shipped secrets say until someone replaces them (deploy/k8s/base/secret.yaml): a deployment that
+# kept one would run on a secret everyone who read the repository knows.
+PLACEHOLDER = "change-me"
+
+
+def placeholder_in(setting: str, value: str | None) -> None:
+    """SettingConflict when `value` is still a shipped placeholder."""
+    if value and PLACEHOLDER in value.casefold():
+        raise SettingConflict(
+            setting, "still holds the shipped placeholder (CHANGE-ME): replace it with a secret of your own"
+        )
 
 
 class Settings(BaseSettings):
@@ -74,6 +88,15 @@ class Settings(BaseSettings):
             raise SettingConflict(stray[0], f"set, but DOCSUM_KAFKA_SECURITY_PROTOCOL={protocol} uses no SASL")
         if self.kafka_ssl_keyfile and not self.kafka_ssl_certfile:
             raise SettingConflict("DOCSUM_KAFKA_SSL_CERTFILE", "not set, and DOCSUM_KAFKA_SSL_KEYFILE needs it")
+        return self
+
+    @model_validator(mode="after")
+    def _no_placeholder_secrets(self) -> Settings:
+        placeholder_in("DATABASE_URL", urlsplit(self.database_url).password)
+        placeholder_in("DOCSUM_KAFKA_SASL_PASSWORD", _secret(self.kafka_sasl_password))
+        placeholder_in("DOCSUM_KAFKA_SSL_KEY_PASSWORD", _secret(self.kafka_ssl_key_password))
+        placeholder_in("OPENAI_API_KEY", self.openai_api_key)
+        placeholder_in("DOCSUM_API_KEYS", self.api_keys)
         return self
 
     # Consumers. Messages of one key are handled in order, up to `max_inflight` keys at once; the
@@ -212,6 +235,10 @@ class Settings(BaseSettings):
 
     def group(self, service: str) -> str:
         return f"{self.topic_prefix}docsum-{service}"
+
+
+def _secret(value: SecretStr | None) -> str | None:
+    return value.get_secret_value() if value is not None else None
 
 
 def env_name(model: type[BaseSettings], field: str) -> str:

@@ -37,9 +37,20 @@ def resolve(path: Path, **env: str) -> dict[str, Any]:
     return yaml.safe_load(result.stdout)
 
 
+# The gateway's keys have no default in the compose file: whoever runs it gives them.
+KEYS = {"DOCSUM_API_KEYS": "local=" + "k" * 32}
+
+
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
-    return resolve(ROOT / "docker-compose.yml")
+    return resolve(ROOT / "docker-compose.yml", **KEYS)
+
+
+def test_compose_ships_no_api_key() -> None:
+    tool = require_tool("compose-config", INSTALL)
+    refused = run([tool, str(ROOT / "docker-compose.yml")], env=clean_env())
+    assert refused.returncode != 0
+    assert "DOCSUM_API_KEYS" in refused.stderr, refused.stderr
 
 
 def test_the_resolver_refuses_a_broken_file(tmp_path: Path) -> None:
@@ -47,8 +58,9 @@ def test_the_resolver_refuses_a_broken_file(tmp_path: Path) -> None:
     broken = tmp_path / "docker-compose.yml"
     broken.write_text(text.replace("condition: service_completed_successfully", "condition: service_finished"))
     tool = require_tool("compose-config", INSTALL)
-    assert run([tool, str(broken)], env=clean_env()).returncode != 0
-    assert run([tool, str(ROOT / "docker-compose.yml")], env={**clean_env(), "PARSER_REPLICAS": "many"}).returncode != 0
+    assert run([tool, str(broken)], env={**clean_env(), **KEYS}).returncode != 0
+    many = {**clean_env(), **KEYS, "PARSER_REPLICAS": "many"}
+    assert run([tool, str(ROOT / "docker-compose.yml")], env=many).returncode != 0
 
 
 def test_every_service_gets_the_shared_settings(compose: dict[str, Any]) -> None:
@@ -93,7 +105,7 @@ def test_start_order_health_and_replicas(compose: dict[str, Any]) -> None:
         assert service["read_only"] is True and "/tmp" in service["tmpfs"]
     for name in ("postgres", "kafka"):
         assert services[name]["healthcheck"]["test"]
-    scaled = resolve(ROOT / "docker-compose.yml", SUMMARIZER_REPLICAS="3", PARSER_REPLICAS="2")["services"]
+    scaled = resolve(ROOT / "docker-compose.yml", **KEYS, SUMMARIZER_REPLICAS="3", PARSER_REPLICAS="2")["services"]
     assert scaled["summarizer"]["deploy"]["replicas"] == 3 and scaled["parser"]["deploy"]["replicas"] == 2
     assert scaled["merger"]["deploy"]["replicas"] == 1
 

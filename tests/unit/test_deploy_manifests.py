@@ -13,6 +13,9 @@ import copy
 import importlib.util
 import json
 import os
+import re
+import secrets
+import subprocess
 import sys
 from functools import cache
 from pathlib import Path
@@ -23,7 +26,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from docsum_gateway.settings import load_settings
+from docsum_gateway.settings import ConfigError, load_settings
 from docsum_shared.events import Topic
 from docsum_shared.kafka import DLQ_SUFFIX, topic_partitions
 from docsum_shared.settings import Settings
@@ -279,19 +282,54 @@ def test_every_environment_variable_is_a_setting(overlay: str) -> None:
     overlay_settings(overlay)
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_the_gateway_starts_with_the_configmap_and_the_placeholder_secret(overlay: str) -> None:
-    (secret,) = of_kind(overlay, "Secret")
-    values = {k: v for k, v in {**config(overlay), **secret["stringData"]}.items() if v != ""}
+def _gateway_settings(env: dict[str, str]) -> tuple[Any, dict[str, str]]:
     old = os.environ.copy()
     try:
         os.environ.clear()
-        os.environ.update({**clean_env(), **values})
-        settings, api_keys = load_settings()  # a ConfigError names the setting that would stop it
+        os.environ.update({**clean_env(), **{k: v for k, v in env.items() if v != ""}})
+        return load_settings()  # a ConfigError names the setting that would stop it
     finally:
         os.environ.clear()
         os.environ.update(old)
+
+
+def _filled(secret: dict[str, str], *keep: str) -> dict[str, str]:
+    """The Secret as an operator fills it: each placeholder replaced by a random value (but those in keep)."""
+    return {
+        name: value if name in keep else re.sub(r"CHANGE-ME[\w-]*", lambda _: secrets.token_urlsafe(32), value)
+        for name, value in secret.items()
+    }
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_gateway_starts_with_the_configmap_and_a_filled_secret(overlay: str) -> None:
+    (secret,) = of_kind(overlay, "Secret")
+    settings, api_keys = _gateway_settings({**config(overlay), **_filled(secret["stringData"])})
     assert api_keys and settings.health_port == 8081 and settings.health_host == "0.0.0.0"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_gateway_refuses_each_shipped_placeholder(overlay: str) -> None:
+    """Deployed without editing docsum-secrets, the gateway would take a key and a ticket secret that anyone
+    who read the repository knows: each placeholder left alone stops it, naming that setting."""
+    (secret,) = of_kind(overlay, "Secret")
+    placeholders = [name for name, value in secret["stringData"].items() if "CHANGE-ME" in value]
+    assert {"DOCSUM_API_KEYS", "DOCSUM_WS_TICKET_SECRET", "DATABASE_URL"} <= set(placeholders)
+    for name in placeholders:
+        with pytest.raises(ConfigError) as refused:
+            _gateway_settings({**config(overlay), **_filled(secret["stringData"], name)})
+        assert refused.value.setting == name
+        assert "CHANGE-ME" in refused.value.message and "CHANGE-ME-" not in refused.value.message  # no value
+
+
+def test_the_gateway_process_refuses_the_shipped_secret_in_one_line() -> None:
+    (secret,) = of_kind("prod", "Secret")
+    env = {**clean_env(), **{k: v for k, v in {**config("prod"), **secret["stringData"]}.items() if v != ""}}
+    done = subprocess.run([sys.executable, "-m", "docsum_gateway"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("docsum-gateway: bad setting ") and "placeholder" in line, line
+    assert "CHANGE-ME-to" not in line  # the value itself is never printed
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

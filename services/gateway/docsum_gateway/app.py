@@ -77,7 +77,9 @@ def create_app(settings: GatewaySettings | None = None, health_socket: socket.so
     app.state.settings = settings
     app.state.api_keys = api_keys
     admin_key = settings.admin_key.get_secret_value() if settings.admin_key else None
-    app.state.tickets = Tickets(ticket_secret(settings.ws_ticket_secret, api_keys, admin_key), settings.ws_ticket_ttl_s)
+    app.state.tickets = Tickets(
+        ticket_secret(gateway_settings.ticket_secret_of(settings), api_keys, admin_key), settings.ws_ticket_ttl_s
+    )
     # HTTP metrics (requests, latency by route template and status), served on the health port only:
     # the API port never shows counts across owners.
     Instrumentator(excluded_handlers=["/healthz", "/readyz"]).instrument(app)

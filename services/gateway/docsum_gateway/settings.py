@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from pydantic import Field, SecretStr, ValidationError
 
-from docsum_shared.settings import Settings, bad_setting
+from docsum_shared.settings import SettingConflict, Settings, bad_setting, placeholder_in
 
 from .security import MIN_KEY_CHARS, parse_api_keys
 
+# 32 random characters: what deploy/k8s/base/secret.yaml asks for; whoever knows it can mint tickets.
+MIN_TICKET_SECRET_CHARS = 32
 KiB = 1024
 MiB = 1024 * KiB
 # PostgreSQL's bytea (where the files go) holds at most 1 GiB - 1 byte.
@@ -34,7 +36,7 @@ class GatewaySettings(Settings):
     # A WebSocket ticket (POST /v1/tasks/{task_id}/ticket) is good for one connection within this time.
     ws_ticket_ttl_s: float = Field(30.0, gt=0, le=3600)
     # Signs WebSocket tickets; every replica needs the same one. Unset: derived from the API and admin keys.
-    ws_ticket_secret: str | None = Field(None, min_length=16)
+    ws_ticket_secret: SecretStr | None = None
 
     # Progress streams (SSE and WebSocket on /v1/tasks/{task_id}/events).
     # An idle stream gets a heartbeat this often (SSE comment line, WebSocket ping), so proxies keep it.
@@ -54,6 +56,10 @@ class GatewaySettings(Settings):
         return min(self.max_task_bytes, self.max_files_per_task * self.max_file_bytes)
 
 
+def ticket_secret_of(settings: GatewaySettings) -> str | None:
+    return settings.ws_ticket_secret.get_secret_value() if settings.ws_ticket_secret else None
+
+
 def load_settings() -> tuple[GatewaySettings, dict[str, str]]:
     """The settings and the API keys ({key: owner}), or a ConfigError for the first bad setting."""
     try:
@@ -70,6 +76,16 @@ def check(settings: GatewaySettings) -> dict[str, str]:
     except ValueError as exc:
         raise ConfigError("DOCSUM_API_KEYS", str(exc)) from None
     admin = settings.admin_key.get_secret_value() if settings.admin_key else None
+    ticket = ticket_secret_of(settings)
+    try:
+        placeholder_in("DOCSUM_ADMIN_KEY", admin)
+        placeholder_in("DOCSUM_WS_TICKET_SECRET", ticket)
+    except SettingConflict as exc:
+        raise ConfigError(exc.setting, str(exc)) from None
+    if ticket is not None and len(ticket) < MIN_TICKET_SECRET_CHARS:
+        raise ConfigError(
+            "DOCSUM_WS_TICKET_SECRET", f"has {len(ticket)} characters; it needs {MIN_TICKET_SECRET_CHARS} or more"
+        )
     if admin is not None and len(admin) < MIN_KEY_CHARS:
         raise ConfigError("DOCSUM_ADMIN_KEY", f"has {len(admin)} characters; it needs {MIN_KEY_CHARS} or more")
     if admin is not None and admin in api_keys:
