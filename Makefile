@@ -3,7 +3,7 @@ SHELL := /bin/bash
 UV := .run/bootstrap/bin/uv
 VENV := .venv/.synced
 
-.PHONY: setup run up down observe test test-unit lint contracts deploy-manifests deploy-tools bench eval clean
+.PHONY: setup run up down observe test test-unit lint contracts deploy-manifests deploy-tools deploy-check bench eval clean
 
 setup: $(VENV)
 
@@ -61,6 +61,12 @@ deploy-manifests: setup
 deploy-tools:
 	scripts/keda-validate/install.sh
 	scripts/compose-config/install.sh
+
+# The overlays sent to a real Kubernetes API server (Debian's etcd, kube-apiserver built through the Go
+# module proxy; KEDA's and Strimzi's published CRDs) as a strict dry run, and broken variants of them that
+# it must refuse: deploy/README.md. Minutes the first time (the build), seconds after; not part of `make test`.
+deploy-check: setup
+	scripts/deploy-check/run.sh
 
 # ROUGE of the extractive summarizer against the abstracts of the ACLSum papers, before/after/lead-3:
 # writes eval/results.md. Installs its own dependency group (rouge-score, aclsum); not part of `make test`.
