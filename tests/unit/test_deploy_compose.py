@@ -156,9 +156,11 @@ def test_the_images_settings_and_command_are_real() -> None:
     (cmd,) = [rest for keyword, rest in instructions if keyword == "CMD"]
     module = python_module_of(yaml.safe_load(cmd))
     assert module is not None and entry_point_exists(module)
-    # the services the comments promise, and the packages the build installs
+    # the services the comments promise, and the packages the build installs: those, and the shared package
+    # for its tracing extra
     packages = set(re.findall(r"--package (docsum-[a-z]+)", DOCKERFILE))
-    assert packages == {f"docsum-{s}" for s in SERVICES}
+    assert packages == {f"docsum-{s}" for s in SERVICES} | {"docsum-shared"}
+    assert "--package docsum-shared --extra otel" in DOCKERFILE
 
 
 def test_docker_compose_itself_agrees_where_its_plugin_is_installed() -> None:
