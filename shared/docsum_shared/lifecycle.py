@@ -24,9 +24,12 @@ async def pause(pool: asyncpg.Pool, task_id: str) -> bool:
 
 
 async def resume(pool: asyncpg.Pool, task_id: str) -> bool:
-    """Paused: go on. Awaiting approval: approved, so it never waits for its ceiling again."""
+    """Paused: go on. Awaiting approval: the plan it was held with is approved; it waits again only if
+    it grows beyond that plan."""
     moved = await pool.fetchval(
-        "UPDATE tasks SET status = $2, approved = approved OR status = $4, hold_reason = NULL,"
+        "UPDATE tasks SET status = $2, hold_reason = NULL,"
+        " approved_calls = CASE WHEN status = $4 THEN held_calls ELSE approved_calls END,"
+        " approved_cost_usd = CASE WHEN status = $4 THEN held_cost_usd ELSE approved_cost_usd END,"
         " updated_at = now(), last_active_at = now() WHERE id = $1 AND status = ANY($3::text[]) RETURNING id",
         task_id,
         TaskStatus.PROCESSING,

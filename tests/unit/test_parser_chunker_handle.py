@@ -111,7 +111,8 @@ class FakeChunkRows:
         self.rows = rows
         if hold is None:
             return None
-        return hold("alice", Plan(len(rows), 1 if len(rows) > 1 else 0, 1, 600 * len(rows)))
+        held = hold("alice", [len(rows)], 600 * len(rows), None)
+        return held.reason if held is not None else None
 
 
 PARSED = DocumentParsed(task_id="t", document_id="d", text_chars=30_000, size_level=SizeLevel.MEDIUM)
@@ -165,10 +166,10 @@ async def test_a_task_over_its_owners_ceiling_waits_for_approval_before_any_call
 
 
 def test_ceilings_per_owner_and_by_cost() -> None:
-    from docsum_shared.approval import Ceiling, over_ceiling
+    from docsum_shared.approval import Ceiling, over_ceiling, plan_of
 
-    plan = Plan(chunks=40, documents_to_merge=2, documents=3, prompt_tokens=30_000)
-    assert plan.calls == 43
+    plan = plan_of([38, 1, 1], prompt_tokens=30_000, fan_in=(None, None))
+    assert plan == Plan(chunks=40, merges=2, prompt_tokens=30_000) and plan.calls == 42
     assert over_ceiling(plan, 0.01, Ceiling(calls=100)) is None
     assert "DOCSUM_TASK_MAX_CALLS" in (over_ceiling(plan, 0.01, Ceiling(calls=10)) or "")
     assert "DOCSUM_TASK_MAX_COST_USD" in (over_ceiling(plan, 0.5, Ceiling(cost_usd=0.25)) or "")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from docsum_shared.approval import EXPECTED_COMPLETION_TOKENS, Plan, over_ceiling
+from docsum_shared.approval import EXPECTED_COMPLETION_TOKENS, Approved, Hold, needs_approval, plan_of
 from docsum_shared.events import ChunkCreated, DocumentMerged, DocumentOutcome, DocumentParsed
 from docsum_shared.settings import Settings
 from docsum_shared.states import DocumentStatus
@@ -66,8 +66,20 @@ def should_announce_again(status: DocumentStatus) -> bool:
     return status is DocumentStatus.SUMMARIZING
 
 
-# Whether a task, given its owner and its plan so far, waits for its owner's approval (and why).
-HoldRule = Callable[[str, Plan], str | None]
+# Whether a task waits for its owner's approval, given its owner, the chunk count of every document cut so
+# far, their prompt tokens and the plan approved before (if any).
+HoldRule = Callable[[str, list[int], int, Approved | None], Hold | None]
+
+
+def merge_fan_in(settings: Settings) -> tuple[int | None, int | None]:
+    """How many chunk summaries, and how many document summaries, one merge call takes: what fits the
+    model's input budget beside the answer (None: no budget set, one call merges them all)."""
+    budget = settings.llm_context_tokens
+    if budget is None:
+        return None, None
+    chunk_room = budget - settings.llm_max_tokens_document
+    task_room = budget - settings.llm_max_tokens_task
+    return chunk_room // settings.llm_max_tokens_chunk, task_room // settings.llm_max_tokens_document
 
 
 def hold_rule(settings: Settings) -> HoldRule | None:
@@ -76,10 +88,12 @@ def hold_rule(settings: Settings) -> HoldRule | None:
         not settings.owner_ceilings and settings.task_max_calls is None and settings.task_max_cost_usd is None
     ):
         return None
+    fan_in = merge_fan_in(settings)
 
-    def hold(owner: str, plan: Plan) -> str | None:
+    def hold(owner: str, chunk_counts: list[int], prompt_tokens: int, approved: Approved | None) -> Hold | None:
+        plan = plan_of(chunk_counts, prompt_tokens, fan_in)
         completion = plan.calls * EXPECTED_COMPLETION_TOKENS
         cost = settings.cost_usd(settings.llm_model, plan.prompt_tokens, completion)
-        return over_ceiling(plan, cost, settings.ceiling(owner))
+        return needs_approval(plan, cost, settings.ceiling(owner), approved)
 
     return hold

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from docsum_shared.approval import Plan
+from docsum_shared.approval import Approved
 from docsum_shared.states import DocumentStatus, TaskStatus
 from docsum_shared.text import estimate_tokens_upper
 
@@ -44,9 +44,9 @@ class ChunkRepository:
 
     async def store_chunks(self, document_id: str, rows: list[ChunkRow], hold: HoldRule | None = None) -> str | None:
         """All chunk rows and the document's move to SUMMARIZING, in one transaction. With `hold`, the
-        task's plan (every document cut so far) is checked against its owner's ceiling in the same
-        transaction, under the task's row lock, and a task over it is held AWAITING_APPROVAL: returns
-        why (None: not held)."""
+        task's plan (every document cut so far) is checked against its owner's ceiling and the plan
+        approved before in the same transaction, under the task's row lock, and a task over both is held
+        AWAITING_APPROVAL with the plan it asks for: returns why (None: not held)."""
         records = [
             (
                 r.id,
@@ -65,7 +65,8 @@ class ChunkRepository:
         ]
         async with self.pool.acquire() as conn, conn.transaction():
             task = await conn.fetchrow(
-                "SELECT t.id, t.owner, t.approved FROM tasks t JOIN documents d ON d.task_id = t.id"
+                "SELECT t.id, t.owner, t.approved_calls, t.approved_cost_usd FROM tasks t"
+                " JOIN documents d ON d.task_id = t.id"
                 " WHERE d.id = $1 FOR UPDATE OF t",
                 document_id,
             )
@@ -87,28 +88,35 @@ class ChunkRepository:
                 " ON CONFLICT (id) DO NOTHING",
                 records,
             )
-            if hold is None or task is None or task["approved"]:
+            if hold is None or task is None:
                 return None
             planned = await conn.fetchrow(
-                "SELECT coalesce(sum(chunk_total), 0)::int AS chunks,"
-                " count(*) FILTER (WHERE chunk_total > 1)::int AS merges, count(*)::int AS documents,"
+                "SELECT coalesce(array_agg(chunk_total) FILTER (WHERE chunk_total IS NOT NULL), '{}') AS chunks,"
                 " coalesce(sum(pending_token_estimate), 0)::bigint AS prompt_tokens"
                 " FROM documents WHERE task_id = $1",
                 task["id"],
             )
-            plan = Plan(planned["chunks"], planned["merges"], planned["documents"], planned["prompt_tokens"])
-            reason = hold(task["owner"], plan)
-            if reason is None:
+            approved = (
+                Approved(task["approved_calls"], task["approved_cost_usd"])
+                if task["approved_calls"] is not None
+                else None
+            )
+            waits = hold(task["owner"], list(planned["chunks"]), planned["prompt_tokens"], approved)
+            if waits is None:
                 return None
+            # A paused task is held too (resuming it must not skip the owner's approval), and one already
+            # waiting is asked for its whole plan, this document included.
             held = await conn.fetchval(
-                "UPDATE tasks SET status = $2, hold_reason = $3, updated_at = now()"
-                " WHERE id = $1 AND status = ANY($4::text[]) RETURNING id",
+                "UPDATE tasks SET status = $2, hold_reason = $3, held_calls = $5, held_cost_usd = $6,"
+                " updated_at = now() WHERE id = $1 AND status = ANY($4::text[]) RETURNING id",
                 task["id"],
                 TaskStatus.AWAITING_APPROVAL,
-                reason,
-                [TaskStatus.PENDING, TaskStatus.PROCESSING],
+                waits.reason,
+                [TaskStatus.PENDING, TaskStatus.PROCESSING, TaskStatus.PAUSED, TaskStatus.AWAITING_APPROVAL],
+                waits.calls,
+                waits.cost_usd,
             )
-            return reason if held is not None else None
+            return waits.reason if held is not None else None
 
     async def fail(self, document_id: str, error: str) -> None:
         """The document fails before any chunk row is stored (a guarded transition from CHUNKING)."""
