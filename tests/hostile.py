@@ -95,3 +95,38 @@ def pdf_with_wrong_offsets(pages: int) -> bytes:
     head, _, table = data.partition(b"xref\n")
     table = re.sub(rb"^(\d{10})(?= 00000 n)", lambda m: b"%010d" % (int(m.group(1)) + 3), table, flags=re.M)
     return head + b"xref\n" + table
+
+
+def pdf_with_lone_surrogate(text: str = "A glyph maps to a lone surrogate: A, and the words go on.") -> bytes:
+    """A one-page PDF whose font's ToUnicode CMap maps the glyph of "A" to <D800>, a lone UTF-16
+    surrogate: pypdf decodes it with "surrogatepass", so the extracted text holds U+D800, which UTF-8
+    (and PostgreSQL) cannot hold. The other glyphs have no mapping and read as themselves."""
+    cmap = (
+        b"/CIDInit /ProcSet findresource begin 12 dict begin begincmap\n"
+        b"/CMapName /LoneSurrogate def /CMapType 2 def\n"
+        b"1 begincodespacerange <00> <FF> endcodespacerange\n"
+        b"1 beginbfchar <41> <D800> endbfchar\n"
+        b"endcmap CMapName currentdict /CMap defineresource pop end end\n"
+    )
+    content = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [5 0 R] /Count 1 >>",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica /ToUnicode 6 0 R >>",
+        b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >>"
+        b" /Contents 4 0 R >>",
+        b"<< /Length %d >>\nstream\n" % len(cmap) + cmap + b"\nendstream",
+    ]
+    out = io.BytesIO()
+    out.write(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(out.tell())
+        out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
+    xref = out.tell()
+    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
+    for offset in offsets:
+        out.write(b"%010d 00000 n \n" % offset)
+    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref))
+    return out.getvalue()

@@ -208,6 +208,8 @@ class Settings(BaseSettings):
     intake_file_roots: list[str] = Field(default_factory=list)
     # Hosts an http(s):// URI may name; a loopback, link-local or private address only if listed itself.
     intake_http_hosts: list[str] = Field(default_factory=list)
+    # Ports an http(s):// URI may name (on any allowed host): by default only the web's own.
+    intake_http_ports: list[int] = Field(default_factory=lambda: [80, 443])
     intake_http_timeout_s: float = Field(10.0, gt=0)  # to connect, and between two reads
     intake_http_total_s: float = Field(120.0, gt=0)  # for a whole download
     # All the files of one task together (each file is also held to max_file_bytes), from any producer.

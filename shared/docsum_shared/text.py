@@ -26,6 +26,7 @@ Clean-up of extracted text
     `fold_compatibility(text)` applies NFKC to a chosen set of compatibility characters only
     (ligatures such as "ﬁ", Arabic presentation forms, styled mathematical letters), and
     `dehyphenate(text)` joins words hyphenated at a line end ("de-\\nfined" -> "defined").
+    `without_lone_surrogates(text)` makes text UTF-8 can encode (and so PostgreSQL can store).
 """
 
 from __future__ import annotations
@@ -128,6 +129,18 @@ _COMPATIBILITY_RE = re.compile(
     "\U0001d400-\U0001d7ff"  # Mathematical Alphanumeric Symbols: 𝐀 𝑥 𝟏 (math in PDF text)
     "]+"
 )
+
+
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+
+
+def without_lone_surrogates(text: str) -> str:
+    """The text with every surrogate code point resolved: a high and a low one in a row become the
+    character they encode, any other becomes U+FFFD. A PDF's ToUnicode map may map a glyph to a lone
+    surrogate (pypdf decodes with "surrogatepass"), and UTF-8 - so PostgreSQL - cannot hold one."""
+    if _SURROGATE_RE.search(text) is None:
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def fold_compatibility(text: str) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
 import shutil
 import time
@@ -141,6 +142,7 @@ async def test_documents_published_by_another_kafka_client(
         DOCSUM_LLM_BACKEND="extractive",
         DOCSUM_INTAKE_FILE_ROOTS=json.dumps([str(file_root)]),
         DOCSUM_INTAKE_HTTP_HOSTS=json.dumps(["*"]),  # any host: the address check still refuses loopback
+        DOCSUM_INTAKE_HTTP_PORTS=json.dumps([80, 443, 9]),  # the loopback URI's port, to reach the address check
     )
     essay = (EXAMPLES / "chinese-essay.txt").read_bytes()
     task = str(uuid.uuid4())  # a uuid, so that its owner can follow it through the gateway's API too
@@ -253,3 +255,95 @@ async def test_documents_published_by_another_kafka_client(
     assert view["status"] == "COMPLETED", view
     assert {d["filename"]: d["status"] for d in view["documents"]}["broken.txt"] == "COMPLETED"
     assert await db.fetchval("SELECT count(*) FROM documents WHERE task_id = $1", task) == 3
+
+
+async def test_the_stored_form_reads_only_its_own_documents_bytes(stack: Stack, db: asyncpg.Pool) -> None:
+    """Blobs are stored once by sha256 for every owner. An owner who publishes the stored form naming the
+    hash of another owner's upload must not get its text, and must not learn whether such bytes exist:
+    the real hash and a made-up one are refused alike (same error, same dead letter, same document)."""
+    memo = f"Private memo {uuid.uuid4().hex}: the merger plans of alice, not for bob's eyes.".encode()
+    async with stack.client("alice") as alice:
+        response = await alice.post("/v1/tasks", files=[("files", ("memo.txt", memo, "text/plain"))])
+        assert response.status_code == 201, response.text
+    real = hashlib.sha256(memo).hexdigest()
+    assert await db.fetchval("SELECT count(*) FROM blobs WHERE sha256 = $1", real) == 1
+
+    # bob's own task and document, by a URI that fails; `retry` puts the document back to PENDING.
+    task = str(uuid.uuid4())
+    document = f"{task}:1"
+    await asyncio.to_thread(publish, stack, [
+        {"task_id": task, "document_id": document, "owner": "bob", "filename": "memo.txt", "task_documents": 1,
+         "source_uri": "s3://x"},
+    ])  # fmt: skip
+    async with stack.client("bob") as bob:
+        assert (await wait_for_task(bob, task, stack, timeout=90))["status"] == "FAILED"
+        assert (await bob.post(f"/v1/tasks/{task}/retry")).status_code == 200
+    assert await db.fetchval("SELECT status FROM documents WHERE id = $1", document) == "PENDING"
+
+    dlq = stack.env["DOCSUM_TOPIC_PREFIX"] + "document-submitted.dlq"
+
+    async def dead_letters() -> list[str]:
+        return [
+            dict(r.headers)["error"].decode() for r in await read_topics(stack.env, [dlq]) if r.key == document.encode()
+        ]
+
+    async def observed() -> dict[str, Any]:
+        """Everything bob can see of his document, and what the database holds for it."""
+        async with stack.client("bob") as bob:
+            view = await bob.get(f"/v1/tasks/{task}")
+        doc = view.json()["documents"][0]
+        return {
+            "status": doc["status"], "error": doc["error"], "summary": doc.get("summary"),
+            "blob": await db.fetchval("SELECT blob_sha256 FROM documents WHERE id = $1", document),
+            "text": await db.fetchval("SELECT text FROM document_texts WHERE document_id = $1", document),
+            "chunks": [r["text"] for r in await db.fetch("SELECT text FROM chunks WHERE document_id = $1", document)],
+        }  # fmt: skip
+
+    outcomes = []
+    for guess in (hashlib.sha256(b"nothing stored has this hash").hexdigest(), real):
+        seen = len(await dead_letters())
+        stored_form = {"task_id": task, "document_id": document, "owner": "bob", "filename": "memo.txt",
+                       "content_type": "text/plain", "blob_sha256": guess, "size_bytes": len(memo)}  # fmt: skip
+        await asyncio.to_thread(publish, stack, [stored_form])
+
+        async def handled(seen: int = seen) -> dict[str, Any] | None:
+            state = await observed()
+            letters = await dead_letters()
+            if len(letters) > seen or state["status"] != "PENDING" or state["text"] is not None:
+                return {**state, "dead_letter": letters[seen:]}
+            return None
+
+        outcomes.append(await eventually(handled, timeout=60, message="the stored form to be handled", stack=stack))
+    refused_random, refused_real = outcomes
+    for outcome in outcomes:
+        assert outcome["status"] == "PENDING" and outcome["blob"] is None, outcome
+        assert outcome["text"] is None and outcome["chunks"] == [], outcome
+        assert len(outcome["dead_letter"]) == 1, outcome
+        assert real not in outcome["dead_letter"][0]
+    assert refused_real == refused_random  # the same words, the same state: nothing tells the two apart
+    assert "blob_sha256 is not the hash of this document's stored bytes" in refused_real["dead_letter"][0]
+    owned_by_bob = await db.fetch(
+        "SELECT c.text FROM chunks c JOIN documents d ON d.id = c.document_id JOIN tasks t ON t.id = d.task_id"
+        " WHERE t.owner = 'bob'"
+    )
+    assert not [r for r in owned_by_bob if memo.decode()[:40] in r["text"]]
+
+
+async def test_uris_no_request_can_be_made_for_fail_their_documents(make_stack: StackFactory, db: asyncpg.Pool) -> None:
+    """A control character in the URI (httpx's InvalidURL) and a name IDNA cannot encode (UnicodeError)
+    used to escape as unexpected errors: dead-lettered, no row, the producer never told. Each now fails
+    its document with the reason, and task-finished says so."""
+    stack = make_stack(DOCSUM_INTAKE_HTTP_HOSTS=json.dumps(["*"]))
+    task = f"crm.uris:{uuid.uuid4().hex}"
+    uris = {"control.pdf": "http://93.184.216.34/a\x01b.pdf", "dots.pdf": "http://a..example.com/a.pdf"}
+    await asyncio.to_thread(publish, stack, [
+        {"task_id": task, "owner": "alice", "task_documents": len(uris), "document_id": f"{task}.{n}",
+         "filename": name, "source_uri": uri}
+        for n, (name, uri) in enumerate(uris.items())
+    ])  # fmt: skip
+    result = (await asyncio.to_thread(read_finished, stack, {task}, 60))[task]
+    assert result["status"] == "FAILED"
+    errors = {d["filename"]: d["error"] for d in result["documents"]}
+    assert "contains the control character or space '\\x01'" in errors["control.pdf"], errors
+    assert "host a..example.com is not a valid host name" in errors["dots.pdf"], errors
+    assert await db.fetchval("SELECT count(*) FROM documents WHERE task_id = $1 AND status = 'FAILED'", task) == 2

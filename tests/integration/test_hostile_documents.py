@@ -9,13 +9,25 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
+import uuid
 from pathlib import Path
 
+import asyncpg
 import pytest
 
 from docsum_parser.logfilter import KEEP
+from docsum_parser.policy import TextRefused
+from docsum_parser.repository import DocumentRepository
+from docsum_shared.levels import SizeLevel
 from tests.documents import english_prose, make_docx, make_pdf
-from tests.hostile import docx_bomb, one_line_text, pdf_sharing_one_content_stream, pdf_with_wrong_offsets
+from tests.hostile import (
+    docx_bomb,
+    one_line_text,
+    pdf_sharing_one_content_stream,
+    pdf_with_lone_surrogate,
+    pdf_with_wrong_offsets,
+)
 from tests.integration.conftest import Stack, StackFactory
 from tests.integration.helpers import wait_for_task
 
@@ -139,3 +151,36 @@ async def test_hostile_documents_fail_alone_and_the_parser_lets_go(make_stack: S
     repaired = by_name["repaired.pdf"]["document_id"]
     assert len(re.findall(r"WARNING pypdf\.", log)) <= KEEP
     assert re.search(rf"pypdf: [\d,]+ more warnings suppressed for document {repaired}", log), log[-3000:]
+
+
+async def test_a_pdf_whose_text_holds_a_lone_surrogate_is_never_stuck(stack: Stack, db: asyncpg.Pool) -> None:
+    """The PDF's ToUnicode map yields U+D800, which PostgreSQL cannot store: the document ends (with
+    U+FFFD in its text) instead of being retried, dead-lettered and left PENDING."""
+    async with stack.client() as client:
+        started = time.monotonic()
+        response = await client.post(
+            "/v1/tasks", files=[("files", ("lone.pdf", pdf_with_lone_surrogate(), "application/pdf"))]
+        )
+        assert response.status_code == 201, response.text
+        task = await wait_for_task(client, response.json()["task_id"], stack, timeout=60)
+        print(f"\nthe lone-surrogate PDF's task ended {task['status']} in {time.monotonic() - started:.1f} s")
+    [document] = task["documents"]
+    assert document["status"] in ("COMPLETED", "FAILED"), document
+    text = await db.fetchval("SELECT text FROM document_texts WHERE document_id = $1", document["document_id"])
+    assert "\ufffd" in text and "the words go on" in text
+
+
+async def test_a_text_the_database_refuses_is_reported_as_refused(stack: Stack, db: asyncpg.Pool) -> None:
+    """Should a character PostgreSQL cannot hold get past normalization, the parser's repository says
+    the text was refused (the handler fails the document) rather than raising a connection-like error
+    the consumer would retry. (`stack`: its services have migrated the database.)"""
+    task, document = f"refused-{uuid.uuid4()}", f"refused-{uuid.uuid4()}:1"
+    # A cancelled task: no service re-drives it while the test holds its PENDING document.
+    await db.execute("INSERT INTO tasks (id, owner, status) VALUES ($1, 'alice', 'CANCELLED')", task)
+    try:
+        await db.execute("INSERT INTO documents (id, task_id, filename) VALUES ($1, $2, 'odd.pdf')", document, task)
+        with pytest.raises(TextRefused):
+            await DocumentRepository(db).store_text(document, "a lone \ud800 surrogate", SizeLevel.SMALL)
+        assert await db.fetchval("SELECT status FROM documents WHERE id = $1", document) == "PENDING"
+    finally:
+        await db.execute("DELETE FROM tasks WHERE id = $1", task)

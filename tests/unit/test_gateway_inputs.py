@@ -22,7 +22,7 @@ from docsum_gateway.app import create_app
 from docsum_gateway.logs import Redact
 from docsum_gateway.security import Tickets, bearer_token, parse_api_keys, ticket_secret
 from docsum_gateway.settings import ConfigError, GatewaySettings, check
-from docsum_gateway.uploads import Spool
+from docsum_gateway.uploads import Spool, Upload, form_charset
 
 KEY = "k" * 24
 MiB = 1024 * 1024
@@ -143,6 +143,22 @@ def test_not_an_upload_is_400(client: TestClient) -> None:
     truncated = multipart(file_part(b"a.txt"))[0][:-20]
     response = client.post("/v1/tasks", content=truncated, headers={"Content-Type": content_type})
     assert response.status_code == 400
+
+
+@pytest.mark.parametrize("charset", ["base64", "rot13", "hex", "zlib", "undefined", "utf-16", "punycode", "no-such"])
+def test_a_charset_that_is_no_form_encoding_is_400_naming_it(client: TestClient, charset: str) -> None:
+    body, content_type = multipart(file_part(b"a.txt"), field("title", b"dGl0bGU="))
+    response = client.post("/v1/tasks", content=body, headers={"Content-Type": f"{content_type}; charset={charset}"})
+    assert response.status_code == 400, response.text
+    assert f"charset='{charset}'" in response.json()["detail"] and "UTF-8" in response.json()["detail"]
+
+
+def test_a_name_the_charset_cannot_decode_is_read_as_latin_1() -> None:
+    from docsum_gateway.uploads import UploadLimits, _Parser
+
+    parser = _Parser(UploadLimits(1, 1, 1, 1), Upload(), form_charset("idna"))
+    assert parser._text(b"a..b") == "a..b"  # the idna codec raises UnicodeError (not a decode error) here
+    assert form_charset("UTF8") == "utf-8" and form_charset("gb18030") == "gb18030"
 
 
 # --- task ids that cannot be ids: 404 without a query ------------------------------------------------

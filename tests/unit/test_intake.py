@@ -158,7 +158,12 @@ def test_uris_the_settings_do_not_allow_fail_the_document(uri: str, reason: str)
 
 
 def test_allowed_uris_name_their_place() -> None:
-    settings = Settings(_env_file=None, intake_file_roots=["/srv"], intake_http_hosts=["*.example.com", "10.0.0.0/8"])
+    settings = Settings(
+        _env_file=None,
+        intake_file_roots=["/srv"],
+        intake_http_hosts=["*.example.com", "10.0.0.0/8"],
+        intake_http_ports=[443, 8080],
+    )
     assert intake.parse_uri("file:///srv/a%20b.txt", settings) == intake.FileSource("/srv/a b.txt")
     assert intake.parse_uri("https://Docs.Example.com/a.pdf", settings) == intake.HttpSource(
         "https://Docs.Example.com/a.pdf", "https", "docs.example.com", 443
@@ -277,6 +282,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Location", "/doc.txt")
             self.end_headers()
             return
+        if self.path in ("/redirect-control", "/redirect-long"):
+            self.send_response(302)
+            tail = "a\x01b" if self.path == "/redirect-control" else "a" * 70_000
+            self.send_header("Location", f"/{tail}")
+            self.end_headers()
+            return
         if self.path == "/doc.txt":
             body = f"host header {self.headers['Host']}".encode()
             self.send_response(200)
@@ -307,8 +318,15 @@ def server() -> Iterator[str]:
     httpd.server_close()
 
 
+# These tests are about hosts and addresses: the test server's port (and 9, closed) are allowed.
+ANY_PORT = list(range(1, 65536))
+
+
 def _http(listed: list[str]) -> Settings:
-    return Settings(_env_file=None, intake_http_hosts=listed, max_file_bytes=1000, intake_http_timeout_s=5)
+    return Settings(
+        _env_file=None, intake_http_hosts=listed, intake_http_ports=ANY_PORT, max_file_bytes=1000,
+        intake_http_timeout_s=5,
+    )  # fmt: skip
 
 
 async def _fetch(url: str, settings: Settings) -> bytes:
@@ -344,6 +362,16 @@ async def test_redirects_elsewhere_oversized_bodies_and_errors_fail_the_document
     closed = _http(["127.0.0.3"])
     with pytest.raises(ItemFailed, match="cannot be fetched: ConnectError"):
         await _fetch("http://127.0.0.3:9/doc.txt", closed)
+
+
+async def test_a_redirect_no_request_can_follow_fails_the_document(server: str) -> None:
+    """A Location with a control character, or one longer than any client takes, fails the document
+    (httpx's InvalidURL is no HTTPError: it used to escape, and the message was dead-lettered)."""
+    for path in ("/redirect-control", "/redirect-long"):
+        with pytest.raises(ItemFailed) as failed:
+            await _fetch(f"http://{server}{path}", _http(["127.0.0.2"]))
+        assert "redirect" in str(failed.value) or "cannot be" in str(failed.value), str(failed.value)
+        assert len(str(failed.value)) < 600
 
 
 # --- the contract: one model, three forms -------------------------------------------------------------------

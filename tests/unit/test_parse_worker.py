@@ -115,7 +115,7 @@ def test_a_closed_worker_takes_no_more_documents() -> None:
 
 async def test_a_document_over_the_time_limit_fails_through_the_handler(worker: ParseWorker) -> None:
     before = pid(worker)
-    repo = FakeDocuments(StoredDocument(DocumentStatus.PENDING, None, None, None), {"sha": b"slow"})
+    repo = FakeDocuments(StoredDocument(DocumentStatus.PENDING, None, None, None, blob_sha256="sha"), {"sha": b"slow"})
     event = SUBMITTED.model_copy(update={"filename": "slow.txt"})
 
     [out] = await parser.handle(event, parser.Deps(repo, SETTINGS, worker))
@@ -126,7 +126,9 @@ async def test_a_document_over_the_time_limit_fails_through_the_handler(worker: 
         "re-export it (or split it into smaller files) and try again"
     ]
     # The worker was replaced, and the next document is parsed as usual.
-    repo = FakeDocuments(StoredDocument(DocumentStatus.PENDING, None, None, None), {"sha": b"Fine text."})
+    repo = FakeDocuments(
+        StoredDocument(DocumentStatus.PENDING, None, None, None, blob_sha256="sha"), {"sha": b"Fine text."}
+    )
     [out] = await parser.handle(SUBMITTED, parser.Deps(repo, SETTINGS, worker))
     assert isinstance(out, DocumentParsed) and repo.stored[0][0] == "Fine text."
     assert pid(worker) != before

@@ -189,7 +189,7 @@ class _Parser:
     def _text(self, raw: bytes) -> str:
         try:
             return raw.decode(self.charset)
-        except UnicodeDecodeError:
+        except UnicodeError:  # not only UnicodeDecodeError: the idna codec raises UnicodeError itself
             return raw.decode("latin-1")
 
     def on_headers_finished(self) -> None:
@@ -236,6 +236,27 @@ class _Parser:
         self.ended = True
 
 
+# The parts' headers are ASCII-framed bytes: a charset that does not read ASCII as ASCII (UTF-16, a
+# codec such as base64 or rot13 that is no text encoding at all) cannot be what the form was sent in.
+_CHARSET_PROBE = b'form-data; name="files"; filename="a.txt"'
+
+
+def form_charset(declared: str) -> str:
+    """The codec the form's field names, file names and values are decoded with; 400 naming the charset
+    when Python does not know it or it cannot be a form's (LookupError or UnicodeError, otherwise a 500)."""
+    try:
+        name = codecs.lookup(declared).name
+        usable = _CHARSET_PROBE.decode(name) == _CHARSET_PROBE.decode("ascii")
+    except (LookupError, UnicodeError):
+        usable = False
+    if not usable:
+        raise bad_request(
+            f"the multipart/form-data Content-Type names charset={declared[:40]!r}, which cannot be read as a"
+            " form's text encoding: send the form in UTF-8 (charset=utf-8, or no charset)"
+        )
+    return name
+
+
 async def read_upload(request: Request, limits: UploadLimits) -> Upload:
     """The request's multipart body, parsed as it streams in; on any error nothing is left spooled."""
     content_type, params = parse_options_header(request.headers.get("content-type"))
@@ -244,10 +265,7 @@ async def read_upload(request: Request, limits: UploadLimits) -> Upload:
     boundary = params.get(b"boundary")
     if not boundary:
         raise bad_request("the multipart/form-data Content-Type has no boundary")
-    try:
-        charset = codecs.lookup(params.get(b"charset", b"utf-8").decode("latin-1")).name
-    except LookupError:
-        charset = "utf-8"
+    charset = form_charset(params.get(b"charset", b"utf-8").decode("latin-1"))
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
         raise too_large(f"request body over the limit of {limits.max_body_bytes} bytes")

@@ -12,12 +12,14 @@ from docsum_shared.events import Topic
 from docsum_shared.handlers import Handler
 from docsum_shared.settings import Settings, service_settings
 
+from . import logfilter
 from .handlers import Deps, handlers
 from .repository import DocumentRepository
 from .worker import ParseWorker
 
 
 def consumers(settings: Settings, pool: asyncpg.Pool, worker: ParseWorker) -> Mapping[Topic, Handler]:
+    logfilter.redact_uris()  # serve() has configured logging by now
     return handlers.bind(Deps(DocumentRepository(pool), settings, worker))
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Literal
 
-from docsum_shared.text import fold_compatibility
+from docsum_shared.text import fold_compatibility, without_lone_surrogates
 
 Format = Literal["pdf", "docx", "text"]
 
@@ -181,13 +181,15 @@ _SOFT_HYPHEN_AT_EOL = re.compile(r"\u00ad[^\S\n]*\n")
 
 
 def normalize(text: str) -> str:
-    """Unix newlines, no control chars, single spaces, at most one blank line in a row.
+    """Unix newlines, no control chars, single spaces, at most one blank line in a row, no lone surrogate.
 
     Leading indentation survives (as spaces) so indented code such as "    # comment" is not
     mistaken for a Markdown heading downstream. Ligatures and other presentation forms are folded
     (`fold_compatibility`; CJK full-width punctuation is kept). A soft hyphen shows only where a line
-    breaks, so it becomes "-" there and disappears elsewhere.
+    breaks, so it becomes "-" there and disappears elsewhere. A lone surrogate (which a PDF's ToUnicode
+    map can yield) becomes U+FFFD: every format's text passes here, and nothing else could store it.
     """
+    text = without_lone_surrogates(text)
     text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\f", "\n").replace("\v", "\n")
     text = _SOFT_HYPHEN_AT_EOL.sub("-\n", text).replace("\u00ad", "")
     text = fold_compatibility(_CONTROL.sub("", text)).expandtabs(4)

@@ -14,7 +14,19 @@ from docsum_shared.levels import SizeLevel
 from docsum_shared.settings import Settings
 
 from . import intake, sources
-from .policy import Extractor, Fail, StoredDocument, StoreText, already_done, check_belongs, needs_parse, parse
+from .policy import (
+    Extractor,
+    Fail,
+    StoredDocument,
+    StoreText,
+    TextRefused,
+    already_done,
+    check_belongs,
+    check_stored_bytes,
+    needs_parse,
+    parse,
+    text_refused,
+)
 from .worker import run_job
 
 log = logging.getLogger("docsum_parser")
@@ -49,18 +61,24 @@ async def parse_document(event: DocumentSubmitted, deps: Deps) -> list[Event]:
         await take_in(event, deps)
     doc = required(await deps.repo.load(event.document_id), f"document {event.document_id} of task {event.task_id}")
     check_belongs(event, doc)
+    check_stored_bytes(event, doc)
     if not needs_parse(doc):
         return already_done(event, doc).emit
-    sha256 = event.blob_sha256 or doc.blob_sha256
-    data = required(await deps.repo.load_bytes(sha256) if sha256 else None, f"the stored bytes with sha256 {sha256}")
+    # Only ever the row's own bytes: a hash in the message could name another owner's.
+    sha256 = doc.blob_sha256
+    data = required(await deps.repo.load_bytes(sha256) if sha256 else None, f"the stored bytes of {event.document_id}")
     # Parsing is CPU-bound (or waits for the worker): keep the event loop (and the consumer's heartbeat)
     # responsive.
     decision = await asyncio.to_thread(parse, event, data, deps.settings, deps.extract)
     del data  # not held while the text is stored
-    if isinstance(decision.write, StoreText):
-        await deps.repo.store_text(event.document_id, decision.write.text, decision.write.size_level)
-        log.info("parsed document %s (%s): %d chars", event.document_id, event.filename, len(decision.write.text))
-    elif isinstance(decision.write, Fail):
+    if isinstance(stored := decision.write, StoreText):
+        try:
+            await deps.repo.store_text(event.document_id, stored.text, stored.size_level)
+        except TextRefused as refused:
+            decision = text_refused(event, refused)
+        else:
+            log.info("parsed document %s (%s): %d chars", event.document_id, event.filename, len(stored.text))
+    if isinstance(decision.write, Fail):
         await deps.repo.fail(event.document_id, decision.write.error)
         log.info("document %s (%s) failed: %s", event.document_id, event.filename, decision.write.error)
     return decision.emit

@@ -21,6 +21,8 @@ from docsum_shared.errors import ItemFailed, Poison
 from docsum_shared.events import ID_PATTERN, DocumentSubmitted
 from docsum_shared.settings import Settings
 
+from .uris import CONTROL, shown
+
 _ID = re.compile(ID_PATTERN)
 MAX_FILENAME = 255
 MAX_CONTENT_TYPE = 255
@@ -166,8 +168,35 @@ class HttpSource:
     port: int
 
 
+# Longer than any URL a client takes (httpx's own limit), in a source_uri or a redirect's Location.
+MAX_URI = 65_536
+
+
+def uri_error(uri: str, what: str = "source_uri") -> str | None:
+    """Why `uri` cannot even be requested (None: it can): a control character or space, or a length no
+    client takes."""
+    if len(uri) > MAX_URI:
+        return f"{what} is longer than {MAX_URI:,} characters"
+    if (bad := CONTROL.search(uri)) is not None:
+        return f"{what} contains the control character or space {bad.group()!r}: percent-encode it"
+    return None
+
+
+def host_error(host: str) -> str | None:
+    """Why `host` is no name DNS can be asked for (None: it is): e.g. an empty label ("a..example.com")."""
+    if _address(host) is not None:
+        return None
+    try:
+        host.encode("idna")
+    except UnicodeError as exc:
+        return f"host {host[:100]} is not a valid host name ({exc})"
+    return None
+
+
 def parse_uri(uri: str, settings: Settings) -> FileSource | HttpSource:
     """What `source_uri` names, if the settings allow that kind of place at all; ItemFailed otherwise."""
+    if (problem := uri_error(uri)) is not None:
+        raise ItemFailed(problem)
     try:
         parts = urlsplit(uri)
         port = parts.port
@@ -187,10 +216,15 @@ def parse_uri(uri: str, settings: Settings) -> FileSource | HttpSource:
         host = (parts.hostname or "").lower()
         if not host:
             raise ItemFailed("an http(s):// URI needs a host")
+        if (problem := host_error(host)) is not None:
+            raise ItemFailed(problem)
         if not host_allowed(host, settings.intake_http_hosts):
             raise ItemFailed(f"host {host} is not allowed: list it in DOCSUM_INTAKE_HTTP_HOSTS")
         secure = scheme == "https"
-        return HttpSource(uri, "https" if secure else "http", host, port or (443 if secure else 80))
+        port = port or (443 if secure else 80)
+        if port not in settings.intake_http_ports:
+            raise ItemFailed(f"port {port} is not allowed: list it in DOCSUM_INTAKE_HTTP_PORTS")
+        return HttpSource(uri, "https" if secure else "http", host, port)
     if scheme == "s3":
         raise ItemFailed(
             "s3:// URIs are not supported: publish the bytes inline (content_base64), or by an http(s):// URI"
@@ -232,14 +266,34 @@ def _address(text: str) -> Address | None:
         return None
 
 
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052: the IPv4 address in the last 32 bits
+_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215: a site's own translator, never public
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")  # ::a.b.c.d (deprecated, still routed by some stacks)
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address leads to, when it carries one: IPv4-mapped (::ffff:a.b.c.d),
+    6to4 (2002::/16), NAT64 (64:ff9b::/96) or IPv4-compatible (::a.b.c.d). Python calls most of these
+    global whatever they carry: a translator or tunnel would take 64:ff9b::7f00:1 to 127.0.0.1."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address in _NAT64 or (address in _IPV4_COMPATIBLE and int(address) > 1):  # not :: nor ::1
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
 def address_error(host: str, address: Address, listed: list[str]) -> str | None:
     """Why `host` may not be reached at `address` (None: it may). Only a public address is reached
     unless this very address (or a network holding it), or the host by its exact name, is listed: a
-    name allowed by a wildcard never leads to a loopback, link-local or private address."""
+    name allowed by a wildcard never leads to a loopback, link-local or private address. An IPv6
+    address that carries an IPv4 one is judged by the IPv4 address."""
     given = address
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
-    if address.is_global and not address.is_multicast:
+    if isinstance(address, ipaddress.IPv6Address) and (inner := embedded_ipv4(address)) is not None:
+        address = inner  # ::ffff:127.0.0.1, 64:ff9b::7f00:1, 2002:7f00:1:: are 127.0.0.1
+    public = not (isinstance(address, ipaddress.IPv6Address) and address in _NAT64_LOCAL)
+    if public and address.is_global and not address.is_multicast:
         return None
     for entry in (e.strip().lower() for e in listed):
         network = _listed_address(entry)
@@ -256,26 +310,29 @@ def address_error(host: str, address: Address, listed: list[str]) -> str | None:
         if address.is_private
         else "non-public"
     )
+    via = f" (by {given})" if given != address else ""
     return (
-        f"host {host} resolves to {address}, a {kind} address: list that address (or the host by its exact"
-        " name) in DOCSUM_INTAKE_HTTP_HOSTS to allow it"
+        f"host {host} resolves to {address}{via}, a {kind} address: list that address (or the host by its"
+        " exact name) in DOCSUM_INTAKE_HTTP_HOSTS to allow it"
     )
 
 
 def redirect_error(source: HttpSource, location: str) -> str | None:
-    """A redirect is followed only to the same scheme, host and port."""
-    target = urlsplit(location)
+    """A redirect is followed only to a URI that can be requested, on the same scheme, host and port."""
+    if (problem := uri_error(location, "the server's redirect (Location)")) is not None:
+        return f"{problem}: it is not followed"
     try:
+        target = urlsplit(location)
         port = target.port
     except ValueError:
-        return f"the server redirected to an invalid URI ({location[:200]})"
+        return f"the server redirected to an invalid URI ({shown(location)})"
     scheme = target.scheme.lower()
     if not scheme and not target.netloc:
         return None  # relative: the same origin
     default = 443 if scheme == "https" else 80
     if (scheme, (target.hostname or "").lower(), port or default) != (source.scheme, source.host, source.port):
         return (
-            f"the server redirected to another place ({location[:200]}); redirects are followed only within"
+            f"the server redirected to another place ({shown(location)}); redirects are followed only within"
             " the same scheme, host and port: publish the final URI"
         )
     return None

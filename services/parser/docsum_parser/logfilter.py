@@ -7,6 +7,10 @@ pass; the rest are counted, and one line says how many were left out:
     pypdf: 16,583 more warnings suppressed for document 3f2a...
 
 Records logged outside a document pass untouched.
+
+URIs, in every record the parser's log handlers write (`redact_uris`), are shown without userinfo,
+query or fragment: a presigned URL's signature or a password in a `source_uri` never reaches the log,
+whether the parser, httpx or an exception's text wrote it.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+
+from .uris import URI_IN_TEXT, shown
 
 KEEP = 5
 LIBRARIES = ("pypdf",)
@@ -87,3 +93,22 @@ def one_document(label: str) -> Iterator[None]:
         _current.reset(token)
         for library, count in sorted(document.suppressed.items()):
             log.warning("%s: %s more warnings suppressed for document %s", library, f"{count:,}", label)
+
+
+class RedactUris(logging.Filter):
+    """Rewrites each URI of a record's message as `uris.shown` gives it (no userinfo, no query)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        redacted = URI_IN_TEXT.sub(lambda m: shown(m.group()), message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        return True
+
+
+def redact_uris() -> None:
+    """Put `RedactUris` on every handler of the root logger (idempotent): call it once logging is
+    configured, so that it sees every library's records too."""
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, RedactUris) for f in handler.filters):
+            handler.addFilter(RedactUris())

@@ -45,6 +45,11 @@ class Fail:
     error: str
 
 
+class TextRefused(Exception):
+    """The database refused the document's text: a character it cannot store got past normalization.
+    str(e) names what refused it (no text of the document)."""
+
+
 @dataclass(frozen=True)
 class Decision:
     write: StoreText | Fail | None
@@ -56,6 +61,24 @@ def check_belongs(event: DocumentSubmitted, doc: StoredDocument) -> None:
     other_owner = doc.owner is not None and doc.owner != event.owner
     if other_owner or (doc.task_id is not None and doc.task_id != event.task_id):
         raise Poison(f"document {event.document_id} belongs to another task or owner")
+
+
+# One refusal for every stored-form message that names bytes other than its document's: the same words
+# whether or not the named bytes exist, and decided before anything is looked up.
+FOREIGN_BYTES = (
+    "document {document_id}: blob_sha256 is not the hash of this document's stored bytes; the stored form"
+    " only re-announces a document whose bytes are already stored: publish the bytes inline"
+    " (content_base64) or by source_uri"
+)
+
+
+def check_stored_bytes(event: DocumentSubmitted, doc: StoredDocument) -> None:
+    """The stored form may only name its own document's bytes. Blobs are stored once by sha256 for every
+    owner, so the parser reads the row's blob and never a hash from the message; a message naming another
+    hash is refused (Poison) with the same words whether or not such bytes are stored, and no bytes are
+    looked up first: neither the outcome nor its timing tells anyone whether another owner has a file."""
+    if event.blob_sha256 is not None and event.blob_sha256 != doc.blob_sha256:
+        raise Poison(FOREIGN_BYTES.format(document_id=event.document_id))
 
 
 def needs_parse(doc: StoredDocument) -> bool:
@@ -96,6 +119,17 @@ def parse(event: DocumentSubmitted, data: bytes, settings: Settings, extract: Ex
         StoreText(extracted.text, level),
         [event.next(DocumentParsed, document_id=event.document_id, text_chars=chars, size_level=level)],
     )
+
+
+def text_refused(event: DocumentSubmitted, refused: TextRefused) -> Decision:
+    """Text that cannot be stored fails its document, with what to do: retrying cannot change the
+    text, so a retry (and, before it, the dead-letter topic) would only leave the document PENDING."""
+    error = (
+        f"the text extracted from {event.filename} cannot be stored: it holds a character the database"
+        f" refuses ({refused}); save the file again from the program that made it (as a PDF with Unicode"
+        " fonts, or as UTF-8 text) and submit it again"
+    )
+    return Decision(Fail(error), [_failed(event)])
 
 
 def _failed(event: DocumentSubmitted) -> DocumentMerged:

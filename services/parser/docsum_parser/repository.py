@@ -12,7 +12,7 @@ from docsum_shared.settings import Settings
 from docsum_shared.states import DocumentStatus, TaskStatus
 
 from . import intake
-from .policy import NEEDS_PARSE, StoredDocument
+from .policy import NEEDS_PARSE, StoredDocument, TextRefused
 
 
 class DocumentRepository:
@@ -43,6 +43,13 @@ class DocumentRepository:
         return await self.pool.fetchval("SELECT data FROM blobs WHERE sha256 = $1", sha256)
 
     async def store_text(self, document_id: str, text: str, size_level: SizeLevel) -> None:
+        """Store the text and move the document on; TextRefused if the text cannot be stored."""
+        try:
+            await self._store_text(document_id, text, size_level)
+        except _REFUSED_TEXT as exc:
+            raise TextRefused(type(exc).__name__) from exc
+
+    async def _store_text(self, document_id: str, text: str, size_level: SizeLevel) -> None:
         async with self.pool.acquire() as conn, conn.transaction():
             moved = await conn.fetchval(
                 "UPDATE documents SET status = $2, size_level = $3, text_chars = $4, updated_at = now()"
@@ -127,6 +134,11 @@ class DocumentRepository:
                 )  # fmt: skip
             await conn.execute("UPDATE tasks SET last_active_at = now() WHERE id = $1", event.task_id)
 
+
+# A text the database will not take: PostgreSQL's data exceptions (an untranslatable character), and
+# asyncpg's own refusal to encode an argument (a lone surrogate), a DataError that is also a ValueError
+# and an InterfaceError - which the consumer would otherwise retry as a connection fault, for ever.
+_REFUSED_TEXT = (asyncpg.DataError, ValueError)
 
 _EXISTING = (
     "SELECT d.task_id, t.owner, (d.blob_sha256 IS NULL AND d.status = ANY($2::text[])) AS needs_bytes"

@@ -17,7 +17,7 @@ from docsum_shared.errors import ItemFailed
 from docsum_shared.events import DocumentSubmitted
 from docsum_shared.settings import Settings
 
-from . import intake
+from . import intake, uris
 
 MAX_REDIRECTS = 5
 READ_BLOCK = 64 * 1024
@@ -85,7 +85,7 @@ async def resolve(source: intake.HttpSource, settings: Settings) -> intake.Addre
     private address among public ones is refused), and the connection goes to the one checked."""
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(source.host, source.port, type=socket.SOCK_STREAM)
-    except OSError as exc:
+    except (OSError, UnicodeError) as exc:  # UnicodeError: a name IDNA cannot encode
         raise ItemFailed(f"host {source.host} cannot be resolved ({exc})") from None
     addresses = list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos))
     if not addresses:
@@ -101,6 +101,7 @@ async def download(source: intake.HttpSource, settings: Settings) -> bytes:
     """GET the URI: to the checked address only, with connect and read timeouts and a deadline for the
     whole download, at most DOCSUM_MAX_FILE_BYTES; redirects only within the same origin."""
     timeout = httpx2.Timeout(settings.intake_http_timeout_s)
+    shown = uris.shown(source.url)
     try:
         async with (
             asyncio.timeout(settings.intake_http_total_s),
@@ -115,18 +116,20 @@ async def download(source: intake.HttpSource, settings: Settings) -> bytes:
                 if problem is not None:
                     raise ItemFailed(problem)
                 url = str(httpx2.URL(url).join(location))
-            raise ItemFailed(f"{source.url} redirected more than {MAX_REDIRECTS} times")
+            raise ItemFailed(f"{shown} redirected more than {MAX_REDIRECTS} times")
     except TimeoutError:
         raise ItemFailed(
-            f"{source.url} took longer than {settings.intake_http_total_s:g} s to download (DOCSUM_INTAKE_HTTP_TOTAL_S)"
+            f"{shown} took longer than {settings.intake_http_total_s:g} s to download (DOCSUM_INTAKE_HTTP_TOTAL_S)"
         ) from None
     except httpx2.TimeoutException as exc:
         raise ItemFailed(
-            f"{source.url} did not answer within {settings.intake_http_timeout_s:g} s"
+            f"{shown} did not answer within {settings.intake_http_timeout_s:g} s"
             f" (DOCSUM_INTAKE_HTTP_TIMEOUT_S): {type(exc).__name__}"
         ) from None
-    except httpx2.HTTPError as exc:
-        raise ItemFailed(f"{source.url} cannot be fetched: {type(exc).__name__}: {exc}") from None
+    except httpx2.HTTPError as exc:  # the exception's text may hold the URL: only its kind is told
+        raise ItemFailed(f"{shown} cannot be fetched: {type(exc).__name__}") from None
+    except (httpx2.InvalidURL, UnicodeError) as exc:  # neither is an HTTPError: a URI no request can be made for
+        raise ItemFailed(f"{shown} cannot be requested: {type(exc).__name__}: {_first_line(exc)}") from None
 
 
 async def _get(
@@ -144,16 +147,27 @@ async def _get(
         if response.is_redirect:
             return None, response.headers.get("location", "")
         if response.status_code != 200:
-            raise ItemFailed(f"{url} answered {response.status_code} {response.reason_phrase}: it cannot be fetched")
+            raise ItemFailed(
+                f"{uris.shown(url)} answered {response.status_code} {response.reason_phrase[:100]}: it cannot be"
+                " fetched"
+            )
         cap = settings.max_file_bytes
         declared = response.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > cap:
-            raise ItemFailed(f"{url} has {int(declared):,} bytes, over the limit of {cap:,} (DOCSUM_MAX_FILE_BYTES)")
+            raise ItemFailed(
+                f"{uris.shown(url)} has {int(declared):,} bytes, over the limit of {cap:,} (DOCSUM_MAX_FILE_BYTES)"
+            )
         body = bytearray()
         async for block in response.aiter_bytes(READ_BLOCK):
             body += block
             if len(body) > cap:
-                raise ItemFailed(f"{url} has more than {cap:,} bytes, the limit (DOCSUM_MAX_FILE_BYTES)")
+                raise ItemFailed(f"{uris.shown(url)} has more than {cap:,} bytes, the limit (DOCSUM_MAX_FILE_BYTES)")
         return bytes(body), ""
     finally:
         await response.aclose()
+
+
+def _first_line(exc: BaseException) -> str:
+    """The exception's first line, cut short, with any URL in it shown without userinfo or query."""
+    line = (str(exc).splitlines() or [""])[0]
+    return uris.URI_IN_TEXT.sub(lambda m: uris.shown(m.group()), line)[:200]
