@@ -25,6 +25,7 @@ from .recorder import record_until
 from .routers import keys, maintenance, progress, tasks, web
 from .security import Tickets, ticket_secret
 from .settings import GatewaySettings
+from .uploads import SpoolBudget
 
 
 def create_app(settings: GatewaySettings | None = None, health_socket: socket.socket | None = None) -> FastAPI:
@@ -76,6 +77,7 @@ def create_app(settings: GatewaySettings | None = None, health_socket: socket.so
     app = FastAPI(title="docsum", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings
     app.state.api_keys = api_keys
+    app.state.uploads = SpoolBudget(settings.upload_inflight_bytes, settings.upload_inflight_bytes_per_owner)
     admin_key = settings.admin_key.get_secret_value() if settings.admin_key else None
     app.state.tickets = Tickets(
         ticket_secret(gateway_settings.ticket_secret_of(settings), api_keys, admin_key), settings.ws_ticket_ttl_s

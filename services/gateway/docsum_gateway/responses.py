@@ -39,7 +39,14 @@ _DESCRIPTIONS = {
         " bytes per task (DOCSUM_MAX_TASK_BYTES), or the size of a form field or of the body. The upload is cut"
         " off when it crosses the limit."
     ),
-    429: "Over the owner's task creation rate (DOCSUM_TASKS_PER_MINUTE): try again after `Retry-After` seconds.",
+    429: (
+        "Over the owner's task creation rate (DOCSUM_TASKS_PER_MINUTE), or the owner's uploads in progress hold"
+        " their share of the gateway (DOCSUM_UPLOAD_INFLIGHT_BYTES_PER_OWNER): try again after `Retry-After` seconds."
+    ),
+    503: (
+        "The gateway holds as many upload bytes as it may at once (DOCSUM_UPLOAD_INFLIGHT_BYTES): send the request"
+        " again after `Retry-After` seconds."
+    ),
     422: (
         "An input is invalid: out of range, not one of its choices, or text that PostgreSQL cannot store"
         " (a NUL character)."
@@ -57,7 +64,7 @@ def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
         }
         if code == 401:
             entry["headers"] = {"WWW-Authenticate": {"description": "`Bearer`", "schema": {"type": "string"}}}
-        if code == 429:
+        if code in (429, 503):
             entry["headers"] = {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}}
         declared[code] = entry
     return declared

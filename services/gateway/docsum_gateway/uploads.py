@@ -9,6 +9,11 @@ about the limit and never the rest of the body.
 
 Starlette's own parser (`request.form()`) limits the number of files and fields and the size of a text
 field, but not the size of a file, and it spools 1 MiB of each file in memory: hence this module.
+
+What all uploads of the process hold at once is capped too (`SpoolBudget`): each request books the bytes
+its Content-Length declares before it reads any, and every block beyond that as it arrives, and gives them
+back when its files are closed. Beyond the process's budget the answer is 503, beyond an owner's share 429,
+both with Retry-After: a burst of large uploads waits instead of filling the disk they spool to.
 """
 
 from __future__ import annotations
@@ -97,6 +102,71 @@ class Spool:
             self._file = None
 
 
+RETRY_AFTER_S = 5  # what a client told to wait for the budget waits: uploads take seconds to drain
+
+
+class SpoolBudget:
+    """The upload bytes this process holds at once (spooled files, in memory or on disk): at most `total`
+    in all and `per_owner` for one owner. Single event loop: no lock needed."""
+
+    def __init__(self, total: int, per_owner: int) -> None:
+        self.total, self.per_owner = total, per_owner
+        self.held = 0
+        self.by_owner: dict[str, int] = {}
+
+    def claim(self, owner: str) -> Claim:
+        return Claim(self, owner)
+
+    def _take(self, owner: str, n: int) -> None:
+        mine = self.by_owner.get(owner, 0)
+        if mine + n > self.per_owner:
+            raise _busy(
+                status.HTTP_429_TOO_MANY_REQUESTS,
+                f"your uploads in progress would hold over {self.per_owner} bytes"
+                " (DOCSUM_UPLOAD_INFLIGHT_BYTES_PER_OWNER): wait for them to finish, then send this one again",
+            )
+        if self.held + n > self.total:
+            # Nothing of the others' uploads is told: only that the gateway is busy.
+            raise _busy(
+                status.HTTP_503_SERVICE_UNAVAILABLE,
+                "the gateway is receiving as many uploads as it can hold (DOCSUM_UPLOAD_INFLIGHT_BYTES):"
+                " send this one again in a moment",
+            )
+        self.held += n
+        self.by_owner[owner] = mine + n
+
+    def _give_back(self, owner: str, n: int) -> None:
+        self.held -= n
+        left = self.by_owner.get(owner, 0) - n
+        if left > 0:
+            self.by_owner[owner] = left
+        else:
+            self.by_owner.pop(owner, None)
+
+
+def _busy(code: int, message: str) -> HTTPException:
+    return HTTPException(code, message, headers={"Retry-After": str(RETRY_AFTER_S)})
+
+
+@dataclass
+class Claim:
+    """One request's share of the budget: what it booked so far, given back once."""
+
+    budget: SpoolBudget
+    owner: str
+    held: int = 0
+
+    def cover(self, n: int) -> None:
+        """Hold at least `n` bytes in all (books only what is not booked yet)."""
+        if n > self.held:
+            self.budget._take(self.owner, n - self.held)
+            self.held = n
+
+    def release(self) -> None:
+        self.budget._give_back(self.owner, self.held)
+        self.held = 0
+
+
 @dataclass
 class UploadedFile:
     filename: str | None
@@ -119,10 +189,13 @@ class Upload:
 
     files: list[UploadedFile] = field(default_factory=list)
     fields: dict[str, list[str]] = field(default_factory=dict)
+    claim: Claim | None = None  # its share of the process's upload budget, given back by close()
 
     def close(self) -> None:
         for f in self.files:
             f.spool.close()
+        if self.claim is not None:
+            self.claim.release()
 
 
 def too_large(message: str) -> HTTPException:
@@ -225,6 +298,8 @@ class _Parser:
             raise too_large(f"file '{name}' is over the limit of {self.limits.max_file_bytes} bytes")
         if self.file_bytes > self.limits.max_total_bytes:
             raise too_large(f"the files of the task are over the limit of {self.limits.max_total_bytes} bytes")
+        if self.upload.claim is not None:
+            self.upload.claim.cover(self.file_bytes)
         self._file._hash.update(block)
         self._file.spool.write(block)
 
@@ -257,8 +332,9 @@ def form_charset(declared: str) -> str:
     return name
 
 
-async def read_upload(request: Request, limits: UploadLimits) -> Upload:
-    """The request's multipart body, parsed as it streams in; on any error nothing is left spooled."""
+async def read_upload(request: Request, limits: UploadLimits, claim: Claim | None = None) -> Upload:
+    """The request's multipart body, parsed as it streams in; on any error nothing is left spooled. With
+    `claim`, the bytes are booked against the process's upload budget (429/503 beyond it)."""
     content_type, params = parse_options_header(request.headers.get("content-type"))
     if content_type != b"multipart/form-data":
         raise bad_request("expected a multipart/form-data body (files in the field 'files')")
@@ -270,9 +346,11 @@ async def read_upload(request: Request, limits: UploadLimits) -> Upload:
     if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
         raise too_large(f"request body over the limit of {limits.max_body_bytes} bytes")
 
-    upload = Upload()
+    upload = Upload(claim=claim)
     parser = _Parser(limits, upload, charset)
     try:
+        if claim is not None and declared is not None and declared.isdigit():
+            claim.cover(int(declared))  # before a byte is read: a busy gateway says so at once
         multipart = MultipartParser(boundary, parser.callbacks())  # type: ignore[arg-type]
         received = 0
         async for block in request.stream():

@@ -138,7 +138,7 @@ def _form(fields: dict[str, list[str]]) -> TaskForm:
     "",
     status_code=status.HTTP_201_CREATED,
     response_model=TaskCreated,
-    responses={201: {"links": _TASK_LINKS}, **errors(400, 401, 413, 422, 429)},
+    responses={201: {"links": _TASK_LINKS}, **errors(400, 401, 413, 422, 429, 503)},
     dependencies=[Depends(within_task_rate)],
     openapi_extra={"requestBody": UPLOAD_BODY},
     description="Multipart: one or more `files`, and optionally `title`, `strict`, `language`, `length`, `style`."
@@ -148,7 +148,7 @@ def _form(fields: dict[str, list[str]]) -> TaskForm:
 async def create_task(
     request: Request, owner: OwnerDep, settings: SettingsDep, pool: PoolDep, producer: ProducerDep
 ) -> TaskCreated:
-    upload = await read_upload(request, upload_limits(settings))
+    upload = await read_upload(request, upload_limits(settings), request.app.state.uploads.claim(owner))
     try:
         form = _form(upload.fields)
         if not upload.files:

@@ -1,0 +1,129 @@
+"""The upload bytes a gateway holds at once are capped, in all (503) and per owner (429), with Retry-After:
+a burst of large uploads waits instead of filling the disk they spool to. A request books what its
+Content-Length declares before a byte is read, and a body without one books its blocks as they come; what
+was booked is given back when the request ends, whichever way it ends.
+
+The application is built for real, without a database or broker: every answer here comes before either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from docsum_gateway.app import create_app
+from docsum_gateway.settings import GatewaySettings
+from tests.unit.test_gateway_inputs import Untouchable
+
+KiB = 1024
+KEYS = {"alice": "a" * 24, "bob": "b" * 24}
+BOUNDARY = b"b0undary"
+
+
+def _app() -> Any:
+    settings = GatewaySettings(
+        api_keys=",".join(f"{owner}={key}" for owner, key in KEYS.items()),
+        tasks_per_minute=0,
+        upload_inflight_bytes=1024 * KiB,
+        upload_inflight_bytes_per_owner=700 * KiB,
+    )
+    app = create_app(settings)
+    app.state.pool = Untouchable()
+    app.state.producer = Untouchable()
+    return app
+
+
+class Sent:
+    def __init__(self) -> None:
+        self.status: int | None = None
+        self.headers: dict[str, str] = {}
+        self.body = b""
+        self.consumed = 0
+
+
+async def _post(app: Any, owner: str, blocks: AsyncIterator[bytes], declared: int | None) -> Sent:
+    """Drive the ASGI app with a body that arrives block by block, as slowly as `blocks` gives them."""
+    sent = Sent()
+
+    async def receive() -> dict:
+        try:
+            block = await anext(blocks)
+        except StopAsyncIteration:
+            return {"type": "http.request", "body": b"", "more_body": False}
+        sent.consumed += len(block)
+        return {"type": "http.request", "body": block, "more_body": True}
+
+    async def send(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            sent.status = message["status"]
+            sent.headers = {k.decode(): v.decode() for k, v in message["headers"]}
+        elif message["type"] == "http.response.body":
+            sent.body += message.get("body", b"")
+
+    headers = {
+        "authorization": f"Bearer {KEYS[owner]}",
+        "content-type": f"multipart/form-data; boundary={BOUNDARY.decode()}",
+    }
+    if declared is not None:
+        headers["content-length"] = str(declared)
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+        "path": "/v1/tasks", "raw_path": b"/v1/tasks", "query_string": b"", "root_path": "",
+        "headers": [(k.encode(), v.encode()) for k, v in headers.items()],
+        "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8000),
+    }  # fmt: skip
+    await app(scope, receive, send)
+    return sent
+
+
+async def _file(size: int, until: asyncio.Event | None = None) -> AsyncIterator[bytes]:
+    """One file part of `size` bytes in 64 KiB blocks; with `until`, the body stalls after its first block
+    until the event is set, and then ends without its closing boundary (a client that gave up)."""
+    yield b"--" + BOUNDARY + b'\r\nContent-Disposition: form-data; name="files"; filename="big.bin"\r\n\r\n'
+    for sent in range(0, size, 64 * KiB):
+        yield b"x" * min(64 * KiB, size - sent)
+        if until is not None:
+            await until.wait()
+            return
+
+
+async def _fields_only() -> AsyncIterator[bytes]:
+    yield b"--" + BOUNDARY + b'\r\nContent-Disposition: form-data; name="title"\r\n\r\nx\r\n--' + BOUNDARY + b"--\r\n"
+
+
+async def test_uploads_wait_beyond_the_gateways_budget_and_an_owners_share() -> None:
+    app = _app()
+    stall = asyncio.Event()
+    first = asyncio.create_task(_post(app, "alice", _file(600 * KiB, until=stall), declared=600 * KiB))
+    for _ in range(500):  # until it has booked its bytes and read its first block (bounded)
+        if app.state.uploads.held:
+            break
+        await asyncio.sleep(0.01)
+    assert app.state.uploads.held == 600 * KiB
+
+    mine = await _post(app, "alice", _file(200 * KiB), declared=200 * KiB)  # 800 KiB > alice's 700
+    assert mine.status == 429 and mine.consumed == 0, mine.body
+    assert mine.headers["retry-after"] == "5" and b"DOCSUM_UPLOAD_INFLIGHT_BYTES_PER_OWNER" in mine.body
+
+    others = await _post(app, "bob", _file(500 * KiB), declared=500 * KiB)  # 1,100 KiB > the gateway's 1,024
+    assert others.status == 503 and others.consumed == 0, others.body
+    assert others.headers["retry-after"] == "5" and b"DOCSUM_UPLOAD_INFLIGHT_BYTES" in others.body
+    assert b"alice" not in others.body and b"600" not in others.body  # nothing told of another's upload
+
+    fits = await _post(app, "bob", _fields_only(), declared=300 * KiB)  # 900 KiB: within both
+    assert fits.status == 400 and b"no files" in fits.body  # past the budget, refused for what it is
+    assert app.state.uploads.held == 600 * KiB  # bob's booking given back
+
+    stall.set()
+    gave_up = await first
+    assert gave_up.status == 400
+    assert app.state.uploads.held == 0 and app.state.uploads.by_owner == {}
+
+
+async def test_a_body_without_length_books_its_blocks_as_they_come() -> None:
+    app = _app()
+    cut = await _post(app, "alice", _file(900 * KiB), declared=None)
+    assert cut.status == 429, cut.body
+    assert 700 * KiB - 64 * KiB < cut.consumed <= 700 * KiB + 64 * KiB  # stopped at alice's share
+    assert app.state.uploads.held == 0
