@@ -186,5 +186,5 @@ async def test_a_prompt_ollama_read_only_in_part_is_refused_as_too_long(server: 
     await backend.probe()
     with pytest.raises(ContextLimitExceeded) as refused:
         await backend.summarize(_chunk(chars=4_000))
-    (entry,) = server.llm.entries()
+    (entry,) = await _recorded(server)
     assert entry.truncated_to is not None and refused.value.limit is not None and refused.value.limit <= 256
