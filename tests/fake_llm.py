@@ -57,6 +57,11 @@ stream starts. Rates are decided by hashing (seed, prompt, attempt number), so a
 and a retry of a failed prompt gets a fresh draw. A client that gives up while its request waits or
 streams is recorded with status 499; a server that stops answers waiting requests 503 at once (and
 cuts a stream short, recorded 503).
+
+In the ``openai`` dialect it also serves OpenAI's Files and Batch APIs, on a scaled clock, and the
+``service_tier: "flex"`` of a chat call: see `tests.fake_batches`, whose config fields (``prices``,
+``batch_*``, ``flex_*``) are set like the others. Each ledger entry has its ``tier`` ("realtime", "flex"
+or "batch") and ``price_factor``; the ledger's ``cost_by_tier`` and ``cost_usd`` say what was paid.
 """
 
 from __future__ import annotations
@@ -77,12 +82,15 @@ import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from tests.fake_batches import BatchDesk
 
 _SECTION = re.compile(r"<(text|part|document)[^>]*>\n(.*?)\n</\1>", re.S)
 _FIRST_SENTENCE = re.compile(r".+?(?:[.!?](?=\s)|[。！？；]|$)", re.S)
@@ -282,6 +290,10 @@ class LedgerEntry:
     truncated_to: int | None = None  # the prompt tokens kept when Ollama cut the prompt to its num_ctx
     finish_reason: str | None = None  # "stop" or "length" when answered
     frequency_penalty: float | None = None  # as the request sent it
+    tier: str = "realtime"  # "realtime", "flex" (service_tier: "flex") or "batch" (a line of a batch)
+    price_factor: float = 1.0  # what it costs relative to a realtime call (batch and flex: half)
+    batch_id: str | None = None  # a batch line's batch
+    custom_id: str | None = None  # a batch line's custom_id
 
     @property
     def at(self) -> float:
@@ -351,8 +363,12 @@ class FakeLLM:
     _window: deque[float] = field(default_factory=deque, init=False, repr=False)  # accepted, monotonic
     _attempts: Counter[str] = field(default_factory=Counter, init=False, repr=False)
     _sequence: int = field(default=0, init=False, repr=False)
+    batches: BatchDesk = field(init=False, repr=False)  # the Files and Batch APIs, flex, prices
 
     def __post_init__(self) -> None:
+        from tests.fake_batches import BatchDesk  # it builds on this module
+
+        self.batches = BatchDesk(self)
         self.configure(**self.config())  # validates the constructor's values
 
     # ----------------------------------------------------------------------------------------------
@@ -362,17 +378,20 @@ class FakeLLM:
         with self._lock:
             values = {name: getattr(self, name) for name in CONFIG_FIELDS}
         values["models"] = list(values["models"])
-        return values
+        return {**values, **self.batches.config()}
 
     def configure(self, **changes: Any) -> dict[str, Any]:
         """Set config fields (validated, all or none); returns the new config."""
-        unknown = set(changes) - set(CONFIG_FIELDS)
+        batch_fields = set(changes) & set(self.batches.values)
+        unknown = set(changes) - set(CONFIG_FIELDS) - batch_fields
         if unknown:
             raise ValueError(f"unknown config field(s): {', '.join(sorted(unknown))}")
-        values = {name: _validate(name, value) for name, value in changes.items()}
+        values = {name: _validate(name, value) for name, value in changes.items() if name not in batch_fields}
+        batch_values = self.batches.check({name: changes[name] for name in batch_fields})
         with self._lock:
             for name, value in values.items():
                 setattr(self, name, value)
+            self.batches.apply(batch_values)
         return self.config()
 
     def fail_next(self, n: int = 1, status: int = 500, retry_after: float | None = None) -> None:
@@ -402,6 +421,7 @@ class FakeLLM:
             self._window.clear()
             self._attempts.clear()
             self.max_in_flight = self._in_flight
+            self.batches.reset(config=config)
             if config:
                 for f in dataclasses.fields(self):
                     if f.name in CONFIG_FIELDS:
@@ -418,6 +438,7 @@ class FakeLLM:
 
     def entries(self, status: int | None = None) -> list[LedgerEntry]:
         """A copy of the ledger (only the entries with `status` when given)."""
+        self.batches.tick()  # batch lines whose turn has come are answered first
         with self._lock:
             return [e for e in self.ledger if status is None or e.status == status]
 
@@ -442,6 +463,7 @@ class FakeLLM:
 
     def summary(self, entries: bool = True, text: bool = True, since: int = 0) -> dict[str, Any]:
         """What GET /_ledger returns; `since` skips the first entries, `text=False` drops prompts."""
+        self.batches.tick()
         with self._lock:
             ledger = list(self.ledger)
             in_flight, max_in_flight = self._in_flight, self.max_in_flight
@@ -456,6 +478,8 @@ class FakeLLM:
             "max_prompt_tokens_seen": max((e.prompt_tokens for e in ledger), default=0),
             "in_flight": in_flight,
             "max_in_flight": max_in_flight,
+            "cost_by_tier": (costs := self.batches.costs(ledger)),
+            "cost_usd": round(sum(tier["cost_usd"] for tier in costs.values()), 9),
             "config": self.config(),
         }
         if entries:
@@ -557,6 +581,11 @@ class FakeLLM:
                 wait = self._window[0] + self.rate_window_s - now if self._window else self.rate_window_s
                 return _rate_limited(max(wait, 0.001), "rate_limited")
             self._window.append(now)
+        return self._decide_content(sha, tokens, prompt, attempt)
+
+    def _decide_content(self, sha: str, tokens: int, prompt: str, attempt: int) -> _Decision:
+        """What the prompt itself meets: the context limit, the reject marker, hang_rate, fail_rate
+        (called under the lock; batch lines meet these too)."""
         if self.dialect == "llamacpp" and tokens >= (n_ctx := self.max_prompt_tokens or LLAMACPP_DEFAULT_N_CTX):
             # llama-server refuses a prompt that leaves no room in its context (n_tokens >= n_ctx).
             message = (
@@ -653,6 +682,7 @@ class FakeLLM:
             prompt, user = prompt_text(messages), user_text(messages)
             sha, tokens = _sha256(prompt), max(1, estimate_tokens(prompt))
             stream = bool(body.get("stream"))
+            tier = "flex" if body.get("service_tier") == "flex" else "realtime"  # flex: half price, may 429
             options = body.get("stream_options")
             include_usage = stream and isinstance(options, dict) and bool(options.get("include_usage"))
             asked = body.get("max_completion_tokens") or body.get("max_tokens")
@@ -672,6 +702,9 @@ class FakeLLM:
                     )
                 else:
                     decision = self._decide(sha, tokens, prompt, attempt)
+                    if tier == "flex" and decision.status == 200 and not decision.hung:
+                        decision = self.batches.flex_decision(sha, attempt) or decision
+                price_factor = self.batches.price_factor(tier)
             entry = LedgerEntry(
                 started,
                 0.0,
@@ -693,6 +726,8 @@ class FakeLLM:
                 max_tokens=asked if isinstance(asked, int) and not isinstance(asked, bool) else None,
                 num_ctx=context,
                 frequency_penalty=body.get("frequency_penalty"),
+                tier=tier,
+                price_factor=price_factor,
             )
             streaming = False  # once the stream is handed over, it records the entry itself
             try:
@@ -760,6 +795,8 @@ class FakeLLM:
                     ],
                     "usage": usage,
                 }
+                if tier == "flex":
+                    answer["service_tier"] = "flex"
                 if timings is not None:
                     answer["timings"] = timings
                 return JSONResponse(answer)
@@ -833,6 +870,9 @@ class FakeLLM:
             app.add_api_route(f"{prefix}/chat/completions", completions, methods=["POST"])
             app.add_api_route(f"{prefix}/models", list_models, methods=["GET"])
             app.add_api_route(f"{prefix}/models/{{model_id:path}}", get_model, methods=["GET"])
+        from tests.fake_batches import mount as mount_batches
+
+        mount_batches(app, self)  # /v1/files, /v1/batches
 
         def not_found() -> Response:
             """What this server answers for a path it does not serve (another dialect's endpoint)."""
@@ -1211,7 +1251,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"fake LLM: {json.dumps(llm.config())}", file=sys.stderr, flush=True)
     server.serve_forever()
     summary = llm.summary(entries=False)
-    totals = {k: summary[k] for k in ("by_status", "repeats", "tokens", "max_in_flight")}
+    totals = {k: summary[k] for k in ("by_status", "repeats", "tokens", "max_in_flight", "cost_usd")}
     print(f"fake LLM stopped: {json.dumps(totals)}", file=sys.stderr)
 
 
