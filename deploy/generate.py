@@ -4,15 +4,20 @@
     .venv/bin/python deploy/generate.py --check    # exit 1 if any of them differs from what the code says
 
 One list decides them all: `events.Topic` with `kafka.topic_partitions(Settings())` (each topic and its
-`.dlq`, with the partition counts of the settings), and the topics each service's handlers are registered
-for (`handlers.bind`), under its consumer group `Settings.group(service)`. `make deploy-manifests` runs it;
-tests/unit/test_deploy_manifests.py fails when a file is stale. Settings come from the environment, like
-the services' own: run it with the same DOCSUM_TOPIC_* and DOCSUM_LLM_MAX_INFLIGHT as the deployment.
+`.dlq`, with the partition counts of the settings, and the intake topic of each producer that
+DOCSUM_INTAKE_PRODUCERS names), and the topics each service's handlers are registered for
+(`handlers.bind`; the parser also reads the intake topics), under its consumer group `Settings.group(service)`.
+To add a producer, regenerate with it (`DOCSUM_INTAKE_PRODUCERS='{"crm": ["alice"]}' make deploy-manifests`):
+its KafkaTopic, the parser's KEDA trigger on it, and the setting itself in topology.env follow.
+`make deploy-manifests` runs it; tests/unit/test_deploy_manifests.py fails when a file is stale. Settings come
+from the environment, like the services' own: run it with the same DOCSUM_TOPIC_* and DOCSUM_LLM_MAX_INFLIGHT as
+the deployment.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,7 +27,7 @@ from typing import Any
 import yaml
 
 from docsum_shared.events import Topic
-from docsum_shared.kafka import DLQ_SUFFIX, topic_partitions
+from docsum_shared.kafka import DLQ_SUFFIX, intake_topics, topic_partitions
 from docsum_shared.settings import Settings
 
 BASE = Path(__file__).resolve().parent / "k8s" / "base"
@@ -80,7 +85,8 @@ def scaling(settings: Settings) -> list[Scaling]:
         Scaling(
             service=name,
             group=settings.group(name),
-            topics=tuple(settings.topic(t) for t in topics),
+            topics=tuple(settings.topic(t) for t in topics)
+            + (tuple(intake_topics(settings)) if name == "parser" else ()),
             lag_threshold=thresholds[name][0],
             why=thresholds[name][1],
         )
@@ -179,6 +185,8 @@ def topology_env(settings: Settings) -> str:
         f"DOCSUM_CHUNK_TOPIC_PARTITIONS={settings.chunk_topic_partitions}",
         f"DOCSUM_MAX_INFLIGHT={settings.max_inflight}",
         f"DOCSUM_LLM_MAX_INFLIGHT={settings.llm_max_inflight}",
+        # The producers whose intake topics exist (topics.yaml): the parser reads exactly those.
+        f"DOCSUM_INTAKE_PRODUCERS={json.dumps(settings.intake_producers, separators=(',', ':'))}",
     ]
     return "\n".join(lines) + "\n"
 

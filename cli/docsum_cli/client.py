@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import mimetypes
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,9 @@ import httpx
 DEFAULT_URL = "http://127.0.0.1:8000"
 # Where `make up` keeps the key it generated for the local stack.
 LOCAL_KEY_FILE = Path(".run") / "api-key"
+# A re-drive (resume, retry, reconcile) refused because another of the owner's runs, or over the rate,
+# is tried again after the gateway's Retry-After, for up to this long in all; then the 429 is shown.
+REDRIVE_PATIENCE_S = 15.0
 
 
 class GatewayError(Exception):
@@ -41,10 +45,15 @@ class Gateway:
         )
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        return self._answer(self._send(method, path, **kwargs))
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
-            response = self._http.request(method, path, **kwargs)
+            return self._http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
             raise GatewayError(f"cannot reach the gateway at {self._http.base_url}: {exc}") from exc
+
+    def _answer(self, response: httpx.Response) -> Any:
         if response.is_error:
             try:
                 detail = response.json().get("detail", response.text)
@@ -79,13 +88,32 @@ class Gateway:
 
     def control(self, task_id: str, action: str) -> dict[str, Any]:
         """pause, resume, cancel or retry."""
+        if action in ("resume", "retry"):
+            return self._redrive(f"/v1/tasks/{task_id}/{action}")
         return self._call("POST", f"/v1/tasks/{task_id}/{action}")
 
     def failures(self, task_id: str) -> list[dict[str, Any]]:
         return self._call("GET", f"/v1/tasks/{task_id}/failures")
 
     def reconcile(self) -> dict[str, Any]:
-        return self._call("POST", "/v1/reconcile")
+        return self._redrive("/v1/reconcile")
+
+    def _redrive(self, path: str) -> dict[str, Any]:
+        """POST a re-drive; a 429 is waited out as its Retry-After says, for REDRIVE_PATIENCE_S in all."""
+        waited = 0.0
+        while True:
+            response = self._send("POST", path)
+            wait_s = _retry_after(response) if response.status_code == 429 else None
+            if wait_s is None or waited + wait_s > REDRIVE_PATIENCE_S:
+                return self._answer(response)
+            time.sleep(wait_s)
+            waited += wait_s
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """The seconds a 429 asks to wait, when it says (as a number)."""
+    value = response.headers.get("Retry-After", "")
+    return float(value) if value.isascii() and value.isdigit() else None
 
 
 class StreamDropped(Exception):

@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     }.items():
         sub.add_parser(action, help=text).add_argument("task_id")
     sub.add_parser("failures", help="list what failed in a task and why").add_argument("task_id")
-    sub.add_parser("reconcile", help="re-drive your unfinished tasks from stored state")
+    sub.add_parser("reconcile", help="re-drive your unfinished tasks that nothing moved lately, from stored state")
     commands.add_commands(sub)
     args = parser.parse_args(argv)
 

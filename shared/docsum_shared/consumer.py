@@ -151,6 +151,7 @@ class ConsumerService:
         max_inflight: int | None = None,
         background: Background | None = None,
         dead_letters: bool = True,
+        carriers: Mapping[str, tuple[Topic, Handler]] | None = None,
     ) -> None:
         self.background = background
         # False for a reader beside the topic's owner (the gateway's progress recorder): a message it
@@ -159,6 +160,9 @@ class ConsumerService:
         self.name = name
         self.settings = settings
         self.handlers = {settings.topic(topic): (topic, handler) for topic, handler in handlers.items()}
+        # Topics (full names) that carry the events of another topic, each with a handler of its own: the
+        # parser's intake.<producer> topics carry document-submitted events, and the handler knows the producer.
+        self.handlers.update(carriers or {})
         self.max_inflight = max_inflight or settings.max_inflight
         self.producer = make_producer(settings)
         self.consumer = AIOKafkaConsumer(
@@ -448,14 +452,22 @@ class ConsumerService:
             ("service", self.name.encode()),
         ]
 
+        value = record.value
+
         def forever(exc: Exception, failures: int) -> float:
+            nonlocal value
+            if classify(exc) is Kind.POISON and value is not None:
+                # The dead-letter topic refuses the message itself for good (too large): keep where it
+                # came from and why (the headers), rather than retry forever; its bytes stay on its topic.
+                log.error("%s refused %s@%d for good (%s): dead-lettered without its value", dlq, record.topic,
+                          record.offset, exc)  # fmt: skip
+                value = None
+                return 0.0
             log.warning("dead-letter publish failed (%s); retrying", exc)
             return BACKOFF.delay(failures)
 
         dlq = record.topic + DLQ_SUFFIX
-        await retry_until(
-            lambda: self.producer.send_and_wait(dlq, record.value, key=record.key, headers=headers), forever
-        )
+        await retry_until(lambda: self.producer.send_and_wait(dlq, value, key=record.key, headers=headers), forever)
         metrics.DEAD_LETTERED.labels(self.name, record.topic).inc()
 
 
@@ -513,6 +525,8 @@ class Consumer:
     handlers: Mapping[Topic, Handler]
     max_inflight: int | None = None
     group_suffix: str = ""  # a second group in the same service (e.g. "-retry")
+    # Topics (full names) whose messages are events of another topic, with their own handlers.
+    carriers: Mapping[str, tuple[Topic, Handler]] = field(default_factory=dict)
 
 
 async def serve(
@@ -546,6 +560,7 @@ async def serve(
                 c.handlers,
                 max_inflight=c.max_inflight,
                 background=background(settings, pool) if background and i == 0 else None,
+                carriers=c.carriers,
             )
             for i, c in enumerate(consumers)
         ]

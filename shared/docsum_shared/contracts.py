@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from .events import EVENT_TYPES, Topic, decode
+from .events import EVENT_TYPES, INTAKE_TOPIC, Topic, decode
 from .kafka import DLQ_SUFFIX, topic_partitions
 from .settings import Settings, env_name
 
@@ -135,7 +135,7 @@ ROLES: dict[str, Roles] = {
     "document-submitted": Roles(
         (
             ("the gateway", "for every uploaded file, once its bytes are stored"),
-            ("other systems", "submitting documents straight onto Kafka"),
+            ("the re-drives", "resume, retry and reconcile, from the state stored in PostgreSQL"),
         ),
         (("the parser", "parses the document and stores its plain text"),),
         ("parser",),
@@ -196,6 +196,22 @@ ROLES: dict[str, Roles] = {
     ),
 }
 UNDESCRIBED = Roles((("docsum", "(this topic has no row in ROLES in contracts.py yet)"),), ())
+# What a channel's description adds to its model's summary.
+CHANNEL_NOTES: dict[str, str] = {
+    "document-submitted": (
+        "The pipeline's own topic: it takes the stored form only (the bytes already stored in PostgreSQL), as"
+        " the gateway and the re-drives publish it; only the pipeline's principal may write it. Another"
+        f" system publishes its documents (inline or by URI) on its own topic, `{INTAKE_TOPIC}`: a message in"
+        " another form here is dead-lettered, with that reason."
+    ),
+}
+# The topic each producer of another system publishes on (one per producer, DOCSUM_INTAKE_PRODUCERS).
+INTAKE_CHANNEL = "intake"
+INTAKE_ROLES = Roles(
+    (("another system", "submitting its documents, inline or by URI, for the owners it may act for"),),
+    (("the parser", "takes the document in (creating the task on first sight), then parses it"),),
+    ("parser",),
+)
 
 EXAMPLE_DATETIME = "2026-01-15T09:30:00Z"
 # Example values by field name, for the message examples (any field not here gets a value derived from
@@ -483,7 +499,8 @@ def asyncapi() -> dict[str, Any]:
         channels[name] = {
             "address": name,
             "title": name,
-            "description": f"{summary}\n\nMessage key: `{key}`. {prefixed}",
+            "description": f"{summary}\n\nMessage key: `{key}`. {prefixed}"
+            + (f"\n\n{CHANNEL_NOTES[name]}" if name in CHANNEL_NOTES else ""),
             "messages": {name: _ref("components", "messages", name)},
             "bindings": _channel_binding(name, partitions),
         }
@@ -540,6 +557,8 @@ def asyncapi() -> dict[str, Any]:
         if roles.groups:  # only docsum's consumer groups dead-letter what they cannot handle
             why = "gives up on a message it cannot decode, or keeps failing to handle; operators read these"
             operations[f"send-{dlq}"] = _operation("send", dlq, [(f"the {g}", why) for g in roles.groups])
+
+    _intake_channels(channels, operations, partitions)
 
     description = (
         "docsum summarizes batches of documents with an LLM: the gateway takes uploads, and the parser,"
@@ -612,6 +631,56 @@ def asyncapi() -> dict[str, Any]:
             },
         },
     }
+
+
+def _intake_channels(channels: dict[str, Any], operations: dict[str, Any], partitions: dict[str, int]) -> None:
+    """`intake.{producer}` (and its dead letters): one topic per producer of another system, carrying the
+    document-submitted message in its inline or URI form."""
+    submitted = Topic.DOCUMENT_SUBMITTED.value
+    parameter = {
+        "producer": {
+            "description": (
+                'The producer, as DOCSUM_INTAKE_PRODUCERS names it (\'{"crm": ["alice", "bob"]}\': the'
+                " producer crm, acting for alice and bob). The broker's ACLs let only that producer's principal"
+                " write its topic, so the topic tells the parser who published a message."
+            ),
+            "examples": ["crm"],
+        }
+    }
+    binding = {"kafka": {"partitions": partitions[submitted], "replicas": REPLICAS, "bindingVersion": KAFKA_BINDING}}
+    channels[INTAKE_CHANNEL] = {
+        "address": INTAKE_TOPIC,
+        "title": INTAKE_TOPIC,
+        "description": (
+            "Another system's documents: the document-submitted message, inline (`content_base64`) or by URI"
+            " (`source_uri`), never the stored form. The parser believes `owner` only for the owners the"
+            " producer may act for (DOCSUM_INTAKE_PRODUCERS): a message naming another owner is"
+            " dead-lettered, with the reason. Message key: `document_id`. On the broker its name starts with"
+            " the deployment's `DOCSUM_TOPIC_PREFIX`; the parser creates it at start for every configured"
+            " producer."
+        ),
+        "parameters": parameter,
+        "messages": {INTAKE_CHANNEL: _ref("components", "messages", submitted)},
+        "bindings": binding,
+    }
+    dlq = INTAKE_CHANNEL + DLQ_SUFFIX
+    channels[dlq] = {
+        "address": INTAKE_TOPIC + DLQ_SUFFIX,
+        "title": INTAKE_TOPIC + DLQ_SUFFIX,
+        "description": (
+            f"Dead letters of {INTAKE_TOPIC}: a message the parser refused (another owner, another task's id,"
+            " a count that disagrees...), with the reason in its headers. Message key: the original key."
+        ),
+        "parameters": parameter,
+        "messages": {dlq: _ref("components", "messages", submitted + DLQ_SUFFIX)},
+        "bindings": {"kafka": {**binding["kafka"], "partitions": 1}},
+    }
+    operations[f"send-{INTAKE_CHANNEL}"] = _operation("send", INTAKE_CHANNEL, INTAKE_ROLES.sent_by)
+    operations[f"receive-{INTAKE_CHANNEL}"] = _operation(
+        "receive", INTAKE_CHANNEL, INTAKE_ROLES.received_by, INTAKE_ROLES.groups
+    )
+    why = "gives up on a message it cannot decode or refuses; operators and the producer read these"
+    operations[f"send-{dlq}"] = _operation("send", dlq, [("the parser", why)])
 
 
 class _Dumper(yaml.SafeDumper):

@@ -8,8 +8,14 @@ Every exception that reaches a handler is exactly one of four kinds (`classify`)
 - RATE_LIMITED: the provider said "not now": wait as told; it never counts as an attempt.
 - FAILS_ITEM: the chunk or document becomes FAILED with a message a user can act on, and the handler
   still emits its output event so that the task finishes.
-- POISON: the message itself cannot be handled (unreadable, or naming nothing that exists): it goes
-  to the dead-letter topic with the reason.
+- POISON: the message itself cannot be handled (unreadable, or naming nothing that exists, or what
+  it leads to is refused by Kafka for good, like an event over the topic's size limit): it goes to the
+  dead-letter topic with the reason.
+
+A Kafka error says itself whether it is retriable (aiokafka's `retriable`). One that says it is not is
+the message's fault and poisons it — except the few that say not-retriable of the client or the
+cluster rather than of any message (`_KAFKA_WAIT_OUT`): dead-lettering every message through such an
+outage would empty the pipeline into its dead-letter topics, so those are waited out.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import asyncpg
+from aiokafka import errors as kafka_errors
 from aiokafka.errors import KafkaError
 
 T = TypeVar("T")
@@ -38,6 +45,11 @@ class Kind(enum.Enum):
 
 class Poison(Exception):
     """The message can never be handled as it is: it goes to the dead-letter topic."""
+
+
+class EventRefused(Poison):
+    """Kafka refused, for good, an event that handling the message produced (too large for its topic,
+    say): the message is dead-lettered with the reason, instead of being tried forever."""
 
 
 class ItemFailed(Exception):
@@ -129,15 +141,43 @@ _INFRASTRUCTURE: tuple[type[BaseException], ...] = (
     asyncpg.TooManyConnectionsError,
     asyncpg.DeadlockDetectedError,
     asyncpg.SerializationError,
-    KafkaError,
     ProviderUnavailable,
 )
+
+# Kafka errors that call themselves not retriable, yet say nothing against the message: they pass, or
+# an operator fixes them, and every message would fail alike meanwhile.
+_KAFKA_WAIT_OUT: tuple[type[KafkaError], ...] = (
+    kafka_errors.KafkaTimeoutError,  # a delivery or a buffer wait timed out: the broker was away
+    kafka_errors.KafkaUnavailableError,
+    kafka_errors.BrokerNotAvailableError,
+    kafka_errors.ReplicaNotAvailableError,
+    kafka_errors.ProducerClosed,  # the service is stopping; the message is handed back
+    kafka_errors.RebalanceInProgressError,
+    # Credentials and ACLs: wrong for every message at once, until the operator fixes them.
+    kafka_errors.AuthenticationFailedError,
+    kafka_errors.SaslAuthenticationFailed,
+    kafka_errors.TopicAuthorizationFailedError,
+    kafka_errors.ClusterAuthorizationFailedError,
+    kafka_errors.GroupAuthorizationFailedError,
+    kafka_errors.TransactionalIdAuthorizationFailed,
+)
+
+
+def kafka_kind(exc: KafkaError) -> Kind:
+    """Ask the error: retriable ones (and the client's or cluster's passing states) are waited out; the
+    rest — a message too large, a corrupt or invalid record — are the message's, for good."""
+    if exc.retriable or isinstance(exc, _KAFKA_WAIT_OUT) or type(exc) is KafkaError:
+        # A bare KafkaError is aiokafka's own fault ("unexpected error during batch delivery"), not the message's.
+        return Kind.RETRIABLE
+    return Kind.POISON
 
 
 def classify(exc: BaseException) -> Kind | None:
     """The kind of a failure; None for an unexpected one (a bug): a few tries, then the DLQ."""
     if isinstance(exc, RateLimited):
         return Kind.RATE_LIMITED
+    if isinstance(exc, KafkaError):
+        return kafka_kind(exc)
     if isinstance(exc, _INFRASTRUCTURE):
         return Kind.RETRIABLE
     if isinstance(exc, ItemFailed):

@@ -77,7 +77,10 @@ _ABSENT = {"type": "null"}  # a field of another form: left out, or null
 _SUBMISSION_FORMS: list[Any] = [
     {
         "title": "stored",
-        "description": "The bytes are already stored in PostgreSQL (what the gateway and re-drives publish).",
+        "description": (
+            "The bytes are already stored in PostgreSQL: what the gateway and re-drives publish, on"
+            " document-submitted (the only form that topic takes)."
+        ),
         "required": ["blob_sha256", "size_bytes"],
         "properties": {
             "blob_sha256": {"type": "string"},
@@ -88,7 +91,7 @@ _SUBMISSION_FORMS: list[Any] = [
     },
     {
         "title": "inline",
-        "description": "Another system's document, its bytes in the message (base64).",
+        "description": "Another system's document, its bytes in the message (base64), on intake.<producer>.",
         "required": ["task_documents", "content_base64"],
         "properties": {
             **_FOREIGN_IDS,
@@ -100,7 +103,9 @@ _SUBMISSION_FORMS: list[Any] = [
     },
     {
         "title": "by URI",
-        "description": "Another system's document, fetched by the parser from a file:// or http(s):// URI.",
+        "description": (
+            "Another system's document, fetched by the parser from a file:// or http(s):// URI, on intake.<producer>."
+        ),
         "required": ["task_documents", "source_uri"],
         "properties": {
             **_FOREIGN_IDS,
@@ -120,13 +125,14 @@ class DocumentSubmitted(Event):
     """A document to summarize. Three forms (exactly one per message):
 
     - stored: its bytes are stored by sha256 in the blobs table and the task and document rows exist
-      (the gateway publishes this form);
+      (the gateway and the re-drives publish this form, on document-submitted: the only form it takes);
     - inline: another system publishes the bytes in `content_base64`;
-    - by URI: another system names them by `source_uri` (file:// under the configured roots,
-      http(s):// to the configured hosts).
+    - by URI: another system names them by `source_uri` (file:// under the owner's roots, http(s):// to
+      the owner's hosts).
 
-    In the inline and URI forms the task is created on first sight, from `owner`, `title`, `options`
-    and `task_documents`, and finishes once that many documents of it are final. Publishing the same
+    Another system publishes the inline and URI forms on its own topic, intake.<producer>, for the owners
+    it may act for. The task is created on first sight, from `owner`, `title`, `options` and
+    `task_documents`, and finishes once that many documents of it are final. Publishing the same
     message again changes nothing.
     """
 
@@ -289,6 +295,16 @@ class Topic(StrEnum):
     DOCUMENT_MERGED = "document-merged"
     TASK_EVENTS = "task-events"
     TASK_FINISHED = "task-finished"
+
+
+# The topic each producer of another system publishes its documents on (its DocumentSubmitted events,
+# inline or by URI), one per producer so that the broker's ACLs tell the parser who published a message.
+INTAKE_TOPIC = "intake.{producer}"
+
+
+def intake_topic(producer: str) -> str:
+    """The topic `producer` publishes on (before the deployment's DOCSUM_TOPIC_PREFIX)."""
+    return INTAKE_TOPIC.format(producer=producer)
 
 
 EVENT_TYPES: dict[Topic, type[Event]] = {

@@ -8,11 +8,11 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 from aiokafka.helpers import create_ssl_context
 
-from .errors import retry_until, until_deadline
-from .events import TOPIC_OF, Event, Topic
+from .errors import EventRefused, Kind, kafka_kind, retry_until, until_deadline
+from .events import TOPIC_OF, Event, Topic, intake_topic
 from .settings import Settings
 from .telemetry import headers
 
@@ -48,13 +48,22 @@ def client_options(settings: Settings) -> dict[str, Any]:
 
 
 def topic_partitions(settings: Settings) -> dict[str, int]:
-    """Every topic the pipeline uses, with its partition count (the ceiling of its parallelism)."""
+    """Every topic the pipeline uses, with its partition count (the ceiling of its parallelism): its own,
+    and the intake topic of each producer DOCSUM_INTAKE_PRODUCERS configures."""
     wanted: dict[str, int] = {}
     for topic in Topic:
         count = settings.chunk_topic_partitions if topic is Topic.CHUNK_CREATED else settings.topic_partitions
         wanted[settings.topic(topic)] = count
         wanted[settings.topic(topic) + DLQ_SUFFIX] = 1
+    for name in intake_topics(settings):
+        wanted[name] = settings.topic_partitions
+        wanted[name + DLQ_SUFFIX] = 1
     return wanted
+
+
+def intake_topics(settings: Settings) -> dict[str, str]:
+    """The intake topic of each configured producer (with the prefix), by name → its producer."""
+    return {settings.topic(intake_topic(producer)): producer for producer in sorted(settings.intake_producers)}
 
 
 async def ensure_topics(settings: Settings, *, wait_s: float = 120.0) -> None:
@@ -98,12 +107,29 @@ def make_producer(settings: Settings) -> AIOKafkaProducer:
 
 async def publish(producer: AIOKafkaProducer, settings: Settings, events: Iterable[Event]) -> None:
     """Send the events and wait until Kafka has acknowledged every one of them. Each carries the
-    current trace context as a W3C `traceparent` header (telemetry.py; none without OpenTelemetry)."""
-    pending = [
-        await producer.send(
-            settings.topic(TOPIC_OF[type(event)]), event.to_bytes(), key=event.key().encode(), headers=headers()
-        )
-        for event in events
-    ]
-    for delivery in pending:
-        await delivery
+    current trace context as a W3C `traceparent` header (telemetry.py; none without OpenTelemetry).
+    An event Kafka refuses for good (not retriable: too large for its topic, say) raises EventRefused,
+    naming the topic, the event and the reason."""
+    pending = []
+    for event in events:
+        topic = settings.topic(TOPIC_OF[type(event)])
+        try:
+            delivery = await producer.send(topic, event.to_bytes(), key=event.key().encode(), headers=headers())
+        except KafkaError as exc:
+            _raise_if_refused(exc, topic, event)
+            raise
+        pending.append((topic, event, delivery))
+    for topic, event, delivery in pending:
+        try:
+            await delivery
+        except KafkaError as exc:
+            _raise_if_refused(exc, topic, event)
+            raise
+
+
+def _raise_if_refused(exc: KafkaError, topic: str, event: Event) -> None:
+    if kafka_kind(exc) is Kind.POISON:
+        raise EventRefused(
+            f"Kafka refused the {type(event).__name__} event for {event.key()} on {topic} for good"
+            f" ({type(exc).__name__}: {exc}; not retriable)"
+        ) from exc

@@ -2,11 +2,19 @@
 
 Used by resume, retry, reconcile and start-up recovery. It never depends on Kafka retention or on
 consumer offsets, and publishing its events twice is harmless: every handler is idempotent.
+
+Harmless is not free: each event is a message a service reads. So a re-drive leaves alone whatever is
+moving — a chunk under a live lease, and for reconcile a task or document active within its idle
+time — and a task is claimed in PostgreSQL before its events are built (`prepare_redrive`): of any number
+of re-drives racing for one task, on any replica, one re-drives it and the others find it active.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import logging
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import asyncpg
@@ -25,7 +33,7 @@ from .events import (
 from .kafka import publish
 from .levels import SizeLevel, size_level
 from .settings import Settings
-from .states import CHUNK_FINAL, DOCUMENT_FINAL, ChunkStatus, DocumentStatus
+from .states import CHUNK_FINAL, DOCUMENT_FINAL, ChunkStatus, DocumentStatus, TaskStatus
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +48,7 @@ class DocumentRow:
     size_bytes: int | None
     text_chars: int | None
     size_level: SizeLevel | None
+    active: bool = False  # moved within the re-drive's idle time: it is being worked on, leave it
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,7 @@ class ChunkRow:
     id: str
     index: int
     status: ChunkStatus
+    leased: bool = False  # a summarizer holds a live lease on it: its call is running
 
 
 def plan(
@@ -58,9 +68,12 @@ def plan(
 ) -> list[Event]:
     """The events that move every unfinished document of the task one step on. `expected_documents`: the
     number of documents the task will have (another system's task, whose documents arrive one by one);
-    until that many exist, the task is not finished whatever state they are in."""
+    until that many exist, the task is not finished whatever state they are in. An active document and
+    a leased chunk get nothing: they are moving already."""
     events: list[Event] = []
     for doc in documents:
+        if doc.active:
+            continue
         if doc.status in (DocumentStatus.PENDING, DocumentStatus.PARSING):
             if doc.blob_sha256 is None or doc.size_bytes is None:
                 continue  # no bytes to parse: its producer publishes it again (after `docsum retry`)
@@ -79,7 +92,7 @@ def plan(
         elif doc.status is DocumentStatus.SUMMARIZING:
             rows = chunks.get(doc.id, [])
             unfinished = [c for c in rows if c.status not in CHUNK_FINAL]
-            for c in unfinished:
+            for c in (c for c in unfinished if not c.leased):
                 events.append(ChunkCreated(task_id=task_id, document_id=doc.id, chunk_id=c.id, chunk_index=c.index))
             if rows and not unfinished:  # every chunk final: only the merge is missing
                 last = rows[-1]
@@ -94,25 +107,81 @@ def plan(
     return events
 
 
-async def redrive_task(
-    pool: asyncpg.Pool, producer: AIOKafkaProducer, settings: Settings, task_id: str, *, bounded: bool = False
-) -> int:
-    """Publish what the task's unfinished work needs; returns how many events were published.
+@dataclass(frozen=True)
+class Redrive:
+    """A task claimed for a re-drive and the events it needs, built but not yet published. `context`:
+    the re-drive's own trace (its events carry its id), to publish them in."""
 
-    `bounded` (reconcile): a document found where the previous re-drive left it, `redrive_limit`
-    times in a row, is FAILED with its last error instead of being re-driven again.
+    task_id: str
+    events: list[Event]
+    context: contextvars.Context
+
+
+# The claim: a guarded transition of the task's row, so racing re-drives (replicas, the merger's
+# reconcile, an owner's requests) take turns. A reconcile (`$2` not null) claims only an unfinished
+# task nobody moved for `$2` seconds; a resume or retry (null) has just moved the task itself. The
+# claim marks the task active, which is what makes the next reconcile leave it alone.
+_CLAIM_TASK = """
+UPDATE tasks SET redrives = redrives + 1, last_active_at = now(),
+       recovering_since = CASE WHEN $3 THEN coalesce(recovering_since, now()) ELSE recovering_since END
+ WHERE id = $1
+   AND ($2::float8 IS NULL OR (status = ANY($4::text[]) AND last_active_at <= now() - make_interval(secs => $2)))
+RETURNING owner, expected_documents
+"""
+
+
+async def prepare_redrive(
+    pool: asyncpg.Pool, settings: Settings, task_id: str, *, idle_s: float | None = None, bounded: bool = False
+) -> Redrive | None:
+    """Claim the task and build what its unfinished work needs; None if it was not claimed (gone, or
+    for a reconcile: finished, or active within `idle_s` — another re-drive may just have taken it).
+
+    `idle_s` (reconcile): documents active within it are left alone too. `bounded` (the merger's
+    reconcile): a document found where the previous re-drive left it, `redrive_limit` times in a row, is
+    FAILED with its last error instead of being re-driven again.
     """
-    task = await pool.fetchrow("SELECT owner, expected_documents FROM tasks WHERE id = $1", task_id)
+    task = await pool.fetchrow(_CLAIM_TASK, task_id, idle_s, bounded, [TaskStatus.PENDING, TaskStatus.PROCESSING])
     if task is None:
-        return 0
+        return None
     if bounded:
         await fail_stalled(pool, task_id, settings.redrive_limit)
-    doc_rows = await pool.fetch(
-        "SELECT id, status, filename, content_type, blob_sha256, size_bytes, text_chars, size_level"
+    documents = await _documents(pool, task_id, idle_s)
+    chunks = await _chunks(pool, task_id)
+    # A re-drive starts a trace of its own (linked to what asked for it): its events' trace id is the new one.
+    with telemetry.root_span("redrive", {"task_id": task_id}) as trace_id:
+        # Built in a worker thread: thousands of events would otherwise hold the event loop (and every
+        # request the process serves) for as long as they take.
+        events = await asyncio.to_thread(
+            _traced_plan, trace_id, task_id, task["owner"], documents, chunks, task["expected_documents"]
+        )
+        context = contextvars.copy_context()
+    # The merger's reconcile is a recovery (the work was stuck); a resume, a retry or an owner's
+    # reconcile is the owner's wish.
+    metrics.REDRIVES.labels("reconcile" if bounded else "requested").inc()
+    return Redrive(task_id, events, context)
+
+
+def _traced_plan(
+    trace_id: str | None,
+    task_id: str,
+    owner: str,
+    documents: list[DocumentRow],
+    chunks: dict[str, list[ChunkRow]],
+    expected_documents: int | None,
+) -> list[Event]:
+    events = plan(task_id, owner, documents, chunks, expected_documents)
+    return events if trace_id is None else [event.model_copy(update={"trace_id": trace_id}) for event in events]
+
+
+async def _documents(pool: asyncpg.Pool, task_id: str, idle_s: float | None) -> list[DocumentRow]:
+    rows = await pool.fetch(
+        "SELECT id, status, filename, content_type, blob_sha256, size_bytes, text_chars, size_level,"
+        " ($2::float8 IS NOT NULL AND updated_at > now() - make_interval(secs => $2)) AS active"
         " FROM documents WHERE task_id = $1 ORDER BY position",
         task_id,
+        idle_s,
     )
-    documents = [
+    return [
         DocumentRow(
             **{
                 **dict(r),
@@ -120,33 +189,67 @@ async def redrive_task(
                 "size_level": SizeLevel(r["size_level"]) if r["size_level"] else None,
             }
         )
-        for r in doc_rows
+        for r in rows
     ]
-    chunk_rows = await pool.fetch(
-        "SELECT c.document_id, c.id, c.chunk_index, c.status FROM chunks c JOIN documents d ON d.id = c.document_id"
+
+
+async def _chunks(pool: asyncpg.Pool, task_id: str) -> dict[str, list[ChunkRow]]:
+    rows = await pool.fetch(
+        "SELECT c.document_id, c.id, c.chunk_index, c.status,"
+        " (c.status = $3 AND c.lease_expires_at > now()) AS leased"
+        " FROM chunks c JOIN documents d ON d.id = c.document_id"
         " WHERE d.task_id = $1 AND d.status = $2 ORDER BY c.document_id, c.chunk_index",
         task_id,
         DocumentStatus.SUMMARIZING,
+        ChunkStatus.SUMMARIZING,
     )
     chunks: dict[str, list[ChunkRow]] = {}
-    for r in chunk_rows:
-        chunks.setdefault(r["document_id"], []).append(ChunkRow(r["id"], r["chunk_index"], ChunkStatus(r["status"])))
-    # A re-drive starts a trace of its own (linked to what asked for it): its events' trace id is the new one.
-    with telemetry.root_span("redrive", {"task_id": task_id}) as trace_id:
-        events = plan(task_id, task["owner"], documents, chunks, task["expected_documents"])
-        if trace_id is not None:
-            events = [event.model_copy(update={"trace_id": trace_id}) for event in events]
-        await publish(producer, settings, events)
-    # A reconcile re-drive is a recovery (the work was stuck); a resume or a retry is the owner's wish.
-    await pool.execute(
-        "UPDATE tasks SET redrives = redrives + 1, last_active_at = now(),"
-        " recovering_since = CASE WHEN $2 THEN coalesce(recovering_since, now()) ELSE recovering_since END"
-        " WHERE id = $1",
-        task_id,
-        bounded,
-    )
-    metrics.REDRIVES.labels("reconcile" if bounded else "requested").inc()
-    return len(events)
+    for r in rows:
+        row = ChunkRow(r["id"], r["chunk_index"], ChunkStatus(r["status"]), bool(r["leased"]))
+        chunks.setdefault(r["document_id"], []).append(row)
+    return chunks
+
+
+def batches(events: Sequence[Event], size: int) -> list[Sequence[Event]]:
+    """The events in slices of at most `size`, in order."""
+    return [events[i : i + size] for i in range(0, len(events), size)]
+
+
+async def publish_redrives(
+    producer: AIOKafkaProducer,
+    settings: Settings,
+    redrives: Sequence[Redrive],
+    between_batches: Callable[[], Awaitable[None]] | None = None,
+) -> int:
+    """Publish the re-drives' events in batches of `redrive_batch_events`, each acknowledged before the
+    next is sent (the producer's buffer and the loop's time stay bounded whatever the backlog), each in
+    its re-drive's trace; `between_batches` runs after each batch. Returns how many were published."""
+    published = 0
+    for redrive in redrives:
+        for batch in batches(redrive.events, settings.redrive_batch_events):
+            # In the re-drive's context: its trace, in the events' traceparent headers.
+            await asyncio.create_task(publish(producer, settings, batch), context=redrive.context.copy())
+            published += len(batch)
+            if between_batches is not None:
+                await between_batches()
+    return published
+
+
+async def redrive_task(
+    pool: asyncpg.Pool,
+    producer: AIOKafkaProducer,
+    settings: Settings,
+    task_id: str,
+    *,
+    idle_s: float | None = None,
+    bounded: bool = False,
+) -> int:
+    """Claim the task, then publish what its unfinished work needs; returns how many events were
+    published (0 when it was not claimed). See `prepare_redrive` for `idle_s` and `bounded`."""
+    redrive = await prepare_redrive(pool, settings, task_id, idle_s=idle_s, bounded=bounded)
+    if redrive is None:
+        return 0
+    return await publish_redrives(producer, settings, [redrive])
 
 
 # A document's progress, as a re-drive sees it: its status, its chunks done and failed, its merge

@@ -15,6 +15,7 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError, model_vali
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .approval import Ceiling
+from .intake_access import PRODUCER_PATTERN, IntakeAccess, OwnerAccess
 
 
 class SettingConflict(ValueError):
@@ -121,6 +122,9 @@ class Settings(BaseSettings):
     # A document that reconcile re-drives this many times in a row without any progress is FAILED
     # with its last error (nothing is re-driven forever).
     redrive_limit: int = Field(10, ge=1)
+    # A re-drive publishes its events in batches of this many, each acknowledged before the next is
+    # sent: the producer's buffer and the time a re-drive holds its process stay bounded, whatever the backlog.
+    redrive_batch_events: int = Field(500, ge=1)
 
     # Chunking
     small_max_chars: int = Field(8_000, ge=100)
@@ -214,6 +218,26 @@ class Settings(BaseSettings):
     intake_http_total_s: float = Field(120.0, gt=0)  # for a whole download
     # All the files of one task together (each file is also held to max_file_bytes), from any producer.
     max_task_bytes: int = Field(256 * 1024 * 1024, ge=1)
+    # The systems that publish documents on Kafka, each on its own topic intake.<producer> (which the
+    # broker's ACLs let only that producer write), and the owners each may act for: Kafka does not tell
+    # a consumer who produced a message, so the topic does. '{"crm": ["alice", "bob"]}'; empty: none.
+    intake_producers: dict[str, list[str]] = Field(default_factory=dict)
+    # Where an owner's documents may come from: '{"alice": {"file_roots": [...], "http_hosts": [...]}}'
+    # (an owner listed gets exactly that; the others the global intake_file_roots and intake_http_hosts).
+    intake_owners: dict[str, IntakeAccess] = Field(default_factory=dict)
+    # Tasks one owner may create per minute, through the gateway or by a producer on Kafka, counted in
+    # PostgreSQL across every replica (docsum_shared.taskrate). 0: no limit.
+    tasks_per_minute: int = Field(60, ge=0)
+
+    @model_validator(mode="after")
+    def _producers_are_topic_names(self) -> Settings:
+        for producer in self.intake_producers:
+            if not PRODUCER_PATTERN.fullmatch(producer):
+                raise SettingConflict(
+                    "DOCSUM_INTAKE_PRODUCERS",
+                    f"producer {producer[:80]!r} is not 1-100 characters of A-Z a-z 0-9 _ - (it names a topic)",
+                )
+        return self
 
     # Logs and traces (logs.py, telemetry.py; OpenTelemetry's own OTEL_* variables configure the export)
     log_format: Literal["text", "json"] = "text"  # json: one JSON object per line (set it under Kubernetes)
@@ -224,6 +248,10 @@ class Settings(BaseSettings):
             kind, self.llm_max_tokens_task
         )
         return {"brief": base // 2, "detailed": base * 2}.get(length, base)
+
+    def intake_access(self, owner: str) -> OwnerAccess:
+        """Where `owner`'s documents may come from: its own entry of intake_owners, else the global lists."""
+        return OwnerAccess.of(owner, self.intake_owners.get(owner), self)
 
     def ceiling(self, owner: str) -> Ceiling:
         return self.owner_ceilings.get(owner) or Ceiling(calls=self.task_max_calls, cost_usd=self.task_max_cost_usd)

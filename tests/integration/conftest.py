@@ -187,6 +187,10 @@ class StackFactory:
             # Every stack shares the session's database, so alice's tasks of all tests would count against
             # one rate; the limit has its own test (test_gateway_keys.py).
             "DOCSUM_TASKS_PER_MINUTE": "0",
+            # Likewise the re-drive rate; and tests reconcile tasks they have just written. Both have their
+            # own test (test_redrive_storm.py).
+            "DOCSUM_REDRIVES_PER_MINUTE": "0",
+            "DOCSUM_REDRIVE_IDLE_S": "0",
             **overrides,
         }
         stack = Stack(env, f"http://127.0.0.1:{port}", keys, self.logs.mktemp("logs"), python=self.python)

@@ -1,18 +1,22 @@
 """Documents from a producer that is not ours: confluent-kafka (librdkafka, not aiokafka) publishes raw
-JSON onto document-submitted, as another system would, and the pipeline takes it from there.
+JSON onto its own topic, intake.crm, as another system would, and the pipeline takes it from there.
+The producer `crm` may act for alice only (DOCSUM_INTAKE_PRODUCERS), and alice's URIs may lead only
+under her own root (DOCSUM_INTAKE_OWNERS).
 
 One stack, two tasks:
-- a task of three documents: a Chinese text inline (base64), the example PDF by a file:// URI under the
-  configured root, and one whose base64 is broken: two COMPLETED, one FAILED with its reason, the task
+- a task of three documents: a Chinese text inline (base64), the example PDF by a file:// URI under
+  alice's root, and one whose base64 is broken: two COMPLETED, one FAILED with its reason, the task
   COMPLETED_WITH_ERRORS (read through the gateway's API: the task id is a uuid, its owner has a key);
-- a task of three documents that may not be had: file:// out of the root by .. and by a symlink, and
-  http://127.0.0.1/ (every host allowed, but never a loopback address): each FAILED with the reason,
-  the task FAILED (its id is not one the gateway's API answers for: read from PostgreSQL).
+- a task of four documents that may not be had: file:// out of the root by .. and by a symlink, a file
+  under bob's root (not alice's), and http://127.0.0.1/ (every host allowed, but never a loopback
+  address): each FAILED with the reason, the task FAILED (its id is not one the gateway's API answers
+  for: read from PostgreSQL).
 Both results are read back from task-finished by a confluent-kafka consumer, as the other system would.
-Then every message again: no new row, no document, no LLM call; and messages that do not add up (another
-owner naming the task, a count that disagrees, an id outside the charset, a document id of another task)
-are dead-lettered, never joined. Last, `retry` and the broken document published again with its bytes:
-taken in, and the task COMPLETED.
+Then every message again: no new row, no document, no LLM call; and messages that do not add up (crm
+naming bob, a count that disagrees, an id outside the charset, a document id of another task) are
+dead-lettered, never joined; so is alice's document published on document-submitted, the pipeline's own
+topic. Last, `retry` and the broken document published again with its bytes: taken in, and the task
+COMPLETED.
 """
 
 from __future__ import annotations
@@ -41,8 +45,11 @@ pytestmark = pytest.mark.integration
 EXAMPLES = ROOT / "examples"
 
 
-def publish(stack: Stack, messages: list[dict[str, Any]]) -> None:
-    """Each message as JSON, keyed by its document_id, onto the stack's document-submitted topic."""
+PRODUCER = "crm"  # the stacks' producer of documents, on its topic intake.crm
+
+
+def publish(stack: Stack, messages: list[dict[str, Any]], topic: str = f"intake.{PRODUCER}") -> None:
+    """Each message as JSON, keyed by its document_id, onto the stack's `topic` (crm's own, by default)."""
     producer = Producer({"bootstrap.servers": stack.env["KAFKA_BOOTSTRAP_SERVERS"], "acks": "all"})
     failed: list[str] = []
 
@@ -50,7 +57,7 @@ def publish(stack: Stack, messages: list[dict[str, Any]]) -> None:
         if error is not None:
             failed.append(str(error))
 
-    topic = stack.env["DOCSUM_TOPIC_PREFIX"] + "document-submitted"
+    topic = stack.env["DOCSUM_TOPIC_PREFIX"] + topic
     for message in messages:
         producer.produce(topic, key=message["document_id"], value=json.dumps(message), on_delivery=delivered)
     if producer.flush(30) != 0:
@@ -87,14 +94,15 @@ def read_finished(stack: Stack, task_ids: set[str], timeout: float = 90.0) -> di
 
 
 async def drained(env: dict[str, str]) -> bool:
-    """Every service has handled every message on the topics it consumes, in pipeline order (a handler
-    publishes before it commits: a group at the end of its topic has published all it will)."""
+    """Every service has handled every message on the topics it consumes (crm's intake topic too), in
+    pipeline order (a handler publishes before it commits: a group at the end of its topic has published
+    all it will)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=env["KAFKA_BOOTSTRAP_SERVERS"])
     consumer = AIOKafkaConsumer(bootstrap_servers=env["KAFKA_BOOTSTRAP_SERVERS"], enable_auto_commit=False)
     await admin.start()
     await consumer.start()
     try:
-        for topic, service in CONSUMED.items():
+        for topic, service in [(f"intake.{PRODUCER}", "parser"), *CONSUMED.items()]:
             name = env["DOCSUM_TOPIC_PREFIX"] + topic
             partitions = [TopicPartition(name, p) for p in consumer.partitions_for_topic(name) or ()]
             ends = await consumer.end_offsets(partitions)
@@ -125,6 +133,41 @@ async def snapshot(db: asyncpg.Pool, task_ids: list[str]) -> dict[str, Any]:
     }
 
 
+async def dead_letters(env: dict[str, str], topic: str) -> list[tuple[str, str]]:
+    """(key, the error header) of every dead letter of `topic` (its name without the prefix)."""
+    partitions = [TopicPartition(env["DOCSUM_TOPIC_PREFIX"] + topic + ".dlq", 0)]  # a DLQ has one partition
+    consumer = AIOKafkaConsumer(bootstrap_servers=env["KAFKA_BOOTSTRAP_SERVERS"], enable_auto_commit=False)
+    await consumer.start()
+    try:
+        return [(r.key.decode(), dict(r.headers)["error"].decode()) for r in await _records(consumer, partitions)]
+    finally:
+        await consumer.stop()
+
+
+async def _records(consumer: AIOKafkaConsumer, partitions: list[TopicPartition]) -> list[Any]:
+    consumer.assign(partitions)
+    await consumer.seek_to_beginning(*partitions)
+    ends = await consumer.end_offsets(partitions)
+    found: list[Any] = []
+    while [tp for tp in partitions if await consumer.position(tp) < ends[tp]]:
+        for records in (await consumer.getmany(timeout_ms=500)).values():
+            found += records
+    return found
+
+
+def producers(**owners: list[str]) -> str:
+    """DOCSUM_INTAKE_PRODUCERS for the stack: crm may act for `owners["crm"]`."""
+    return json.dumps(owners)
+
+
+@pytest.fixture
+def bob_root(tmp_path: Path) -> Path:
+    root = tmp_path / "bob-docs"
+    root.mkdir()
+    (root / "ledger.txt").write_text("Bob's ledger, for bob alone. " * 20)
+    return root
+
+
 @pytest.fixture
 def file_root(tmp_path: Path) -> Path:
     root = tmp_path / "shared-docs"
@@ -136,14 +179,18 @@ def file_root(tmp_path: Path) -> Path:
 
 
 async def test_documents_published_by_another_kafka_client(
-    make_stack: StackFactory, db: asyncpg.Pool, file_root: Path
+    make_stack: StackFactory, db: asyncpg.Pool, file_root: Path, bob_root: Path
 ) -> None:
     stack = make_stack(
         DOCSUM_LLM_BACKEND="extractive",
-        DOCSUM_INTAKE_FILE_ROOTS=json.dumps([str(file_root)]),
-        DOCSUM_INTAKE_HTTP_HOSTS=json.dumps(["*"]),  # any host: the address check still refuses loopback
-        DOCSUM_INTAKE_HTTP_PORTS=json.dumps([80, 443, 9]),  # the loopback URI's port, to reach the address check
-    )
+        DOCSUM_INTAKE_PRODUCERS=producers(crm=["alice"]),
+        DOCSUM_INTAKE_OWNERS=json.dumps({
+            # any host: the address check still refuses loopback; its port, to reach the address check
+            "alice": {"file_roots": [str(file_root)], "http_hosts": ["*"], "http_ports": [80, 443, 9]},
+            "bob": {"file_roots": [str(bob_root)]},
+        }),
+        DOCSUM_INTAKE_FILE_ROOTS=json.dumps([str(bob_root)]),  # everyone else's: not alice's either
+    )  # fmt: skip
     essay = (EXAMPLES / "chinese-essay.txt").read_bytes()
     task = str(uuid.uuid4())  # a uuid, so that its owner can follow it through the gateway's API too
     # Whichever message of the task comes first creates it: each carries the task's title and options.
@@ -158,11 +205,12 @@ async def test_documents_published_by_another_kafka_client(
     bad = {**common, "document_id": f"crm:{uuid.uuid4().hex}", "filename": "broken.txt", "content_base64": "%%%="}
     refused_task = f"crm.batch:{uuid.uuid4().hex}"
     refused = [
-        {"task_id": refused_task, "owner": "alice", "task_documents": 3, "document_id": f"{refused_task}.{name}",
+        {"task_id": refused_task, "owner": "alice", "task_documents": 4, "document_id": f"{refused_task}.{name}",
          "filename": name, "source_uri": uri}
         for name, uri in [
             ("outside.txt", (file_root / ".." / "private.txt").as_uri()),  # .. out of the root
             ("escape.txt", (file_root / "escape.txt").as_uri()),  # a symlink out of the root
+            ("ledger.txt", (bob_root / "ledger.txt").as_uri()),  # bob's root, and the global one: not alice's
             ("loopback.txt", "http://127.0.0.1:9/loopback.txt"),
         ]
     ]  # fmt: skip
@@ -207,35 +255,45 @@ async def test_documents_published_by_another_kafka_client(
     }  # fmt: skip
     assert {d["error"] for d in results[refused_task]["documents"]} == {r["error"] for r in rows.values()}
     assert {r["status"] for r in rows.values()} == {"FAILED"} and all(r["blob_sha256"] is None for r in rows.values())
-    for name in ("outside.txt", "escape.txt"):
-        assert "is not under a directory DOCSUM_INTAKE_FILE_ROOTS allows" in rows[name]["error"], rows[name]
+    for name in ("outside.txt", "escape.txt", "ledger.txt"):
+        assert "is not under a directory DOCSUM_INTAKE_OWNERS (alice: file_roots) allows" in rows[name]["error"]
     assert "resolves to 127.0.0.1, a loopback address" in rows["loopback.txt"]["error"]
+    assert not await db.fetchval(
+        "SELECT count(*) FROM document_texts t JOIN documents d ON d.id = t.document_id WHERE d.task_id = $1",
+        refused_task,
+    )  # nothing of bob's ledger read
 
     # --- the same messages again, and messages that do not add up ------------------------------------
     await eventually(lambda: drained(stack.env), timeout=60, message="the pipeline to settle")
     before = await snapshot(db, [task, refused_task])
-    intruder = {**good[0], "owner": "bob", "document_id": f"crm:{uuid.uuid4().hex}"}
+    intruder = {**good[0], "owner": "bob", "document_id": f"crm:{uuid.uuid4().hex}"}  # crm acts for alice only
+    elsewhere = {**good[0], "task_id": str(uuid.uuid4()), "document_id": f"crm:{uuid.uuid4().hex}"}
     recount = {**good[0], "task_documents": 4, "document_id": f"crm:{uuid.uuid4().hex}"}
     bad_id = {**good[0], "task_id": "crm task with spaces", "document_id": f"crm:{uuid.uuid4().hex}"}
     hijack = {**good[1], "task_id": str(uuid.uuid4()), "task_documents": 1}  # a document of task A, elsewhere
     poison = {m["document_id"]: m for m in (intruder, recount, bad_id, hijack)}
     await asyncio.to_thread(publish, stack, [*good, bad, *refused, *poison.values()])
+    # alice's own document, on the pipeline's topic instead of crm's: refused, whoever wrote it
+    await asyncio.to_thread(publish, stack, [elsewhere], "document-submitted")
 
-    dlq = stack.env["DOCSUM_TOPIC_PREFIX"] + "document-submitted.dlq"
+    async def dead_lettered(topic: str, wanted: set[str]) -> dict[str, str] | None:
+        found = {key: error for key, error in await dead_letters(stack.env, topic) if key in wanted}
+        return found if len(found) == len(wanted) else None
 
-    async def dead_lettered() -> dict[str, str] | None:
-        found = {
-            r.key.decode(): dict(r.headers)["error"].decode()
-            for r in await read_topics(stack.env, [dlq])
-            if r.key and r.key.decode() in poison
-        }
-        return found if len(found) == len(poison) else None
-
-    reasons = await eventually(dead_lettered, timeout=60, message="the refused messages in the DLQ", stack=stack)
-    assert "belongs to another owner" in reasons[intruder["document_id"]]
+    reasons = await eventually(
+        lambda: dead_lettered(f"intake.{PRODUCER}", set(poison)), timeout=60, message="the DLQ", stack=stack
+    )
+    assert "producer crm may not submit documents for owner 'bob'" in reasons[intruder["document_id"]]
     assert "task_documents is 4, but" in reasons[recount["document_id"]]
     assert "task_id 'crm task with spaces' is not 1-64 characters" in reasons[bad_id["document_id"]]
     assert "already exists under another task or owner" in reasons[hijack["document_id"]]
+    [internal] = (
+        await eventually(
+            lambda: dead_lettered("document-submitted", {elsewhere["document_id"]}), timeout=60, message="its DLQ"
+        )
+    ).values()
+    assert "takes only the stored form" in internal and "intake.<producer>" in internal, internal
+    assert not await db.fetchval("SELECT count(*) FROM tasks WHERE id = $1", elsewhere["task_id"])
     await eventually(lambda: drained(stack.env), timeout=60, message="the pipeline to settle again")
     after = await snapshot(db, [task, refused_task])
     assert after == before  # nothing joined, nothing written, nothing summarized again
@@ -257,10 +315,13 @@ async def test_documents_published_by_another_kafka_client(
     assert await db.fetchval("SELECT count(*) FROM documents WHERE task_id = $1", task) == 3
 
 
-async def test_the_stored_form_reads_only_its_own_documents_bytes(stack: Stack, db: asyncpg.Pool) -> None:
+async def test_the_stored_form_reads_only_its_own_documents_bytes(make_stack: StackFactory, db: asyncpg.Pool) -> None:
     """Blobs are stored once by sha256 for every owner. An owner who publishes the stored form naming the
     hash of another owner's upload must not get its text, and must not learn whether such bytes exist:
-    the real hash and a made-up one are refused alike (same error, same dead letter, same document)."""
+    the real hash and a made-up one are refused alike (same error, same dead letter, same document).
+    (With the broker's ACLs only the pipeline may write document-submitted at all: this is the parser's
+    own defence, for a deployment without them.)"""
+    stack = make_stack(DOCSUM_INTAKE_PRODUCERS=producers(crm=["bob"]))
     memo = f"Private memo {uuid.uuid4().hex}: the merger plans of alice, not for bob's eyes.".encode()
     async with stack.client("alice") as alice:
         response = await alice.post("/v1/tasks", files=[("files", ("memo.txt", memo, "text/plain"))])
@@ -304,7 +365,7 @@ async def test_the_stored_form_reads_only_its_own_documents_bytes(stack: Stack, 
         seen = len(await dead_letters())
         stored_form = {"task_id": task, "document_id": document, "owner": "bob", "filename": "memo.txt",
                        "content_type": "text/plain", "blob_sha256": guess, "size_bytes": len(memo)}  # fmt: skip
-        await asyncio.to_thread(publish, stack, [stored_form])
+        await asyncio.to_thread(publish, stack, [stored_form], "document-submitted")
 
         async def handled(seen: int = seen) -> dict[str, Any] | None:
             state = await observed()
@@ -333,7 +394,7 @@ async def test_uris_no_request_can_be_made_for_fail_their_documents(make_stack: 
     """A control character in the URI (httpx's InvalidURL) and a name IDNA cannot encode (UnicodeError)
     used to escape as unexpected errors: dead-lettered, no row, the producer never told. Each now fails
     its document with the reason, and task-finished says so."""
-    stack = make_stack(DOCSUM_INTAKE_HTTP_HOSTS=json.dumps(["*"]))
+    stack = make_stack(DOCSUM_INTAKE_HTTP_HOSTS=json.dumps(["*"]), DOCSUM_INTAKE_PRODUCERS=producers(crm=["alice"]))
     task = f"crm.uris:{uuid.uuid4().hex}"
     uris = {"control.pdf": "http://93.184.216.34/a\x01b.pdf", "dots.pdf": "http://a..example.com/a.pdf"}
     await asyncio.to_thread(publish, stack, [

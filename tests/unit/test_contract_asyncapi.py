@@ -45,7 +45,12 @@ def _check_document(document: dict[str, Any], topics: list[Any]) -> None:
     schemas = document["components"]["schemas"]
     messages = document["components"]["messages"]
     expected = {t.value for t in topics} | {t.value + kafka.DLQ_SUFFIX for t in topics}
-    assert set(document["channels"]) == expected == set(messages)
+    assert set(messages) == expected
+    # Besides, each producer's topic intake.{producer} (and its dead letters), with document-submitted's message.
+    assert set(document["channels"]) == expected | {
+        contracts.INTAKE_CHANNEL,
+        contracts.INTAKE_CHANNEL + kafka.DLQ_SUFFIX,
+    }
     for topic in topics:
         model, name = contracts.EVENT_TYPES[topic], topic.value
         for address in (name, name + kafka.DLQ_SUFFIX):
@@ -114,6 +119,19 @@ def test_operations_follow_the_services() -> None:
     assert "send-task-finished.dlq" not in operations  # no docsum consumer group reads task-finished
     assert "merger" in operations["send-task-finished"]["summary"]
     assert "receive-task-finished" not in operations  # other systems read it
+
+
+def test_each_producer_has_its_own_channel_and_document_submitted_is_the_pipelines() -> None:
+    document = contracts.asyncapi()
+    intake = document["channels"]["intake"]
+    assert intake["address"] == "intake.{producer}" and set(intake["parameters"]) == {"producer"}
+    assert intake["messages"] == {"intake": {"$ref": "#/components/messages/document-submitted"}}
+    assert document["channels"]["intake.dlq"]["address"] == "intake.{producer}.dlq"
+    operations = document["operations"]
+    assert operations["receive-intake"]["bindings"]["kafka"]["groupId"]["enum"] == ["docsum-parser"]
+    assert "another system" in operations["send-intake"]["summary"]
+    assert "other systems" not in operations["send-document-submitted"]["summary"]
+    assert "it takes the stored form only" in document["channels"]["document-submitted"]["description"]
 
 
 def test_dead_letter_headers_are_the_ones_the_consumer_writes() -> None:

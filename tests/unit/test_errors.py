@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from aiokafka import errors as kafka_errors
 
 from docsum_shared.errors import (
     Backoff,
     ContextLimitExceeded,
+    EventRefused,
     ItemFailed,
     Kind,
     Poison,
@@ -18,6 +20,7 @@ from docsum_shared.errors import (
     Stopped,
     classify,
     context_limit_error,
+    kafka_kind,
     retry_until,
     while_infrastructure_down,
 )
@@ -66,6 +69,71 @@ def test_every_failure_is_exactly_one_kind() -> None:
     assert classify(ItemFailed("broken file")) is Kind.FAILS_ITEM
     assert classify(Poison("unknown id")) is Kind.POISON
     assert classify(KeyError("a bug")) is None
+    assert classify(EventRefused("too large for its topic")) is Kind.POISON
+
+
+# --- Kafka errors: the error says whether it is retriable ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        kafka_errors.MessageSizeTooLargeError(),  # over the topic's max.message.bytes, or the producer's limit
+        kafka_errors.RecordListTooLargeError(),
+        kafka_errors.CorruptRecordException(),
+        kafka_errors.InvalidTimestampError(),
+        kafka_errors.UnsupportedForMessageFormatError(),
+        kafka_errors.InvalidTopicError(),
+        kafka_errors.PolicyViolationError(),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_a_kafka_error_that_says_it_is_not_retriable_poisons_the_message(error: kafka_errors.KafkaError) -> None:
+    assert error.retriable is False
+    assert kafka_kind(error) is Kind.POISON
+    assert classify(error) is Kind.POISON
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        kafka_errors.KafkaConnectionError(),
+        kafka_errors.NotLeaderForPartitionError(),
+        kafka_errors.LeaderNotAvailableError(),
+        kafka_errors.RequestTimedOutError(),
+        kafka_errors.NotEnoughReplicasError(),
+        kafka_errors.UnknownTopicOrPartitionError(),
+        kafka_errors.NodeNotReadyError(),
+        kafka_errors.CoordinatorNotAvailableError(),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_a_kafka_error_that_says_it_is_retriable_is_waited_out(error: kafka_errors.KafkaError) -> None:
+    assert error.retriable is True
+    assert classify(error) is Kind.RETRIABLE
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        kafka_errors.KafkaTimeoutError(),  # the broker was away longer than a delivery may wait
+        kafka_errors.BrokerNotAvailableError(),
+        kafka_errors.ProducerClosed(),  # the service is stopping
+        kafka_errors.TopicAuthorizationFailedError("t"),  # an ACL an operator fixes: every message alike
+        kafka_errors.SaslAuthenticationFailed(),
+        kafka_errors.KafkaError("Unexpected error during batch delivery"),  # the client's own fault
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_not_retriable_states_of_the_client_or_cluster_are_waited_out(error: kafka_errors.KafkaError) -> None:
+    """They call themselves not retriable but say nothing against the message: dead-lettering every
+    message through such an outage would empty the pipeline into its dead-letter topics."""
+    assert error.retriable is False
+    assert classify(error) is Kind.RETRIABLE
+
+
+def test_a_subclass_of_a_retriable_kafka_error_stays_retriable() -> None:
+    assert classify(kafka_errors.NotCoordinatorForGroupError()) is Kind.RETRIABLE
 
 
 def test_backoff_grows_is_capped_jittered_and_follows_retry_after() -> None:

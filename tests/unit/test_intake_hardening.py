@@ -142,7 +142,8 @@ async def test_the_handler_writes_the_rows_with_the_reason_instead_of_dead_lette
         task_id="crm:t", document_id="crm:t:1", owner="crm", filename="a.pdf", task_documents=1, source_uri=uri
     )
     repo = IntakeRepo()
-    [failed] = await parser.handle(event, parser.Deps(repo, EVERY_HOST))  # type: ignore[arg-type]
+    crm = EVERY_HOST.model_copy(update={"intake_producers": {"crm": ["crm"]}})
+    [failed] = await parser.handle(event, parser.Deps(repo, crm, producer="crm"))  # type: ignore[arg-type]
     assert type(failed).__name__ == "DocumentMerged"
     [(error, had_bytes)] = repo.taken
     assert error and not had_bytes

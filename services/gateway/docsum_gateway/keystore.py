@@ -7,7 +7,8 @@ from datetime import datetime
 
 import asyncpg
 
-from . import policy
+from docsum_shared import taskrate
+
 from .security import hash_matches, new_key, split_key
 
 _KEY_COLUMNS = "id AS key_id, owner, name, created_at, last_used_at, revoked_at"
@@ -82,19 +83,29 @@ async def has_live_key(pool: asyncpg.Pool, owner: str) -> bool:
     )
 
 
-async def admit_task(pool: asyncpg.Pool, owner: str, per_minute: int) -> policy.Admission:
+async def live_key_ids(pool: asyncpg.Pool, key_ids: list[str]) -> set[str]:
+    """Those of the stored keys that are not revoked (the open streams' keys, checked in one query)."""
+    rows = await pool.fetch("SELECT id FROM api_keys WHERE id = ANY($1::text[]) AND revoked_at IS NULL", key_ids)
+    return {r["id"] for r in rows}
+
+
+async def use_ticket(pool: asyncpg.Pool, nonce: str, expires: int) -> bool:
+    """Record a ticket's nonce: True the first time, on any replica, before or after any restart;
+    False ever after. The nonces of expired tickets go on the way (an expired ticket is refused for
+    its age, so its nonce need not be kept; a minute of grace covers clocks that disagree)."""
+    return bool(
+        await pool.fetchval(
+            "WITH expired AS (DELETE FROM stream_ticket_nonces WHERE expires_at < now() - interval '1 minute')"
+            " INSERT INTO stream_ticket_nonces (nonce, expires_at) VALUES ($1, to_timestamp($2))"
+            " ON CONFLICT (nonce) DO NOTHING RETURNING true",
+            nonce,
+            float(expires),
+        )
+    )
+
+
+async def admit_task(pool: asyncpg.Pool, owner: str, per_minute: int) -> taskrate.Admission:
     """Book one task creation for `owner` against the limit shared by every gateway replica: the row
     is locked while the decision is made, on the database's clock."""
     async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(
-            "INSERT INTO task_rate_limits (owner, tat) VALUES ($1, 0) ON CONFLICT (owner) DO NOTHING", owner
-        )
-        row = await conn.fetchrow(
-            "SELECT tat, extract(epoch FROM clock_timestamp())::float8 AS now FROM task_rate_limits"
-            " WHERE owner = $1 FOR UPDATE",
-            owner,
-        )
-        decision = policy.admit_task(row["tat"], row["now"], per_minute)
-        if decision.allowed:
-            await conn.execute("UPDATE task_rate_limits SET tat = $2 WHERE owner = $1", owner, decision.tat)
-    return decision
+        return await taskrate.book_task(conn, owner, per_minute)

@@ -7,8 +7,10 @@ A stored key reads `dsk_<key id>_<secret>`: the id is public (it names the key i
 
 A WebSocket cannot always carry an `Authorization` header (browsers), so it may also authenticate
 with a ticket: a short-lived token for one task, signed by the gateway (`issue_ticket`), good for one
-connection. Tickets are signed, not stored, so every replica that shares the signing secret accepts
-them; each replica also refuses a ticket it has already seen.
+connection. Tickets are signed, so every replica that shares the signing secret accepts them; the
+nonce of each redeemed one is stored in PostgreSQL until the ticket expires (keystore.use_ticket), so
+it opens one connection across every replica and restart. A ticket names the stored key it was issued
+with (if any): revoking that key ends the streams the ticket opened.
 """
 
 from __future__ import annotations
@@ -95,6 +97,15 @@ def hash_matches(stored_hash: str | None, secret: str) -> bool:
     return hmac.compare_digest(stored_hash or "0" * len(computed), computed) and stored_hash is not None
 
 
+def revocable_key_id(env_keys: dict[str, str], presented: str) -> str | None:
+    """The id of the stored key `presented` is (what revoking ends); None for a key of
+    DOCSUM_API_KEYS, which holds while the gateway runs."""
+    if owner_for(env_keys, presented) is not None:
+        return None
+    parts = split_key(presented)
+    return parts[0] if parts else None
+
+
 def bearer_token(authorization: str | None) -> str | None:
     """The credentials of an `Authorization: Bearer <token>` header; the scheme in any case (RFC 9110)."""
     if not authorization:
@@ -128,22 +139,39 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
+@dataclass(frozen=True)
+class TicketClaim:
+    """What a genuine ticket says: whose it is, the stored key it was issued with, its nonce and expiry."""
+
+    owner: str
+    key_id: str | None
+    nonce: str
+    expires: int  # seconds since the epoch
+
+
 @dataclass
 class Tickets:
     """Issues and checks WebSocket tickets: `wst1.<payload>.<signature>`, URL- and subprotocol-safe."""
 
     secret: bytes
     ttl_s: float
-    _used: dict[str, float] = field(default_factory=dict)  # nonce -> expiry, while it could still be replayed
+    # nonce -> expiry: what this replica has seen, refused without asking the database (which decides
+    # for every replica: keystore.use_ticket).
+    _used: dict[str, float] = field(default_factory=dict)
 
-    def issue(self, owner: str, task_id: str, now: float | None = None) -> str:
+    def issue(self, owner: str, task_id: str, now: float | None = None, key_id: str | None = None) -> str:
         expires = int((now if now is not None else time.time()) + self.ttl_s)
-        payload = "\n".join((task_id, owner, str(expires), secrets.token_urlsafe(12))).encode()
+        payload = "\n".join((task_id, owner, str(expires), secrets.token_urlsafe(12), key_id or "")).encode()
         body = f"{TICKET_PREFIX}.{_b64(payload)}"
         return f"{body}.{_b64(self._sign(body))}"
 
     def redeem(self, ticket: str, task_id: str, now: float | None = None) -> str | None:
-        """The owner the ticket was issued to, if it is genuine, for `task_id`, unexpired and unused."""
+        """The owner the ticket was issued to, if it is genuine, for `task_id`, unexpired and unused here."""
+        claim = self.claim(ticket, task_id, now)
+        return claim.owner if claim is not None else None
+
+    def claim(self, ticket: str, task_id: str, now: float | None = None) -> TicketClaim | None:
+        """What the ticket says, if it is genuine, for `task_id`, unexpired and not seen by this replica."""
         now = now if now is not None else time.time()
         prefix, _, rest = ticket.partition(".")
         encoded, _, signature = rest.partition(".")
@@ -154,14 +182,14 @@ class Tickets:
             fields = _unb64(encoded).decode().split("\n") if genuine else []
         except (ValueError, UnicodeDecodeError):
             return None
-        if len(fields) != 4 or not fields[2].isdigit():
+        if len(fields) != 5 or not (fields[2].isascii() and fields[2].isdigit()):
             return None
-        ticket_task, owner, expires, nonce = fields[0], fields[1], int(fields[2]), fields[3]
+        ticket_task, owner, expires, nonce, key_id = fields[0], fields[1], int(fields[2]), fields[3], fields[4]
         if ticket_task != task_id or expires < now or nonce in self._used:
             return None
         self._forget_expired(now)
         self._used[nonce] = expires
-        return owner
+        return TicketClaim(owner, key_id or None, nonce, expires)
 
     def _sign(self, body: str) -> bytes:
         return hmac.new(self.secret, body.encode(), hashlib.sha256).digest()

@@ -47,12 +47,28 @@ class GatewaySettings(Settings):
     progress_heartbeat_s: float = Field(15.0, gt=0, le=300)
     # A stream reads its task's log at least this often, whether or not a NOTIFY woke it.
     progress_poll_s: float = Field(1.0, gt=0, le=60)
+    # Open streams this gateway process serves for one owner, and in all (beyond: 429 for SSE, a
+    # WebSocket close 1013 "try again later"); each stream holds a connection and up to the bytes below.
+    progress_streams_per_owner: int = Field(20, ge=1)
+    progress_streams_max: int = Field(200, ge=1)
+    # The most log text a stream reads (and holds) at once; a longer backlog is sent in several reads.
+    progress_batch_bytes: int = Field(256 * KiB, ge=4 * KiB)
+    # A client that has not taken what was sent for this long is dropped (it reconnects with Last-Event-ID).
+    progress_stall_s: float = Field(30.0, gt=0, le=600)
+    # A finished task's progress log is deleted this long after the task ended (its summaries stay).
+    progress_retain_s: float = Field(7 * 24 * 3600.0, gt=0)
 
     # --- Stored API keys and the task rate limit (README: "API keys and rate limits") ---
     # The operator's credential for /v1/keys (create, list, revoke stored keys). Unset: no /v1/keys routes.
     admin_key: SecretStr | None = None
-    # Tasks one owner may create per minute, counted across every gateway replica (beyond: 429). 0: no limit.
-    tasks_per_minute: int = Field(60, ge=0)
+    # Tasks one owner may create per minute: `tasks_per_minute` of the shared settings (the parser counts
+    # a producer's new tasks against the same limit); beyond it POST /v1/tasks answers 429.
+
+    # Re-drives one owner may start per minute (POST /v1/reconcile, resume, retry), across every gateway
+    # replica, one at a time (beyond: 429). 0: no rate, still one at a time.
+    redrives_per_minute: int = Field(6, ge=0)
+    # POST /v1/reconcile leaves alone a task or document that moved within this long: it is being worked on.
+    redrive_idle_s: float = Field(30.0, ge=0)
 
     @property
     def upload_bytes(self) -> int:

@@ -41,7 +41,10 @@ async def maintain_once(pool: asyncpg.Pool, producer: AIOKafkaProducer, settings
             await publish(producer, settings, [TaskEvent(task_id=t, status=TaskStatus.EXPIRED) for t in expired])
             stuck = await idle_unfinished(pool, settings.reconcile_idle_s)
             for task_id in stuck:
-                published = await redrive_task(pool, producer, settings, task_id, bounded=True)
+                # Claimed only if still idle: an owner's re-drive of it meanwhile is not repeated.
+                published = await redrive_task(
+                    pool, producer, settings, task_id, idle_s=settings.reconcile_idle_s, bounded=True
+                )
                 log.info("reconcile: task %s idle, re-drove %d events", task_id, published)
             return len(expired), len(stuck)
         finally:

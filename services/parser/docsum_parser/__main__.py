@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from dataclasses import replace
 
 import asyncpg
 
-from docsum_shared.consumer import run_service, serve
+from docsum_shared.consumer import Consumer, run_service, serve
 from docsum_shared.events import Topic
 from docsum_shared.handlers import Handler
+from docsum_shared.kafka import intake_topics
 from docsum_shared.settings import Settings, service_settings
 
 from . import logfilter
@@ -18,9 +20,20 @@ from .repository import DocumentRepository
 from .worker import ParseWorker
 
 
-def consumers(settings: Settings, pool: asyncpg.Pool, worker: ParseWorker) -> Mapping[Topic, Handler]:
+def consumers(settings: Settings, pool: asyncpg.Pool, worker: ParseWorker) -> list[Consumer]:
+    """document-submitted (the pipeline's own), and each configured producer's intake topic with a
+    handler that knows the producer: one consumer group reads them all."""
     logfilter.redact_uris()  # serve() has configured logging by now
-    return handlers.bind(Deps(DocumentRepository(pool), settings, worker))
+    deps = Deps(DocumentRepository(pool), settings, worker)
+    return [Consumer(handlers.bind(deps), carriers=intake_carriers(deps))]
+
+
+def intake_carriers(deps: Deps) -> Mapping[str, tuple[Topic, Handler]]:
+    """intake.<producer> → its messages are document-submitted events, handled knowing the producer."""
+    return {
+        topic: (Topic.DOCUMENT_SUBMITTED, handlers.bind(replace(deps, producer=producer))[Topic.DOCUMENT_SUBMITTED])
+        for topic, producer in intake_topics(deps.settings).items()
+    }
 
 
 async def service(stop: asyncio.Event) -> None:

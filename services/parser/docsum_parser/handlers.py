@@ -49,6 +49,9 @@ class Deps:
     repo: Repository
     settings: Settings
     extract: Extractor = run_job  # the service gives a ParseWorker: time and memory limits, own process
+    # The producer whose intake topic the message came on (intake.<producer>); None: document-submitted,
+    # the pipeline's own topic.
+    producer: str | None = None
 
 
 handlers = Handlers[Deps]()
@@ -57,7 +60,8 @@ handle = handlers.handle
 
 @handlers.on(DocumentSubmitted)
 async def parse_document(event: DocumentSubmitted, deps: Deps) -> list[Event]:
-    if event.blob_sha256 is None:  # another system's document, inline or by URI: the rows may not exist yet
+    intake.check_source(event, deps.producer, deps.settings)
+    if deps.producer is not None:  # another system's document, inline or by URI: the rows may not exist yet
         await take_in(event, deps)
     doc = required(await deps.repo.load(event.document_id), f"document {event.document_id} of task {event.task_id}")
     check_belongs(event, doc)

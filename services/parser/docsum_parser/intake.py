@@ -17,9 +17,11 @@ from pathlib import PurePosixPath
 from typing import Literal
 from urllib.parse import unquote, urlsplit
 
-from docsum_shared.errors import ItemFailed, Poison
-from docsum_shared.events import ID_PATTERN, DocumentSubmitted
+from docsum_shared.errors import ItemFailed, Poison, RateLimited
+from docsum_shared.events import ID_PATTERN, DocumentSubmitted, intake_topic
+from docsum_shared.intake_access import OwnerAccess
 from docsum_shared.settings import Settings
+from docsum_shared.taskrate import Admission
 
 from .uris import CONTROL, shown
 
@@ -49,6 +51,31 @@ class ExistingDocument:
 
 
 # --- refused: the dead-letter topic ---------------------------------------------------------------
+
+
+def check_source(event: DocumentSubmitted, producer: str | None, settings: Settings) -> None:
+    """Whether the topic the message came on may carry it. document-submitted (`producer` None) is the
+    pipeline's own: the stored form only, as the gateway and the re-drives publish it. intake.<producer>
+    carries that producer's documents (inline or by URI), for the owners DOCSUM_INTAKE_PRODUCERS lets it
+    act for: Kafka's ACLs decide who writes the topic, so the topic says who the producer is."""
+    if producer is None:
+        if event.form != "stored":
+            raise Poison(
+                "document-submitted takes only the stored form, which the pipeline publishes itself: publish"
+                f" a document inline or by URI on your own topic, {intake_topic('<producer>')} (with the"
+                " deployment's DOCSUM_TOPIC_PREFIX), which DOCSUM_INTAKE_PRODUCERS configures"
+            )
+        return
+    if event.blob_sha256 is not None or event.size_bytes is not None:
+        raise Poison(
+            f"{intake_topic(producer)} takes documents inline (content_base64) or by URI (source_uri): the"
+            " stored form (blob_sha256) is the pipeline's own"
+        )
+    if event.owner not in settings.intake_producers.get(producer, ()):
+        raise Poison(
+            f"producer {producer} may not submit documents for owner {event.owner[:80]!r}: its owners are"
+            " listed in DOCSUM_INTAKE_PRODUCERS"
+        )
 
 
 def check_message(event: DocumentSubmitted, settings: Settings) -> None:
@@ -96,6 +123,24 @@ def check_task(event: DocumentSubmitted, task: StoredTask | None, *, new_documen
         )
     if new_document and task.documents >= task.expected_documents:
         raise Poison(f"task {event.task_id} already has its {task.expected_documents} documents")
+
+
+# --- waits: retried later, through the consumer's retry path ------------------------------------------
+
+
+class TaskRateExceeded(RateLimited):
+    """The owner has created its DOCSUM_TASKS_PER_MINUTE tasks: the message creating another waits (the
+    consumer retries it after `retry_after` seconds) instead of being refused or lost."""
+
+
+def check_admission(event: DocumentSubmitted, admission: Admission, settings: Settings) -> None:
+    """A new task of a producer counts against its owner's task rate, as one made through the gateway does."""
+    if not admission.allowed:
+        raise TaskRateExceeded(
+            f"owner {event.owner} is over {settings.tasks_per_minute} new tasks a minute (DOCSUM_TASKS_PER_MINUTE):"
+            f" task {event.task_id} waits {admission.retry_after_s} s",
+            retry_after=admission.retry_after_s,
+        )
 
 
 # --- failed: the document FAILED with the reason ----------------------------------------------------
@@ -155,6 +200,12 @@ def task_bytes_error(total_bytes: int, size: int, settings: Settings) -> str | N
 # --- where a URI may lead ---------------------------------------------------------------------------
 
 
+def global_access(settings: Settings) -> OwnerAccess:
+    """The global lists (DOCSUM_INTAKE_FILE_ROOTS, _HTTP_HOSTS, _HTTP_PORTS): an owner's without an entry
+    of its own in DOCSUM_INTAKE_OWNERS."""
+    return OwnerAccess(settings.intake_file_roots, settings.intake_http_hosts, settings.intake_http_ports)
+
+
 @dataclass(frozen=True)
 class FileSource:
     path: str  # absolute, as the URI names it (not resolved yet)
@@ -193,8 +244,10 @@ def host_error(host: str) -> str | None:
     return None
 
 
-def parse_uri(uri: str, settings: Settings) -> FileSource | HttpSource:
-    """What `source_uri` names, if the settings allow that kind of place at all; ItemFailed otherwise."""
+def parse_uri(uri: str, settings: Settings, access: OwnerAccess | None = None) -> FileSource | HttpSource:
+    """What `source_uri` names, if the owner's access (default: the global lists) allows that kind of
+    place at all; ItemFailed otherwise."""
+    access = access or global_access(settings)
     if (problem := uri_error(uri)) is not None:
         raise ItemFailed(problem)
     try:
@@ -209,8 +262,10 @@ def parse_uri(uri: str, settings: Settings) -> FileSource | HttpSource:
         path = unquote(parts.path)
         if not path.startswith("/") or "\x00" in path:
             raise ItemFailed("a file:// URI needs an absolute path: file:///path/to/file")
-        if not settings.intake_file_roots:
-            raise ItemFailed("file:// URIs are not allowed here: no directory is configured (DOCSUM_INTAKE_FILE_ROOTS)")
+        if not access.file_roots:
+            raise ItemFailed(
+                f"file:// URIs are not allowed here: no directory is configured ({access.setting('file_roots')})"
+            )
         return FileSource(path)
     if scheme in ("http", "https"):
         host = (parts.hostname or "").lower()
@@ -218,12 +273,12 @@ def parse_uri(uri: str, settings: Settings) -> FileSource | HttpSource:
             raise ItemFailed("an http(s):// URI needs a host")
         if (problem := host_error(host)) is not None:
             raise ItemFailed(problem)
-        if not host_allowed(host, settings.intake_http_hosts):
-            raise ItemFailed(f"host {host} is not allowed: list it in DOCSUM_INTAKE_HTTP_HOSTS")
+        if not host_allowed(host, access.http_hosts):
+            raise ItemFailed(f"host {host} is not allowed: list it in {access.setting('http_hosts')}")
         secure = scheme == "https"
         port = port or (443 if secure else 80)
-        if port not in settings.intake_http_ports:
-            raise ItemFailed(f"port {port} is not allowed: list it in DOCSUM_INTAKE_HTTP_PORTS")
+        if port not in access.http_ports:
+            raise ItemFailed(f"port {port} is not allowed: list it in {access.setting('http_ports')}")
         return HttpSource(uri, "https" if secure else "http", host, port)
     if scheme == "s3":
         raise ItemFailed(
@@ -284,7 +339,9 @@ def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | Non
     return None
 
 
-def address_error(host: str, address: Address, listed: list[str]) -> str | None:
+def address_error(
+    host: str, address: Address, listed: list[str], setting: str = "DOCSUM_INTAKE_HTTP_HOSTS"
+) -> str | None:
     """Why `host` may not be reached at `address` (None: it may). Only a public address is reached
     unless this very address (or a network holding it), or the host by its exact name, is listed: a
     name allowed by a wildcard never leads to a loopback, link-local or private address. An IPv6
@@ -313,7 +370,7 @@ def address_error(host: str, address: Address, listed: list[str]) -> str | None:
     via = f" (by {given})" if given != address else ""
     return (
         f"host {host} resolves to {address}{via}, a {kind} address: list that address (or the host by its"
-        " exact name) in DOCSUM_INTAKE_HTTP_HOSTS to allow it"
+        f" exact name) in {setting} to allow it"
     )
 
 

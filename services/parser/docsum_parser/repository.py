@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncpg
 
+from docsum_shared import taskrate
 from docsum_shared.blobs import store_blob
 from docsum_shared.events import DocumentSubmitted
 from docsum_shared.levels import SizeLevel
@@ -96,12 +97,17 @@ class DocumentRepository:
         before (a concurrent message of the same task may have come first). Poison rolls it all back."""
         options = event.options or TaskOptions()
         async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute(
+            created = await conn.fetchval(
                 "INSERT INTO tasks (id, owner, title, status, options, expected_documents)"
-                " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING",
+                " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING RETURNING true",
                 event.task_id, event.owner, event.title, TaskStatus.PROCESSING, options.model_dump_json(),
                 event.task_documents,
             )  # fmt: skip
+            if created and settings.tasks_per_minute:
+                # The task counts against its owner's limit, as one made through the gateway does; refused,
+                # the whole transaction rolls back (no task, no booking) and the message waits its turn.
+                admission = await taskrate.book_task(conn, event.owner, settings.tasks_per_minute)
+                intake.check_admission(event, admission, settings)
             task = await _intake_task(conn, event.task_id, lock=True)
             existing = _existing(await conn.fetchrow(_EXISTING, event.document_id, list(NEEDS_PARSE)))
             intake.check_document(event, existing)

@@ -15,6 +15,7 @@ import httpx2
 
 from docsum_shared.errors import ItemFailed
 from docsum_shared.events import DocumentSubmitted
+from docsum_shared.intake_access import OwnerAccess
 from docsum_shared.settings import Settings
 
 from . import intake, uris
@@ -24,27 +25,30 @@ READ_BLOCK = 64 * 1024
 
 
 async def content(event: DocumentSubmitted, settings: Settings) -> bytes:
-    """The document's bytes, whichever way the message gives them."""
+    """The document's bytes, whichever way the message gives them; a URI only to where its owner's
+    access allows (DOCSUM_INTAKE_OWNERS, else the global lists)."""
     problem = intake.form_error(event)
     if problem is not None:
         raise ItemFailed(problem)
     if event.content_base64 is not None:
         return intake.decode_inline(event.content_base64, settings)
     assert event.source_uri is not None
-    source = intake.parse_uri(event.source_uri, settings)
+    access = settings.intake_access(event.owner)
+    source = intake.parse_uri(event.source_uri, settings, access)
     if isinstance(source, intake.FileSource):
-        return await asyncio.to_thread(read_file, source.path, settings)
-    return await download(source, settings)
+        return await asyncio.to_thread(read_file, source.path, settings, access)
+    return await download(source, settings, access)
 
 
 # --- file:// ------------------------------------------------------------------------------------------
 
 
-def read_file(path: str, settings: Settings) -> bytes:
+def read_file(path: str, settings: Settings, access: OwnerAccess | None = None) -> bytes:
     """The file at `path`, if it is a regular file under one of the roots once every symlink and .. is
     resolved (checked again on the opened file, so a link swapped in meanwhile leads nowhere)."""
-    roots = [os.path.realpath(root) for root in settings.intake_file_roots]
-    outside = ItemFailed(f"{path} is not under a directory DOCSUM_INTAKE_FILE_ROOTS allows")
+    access = access or intake.global_access(settings)
+    roots = [os.path.realpath(root) for root in access.file_roots]
+    outside = ItemFailed(f"{path} is not under a directory {access.setting('file_roots')} allows")
     resolved = os.path.realpath(path)
     if not intake.under_roots(resolved, roots):
         raise outside
@@ -80,7 +84,7 @@ def read_file(path: str, settings: Settings) -> bytes:
 # --- http(s):// ---------------------------------------------------------------------------------------
 
 
-async def resolve(source: intake.HttpSource, settings: Settings) -> intake.Address:
+async def resolve(source: intake.HttpSource, settings: Settings, access: OwnerAccess | None = None) -> intake.Address:
     """The address to connect to: every address the host resolves to must be allowed (a name with one
     private address among public ones is refused), and the connection goes to the one checked."""
     try:
@@ -90,14 +94,15 @@ async def resolve(source: intake.HttpSource, settings: Settings) -> intake.Addre
     addresses = list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos))
     if not addresses:
         raise ItemFailed(f"host {source.host} has no address")
+    access = access or intake.global_access(settings)
     for address in addresses:
-        problem = intake.address_error(source.host, address, settings.intake_http_hosts)
+        problem = intake.address_error(source.host, address, access.http_hosts, access.setting("http_hosts"))
         if problem is not None:
             raise ItemFailed(problem)
     return addresses[0]
 
 
-async def download(source: intake.HttpSource, settings: Settings) -> bytes:
+async def download(source: intake.HttpSource, settings: Settings, access: OwnerAccess | None = None) -> bytes:
     """GET the URI: to the checked address only, with connect and read timeouts and a deadline for the
     whole download, at most DOCSUM_MAX_FILE_BYTES; redirects only within the same origin."""
     timeout = httpx2.Timeout(settings.intake_http_timeout_s)
@@ -109,7 +114,7 @@ async def download(source: intake.HttpSource, settings: Settings) -> bytes:
         ):
             url = source.url
             for _ in range(MAX_REDIRECTS + 1):
-                body, location = await _get(client, source, url, settings)
+                body, location = await _get(client, source, url, settings, access)
                 if body is not None:
                     return body
                 problem = intake.redirect_error(source, location)
@@ -133,10 +138,10 @@ async def download(source: intake.HttpSource, settings: Settings) -> bytes:
 
 
 async def _get(
-    client: httpx2.AsyncClient, source: intake.HttpSource, url: str, settings: Settings
+    client: httpx2.AsyncClient, source: intake.HttpSource, url: str, settings: Settings, access: OwnerAccess | None
 ) -> tuple[bytes | None, str]:
     """One request, to the address checked just before: (the body, "") or (None, the redirect's Location)."""
-    address = await resolve(source, settings)
+    address = await resolve(source, settings, access)
     pinned = httpx2.URL(url).copy_with(host=str(address))
     host = f"[{source.host}]" if ":" in source.host else source.host
     default_port = 443 if source.scheme == "https" else 80

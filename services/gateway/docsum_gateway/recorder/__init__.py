@@ -17,7 +17,9 @@ import asyncpg
 
 from docsum_shared.consumer import ConsumerService
 from docsum_shared.settings import Settings
+from docsum_shared.states import TASK_FINAL
 
+from . import repository
 from .handlers import Deps, handlers
 
 log = logging.getLogger(__name__)
@@ -30,7 +32,36 @@ def recorder(settings: Settings, pool: asyncpg.Pool) -> ConsumerService:
 
 async def record_until(stop: asyncio.Event, settings: Settings, pool: asyncpg.Pool) -> None:
     """Run the recorder until `stop` is set; started again if it ends on an error (the broker away at
-    start, say): the gateway serves requests meanwhile, and the recorder catches up from its offsets."""
+    start, say): the gateway serves requests meanwhile, and the recorder catches up from its offsets.
+    The log's old entries are pruned meanwhile (`prune_until`)."""
+    # DOCSUM_PROGRESS_RETAIN_S is the gateway's setting (docsum_gateway.settings), which the app passes;
+    # importing that class here would tie the recorder's imports to the gateway's settings module.
+    retain_s: float = getattr(settings, "progress_retain_s", 7 * 24 * 3600.0)
+    pruning = asyncio.create_task(prune_until(stop, pool, retain_s))
+    try:
+        await _record(stop, settings, pool)
+    finally:
+        pruning.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pruning
+
+
+async def prune_until(stop: asyncio.Event, pool: asyncpg.Pool, retain_s: float) -> None:
+    """Delete the log of the tasks that ended more than `retain_s` ago, every `retain_s / 2` (at most
+    hourly). The log is for watching a task happen: long after the end, the task's view (GET) tells
+    all it did. Every replica prunes; a delete another replica made first deletes nothing."""
+    every = min(3600.0, max(1.0, retain_s / 2))
+    while not stop.is_set():
+        try:
+            while deleted := await repository.prune(pool, sorted(TASK_FINAL), retain_s):
+                log.info("progress log: pruned %d entries of tasks that ended over %gs ago", deleted, retain_s)
+        except Exception as exc:  # noqa: BLE001 - the database away: the next round tries again
+            log.warning("progress log: could not prune (%s)", exc)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), every)
+
+
+async def _record(stop: asyncio.Event, settings: Settings, pool: asyncpg.Pool) -> None:
     while not stop.is_set():
         service = recorder(settings, pool)
         watcher = asyncio.create_task(_stop_when(stop, service))

@@ -6,7 +6,8 @@ follows: the events of a task arrive from several topics and partitions in any o
 brings along the earlier milestones the stored state shows (the task started, its document started,
 parsed, cut), and a document's or the task's end brings the chunk and document ends it implies. Each
 entry carries the task's progress as the stored state shows it when the entry is written: percent
-done (the task and each document), ETA, usage and the estimate of what is left.
+done (the task and, for the documents it changed, each document's), ETA, usage and the estimate of
+what is left (`compact`).
 """
 
 from __future__ import annotations
@@ -151,6 +152,30 @@ def keys_at_most(event: Event, chunk_status: str | None = None) -> list[str] | N
             keys.append(f"chunk:{event.chunk_id}:{chunk_status}")
         return keys
     return None
+
+
+# What an entry tells of a document: a client keeps the latest it was told of each.
+TOLD_FIELDS = ("status", "percent", "chunks")
+
+
+def compact(bodies: Sequence[dict[str, Any]], told: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The bodies with, in `documents`, only the documents whose state differs from what the log told
+    before (`told`: document id -> its last told state); and what the log has told after them.
+
+    An entry's size then follows what changed, not the task's size: a chunk summarized tells one
+    document, not a hundred. The snapshot plus the entries after its `progress_seq` still give the
+    whole picture: every document's state is in the snapshot, and every change after it in an entry."""
+    told = dict(told)
+    out = []
+    for body in bodies:
+        changed = []
+        for doc in body.get("documents", ()):
+            state = {name: doc[name] for name in TOLD_FIELDS}
+            if told.get(doc["document_id"]) != state:
+                told[doc["document_id"]] = state
+                changed.append(doc)
+        out.append({**body, "documents": changed})
+    return out, told
 
 
 def _task_event(

@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import asyncpg
 
-from .policy import ChunkRow, Entry
+from .policy import ChunkRow, Entry, compact
 
 # Every append notifies this channel with the task id: the gateways' streams wake up at once (a
 # stream that misses a notification still polls).
@@ -18,13 +17,12 @@ CHANNEL = "docsum_progress"
 
 @dataclass(frozen=True)
 class Logged:
-    """An entry as stored: its number in the task's log, and what it says."""
+    """An entry as stored: its number in the task's log, its kind, and the entry as JSON text (its
+    number included), which is what a stream sends: no stream parses what it only passes on."""
 
     seq: int
-    body: dict[str, Any]
-
-    def payload(self) -> dict[str, Any]:
-        return {"seq": self.seq, **self.body}
+    kind: str
+    text: str
 
 
 async def append(
@@ -39,11 +37,12 @@ async def append(
     on the lock's own connection: reading through the pool while holding the lock would deadlock once
     every other connection is held by an append waiting for this very lock."""
     async with pool.acquire() as conn, conn.transaction():
-        head = await conn.fetchval(
+        row = await conn.fetchrow(
             "INSERT INTO progress_heads (task_id, seq) VALUES ($1, 0)"
-            " ON CONFLICT (task_id) DO UPDATE SET seq = progress_heads.seq RETURNING seq",
+            " ON CONFLICT (task_id) DO UPDATE SET seq = progress_heads.seq RETURNING seq, told",
             task_id,
         )
+        head = row["seq"]
         entries = await make(conn)
         if not entries:
             return []
@@ -63,27 +62,53 @@ async def append(
         if not new:
             return []
         numbers = list(range(head + 1, head + 1 + len(new)))
+        bodies, told = compact([e.body for e in new], json.loads(row["told"]))
         await conn.execute(  # the entries, the head moved past them, the streams woken: one round trip
             "WITH added AS (INSERT INTO progress_log (task_id, seq, kind, dedupe_key, body)"
             "   SELECT $1, seq, kind, dedupe_key, body::jsonb"
             "   FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[]) AS e(seq, kind, dedupe_key, body)"
             "   RETURNING 1),"
-            " moved AS (UPDATE progress_heads SET seq = $6 WHERE task_id = $1 RETURNING 1)"
+            " moved AS (UPDATE progress_heads SET seq = $6, told = $8::jsonb WHERE task_id = $1 RETURNING 1)"
             " SELECT pg_notify($7, $1), (SELECT count(*) FROM added), (SELECT count(*) FROM moved)",
-            task_id, numbers, [e.kind for e in new], [e.key for e in new], [json.dumps(e.body) for e in new],
-            numbers[-1], CHANNEL,
+            task_id, numbers, [e.kind for e in new], [e.key for e in new], [json.dumps(b) for b in bodies],
+            numbers[-1], CHANNEL, json.dumps(told),
         )  # fmt: skip
         return numbers
 
 
-async def entries_after(pool: asyncpg.Pool, task_id: str, after: int, limit: int = 500) -> list[Logged]:
+async def entries_after(pool: asyncpg.Pool, task_id: str, after: int, max_bytes: int, limit: int = 500) -> list[Logged]:
+    """The entries after `after`, in order, as many as fit in `max_bytes` of text (the first always):
+    what one stream holds at once is bounded by bytes, whatever the backlog."""
     rows = await pool.fetch(
-        "SELECT seq, body FROM progress_log WHERE task_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
-        task_id,
-        after,
-        limit,
-    )
-    return [Logged(r["seq"], json.loads(r["body"])) for r in rows]
+        "SELECT seq, kind, text FROM ("
+        "  SELECT seq, kind, text, sum(octet_length(text)) OVER (ORDER BY seq) AS running FROM ("
+        "    SELECT seq, kind, (jsonb_build_object('seq', seq) || body)::text AS text FROM progress_log"
+        "    WHERE task_id = $1 AND seq > $2 ORDER BY seq LIMIT $3) AS next) AS sized"
+        " WHERE running <= $4 OR seq = (SELECT min(seq) FROM progress_log WHERE task_id = $1 AND seq > $2)"
+        " ORDER BY seq",
+        task_id, after, limit, max_bytes,
+    )  # fmt: skip
+    return [Logged(r["seq"], r["kind"], r["text"]) for r in rows]
+
+
+async def heads(pool: asyncpg.Pool, task_ids: Sequence[str]) -> dict[str, int]:
+    """The number of the last entry of each of the tasks (those with a log): one read for every stream."""
+    rows = await pool.fetch("SELECT task_id, seq FROM progress_heads WHERE task_id = ANY($1::text[])", list(task_ids))
+    return {r["task_id"]: int(r["seq"]) for r in rows}
+
+
+async def prune(pool: asyncpg.Pool, final: Sequence[str], retain_s: float, tasks_at_most: int = 100) -> int:
+    """Delete the log of up to `tasks_at_most` tasks that ended more than `retain_s` ago; how many
+    entries went. The head row stays: its number keeps counting if a retry revives the task, so a
+    client's Last-Event-ID never names a different entry, and a stream of a pruned task ends at once."""
+    deleted = await pool.fetchval(
+        "WITH old AS (SELECT DISTINCT l.task_id FROM progress_log l JOIN tasks t ON t.id = l.task_id"
+        "   WHERE t.status = ANY($1::text[]) AND t.updated_at < now() - make_interval(secs => $2) LIMIT $3),"
+        " gone AS (DELETE FROM progress_log WHERE task_id IN (SELECT task_id FROM old) RETURNING 1)"
+        " SELECT count(*) FROM gone",
+        list(final), retain_s, tasks_at_most,
+    )  # fmt: skip
+    return int(deleted or 0)
 
 
 async def head(pool: asyncpg.Pool, task_id: str) -> int:

@@ -1,28 +1,163 @@
-"""/v1/reconcile: re-drive the caller's unfinished tasks from Postgres (what start-up recovery does)."""
+"""/v1/reconcile: re-drive the caller's idle unfinished tasks from Postgres (what start-up recovery does);
+and the gate every re-drive an owner asks for goes through (reconcile here, resume and retry in tasks.py).
+
+A re-drive can publish one event per unfinished chunk of every task of the owner: thousands. So each
+owner's re-drives pass a gate in PostgreSQL — one at a time across every gateway replica, at most
+DOCSUM_REDRIVES_PER_MINUTE (GCRA, as for task creation), else 429 with Retry-After — and the request only
+claims and counts the work: the events are published after the answer, in batches, while the gate
+stays held. A re-drive a gateway could not finish (it stopped mid-way) is picked up by the merger's
+reconcile once its tasks have been idle for DOCSUM_RECONCILE_IDLE_S.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import asyncio
+import logging
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+from aiokafka import AIOKafkaProducer
+from fastapi import APIRouter, HTTPException, status
 from pydantic import BaseModel
 
 from docsum_shared.lifecycle import idle_unfinished
-from docsum_shared.redrive import redrive_task
+from docsum_shared.redrive import Redrive, prepare_redrive, publish_redrives
 
+from .. import policy
 from ..deps import OwnerDep, PoolDep, ProducerDep, SettingsDep
-from ..responses import errors
+from ..responses import ErrorBody, errors
+from ..settings import GatewaySettings
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1", tags=["maintenance"])
+
+# How long a gate stays held without a sign of life from its re-drive (renewed after every batch).
+GATE_LEASE_S = 60.0
+# What a refused caller waits while another re-drive of the owner runs (they take a second or so).
+RUNNING_RETRY_AFTER_S = 1
+
+REDRIVE_REFUSED: dict[int | str, dict[str, Any]] = {
+    429: {
+        "model": ErrorBody,
+        "description": "Another re-drive of yours is running, or you are over DOCSUM_REDRIVES_PER_MINUTE:"
+        " try again after `Retry-After` seconds.",
+        "headers": {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}},
+    }
+}
 
 
 class ReconcileResult(BaseModel):
-    tasks: list[str]
-    redriven_events: int
+    tasks: list[str]  # the tasks claimed for this re-drive (idle and unfinished)
+    redriven_events: int  # the events their re-drive publishes, in the background after this answer
 
 
-@router.post("/reconcile", response_model=ReconcileResult, responses=errors(401))
+@dataclass(frozen=True)
+class Gate:
+    """An owner's claim on re-driving: `claimed_at` is its token (a stale holder cannot release a newer one)."""
+
+    owner: str
+    claimed_at: datetime
+
+
+# The owner's row, locked; `running`: another re-drive holds the gate and its lease is live.
+_GATE_ROW = """
+SELECT tat, extract(epoch FROM clock_timestamp())::float8 AS now,
+       coalesce(running_until > clock_timestamp(), false) AS running
+  FROM redrive_gates WHERE owner = $1 FOR UPDATE
+"""
+
+
+async def claim_gate(pool: asyncpg.Pool, owner: str, settings: GatewaySettings) -> Gate:
+    """Take the owner's re-drive gate, or answer 429 (another re-drive of the owner runs, or the rate)."""
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("INSERT INTO redrive_gates (owner) VALUES ($1) ON CONFLICT (owner) DO NOTHING", owner)
+        row = await conn.fetchrow(_GATE_ROW, owner)
+        if row["running"]:
+            raise _refused("another re-drive of your tasks is running", RUNNING_RETRY_AFTER_S)
+        tat = row["tat"]
+        if settings.redrives_per_minute:
+            decision = policy.admit_task(row["tat"], row["now"], settings.redrives_per_minute)
+            if not decision.allowed:
+                raise _refused(f"over {settings.redrives_per_minute} re-drives a minute", decision.retry_after_s)
+            tat = decision.tat
+        claimed_at = await conn.fetchval(
+            "UPDATE redrive_gates SET tat = $2, claimed_at = clock_timestamp(),"
+            " running_until = clock_timestamp() + make_interval(secs => $3) WHERE owner = $1 RETURNING claimed_at",
+            owner,
+            tat,
+            GATE_LEASE_S,
+        )
+    return Gate(owner, claimed_at)
+
+
+def _refused(why: str, retry_after_s: int) -> HTTPException:
+    return HTTPException(
+        status.HTTP_429_TOO_MANY_REQUESTS,
+        f"{why}; try again in {retry_after_s} s",
+        headers={"Retry-After": str(max(1, math.ceil(retry_after_s)))},
+    )
+
+
+async def renew_gate(pool: asyncpg.Pool, gate: Gate) -> None:
+    await pool.execute(
+        "UPDATE redrive_gates SET running_until = clock_timestamp() + make_interval(secs => $3)"
+        " WHERE owner = $1 AND claimed_at = $2",
+        gate.owner,
+        gate.claimed_at,
+        GATE_LEASE_S,
+    )
+
+
+async def release_gate(pool: asyncpg.Pool, gate: Gate) -> None:
+    await pool.execute(
+        "UPDATE redrive_gates SET running_until = NULL WHERE owner = $1 AND claimed_at = $2",
+        gate.owner,
+        gate.claimed_at,
+    )
+
+
+# Re-drives publishing after their answer: referenced here so that the loop does not drop them.
+_publishing: set[asyncio.Task[None]] = set()
+
+
+def publish_after_answer(
+    pool: asyncpg.Pool, producer: AIOKafkaProducer, settings: GatewaySettings, gate: Gate, redrives: list[Redrive]
+) -> None:
+    """Publish the re-drives' events in batches once the request is answered, then release the gate."""
+
+    async def run() -> None:
+        try:
+            await publish_redrives(producer, settings, redrives, lambda: renew_gate(pool, gate))
+        except Exception as exc:  # the claimed tasks stay idle: the merger's reconcile takes them up
+            log.warning("re-drive of %s's tasks stopped before its end: %s", gate.owner, exc)
+        finally:
+            try:
+                await release_gate(pool, gate)
+            except Exception as exc:  # noqa: BLE001 - the gate's lease runs out by itself
+                log.warning("could not release %s's re-drive gate (its lease runs out): %s", gate.owner, exc)
+
+    task = asyncio.create_task(run())
+    _publishing.add(task)
+    task.add_done_callback(_publishing.discard)
+
+
+@router.post("/reconcile", response_model=ReconcileResult, responses={**errors(401), **REDRIVE_REFUSED})
 async def reconcile(owner: OwnerDep, pool: PoolDep, producer: ProducerDep, settings: SettingsDep) -> ReconcileResult:
-    tasks = await idle_unfinished(pool, 0.0, owner)
-    published = 0
-    for task_id in tasks:
-        published += await redrive_task(pool, producer, settings, task_id)
-    return ReconcileResult(tasks=tasks, redriven_events=published)
+    """Re-drive your unfinished tasks that nothing moved for DOCSUM_REDRIVE_IDLE_S: their events are
+    published after the answer (`redriven_events` says how many). Work that is moving (a chunk being
+    summarized, a document or task active within that time) is left alone."""
+    gate = await claim_gate(pool, owner, settings)
+    try:
+        redrives = []
+        for task_id in await idle_unfinished(pool, settings.redrive_idle_s, owner):
+            redrive = await prepare_redrive(pool, settings, task_id, idle_s=settings.redrive_idle_s)
+            if redrive is not None:  # else another re-drive took it meanwhile
+                redrives.append(redrive)
+    except BaseException:
+        await release_gate(pool, gate)
+        raise
+    publish_after_answer(pool, producer, settings, gate, redrives)
+    return ReconcileResult(tasks=[r.task_id for r in redrives], redriven_events=sum(len(r.events) for r in redrives))

@@ -3,12 +3,20 @@
 
 Both start with a snapshot — the task as GET /v1/tasks/{task_id} shows it, plus `progress_seq`, the
 number of the log's last entry when it was taken — then deliver the log's entries after a point: the
-`Last-Event-ID` header (SSE, what EventSource sends when it reconnects) or `?after=N`, from the first
-entry when neither is given. Each entry is one step of the task ({"seq": 7, "kind": "chunk-summarized",
-"document_id": ..., "percent": 42.5, "eta_s": ..., "usage": {...}, "documents": [...]}) numbered per task
-(SSE: its `id:`), so a client that reconnects with the last number it saw loses nothing and repeats
-nothing. The stream ends after the task's end (`task-done`, `cancelled`, `expired`). Idle streams get a
+`Last-Event-ID` header (SSE, what EventSource sends when it reconnects) or `?after=N` (up to 18 digits;
+anything else is a 400, or a WebSocket policy close), from the first entry when neither is given. Each
+entry is one step of the task ({"seq": 7, "kind": "chunk-summarized", "document_id": ..., "percent":
+42.5, "eta_s": ..., "usage": {...}, "documents": [...]}) numbered per task (SSE: its `id:`), so a client
+that reconnects with the last number it saw loses nothing and repeats nothing. An entry's `documents`
+holds only the documents whose state it changed: the snapshot's documents, updated by each entry's,
+are the task's documents now. The stream ends after the task's end (`task-done`, `cancelled`,
+`expired`), or when the key it was opened with (or the ticket's) is revoked. Idle streams get a
 heartbeat every DOCSUM_PROGRESS_HEARTBEAT_S: an SSE comment line, a WebSocket ping.
+
+Streams are capped per owner and per gateway (DOCSUM_PROGRESS_STREAMS_PER_OWNER, _MAX): beyond, SSE
+answers 429 and a WebSocket is closed with 1013 (try again later), each with the reason. A client
+that takes nothing of what was sent for DOCSUM_PROGRESS_STALL_S is dropped: what a stream holds for a
+client that does not read is one batch of entries (DOCSUM_PROGRESS_BATCH_BYTES) and the socket's buffer.
 
 Authenticate with the usual `Authorization: Bearer <key>` header (the scheme in any case). A client
 that cannot set headers (a browser: EventSource and WebSocket cannot) asks `POST
@@ -24,14 +32,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
-from collections.abc import AsyncIterator
+import logging
+import re
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
-import asyncpg
 from fastapi import APIRouter, Header, HTTPException, Query, Request, WebSocket, WebSocketDisconnect, status
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
+from starlette.types import Message, Receive, Scope, Send
 
 from docsum_shared.readmodel import queries, views
 from docsum_shared.states import TASK_FINAL
@@ -39,22 +51,35 @@ from docsum_shared.states import TASK_FINAL
 from .. import keystore
 from ..deps import OwnerDep, PoolDep, SettingsDep, TaskIdDep, owner_of
 from ..inputs import is_task_id
-from ..progress import ProgressFeed
+from ..progress import KeyRevoked, ProgressFeed, Stream, StreamsFull
 from ..recorder import repository
 from ..recorder.policy import TERMINAL_KINDS
+from ..recorder.repository import Logged
 from ..responses import errors
-from ..security import TICKET_PREFIX, Tickets, bearer_token
+from ..security import TICKET_PREFIX, Tickets, bearer_token, revocable_key_id
+from ..settings import GatewaySettings
 
 router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
+log = logging.getLogger(__name__)
 
 SUBPROTOCOL = "docsum"
 BEARER_SUBPROTOCOL = "bearer."
 SSE = "text/event-stream"
+# A log position: what a client sends back. 18 digits always fit PostgreSQL's bigint.
+_POSITION = re.compile(r"[0-9]{1,18}")
+# How soon a client refused for the caps should try again.
+RETRY_AFTER_S = 10
 
 
 class Ticket(BaseModel):
     ticket: str  # for one stream connection to this task: ?ticket= (SSE, WebSocket) or subprotocol "bearer.<ticket>"
     expires_in_s: float
+
+
+@dataclass(frozen=True)
+class Caller:
+    owner: str
+    key_id: str | None  # the stored key behind the credential: revoking it ends the stream
 
 
 @router.post(
@@ -65,45 +90,59 @@ class Ticket(BaseModel):
     description="A ticket for one connection to `/v1/tasks/{task_id}/events`, for clients that cannot send"
     " an Authorization header (browsers): `?ticket=<ticket>` (SSE or WebSocket), or the WebSocket"
     " subprotocols `docsum` and `bearer.<ticket>`. It expires after `expires_in_s` seconds and is good for"
-    " one connection.",
+    " one connection, on any gateway replica.",
 )
 async def ticket(request: Request, owner: OwnerDep, task_id: TaskIdDep, pool: PoolDep, settings: SettingsDep) -> Ticket:
     if not await queries.owns(pool, owner, task_id):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no task {task_id}")
     tickets: Tickets = request.app.state.tickets
-    return Ticket(ticket=tickets.issue(owner, task_id), expires_in_s=settings.ws_ticket_ttl_s)
+    token = bearer_token(request.headers.get("authorization")) or ""
+    key_id = revocable_key_id(request.app.state.api_keys, token)
+    return Ticket(ticket=tickets.issue(owner, task_id, key_id=key_id), expires_in_s=settings.ws_ticket_ttl_s)
 
 
-async def _caller(websocket: WebSocket, task_id: str) -> tuple[str | None, str | None]:
-    """(owner, subprotocol to answer) from the header, a subprotocol, a ticket or a token, in that order."""
+async def _with_key(app: Any, token: str) -> Caller | None:
+    owner = await owner_of(app.state.api_keys, app.state.pool, token)
+    return Caller(owner, revocable_key_id(app.state.api_keys, token)) if owner is not None else None
+
+
+async def _caller(websocket: WebSocket, task_id: str) -> tuple[Caller | None, str | None]:
+    """(the caller, subprotocol to answer) from the header, a subprotocol, a ticket or a token, in that order."""
     app = websocket.app
-    keys: dict[str, str] = app.state.api_keys
-    pool: asyncpg.Pool = app.state.pool
-    tickets: Tickets = app.state.tickets
     offered = [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
     answer = SUBPROTOCOL if SUBPROTOCOL in offered else None
     token = bearer_token(websocket.headers.get("authorization"))
     if token is not None:
-        return await owner_of(keys, pool, token), answer
+        return await _with_key(app, token), answer
     for protocol in offered:
         if protocol.lower().startswith(BEARER_SUBPROTOCOL):
             credential = protocol[len(BEARER_SUBPROTOCOL) :]
             if credential.startswith(TICKET_PREFIX + "."):
-                return await _redeem(keys, pool, tickets, credential, task_id), answer
-            return await owner_of(keys, pool, credential), answer
+                return await _redeem(app, credential, task_id), answer
+            return await _with_key(app, credential), answer
     if ticket := websocket.query_params.get("ticket"):
-        return await _redeem(keys, pool, tickets, ticket, task_id), answer
+        return await _redeem(app, ticket, task_id), answer
     if token := websocket.query_params.get("token"):
-        return await owner_of(keys, pool, token), answer
+        return await _with_key(app, token), answer
     return None, answer
 
 
-async def _redeem(keys: dict[str, str], pool: asyncpg.Pool, tickets: Tickets, ticket: str, task_id: str) -> str | None:
-    owner = tickets.redeem(ticket, task_id)
-    if owner is None:
+async def _redeem(app: Any, ticket: str, task_id: str) -> Caller | None:
+    tickets: Tickets = app.state.tickets
+    claim = tickets.claim(ticket, task_id)
+    if claim is None:
         return None
-    # A ticket dies with its owner's keys: one in DOCSUM_API_KEYS, or a stored one not revoked.
-    return owner if owner in keys.values() or await keystore.has_live_key(pool, owner) else None
+    pool, keys = app.state.pool, app.state.api_keys
+    # A ticket dies with the stored key it was issued with; one issued with a key of DOCSUM_API_KEYS,
+    # with its owner's keys (one in DOCSUM_API_KEYS, or a stored one not revoked).
+    if claim.key_id is not None:
+        live = claim.key_id in await keystore.live_key_ids(pool, [claim.key_id])
+    else:
+        live = claim.owner in keys.values() or await keystore.has_live_key(pool, claim.owner)
+    # One connection per ticket, whichever replica it reaches, before or after a restart.
+    if not live or not await keystore.use_ticket(pool, claim.nonce, claim.expires):
+        return None
+    return Caller(claim.owner, claim.key_id)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -119,32 +158,44 @@ async def _snapshot(app: Any, owner: str, task_id: str) -> dict[str, Any] | None
 
 
 async def _over(app: Any, task_id: str, seen: int) -> bool:
-    """The task is final and the client has seen its last entry, its end (or the task has no log)."""
+    """The task is final and the client has seen its last entry, its end (or the task has no log: none
+    yet, or pruned long after the task ended)."""
     task_status, last, kind = await repository.stream_state(app.state.pool, task_id)
     if task_status is None:
         return True
-    return task_status in TASK_FINAL and (last == 0 or (seen >= last and kind in TERMINAL_KINDS))
+    return task_status in TASK_FINAL and (kind is None or (seen >= last and kind in TERMINAL_KINDS))
 
 
-async def _entries(app: Any, task_id: str, after: int) -> AsyncIterator[list[dict[str, Any]]]:
-    """Batches of entries after `after` until the task is over; [] for a heartbeat."""
+async def _entries(app: Any, stream: Stream, after: int) -> AsyncIterator[list[Logged]]:
+    """Batches of entries after `after` until the task is over; [] for a heartbeat. KeyRevoked when
+    the stream's key is revoked."""
     feed: ProgressFeed = app.state.progress
-    if await _over(app, task_id, after):
+    settings: GatewaySettings = app.state.settings
+    if await _over(app, stream.task_id, after):
         return
-    async for batch in feed.follow(task_id, after):
-        if not batch:
-            yield []
-            continue
-        yield [entry.payload() for entry in batch]
-        after = batch[-1].seq
-        if batch[-1].body.get("kind") in TERMINAL_KINDS and await _over(app, task_id, after):
+    async for batch in feed.follow(stream, after, settings.progress_batch_bytes):
+        yield batch
+        if batch and batch[-1].kind in TERMINAL_KINDS and await _over(app, stream.task_id, batch[-1].seq):
             return
 
 
-def _last_event_id(value: str | None) -> int | None:
-    """The number EventSource sends back; anything else (no number) is as if none were sent."""
+def log_position(value: str | None) -> int | None:
+    """A log position a client sent (Last-Event-ID, ?after=): None when none was sent, ValueError for
+    anything but up to 18 ASCII digits (`'²'.isdigit()` is true, and bigint ends at 19 digits)."""
     text = (value or "").strip()
-    return int(text) if text.isdigit() else None
+    if not text:
+        return None
+    if not _POSITION.fullmatch(text):
+        raise ValueError("must be a number of at most 18 digits (the last entry number the client saw)")
+    return int(text)
+
+
+def _open(app: Any, caller: Caller, task_id: str) -> Stream:
+    """A stream under the caps; StreamsFull beyond them."""
+    settings: GatewaySettings = app.state.settings
+    feed: ProgressFeed = app.state.progress
+    per_owner, most = settings.progress_streams_per_owner, settings.progress_streams_max
+    return feed.open(caller.owner, task_id, caller.key_id, per_owner=per_owner, most=most)
 
 
 def _accepts_sse(accept: str | None) -> bool:
@@ -153,87 +204,154 @@ def _accepts_sse(accept: str | None) -> bool:
     return any(part.split(";")[0].strip().lower() == SSE for part in (accept or "").split(","))
 
 
-def _sse(event: str, data: dict[str, Any], seq: int | None = None) -> bytes:
+def _sse(event: str, data: str, seq: int | None = None) -> bytes:
     head = f"id: {seq}\n" if seq is not None else ""
-    return f"{head}event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+    return f"{head}event: {event}\ndata: {data}\n\n".encode()
+
+
+class _Stalled(Exception):
+    """The client took nothing of what was sent for DOCSUM_PROGRESS_STALL_S."""
+
+
+class ProgressResponse(StreamingResponse):
+    """An SSE stream that gives up on a client that stops reading, and gives its slot back however
+    it ends (the body may never be started if the client leaves first)."""
+
+    def __init__(
+        self, content: AsyncIterator[bytes], *, stall_s: float, release: Callable[[], None], **kw: Any
+    ) -> None:
+        super().__init__(content, **kw)
+        self.stall_s, self.release = stall_s, release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def bounded(message: Message) -> None:
+            # The server waits for the socket to drain before it writes more: a client that does not
+            # read makes this wait, and holds no more than the socket's buffer meanwhile.
+            try:
+                await asyncio.wait_for(send(message), self.stall_s)
+            except TimeoutError:
+                raise _Stalled from None
+
+        try:
+            await super().__call__(scope, receive, bounded)
+        except _Stalled:
+            log.info("progress stream dropped: the client took nothing for %gs", self.stall_s)
+        finally:
+            self.release()
 
 
 @router.get(
     "/{task_id}/events",
     responses={200: {"content": {SSE: {}}, "description": "An SSE stream: `snapshot`, then `progress` events"},
-               **errors(401, 404, 406, 422)},
+               **errors(400, 401, 404, 406, 422, 429)},
     response_class=StreamingResponse,
     description="The task's progress as Server-Sent Events: `event: snapshot` (the task, plus `progress_seq`),"
-    " then one `event: progress` per entry of its progress log (`id:` its number), from `Last-Event-ID`"
-    " or `?after=N`; a comment line every DOCSUM_PROGRESS_HEARTBEAT_S while idle; the stream ends after"
-    " the task's end. Authenticate with the header, or `?ticket=` (POST /v1/tasks/{task_id}/ticket).",
+    " then one `event: progress` per entry of its progress log (`id:` its number; `documents`: those the"
+    " entry changed), from `Last-Event-ID` or `?after=N`; a comment line every DOCSUM_PROGRESS_HEARTBEAT_S"
+    " while idle; the stream ends after the task's end, or when its key is revoked. Authenticate with the"
+    " header, or `?ticket=` (POST /v1/tasks/{task_id}/ticket). 429 (with Retry-After) beyond the open"
+    " streams allowed per owner or per gateway.",
 )  # fmt: skip
 async def task_event_stream(
     request: Request,
     task_id: str,
-    after: int = Query(0, ge=0, description="deliver the entries after this number (Last-Event-ID wins)"),
+    after: str | None = Query(None, description="deliver the entries after this number (Last-Event-ID wins)"),
     last_event_id: str | None = Header(None, description="what EventSource sends when it reconnects"),
 ) -> StreamingResponse:
     app = request.app
+    settings: GatewaySettings = app.state.settings
     token = bearer_token(request.headers.get("authorization"))
     ticket = request.query_params.get("ticket")
     if token is not None:
-        owner = await owner_of(app.state.api_keys, app.state.pool, token)
+        caller = await _with_key(app, token)
     elif ticket and is_task_id(task_id):
-        owner = await _redeem(app.state.api_keys, app.state.pool, app.state.tickets, ticket, task_id)
+        caller = await _redeem(app, ticket, task_id)
     else:
-        owner = None
-    if owner is None:
+        caller = None
+    if caller is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
             "a valid API key (Authorization: Bearer <key>) or ticket (?ticket=) is required",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    resumed = _last_event_id(last_event_id)
-    start = resumed if resumed is not None else after
-    snapshot = await _snapshot(app, owner, task_id) if is_task_id(task_id) else None
+    try:
+        resumed, asked = log_position(last_event_id), log_position(after)
+    except ValueError as exc:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, f"Last-Event-ID and after: {exc}") from None
+    start = resumed if resumed is not None else (asked or 0)
+    snapshot = await _snapshot(app, caller.owner, task_id) if is_task_id(task_id) else None
     if snapshot is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no task {task_id}")
     if not _accepts_sse(request.headers.get("accept")):
         raise HTTPException(status.HTTP_406_NOT_ACCEPTABLE, f"this is an event stream: send Accept: {SSE}")
+    try:
+        stream = _open(app, caller, task_id)
+    except StreamsFull as exc:
+        raise HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS, str(exc), headers={"Retry-After": str(RETRY_AFTER_S)}
+        ) from None
 
-    async def stream() -> AsyncIterator[bytes]:
-        yield b"retry: 2000\n\n" + _sse("snapshot", snapshot)
-        async for batch in _entries(app, task_id, start):
-            if not batch:
-                yield b": heartbeat\n\n"
-            for entry in batch:
-                yield _sse("progress", entry, entry["seq"])
+    async def events() -> AsyncIterator[bytes]:
+        yield b"retry: 2000\n\n" + _sse("snapshot", json.dumps(snapshot, ensure_ascii=False))
+        try:
+            async for batch in _entries(app, stream, start):
+                if not batch:
+                    yield b": heartbeat\n\n"
+                for entry in batch:
+                    yield _sse("progress", entry.text, entry.seq)
+        except KeyRevoked:
+            yield _sse("revoked", json.dumps({"detail": "the API key this stream was opened with was revoked"}))
 
     # No proxy may buffer or transform the stream (nginx reads X-Accel-Buffering).
     headers = {"Cache-Control": "no-cache, no-transform", "X-Accel-Buffering": "no"}
-    return StreamingResponse(stream(), media_type=SSE, headers=headers)
+    release = functools.partial(app.state.progress.close, stream)
+    return ProgressResponse(
+        events(), stall_s=settings.progress_stall_s, release=release, media_type=SSE, headers=headers
+    )
 
 
 @router.websocket("/{task_id}/events")
 async def task_events(websocket: WebSocket, task_id: str) -> None:
     app = websocket.app
-    owner, subprotocol = await _caller(websocket, task_id) if is_task_id(task_id) else (None, None)
-    if owner is None or not await queries.owns(app.state.pool, owner, task_id):
+    settings: GatewaySettings = app.state.settings
+    caller, subprotocol = await _caller(websocket, task_id) if is_task_id(task_id) else (None, None)
+    if caller is None or not await queries.owns(app.state.pool, caller.owner, task_id):
         await websocket.close(code=status.WS_1008_POLICY_VIOLATION, reason="unknown task or bad API key")
         return
-    after = websocket.query_params.get("after", "0").strip()
-    if not after.isdigit():
-        await websocket.close(code=status.WS_1008_POLICY_VIOLATION, reason="after must be a number")
+    try:
+        start = log_position(websocket.query_params.get("after")) or 0
+    except ValueError as exc:
+        await websocket.close(code=status.WS_1008_POLICY_VIOLATION, reason=f"after {exc}")
         return
-    start = int(after)
     await websocket.accept(subprotocol=subprotocol)
     try:
-        snapshot = await _snapshot(app, owner, task_id)
+        stream = _open(app, caller, task_id)
+    except StreamsFull as exc:
+        await websocket.close(code=status.WS_1013_TRY_AGAIN_LATER, reason=str(exc))
+        return
+    try:
+        await _serve_websocket(websocket, stream, start, settings.progress_stall_s)
+    finally:
+        app.state.progress.close(stream)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(websocket.close(), timeout=1)
+
+
+async def _serve_websocket(websocket: WebSocket, stream: Stream, start: int, stall_s: float) -> None:
+    app = websocket.app
+    try:
+        snapshot = await _snapshot(app, stream.owner, stream.task_id)
         if snapshot is None:  # gone since the check above (nothing deletes tasks today)
             await websocket.close(code=status.WS_1008_POLICY_VIOLATION, reason="unknown task or bad API key")
             return
-        await websocket.send_json(snapshot)
-        async for batch in _entries(app, task_id, start):
+        await asyncio.wait_for(websocket.send_text(json.dumps(snapshot, ensure_ascii=False)), stall_s)
+        async for batch in _entries(app, stream, start):
             for entry in batch:  # heartbeats are the server's WebSocket pings (uvicorn's ws_ping_interval)
-                await websocket.send_json(entry)
+                await asyncio.wait_for(websocket.send_text(entry.text), stall_s)
+    except KeyRevoked:
+        reason = "the API key this stream was opened with was revoked"
+        await asyncio.wait_for(websocket.close(code=status.WS_1008_POLICY_VIOLATION, reason=reason), 1)
+    except TimeoutError:
+        log.info("progress stream dropped: the client took nothing for %gs", stall_s)
     except WebSocketDisconnect:
         pass
-    finally:
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(websocket.close(), timeout=1)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import asyncpg
+from aiokafka import AIOKafkaProducer
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
@@ -20,7 +21,7 @@ from docsum_shared.kafka import publish
 from docsum_shared.options import TaskOptions
 from docsum_shared.readmodel import queries, views
 from docsum_shared.readmodel.schemas import FailureView, TaskListItem, TaskView
-from docsum_shared.redrive import redrive_task
+from docsum_shared.redrive import prepare_redrive
 from docsum_shared.states import TaskStatus
 
 from .. import repository
@@ -30,6 +31,7 @@ from ..responses import errors
 from ..schemas import CreatedDocument, LifecycleResult, TaskCreated
 from ..settings import GatewaySettings
 from ..uploads import FILE_FIELD, UploadLimits, read_upload
+from .maintenance import REDRIVE_REFUSED, claim_gate, publish_after_answer, release_gate
 
 log = logging.getLogger(__name__)
 # How long a submission waits for the broker to take its events before it is answered anyway.
@@ -230,11 +232,13 @@ _CONTROLS = {
     "pause": _Control(lifecycle.pause, "paused", TaskStatus.PAUSED, False,
                       "Work in flight finishes and is stored; no new LLM call starts for this task."),
     "resume": _Control(lifecycle.resume, "resumed", TaskStatus.PROCESSING, True,
-                       "Back to PROCESSING; the remaining work is re-driven from Postgres."),
+                       "Back to PROCESSING; the remaining work is re-driven from Postgres (published after the"
+                       " answer; `redriven_events` counts it), except chunks being summarized now."),
     "cancel": _Control(lifecycle.cancel, "cancelled", TaskStatus.CANCELLED, False,
                        "Terminal: nothing more is spent on the task."),
     "retry": _Control(lifecycle.retry_failed, "retried (nothing failed)", TaskStatus.PROCESSING, True,
-                      "Re-drive the FAILED documents and chunks; every stored summary is reused."),
+                      "Re-drive the FAILED documents and chunks; every stored summary is reused. Published after"
+                      " the answer, like resume's."),
 }  # fmt: skip
 
 
@@ -243,22 +247,47 @@ def _control_route(action: str, control: _Control) -> None:
         owner: OwnerDep, task_id: TaskIdDep, pool: PoolDep, producer: ProducerDep, settings: SettingsDep
     ) -> LifecycleResult:
         await _owned(pool, owner, task_id)
+        if control.redrive:
+            return await _move_and_redrive(action, control, task_id, owner, pool, producer, settings)
         if not await control.move(pool, task_id):
             raise await _conflict(pool, task_id, control.verb)
-        if control.redrive:
-            # Said on task-events first (the progress log's "resumed"/"retried"), then the work re-driven.
-            await publish(
-                producer, settings, [TaskEvent(task_id=task_id, status=control.status, detail={"action": action})]
-            )
-            published = await redrive_task(pool, producer, settings, task_id)
-            return LifecycleResult(task_id=task_id, status=control.status, redriven_events=published)
         await publish(producer, settings, [TaskEvent(task_id=task_id, status=control.status)])
         return LifecycleResult(task_id=task_id, status=control.status)
 
+    codes = errors(401, 404, 409, 422)
     router.add_api_route(
         f"/{{task_id}}/{action}", route, methods=["POST"], response_model=LifecycleResult, name=action,
-        description=control.doc, responses=errors(401, 404, 409, 422),
+        description=control.doc, responses={**codes, **REDRIVE_REFUSED} if control.redrive else codes,
     )  # fmt: skip
+
+
+async def _move_and_redrive(
+    action: str,
+    control: _Control,
+    task_id: str,
+    owner: str,
+    pool: asyncpg.Pool,
+    producer: AIOKafkaProducer,
+    settings: GatewaySettings,
+) -> LifecycleResult:
+    """Resume or retry: through the owner's re-drive gate (429 before anything moves), the transition,
+    then the freed work claimed and counted now and published after the answer."""
+    gate = await claim_gate(pool, owner, settings)
+    try:
+        if not await control.move(pool, task_id):
+            raise await _conflict(pool, task_id, control.verb)
+        # Said on task-events first (the progress log's "resumed"/"retried"), then the work re-driven.
+        await publish(
+            producer, settings, [TaskEvent(task_id=task_id, status=control.status, detail={"action": action})]
+        )
+        redrive = await prepare_redrive(pool, settings, task_id)
+    except BaseException:
+        await release_gate(pool, gate)
+        raise
+    redrives = [redrive] if redrive is not None else []
+    publish_after_answer(pool, producer, settings, gate, redrives)
+    events = sum(len(r.events) for r in redrives)
+    return LifecycleResult(task_id=task_id, status=control.status, redriven_events=events)
 
 
 for _action, _control in _CONTROLS.items():

@@ -368,7 +368,7 @@ function showTask(main, taskId) {
     if (!task || entry.seq <= snapshotSeq) return;  // already in the snapshot: history for the activity list only
     task.status = entry.status;
     task.usage = entry.usage; task.estimate = entry.estimate;
-    for (const d of entry.documents || []) {
+    for (const d of entry.documents || []) {  // only the documents this step changed: the rest stay as they are
       const doc = task.documents.find((x) => x.document_id === d.document_id);
       if (doc) { doc.status = d.status; doc.chunks = d.chunks; }
     }
@@ -409,6 +409,12 @@ function showTask(main, taskId) {
       loadFailures().catch(() => {});
     });
     source.addEventListener("progress", (event) => applyEntry(JSON.parse(event.data)));
+    source.addEventListener("revoked", (event) => {  // the key behind the stream was revoked: do not reconnect
+      closed = true;
+      source.close();
+      problem.textContent = JSON.parse(event.data).detail + ". Sign in again with a valid key.";
+      problem.classList.remove("hidden");
+    });
     source.onerror = () => {  // the end of the stream, or a drop: a ticket is good once, so ask anew
       source.close();
       if (closed || (task && FINAL.has(task.status))) { refetch(); return; }

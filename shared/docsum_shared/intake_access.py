@@ -1,0 +1,54 @@
+"""Where an owner's documents may come from when another system publishes them (file roots, web hosts and
+ports), and which names a producer may have. Settings reads these; the parser's intake decides with them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from .settings import Settings
+
+# A producer's name is part of its topic (intake.<producer>): Kafka's topic characters, without the '.'
+# that would let one producer's name reach into another's (intake.crm.eu under intake.crm).
+PRODUCER_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,100}")
+
+
+class IntakeAccess(BaseModel):
+    """One owner's entry of DOCSUM_INTAKE_OWNERS: exactly these places, instead of the global lists."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    file_roots: list[str] = Field(default_factory=list)
+    http_hosts: list[str] = Field(default_factory=list)
+    http_ports: list[int] | None = None  # None: DOCSUM_INTAKE_HTTP_PORTS
+
+
+@dataclass(frozen=True)
+class OwnerAccess:
+    """What one owner's URIs may lead to, and the setting a refusal names (so the owner knows what to ask
+    the operator for)."""
+
+    file_roots: list[str]
+    http_hosts: list[str]
+    http_ports: list[int]
+    owner: str | None = None  # set: from the owner's own entry of DOCSUM_INTAKE_OWNERS
+    own_ports: bool = False  # the entry lists its own ports (else the global DOCSUM_INTAKE_HTTP_PORTS)
+
+    @classmethod
+    def of(cls, owner: str, entry: IntakeAccess | None, settings: Settings) -> OwnerAccess:
+        if entry is None:
+            return cls(settings.intake_file_roots, settings.intake_http_hosts, settings.intake_http_ports)
+        own_ports = entry.http_ports is not None
+        ports = entry.http_ports if entry.http_ports is not None else settings.intake_http_ports
+        return cls(entry.file_roots, entry.http_hosts, ports, owner, own_ports)
+
+    def setting(self, field: str) -> str:
+        """The setting that lists `field` ("file_roots", "http_hosts", "http_ports") for this owner."""
+        if self.owner is None or (field == "http_ports" and not self.own_ports):
+            return f"DOCSUM_INTAKE_{field.upper()}"
+        return f"DOCSUM_INTAKE_OWNERS ({self.owner}: {field})"
