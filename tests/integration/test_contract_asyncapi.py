@@ -69,7 +69,9 @@ def test_the_checked_in_document_is_valid(verdicts: dict[str, tuple[dict[str, An
     assert seen["valid"] and diagnostics == [], diagnostics  # no error, no warning
     assert (seen["asyncapi"], seen["title"], seen["version"]) == ("3.0.0", "docsum", contracts.project_version())
     addresses = {t.value for t in Topic} | {t.value + ".dlq" for t in Topic}
-    assert seen["channels"] == {a: a for a in addresses}
+    # and each producer's own topic, with its dead letters (a channel parameter: the producer)
+    intake = {"intake": "intake.{producer}", "intake.dlq": "intake.{producer}.dlq"}
+    assert seen["channels"] == {**{a: a for a in addresses}, **intake}
     assert sorted(seen["messages"]) == sorted(addresses)
     assert {f"send-{t.value}" for t in Topic} <= set(seen["operations"])  # docsum writes every topic
 
@@ -87,4 +89,4 @@ def test_a_new_topic_and_a_one_of_payload_stay_valid(verdicts: dict[str, tuple[d
     assert seen["valid"] and diagnostics == [], diagnostics
     assert seen["channels"]["task-archived"] == "task-archived"
     assert seen["operations"]["send-task-archived"] == "send"
-    assert len(seen["channels"]) == 2 * (len(Topic) + 1)
+    assert len(seen["channels"]) == 2 * (len(Topic) + 1) + 2  # every topic, the new one, the intake channels
