@@ -41,7 +41,9 @@ test-unit: setup deploy-tools
 lint: setup
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check shared services cli
-	.venv/bin/mypy shared/docsum_shared services/*/docsum_* cli/docsum_cli
+	# A cache of its own: after a run on a part of the tree (one package), mypy's incremental cache can report
+	# submodules of docsum_shared as missing attributes in the next whole run.
+	.venv/bin/mypy --cache-dir .run/mypy-lint shared/docsum_shared services/*/docsum_* cli/docsum_cli
 	.venv/bin/python -m docsum_shared.contracts --check
 	.venv/bin/python deploy/generate.py --check
 
