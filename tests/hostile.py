@@ -68,6 +68,11 @@ def pdf_sharing_one_content_stream(pages: int, text: str = "The same page again.
         b" /Contents 4 0 R >>"
     )
     objects += [page] * pages
+    return _pdf(objects)
+
+
+def _pdf(objects: list[bytes]) -> bytes:
+    """A PDF of these objects (numbered from 1, the catalog first), with a correct cross-reference table."""
     out = io.BytesIO()
     out.write(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
     offsets = []
@@ -118,15 +123,4 @@ def pdf_with_lone_surrogate(text: str = "A glyph maps to a lone surrogate: A, an
         b" /Contents 4 0 R >>",
         b"<< /Length %d >>\nstream\n" % len(cmap) + cmap + b"\nendstream",
     ]
-    out = io.BytesIO()
-    out.write(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
-    offsets = []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(out.tell())
-        out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
-    xref = out.tell()
-    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
-    for offset in offsets:
-        out.write(b"%010d 00000 n \n" % offset)
-    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref))
-    return out.getvalue()
+    return _pdf(objects)
