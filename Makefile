@@ -37,12 +37,11 @@ test: setup deploy-tools
 test-unit: setup deploy-tools
 	.venv/bin/pytest -q tests/unit
 
-# ruff on the tree, its formatter on the packages, mypy on every package.
+# ruff on the tree, its formatter on the packages, mypy on every package (with a cache of its own: after a
+# run on one package, mypy's incremental cache can report docsum_shared's submodules missing in a whole run).
 lint: setup
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check shared services cli
-	# A cache of its own: after a run on a part of the tree (one package), mypy's incremental cache can report
-	# submodules of docsum_shared as missing attributes in the next whole run.
 	.venv/bin/mypy --cache-dir .run/mypy-lint shared/docsum_shared services/*/docsum_* cli/docsum_cli
 	.venv/bin/python -m docsum_shared.contracts --check
 	.venv/bin/python deploy/generate.py --check
