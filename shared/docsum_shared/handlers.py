@@ -2,7 +2,7 @@
 
     handlers = Handlers[Deps]()
 
-    @handlers.on(ChunkCreated)
+    @handlers.on(ChunkCreated, emits=(ChunkSummarized,))
     async def summarize_chunk(event: ChunkCreated, deps: Deps) -> list[Event]: ...
 
 `handlers.handle(event, deps)` dispatches on the event's type; the consumer shell gets
@@ -24,7 +24,6 @@ from typing import Any, Generic, TypeVar
 
 from .errors import Poison
 from .events import TOPIC_OF, Event, Topic
-from .states import TASK_FINAL, TASK_HELD, TaskStatus
 
 D = TypeVar("D")
 T = TypeVar("T")
@@ -35,32 +34,58 @@ class Handlers(Generic[D]):
     def __init__(self) -> None:
         self._by_type: dict[type[Event], Callable[[Any, D], Awaitable[list[Event]]]] = {}
         self._many: dict[type[Event], Callable[[list[Any], D], Awaitable[list[Event]]]] = {}
+        self._emits: dict[type[Event], tuple[type[Event], ...]] = {}
 
-    def on(self, *types: type[Event]) -> Callable[[Callable[[Any, D], Awaitable[list[Event]]]], Any]:
+    def on(
+        self, *types: type[Event], emits: tuple[type[Event], ...]
+    ) -> Callable[[Callable[[Any, D], Awaitable[list[Event]]]], Any]:
+        """Register a function of (event, deps) for `types`; it returns only events of the `emits` types."""
+
         def register(function: Callable[[Any, D], Awaitable[list[Event]]]) -> Any:
             for event_type in types:
                 self._by_type[event_type] = function
+                self._emits[event_type] = emits
             return function
 
         return register
 
-    def on_many(self, *types: type[Event]) -> Callable[[Callable[[list[Any], D], Awaitable[list[Event]]]], Any]:
+    def on_many(
+        self, *types: type[Event], emits: tuple[type[Event], ...]
+    ) -> Callable[[Callable[[list[Any], D], Awaitable[list[Event]]]], Any]:
         """Register a function of (events, deps) for `types`: the events of one key waiting together,
-        in offset order; one event alone comes as a list of one."""
+        in offset order; one event alone comes as a list of one. It returns only `emits` events."""
 
         def register(function: Callable[[list[Any], D], Awaitable[list[Event]]]) -> Any:
             for event_type in types:
                 self._many[event_type] = function
                 self._by_type[event_type] = partial(_one_of_many, function)
+                self._emits[event_type] = emits
             return function
 
         return register
+
+    @property
+    def receives(self) -> tuple[type[Event], ...]:
+        """The event types it has handlers for, in the order they were registered."""
+        return tuple(self._by_type)
+
+    def emits(self, event_type: type[Event]) -> tuple[type[Event], ...]:
+        """The event types the handler of `event_type` may return (the topic table is built from these)."""
+        return self._emits[event_type]
+
+    def _checked(self, event_type: type[Event], out: list[Event]) -> list[Event]:
+        # What a handler declares is what the contract documents say it sends; a handler that returns
+        # anything else is a bug to find in its unit test, not on the wire.
+        stray = [type(e).__name__ for e in out if type(e) not in self._emits[event_type]]
+        if stray:
+            raise TypeError(f"the {event_type.__name__} handler returned {', '.join(stray)}, which it does not declare")
+        return out
 
     async def handle(self, event: Event, deps: D) -> list[Event]:
         function = self._by_type.get(type(event))
         if function is None:
             raise Poison(f"no handler for {type(event).__name__} events")
-        return await function(event, deps)
+        return self._checked(type(event), await function(event, deps))
 
     @property
     def takes_many(self) -> bool:
@@ -76,7 +101,7 @@ class Handlers(Generic[D]):
 
     async def handle_many(self, events: list[Event], deps: D) -> list[Event]:
         """Handle events that `together` said go together."""
-        return await self._many[type(events[0])](events, deps)
+        return self._checked(type(events[0]), await self._many[type(events[0])](events, deps))
 
     def bind(self, deps: D, *types: type[Event]) -> Mapping[Topic, Handler]:
         """The consumer shell's view: topic → handler, for `types` (default: every registered type)."""
@@ -109,12 +134,6 @@ class Bound(Generic[D]):
 
     async def many(self, events: list[Event]) -> list[Event]:
         return await self.handlers.handle_many(events, self.deps)
-
-
-def takes_work(task_status: TaskStatus) -> bool:
-    """A task still takes work unless it is held (paused, or awaiting its owner's approval: resume
-    re-drives it) or final."""
-    return task_status not in TASK_HELD and task_status not in TASK_FINAL
 
 
 def required(found: T | None, what: str) -> T:

@@ -11,11 +11,11 @@ import logging
 
 import asyncpg
 
-from .states import DOCUMENT_FINAL, TASK_HELD, ChunkStatus, DocumentStatus, TaskStatus
+from .states import DOCUMENT_FINAL, TASK_HELD, TASK_TAKES_WORK, ChunkStatus, DocumentStatus, TaskStatus
 
 log = logging.getLogger(__name__)
 
-UNFINISHED = [TaskStatus.PENDING, TaskStatus.PROCESSING]
+UNFINISHED = list(TASK_TAKES_WORK)
 RETRYABLE = [TaskStatus.COMPLETED_WITH_ERRORS, TaskStatus.FAILED, TaskStatus.PROCESSING]
 
 

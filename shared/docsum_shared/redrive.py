@@ -33,7 +33,7 @@ from .events import (
 from .kafka import publish
 from .levels import SizeLevel, size_level
 from .settings import Settings
-from .states import CHUNK_FINAL, DOCUMENT_FINAL, ChunkStatus, DocumentStatus, TaskStatus
+from .states import CHUNK_FINAL, DOCUMENT_FINAL, TASK_TAKES_WORK, ChunkStatus, DocumentStatus
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ async def prepare_redrive(
     reconcile): a document found where the previous re-drive left it, `redrive_limit` times in a row, is
     FAILED with its last error instead of being re-driven again.
     """
-    task = await pool.fetchrow(_CLAIM_TASK, task_id, idle_s, bounded, [TaskStatus.PENDING, TaskStatus.PROCESSING])
+    task = await pool.fetchrow(_CLAIM_TASK, task_id, idle_s, bounded, list(TASK_TAKES_WORK))
     if task is None:
         return None
     if bounded:

@@ -34,6 +34,8 @@ class ChunkStatus(StrEnum):
     FAILED = "FAILED"
 
 
+# Taking work: the pipeline starts and finishes work only for these (every other status is held or final).
+TASK_TAKES_WORK = (TaskStatus.PENDING, TaskStatus.PROCESSING)
 # Waiting for its owner: no work is started for it (resume re-drives what is left).
 TASK_HELD = frozenset({TaskStatus.PAUSED, TaskStatus.AWAITING_APPROVAL})
 TASK_FINAL = frozenset(
@@ -47,3 +49,9 @@ TASK_FINAL = frozenset(
 )
 DOCUMENT_FINAL = frozenset({DocumentStatus.COMPLETED, DocumentStatus.FAILED, DocumentStatus.CANCELLED})
 CHUNK_FINAL = frozenset({ChunkStatus.COMPLETED, ChunkStatus.FAILED})
+
+
+def takes_work(task_status: TaskStatus) -> bool:
+    """A task still takes work unless it is held (paused, or awaiting its owner's approval: resume
+    re-drives it) or final."""
+    return task_status in TASK_TAKES_WORK

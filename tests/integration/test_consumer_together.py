@@ -33,7 +33,7 @@ class Seen:
 handlers = Handlers[Seen]()
 
 
-@handlers.on_many(ChunkSummarized)
+@handlers.on_many(ChunkSummarized, emits=())
 async def take(events: list[ChunkSummarized], seen: Seen) -> list[Event]:
     seen.calls.append([e.chunk_index for e in events])
     await seen.release.wait()

@@ -158,11 +158,11 @@ def test_a_document_summarized_in_part_makes_the_task_complete_with_errors() -> 
 def test_only_events_of_one_on_many_function_are_taken_together() -> None:
     registry = Handlers[None]()
 
-    @registry.on_many(ChunkSummarized, DocumentMerged)
+    @registry.on_many(ChunkSummarized, DocumentMerged, emits=())
     async def many(events: list[Event], deps: None) -> list[Event]:
         return []
 
-    @registry.on(TaskEvent)
+    @registry.on(TaskEvent, emits=())
     async def one(event: Event, deps: None) -> list[Event]:
         return []
 
@@ -173,3 +173,16 @@ def test_only_events_of_one_on_many_function_are_taken_together() -> None:
     assert registry.together([ended, summarized]) == 0  # `on`: one at a time
     assert registry.together([]) == 0
     assert Bound(registry, None).takes_many and not Bound(Handlers[None](), None).takes_many
+
+
+async def test_a_handler_returning_an_event_it_does_not_declare_is_stopped() -> None:
+    registry = Handlers[None]()
+
+    @registry.on(DocumentMerged, emits=(TaskEvent,))
+    async def finish(event: Event, deps: None) -> list[Event]:
+        return [TaskEvent(task_id=event.task_id, status=TaskStatus.COMPLETED), event]
+
+    merged = DocumentMerged(task_id="t", document_id="d", outcome=DocumentOutcome.COMPLETED)
+    with pytest.raises(TypeError, match="returned DocumentMerged, which it does not declare"):
+        await registry.handle(merged, None)
+    assert registry.receives == (DocumentMerged,) and registry.emits(DocumentMerged) == (TaskEvent,)

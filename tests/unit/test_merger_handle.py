@@ -19,7 +19,7 @@ from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.base import SummaryRequest, SummaryResult
 from docsum_shared.summarizers.cache import CallContext
 from tests.documents import english_prose
-from tests.unit.fakes import FakeLLM
+from tests.fakes.llm import FakeLLM
 
 SETTINGS = Settings(_env_file=None, llm_max_attempts=3)
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)

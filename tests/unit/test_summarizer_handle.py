@@ -15,7 +15,7 @@ from docsum_summarizer.handlers import Deps, handle
 from docsum_summarizer.policy import Step, StoredChunk, next_step
 from docsum_summarizer.repository import Claim
 from tests.documents import chinese_prose, english_prose
-from tests.unit.fakes import FakeLLM
+from tests.fakes.llm import FakeLLM
 
 SETTINGS = Settings(_env_file=None, llm_max_attempts=3, llm_inplace_attempts=2, llm_retry_delay_s=0.0)
 

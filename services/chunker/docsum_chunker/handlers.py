@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from docsum_shared.errors import Poison
-from docsum_shared.events import DocumentParsed, Event, TaskEvent
-from docsum_shared.handlers import Handlers, required, takes_work
+from docsum_shared.events import ChunkCreated, DocumentMerged, DocumentParsed, Event, TaskEvent
+from docsum_shared.handlers import Handlers, required
 from docsum_shared.settings import Settings
-from docsum_shared.states import DocumentStatus, TaskStatus
+from docsum_shared.states import DocumentStatus, TaskStatus, takes_work
 
 from .policy import ChunkRow, Fail, HoldRule, announce, cut, failed, hold_rule, should_announce_again
 from .repository import ParsedDocument
@@ -38,7 +38,7 @@ handlers = Handlers[Deps]()
 handle = handlers.handle
 
 
-@handlers.on(DocumentParsed)
+@handlers.on(DocumentParsed, emits=(ChunkCreated, TaskEvent, DocumentMerged))
 async def chunk_document(event: DocumentParsed, deps: Deps) -> list[Event]:
     doc = required(await deps.repo.load(event.document_id), f"document {event.document_id} of task {event.task_id}")
     if not takes_work(doc.task_status):

@@ -21,11 +21,11 @@ from typing import Protocol
 
 from docsum_shared.errors import Backoff, ItemFailed, ProviderUnavailable, RateLimited, retry_until
 from docsum_shared.events import ChunkSummarized, DocumentMerged, DocumentOutcome, Event, TaskEvent, TaskFinished
-from docsum_shared.handlers import Handlers, required, takes_work
+from docsum_shared.handlers import Handlers, required
 from docsum_shared.options import TaskOptions
 from docsum_shared.readmodel.schemas import TaskResult
 from docsum_shared.settings import Settings
-from docsum_shared.states import DOCUMENT_FINAL, TASK_FINAL, TASK_HELD, DocumentStatus, TaskStatus
+from docsum_shared.states import DOCUMENT_FINAL, TASK_FINAL, TASK_HELD, DocumentStatus, TaskStatus, takes_work
 from docsum_shared.summarizers.base import SummaryRequest
 from docsum_shared.summarizers.cache import CallContext
 
@@ -94,7 +94,7 @@ handlers = Handlers[Deps]()
 handle = handlers.handle
 
 
-@handlers.on_many(ChunkSummarized)
+@handlers.on_many(ChunkSummarized, emits=(DocumentMerged,))
 async def merge_documents(events: list[ChunkSummarized], deps: Deps) -> list[Event]:
     """The chunk-summarized events of a document that waited together: the document's state is read
     when handled, never taken from an event, so handling the last of them does what each would do."""
@@ -142,7 +142,7 @@ async def merge_document(event: ChunkSummarized, deps: Deps) -> list[Event]:
     return [event.next(DocumentMerged, document_id=doc.id, outcome=outcome)]
 
 
-@handlers.on(DocumentMerged)
+@handlers.on(DocumentMerged, emits=(TaskEvent,))
 async def finish_task(event: DocumentMerged, deps: Deps) -> list[Event]:
     status, title, docs, options, owner = required(await deps.repo.load_task(event.task_id), f"task {event.task_id}")
     if status in TASK_HELD:
@@ -170,7 +170,7 @@ async def finish_task(event: DocumentMerged, deps: Deps) -> list[Event]:
     return [event.next(TaskEvent, status=status)]
 
 
-@handlers.on(TaskEvent)
+@handlers.on(TaskEvent, emits=(TaskFinished,))
 async def publish_result(event: TaskEvent, deps: Deps) -> list[Event]:
     if event.status not in TASK_FINAL:
         return []  # paused, resumed...: not an end

@@ -9,13 +9,13 @@ from docsum_shared.options import TaskOptions
 from docsum_shared.readmodel import views
 from docsum_shared.readmodel.schemas import TaskResult
 from docsum_shared.settings import Settings
-from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
+from docsum_shared.states import TASK_TAKES_WORK, ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.prompts import PROMPT_VERSION
 
 from .policy import ChunkState, DocumentState, with_awaited
 
 MERGEABLE = [DocumentStatus.SUMMARIZING]  # a document whose chunks are being (or have been) summarized
-UNFINISHED_TASK = [TaskStatus.PENDING, TaskStatus.PROCESSING]
+UNFINISHED_TASK = list(TASK_TAKES_WORK)
 
 
 def _document(row: asyncpg.Record) -> DocumentState:

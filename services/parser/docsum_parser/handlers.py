@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from docsum_shared.errors import ItemFailed
-from docsum_shared.events import DocumentSubmitted, Event
+from docsum_shared.events import DocumentMerged, DocumentParsed, DocumentSubmitted, Event
 from docsum_shared.handlers import Handlers, required
 from docsum_shared.levels import SizeLevel
 from docsum_shared.settings import Settings
@@ -58,7 +58,7 @@ handlers = Handlers[Deps]()
 handle = handlers.handle
 
 
-@handlers.on(DocumentSubmitted)
+@handlers.on(DocumentSubmitted, emits=(DocumentParsed, DocumentMerged))
 async def parse_document(event: DocumentSubmitted, deps: Deps) -> list[Event]:
     intake.check_source(event, deps.producer, deps.settings)
     if deps.producer is not None:  # another system's document, inline or by URI: the rows may not exist yet

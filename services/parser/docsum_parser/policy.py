@@ -7,10 +7,9 @@ from dataclasses import dataclass
 
 from docsum_shared.errors import Poison
 from docsum_shared.events import DocumentMerged, DocumentOutcome, DocumentParsed, DocumentSubmitted, Event
-from docsum_shared.handlers import takes_work
 from docsum_shared.levels import SizeLevel, size_level
 from docsum_shared.settings import Settings
-from docsum_shared.states import DocumentStatus, TaskStatus
+from docsum_shared.states import DocumentStatus, TaskStatus, takes_work
 
 from .extract import ExtractedText, Limits, ParseError
 from .worker import Job, run_job

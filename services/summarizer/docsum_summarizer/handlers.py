@@ -81,7 +81,7 @@ class _Later(Exception):
     """This round's in-place attempts are spent: the chunk waits for its next round."""
 
 
-@handlers.on(ChunkCreated)
+@handlers.on(ChunkCreated, emits=(ChunkSummarized,))
 async def summarize_chunk(event: ChunkCreated, deps: Deps) -> list[Event]:
     # Each handling claims under its own name: two deliveries of one chunk in this process (a
     # re-drive beside a redelivery) exclude each other as two processes would.

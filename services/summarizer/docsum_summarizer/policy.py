@@ -5,10 +5,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from docsum_shared.handlers import takes_work
 from docsum_shared.options import TaskOptions
 from docsum_shared.settings import Settings
-from docsum_shared.states import CHUNK_FINAL, DOCUMENT_FINAL, ChunkStatus, DocumentStatus, TaskStatus
+from docsum_shared.states import CHUNK_FINAL, DOCUMENT_FINAL, ChunkStatus, DocumentStatus, TaskStatus, takes_work
 from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
 
 

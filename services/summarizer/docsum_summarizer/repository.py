@@ -8,12 +8,12 @@ import asyncpg
 
 from docsum_shared import metrics
 from docsum_shared.options import TaskOptions
-from docsum_shared.states import DOCUMENT_FINAL, ChunkStatus, DocumentStatus, TaskStatus
+from docsum_shared.states import DOCUMENT_FINAL, TASK_TAKES_WORK, ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.prompts import PROMPT_VERSION
 
 from .policy import StoredChunk
 
-UNFINISHED_TASK = [TaskStatus.PENDING, TaskStatus.PROCESSING]
+UNFINISHED_TASK = list(TASK_TAKES_WORK)
 UNFINISHED_CHUNK = [ChunkStatus.PENDING, ChunkStatus.SUMMARIZING]
 # How often chunk progress refreshes its task's last_active_at: one hot row, not one write per chunk;
 # well within reconcile's idle period, so a task making progress never looks idle.

@@ -57,7 +57,7 @@ class Deps:
     known: Known = field(default_factory=Known)
 
 
-@handlers.on_many(DocumentSubmitted, DocumentParsed, ChunkCreated, ChunkSummarized, DocumentMerged, TaskEvent)
+@handlers.on_many(DocumentSubmitted, DocumentParsed, ChunkCreated, ChunkSummarized, DocumentMerged, TaskEvent, emits=())
 async def record(events: list[Event], deps: Deps) -> list[Event]:
     """Events of one key that waited together (the chunks of a document that ended while the recorder
     was busy) are told with one read of their task's view, the ends of chunks under one append."""
