@@ -56,6 +56,14 @@ class ItemFailed(Exception):
     """The item (chunk, document) fails for good with this message; the pipeline goes on without it."""
 
 
+@dataclass(frozen=True)
+class Fail:
+    """The same, as a decision a policy returns rather than raises: the item fails with `error`, a
+    message its owner can act on."""
+
+    error: str
+
+
 # --- what an LLM provider can answer -----------------------------------------------------------------
 
 
