@@ -37,19 +37,20 @@ test: setup deploy-tools
 test-unit: setup deploy-tools
 	.venv/bin/pytest -q tests/unit
 
-# ruff on the tree, its formatter on the packages, mypy on every package (with a cache of its own: after a
-# run on one package, mypy's incremental cache can report docsum_shared's submodules missing in a whole run).
+# ruff on the tree, its formatter on the packages, mypy on every package and the tests (with a cache of its
+# own: after a run on one package, mypy's incremental cache can report docsum_shared's submodules missing in
+# a whole run).
 lint: setup
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check shared services cli
-	.venv/bin/mypy --cache-dir .run/mypy-lint shared/docsum_shared services/*/docsum_* cli/docsum_cli
-	.venv/bin/python -m docsum_shared.contracts --check
+	.venv/bin/mypy --cache-dir .run/mypy-lint shared/docsum_shared services/*/docsum_* cli/docsum_cli tests
+	.venv/bin/python contracts/generate.py --check
 	.venv/bin/python deploy/generate.py --check
 
 # The JSON Schema of every topic and the AsyncAPI document, generated from shared/docsum_shared/events.py
 # into contracts/; the AsyncAPI parser (installed by the script into .run/asyncapi) then checks the document.
 contracts: setup
-	.venv/bin/python -m docsum_shared.contracts
+	.venv/bin/python contracts/generate.py
 	scripts/asyncapi.sh validate >/dev/null
 
 # The Kubernetes manifests that follow from the code (topics, partitions, KEDA's groups and thresholds),

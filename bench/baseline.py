@@ -16,7 +16,8 @@ from pathlib import Path
 
 from openai import AsyncOpenAI
 
-from docsum_chunker.policy import Fail, cut
+from docsum_chunker.policy import cut
+from docsum_shared.errors import Fail
 from docsum_shared.settings import Settings
 from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
 from docsum_shared.summarizers.prompts import build_messages

@@ -15,8 +15,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from docsum_chunker.policy import Fail, cut
+from docsum_chunker.policy import cut
 from docsum_parser.extract import extract_text
+from docsum_shared.errors import Fail
 from docsum_shared.settings import Settings
 from docsum_shared.summarizers.base import SummarizerBackend, SummaryKind, SummaryRequest
 from docsum_shared.summarizers.extractive import ExtractiveBackend

@@ -1,7 +1,7 @@
 """Event-model changes that the contract generator must take in its stride by regeneration alone.
 
-`extend(monkeypatch)` makes events.py (as contracts.py and kafka.py see it) gain a topic `task-archived`
-(one that contracts.ROLES does not know) whose event carries nested results, and gives
+`extend(monkeypatch)` makes events.py (as contracts/generate.py and kafka.py see it) gain a topic `task-archived`
+(one that no part of docsum sends or receives) whose event carries nested results, and gives
 `document-submitted` three alternative forms published as a `oneOf` (enforced by a model validator).
 The models are made up for the test.
 """
@@ -14,9 +14,12 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from docsum_shared import contracts, events, kafka
+from docsum_shared import events, kafka
 from docsum_shared.events import EVENT_TYPES, Event, Topic
 from docsum_shared.states import DocumentStatus, TaskStatus
+from tests import generators
+
+contracts = generators.contracts()
 
 FORMS = {"stored": ("blob_sha256", "size_bytes"), "inline": ("content_base64",), "uri": ("source_uri",)}
 

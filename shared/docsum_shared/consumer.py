@@ -37,11 +37,12 @@ from pydantic import ValidationError
 
 from . import logs, metrics, telemetry
 from .db import connect_pool, migrate
-from .errors import Backoff, Kind, Stopped, classify, retry_until
+from .errors import Fail, Kind, classify
 from .events import TOPIC_OF, Event, Topic, decode
 from .handlers import Bound, Handler
 from .health import Ready, database_ready, listen, serve_health
 from .kafka import DLQ_SUFFIX, client_options, ensure_topics, make_producer, publish
+from .retry import MESSAGES, Stopped, Tally, after_failure, for_messages, retry_until
 from .settings import Settings, service_settings
 
 log = logging.getLogger(__name__)
@@ -49,10 +50,9 @@ log = logging.getLogger(__name__)
 # Work a service runs beside its consumer (the merger's maintenance loop), given the producer.
 Background = Callable[[AIOKafkaProducer], Coroutine[Any, Any, None]]
 
-# A handler that keeps failing for a reason that is neither the input's fault nor a known passing
-# outage (a bug, say) gets this many tries before its message is parked in the dead-letter topic.
-UNEXPECTED_ATTEMPTS = 3
-BACKOFF = Backoff(base_s=0.5, cap_s=10.0)
+# A message is handled again while its failure passes (retry.py's rule for messages): a bug gets a
+# few tries, what is the message's own fault goes to the dead-letter topic at once.
+LIMITS = for_messages()
 POLL_MS = 200
 # Messages held per in-flight slot, waiting in their key's lane included: bounds the memory a run of
 # one key's messages can take while that key is busy.
@@ -159,6 +159,10 @@ class ConsumerService:
         self.dead_letters = dead_letters
         self.name = name
         self.settings = settings
+        for handler in handlers.values():
+            # The contract documents name each registry's group: the one it runs in must be that one.
+            if isinstance(handler, Bound) and handler.handlers.group not in (None, name):
+                raise ValueError(f"handlers of group {handler.handlers.group!r} run in consumer group {name!r}")
         self.handlers = {settings.topic(topic): (topic, handler) for topic, handler in handlers.items()}
         # Topics (full names) that carry the events of another topic, each with a handler of its own: the
         # parser's intake.<producer> topics carry document-submitted events, and the handler knows the producer.
@@ -416,25 +420,24 @@ class ConsumerService:
         async def attempt() -> None:
             await self._emit(await handle())
 
-        def decide(exc: Exception, failures: int) -> float | None:
+        def decide(exc: Exception, tally: Tally) -> float | None:
             kind = classify(exc)
-            if kind in (Kind.POISON, Kind.FAILS_ITEM):
-                return None  # an item failure the handler did not take is the message's: dead-letter it
-            if kind is None and failures >= UNEXPECTED_ATTEMPTS:
-                log.exception("%s: giving up on %s", self.name, what, exc_info=exc)
-                return None
-            delay = BACKOFF.delay(failures, getattr(exc, "retry_after", None))
+            step = after_failure(kind, 0, tally[kind], LIMITS, retry_after=getattr(exc, "retry_after", None))
+            if isinstance(step, Fail):
+                if kind is None:
+                    log.exception("%s: giving up on %s", self.name, what, exc_info=exc)
+                return None  # the message's own fault (an item failure the handler did not take, too): dead-letter it
             log.warning(
                 "%s: %s: %s on %s (attempt %d); retrying in %.1fs",
-                self.name, type(exc).__name__, exc, what, failures, delay,
+                self.name, type(exc).__name__, exc, what, tally.total(), step.seconds,
             )  # fmt: skip
-            return delay
+            return step.seconds
 
         await retry_until(attempt, decide, stop=self._stopping)
 
     async def _emit(self, events: list[Event]) -> None:
         """Publish what a handler returned; done once Kafka has acknowledged every event."""
-        await publish(self.producer, self.settings, events)
+        await publish(self.producer, self.settings, events, sender=None)  # checked by the handlers' registry
         for event in events:
             metrics.PRODUCED.labels(self.name, self.settings.topic(TOPIC_OF[type(event)])).inc()
 
@@ -452,22 +455,29 @@ class ConsumerService:
             ("service", self.name.encode()),
         ]
 
-        value = record.value
-
-        def forever(exc: Exception, failures: int) -> float:
-            nonlocal value
-            if classify(exc) is Kind.POISON and value is not None:
-                # The dead-letter topic refuses the message itself for good (too large): keep where it
-                # came from and why (the headers), rather than retry forever; its bytes stay on its topic.
-                log.error("%s refused %s@%d for good (%s): dead-lettered without its value", dlq, record.topic,
-                          record.offset, exc)  # fmt: skip
-                value = None
-                return 0.0
-            log.warning("dead-letter publish failed (%s); retrying", exc)
-            return BACKOFF.delay(failures)
-
         dlq = record.topic + DLQ_SUFFIX
-        await retry_until(lambda: self.producer.send_and_wait(dlq, value, key=record.key, headers=headers), forever)
+
+        def forever(exc: Exception, tally: Tally) -> float | None:
+            if classify(exc) is Kind.POISON:
+                return None  # refused for good: see below
+            log.warning("dead-letter publish failed (%s); retrying", exc)
+            return MESSAGES.delay(tally.total())
+
+        try:
+            await retry_until(
+                lambda: self.producer.send_and_wait(dlq, record.value, key=record.key, headers=headers), forever
+            )
+        except Exception as exc:
+            if record.value is None:
+                raise
+            # The dead-letter topic refuses the message itself for good (too large): keep where it came
+            # from and why (the headers), rather than retry forever; its bytes stay on its topic.
+            log.error("%s refused %s@%d for good (%s): dead-lettered without its value", dlq, record.topic,
+                      record.offset, exc)  # fmt: skip
+            await retry_until(
+                lambda: self.producer.send_and_wait(dlq, None, key=record.key, headers=headers),
+                lambda exc, tally: MESSAGES.delay(tally.total()),
+            )
         metrics.DEAD_LETTERED.labels(self.name, record.topic).inc()
 
 

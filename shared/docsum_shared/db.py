@@ -8,7 +8,7 @@ from importlib import resources
 
 import asyncpg
 
-from .errors import retry_until, until_deadline
+from .retry import retry_until, until_deadline
 
 log = logging.getLogger(__name__)
 

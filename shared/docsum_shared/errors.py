@@ -1,4 +1,4 @@
-"""What failed, and what happens next: the one error taxonomy of every service, and the one retry helper.
+"""What failed: the one error taxonomy of every service (what happens next is retry.py's).
 
 Every exception that reaches a handler is exactly one of four kinds (`classify`):
 
@@ -22,10 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import inspect
-import random
 import re
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -193,82 +190,3 @@ def classify(exc: BaseException) -> Kind | None:
     if isinstance(exc, Poison):
         return Kind.POISON
     return None
-
-
-# --- the one retry helper ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Exponential back-off with jitter: `base_s` doubled per failure up to `cap_s`, then a random share
-    of up to `jitter` taken off, so that many waiters do not come back at the same moment."""
-
-    base_s: float = 0.25
-    cap_s: float = 10.0
-    jitter: float = 0.3
-
-    def delay(self, failures: int, retry_after: float | None = None) -> float:
-        if retry_after is not None:  # the other side said how long: that, not our guess
-            return max(0.0, min(retry_after, max(self.cap_s, 60.0)))
-        delay = min(self.cap_s, self.base_s * 2 ** max(0, min(failures - 1, 16)))
-        return delay * (1 - self.jitter * random.random())
-
-
-class Stopped(Exception):
-    """The wait before a retry was cut short: the service is stopping."""
-
-
-Decide = Callable[[Exception, int], "float | None | Awaitable[float | None]"]
-
-
-async def retry_until(attempt: Callable[[], Awaitable[T]], decide: Decide, *, stop: asyncio.Event | None = None) -> T:
-    """Call `attempt` until it returns. After each failure, `decide(exc, failures)` (sync or async)
-    gives the seconds to wait before the next try, or None to give up: the exception is raised (or
-    whatever `decide` raised instead). A `stop` set while waiting raises `Stopped`."""
-    failures = 0
-    while True:
-        try:
-            return await attempt()
-        except Exception as exc:
-            failures += 1
-            delay = decide(exc, failures)
-            if inspect.isawaitable(delay):
-                delay = await delay
-            if delay is None:
-                raise
-        if stop is None:
-            await asyncio.sleep(delay)
-        else:
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=delay)
-            except TimeoutError:
-                continue
-            raise Stopped()
-
-
-def while_infrastructure_down(backoff: Backoff = Backoff()) -> Callable[[Exception, int], float | None]:
-    """A `decide` for `retry_until`: wait out retriable and rate-limited failures, give up on the rest."""
-
-    def decide(exc: Exception, failures: int) -> float | None:
-        kind = classify(exc)
-        if kind is Kind.RATE_LIMITED:
-            return backoff.delay(failures, getattr(exc, "retry_after", None))
-        return backoff.delay(failures) if kind is Kind.RETRIABLE else None
-
-    return decide
-
-
-def until_deadline(
-    wait_s: float, on_retry: Callable[[Exception], None], backoff: Backoff = Backoff(base_s=0.5, cap_s=2.0)
-) -> Callable[[Exception, int], float | None]:
-    """A `decide` for `retry_until` at start-up: wait out retriable failures for up to `wait_s` seconds
-    in all, then give up (the service exits, and its supervisor restarts it)."""
-    deadline = asyncio.get_running_loop().time() + wait_s
-
-    def decide(exc: Exception, failures: int) -> float | None:
-        if classify(exc) is not Kind.RETRIABLE or asyncio.get_running_loop().time() > deadline:
-            return None
-        on_retry(exc)
-        return backoff.delay(failures)
-
-    return decide

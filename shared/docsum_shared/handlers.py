@@ -5,6 +5,11 @@
     @handlers.on(ChunkCreated, emits=(ChunkSummarized,))
     async def summarize_chunk(event: ChunkCreated, deps: Deps) -> list[Event]: ...
 
+What it sends is declared too (`emits=`) and checked on every handling; a part of docsum that
+publishes outside any handler (the gateway, the re-drives, the round scheduler) declares a `Sender`
+and passes it to `kafka.publish`. The contract documents' topic table (who sends, who receives, with
+which consumer group) is built from these declarations (contracts/generate.py), never written by hand.
+
 `handlers.handle(event, deps)` dispatches on the event's type; the consumer shell gets
 `handlers.bind(deps)`, one callable per topic. A unit test calls `handle` with in-memory fakes.
 
@@ -30,8 +35,28 @@ T = TypeVar("T")
 Handler = Callable[[Event], Awaitable[list[Event]]]
 
 
+@dataclass(frozen=True)
+class Sender:
+    """A part of docsum that publishes events outside any handler, and the event types it may publish."""
+
+    who: str  # as the topic table names it: "the gateway", "the re-drives"
+    emits: tuple[type[Event], ...]
+
+    def check(self, events: Sequence[Event]) -> None:
+        stray = sorted({type(e).__name__ for e in events if type(e) not in self.emits})
+        if stray:
+            raise TypeError(f"{self.who} published {', '.join(stray)}, which it does not declare")
+
+
 class Handlers(Generic[D]):
-    def __init__(self) -> None:
+    """The handlers of one consumer group (`group`, as the service's consumer names it; None for a
+    registry of tests), and what each receives and sends. `dead_letters`: False for a reader beside
+    the topics' owners (the gateway's progress recorder), which skips what it cannot take."""
+
+    def __init__(self, group: str | None = None, who: str | None = None, *, dead_letters: bool = True) -> None:
+        self.group = group
+        self.who = who or f"the {group}"
+        self.dead_letters = dead_letters
         self._by_type: dict[type[Event], Callable[[Any, D], Awaitable[list[Event]]]] = {}
         self._many: dict[type[Event], Callable[[list[Any], D], Awaitable[list[Event]]]] = {}
         self._emits: dict[type[Event], tuple[type[Event], ...]] = {}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -11,8 +11,10 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 from aiokafka.helpers import create_ssl_context
 
-from .errors import EventRefused, Kind, kafka_kind, retry_until, until_deadline
+from .errors import EventRefused, Kind, kafka_kind
 from .events import TOPIC_OF, Event, Topic, intake_topic
+from .handlers import Sender
+from .retry import retry_until, until_deadline
 from .settings import Settings
 from .telemetry import headers
 
@@ -105,11 +107,16 @@ def make_producer(settings: Settings) -> AIOKafkaProducer:
     )
 
 
-async def publish(producer: AIOKafkaProducer, settings: Settings, events: Iterable[Event]) -> None:
+async def publish(
+    producer: AIOKafkaProducer, settings: Settings, events: Sequence[Event], *, sender: Sender | None
+) -> None:
     """Send the events and wait until Kafka has acknowledged every one of them. Each carries the
     current trace context as a W3C `traceparent` header (telemetry.py; none without OpenTelemetry).
     An event Kafka refuses for good (not retriable: too large for its topic, say) raises EventRefused,
-    naming the topic, the event and the reason."""
+    naming the topic, the event and the reason. `sender`: who publishes, checked against what it
+    declares; None only for what a handler returned (its registry checked it already)."""
+    if sender is not None:
+        sender.check(events)
     pending = []
     for event in events:
         topic = settings.topic(TOPIC_OF[type(event)])

@@ -16,7 +16,7 @@ from .states import DOCUMENT_FINAL, TASK_HELD, TASK_TAKES_WORK, ChunkStatus, Doc
 log = logging.getLogger(__name__)
 
 UNFINISHED = list(TASK_TAKES_WORK)
-RETRYABLE = [TaskStatus.COMPLETED_WITH_ERRORS, TaskStatus.FAILED, TaskStatus.PROCESSING]
+RETRY_FROM = [TaskStatus.COMPLETED_WITH_ERRORS, TaskStatus.FAILED, TaskStatus.PROCESSING]
 
 
 async def pause(pool: asyncpg.Pool, task_id: str) -> bool:
@@ -59,7 +59,7 @@ async def retry_failed(pool: asyncpg.Pool, task_id: str) -> int:
     """
     async with pool.acquire() as conn, conn.transaction():
         status = await conn.fetchval("SELECT status FROM tasks WHERE id = $1 FOR UPDATE", task_id)
-        if status not in RETRYABLE:
+        if status not in RETRY_FROM:
             return 0
         failed = await conn.fetch(
             "SELECT id, chunk_total FROM documents WHERE task_id = $1 AND status = $2", task_id, DocumentStatus.FAILED

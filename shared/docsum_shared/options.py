@@ -1,14 +1,12 @@
-"""What a submitter can ask of a task's summaries, stored with the task and applied to every request."""
+"""What a submitter can ask of a task's summaries, stored with the task and applied to every request
+(SummaryRequest.asked). Part of the event contract: it imports nothing but pydantic."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-
-from .summarizers.base import SummaryRequest
 
 
 class TaskOptions(BaseModel):
@@ -32,11 +30,3 @@ class TaskOptions(BaseModel):
         if isinstance(stored, str):
             stored = json.loads(stored)
         return cls.model_validate(stored or {})
-
-    def apply(self, request: SummaryRequest) -> SummaryRequest:
-        return replace(
-            request,
-            language=self.language or "",
-            length="" if self.length == "standard" else self.length,
-            style="" if self.style == "prose" else self.style,
-        )

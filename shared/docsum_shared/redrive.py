@@ -30,12 +30,17 @@ from .events import (
     DocumentSubmitted,
     Event,
 )
+from .handlers import Sender
 from .kafka import publish
 from .levels import SizeLevel, size_level
 from .settings import Settings
 from .states import CHUNK_FINAL, DOCUMENT_FINAL, TASK_TAKES_WORK, ChunkStatus, DocumentStatus
 
 log = logging.getLogger(__name__)
+# Resume, retry and reconcile: the work a task still owes, from the state stored in PostgreSQL.
+REDRIVES = Sender(
+    "the re-drives", emits=(DocumentSubmitted, DocumentParsed, ChunkCreated, ChunkSummarized, DocumentMerged)
+)
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,7 @@ class DocumentRow:
 
 
 @dataclass(frozen=True)
-class ChunkRow:
+class ChunkToRedrive:
     id: str
     index: int
     status: ChunkStatus
@@ -63,7 +68,7 @@ def plan(
     task_id: str,
     owner: str,
     documents: list[DocumentRow],
-    chunks: dict[str, list[ChunkRow]],
+    chunks: dict[str, list[ChunkToRedrive]],
     expected_documents: int | None = None,
 ) -> list[Event]:
     """The events that move every unfinished document of the task one step on. `expected_documents`: the
@@ -166,7 +171,7 @@ def _traced_plan(
     task_id: str,
     owner: str,
     documents: list[DocumentRow],
-    chunks: dict[str, list[ChunkRow]],
+    chunks: dict[str, list[ChunkToRedrive]],
     expected_documents: int | None,
 ) -> list[Event]:
     events = plan(task_id, owner, documents, chunks, expected_documents)
@@ -193,7 +198,7 @@ async def _documents(pool: asyncpg.Pool, task_id: str, idle_s: float | None) -> 
     ]
 
 
-async def _chunks(pool: asyncpg.Pool, task_id: str) -> dict[str, list[ChunkRow]]:
+async def _chunks(pool: asyncpg.Pool, task_id: str) -> dict[str, list[ChunkToRedrive]]:
     rows = await pool.fetch(
         "SELECT c.document_id, c.id, c.chunk_index, c.status,"
         " (c.status = $3 AND c.lease_expires_at > now()) AS leased"
@@ -203,9 +208,9 @@ async def _chunks(pool: asyncpg.Pool, task_id: str) -> dict[str, list[ChunkRow]]
         DocumentStatus.SUMMARIZING,
         ChunkStatus.SUMMARIZING,
     )
-    chunks: dict[str, list[ChunkRow]] = {}
+    chunks: dict[str, list[ChunkToRedrive]] = {}
     for r in rows:
-        row = ChunkRow(r["id"], r["chunk_index"], ChunkStatus(r["status"]), bool(r["leased"]))
+        row = ChunkToRedrive(r["id"], r["chunk_index"], ChunkStatus(r["status"]), bool(r["leased"]))
         chunks.setdefault(r["document_id"], []).append(row)
     return chunks
 
@@ -228,7 +233,9 @@ async def publish_redrives(
     for redrive in redrives:
         for batch in batches(redrive.events, settings.redrive_batch_events):
             # In the re-drive's context: its trace, in the events' traceparent headers.
-            await asyncio.create_task(publish(producer, settings, batch), context=redrive.context.copy())
+            await asyncio.create_task(
+                publish(producer, settings, batch, sender=REDRIVES), context=redrive.context.copy()
+            )
             published += len(batch)
             if between_batches is not None:
                 await between_batches()

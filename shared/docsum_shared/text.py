@@ -45,12 +45,7 @@ _HANGUL = "\uac00-\ud7af\u1100-\u11ff\u3130-\u318f"
 _CJK = _HAN + _KANA + _HANGUL
 
 _CJK_CHAR_RE = re.compile(f"[{_CJK}]")
-_HAN_RE = re.compile(f"[{_HAN}]")
-_KANA_RE = re.compile(f"[{_KANA}]")
-_HANGUL_RE = re.compile(f"[{_HANGUL}]")
 _LETTER_RE = re.compile(r"[^\W\d_]")
-_LATIN_WORD_RE = re.compile(r"[A-Za-z\u00c0-\u024f]+")
-_CYRILLIC_RE = re.compile(r"[\u0400-\u04ff]")
 
 # Sentence-final punctuation of CJK text (full-width), and what may close a quotation after it.
 CJK_SENTENCE_END = "。！？；．"
@@ -68,30 +63,6 @@ def cjk_ratio(text: str) -> float:
     if not letters:
         return 0.0
     return len(_CJK_CHAR_RE.findall(text)) / letters
-
-
-def detect_language(text: str) -> str:
-    """A coarse language code: "zh", "ja", "ko", "ru" or "en" (the default, any Latin-script text).
-
-    The majority is counted in word-like units: each CJK character against each Latin word (counting
-    letters would let a few English terms outvote a Chinese sentence). CJK text with a noticeable
-    share of kana is Japanese, Hangul-majority CJK text Korean, other CJK text Chinese.
-    """
-    han = len(_HAN_RE.findall(text))
-    kana = len(_KANA_RE.findall(text))
-    hangul = len(_HANGUL_RE.findall(text))
-    cjk = han + kana + hangul
-    latin_words = len(_LATIN_WORD_RE.findall(text))
-    cyrillic = len(_CYRILLIC_RE.findall(text))
-    if cjk and cjk >= latin_words:
-        if hangul > han + kana:
-            return "ko"
-        if kana >= 0.1 * cjk:
-            return "ja"
-        return "zh"
-    if cyrillic and cyrillic > len(_LETTER_RE.findall(text)) / 2:
-        return "ru"
-    return "en"
 
 
 def estimate_tokens(text: str) -> int:

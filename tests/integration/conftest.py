@@ -23,6 +23,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
+from docsum_shared.db import migrate
 from tests.fake_llm import FakeLLM, FakeLLMServer, free_port
 from tests.integration.helpers import eventually_blocking
 
@@ -231,6 +232,23 @@ def _stacks_end_with_their_test(make_stack: StackFactory) -> Iterator[None]:
 def stack(make_stack: StackFactory) -> Stack:
     """The stack most tests share: default settings, never killed."""
     return make_stack()
+
+
+@pytest_asyncio.fixture(scope="session")
+async def repository_db(infra: dict[str, str]) -> AsyncIterator[asyncpg.Pool]:
+    """A migrated database of its own for the repository contracts (tests/repositories): no service of
+    the session's stacks reads or writes it, so a case's rows change only by the case's own calls."""
+    server, _, _ = infra["DATABASE_URL"].rpartition("/")
+    name = f"docsum_repositories_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(infra["DATABASE_URL"])
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    pool = await asyncpg.create_pool(f"{server}/{name}", min_size=1, max_size=4)
+    await migrate(pool)
+    yield pool
+    await pool.close()
 
 
 @pytest_asyncio.fixture(scope="session")

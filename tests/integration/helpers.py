@@ -215,7 +215,7 @@ CONSUMED = {
 def kafka_settings(env: Mapping[str, str]) -> Settings:
     """The Kafka side of the settings a process with environment `env` (a stack's) runs with: the
     broker, its security settings (DOCSUM_KAFKA_*) and the topic prefix."""
-    kafka = {
+    kafka: dict[str, Any] = {
         name.removeprefix("DOCSUM_").lower(): value
         for name, value in env.items()
         if name in ("KAFKA_BOOTSTRAP_SERVERS", "DOCSUM_TOPIC_PREFIX") or name.startswith("DOCSUM_KAFKA_")

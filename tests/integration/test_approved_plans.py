@@ -15,7 +15,8 @@ import asyncpg
 import pytest
 
 from docsum_chunker.chunking import Chunk
-from docsum_chunker.policy import ChunkRow, hold_rule
+from docsum_chunker.handlers import store_chunks
+from docsum_chunker.policy import CutChunk, hold_rule
 from docsum_chunker.repository import ChunkRepository
 from docsum_shared import lifecycle
 from docsum_shared.db import migrate
@@ -43,8 +44,8 @@ async def _cut(db: asyncpg.Pool, task_id: str, chunks: int) -> str | None:
         task_id,
         DocumentStatus.CHUNKING,
     )
-    rows = [ChunkRow(str(uuid.uuid4()), i, Chunk(i, i * 10, i * 10 + 10, "x" * 10, "", "")) for i in range(chunks)]
-    return await ChunkRepository(db).store_chunks(document_id, rows, hold_rule(SETTINGS))
+    rows = [CutChunk(str(uuid.uuid4()), i, Chunk(i, i * 10, i * 10 + 10, "x" * 10, "", "")) for i in range(chunks)]
+    return await store_chunks(ChunkRepository(db), document_id, rows, hold_rule(SETTINGS))
 
 
 async def _status(db: asyncpg.Pool, task_id: str) -> tuple[TaskStatus, str | None]:

@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 import yaml
 
-from docsum_shared import contracts
 from docsum_shared.events import Topic
-from tests import contract_changes
+from tests import contract_changes, generators
+
+contracts = generators.contracts()
 
 pytestmark = pytest.mark.integration
 

@@ -3,6 +3,8 @@ estimate shown, before any LLM call; resume approves it, cancel drops it."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
 from tests.fake_llm import FakeLLMServer
@@ -25,7 +27,7 @@ async def test_an_expensive_task_waits_for_its_owner(make_stack: StackFactory, l
                 return task if task["status"] == "AWAITING_APPROVAL" else None
 
             for task_id in (approved_id, dropped_id):
-                held = await eventually(lambda t=task_id: waiting(t), timeout=90, message="the hold", stack=stack)
+                held = await eventually(partial(waiting, task_id), timeout=90, message="the hold", stack=stack)
                 assert "DOCSUM_TASK_MAX_CALLS" in held["hold_reason"] and "ceiling of 5" in held["hold_reason"]
                 assert held["estimate"]["remaining_chunks"] > 5  # what approving it would take, shown
             assert calls(llm, marker) == []  # not one call before the owner said yes

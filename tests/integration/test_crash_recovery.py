@@ -135,7 +135,7 @@ def _shared(make_stack: StackFactory) -> Iterator[_Shared]:
     """One FAST stack for the tests of this module that need no other stack: each kills, stops or
     reconfigures services of it, and is handed it whole (a stack start is ~10 s, a service restart a
     fraction of that)."""
-    stack = make_stack(**FAST)
+    stack = make_stack(SERVICES, **FAST)
     yield _Shared(stack, dict(stack.env))
     for name in list(stack.processes):
         stack.kill(name)

@@ -481,6 +481,7 @@ async def test_rejected_prompt_fails_at_once(stack: Stack, db: asyncpg.Pool, llm
     assert chunk["status"] == "FAILED" and chunk["attempts"] == 1
     assert "rejected" in chunk["error"] and "400" in chunk["error"], chunk["error"]
     # One request, no retry.
+    assert rejected_by is not None  # configured above when the stand-in had none
     asked = [e for e in calls(llm, marker) if rejected_by in e.prompt]
     assert [e.status for e in asked] == [400]
     async with stack.client() as client:

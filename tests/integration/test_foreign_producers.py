@@ -83,9 +83,11 @@ def read_finished(stack: Stack, task_ids: set[str], timeout: float = 90.0) -> di
             message = consumer.poll(0.5)
             if message is None or message.error() is not None:
                 continue
-            result = json.loads(message.value())
+            value, key = message.value(), message.key()
+            assert value is not None  # every task-finished carries its result
+            result = json.loads(value)
             if result["task_id"] in task_ids:
-                assert message.key().decode() == result["task_id"]  # keyed by task
+                assert key is not None and key.decode() == result["task_id"]  # keyed by task
                 found[result["task_id"]] = result
     finally:
         consumer.close()
@@ -194,8 +196,8 @@ async def test_documents_published_by_another_kafka_client(
     essay = (EXAMPLES / "chinese-essay.txt").read_bytes()
     task = str(uuid.uuid4())  # a uuid, so that its owner can follow it through the gateway's API too
     # Whichever message of the task comes first creates it: each carries the task's title and options.
-    common = {"task_id": task, "owner": "alice", "task_documents": 3, "title": "From the CRM",
-              "options": {"length": "brief"}}  # fmt: skip
+    common: dict[str, Any] = {"task_id": task, "owner": "alice", "task_documents": 3, "title": "From the CRM",
+                              "options": {"length": "brief"}}  # fmt: skip
     good = [
         {**common, "document_id": f"crm:{uuid.uuid4().hex}", "filename": "论文.txt",
          "content_type": "text/plain", "content_base64": base64.b64encode(essay).decode()},

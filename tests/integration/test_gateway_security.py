@@ -19,7 +19,7 @@ import socket
 import stat
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -28,6 +28,7 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
+from websockets.typing import Subprotocol
 
 from tests.fake_llm import free_port
 from tests.integration.conftest import ROOT, Stack, StackFactory
@@ -63,14 +64,19 @@ def _ws_url(stack: Stack, task_id: str, query: str = "") -> str:
     return stack.gateway_url.replace("http://", "ws://") + f"/v1/tasks/{task_id}/events" + query
 
 
-async def _first_message(url: str, **kwargs: object) -> dict:
-    async with connect(url, open_timeout=10, **kwargs) as ws:  # type: ignore[arg-type]
+async def _first_message(
+    url: str, additional_headers: dict[str, str] | None = None, subprotocols: Sequence[Subprotocol] | None = None
+) -> dict:
+    connecting = connect(url, open_timeout=10, additional_headers=additional_headers, subprotocols=subprotocols)
+    async with connecting as ws:
         return json.loads(await asyncio.wait_for(ws.recv(), 10))
 
 
-async def _refused(url: str, **kwargs: object) -> int:
+async def _refused(
+    url: str, additional_headers: dict[str, str] | None = None, subprotocols: Sequence[Subprotocol] | None = None
+) -> int:
     with pytest.raises(InvalidStatus) as refused:
-        async with connect(url, open_timeout=10, **kwargs):  # type: ignore[arg-type]
+        async with connect(url, open_timeout=10, additional_headers=additional_headers, subprotocols=subprotocols):
             pass
     return refused.value.response.status_code
 
@@ -224,13 +230,13 @@ async def test_a_ticket_opens_one_websocket_of_its_task(gateway: Stack) -> None:
         ticket = answer.json()["ticket"]
         # Bob's key does not get a ticket for alice's task.
         assert (await client.post(f"/v1/tasks/{task_id}/ticket", headers=_auth(gateway, "bob"))).status_code == 404
-    protocols = ["docsum", f"bearer.{ticket}"]
+    protocols = [Subprotocol("docsum"), Subprotocol(f"bearer.{ticket}")]
     assert await _refused(_ws_url(gateway, other_task), subprotocols=protocols) == 403  # not its task
-    async with connect(_ws_url(gateway, task_id), subprotocols=protocols, open_timeout=10) as ws:  # type: ignore[list-item]
+    async with connect(_ws_url(gateway, task_id), subprotocols=protocols, open_timeout=10) as ws:
         assert ws.subprotocol == "docsum"  # the ticket is never echoed
         assert json.loads(await ws.recv())["task_id"] == task_id
     assert await _refused(_ws_url(gateway, task_id), subprotocols=protocols) == 403  # used
-    key_protocols = ["docsum", f"bearer.{gateway.keys['alice']}"]
+    key_protocols = [Subprotocol("docsum"), Subprotocol(f"bearer.{gateway.keys['alice']}")]
     assert (await _first_message(_ws_url(gateway, task_id), subprotocols=key_protocols))["task_id"] == task_id
 
 

@@ -28,7 +28,7 @@ from tests.hostile import (
     pdf_with_lone_surrogate,
     pdf_with_wrong_offsets,
 )
-from tests.integration.conftest import Stack, StackFactory
+from tests.integration.conftest import SERVICES, Stack, StackFactory
 from tests.integration.helpers import wait_for_task
 
 pytestmark = pytest.mark.integration
@@ -95,7 +95,7 @@ def mb(n: int) -> str:
 
 
 async def test_hostile_documents_fail_alone_and_the_parser_lets_go(make_stack: StackFactory) -> None:
-    stack: Stack = make_stack(**CAPS)
+    stack: Stack = make_stack(SERVICES, **CAPS)
     parser = stack.processes["parser"].pid
     hostile = {
         "bomb.docx": docx_bomb(128 * MiB),  # its zip headers say 4 KiB

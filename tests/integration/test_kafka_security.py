@@ -103,13 +103,14 @@ async def test_the_pipeline_runs_as_the_services_principal(secured: SecuredBroke
     # crm's document, published by its own principal on its own topic.
     foreign = f"crm.sec:{uuid.uuid4().hex}"
     content = base64.b64encode(english_prose(800, seed=7).encode()).decode()
-    note = {"task_id": foreign, "document_id": f"{foreign}:1", "owner": "alice", "filename": "note.txt",
+    document_id = f"{foreign}:1"
+    note = {"task_id": foreign, "document_id": document_id, "owner": "alice", "filename": "note.txt",
             "task_documents": 1, "content_base64": content}  # fmt: skip
     producer = AIOKafkaProducer(**kafka_options(secured.env("ingest")), acks="all", request_timeout_ms=10_000)
     await producer.start()
     try:
         await producer.send_and_wait(
-            secured.prefix + intake_topic("crm"), json.dumps(note).encode(), key=note["document_id"].encode()
+            secured.prefix + intake_topic("crm"), json.dumps(note).encode(), key=document_id.encode()
         )
     finally:
         await producer.stop()

@@ -8,7 +8,7 @@ import asyncpg
 import pytest
 
 from docsum_cli.main import as_json
-from tests.documents import english_prose, make_docx, make_encrypted_pdf, make_pdf, truncate
+from tests.documents import Block, english_prose, make_docx, make_encrypted_pdf, make_pdf, truncate
 from tests.integration.conftest import Stack
 from tests.integration.helpers import chunks_of, submit, task_finished, txt, wait_for_task
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 
 
 def _large_docx() -> bytes:
-    blocks = []
+    blocks: list[Block] = []
     for section in range(12):
         blocks.append(("heading", 1, f"Part {section + 1}"))
         for paragraph in english_prose(9_500, seed=100 + section).split("\n\n"):

@@ -17,7 +17,7 @@ import pytest
 
 from tests.documents import chinese_prose, english_prose
 from tests.fake_llm import FakeLLM, FakeLLMServer
-from tests.integration.conftest import Stack, StackFactory
+from tests.integration.conftest import SERVICES, Stack, StackFactory
 from tests.integration.helpers import submit, txt, wait_for_task
 
 pytestmark = pytest.mark.integration
@@ -57,7 +57,7 @@ async def test_llama_cpp_window_read_from_props_and_a_slow_stream_waited_for(
     server.llm.configure(answer_min_tokens=40)
     # Reconcile looks for tasks idle 4 s, every second: each call lasts longer than that.
     idle = {"DOCSUM_RECONCILE_IDLE_S": "4", "DOCSUM_MAINTENANCE_INTERVAL_S": "1", "DOCSUM_LEASE_TTL_S": "3"}
-    stack = make_stack(OPENAI_BASE_URL=server.base_url, DOCSUM_LLM_STALL_TIMEOUT_S="1", **idle)
+    stack = make_stack(SERVICES, OPENAI_BASE_URL=server.base_url, DOCSUM_LLM_STALL_TIMEOUT_S="1", **idle)
     task = await _summarize(stack, seed=310)
 
     assert task["llm"]["input_budget"] == 2_048 and "llama.cpp" in task["llm"]["learned_from"], task["llm"]

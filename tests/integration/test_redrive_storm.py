@@ -39,7 +39,9 @@ async def _backlog(db: asyncpg.Pool, owner: str) -> tuple[list[str], set[str], s
     the ids of their unleased and leased chunks, and the active task's id."""
     data = b"backlog"
     sha = hashlib.sha256(data).hexdigest()
-    tasks, free, leased = [], set(), set()
+    tasks: list[str] = []
+    free: set[str] = set()
+    leased: set[str] = set()
     async with db.acquire() as conn, conn.transaction():
         await conn.execute(
             "INSERT INTO blobs (sha256, data, size_bytes) VALUES ($1, $2, 7) ON CONFLICT (sha256) DO NOTHING", sha, data

@@ -23,7 +23,7 @@ import pytest
 import websockets
 from websockets.exceptions import ConnectionClosed
 
-from docsum_gateway.recorder import repository
+from docsum_gateway.progress.recorder import repository
 from tests.fake_llm import free_port
 from tests.integration.conftest import Stack, StackFactory
 from tests.integration.helpers import eventually, submit, txt, wait_for_task
@@ -90,7 +90,8 @@ async def test_forty_sse_sockets_that_never_read_grow_the_gateway_by_less_than_1
     print(f"progress log: {entries} entries, {size} bytes")
     assert size / entries < 2048, (entries, size)
     # A stream reads the log a bounded number of bytes at a time (one entry at least), in order.
-    read, after = [], 0
+    read: list[int] = []
+    after = 0
     while batch := await repository.entries_after(db, task_id, after, 4096):
         assert len(batch) == 1 or sum(len(e.text.encode()) for e in batch) <= 4096
         read.extend(e.seq for e in batch)
@@ -243,8 +244,8 @@ async def test_a_ticket_opens_one_connection_across_replicas_and_restarts(
             assert (await anon.get(f"{second}{url}{tickets[0]}", headers=SSE)).status_code == 401
             # A ticket used on a WebSocket of one replica, then offered to a restarted one.
             ws = _ws_url(stack, task_id, f"?ticket={tickets[1]}")
-            async with websockets.connect(ws) as opened:
-                assert json.loads(await opened.recv())["task_id"] == task_id
+            async with websockets.connect(ws) as connection:
+                assert json.loads(await connection.recv())["task_id"] == task_id
         stack.stop("gateway")
         stack.start("gateway")
         stack.wait_ready()

@@ -16,11 +16,14 @@ import yaml
 from jsonschema import Draft7Validator, Draft202012Validator
 from jsonschema.exceptions import ValidationError as SchemaError
 
-from docsum_shared import contracts, kafka
+from docsum_shared import kafka
 from docsum_shared.consumer import ConsumerService
-from docsum_shared.events import EVENT_TYPES, Topic, decode
+from docsum_shared.events import EVENT_TYPES, TOPIC_OF, TaskEvent, Topic, decode
+from docsum_shared.handlers import Sender
 from docsum_shared.settings import Settings
-from tests import contract_changes
+from tests import contract_changes, generators
+
+contracts = generators.contracts()
 
 
 def _unhoist(payload: dict[str, Any], shared: dict[str, Any]) -> dict[str, Any]:
@@ -111,14 +114,62 @@ def test_operations_follow_the_services() -> None:
     operations = contracts.asyncapi()["operations"]
     parser = operations["receive-document-submitted"]
     assert "parser" in parser["summary"]
-    assert parser["bindings"]["kafka"]["groupId"]["enum"] == ["docsum-parser"]
+    assert parser["bindings"]["kafka"]["groupId"]["enum"] == ["docsum-parser", "docsum-gateway-progress"]
     assert "gateway" in operations["send-document-submitted"]["summary"]
     assert "summarizer" in operations["receive-chunk-created"]["summary"]
     assert "send-chunk-created.dlq" in operations  # the summarizer dead-letters
-    assert operations["receive-task-events"]["bindings"]["kafka"]["groupId"]["enum"] == ["docsum-merger"]
+    # The progress recorder is a consumer group too, and skips what it cannot take: the merger alone
+    # dead-letters task-events.
+    assert operations["receive-task-events"]["bindings"]["kafka"]["groupId"]["enum"] == [
+        "docsum-merger",
+        "docsum-gateway-progress",
+    ]
+    assert "merger" in operations["send-task-events.dlq"]["summary"]
+    assert "progress" not in operations["send-task-events.dlq"]["summary"]
+    for sender in ("the parser", "the chunker", "the merger", "the re-drives"):
+        assert sender in operations["send-document-merged"]["description"]
     assert "send-task-finished.dlq" not in operations  # no docsum consumer group reads task-finished
     assert "merger" in operations["send-task-finished"]["summary"]
     assert "receive-task-finished" not in operations  # other systems read it
+
+
+def test_senders_and_receivers_are_the_ones_the_code_declares() -> None:
+    """Every handler registry's received and emitted types, and every Sender's, are in the document,
+    and nothing else is."""
+    registries, senders = contracts.declarations()
+    assert {r.group for r in registries} == {"parser", "chunker", "summarizer", "merger", "gateway-progress"}
+    sent = {(s.who, TOPIC_OF[t].value) for s in senders for t in s.emits}
+    received = set()
+    for registry in registries:
+        for event_type in registry.receives:
+            received.add((registry.who, TOPIC_OF[event_type].value))
+            sent |= {(registry.who, TOPIC_OF[t].value) for t in registry.emits(event_type)}
+    operations = contracts.asyncapi()["operations"]
+    documented = {
+        (line.removeprefix("- ").split(":")[0], op["channel"]["$ref"].rsplit("/", 1)[-1], op["action"])
+        for name, op in operations.items()
+        if not name.endswith(".dlq") and "intake" not in name
+        for line in op["description"].splitlines()
+        if line.startswith("- ")
+    }
+    assert documented == {(w, t, "send") for w, t in sent} | {(w, t, "receive") for w, t in received}
+
+
+def test_a_sender_the_words_do_not_know_or_words_for_a_sender_gone_stop_the_generator(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    registries, senders = contracts.declarations()
+    extra = Sender("the archiver", emits=(TaskEvent,))
+    monkeypatch.setattr(contracts, "declarations", lambda: (registries, [*senders, extra]))
+    with pytest.raises(ValueError, match="sent by the archiver on task-events, with no words in SENDS"):
+        contracts.found_roles()
+    monkeypatch.setattr(contracts, "declarations", lambda: (registries, senders))
+    words = {k: v for k, v in contracts.SENDS.items() if k != ("the chunker", "task-events")}
+    monkeypatch.setattr(contracts, "SENDS", {**words, ("the chunker", "task-finished"): "never"})
+    with pytest.raises(ValueError) as drift:
+        contracts.found_roles()
+    assert "sent by the chunker on task-events, with no words in SENDS" in str(drift.value)
+    assert "SENDS says the chunker sends task-finished; the code does not" in str(drift.value)
 
 
 def test_each_producer_has_its_own_channel_and_document_submitted_is_the_pipelines() -> None:
@@ -154,7 +205,7 @@ def test_a_new_topic_and_a_one_of_payload_need_regeneration_only(monkeypatch: py
 
     archived = document["channels"]["task-archived"]
     assert archived["bindings"]["kafka"]["partitions"] == Settings.model_construct().topic_partitions
-    assert "no row in ROLES" in document["operations"]["send-task-archived"]["description"]
+    assert "no handler or sender declares this topic yet" in document["operations"]["send-task-archived"]["description"]
     assert "receive-task-archived" not in document["operations"]
     example = document["components"]["messages"]["task-archived"]["examples"][0]["payload"]
     assert example["documents"][0]["status"] == "COMPLETED"

@@ -21,7 +21,7 @@ from tests.shipped import SERVICES, shipped_environment
 PACKAGES = ("docsum_shared", *(f"docsum_{name}" for name in SERVICES))
 # Development tools inside the packages, which no service imports: `make contracts` writes contracts/
 # with this one (and the development environment's PyYAML).
-DEVELOPMENT_ONLY = ("docsum_shared.contracts",)
+DEVELOPMENT_ONLY: tuple[str, ...] = ()
 
 IMPORT_ALL = """
 import importlib, pkgutil, sys

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from aiokafka import errors as kafka_errors
 
 from docsum_shared.errors import (
-    Backoff,
     ContextLimitExceeded,
     EventRefused,
     ItemFailed,
@@ -17,12 +14,9 @@ from docsum_shared.errors import (
     ProviderUnavailable,
     RateLimited,
     RequestRefused,
-    Stopped,
     classify,
     context_limit_error,
     kafka_kind,
-    retry_until,
-    while_infrastructure_down,
 )
 
 # What real servers answer to an over-long prompt (see the README's "Configuring a real LLM").
@@ -134,86 +128,6 @@ def test_not_retriable_states_of_the_client_or_cluster_are_waited_out(error: kaf
 
 def test_a_subclass_of_a_retriable_kafka_error_stays_retriable() -> None:
     assert classify(kafka_errors.NotCoordinatorForGroupError()) is Kind.RETRIABLE
-
-
-def test_backoff_grows_is_capped_jittered_and_follows_retry_after() -> None:
-    backoff = Backoff(base_s=1.0, cap_s=8.0, jitter=0.5)
-    assert 0.5 <= backoff.delay(1) <= 1.0
-    assert 2.0 <= backoff.delay(3) <= 4.0
-    assert 4.0 <= backoff.delay(30) <= 8.0
-    assert backoff.delay(1, retry_after=3.0) == 3.0
-
-
-async def test_retry_until_retries_what_decide_allows_and_raises_the_rest() -> None:
-    calls: list[int] = []
-
-    async def flaky() -> str:
-        calls.append(1)
-        if len(calls) < 3:
-            raise ProviderUnavailable("503")
-        return "done"
-
-    decide = while_infrastructure_down(Backoff(base_s=0.0, cap_s=0.0))
-    assert await retry_until(flaky, decide) == "done" and len(calls) == 3
-
-    async def refused() -> str:
-        raise RequestRefused("400")
-
-    with pytest.raises(RequestRefused):
-        await retry_until(refused, decide)
-
-
-async def test_retry_until_takes_an_async_decide_that_may_raise_its_own_outcome() -> None:
-    async def always() -> None:
-        raise ProviderUnavailable("500")
-
-    async def decide(exc: Exception, failures: int) -> float | None:
-        if failures >= 2:
-            raise ItemFailed(f"gave up after {failures} attempts: {exc}")
-        return 0.0
-
-    with pytest.raises(ItemFailed, match="gave up after 2 attempts: 500"):
-        await retry_until(always, decide)
-
-
-async def test_a_stop_during_the_wait_hands_the_work_back() -> None:
-    stop = asyncio.Event()
-
-    async def down() -> None:
-        stop.set()
-        raise ConnectionResetError()
-
-    with pytest.raises(Stopped):
-        await retry_until(down, lambda exc, n: 30.0, stop=stop)
-
-
-async def test_start_up_waits_out_an_outage_until_its_deadline_then_gives_up() -> None:
-    from docsum_shared.errors import until_deadline
-
-    seen: list[Exception] = []
-    tries = 0
-
-    async def down_twice() -> str:
-        nonlocal tries
-        tries += 1
-        if tries <= 2:
-            raise ConnectionRefusedError("not yet")
-        return "up"
-
-    assert await retry_until(down_twice, until_deadline(5.0, seen.append, Backoff(0.0, 0.0))) == "up"
-    assert len(seen) == 2
-
-    async def never() -> None:
-        raise ConnectionRefusedError("down")
-
-    with pytest.raises(ConnectionRefusedError):
-        await retry_until(never, until_deadline(0.05, seen.append, Backoff(0.01, 0.01)))
-
-    async def wrong() -> None:
-        raise RuntimeError("cannot create topic x")
-
-    with pytest.raises(RuntimeError):  # not a passing outage: no waiting at all
-        await retry_until(wrong, until_deadline(5.0, seen.append))
 
 
 def test_a_bad_setting_ends_a_service_with_one_line_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:

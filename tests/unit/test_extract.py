@@ -15,7 +15,9 @@ from fpdf import FPDF
 from pypdf import PdfReader, PdfWriter
 
 from docsum_parser import extract
-from docsum_parser.extract import ExtractedText, ParseError, detect_format, extract_text, normalize
+from docsum_parser.extract import ExtractedText, detect_format, extract_text
+from docsum_parser.normalize import normalize
+from docsum_parser.parse_error import ParseError
 from tests.documents import (
     chinese_prose,
     english_prose,

@@ -10,7 +10,9 @@ import zipfile
 import pytest
 from pypdf import PageObject
 
-from docsum_parser.extract import ExtractedText, Limits, ParseError, extract_text, size_label
+from docsum_parser.extract import ExtractedText, extract_text
+from docsum_parser.limits import Limits, size_label
+from docsum_parser.parse_error import ParseError
 from docsum_parser.policy import limits
 from docsum_shared.settings import Settings
 from tests.documents import chinese_prose, english_prose, make_docx, make_pdf

@@ -8,15 +8,16 @@ import asyncpg
 import pytest
 
 from docsum_parser import handlers as parser
-from docsum_parser.extract import extract_text, normalize
+from docsum_parser.extract import extract_text
+from docsum_parser.normalize import normalize
 from docsum_parser.policy import StoredDocument, TextRefused
 from docsum_shared.events import DocumentMerged, DocumentOutcome, DocumentSubmitted
 from docsum_shared.levels import SizeLevel
 from docsum_shared.settings import Settings
 from docsum_shared.states import DocumentStatus
 from docsum_shared.text import without_lone_surrogates
+from tests.fakes.parser import FakeParserRepository
 from tests.hostile import pdf_with_lone_surrogate
-from tests.unit.test_parser_chunker_handle import FakeDocuments
 
 
 def test_a_pdf_mapping_a_glyph_to_a_lone_surrogate_gives_text_utf8_can_hold() -> None:
@@ -40,7 +41,7 @@ def test_surrogates_are_resolved_by_the_normalization_every_format_goes_through(
     assert normalize(given) == expected
 
 
-class RefusingDocuments(FakeDocuments):
+class RefusingDocuments(FakeParserRepository):
     async def store_text(self, document_id: str, text: str, size_level: SizeLevel) -> None:
         raise TextRefused("UntranslatableCharacterError")
 
@@ -50,10 +51,11 @@ async def test_a_text_the_database_refuses_fails_its_document_with_what_to_do() 
         task_id="t", document_id="d", owner="o", filename="odd.txt", blob_sha256="sha", size_bytes=5
     )
     doc = StoredDocument(DocumentStatus.PENDING, None, None, None, blob_sha256="sha")
-    repo = RefusingDocuments(doc, {"sha": b"Some text that the database will not take."})
+    repo = RefusingDocuments.holding("d", doc, b"Some text that the database will not take.")
     [out] = await parser.handle(event, parser.Deps(repo, Settings(_env_file=None)))
     assert isinstance(out, DocumentMerged) and out.outcome is DocumentOutcome.FAILED
-    [error] = repo.failed
+    error = repo.documents["d"].error or ""
+    assert repo.documents["d"].status is DocumentStatus.FAILED
     assert "the text extracted from odd.txt cannot be stored" in error and "UntranslatableCharacterError" in error
 
 

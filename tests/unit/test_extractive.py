@@ -12,7 +12,7 @@ import pytest
 
 from docsum_shared.summarizers.base import SummaryKind, SummaryRequest, SummaryResult
 from docsum_shared.summarizers.extractive import ExtractiveBackend, _is_candidate, non_prose_line, textrank
-from docsum_shared.text import detect_language, split_sentences, tokens_for_similarity
+from docsum_shared.text import cjk_ratio, split_sentences, tokens_for_similarity
 
 ENGLISH_CHUNK = """# Kafka basics
 Apache Kafka is a distributed event streaming platform that stores records in topics. Producers write \
@@ -68,7 +68,7 @@ def test_english_chunk_summary_is_an_ordered_subset_of_the_input(backend: Extrac
 def test_chinese_chunk_gives_a_chinese_summary_of_input_sentences(backend: ExtractiveBackend) -> None:
     result = run(backend, SummaryKind.CHUNK, CHINESE_CHUNK)
     assert result.text
-    assert detect_language(result.text) == "zh"
+    assert cjk_ratio(result.text) > 0.5  # Chinese
     summary_sentences = split_sentences(result.text)
     assert is_subsequence(summary_sentences, split_sentences(CHINESE_CHUNK))
     assert " " not in result.text, "Chinese sentences are joined without spaces"
@@ -434,7 +434,7 @@ def test_task_summary_paragraphs_are_short_summaries_of_their_documents(backend:
     assert (name1, name2) == ("kafka.pdf", "系统.docx")
     assert 1 <= len(split_sentences(para1)) <= 3 and len(para1) <= 500
     assert is_subsequence(split_sentences(para1), split_sentences(kafka))
-    assert detect_language(para2) == "zh" and " " not in para2
+    assert cjk_ratio(para2) > 0.5 and " " not in para2  # Chinese, joined without spaces
     assert 1 <= len(split_sentences(para2)) <= 3
     assert is_subsequence(split_sentences(para2), split_sentences(chinese))
 

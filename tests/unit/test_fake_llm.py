@@ -14,6 +14,13 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import openai
 import pytest
+from openai import NOT_GIVEN, NotGiven, Omit, omit
+from openai.types.chat import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionMessageParam,
+    ChatCompletionStreamOptionsParam,
+)
 
 from tests.fake_llm import FakeLLM, FakeLLMServer, estimate_tokens
 
@@ -40,9 +47,27 @@ def client(server: FakeLLMServer) -> Iterator[openai.OpenAI]:
         yield client
 
 
-def ask(client: openai.OpenAI, user: str, **kwargs: object) -> openai.types.chat.ChatCompletion:
-    messages = [{"role": "system", "content": "Summarize."}, {"role": "user", "content": user}]
-    return client.chat.completions.create(model=MODEL, messages=messages, **kwargs)  # type: ignore[arg-type]
+def summarize(user: str) -> list[ChatCompletionMessageParam]:
+    return [{"role": "system", "content": "Summarize."}, {"role": "user", "content": user}]
+
+
+def ask(
+    client: openai.OpenAI,
+    user: str,
+    *,
+    max_tokens: int | Omit = omit,
+    max_completion_tokens: int | Omit = omit,
+    timeout: float | NotGiven = NOT_GIVEN,
+    extra_body: object | None = None,
+) -> ChatCompletion:
+    return client.chat.completions.create(
+        model=MODEL,
+        messages=summarize(user),
+        max_tokens=max_tokens,
+        max_completion_tokens=max_completion_tokens,
+        timeout=timeout,
+        extra_body=extra_body,
+    )
 
 
 def test_answer_with_usage(llm: FakeLLM, client: openai.OpenAI) -> None:
@@ -303,17 +328,32 @@ DOCUMENT = (
 )
 
 
-def stream(client: openai.OpenAI, user: str, **kwargs: object) -> list[openai.types.chat.ChatCompletionChunk]:
-    messages = [{"role": "system", "content": "Summarize."}, {"role": "user", "content": user}]
-    with client.chat.completions.create(model=MODEL, messages=messages, stream=True, **kwargs) as chunks:  # type: ignore[call-overload]
+def stream(
+    client: openai.OpenAI,
+    user: str,
+    *,
+    stream_options: ChatCompletionStreamOptionsParam | Omit = omit,
+    max_tokens: int | Omit = omit,
+    max_completion_tokens: int | Omit = omit,
+    timeout: float | NotGiven = NOT_GIVEN,
+) -> list[ChatCompletionChunk]:
+    with client.chat.completions.create(
+        model=MODEL,
+        messages=summarize(user),
+        stream=True,
+        stream_options=stream_options,
+        max_tokens=max_tokens,
+        max_completion_tokens=max_completion_tokens,
+        timeout=timeout,
+    ) as chunks:
         return list(chunks)
 
 
-def streamed_text(chunks: list[openai.types.chat.ChatCompletionChunk]) -> str:
+def streamed_text(chunks: list[ChatCompletionChunk]) -> str:
     return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
 
 
-def finish_reasons(chunks: list[openai.types.chat.ChatCompletionChunk]) -> list[str]:
+def finish_reasons(chunks: list[ChatCompletionChunk]) -> list[str]:
     return [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
 
 
@@ -457,8 +497,8 @@ def test_token_latency_makes_a_slow_model(server: FakeLLMServer, llm: FakeLLM, c
 
 def test_a_client_leaving_mid_stream_is_recorded(llm: FakeLLM, client: openai.OpenAI) -> None:
     llm.configure(token_latency_s=0.1, answer_min_tokens=200)
-    messages = [{"role": "user", "content": DOCUMENT}]
-    chunks = client.chat.completions.create(model=MODEL, messages=messages, stream=True)  # type: ignore[arg-type]
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": DOCUMENT}]
+    chunks = client.chat.completions.create(model=MODEL, messages=messages, stream=True)
     pieces = iter(chunks)
     received = [next(pieces), next(pieces)]
     chunks.close()

@@ -13,8 +13,9 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -299,20 +300,35 @@ def test_the_body_cap_is_the_files_plus_a_small_allowance() -> None:
     assert 256 * MiB < limits.max_body_bytes < 258 * MiB
 
 
-def test_a_spool_keeps_a_small_part_in_memory() -> None:
+def test_a_spool_keeps_a_small_part_in_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     import asyncio
+    import tempfile
+    from types import SimpleNamespace
 
+    from docsum_gateway import uploads
+
+    spilled: list[IO[bytes]] = []
+
+    def temporary_file(prefix: str) -> IO[bytes]:
+        file = tempfile.TemporaryFile(prefix=prefix)
+        spilled.append(file)
+        return file
+
+    monkeypatch.setattr(uploads, "tempfile", SimpleNamespace(TemporaryFile=temporary_file))
     spool = Spool(threshold=1000)
     spool.write(b"a" * 600)
-    assert not spool.on_disk
+    assert spilled == []  # under the threshold: in memory
     spool.write(b"b" * 600)
-    assert spool.on_disk and spool.size == 1200
+    assert len(spilled) == 1 and spool.size == 1200
+    spilled[0].seek(0)
+    assert spilled[0].read() == b"a" * 600 + b"b" * 600  # over it: all of the bytes in the file
 
     async def read() -> bytes:
         return b"".join([block async for block in spool.blocks(size=500)])
 
     assert asyncio.run(read()) == b"a" * 600 + b"b" * 600
     spool.close()
+    assert spilled[0].closed
 
 
 # --- keys, Bearer, tickets ----------------------------------------------------------------------------
@@ -404,8 +420,19 @@ def test_the_cli_says_which_input_was_refused(tmp_path: Path) -> None:
     """The CLI shows a 422 as each refused input and why (here through the real application)."""
     from docsum_cli.client import Gateway, GatewayError
 
+    app = TestClient(_app())
+
+    def through_the_app(request: httpx.Request) -> httpx.Response:
+        # The CLI's own httpx.Client, its requests answered by the application in process.
+        answer = app.request(request.method, str(request.url), headers=dict(request.headers), content=request.read())
+        return httpx.Response(answer.status_code, headers=answer.headers.multi_items(), content=answer.content)
+
     gateway = Gateway(url="http://testserver", key=KEY)
-    gateway._http = TestClient(_app(), headers={"Authorization": f"Bearer {KEY}"})  # an httpx.Client
+    gateway._http = httpx.Client(
+        base_url="http://testserver",
+        headers={"Authorization": f"Bearer {KEY}"},
+        transport=httpx.MockTransport(through_the_app),
+    )
     doc = tmp_path / "a.txt"
     doc.write_text("text")
     with pytest.raises(GatewayError, match=r"gateway answered 422: title: contains a NUL character"):

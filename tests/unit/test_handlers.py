@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from docsum_chunker.policy import announce, chunk_id, cut, should_announce_again
-from docsum_merger.policy import ChunkState, DocumentState, FailDocument, MergeChunks, decide_document, decide_task
-from docsum_parser.policy import Fail, StoredDocument, StoreText, already_done, parse
+from docsum_merger.policy import ChunkState, DocumentState, MergeChunks, decide_document, decide_task
+from docsum_parser.policy import StoredDocument, StoreText, already_done, parse
+from docsum_shared import errors
 from docsum_shared.events import (
     EVENT_TYPES,
     ChunkSummarized,
@@ -20,6 +21,7 @@ from docsum_shared.events import (
     decode,
 )
 from docsum_shared.handlers import Bound, Handlers
+from docsum_shared.levels import SizeLevel
 from docsum_shared.options import TaskOptions
 from docsum_shared.settings import Settings
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
@@ -54,13 +56,13 @@ def test_parser_stores_text_and_announces_it() -> None:
 
 def test_parser_fails_a_bad_file_with_its_reason() -> None:
     decision = parse(_submitted("empty.txt"), b"", SETTINGS)
-    assert isinstance(decision.write, Fail) and "empty" in decision.write.error
+    assert isinstance(decision.write, errors.Fail) and "empty" in decision.write.error
     [merged] = decision.emit
     assert isinstance(merged, DocumentMerged) and merged.outcome == "FAILED"
 
 
 def test_parser_emits_again_what_followed_a_stored_parse() -> None:
-    parsed = already_done(_submitted(), StoredDocument(DocumentStatus.SUMMARIZING, 42, "SMALL", None))
+    parsed = already_done(_submitted(), StoredDocument(DocumentStatus.SUMMARIZING, 42, SizeLevel.SMALL, None))
     assert parsed.write is None and isinstance(parsed.emit[0], DocumentParsed) and parsed.emit[0].text_chars == 42
     failed = already_done(_submitted(), StoredDocument(DocumentStatus.FAILED, None, None, "bad"))
     assert isinstance(failed.emit[0], DocumentMerged)
@@ -68,6 +70,7 @@ def test_parser_emits_again_what_followed_a_stored_parse() -> None:
 
 def test_chunker_ids_are_derived_and_every_chunk_is_announced() -> None:
     rows = cut("doc", english_prose(30_000, seed=3), SETTINGS)
+    assert isinstance(rows, list)
     assert [r.id for r in rows] == [chunk_id("doc", i) for i in range(len(rows))]
     assert rows == cut("doc", english_prose(30_000, seed=3), SETTINGS)
     parsed = DocumentParsed(task_id="t", document_id="doc", text_chars=30_000, size_level="MEDIUM")
@@ -123,9 +126,9 @@ def test_merger_summarizes_what_it_can_and_says_what_is_missing() -> None:
 def test_merger_fails_the_document_when_strict_or_nothing_was_summarized() -> None:
     chunks = [ChunkState(0, ChunkStatus.COMPLETED, "s", None), ChunkState(1, ChunkStatus.FAILED, None, "said no")]
     strict = decide_document(_doc(DocumentStatus.SUMMARIZING), chunks, TaskOptions(strict=True))
-    assert isinstance(strict, FailDocument) and "said no" in strict.error and "1 of 2" in strict.error
+    assert isinstance(strict, errors.Fail) and "said no" in strict.error and "1 of 2" in strict.error
     nothing = decide_document(_doc(DocumentStatus.SUMMARIZING), [ChunkState(0, ChunkStatus.FAILED, None, "x")])
-    assert isinstance(nothing, FailDocument)
+    assert isinstance(nothing, errors.Fail)
 
 
 def test_options_reach_the_requests() -> None:
@@ -186,3 +189,19 @@ async def test_a_handler_returning_an_event_it_does_not_declare_is_stopped() -> 
     with pytest.raises(TypeError, match="returned DocumentMerged, which it does not declare"):
         await registry.handle(merged, None)
     assert registry.receives == (DocumentMerged,) and registry.emits(DocumentMerged) == (TaskEvent,)
+
+
+async def test_a_registry_runs_only_in_the_consumer_group_it_declares() -> None:
+    from docsum_shared.consumer import ConsumerService
+    from docsum_shared.settings import Settings
+
+    registry = Handlers[None]("merger")
+
+    @registry.on(TaskEvent, emits=())
+    async def one(event: Event, deps: None) -> list[Event]:
+        return []
+
+    with pytest.raises(ValueError, match="handlers of group 'merger' run in consumer group 'summarizer'"):
+        ConsumerService("summarizer", Settings(), registry.bind(None))
+    service = ConsumerService("merger", Settings(), registry.bind(None))
+    await service.producer.stop()

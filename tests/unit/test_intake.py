@@ -18,12 +18,14 @@ from pydantic import ValidationError
 
 from docsum_merger.policy import DocumentState, decide_task, with_awaited
 from docsum_parser import intake, sources
-from docsum_shared import contracts
 from docsum_shared.errors import ItemFailed, Poison
 from docsum_shared.events import DocumentSubmitted, Topic, decode
 from docsum_shared.redrive import DocumentRow, plan
 from docsum_shared.settings import Settings
 from docsum_shared.states import DocumentStatus, TaskStatus
+from tests import generators
+
+contracts = generators.contracts()
 
 SETTINGS = Settings(_env_file=None, max_files_per_task=10)
 

@@ -7,6 +7,7 @@ import datetime
 import logging
 import ssl
 from pathlib import Path
+from typing import Any
 
 import certifi
 import pytest
@@ -20,7 +21,12 @@ from docsum_shared.kafka import client_options
 from docsum_shared.settings import Settings, bad_setting, get_settings, service_settings
 
 PASSWORD = "s3cret-Pa55word"
-SASL = {"kafka_sasl_mechanism": "SCRAM-SHA-512", "kafka_sasl_username": "docsum", "kafka_sasl_password": PASSWORD}
+# Raw inputs, as the environment gives them: Settings validates and converts each.
+SASL: dict[str, Any] = {
+    "kafka_sasl_mechanism": "SCRAM-SHA-512",
+    "kafka_sasl_username": "docsum",
+    "kafka_sasl_password": PASSWORD,
+}
 
 
 @pytest.fixture
@@ -80,7 +86,7 @@ def test_ssl_verifies_the_broker_with_the_given_ca() -> None:
 
 def test_sasl_ssl_has_both_and_loads_the_client_certificate(client_cert: tuple[str, str]) -> None:
     certfile, keyfile = client_cert
-    tls = {"kafka_ssl_certfile": certfile, "kafka_ssl_keyfile": keyfile}
+    tls: dict[str, Any] = {"kafka_ssl_certfile": certfile, "kafka_ssl_keyfile": keyfile}
     options = client_options(
         Settings(kafka_security_protocol="SASL_SSL", kafka_ssl_key_password=PASSWORD, **tls, **SASL)
     )
@@ -106,7 +112,7 @@ def test_sasl_ssl_has_both_and_loads_the_client_certificate(client_cert: tuple[s
         ({"kafka_security_protocol": "TLS"}, "DOCSUM_KAFKA_SECURITY_PROTOCOL", "'SASL_SSL'"),
     ],
 )
-def test_settings_that_cannot_work_name_the_one_to_fix(given: dict, setting: str, problem: str) -> None:
+def test_settings_that_cannot_work_name_the_one_to_fix(given: dict[str, Any], setting: str, problem: str) -> None:
     with pytest.raises(ValidationError) as failed:
         Settings(**given)
     named, message = bad_setting(Settings, failed.value)

@@ -13,7 +13,8 @@ from aiokafka.structs import ConsumerRecord
 
 from docsum_shared.consumer import ConsumerService
 from docsum_shared.errors import EventRefused, Kind, classify
-from docsum_shared.events import ChunkCreated
+from docsum_shared.events import ChunkCreated, TaskEvent
+from docsum_shared.handlers import Sender
 from docsum_shared.kafka import publish
 from docsum_shared.settings import Settings
 
@@ -41,7 +42,7 @@ class _Producer:
 async def test_an_event_refused_for_good_names_itself_its_topic_and_the_reason(where: str) -> None:
     producer = _Producer(**{where: kafka_errors.MessageSizeTooLargeError()})
     with pytest.raises(EventRefused) as refused:
-        await publish(producer, Settings(topic_prefix="p."), [EVENT])  # type: ignore[arg-type]
+        await publish(producer, Settings(topic_prefix="p."), [EVENT], sender=None)  # type: ignore[arg-type]
     message = str(refused.value)
     assert "ChunkCreated" in message and "d:00001" in message and "p.chunk-created" in message
     assert "MessageSizeTooLargeError" in message and "not retriable" in message
@@ -55,7 +56,7 @@ async def test_an_event_refused_for_good_names_itself_its_topic_and_the_reason(w
 )
 async def test_a_passing_kafka_failure_is_raised_as_it_is(error: kafka_errors.KafkaError) -> None:
     with pytest.raises(type(error)):
-        await publish(_Producer(at_delivery=error), Settings(), [EVENT])  # type: ignore[arg-type]
+        await publish(_Producer(at_delivery=error), Settings(), [EVENT], sender=None)  # type: ignore[arg-type]
     assert classify(error) is Kind.RETRIABLE
 
 
@@ -85,3 +86,10 @@ async def test_a_message_its_dead_letter_topic_refuses_is_dead_lettered_without_
     ((topic, value, headers),) = dlq.sent
     assert (topic, value) == ("p.document-submitted.dlq", None)
     assert dict(headers)["error"] == b"the bytes are over a cap" and dict(headers)["source-offset"] == b"41"
+
+
+async def test_a_sender_publishes_only_what_it_declares() -> None:
+    producer = _Producer(at_send=AssertionError("nothing may be sent"))
+    scheduler = Sender("the round scheduler", emits=(TaskEvent,))
+    with pytest.raises(TypeError, match="the round scheduler published ChunkCreated, which it does not declare"):
+        await publish(producer, Settings(), [EVENT], sender=scheduler)  # type: ignore[arg-type]

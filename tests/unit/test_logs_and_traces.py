@@ -168,8 +168,9 @@ def test_the_consumer_span_continues_the_trace_of_the_traceparent_header(
     assert process.context.trace_id == request.get_span_context().trace_id
     assert process.parent is not None and process.parent.span_id == request.get_span_context().span_id
     assert process.kind is trace.SpanKind.CONSUMER
-    assert process.attributes["docsum.task_id"] == TASK and process.attributes["docsum.chunk_id"] == CHUNK
-    assert process.attributes["messaging.kafka.offset"] == 42
+    attributes = process.attributes
+    assert attributes is not None and attributes["docsum.task_id"] == TASK and attributes["docsum.chunk_id"] == CHUNK
+    assert attributes["messaging.kafka.offset"] == 42
     # What the handler publishes carries the consumer's span; its log lines name that span.
     assert onward[0][1].decode().split("-")[2] == format(process.context.span_id, "016x")
     (line,) = _json_lines(out)

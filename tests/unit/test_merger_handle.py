@@ -3,138 +3,38 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
 
 import pytest
 
 from docsum_merger.handlers import Deps, handle
-from docsum_merger.policy import ChunkState, DocumentState
-from docsum_shared.errors import Backoff, Poison, ProviderUnavailable, RequestRefused
+from docsum_merger.policy import ChunkState
+from docsum_shared.errors import Poison, ProviderUnavailable, RequestRefused
 from docsum_shared.events import ChunkSummarized, DocumentMerged, DocumentOutcome, TaskEvent, TaskFinished
-from docsum_shared.options import TaskOptions
-from docsum_shared.readmodel.schemas import ChunkProgress, DocumentResult, Recovery, TaskResult, Usage
+from docsum_shared.retry import Backoff
 from docsum_shared.settings import Settings
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.base import SummaryRequest, SummaryResult
 from docsum_shared.summarizers.cache import CallContext
 from tests.documents import english_prose
 from tests.fakes.llm import FakeLLM
+from tests.fakes.merger import FakeMergeRepository
 
 SETTINGS = Settings(_env_file=None, llm_max_attempts=3)
-T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
 
-@dataclass
-class FakeMerges:
-    task_status: TaskStatus = TaskStatus.PROCESSING
-    options: TaskOptions = TaskOptions()
-    documents: dict[str, DocumentState] = field(default_factory=dict)
-    chunks: dict[str, list[ChunkState]] = field(default_factory=dict)
-    merge_failures: dict[str, int] = field(default_factory=dict)
-    nodes: list[tuple[str, int, int]] = field(default_factory=list)
-    finished: tuple[TaskStatus, str | None, str | None] | None = None
-    chunk_rows_read: int = 0
-    touched: list[str] = field(default_factory=list)
-
-    async def load_document(self, document_id: str) -> tuple[DocumentState, TaskStatus, TaskOptions, str] | None:
-        doc = self.documents.get(document_id)
-        if doc is None:
-            return None
-        chunks = self.chunks.get(document_id, [])
-        final = sum(c.status in (ChunkStatus.COMPLETED, ChunkStatus.FAILED) for c in chunks)
-        return replace(doc, chunk_total=len(chunks), chunks_final=final), self.task_status, self.options, "o"
-
-    async def load_chunks(self, document_id: str) -> list[ChunkState]:
-        self.chunk_rows_read += len(self.chunks.get(document_id, []))
-        return self.chunks.get(document_id, [])
-
-    async def complete_document(
-        self,
-        document_id: str,
-        summary: str,
-        model: str,
-        coverage: float,
-        failed_chunks: list[int],
-        *,
-        truncated: bool = False,
-    ) -> None:
-        if self.documents[document_id].status is DocumentStatus.SUMMARIZING:
-            self.documents[document_id] = replace(
-                self.documents[document_id], status=DocumentStatus.COMPLETED, summary=summary
-            )
-
-    async def fail_document(self, document_id: str, error: str) -> None:
-        if self.documents[document_id].status is DocumentStatus.SUMMARIZING:
-            self.documents[document_id] = replace(
-                self.documents[document_id], status=DocumentStatus.FAILED, error=error
-            )
-
-    async def record_document_merge_failure(self, document_id: str) -> int:
-        self.merge_failures[document_id] = self.merge_failures.get(document_id, 0) + 1
-        return self.merge_failures[document_id]
-
-    async def record_task_merge_failure(self, task_id: str) -> int:
-        return await self.record_document_merge_failure(task_id)
-
-    async def load_task(
-        self, task_id: str
-    ) -> tuple[TaskStatus, str | None, list[DocumentState], TaskOptions, str] | None:
-        return self.task_status, "batch", list(self.documents.values()), self.options, "o"
-
-    async def finish_task(
-        self,
-        task_id: str,
-        status: TaskStatus,
-        summary: str | None,
-        model: str | None,
-        error: str | None,
-        *,
-        truncated: bool = False,
-    ) -> None:
-        if self.task_status in (TaskStatus.PENDING, TaskStatus.PROCESSING):
-            self.task_status, self.finished = status, (status, summary, error)
-
-    async def touch_task(self, task_id: str) -> None:
-        self.touched.append(task_id)
-
-    async def task_result(self, task_id: str) -> TaskResult | None:
-        if task_id != "t":
-            return None
-        documents = [
-            DocumentResult(
-                document_id=d.id,
-                filename=d.filename,
-                status=d.status,
-                summary=d.summary,
-                error=d.error,
-                chunks=ChunkProgress(done=d.chunks_final, failed=0, total=d.chunk_total),
-            )
-            for d in self.documents.values()
-        ]
-        summary = self.finished[1] if self.finished else None
-        return TaskResult(
-            task_id=task_id,
-            status=self.task_status,
-            updated_at=T0,
-            summary=summary,
-            usage=Usage(),
-            recovery=Recovery(),
-            documents=documents,
-        )
-
-    async def store_node(self, scope_id: str, level: int, position: int, inputs: int, key: str, summary: str) -> None:
-        self.nodes.append((scope_id, level, position))
-
-
-def _repo(chunks: int = 3, status: ChunkStatus = ChunkStatus.COMPLETED, summary_chars: int = 200) -> FakeMerges:
-    repo = FakeMerges()
-    repo.documents["d"] = DocumentState("d", "a.txt", DocumentStatus.SUMMARIZING, None, None)
-    repo.chunks["d"] = [ChunkState(i, status, english_prose(summary_chars, seed=i), None) for i in range(chunks)]
+def _repo(
+    chunks: int = 3, status: ChunkStatus = ChunkStatus.COMPLETED, summary_chars: int = 200
+) -> FakeMergeRepository:
+    """Task "t" with its document "d", cut into `chunks` chunks."""
+    repo = FakeMergeRepository()
+    repo.add_task("t")
+    summaries = [ChunkState(i, status, english_prose(summary_chars, seed=i), None) for i in range(chunks)]
+    repo.add_document("d", "t", chunks=summaries)
     return repo
 
 
-def _deps(repo: FakeMerges, llm: FakeLLM) -> Deps:
+def _deps(repo: FakeMergeRepository, llm: FakeLLM) -> Deps:
     return Deps(repo, llm, SETTINGS, backoff=Backoff(base_s=0.0, cap_s=0.0))
 
 
@@ -151,7 +51,7 @@ async def test_the_last_chunk_merges_the_document_and_announces_it() -> None:
 
 async def test_nothing_happens_while_a_chunk_is_unfinished() -> None:
     repo, llm = _repo(), FakeLLM()
-    repo.chunks["d"][1] = ChunkState(1, ChunkStatus.PENDING, None, None)
+    repo.put_chunk("d", ChunkState(1, ChunkStatus.PENDING, None, None))
     assert await handle(SUMMARIZED, _deps(repo, llm)) == [] and llm.calls == []
     assert repo.chunk_rows_read == 0  # decided from the document's counts alone
 
@@ -161,7 +61,7 @@ async def test_a_document_of_n_chunks_has_its_chunk_rows_read_once() -> None:
     repo, llm = _repo(chunks=n, status=ChunkStatus.PENDING), FakeLLM()
     deps = _deps(repo, llm)
     for i in range(n):  # each chunk finishes, and its event reaches the merger (twice: at-least-once)
-        repo.chunks["d"][i] = ChunkState(i, ChunkStatus.COMPLETED, english_prose(100, seed=i), None)
+        repo.put_chunk("d", ChunkState(i, ChunkStatus.COMPLETED, english_prose(100, seed=i), None))
         event = ChunkSummarized(task_id="t", document_id="d", chunk_id=f"d-c{i:05d}", chunk_index=i)
         await handle(event, deps)
         await handle(event, deps)
@@ -171,7 +71,7 @@ async def test_a_document_of_n_chunks_has_its_chunk_rows_read_once() -> None:
 
 async def test_replay_of_a_merged_document_announces_it_again_without_a_call() -> None:
     repo, llm = _repo(), FakeLLM()
-    repo.documents["d"] = replace(repo.documents["d"], status=DocumentStatus.COMPLETED, summary="done")
+    repo.documents["d"].status, repo.documents["d"].summary = DocumentStatus.COMPLETED, "done"
     [out] = await handle(SUMMARIZED, _deps(repo, llm))
     assert isinstance(out, DocumentMerged) and llm.calls == []
 
@@ -179,7 +79,7 @@ async def test_replay_of_a_merged_document_announces_it_again_without_a_call() -
 @pytest.mark.parametrize("task", [TaskStatus.PAUSED, TaskStatus.CANCELLED])
 async def test_a_held_task_is_not_merged(task: TaskStatus) -> None:
     repo, llm = _repo(), FakeLLM()
-    repo.task_status = task
+    repo.tasks["t"].status = task
     assert await handle(SUMMARIZED, _deps(repo, llm)) == [] and llm.calls == []
 
 
@@ -196,6 +96,7 @@ async def test_a_merge_over_the_window_is_learned_and_goes_hierarchical() -> Non
     [out] = await handle(SUMMARIZED, _deps(repo, llm))
     assert isinstance(out, DocumentMerged) and out.outcome is DocumentOutcome.COMPLETED
     assert llm.learned == 1_500 and repo.nodes  # merged in groups, each group stored
+    assert {scope for scope, _, _ in repo.nodes} == {"d"}
 
 
 async def test_a_provider_that_keeps_failing_fails_the_document_after_the_attempts() -> None:
@@ -208,13 +109,13 @@ async def test_a_provider_that_keeps_failing_fails_the_document_after_the_attemp
 
 async def test_the_task_finishes_when_every_document_is_final_even_if_its_summary_is_refused() -> None:
     repo = _repo()
-    repo.documents["d"] = replace(repo.documents["d"], status=DocumentStatus.COMPLETED, summary="one")
-    repo.documents["e"] = DocumentState("e", "b.txt", DocumentStatus.COMPLETED, "two", None)
+    repo.documents["d"].status, repo.documents["d"].summary = DocumentStatus.COMPLETED, "one"
+    repo.add_document("e", "t", filename="b.txt", position=1, status=DocumentStatus.COMPLETED, summary="two")
     llm = FakeLLM(script=[RequestRefused("LLM provider rejected the request (400): no")])
     merged = DocumentMerged(task_id="t", document_id="e", outcome=DocumentOutcome.COMPLETED)
     [out] = await handle(merged, _deps(repo, llm))
     assert isinstance(out, TaskEvent) and out.status is TaskStatus.COMPLETED_WITH_ERRORS
-    assert repo.finished is not None and "the batch summary could not be made" in (repo.finished[2] or "")
+    assert "the batch summary could not be made" in (repo.tasks["t"].error or "")
 
 
 async def test_an_unknown_document_is_poison() -> None:
@@ -224,29 +125,32 @@ async def test_an_unknown_document_is_poison() -> None:
 
 @dataclass
 class SlowLLM(FakeLLM):
-    seconds: float = 0.3
+    """A merge that answers only once its task has been marked active twice (or fails after 5 s)."""
+
+    repo: FakeMergeRepository = field(default_factory=FakeMergeRepository)
 
     async def summarize(
         self, request: SummaryRequest, context: CallContext | None = None
     ) -> tuple[SummaryResult, bool]:
-        await asyncio.sleep(self.seconds)
+        async with asyncio.timeout(5):
+            while len(self.repo.touched) < 2:
+                await asyncio.sleep(0.01)
         return await super().summarize(request, context)
 
 
 async def test_a_running_merge_keeps_its_task_active_so_reconcile_leaves_it_alone() -> None:
     repo = _repo()
     settings = Settings(_env_file=None, reconcile_idle_s=0.15)  # touched every 0.05 s while merging
-    [out] = await handle(SUMMARIZED, Deps(repo, SlowLLM(), settings, backoff=Backoff(base_s=0.0, cap_s=0.0)))
+    running = asyncio.all_tasks()
+    [out] = await handle(SUMMARIZED, Deps(repo, SlowLLM(repo=repo), settings, backoff=Backoff(base_s=0.0, cap_s=0.0)))
     assert isinstance(out, DocumentMerged) and out.outcome is DocumentOutcome.COMPLETED
     assert len(repo.touched) >= 2 and set(repo.touched) == {"t"}
-    touched = len(repo.touched)
-    await asyncio.sleep(0.2)
-    assert len(repo.touched) == touched  # and no more once the merge is done
+    assert asyncio.all_tasks() <= running  # what marked it is gone with the merge: no more marks come
 
 
 async def test_a_final_task_event_publishes_the_tasks_result_the_same_each_time() -> None:
     repo = _repo()
-    repo.documents["d"] = replace(repo.documents["d"], status=DocumentStatus.COMPLETED, summary="one")
+    repo.documents["d"].status, repo.documents["d"].summary = DocumentStatus.COMPLETED, "one"
     merged = DocumentMerged(task_id="t", document_id="d", outcome=DocumentOutcome.COMPLETED)
     [ended] = await handle(merged, _deps(repo, FakeLLM()))
     assert isinstance(ended, TaskEvent) and ended.status is TaskStatus.COMPLETED

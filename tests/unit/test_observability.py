@@ -119,7 +119,7 @@ def test_the_dashboard_is_grafana_json_reading_only_metrics_that_exist() -> None
 
     for metric in vars(metrics).values():
         if isinstance(metric, MetricWrapperBase):
-            family = metric.describe()[0].name
+            family = next(iter(metric.describe())).name
             assert any(name == family or name.startswith(family + "_") for name in used), f"{family} not shown"
 
 

@@ -3,7 +3,6 @@ package: bounded answers, streaming, a stall timeout, what it asks the endpoint.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 
 import pytest
@@ -14,7 +13,8 @@ from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
 from docsum_shared.summarizers.cache import cache_key
 from docsum_shared.summarizers.openai_backend import OpenAIBackend, Timeouts, _repeats_the_input, _server_root
 from tests.documents import english_prose
-from tests.fake_llm import FakeLLM, FakeLLMServer
+from tests.fake_llm import FakeLLM, FakeLLMServer, LedgerEntry
+from tests.integration.helpers import eventually
 
 
 @pytest.fixture
@@ -27,13 +27,18 @@ def _backend(server: FakeLLMServer, **timeouts: float) -> OpenAIBackend:
     return OpenAIBackend("stand-in-1", base_url=server.base_url, api_key="k", timeouts=Timeouts(**timeouts))
 
 
-async def _recorded(server: FakeLLMServer, n: int = 1) -> list:
-    """The stand-in's ledger once it holds `n` entries: it records a call just after answering it."""
-    for _ in range(200):
-        if len(entries := server.llm.entries()) >= n:
-            return entries
-        await asyncio.sleep(0.01)
-    return server.llm.entries()
+async def _recorded(server: FakeLLMServer, n: int = 1) -> list[LedgerEntry]:
+    """The stand-in's ledger once it holds `n` entries: it records a call (in its own thread) just after
+    answering it."""
+
+    def at_least_n() -> list[LedgerEntry] | None:
+        entries = server.llm.entries()
+        return entries if len(entries) >= n else None
+
+    recorded: list[LedgerEntry] = await eventually(
+        at_least_n, timeout=5, interval=0.01, message=lambda: f"{n} ledger entries, not {len(server.llm.entries())}"
+    )
+    return recorded
 
 
 def _chunk(chars: int = 1_500, max_tokens: int = 300) -> SummaryRequest:

@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
 
 from docsum_parser import handlers as parser
-from docsum_parser.extract import Limits, ParseError
+from docsum_parser.limits import Limits
+from docsum_parser.parse_error import ParseError
 from docsum_parser.policy import StoredDocument
 from docsum_parser.worker import Job, ParseWorker, WorkerClosed
 from docsum_shared.events import DocumentMerged, DocumentOutcome, DocumentParsed
 from docsum_shared.states import DocumentStatus
-from tests.unit.test_parser_chunker_handle import SETTINGS, SUBMITTED, FakeDocuments
+from tests.fakes.parser import FakeParserRepository
+from tests.integration.helpers import eventually_blocking
+from tests.unit.test_parser_chunker_handle import SETTINGS, SUBMITTED
 from tests.unit.worker_jobs import misbehave
 
 GOOD = Job(b"A short note. It has two sentences.", "note.txt", "text/plain", Limits(), "doc-good")
@@ -79,11 +81,12 @@ def test_a_worker_that_dies_fails_its_document_only(worker: ParseWorker) -> None
 
 def test_a_worker_killed_between_documents_is_rebuilt(worker: ParseWorker) -> None:
     worker(GOOD)
-    before = pid(worker)
-    assert before is not None
-    os.kill(before, signal.SIGKILL)
-    time.sleep(0.2)
-    assert worker(GOOD).text and pid(worker) != before
+    process = worker._process
+    assert process is not None and process.pid is not None
+    os.kill(process.pid, signal.SIGKILL)
+    process.join(10)  # the worker is this process's child: join returns once it is gone
+    assert not process.is_alive(), "the killed worker still runs"
+    assert worker(GOOD).text and pid(worker) != process.pid
 
 
 def test_a_bug_in_the_worker_is_not_the_document_s_fault(worker: ParseWorker) -> None:
@@ -97,10 +100,12 @@ def test_an_idle_worker_stops_and_the_next_document_starts_another() -> None:
     try:
         assert pid(worker) is None  # nothing runs before the first document
         assert worker(GOOD).text and (first := worker._process) is not None
-        deadline = time.monotonic() + 10
-        while (worker._process is not None or first.is_alive()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert worker._process is None and not first.is_alive(), "the idle worker still runs"
+        eventually_blocking(
+            lambda: worker._process is None and not first.is_alive(),
+            timeout=10,
+            interval=0.05,
+            message="the idle worker to stop",
+        )
         assert worker(GOOD).text and pid(worker) not in (None, first.pid)
     finally:
         worker.close()
@@ -115,20 +120,22 @@ def test_a_closed_worker_takes_no_more_documents() -> None:
 
 async def test_a_document_over_the_time_limit_fails_through_the_handler(worker: ParseWorker) -> None:
     before = pid(worker)
-    repo = FakeDocuments(StoredDocument(DocumentStatus.PENDING, None, None, None, blob_sha256="sha"), {"sha": b"slow"})
+    repo = FakeParserRepository.holding(
+        "d", StoredDocument(DocumentStatus.PENDING, None, None, None, blob_sha256="sha"), b"slow"
+    )
     event = SUBMITTED.model_copy(update={"filename": "slow.txt"})
 
     [out] = await parser.handle(event, parser.Deps(repo, SETTINGS, worker))
 
     assert isinstance(out, DocumentMerged) and out.outcome is DocumentOutcome.FAILED
-    assert repo.failed == [
+    assert repo.documents["d"].error == (
         "reading the file took longer than the limit of 3 s (DOCSUM_PARSE_TIMEOUT_S); "
         "re-export it (or split it into smaller files) and try again"
-    ]
+    )
     # The worker was replaced, and the next document is parsed as usual.
-    repo = FakeDocuments(
-        StoredDocument(DocumentStatus.PENDING, None, None, None, blob_sha256="sha"), {"sha": b"Fine text."}
+    repo = FakeParserRepository.holding(
+        "d", StoredDocument(DocumentStatus.PENDING, None, None, None, blob_sha256="sha"), b"Fine text."
     )
     [out] = await parser.handle(SUBMITTED, parser.Deps(repo, SETTINGS, worker))
-    assert isinstance(out, DocumentParsed) and repo.stored[0][0] == "Fine text."
+    assert isinstance(out, DocumentParsed) and repo.texts["d"] == "Fine text."
     assert pid(worker) != before

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import pytest
 
 from docsum_chunker import handlers as chunker
-from docsum_chunker.policy import ChunkRow, HoldRule
+from docsum_chunker.policy import StoredChunk
 from docsum_chunker.repository import ParsedDocument
 from docsum_parser import handlers as parser
 from docsum_parser.policy import StoredDocument
@@ -25,6 +25,8 @@ from docsum_shared.levels import SizeLevel
 from docsum_shared.settings import Settings
 from docsum_shared.states import DocumentStatus, TaskStatus
 from tests.documents import english_prose
+from tests.fakes.chunker import FakeChunkRepository
+from tests.fakes.parser import FakeParserRepository
 
 SETTINGS = Settings(_env_file=None)
 SUBMITTED = DocumentSubmitted(
@@ -32,32 +34,11 @@ SUBMITTED = DocumentSubmitted(
 )
 
 
-@dataclass
-class FakeDocuments:
-    doc: StoredDocument | None
-    blobs: dict[str, bytes] = field(default_factory=dict)
-    stored: list[tuple[str, SizeLevel]] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
-    bytes_read: int = 0
-
-    async def load(self, document_id: str) -> StoredDocument | None:
-        return self.doc
-
-    async def load_bytes(self, sha256: str) -> bytes | None:
-        self.bytes_read += 1
-        return self.blobs.get(sha256)
-
-    async def store_text(self, document_id: str, text: str, size_level: SizeLevel) -> None:
-        self.stored.append((text, size_level))
-
-    async def fail(self, document_id: str, error: str) -> None:
-        self.failed.append(error)
-
-
-def _parser(doc: StoredDocument | None, data: bytes | None = None) -> tuple[FakeDocuments, parser.Deps]:
-    if doc is not None:  # the row holds the bytes the stored form names (the parser reads only the row's)
-        doc = replace(doc, blob_sha256=SUBMITTED.blob_sha256)
-    repo = FakeDocuments(doc, {"sha": data} if data is not None else {})
+def _parser(doc: StoredDocument | None, data: bytes | None = None) -> tuple[FakeParserRepository, parser.Deps]:
+    if doc is None:
+        repo = FakeParserRepository()
+    else:  # the row holds the bytes the stored form names (the parser reads only the row's)
+        repo = FakeParserRepository.holding("d", replace(doc, blob_sha256=SUBMITTED.blob_sha256), data)
     return repo, parser.Deps(repo, SETTINGS)
 
 
@@ -66,14 +47,14 @@ async def test_parser_stores_the_text_and_announces_it_on_the_same_trace() -> No
     [out] = await parser.handle(SUBMITTED, deps)
     assert isinstance(out, DocumentParsed) and out.size_level is SizeLevel.SMALL
     assert out.trace_id == SUBMITTED.trace_id and out.causation_id == SUBMITTED.event_id
-    assert repo.stored and repo.stored[0][1] is SizeLevel.SMALL
+    assert repo.texts["d"] and repo.documents["d"].size_level is SizeLevel.SMALL
 
 
 async def test_parser_replay_announces_the_stored_parse_without_reading_the_bytes() -> None:
     repo, deps = _parser(StoredDocument(DocumentStatus.SUMMARIZING, 42, SizeLevel.SMALL, None))
     [out] = await parser.handle(SUBMITTED, deps)
     assert isinstance(out, DocumentParsed) and out.text_chars == 42
-    assert repo.bytes_read == 0 and repo.stored == []
+    assert repo.bytes_read == 0 and repo.texts == {}
 
 
 @pytest.mark.parametrize("task", [TaskStatus.PAUSED, TaskStatus.CANCELLED, TaskStatus.COMPLETED])
@@ -86,7 +67,7 @@ async def test_parser_fails_a_broken_file_and_the_task_still_hears_of_it() -> No
     repo, deps = _parser(StoredDocument(DocumentStatus.PENDING, None, None, None), b"")
     [out] = await parser.handle(SUBMITTED, deps)
     assert isinstance(out, DocumentMerged) and out.outcome is DocumentOutcome.FAILED
-    assert repo.failed and "empty" in repo.failed[0]
+    assert "empty" in (repo.documents["d"].error or "")
 
 
 async def test_parser_poison_for_unknown_documents_or_missing_bytes() -> None:
@@ -96,43 +77,27 @@ async def test_parser_poison_for_unknown_documents_or_missing_bytes() -> None:
         await parser.handle(SUBMITTED, _parser(StoredDocument(DocumentStatus.PENDING, None, None, None))[1])
 
 
-@dataclass
-class FakeChunkRows:
-    doc: ParsedDocument | None
-    rows: list[ChunkRow] = field(default_factory=list)
-    stores: int = 0
-
-    async def load(self, document_id: str) -> ParsedDocument | None:
-        return self.doc
-
-    async def stored_chunks(self, document_id: str) -> list[ChunkRow]:
-        return [ChunkRow(r.id, r.index) for r in self.rows]
-
-    async def store_chunks(self, document_id: str, rows: list[ChunkRow], hold: HoldRule | None = None) -> str | None:
-        self.stores += 1
-        self.rows = rows
-        if hold is None:
-            return None
-        held = hold("alice", [len(rows)], 600 * len(rows), None)
-        return held.reason if held is not None else None
-
-
 PARSED = DocumentParsed(task_id="t", document_id="d", text_chars=30_000, size_level=SizeLevel.MEDIUM)
 
 
 async def test_chunker_stores_every_chunk_then_announces_each() -> None:
-    repo = FakeChunkRows(ParsedDocument(DocumentStatus.CHUNKING, english_prose(30_000), TaskStatus.PROCESSING))
+    repo = FakeChunkRepository.holding(
+        "d", ParsedDocument(DocumentStatus.CHUNKING, english_prose(30_000), TaskStatus.PROCESSING)
+    )
     out = await chunker.handle(PARSED, chunker.Deps(repo, SETTINGS))
-    assert repo.stores == 1 and len(out) == len(repo.rows) > 10
+    assert repo.transactions == 1 and len(out) == len(await repo.stored_chunks("d")) > 10
     assert all(isinstance(e, ChunkCreated) and e.causation_id == PARSED.event_id for e in out)
     assert [e.chunk_index for e in out if isinstance(e, ChunkCreated)] == list(range(len(out)))
 
 
 async def test_chunker_replay_announces_stored_chunks_again_without_cutting() -> None:
-    repo = FakeChunkRows(ParsedDocument(DocumentStatus.SUMMARIZING, "text", TaskStatus.PROCESSING))
-    repo.rows = [ChunkRow("d-c00000", 0), ChunkRow("d-c00001", 1)]
+    repo = FakeChunkRepository.holding("d", ParsedDocument(DocumentStatus.SUMMARIZING, "text", TaskStatus.PROCESSING))
+    repo.add_chunks("d", [StoredChunk("d-c00000", 0), StoredChunk("d-c00001", 1)])
     out = await chunker.handle(PARSED, chunker.Deps(repo, SETTINGS))
-    assert repo.stores == 0 and [e.chunk_id for e in out if isinstance(e, ChunkCreated)] == ["d-c00000", "d-c00001"]
+    assert repo.transactions == 0 and [e.chunk_id for e in out if isinstance(e, ChunkCreated)] == [
+        "d-c00000",
+        "d-c00001",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -146,25 +111,28 @@ async def test_chunker_replay_announces_stored_chunks_again_without_cutting() ->
 async def test_chunker_does_nothing_for_held_tasks_or_merged_documents(
     document: DocumentStatus, task: TaskStatus
 ) -> None:
-    repo = FakeChunkRows(ParsedDocument(document, "text", task))
-    assert await chunker.handle(PARSED, chunker.Deps(repo, SETTINGS)) == [] and repo.stores == 0
+    repo = FakeChunkRepository.holding("d", ParsedDocument(document, "text", task))
+    assert await chunker.handle(PARSED, chunker.Deps(repo, SETTINGS)) == [] and repo.transactions == 0
 
 
 async def test_chunker_poison_for_unknown_documents_or_missing_text() -> None:
     with pytest.raises(Poison):
-        await chunker.handle(PARSED, chunker.Deps(FakeChunkRows(None), SETTINGS))
-    repo = FakeChunkRows(ParsedDocument(DocumentStatus.CHUNKING, None, TaskStatus.PROCESSING))
+        await chunker.handle(PARSED, chunker.Deps(FakeChunkRepository(), SETTINGS))
+    repo = FakeChunkRepository.holding("d", ParsedDocument(DocumentStatus.CHUNKING, None, TaskStatus.PROCESSING))
     with pytest.raises(Poison):
         await chunker.handle(PARSED, chunker.Deps(repo, SETTINGS))
 
 
 async def test_a_task_over_its_owners_ceiling_waits_for_approval_before_any_call() -> None:
     settings = Settings(_env_file=None, llm_backend="openai", task_max_calls=5)
-    repo = FakeChunkRows(ParsedDocument(DocumentStatus.CHUNKING, english_prose(30_000), TaskStatus.PROCESSING))
+    repo = FakeChunkRepository.holding(
+        "d", ParsedDocument(DocumentStatus.CHUNKING, english_prose(30_000), TaskStatus.PROCESSING)
+    )
     waiting, *announced = await chunker.handle(PARSED, chunker.Deps(repo, settings))
     assert isinstance(waiting, TaskEvent) and waiting.status is TaskStatus.AWAITING_APPROVAL
     assert "DOCSUM_TASK_MAX_CALLS" in waiting.detail["reason"] and "ceiling of 5" in waiting.detail["reason"]
-    assert len(announced) == len(repo.rows)  # announced all the same: held, they wait for resume
+    assert repo.tasks["t"].status is TaskStatus.AWAITING_APPROVAL and repo.tasks["t"].asked is not None
+    assert len(announced) == len(await repo.stored_chunks("d"))  # announced all the same: held, they wait for resume
 
 
 def test_ceilings_per_owner_and_by_cost() -> None:

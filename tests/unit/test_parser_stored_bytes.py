@@ -16,7 +16,7 @@ from docsum_shared.errors import Poison
 from docsum_shared.events import DocumentParsed, DocumentSubmitted
 from docsum_shared.settings import Settings
 from docsum_shared.states import DocumentStatus
-from tests.unit.test_parser_chunker_handle import FakeDocuments
+from tests.fakes.parser import FakeParserRepository
 
 SETTINGS = Settings(_env_file=None)
 MEMO = b"Another owner's private memo, stored by the gateway."
@@ -32,9 +32,11 @@ def stored_form(sha256: str) -> DocumentSubmitted:
     )
 
 
-def repo_for(row_sha256: str | None) -> FakeDocuments:
+def repo_for(row_sha256: str | None) -> FakeParserRepository:
     doc = StoredDocument(DocumentStatus.PENDING, None, None, None, owner="eve", blob_sha256=row_sha256, task_id="t")
-    return FakeDocuments(doc, {MEMO_SHA: MEMO, OWN_SHA: OWN})
+    repo = FakeParserRepository.holding("d", doc)
+    repo.state.blobs.update({MEMO_SHA: MEMO, OWN_SHA: OWN})  # another owner's memo is stored too
+    return repo
 
 
 @pytest.mark.parametrize("row_sha256", [None, OWN_SHA], ids=["row-without-bytes", "row-with-its-own-bytes"])
@@ -44,7 +46,8 @@ async def test_a_hash_that_is_not_the_rows_is_refused_alike_whether_or_not_it_is
         repo = repo_for(row_sha256)
         with pytest.raises(Poison) as refused:
             await parser.handle(stored_form(guess), parser.Deps(repo, SETTINGS))
-        assert repo.bytes_read == 0 and repo.stored == [] and repo.failed == []  # nothing looked up, nothing written
+        assert repo.bytes_read == 0 and repo.texts == {}  # nothing looked up, nothing written
+        assert repo.documents["d"].status is DocumentStatus.PENDING and repo.documents["d"].error is None
         refusals.append(str(refused.value))
     assert refusals[0] == refusals[1]  # a stored hash and a made-up one read the same
     assert MEMO_SHA not in refusals[0] and "not the hash of this document's stored bytes" in refusals[0]
@@ -54,4 +57,4 @@ async def test_the_stored_form_of_the_rows_own_bytes_is_parsed_from_them() -> No
     repo = repo_for(OWN_SHA)
     [out] = await parser.handle(stored_form(OWN_SHA), parser.Deps(repo, SETTINGS))
     assert isinstance(out, DocumentParsed)
-    assert [text for text, _ in repo.stored] == [OWN.decode()]
+    assert repo.texts == {"d": OWN.decode()}

@@ -1,11 +1,18 @@
-"""The progress log's policy: which entries an event adds, in which order, under which keys."""
+"""The progress log's policy: which entries an event adds, in which order, under which keys; and the
+recorder's handler that appends them (on the repository's fake)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from docsum_gateway.recorder.handlers import Known
-from docsum_gateway.recorder.policy import ChunkRow, document_percent, entries_for, keys_at_most, task_percent
+from docsum_gateway.progress.recorder.handlers import Deps, Known, record
+from docsum_gateway.progress.recorder.policy import (
+    LoggedChunk,
+    document_percent,
+    entries_for,
+    keys_at_most,
+    task_percent,
+)
 from docsum_shared.events import (
     ChunkCreated,
     ChunkSummarized,
@@ -17,7 +24,8 @@ from docsum_shared.events import (
 )
 from docsum_shared.options import TaskOptions
 from docsum_shared.readmodel.schemas import ChunkProgress, DocumentView, Estimate, Recovery, TaskView, Usage
-from docsum_shared.states import TaskStatus
+from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
+from tests.fakes.recorder import FakeDocument, FakeProgressLog, FakeTask
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -42,7 +50,7 @@ def _view(*docs: DocumentView, status: str = "PROCESSING", redrives: int = 0) ->
 def test_an_event_brings_the_milestones_before_it_in_order() -> None:
     view = _view(_doc("d1", done=1))
     event = ChunkSummarized(task_id="t1", document_id="d1", chunk_id="c1", chunk_index=0)
-    entries = entries_for(event, view, [ChunkRow("c1", "d1", 0, "COMPLETED")])
+    entries = entries_for(event, view, [LoggedChunk("c1", "d1", 0, "COMPLETED")])
     assert [e.kind for e in entries] == [
         "task-started", "document-started", "document-parsed", "chunks-created", "chunk-summarized",
     ]  # fmt: skip
@@ -50,21 +58,22 @@ def test_an_event_brings_the_milestones_before_it_in_order() -> None:
     assert entries[-1].body["percent"] == round(10 + 85 * 1 / 4, 1) and entries[-1].body["eta_s"] == 4.0
     assert entries[-1].body["usage"]["cost_usd"] == 0.5
     # The same event again gives the same keys: the store keeps one entry per key.
-    assert [e.key for e in entries_for(event, view, [ChunkRow("c1", "d1", 0, "COMPLETED")])] == [e.key for e in entries]
+    again = entries_for(event, view, [LoggedChunk("c1", "d1", 0, "COMPLETED")])
+    assert [e.key for e in again] == [e.key for e in entries]
 
 
 def test_a_chunk_reset_by_a_retry_is_not_told_ended_and_a_later_end_is_a_new_entry() -> None:
     event = ChunkSummarized(task_id="t1", document_id="d1", chunk_id="c1", chunk_index=0)
-    pending = entries_for(event, _view(_doc("d1")), [ChunkRow("c1", "d1", 0, "PENDING")])
+    pending = entries_for(event, _view(_doc("d1")), [LoggedChunk("c1", "d1", 0, "PENDING")])
     assert "chunk-summarized" not in [e.kind for e in pending]
-    failed = entries_for(event, _view(_doc("d1")), [ChunkRow("c1", "d1", 0, "FAILED")])[-1]
-    completed = entries_for(event, _view(_doc("d1")), [ChunkRow("c1", "d1", 0, "COMPLETED")])[-1]
+    failed = entries_for(event, _view(_doc("d1")), [LoggedChunk("c1", "d1", 0, "FAILED")])[-1]
+    completed = entries_for(event, _view(_doc("d1")), [LoggedChunk("c1", "d1", 0, "COMPLETED")])[-1]
     assert (failed.kind, completed.kind) == ("chunk-failed", "chunk-summarized") and failed.key != completed.key
 
 
 def test_the_task_end_comes_after_every_end_it_implies() -> None:
     view = _view(_doc("d1", "COMPLETED", 2, 2), _doc("d2", "FAILED", 0, None), status="COMPLETED_WITH_ERRORS")
-    chunks = [ChunkRow("c2", "d1", 1, "COMPLETED"), ChunkRow("c1", "d1", 0, "COMPLETED")]
+    chunks = [LoggedChunk("c2", "d1", 1, "COMPLETED"), LoggedChunk("c1", "d1", 0, "COMPLETED")]
     kinds = [
         e.kind for e in entries_for(TaskEvent(task_id="t1", status=TaskStatus.COMPLETED_WITH_ERRORS), view, chunks)
     ]
@@ -124,7 +133,7 @@ def test_the_keys_an_event_can_tell_cover_every_entry_it_gives_in_any_state() ->
             for status in ("PENDING", "SUMMARIZING", "COMPLETED", "FAILED"):
                 told = keys_at_most(event, status)
                 assert told is not None
-                given = {e.key for e in entries_for(event, _view(doc), [ChunkRow("c1", "d1", 0, status)])}
+                given = {e.key for e in entries_for(event, _view(doc), [LoggedChunk("c1", "d1", 0, status)])}
                 assert given <= set(told), (doc.status, type(event).__name__, status, given - set(told))
     # What depends on more than the event and its chunk is not guessed.
     assert keys_at_most(ChunkSummarized(task_id="t1", document_id="d1", chunk_id="c1", chunk_index=0)) is None
@@ -140,3 +149,32 @@ def test_known_keys_cover_an_event_only_when_every_key_is_known_and_stay_bounded
     assert not known.cover("t", ["task", "parsed:d"]) and not known.cover("other", ["task"])  # per task
     known.add("t", ["parsed:d", "chunks:d"])  # a fourth key: the oldest goes
     assert not known.cover("t", ["task"]) and known.cover("t", ["started:d", "parsed:d", "chunks:d"])
+
+
+def _recorded() -> tuple[FakeProgressLog, Deps]:
+    log = FakeProgressLog()
+    log.tasks["t1"] = FakeTask(TaskStatus.PROCESSING, T0)
+    log.documents["d1"] = FakeDocument("t1", 0, "d1.txt", DocumentStatus.SUMMARIZING)
+    log.chunks["c1"] = LoggedChunk("c1", "d1", 0, ChunkStatus.COMPLETED)
+    log.chunks["c2"] = LoggedChunk("c2", "d1", 1, ChunkStatus.SUMMARIZING)
+    return log, Deps(log)
+
+
+async def test_the_handler_appends_what_the_policy_decides_once_per_step() -> None:
+    log, deps = _recorded()
+    ended = ChunkSummarized(task_id="t1", document_id="d1", chunk_id="c1", chunk_index=0)
+    assert await record([ended], deps) == []
+    assert [(r.seq, r.key) for r in log.log["t1"]] == [
+        (1, "task"), (2, "started:d1"), (3, "parsed:d1"), (4, "chunks:d1"), (5, "chunk:c1:COMPLETED"),
+    ]  # fmt: skip
+    await record([ended], Deps(log))  # redelivered to another replica (nothing known): nothing new
+    log.chunks["c2"] = LoggedChunk("c2", "d1", 1, ChunkStatus.FAILED)
+    await record([ended, ChunkSummarized(task_id="t1", document_id="d1", chunk_id="c2", chunk_index=1)], deps)
+    assert [r.key for r in log.log["t1"]][5:] == ["chunk:c2:FAILED"]
+
+
+async def test_the_handler_tells_nothing_of_a_task_not_stored_and_of_a_chunk_not_ended() -> None:
+    log, deps = _recorded()
+    await record([ChunkCreated(task_id="t9", document_id="d9", chunk_id="c9", chunk_index=0)], deps)
+    await record([ChunkSummarized(task_id="t1", document_id="d1", chunk_id="c2", chunk_index=1)], deps)
+    assert "t9" not in log.log and "chunk:c2:SUMMARIZING" not in [r.key for r in log.log["t1"]]

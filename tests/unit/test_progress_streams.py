@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from docsum_gateway.progress import ProgressFeed, admit
-from docsum_gateway.recorder.policy import ChunkRow, compact, entries_for
+from docsum_gateway.progress.recorder.policy import LoggedChunk, compact, entries_for
+from docsum_gateway.progress.streams import ProgressFeed, admit
 from docsum_gateway.routers.progress import ProgressResponse, log_position
 from docsum_gateway.security import KEY_PREFIX, Tickets, new_key, revocable_key_id, ticket_secret
 from docsum_shared.events import ChunkSummarized
@@ -32,7 +32,7 @@ def test_an_entry_carries_the_documents_it_changed_and_the_snapshot_plus_entries
     for i in range(DOCS):  # one chunk of each document ends, in turn
         docs[i] = _doc(f"d{i:03d}", done=1, total=1)
         event = ChunkSummarized(task_id="t1", document_id=f"d{i:03d}", chunk_id=f"c{i}", chunk_index=0)
-        entry = entries_for(event, _view(*docs), [ChunkRow(f"c{i}", f"d{i:03d}", 0, "COMPLETED")])[-1]
+        entry = entries_for(event, _view(*docs), [LoggedChunk(f"c{i}", f"d{i:03d}", 0, "COMPLETED")])[-1]
         (body,), told = compact([entry.body], told)
         assert [d["document_id"] for d in body["documents"]] == [f"d{i:03d}"]
         sizes.append(len(json.dumps(body)))

@@ -11,9 +11,10 @@ from docsum_shared.events import (
     DocumentOutcome,
     DocumentParsed,
     DocumentSubmitted,
+    Event,
 )
 from docsum_shared.levels import SizeLevel
-from docsum_shared.redrive import ChunkRow, DocumentRow, plan
+from docsum_shared.redrive import ChunkToRedrive, DocumentRow, plan
 from docsum_shared.states import ChunkStatus, DocumentStatus
 
 TASK, OWNER = "task-1", "alice"
@@ -35,8 +36,18 @@ def _doc(doc_id: str, status: DocumentStatus, **fields: object) -> DocumentRow:
     return DocumentRow(**values)  # type: ignore[arg-type]
 
 
-def _chunks(doc_id: str, *statuses: ChunkStatus) -> list[ChunkRow]:
-    return [ChunkRow(f"{doc_id}-c{i:05d}", i, s) for i, s in enumerate(statuses)]
+def _chunks(doc_id: str, *statuses: ChunkStatus) -> list[ChunkToRedrive]:
+    return [ChunkToRedrive(f"{doc_id}-c{i:05d}", i, s) for i, s in enumerate(statuses)]
+
+
+DocumentStep = DocumentSubmitted | DocumentParsed | ChunkCreated | ChunkSummarized | DocumentMerged
+
+
+def _steps(events: list[Event]) -> list[DocumentStep]:
+    """The planned events, each the next step of one document (all that a re-drive sends)."""
+    steps = [e for e in events if isinstance(e, DocumentStep)]
+    assert steps == events
+    return steps
 
 
 @pytest.mark.parametrize("status", [DocumentStatus.PENDING, DocumentStatus.PARSING])
@@ -90,9 +101,10 @@ def test_unfinished_chunks_are_announced_again_and_finished_ones_are_not() -> No
         ChunkStatus.COMPLETED,
     )
     events = plan(TASK, OWNER, [_doc("d1", DocumentStatus.SUMMARIZING)], {"d1": chunks})
-    assert all(isinstance(e, ChunkCreated) for e in events)
-    assert [(e.chunk_id, e.chunk_index) for e in events] == [("d1-c00001", 1), ("d1-c00003", 3)]
-    assert {(e.task_id, e.document_id) for e in events} == {(TASK, "d1")}
+    created = [e for e in events if isinstance(e, ChunkCreated)]
+    assert created == events
+    assert [(e.chunk_id, e.chunk_index) for e in created] == [("d1-c00001", 1), ("d1-c00003", 3)]
+    assert {(e.task_id, e.document_id) for e in created} == {(TASK, "d1")}
 
 
 def test_document_whose_chunks_are_all_final_gets_one_chunk_summarized() -> None:
@@ -131,7 +143,7 @@ def test_all_documents_final_gets_one_document_merged(
 @pytest.mark.parametrize("status", [DocumentStatus.COMPLETED, DocumentStatus.FAILED, DocumentStatus.CANCELLED])
 def test_final_documents_beside_unfinished_ones_get_nothing(status: DocumentStatus) -> None:
     docs = [_doc("done", status), _doc("todo", DocumentStatus.PENDING)]
-    events = plan(TASK, OWNER, docs, {"done": _chunks("done", ChunkStatus.PENDING)})
+    events = _steps(plan(TASK, OWNER, docs, {"done": _chunks("done", ChunkStatus.PENDING)}))
     assert [(type(e), e.document_id) for e in events] == [(DocumentSubmitted, "todo")]
 
 
@@ -149,7 +161,7 @@ def test_mixed_task_moves_every_unfinished_document_one_step() -> None:
         "d": _chunks("d", ChunkStatus.COMPLETED, ChunkStatus.COMPLETED),
         "e": _chunks("e", ChunkStatus.COMPLETED),
     }
-    events = plan(TASK, OWNER, docs, chunks)
+    events = _steps(plan(TASK, OWNER, docs, chunks))
     assert [(type(e).__name__, e.document_id) for e in events] == [
         ("DocumentSubmitted", "a"),
         ("DocumentParsed", "b"),

@@ -8,8 +8,8 @@ import pytest
 
 from docsum_cli import client as cli_client
 from docsum_cli.client import Gateway, GatewayError
-from docsum_shared.events import ChunkCreated, DocumentParsed
-from docsum_shared.redrive import ChunkRow, DocumentRow, batches, plan
+from docsum_shared.events import ChunkCreated, DocumentMerged, DocumentParsed
+from docsum_shared.redrive import ChunkToRedrive, DocumentRow, batches, plan
 from docsum_shared.states import ChunkStatus, DocumentStatus
 
 TASK, OWNER = "task-1", "alice"
@@ -24,9 +24,9 @@ def _doc(doc_id: str, status: DocumentStatus, *, active: bool = False) -> Docume
 
 def test_a_chunk_under_a_live_lease_is_not_announced_again() -> None:
     chunks = [
-        ChunkRow("c0", 0, ChunkStatus.SUMMARIZING, leased=True),  # a summarizer is answering it
-        ChunkRow("c1", 1, ChunkStatus.SUMMARIZING),  # its lease ran out: its holder died
-        ChunkRow("c2", 2, ChunkStatus.PENDING),
+        ChunkToRedrive("c0", 0, ChunkStatus.SUMMARIZING, leased=True),  # a summarizer is answering it
+        ChunkToRedrive("c1", 1, ChunkStatus.SUMMARIZING),  # its lease ran out: its holder died
+        ChunkToRedrive("c2", 2, ChunkStatus.PENDING),
     ]
     events = plan(TASK, OWNER, [_doc("d1", DocumentStatus.SUMMARIZING)], {"d1": chunks})
     assert [e.chunk_id for e in events if isinstance(e, ChunkCreated)] == ["c1", "c2"]
@@ -34,7 +34,10 @@ def test_a_chunk_under_a_live_lease_is_not_announced_again() -> None:
 
 def test_a_document_whose_only_unfinished_chunk_is_leased_gets_nothing() -> None:
     """Not even its merge: the leased chunk is unfinished, and it is being summarized."""
-    chunks = [ChunkRow("c0", 0, ChunkStatus.COMPLETED), ChunkRow("c1", 1, ChunkStatus.SUMMARIZING, leased=True)]
+    chunks = [
+        ChunkToRedrive("c0", 0, ChunkStatus.COMPLETED),
+        ChunkToRedrive("c1", 1, ChunkStatus.SUMMARIZING, leased=True),
+    ]
     assert plan(TASK, OWNER, [_doc("d1", DocumentStatus.SUMMARIZING)], {"d1": chunks}) == []
 
 
@@ -44,15 +47,15 @@ def test_an_active_document_is_left_alone_and_an_idle_one_is_not() -> None:
         _doc("busy-chunks", DocumentStatus.SUMMARIZING, active=True),
         _doc("idle", DocumentStatus.CHUNKING),
     ]
-    chunks = {"busy-chunks": [ChunkRow("c0", 0, ChunkStatus.PENDING)]}
-    events = plan(TASK, OWNER, docs, chunks)
-    assert [(type(e), e.document_id) for e in events] == [(DocumentParsed, "idle")]
+    chunks = {"busy-chunks": [ChunkToRedrive("c0", 0, ChunkStatus.PENDING)]}
+    [parsed] = plan(TASK, OWNER, docs, chunks)
+    assert isinstance(parsed, DocumentParsed) and parsed.document_id == "idle"
 
 
 def test_an_active_document_does_not_hold_the_task_merge_back_when_all_are_final() -> None:
     """`active` only spares unfinished work: a task whose documents are all final still gets its merge."""
-    events = plan(TASK, OWNER, [_doc("d1", DocumentStatus.COMPLETED, active=True)], {})
-    assert [e.document_id for e in events] == ["d1"]
+    [merged] = plan(TASK, OWNER, [_doc("d1", DocumentStatus.COMPLETED, active=True)], {})
+    assert isinstance(merged, DocumentMerged) and merged.document_id == "d1"
 
 
 @pytest.mark.parametrize(("n", "size", "sizes"), [(0, 3, []), (3, 3, [3]), (7, 3, [3, 3, 1]), (2, 500, [2])])

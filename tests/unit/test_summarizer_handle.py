@@ -3,84 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, replace
 
 import pytest
 
-from docsum_shared.errors import Backoff, Poison, ProviderUnavailable, RateLimited, RequestRefused
+from docsum_shared.errors import Poison, ProviderUnavailable, RateLimited, RequestRefused
 from docsum_shared.events import ChunkCreated, ChunkSummarized
+from docsum_shared.retry import Backoff
 from docsum_shared.settings import Settings
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from docsum_summarizer.handlers import Deps, handle
-from docsum_summarizer.policy import Step, StoredChunk, next_step
-from docsum_summarizer.repository import Claim
+from docsum_summarizer.policy import StoredChunk
+from docsum_summarizer.repository import Claim, Claimed
 from tests.documents import chinese_prose, english_prose
 from tests.fakes.llm import FakeLLM
+from tests.fakes.summarizer import FakeChunkRepository
 
 SETTINGS = Settings(_env_file=None, llm_max_attempts=3, llm_inplace_attempts=2, llm_retry_delay_s=0.0)
-
-
-@dataclass
-class ChunkRow:
-    chunk: StoredChunk
-    lease: str | None = None
-    retry_in_s: float | None = None  # waiting for its next round
-    summary: str | None = None
-    error: str | None = None
-    attempts: int = 0
-
-
-class FakeChunks:
-    def __init__(self, **rows: StoredChunk) -> None:
-        self.rows = {chunk_id: ChunkRow(chunk) for chunk_id, chunk in rows.items()}
-        self.released: list[str] = []
-
-    async def load(self, chunk_id: str) -> StoredChunk | None:
-        row = self.rows.get(chunk_id)
-        return None if row is None else row.chunk
-
-    async def claim(self, chunk_id: str, holder: str, ttl_s: float) -> tuple[Claim, StoredChunk | None]:
-        row = self.rows.get(chunk_id)
-        if row is None or next_step(row.chunk) is not Step.SUMMARIZE:
-            return Claim.UNAVAILABLE, None  # final, or its task or document no longer wants it
-        if row.lease not in (None, holder):
-            return Claim.HELD, None
-        if row.retry_in_s is not None:
-            return Claim.DEFERRED, None
-        row.lease, row.attempts = holder, row.attempts + 1
-        row.chunk = replace(row.chunk, status=ChunkStatus.SUMMARIZING)
-        return Claim.TAKEN, row.chunk
-
-    async def renew(self, chunk_id: str, holder: str, ttl_s: float) -> None:
-        pass
-
-    async def release(self, chunk_id: str, holder: str, *, retry_in_s: float | None = None) -> None:
-        row = self.rows[chunk_id]
-        if row.lease == holder:
-            row.lease, row.retry_in_s = None, retry_in_s
-            row.chunk = replace(row.chunk, status=ChunkStatus.PENDING)
-            self.released.append(chunk_id)
-
-    async def complete(self, chunk_id: str, task_id: str, summary: str, model: str, *, truncated: bool = False) -> bool:
-        row = self.rows[chunk_id]
-        if row.chunk.status in (ChunkStatus.COMPLETED, ChunkStatus.FAILED):
-            return False
-        row.summary, row.lease, row.error = summary, None, None
-        row.chunk = replace(row.chunk, status=ChunkStatus.COMPLETED)
-        return True
-
-    async def fail(self, chunk_id: str, error: str) -> bool:
-        row = self.rows[chunk_id]
-        if row.chunk.status in (ChunkStatus.COMPLETED, ChunkStatus.FAILED):
-            return False
-        row.error, row.lease = error, None
-        row.chunk = replace(row.chunk, status=ChunkStatus.FAILED)
-        return True
-
-    async def record_failure(self, chunk_id: str, error: str, *, retry_now: bool) -> None:
-        row = self.rows[chunk_id]
-        row.error, row.attempts = error, row.attempts + int(retry_now)
-        row.chunk = replace(row.chunk, failures=row.chunk.failures + 1)
 
 
 def _chunk(
@@ -96,7 +34,7 @@ def _chunk(
     )
 
 
-def _deps(repo: FakeChunks, llm: FakeLLM, settings: Settings = SETTINGS) -> Deps:
+def _deps(repo: FakeChunkRepository, llm: FakeLLM, settings: Settings = SETTINGS) -> Deps:
     return Deps(repo, llm, settings, holder="test", backoff=Backoff(base_s=0.0, cap_s=0.0))
 
 
@@ -104,34 +42,47 @@ EVENT = ChunkCreated(task_id="t", document_id="d", chunk_id="c", chunk_index=0)
 
 
 async def test_a_pending_chunk_is_summarized_stored_and_reported() -> None:
-    repo, llm = FakeChunks(c=_chunk()), FakeLLM()
+    repo, llm = FakeChunkRepository(c=_chunk()), FakeLLM()
     [out] = await handle(EVENT, _deps(repo, llm))
     assert isinstance(out, ChunkSummarized) and out.chunk_id == "c" and out.causation_id == EVENT.event_id
     assert out.trace_id == EVENT.trace_id
-    assert repo.rows["c"].chunk.status is ChunkStatus.COMPLETED and repo.rows["c"].summary
+    assert repo.rows["c"].status is ChunkStatus.COMPLETED and repo.rows["c"].summary
     assert len(llm.calls) == 1 and repo.rows["c"].lease is None
 
 
 async def test_replay_of_a_finished_chunk_reports_again_and_calls_nothing() -> None:
-    repo, llm = FakeChunks(c=_chunk(ChunkStatus.COMPLETED)), FakeLLM()
+    repo, llm = FakeChunkRepository(c=_chunk(ChunkStatus.COMPLETED)), FakeLLM()
     [out] = await handle(EVENT, _deps(repo, llm))
     assert isinstance(out, ChunkSummarized) and llm.calls == []
 
 
 @pytest.mark.parametrize("task", [TaskStatus.PAUSED, TaskStatus.CANCELLED, TaskStatus.EXPIRED])
 async def test_a_held_task_gets_no_call(task: TaskStatus) -> None:
-    repo, llm = FakeChunks(c=_chunk(task=task)), FakeLLM()
+    repo, llm = FakeChunkRepository(c=_chunk(task=task)), FakeLLM()
     assert await handle(EVENT, _deps(repo, llm)) == []
-    assert llm.calls == [] and repo.rows["c"].chunk.status is ChunkStatus.PENDING
+    assert llm.calls == [] and repo.rows["c"].status is ChunkStatus.PENDING
+
+
+class ToldToWait(FakeChunkRepository):
+    """Sets `held` once a claim is refused for a lease another holder has."""
+
+    def __init__(self, **chunks: StoredChunk) -> None:
+        super().__init__(**chunks)
+        self.held = asyncio.Event()
+
+    async def claim(self, chunk_id: str, holder: str, ttl_s: float) -> Claimed:
+        claimed = await super().claim(chunk_id, holder, ttl_s)
+        if claimed.outcome is Claim.HELD:
+            self.held.set()
+        return claimed
 
 
 async def test_a_chunk_leased_elsewhere_is_waited_for_not_paid_again() -> None:
-    repo, llm = FakeChunks(c=_chunk()), FakeLLM()
-    repo.rows["c"].lease = "another-process"
-    repo.rows["c"].chunk = replace(repo.rows["c"].chunk, status=ChunkStatus.SUMMARIZING)
+    repo, llm = ToldToWait(c=_chunk()), FakeLLM()
+    assert (await repo.claim("c", "another-process", 60.0)).outcome is Claim.TAKEN
 
     async def the_other_finishes() -> None:
-        await asyncio.sleep(0.1)
+        await asyncio.wait_for(repo.held.wait(), timeout=10.0)  # once the handling was told to wait
         await repo.complete("c", "t", "their summary", "fake-1")
 
     deps = _deps(repo, llm, SETTINGS.model_copy(update={"lease_ttl_s": 1.0}))
@@ -141,18 +92,19 @@ async def test_a_chunk_leased_elsewhere_is_waited_for_not_paid_again() -> None:
 
 
 async def test_a_refused_request_fails_the_chunk_at_once_and_still_reports() -> None:
-    repo, llm = FakeChunks(c=_chunk()), FakeLLM(script=[RequestRefused("LLM provider rejected the request (400)")])
+    refused = RequestRefused("LLM provider rejected the request (400)")
+    repo, llm = FakeChunkRepository(c=_chunk()), FakeLLM(script=[refused])
     [out] = await handle(EVENT, _deps(repo, llm))
     assert isinstance(out, ChunkSummarized)
-    assert repo.rows["c"].chunk.status is ChunkStatus.FAILED and "400" in (repo.rows["c"].error or "")
+    assert repo.rows["c"].status is ChunkStatus.FAILED and "400" in (repo.rows["c"].error or "")
     assert len(llm.calls) == 1
 
 
 async def test_a_context_refusal_lowers_the_budget_and_the_chunk_goes_in_parts() -> None:
     text = chinese_prose(2_000, seed=3)
-    repo, llm = FakeChunks(c=_chunk(text=text)), FakeLLM(window=1_200)
+    repo, llm = FakeChunkRepository(c=_chunk(text=text)), FakeLLM(window=1_200)
     [out] = await handle(EVENT, _deps(repo, llm))
-    assert isinstance(out, ChunkSummarized) and repo.rows["c"].chunk.status is ChunkStatus.COMPLETED
+    assert isinstance(out, ChunkSummarized) and repo.rows["c"].status is ChunkStatus.COMPLETED
     assert llm.learned == 1_200
     refused, *parts = llm.calls
     assert len(parts) > 1 and all(not p.context_before for p in parts)
@@ -160,45 +112,46 @@ async def test_a_context_refusal_lowers_the_budget_and_the_chunk_goes_in_parts()
 
 
 async def test_a_window_too_small_for_any_part_fails_the_chunk_naming_the_setting() -> None:
-    repo, llm = FakeChunks(c=_chunk()), FakeLLM(window=100)
+    repo, llm = FakeChunkRepository(c=_chunk()), FakeLLM(window=100)
     [out] = await handle(EVENT, _deps(repo, llm))
-    assert isinstance(out, ChunkSummarized) and repo.rows["c"].chunk.status is ChunkStatus.FAILED
+    assert isinstance(out, ChunkSummarized) and repo.rows["c"].status is ChunkStatus.FAILED
     error = repo.rows["c"].error or ""
     assert "DOCSUM_LLM_CONTEXT_TOKENS" in error and "context window" in error, error
 
 
 async def test_passing_failures_are_retried_in_place_then_later_then_fail_when_attempts_run_out() -> None:
     down = ProviderUnavailable("LLM provider error 503")
-    repo, llm = FakeChunks(c=_chunk()), FakeLLM(script=[down, down, down, down])
-    deps = _deps(repo, llm)
+    repo, llm = FakeChunkRepository(c=_chunk()), FakeLLM(script=[down, down, down, down])
+    round_wait_s = 30.0
+    deps = _deps(repo, llm, SETTINGS.model_copy(update={"llm_retry_delay_s": round_wait_s}))
     # Two tries in place, then the chunk waits for its next round in its row, holding no slot.
     assert await handle(EVENT, deps) == []
     row = repo.rows["c"]
-    assert row.chunk.failures == 2 and row.retry_in_s == SETTINGS.llm_retry_delay_s and row.lease is None
-    assert row.chunk.status is ChunkStatus.PENDING and repo.released == ["c"] and len(llm.calls) == 2
+    assert row.failures == 2 and row.retry_at == repo.now + round_wait_s and row.lease is None
+    assert row.status is ChunkStatus.PENDING and repo.released == ["c"] and len(llm.calls) == 2
     assert await handle(EVENT, deps) == [] and len(llm.calls) == 2  # a redelivery before it is due: no call
-    row.retry_in_s = None  # due: the retry pump announces it again
+    repo.advance(round_wait_s)  # due: the round scheduler announces it again
     [out] = await handle(EVENT, deps)  # the stored count goes on: one more failure is the third
-    assert isinstance(out, ChunkSummarized) and row.chunk.status is ChunkStatus.FAILED
+    assert isinstance(out, ChunkSummarized) and row.status is ChunkStatus.FAILED
     assert "gave up after 3 attempts" in (row.error or "") and len(llm.calls) == 3
 
 
 async def test_a_redriven_chunk_continues_its_stored_attempt_count() -> None:
-    repo = FakeChunks(c=_chunk(failures=2))
+    repo = FakeChunkRepository(c=_chunk(failures=2))
     llm = FakeLLM(script=[ProviderUnavailable("LLM provider unavailable: timed out")])
     [out] = await handle(EVENT, _deps(repo, llm))
-    assert isinstance(out, ChunkSummarized) and repo.rows["c"].chunk.status is ChunkStatus.FAILED
+    assert isinstance(out, ChunkSummarized) and repo.rows["c"].status is ChunkStatus.FAILED
     assert len(llm.calls) == 1
 
 
 async def test_rate_limits_are_waited_out_and_never_count() -> None:
     busy = RateLimited("429", retry_after=0.0)
-    repo, llm = FakeChunks(c=_chunk()), FakeLLM(script=[busy] * 5)
+    repo, llm = FakeChunkRepository(c=_chunk()), FakeLLM(script=[busy] * 5)
     [out] = await handle(EVENT, _deps(repo, llm))
-    assert isinstance(out, ChunkSummarized) and repo.rows["c"].chunk.status is ChunkStatus.COMPLETED
-    assert repo.rows["c"].chunk.failures == 0 and repo.rows["c"].attempts == 1 and len(llm.calls) == 6
+    assert isinstance(out, ChunkSummarized) and repo.rows["c"].status is ChunkStatus.COMPLETED
+    assert repo.rows["c"].failures == 0 and repo.rows["c"].attempts == 1 and len(llm.calls) == 6
 
 
 async def test_an_unknown_chunk_is_poison() -> None:
     with pytest.raises(Poison):
-        await handle(EVENT, _deps(FakeChunks(), FakeLLM()))
+        await handle(EVENT, _deps(FakeChunkRepository(), FakeLLM()))

@@ -7,7 +7,6 @@ import pytest
 from docsum_shared.text import (
     cjk_ratio,
     dehyphenate,
-    detect_language,
     estimate_tokens,
     fold_compatibility,
     is_cjk_char,
@@ -128,22 +127,6 @@ def test_cjk_characters_and_ratio() -> None:
     assert cjk_ratio("abc") == 0.0
     assert cjk_ratio("中文") == 1.0
     assert cjk_ratio("ab中文, 12") == pytest.approx(0.5)
-
-
-@pytest.mark.parametrize(
-    ("text", "language"),
-    [
-        ("The quick brown fox jumps over the lazy dog.", "en"),
-        ("今天天气很好，我们去公园散步。", "zh"),
-        ("我们使用Kafka和PostgreSQL实现了事件驱动架构。", "zh"),  # English terms in a Chinese sentence
-        ("The report mentions 北京 once but is written in English throughout the text.", "en"),
-        ("これは日本語の文章です。テストをしています。", "ja"),
-        ("한국어 문장입니다", "ko"),
-        ("", "en"),
-    ],
-)
-def test_detect_language(text: str, language: str) -> None:
-    assert detect_language(text) == language
 
 
 def test_tokens_for_similarity_english() -> None:

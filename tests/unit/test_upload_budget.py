@@ -77,14 +77,24 @@ async def _post(app: Any, owner: str, blocks: AsyncIterator[bytes], declared: in
     return sent
 
 
-async def _file(size: int, until: asyncio.Event | None = None) -> AsyncIterator[bytes]:
-    """One file part of `size` bytes in 64 KiB blocks; with `until`, the body stalls after its first block
-    until the event is set, and then ends without its closing boundary (a client that gave up)."""
+class Stall:
+    """A body that stops after its first block: `reached` once the server has taken that block and asks
+    for more, and the body ends when `released` is set."""
+
+    def __init__(self) -> None:
+        self.reached = asyncio.Event()
+        self.released = asyncio.Event()
+
+
+async def _file(size: int, stall: Stall | None = None) -> AsyncIterator[bytes]:
+    """One file part of `size` bytes in 64 KiB blocks; with `stall`, the body stalls after its first block
+    until released, and then ends without its closing boundary (a client that gave up)."""
     yield b"--" + BOUNDARY + b'\r\nContent-Disposition: form-data; name="files"; filename="big.bin"\r\n\r\n'
     for sent in range(0, size, 64 * KiB):
         yield b"x" * min(64 * KiB, size - sent)
-        if until is not None:
-            await until.wait()
+        if stall is not None:
+            stall.reached.set()
+            await stall.released.wait()
             return
 
 
@@ -94,12 +104,9 @@ async def _fields_only() -> AsyncIterator[bytes]:
 
 async def test_uploads_wait_beyond_the_gateways_budget_and_an_owners_share() -> None:
     app = _app()
-    stall = asyncio.Event()
-    first = asyncio.create_task(_post(app, "alice", _file(600 * KiB, until=stall), declared=600 * KiB))
-    for _ in range(500):  # until it has booked its bytes and read its first block (bounded)
-        if app.state.uploads.held:
-            break
-        await asyncio.sleep(0.01)
+    stall = Stall()
+    first = asyncio.create_task(_post(app, "alice", _file(600 * KiB, stall), declared=600 * KiB))
+    await asyncio.wait_for(stall.reached.wait(), 10)  # it has booked its bytes and read its first block
     assert app.state.uploads.held == 600 * KiB
 
     mine = await _post(app, "alice", _file(200 * KiB), declared=200 * KiB)  # 800 KiB > alice's 700
@@ -115,7 +122,7 @@ async def test_uploads_wait_beyond_the_gateways_budget_and_an_owners_share() -> 
     assert fits.status == 400 and b"no files" in fits.body  # past the budget, refused for what it is
     assert app.state.uploads.held == 600 * KiB  # bob's booking given back
 
-    stall.set()
+    stall.released.set()
     gave_up = await first
     assert gave_up.status == 400
     assert app.state.uploads.held == 0 and app.state.uploads.by_owner == {}

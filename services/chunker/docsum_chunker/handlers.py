@@ -4,27 +4,38 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
-from docsum_shared.errors import Poison
+from docsum_shared.approval import Hold
+from docsum_shared.errors import Fail, Poison
 from docsum_shared.events import ChunkCreated, DocumentMerged, DocumentParsed, Event, TaskEvent
 from docsum_shared.handlers import Handlers, required
 from docsum_shared.settings import Settings
 from docsum_shared.states import DocumentStatus, TaskStatus, takes_work
 
-from .policy import ChunkRow, Fail, HoldRule, announce, cut, failed, hold_rule, should_announce_again
-from .repository import ParsedDocument
+from .policy import CutChunk, HoldRule, StoredChunk, announce, cut, failed, hold_rule, should_announce_again
+from .repository import LockedTask, ParsedDocument, TaskCuts
 
 log = logging.getLogger("docsum_chunker")
 
 
+class Transaction(Protocol):
+    """What the chunker reads and writes under its task's row lock."""
+
+    @property
+    def task(self) -> LockedTask | None: ...
+    async def store_chunks(self, rows: Sequence[CutChunk]) -> bool: ...
+    async def cuts(self) -> TaskCuts: ...
+    async def hold(self, waits: Hold) -> bool: ...
+
+
 class Repository(Protocol):
     async def load(self, document_id: str) -> ParsedDocument | None: ...
-    async def stored_chunks(self, document_id: str) -> list[ChunkRow]: ...
-    async def store_chunks(
-        self, document_id: str, rows: list[ChunkRow], hold: HoldRule | None = None
-    ) -> str | None: ...
+    async def stored_chunks(self, document_id: str) -> list[StoredChunk]: ...
+    def locked(self, document_id: str) -> AbstractAsyncContextManager[Transaction]: ...
     async def fail(self, document_id: str, error: str) -> None: ...
 
 
@@ -34,7 +45,7 @@ class Deps:
     settings: Settings
 
 
-handlers = Handlers[Deps]()
+handlers = Handlers[Deps]("chunker")
 handle = handlers.handle
 
 
@@ -51,7 +62,7 @@ async def chunk_document(event: DocumentParsed, deps: Deps) -> list[Event]:
             await deps.repo.fail(event.document_id, rows.error)
             log.info("document %s failed: %s", event.document_id, rows.error)
             return [failed(event)]
-        held = await deps.repo.store_chunks(event.document_id, rows, hold_rule(deps.settings))
+        held = await store_chunks(deps.repo, event.document_id, rows, hold_rule(deps.settings))
         log.info("document %s: %d chunks", event.document_id, len(rows))
         if held is not None:  # its chunks are announced all the same: held, they wait for resume
             log.info("task %s awaits its owner's approval: %s", event.task_id, held)
@@ -60,3 +71,17 @@ async def chunk_document(event: DocumentParsed, deps: Deps) -> list[Event]:
     elif not should_announce_again(doc.status):
         return []
     return list(announce(event, await deps.repo.stored_chunks(event.document_id)))
+
+
+async def store_chunks(repo: Repository, document_id: str, rows: list[CutChunk], rule: HoldRule | None) -> str | None:
+    """Store the document's chunks; with `rule`, the task's plan (every document cut so far) is checked
+    against its owner's ceiling and the plan approved before, under the task's row lock, and a task over
+    both is held AWAITING_APPROVAL with the plan it asks for: returns why (None: not held)."""
+    async with repo.locked(document_id) as tx:
+        if not await tx.store_chunks(rows) or rule is None or tx.task is None:
+            return None
+        cuts = await tx.cuts()
+        waits = rule(tx.task.owner, list(cuts.chunk_counts), cuts.prompt_tokens, tx.task.approved)
+        if waits is None or not await tx.hold(waits):
+            return None
+        return waits.reason

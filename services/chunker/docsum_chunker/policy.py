@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from docsum_shared.approval import EXPECTED_COMPLETION_TOKENS, Approved, Hold, needs_approval, plan_of
+from docsum_shared.errors import Fail
 from docsum_shared.events import ChunkCreated, DocumentMerged, DocumentOutcome, DocumentParsed
 from docsum_shared.settings import Settings
 from docsum_shared.states import DocumentStatus
@@ -14,10 +15,20 @@ from .chunking import Chunk, TooManyChunks, split_into_chunks
 
 
 @dataclass(frozen=True)
-class ChunkRow:
+class CutChunk:
+    """A chunk just cut from its document, to be stored under its id."""
+
     id: str
     index: int
-    chunk: Chunk | None = None  # present only for rows still to be written
+    chunk: Chunk
+
+
+@dataclass(frozen=True)
+class StoredChunk:
+    """A chunk row as stored: what announcing it takes."""
+
+    id: str
+    index: int
 
 
 def chunk_id(document_id: str, index: int) -> str:
@@ -25,12 +36,7 @@ def chunk_id(document_id: str, index: int) -> str:
     return f"{document_id}-c{index:05d}"
 
 
-@dataclass(frozen=True)
-class Fail:
-    error: str
-
-
-def cut(document_id: str, text: str, settings: Settings) -> list[ChunkRow] | Fail:
+def cut(document_id: str, text: str, settings: Settings) -> list[CutChunk] | Fail:
     """The document's chunk rows, or its failure when it needs more than `max_chunks_per_document`."""
     try:
         chunks = split_into_chunks(
@@ -46,7 +52,7 @@ def cut(document_id: str, text: str, settings: Settings) -> list[ChunkRow] | Fai
             f"the document's text needs at least {exc.at_least:,} chunks, over the limit of {exc.limit:,} "
             "(DOCSUM_MAX_CHUNKS_PER_DOCUMENT); split it into smaller files and try again"
         )
-    return [ChunkRow(chunk_id(document_id, c.index), c.index, c) for c in chunks]
+    return [CutChunk(chunk_id(document_id, c.index), c.index, c) for c in chunks]
 
 
 def failed(event: DocumentParsed) -> DocumentMerged:
@@ -54,7 +60,7 @@ def failed(event: DocumentParsed) -> DocumentMerged:
     return event.next(DocumentMerged, document_id=event.document_id, outcome=DocumentOutcome.FAILED)
 
 
-def announce(event: DocumentParsed, rows: list[ChunkRow]) -> list[ChunkCreated]:
+def announce(event: DocumentParsed, rows: Sequence[StoredChunk | CutChunk]) -> list[ChunkCreated]:
     return [event.next(ChunkCreated, document_id=event.document_id, chunk_id=r.id, chunk_index=r.index) for r in rows]
 
 

@@ -1,16 +1,18 @@
-"""The chunker's SQL."""
+"""The chunker's SQL: a document's chunks stored, and its task held for approval, under the task's row lock."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import asyncpg
 
-from docsum_shared.approval import Approved
+from docsum_shared.approval import Approved, Hold
 from docsum_shared.states import DocumentStatus, TaskStatus
 from docsum_shared.text import estimate_tokens_upper
 
-from .policy import ChunkRow, HoldRule
+from .policy import CutChunk, StoredChunk
 
 
 @dataclass(frozen=True)
@@ -18,6 +20,102 @@ class ParsedDocument:
     status: DocumentStatus
     text: str | None
     task_status: TaskStatus
+
+
+@dataclass(frozen=True)
+class LockedTask:
+    """The task of the document being cut, its row locked: whose it is, and the plan approved before."""
+
+    id: str
+    owner: str
+    approved: Approved | None
+
+
+@dataclass(frozen=True)
+class TaskCuts:
+    """Every document of a task cut so far: how many chunks each has, and their prompt tokens."""
+
+    chunk_counts: tuple[int, ...]
+    prompt_tokens: int
+
+
+# A task held from these statuses: a paused one too (resuming it must not skip the owner's approval), and
+# one already waiting, which is then asked for its whole plan.
+HOLDS_FROM = (TaskStatus.PENDING, TaskStatus.PROCESSING, TaskStatus.PAUSED, TaskStatus.AWAITING_APPROVAL)
+
+
+def token_estimate(cut: CutChunk) -> int:
+    """The prompt-token estimate the gateway sums for a task's remaining work."""
+    chunk = cut.chunk
+    return estimate_tokens_upper(chunk.context_before + chunk.text + chunk.context_after)
+
+
+class ChunkTransaction:
+    """What may be read and written while the task's row is locked, in one transaction."""
+
+    def __init__(self, conn: asyncpg.Connection, document_id: str, task: LockedTask | None) -> None:
+        self._conn = conn
+        self._document_id = document_id
+        self.task = task
+
+    async def store_chunks(self, rows: Sequence[CutChunk]) -> bool:
+        """Every chunk row and the document's move from CHUNKING to SUMMARIZING; False (nothing stored)
+        when the document is not CHUNKING any more."""
+        records = [
+            (
+                r.id, self._document_id, r.index, r.chunk.start, r.chunk.end, r.chunk.text, r.chunk.context_before,
+                r.chunk.context_after, token_estimate(r),
+            )
+            for r in rows
+        ]  # fmt: skip
+        moved = await self._conn.fetchval(
+            "UPDATE documents SET status = $2, chunk_total = $3, pending_token_estimate = $5,"
+            " chunks_completed = 0, chunks_failed = 0, updated_at = now()"
+            " WHERE id = $1 AND status = $4 RETURNING id",
+            self._document_id,
+            DocumentStatus.SUMMARIZING,
+            len(rows),
+            DocumentStatus.CHUNKING,
+            sum(record[8] for record in records),
+        )
+        if moved is None:
+            return False
+        await self._conn.executemany(
+            "INSERT INTO chunks (id, document_id, chunk_index, start_char, end_char, text, context_before,"
+            " context_after, token_estimate) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+            " ON CONFLICT (id) DO NOTHING",
+            records,
+        )
+        return True
+
+    async def cuts(self) -> TaskCuts:
+        """The locked task's documents cut so far (this transaction's included)."""
+        if self.task is None:
+            return TaskCuts((), 0)
+        planned = await self._conn.fetchrow(
+            "SELECT coalesce(array_agg(chunk_total) FILTER (WHERE chunk_total IS NOT NULL), '{}') AS chunks,"
+            " coalesce(sum(pending_token_estimate), 0)::bigint AS prompt_tokens"
+            " FROM documents WHERE task_id = $1",
+            self.task.id,
+        )
+        return TaskCuts(tuple(planned["chunks"]), planned["prompt_tokens"])
+
+    async def hold(self, waits: Hold) -> bool:
+        """The task waits AWAITING_APPROVAL for the plan `waits` asks for; False when it is past holding
+        (cancelled, finished)."""
+        if self.task is None:
+            return False
+        held = await self._conn.fetchval(
+            "UPDATE tasks SET status = $2, hold_reason = $3, held_calls = $5, held_cost_usd = $6,"
+            " updated_at = now() WHERE id = $1 AND status = ANY($4::text[]) RETURNING id",
+            self.task.id,
+            TaskStatus.AWAITING_APPROVAL,
+            waits.reason,
+            list(HOLDS_FROM),
+            waits.calls,
+            waits.cost_usd,
+        )
+        return held is not None
 
 
 class ChunkRepository:
@@ -30,39 +128,22 @@ class ChunkRepository:
             " LEFT JOIN document_texts x ON x.document_id = d.id WHERE d.id = $1",
             document_id,
         )
-        return (
-            None
-            if row is None
-            else ParsedDocument(DocumentStatus(row["status"]), row["text"], TaskStatus(row["task_status"]))
+        if row is None:
+            return None
+        return ParsedDocument(
+            status=DocumentStatus(row["status"]), text=row["text"], task_status=TaskStatus(row["task_status"])
         )
 
-    async def stored_chunks(self, document_id: str) -> list[ChunkRow]:
+    async def stored_chunks(self, document_id: str) -> list[StoredChunk]:
         rows = await self.pool.fetch(
             "SELECT id, chunk_index FROM chunks WHERE document_id = $1 ORDER BY chunk_index", document_id
         )
-        return [ChunkRow(r["id"], r["chunk_index"]) for r in rows]
+        return [StoredChunk(r["id"], r["chunk_index"]) for r in rows]
 
-    async def store_chunks(self, document_id: str, rows: list[ChunkRow], hold: HoldRule | None = None) -> str | None:
-        """All chunk rows and the document's move to SUMMARIZING, in one transaction. With `hold`, the
-        task's plan (every document cut so far) is checked against its owner's ceiling and the plan
-        approved before in the same transaction, under the task's row lock, and a task over both is held
-        AWAITING_APPROVAL with the plan it asks for: returns why (None: not held)."""
-        records = [
-            (
-                r.id,
-                document_id,
-                r.index,
-                r.chunk.start,
-                r.chunk.end,
-                r.chunk.text,
-                r.chunk.context_before,
-                r.chunk.context_after,
-                # the prompt-token estimate the gateway sums for a task's remaining work
-                estimate_tokens_upper(r.chunk.context_before + r.chunk.text + r.chunk.context_after),
-            )
-            for r in rows
-            if r.chunk is not None
-        ]
+    @asynccontextmanager
+    async def locked(self, document_id: str) -> AsyncIterator[ChunkTransaction]:
+        """One transaction holding the row lock of the document's task: cuts of the task's documents, and
+        the decision whether it waits for approval, happen one at a time. An exception rolls it all back."""
         async with self.pool.acquire() as conn, conn.transaction():
             task = await conn.fetchrow(
                 "SELECT t.id, t.owner, t.approved_calls, t.approved_cost_usd FROM tasks t"
@@ -70,53 +151,7 @@ class ChunkRepository:
                 " WHERE d.id = $1 FOR UPDATE OF t",
                 document_id,
             )
-            moved = await conn.fetchval(
-                "UPDATE documents SET status = $2, chunk_total = $3, pending_token_estimate = $5,"
-                " chunks_completed = 0, chunks_failed = 0, updated_at = now()"
-                " WHERE id = $1 AND status = $4 RETURNING id",
-                document_id,
-                DocumentStatus.SUMMARIZING,
-                len(rows),
-                DocumentStatus.CHUNKING,
-                sum(record[8] for record in records),
-            )
-            if moved is None:
-                return None
-            await conn.executemany(
-                "INSERT INTO chunks (id, document_id, chunk_index, start_char, end_char, text, context_before,"
-                " context_after, token_estimate) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
-                " ON CONFLICT (id) DO NOTHING",
-                records,
-            )
-            if hold is None or task is None:
-                return None
-            planned = await conn.fetchrow(
-                "SELECT coalesce(array_agg(chunk_total) FILTER (WHERE chunk_total IS NOT NULL), '{}') AS chunks,"
-                " coalesce(sum(pending_token_estimate), 0)::bigint AS prompt_tokens"
-                " FROM documents WHERE task_id = $1",
-                task["id"],
-            )
-            approved = (
-                Approved(task["approved_calls"], task["approved_cost_usd"])
-                if task["approved_calls"] is not None
-                else None
-            )
-            waits = hold(task["owner"], list(planned["chunks"]), planned["prompt_tokens"], approved)
-            if waits is None:
-                return None
-            # A paused task is held too (resuming it must not skip the owner's approval), and one already
-            # waiting is asked for its whole plan, this document included.
-            held = await conn.fetchval(
-                "UPDATE tasks SET status = $2, hold_reason = $3, held_calls = $5, held_cost_usd = $6,"
-                " updated_at = now() WHERE id = $1 AND status = ANY($4::text[]) RETURNING id",
-                task["id"],
-                TaskStatus.AWAITING_APPROVAL,
-                waits.reason,
-                [TaskStatus.PENDING, TaskStatus.PROCESSING, TaskStatus.PAUSED, TaskStatus.AWAITING_APPROVAL],
-                waits.calls,
-                waits.cost_usd,
-            )
-            return waits.reason if held is not None else None
+            yield ChunkTransaction(conn, document_id, _locked_task(task))
 
     async def fail(self, document_id: str, error: str) -> None:
         """The document fails before any chunk row is stored (a guarded transition from CHUNKING)."""
@@ -127,3 +162,10 @@ class ChunkRepository:
             error,
             DocumentStatus.CHUNKING,
         )
+
+
+def _locked_task(row: asyncpg.Record | None) -> LockedTask | None:
+    if row is None:
+        return None
+    approved = Approved(row["approved_calls"], row["approved_cost_usd"]) if row["approved_calls"] is not None else None
+    return LockedTask(row["id"], row["owner"], approved)

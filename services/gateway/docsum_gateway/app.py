@@ -20,8 +20,8 @@ from docsum_shared.health import database_ready, listen, serve_health
 from docsum_shared.kafka import ensure_topics, make_producer
 
 from . import settings as gateway_settings
-from .progress import ProgressFeed
-from .recorder import record_until
+from .progress.recorder.consumer import record_until
+from .progress.streams import ProgressFeed
 from .routers import keys, maintenance, progress, tasks, web
 from .security import Tickets, ticket_secret
 from .settings import GatewaySettings

@@ -60,30 +60,48 @@ async def store_blobs(conn: asyncpg.Connection, files: list[UploadedFile]) -> No
         )
 
 
-async def create_task(
-    pool: asyncpg.Pool, owner: str, title: str | None, documents: list[NewDocument], options: TaskOptions
-) -> str:
-    task_id = new_id()
-    async with pool.acquire() as conn, conn.transaction():
-        await store_blobs(conn, [d.file for d in documents])
-        await conn.execute(
-            "INSERT INTO tasks (id, owner, title, status, options) VALUES ($1, $2, $3, $4, $5)",
-            task_id,
-            owner,
-            title,
-            TaskStatus.PROCESSING,
-            options.model_dump_json(),
-        )
-        await conn.executemany(
-            "INSERT INTO documents (id, task_id, position, filename, content_type, blob_sha256, size_bytes, status)"
-            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            [
-                (d.id, task_id, i, d.filename, d.file.content_type, d.file.sha256, d.file.size, DocumentStatus.PENDING)
-                for i, d in enumerate(documents)
-            ],
-        )
-    return task_id
+class TaskRepository:
+    """The tasks the gateway registers: each task its owner's, stored whole or not at all."""
 
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
 
-async def task_status(pool: asyncpg.Pool, task_id: str) -> str:
-    return await pool.fetchval("SELECT status FROM tasks WHERE id = $1", task_id)
+    async def create_task(
+        self, owner: str, title: str | None, documents: list[NewDocument], options: TaskOptions
+    ) -> str:
+        """A new task of `owner` (PROCESSING) with its documents (PENDING, in the given order) and their
+        bytes, in one transaction: a document id already stored refuses the whole task
+        (asyncpg.UniqueViolationError), and nothing of it is stored."""
+        task_id = new_id()
+        async with self.pool.acquire() as conn, conn.transaction():
+            await store_blobs(conn, [d.file for d in documents])
+            await conn.execute(
+                "INSERT INTO tasks (id, owner, title, status, options) VALUES ($1, $2, $3, $4, $5)",
+                task_id,
+                owner,
+                title,
+                TaskStatus.PROCESSING,
+                options.model_dump_json(),
+            )
+            await conn.executemany(
+                "INSERT INTO documents (id, task_id, position, filename, content_type, blob_sha256, size_bytes, status)"
+                " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                [
+                    (
+                        d.id,
+                        task_id,
+                        i,
+                        d.filename,
+                        d.file.content_type,
+                        d.file.sha256,
+                        d.file.size,
+                        DocumentStatus.PENDING,
+                    )
+                    for i, d in enumerate(documents)
+                ],
+            )
+        return task_id
+
+    async def task_status(self, task_id: str) -> str | None:
+        """The task's status (None: no such task)."""
+        return await self.pool.fetchval("SELECT status FROM tasks WHERE id = $1", task_id)

@@ -68,10 +68,6 @@ class Spool:
         self._memory = bytearray()
         self._file: IO[bytes] | None = None
 
-    @property
-    def on_disk(self) -> bool:
-        return self._file is not None
-
     def write(self, data: bytes) -> None:
         """Called with one received block at most: a write to the page cache, cheap enough for the loop."""
         self.size += len(data)

@@ -16,14 +16,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
-from docsum_shared.errors import Backoff, ItemFailed, ProviderUnavailable, RateLimited, retry_until
+from docsum_shared.errors import Fail, ItemFailed, Kind, LLMError, classify
 from docsum_shared.events import ChunkSummarized, DocumentMerged, DocumentOutcome, Event, TaskEvent, TaskFinished
 from docsum_shared.handlers import Handlers, required
-from docsum_shared.options import TaskOptions
 from docsum_shared.readmodel.schemas import TaskResult
+from docsum_shared.retry import PROVIDER, Backoff, Tally, after_failure, for_merges, obey, retry_until
 from docsum_shared.settings import Settings
 from docsum_shared.states import DOCUMENT_FINAL, TASK_FINAL, TASK_HELD, DocumentStatus, TaskStatus, takes_work
 from docsum_shared.summarizers.base import SummaryRequest
@@ -32,12 +32,11 @@ from docsum_shared.summarizers.cache import CallContext
 from . import tree
 from .policy import (
     ChunkState,
-    DocumentState,
-    FailDocument,
+    DocumentWithTask,
+    TaskWithDocuments,
     chunks_all_final,
     decide_document,
     decide_task,
-    merge_gives_up,
     with_failed_merge,
 )
 
@@ -47,7 +46,7 @@ log = logging.getLogger("docsum_merger")
 class Repository(Protocol):
     chunk_rows_read: int
 
-    async def load_document(self, document_id: str) -> tuple[DocumentState, TaskStatus, TaskOptions, str] | None: ...
+    async def load_document(self, document_id: str) -> DocumentWithTask | None: ...
     async def load_chunks(self, document_id: str) -> list[ChunkState]: ...
     async def complete_document(
         self,
@@ -62,9 +61,7 @@ class Repository(Protocol):
     async def fail_document(self, document_id: str, error: str) -> None: ...
     async def record_document_merge_failure(self, document_id: str) -> int: ...
     async def record_task_merge_failure(self, task_id: str) -> int: ...
-    async def load_task(
-        self, task_id: str
-    ) -> tuple[TaskStatus, str | None, list[DocumentState], TaskOptions, str] | None: ...
+    async def load_task(self, task_id: str) -> TaskWithDocuments | None: ...
     async def finish_task(
         self,
         task_id: str,
@@ -75,9 +72,7 @@ class Repository(Protocol):
         *,
         truncated: bool = False,
     ) -> None: ...
-    async def store_node(
-        self, scope_id: str, level: int, position: int, inputs: int, key: str, summary: str
-    ) -> None: ...
+    async def store_node(self, node: tree.MergeNode) -> None: ...
     async def touch_task(self, task_id: str) -> None: ...
     async def task_result(self, task_id: str) -> TaskResult | None: ...
 
@@ -87,10 +82,10 @@ class Deps:
     repo: Repository
     llm: tree.LLM
     settings: Settings
-    backoff: Backoff = field(default_factory=lambda: Backoff(base_s=1.0, cap_s=60.0))
+    backoff: Backoff = PROVIDER
 
 
-handlers = Handlers[Deps]()
+handlers = Handlers[Deps]("merger")
 handle = handlers.handle
 
 
@@ -103,17 +98,17 @@ async def merge_documents(events: list[ChunkSummarized], deps: Deps) -> list[Eve
 
 
 async def merge_document(event: ChunkSummarized, deps: Deps) -> list[Event]:
-    loaded = await deps.repo.load_document(event.document_id)
-    doc, task_status, options, owner = required(loaded, f"document {event.document_id}")
-    if not takes_work(task_status):
+    loaded = required(await deps.repo.load_document(event.document_id), f"document {event.document_id}")
+    doc = loaded.document
+    if not takes_work(loaded.task_status):
         return []  # paused: resume re-drives the merge; final: nothing is waiting for it
     if doc.status not in DOCUMENT_FINAL:
         if not chunks_all_final(doc):
             return []  # a chunk is still unfinished: its own event comes later
-        decision = decide_document(doc, await deps.repo.load_chunks(doc.id), options)
+        decision = decide_document(doc, await deps.repo.load_chunks(doc.id), loaded.options)
         if decision is None:
             return []
-        if isinstance(decision, FailDocument):
+        if isinstance(decision, Fail):
             await deps.repo.fail_document(doc.id, decision.error)
         else:
             try:
@@ -123,7 +118,7 @@ async def merge_document(event: ChunkSummarized, deps: Deps) -> list[Event]:
                 else:
                     summary, model, truncated = await _merged(
                         decision.request,
-                        CallContext(event.task_id, doc.id, owner=owner),
+                        CallContext(event.task_id, doc.id, owner=loaded.owner),
                         f"document {doc.id}",
                         lambda: deps.repo.record_document_merge_failure(doc.id),
                         deps,
@@ -135,7 +130,7 @@ async def merge_document(event: ChunkSummarized, deps: Deps) -> list[Event]:
             except ItemFailed as exc:
                 await deps.repo.fail_document(doc.id, f"the document's summary could not be made: {exc}")
         log.info("document %s finished (%d chunk rows read so far)", doc.id, deps.repo.chunk_rows_read)
-        doc, *_ = required(await deps.repo.load_document(doc.id), f"document {doc.id}")
+        doc = required(await deps.repo.load_document(doc.id), f"document {doc.id}").document
     if doc.status is DocumentStatus.CANCELLED:
         return []
     outcome = DocumentOutcome.COMPLETED if doc.status is DocumentStatus.COMPLETED else DocumentOutcome.FAILED
@@ -144,11 +139,12 @@ async def merge_document(event: ChunkSummarized, deps: Deps) -> list[Event]:
 
 @handlers.on(DocumentMerged, emits=(TaskEvent,))
 async def finish_task(event: DocumentMerged, deps: Deps) -> list[Event]:
-    status, title, docs, options, owner = required(await deps.repo.load_task(event.task_id), f"task {event.task_id}")
+    task = required(await deps.repo.load_task(event.task_id), f"task {event.task_id}")
+    status = task.status
     if status in TASK_HELD:
         return []  # resume re-drives the task merge
     if status not in TASK_FINAL:
-        decision = decide_task(title, docs, options)
+        decision = decide_task(task.title, task.documents, task.options)
         if decision is None:
             return []  # a document is still unfinished
         summary, model, truncated = decision.summary, deps.llm.model, False
@@ -156,7 +152,7 @@ async def finish_task(event: DocumentMerged, deps: Deps) -> list[Event]:
             try:
                 summary, model, truncated = await _merged(
                     decision.request,
-                    CallContext(event.task_id, owner=owner),
+                    CallContext(event.task_id, owner=task.owner),
                     f"task {event.task_id}",
                     lambda: deps.repo.record_task_merge_failure(event.task_id),
                     deps,
@@ -166,7 +162,7 @@ async def finish_task(event: DocumentMerged, deps: Deps) -> list[Event]:
                 summary = None
         await deps.repo.finish_task(event.task_id, decision.status, summary, model, decision.error, truncated=truncated)
         log.info("task %s finished: %s", event.task_id, decision.status)
-        status, *_ = required(await deps.repo.load_task(event.task_id), f"task {event.task_id}")
+        status = required(await deps.repo.load_task(event.task_id), f"task {event.task_id}").status
     return [event.next(TaskEvent, status=status)]
 
 
@@ -191,28 +187,25 @@ async def _merged(
     ItemFailed when the provider refused it or kept failing. While it runs, the task counts as active:
     reconcile does not re-drive a task whose merge is making (slow) progress."""
     scope_id = what.rpartition(" ")[2]
-    waits = 0
+    limits = for_merges(deps.settings.llm_max_attempts, deps.backoff)
 
-    async def decide(exc: Exception, tries: int) -> float | None:
-        nonlocal waits
-        if isinstance(exc, RateLimited):
-            waits += 1
-            return deps.backoff.delay(waits, exc.retry_after)
-        if not isinstance(exc, ProviderUnavailable):
-            return None
-        failures = await record_failure()
-        if merge_gives_up(failures, deps.settings):
+    async def decide(exc: Exception, tally: Tally) -> float | None:
+        kind = classify(exc)
+        if not isinstance(exc, LLMError) or kind not in (Kind.RETRIABLE, Kind.RATE_LIMITED):
+            return None  # fails the merge (ItemFailed), or infrastructure and bugs for the consumer shell
+        failures = await record_failure() if kind is Kind.RETRIABLE else 0  # rate limits never count
+        step = after_failure(
+            kind, failures, tally[kind], limits, retry_after=getattr(exc, "retry_after", None), said=str(exc)
+        )
+        if isinstance(step, Fail):
             log.warning("the merge of %s gave up after %d attempts: %s", what, failures, exc)
-            raise ItemFailed(f"gave up after {failures} attempts: {exc}") from exc
-        delay = deps.backoff.delay(tries, exc.retry_after)
-        log.warning("the merge of %s failed (attempt %d): %s; again in %.1fs", what, failures, exc, delay)
-        return delay
+        else:
+            log.warning("the merge of %s failed (attempt %d): %s", what, failures, exc)
+        return obey(step, exc)
 
     bounded = await deps.llm.bounded(request)
     async with _active(context.task_id, deps):
-        result = await retry_until(
-            lambda: tree.merge(deps.llm, bounded, context, scope_id, deps.repo.store_node), decide
-        )
+        result = await retry_until(lambda: tree.merge(deps.llm, deps.repo, bounded, context, scope_id), decide)
     return result.text, result.model, result.truncated
 
 

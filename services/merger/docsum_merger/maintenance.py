@@ -10,7 +10,6 @@ without any progress is FAILED with its last error, so nothing is re-driven fore
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import asyncpg
@@ -18,13 +17,17 @@ from aiokafka import AIOKafkaProducer
 
 from docsum_shared import metrics
 from docsum_shared.events import TaskEvent
+from docsum_shared.handlers import Sender
 from docsum_shared.kafka import publish
 from docsum_shared.lifecycle import UNFINISHED, expire_idle, idle_unfinished
 from docsum_shared.redrive import redrive_task
+from docsum_shared.retry import keep_running
 from docsum_shared.settings import Settings
 from docsum_shared.states import CHUNK_FINAL, TaskStatus
 
 log = logging.getLogger(__name__)
+# Tasks idle beyond their time limit end as EXPIRED (reconcile re-drives through redrive.py).
+EXPIRY = Sender("the merger's maintenance", emits=(TaskEvent,))
 
 _MAINTENANCE_LOCK_ID = 0x646F6373756E  # any constant shared by every process of the deployment
 
@@ -38,7 +41,9 @@ async def maintain_once(pool: asyncpg.Pool, producer: AIOKafkaProducer, settings
             expired = await expire_idle(pool, settings.task_ttl_s)
             for task_id in expired:
                 log.info("task %s expired after %.0fs idle", task_id, settings.task_ttl_s)
-            await publish(producer, settings, [TaskEvent(task_id=t, status=TaskStatus.EXPIRED) for t in expired])
+            await publish(
+                producer, settings, [TaskEvent(task_id=t, status=TaskStatus.EXPIRED) for t in expired], sender=EXPIRY
+            )
             stuck = await idle_unfinished(pool, settings.reconcile_idle_s)
             for task_id in stuck:
                 # Claimed only if still idle: an owner's re-drive of it meanwhile is not repeated.
@@ -73,10 +78,8 @@ SELECT coalesce(max(extract(epoch FROM now() - greatest(
 
 
 async def maintain_forever(pool: asyncpg.Pool, producer: AIOKafkaProducer, settings: Settings) -> None:
-    while True:
-        try:
-            await count_tasks(pool)
-            await maintain_once(pool, producer, settings)
-        except Exception as exc:  # the database or broker is away: try again next round
-            log.warning("maintenance round failed: %s", exc)
-        await asyncio.sleep(settings.maintenance_interval_s)
+    async def one_round() -> None:
+        await count_tasks(pool)
+        await maintain_once(pool, producer, settings)
+
+    await keep_running("maintenance round", one_round, every_s=settings.maintenance_interval_s)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from docsum_shared.errors import Fail
 from docsum_shared.options import TaskOptions
-from docsum_shared.settings import Settings
 from docsum_shared.states import CHUNK_FINAL, DOCUMENT_FINAL, ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
 
@@ -36,6 +36,27 @@ class DocumentState:
     chunks_final: int = 0  # COMPLETED or FAILED, counted as each chunk gets there
 
 
+@dataclass(frozen=True)
+class DocumentWithTask:
+    """A document as the document stage reads it: with what its task allows and asks for."""
+
+    document: DocumentState
+    task_status: TaskStatus
+    options: TaskOptions
+    owner: str
+
+
+@dataclass(frozen=True)
+class TaskWithDocuments:
+    """A task as the task stage reads it: its documents in order, and a stand-in for each one awaited."""
+
+    status: TaskStatus
+    title: str | None
+    documents: list[DocumentState]
+    options: TaskOptions
+    owner: str
+
+
 def chunks_all_final(doc: DocumentState) -> bool:
     """Every chunk of the document is final, by the counts on its row: only then are its chunks read."""
     return doc.chunk_total is not None and doc.chunks_final >= doc.chunk_total
@@ -59,14 +80,9 @@ class MergeChunks:
         return f"\n\n[Partial summary: covers {self.coverage:.0%} of the document; part(s) {parts} could not be read.]"
 
 
-@dataclass(frozen=True)
-class FailDocument:
-    error: str
-
-
 def decide_document(
     doc: DocumentState, chunks: list[ChunkState], options: TaskOptions = DEFAULT_OPTIONS
-) -> MergeChunks | FailDocument | None:
+) -> MergeChunks | Fail | None:
     """What the document needs now; None while a chunk is unfinished (or when it has no chunk yet).
 
     Chunks that FAILED for good leave a partial summary of the others, which says what it covers;
@@ -78,7 +94,7 @@ def decide_document(
     failed = [c for c in ordered if c.status is ChunkStatus.FAILED]
     done = [c for c in ordered if c.status is ChunkStatus.COMPLETED]
     if failed and (options.strict or not done):
-        return FailDocument(
+        return Fail(
             f"{len(failed)} of {len(chunks)} parts could not be summarized "
             f"(part {failed[0].index + 1}: {failed[0].error or 'unknown error'})"
         )
@@ -87,7 +103,7 @@ def decide_document(
     if len(done) == 1:
         return MergeChunks(None, done[0].summary or "", coverage, failed_indexes)
     request = SummaryRequest(kind=SummaryKind.DOCUMENT, texts=tuple(c.summary or "" for c in done), title=doc.filename)
-    return MergeChunks(options.apply(request), None, coverage, failed_indexes)
+    return MergeChunks(request.asked(options), None, coverage, failed_indexes)
 
 
 # --- task stage -----------------------------------------------------------------------------------
@@ -138,7 +154,7 @@ def decide_task(
         title=title or "",
         labels=tuple(d.filename for d in completed),
     )
-    return FinishTask(status, options.apply(request), None, error)
+    return FinishTask(status, request.asked(options), None, error)
 
 
 def with_failed_merge(decision: FinishTask, error: str) -> FinishTask:
@@ -146,9 +162,3 @@ def with_failed_merge(decision: FinishTask, error: str) -> FinishTask:
     errors = "; ".join(e for e in (decision.error, f"the batch summary could not be made: {error}") if e)
     status = TaskStatus.FAILED if decision.status is TaskStatus.FAILED else TaskStatus.COMPLETED_WITH_ERRORS
     return FinishTask(status, None, None, errors)
-
-
-def merge_gives_up(failures: int, settings: Settings) -> bool:
-    """A merge whose provider keeps failing (5xx, timeouts) fails its document or task summary after
-    as many failed attempts as a chunk gets."""
-    return failures >= settings.llm_max_attempts

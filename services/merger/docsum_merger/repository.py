@@ -12,7 +12,8 @@ from docsum_shared.settings import Settings
 from docsum_shared.states import TASK_TAKES_WORK, ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.prompts import PROMPT_VERSION
 
-from .policy import ChunkState, DocumentState, with_awaited
+from .policy import ChunkState, DocumentState, DocumentWithTask, TaskWithDocuments, with_awaited
+from .tree import MergeNode
 
 MERGEABLE = [DocumentStatus.SUMMARIZING]  # a document whose chunks are being (or have been) summarized
 UNFINISHED_TASK = list(TASK_TAKES_WORK)
@@ -42,7 +43,7 @@ class MergeRepository:
         self.settings = settings  # prices, for the usage in a task's result
         self.chunk_rows_read = 0  # how many chunk rows this process has read: O(chunks), not O(chunks²)
 
-    async def load_document(self, document_id: str) -> tuple[DocumentState, TaskStatus, TaskOptions, str] | None:
+    async def load_document(self, document_id: str) -> DocumentWithTask | None:
         row = await self.pool.fetchrow(
             f"SELECT {_DOCUMENT}, t.status AS task_status, t.options, t.owner"
             " FROM documents d JOIN tasks t ON t.id = d.task_id WHERE d.id = $1",
@@ -50,7 +51,8 @@ class MergeRepository:
         )
         if row is None:
             return None
-        return _document(row), TaskStatus(row["task_status"]), TaskOptions.from_stored(row["options"]), row["owner"]
+        options = TaskOptions.from_stored(row["options"])
+        return DocumentWithTask(_document(row), TaskStatus(row["task_status"]), options, row["owner"])
 
     async def load_chunks(self, document_id: str) -> list[ChunkState]:
         rows = await self.pool.fetch(
@@ -99,9 +101,7 @@ class MergeRepository:
         )
         return int(failures or 0)
 
-    async def load_task(
-        self, task_id: str
-    ) -> tuple[TaskStatus, str | None, list[DocumentState], TaskOptions, str] | None:
+    async def load_task(self, task_id: str) -> TaskWithDocuments | None:
         task = await self.pool.fetchrow(
             "SELECT status, title, options, owner, expected_documents FROM tasks WHERE id = $1", task_id
         )
@@ -113,7 +113,7 @@ class MergeRepository:
         )
         options = TaskOptions.from_stored(task["options"])
         docs = with_awaited([_document(r) for r in rows], task["expected_documents"])
-        return TaskStatus(task["status"]), task["title"], docs, options, task["owner"]
+        return TaskWithDocuments(TaskStatus(task["status"]), task["title"], docs, options, task["owner"])
 
     async def finish_task(
         self,
@@ -137,13 +137,13 @@ class MergeRepository:
             metrics.RECOVERIES.labels("recovered" if recovered else "failed").inc()
             metrics.RECOVERY_SECONDS.observe(moved["recovery_s"])
 
-    async def store_node(self, scope_id: str, level: int, position: int, inputs: int, key: str, summary: str) -> None:
+    async def store_node(self, node: MergeNode) -> None:
         """One finished node of a hierarchical merge (its answer is in the result cache as well)."""
         await self.pool.execute(
             "INSERT INTO merge_nodes (scope_id, level, position, inputs, cache_key, summary)"
             " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (scope_id, level, position) DO UPDATE"
             " SET inputs = EXCLUDED.inputs, cache_key = EXCLUDED.cache_key, summary = EXCLUDED.summary",
-            scope_id, level, position, inputs, key, summary,
+            node.scope_id, node.level, node.position, node.inputs, node.cache_key, node.summary,
         )  # fmt: skip
 
     async def touch_task(self, task_id: str) -> None:

@@ -10,7 +10,7 @@ request. A refusal as too long lowers the endpoint's budget and the merge is pla
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from docsum_shared.errors import ContextLimitExceeded, ItemFailed
@@ -21,7 +21,25 @@ from docsum_shared.summarizers.cache import CallContext
 # Each refusal lowers the budget, so this only bounds a provider that refuses whatever it is sent.
 MAX_REPLANS = 8
 
-StoreNode = Callable[[str, int, int, int, str, str], Awaitable[None]]  # scope, level, position, inputs, key, text
+
+@dataclass(frozen=True)
+class MergeNode:
+    """One answered request of a hierarchical merge: a group of a level, or the last request above them."""
+
+    scope_id: str  # the document (or task) being merged
+    level: int
+    position: int
+    inputs: int  # how many texts the group merged
+    cache_key: str  # where its answer is in the result cache
+    summary: str
+
+
+class Nodes(Protocol):
+    """Where a merge keeps its nodes (the merger's repository). Each is stored as soon as it is made,
+    not at the merge's end: a re-drive counts them as progress while the merge runs. A node stored
+    again at its place (the merge planned again under a lower budget) replaces the one before."""
+
+    async def store_node(self, node: MergeNode) -> None: ...
 
 
 class LLM(Protocol):
@@ -42,18 +60,22 @@ class LLM(Protocol):
 
 
 class _Refused(Exception):
+    """A part refused as too long: the merge is planned again under what the refusal teaches. Not the
+    item's failure (that is ItemFailed, once nothing is left to learn); it carries the part that was
+    refused out of the groups merged side by side."""
+
     def __init__(self, refusal: ContextLimitExceeded, request: SummaryRequest) -> None:
         self.refusal, self.request = refusal, request
 
 
 async def merge(
-    llm: LLM, request: SummaryRequest, context: CallContext, scope_id: str, store_node: StoreNode, *, parallel: int = 4
+    llm: LLM, nodes: Nodes, request: SummaryRequest, context: CallContext, scope_id: str, *, parallel: int = 4
 ) -> SummaryResult:
     """The merged summary of `request`'s texts, within the endpoint's budget. ItemFailed when the
     provider refuses even what cannot be made any smaller."""
     for _ in range(MAX_REPLANS):
         try:
-            return await _merge_under(await llm.budget(), llm, request, context, scope_id, store_node, parallel)
+            return await _merge_under(await llm.budget(), llm, nodes, request, context, scope_id, parallel)
         except _Refused as refused:
             if not await llm.learn(refused.refusal, refused.request):
                 raise ItemFailed(
@@ -67,10 +89,10 @@ async def merge(
 async def _merge_under(
     budget: int | None,
     llm: LLM,
+    nodes: Nodes,
     request: SummaryRequest,
     context: CallContext,
     scope_id: str,
-    store_node: StoreNode,
     parallel: int,
 ) -> SummaryResult:
     slots = asyncio.Semaphore(parallel)
@@ -88,7 +110,7 @@ async def _merge_under(
         if budget is not None and not fits(part, budget, calibration):
             part = trim_to_fit(part, budget, calibration)
         result = await call(part)
-        await store_node(scope_id, level, position, inputs, llm.cache_key(part, context), result.text)
+        await nodes.store_node(MergeNode(scope_id, level, position, inputs, llm.cache_key(part, context), result.text))
         return result.text
 
     level = 0
@@ -105,5 +127,6 @@ async def _merge_under(
         request = trim_to_fit(request, budget, calibration)
     result = await call(request)
     if level > 0:
-        await store_node(scope_id, level, 0, len(request.texts), llm.cache_key(request, context), result.text)
+        key = llm.cache_key(request, context)
+        await nodes.store_node(MergeNode(scope_id, level, 0, len(request.texts), key, result.text))
     return result

@@ -4,34 +4,24 @@ No IO happens here besides reading the bytes we are given, so everything is unit
 service layer only has to map ParseError to a failed-document event. PDF (pdf.py) and Word (word.py)
 are read by their own modules, imported when a file of theirs comes: in the parse worker, so the
 parser's own process never loads pypdf, python-docx or lxml (about 45 MB it would hold for nothing).
+What they share with this module lives in modules of its own (limits.py, parse_error.py, normalize.py,
+zips.py), so neither of them imports this one.
 """
 
 from __future__ import annotations
 
 import codecs
-import io
 import re
-import zipfile
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Literal
 
-from docsum_shared.text import fold_compatibility, without_lone_surrogates
+from .limits import DEFAULT_LIMITS, Limits, too_many_chars
+from .normalize import normalize
+from .parse_error import ParseError
+from .zips import zip_members
 
 Format = Literal["pdf", "docx", "text"]
-
-
-class ParseError(Exception):
-    """The document cannot be turned into text; str(e) tells the user what to do about it.
-
-    `kind` is a stable machine-readable tag (empty, unsupported, encrypted, damaged, invalid_docx,
-    encoding, no_text, too_large; from the parse worker: timeout, out_of_memory, worker_stopped) for
-    metrics and tests; the message is what the user sees.
-    """
-
-    def __init__(self, message: str, kind: str) -> None:
-        super().__init__(message)
-        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -41,43 +31,8 @@ class ExtractedText:
     pages: int | None = None  # PDFs only
 
 
-@dataclass(frozen=True)
-class Limits:
-    """How far one document may expand; each is checked as early as it can be measured.
-
-    `max_chars`: characters of text (as extracted, and again once normalized); extraction stops as
-    soon as it is passed. `max_pdf_pages`: pages of a PDF, checked before any text is extracted.
-    `max_docx_unzipped_bytes`: the bytes all parts of a DOCX really inflate to, counted while
-    inflating them (the sizes a zip declares are not trusted). The defaults are the settings'.
-    """
-
-    max_chars: int = 5_000_000
-    max_pdf_pages: int = 2_000
-    max_docx_unzipped_bytes: int = 256 * 2**20
-
-
-def size_label(n: int) -> str:
-    """A byte count as a person would write it: 256 MiB, 1 GiB, 1,500 bytes."""
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size and n % size == 0:
-            return f"{n // size:,} {unit}"
-    return f"{n:,} bytes"
-
-
-_SPLIT_IT = "split it into smaller files and try again"
-
-
-def _too_many_chars(limits: Limits) -> ParseError:
-    return ParseError(
-        f"the document's text is longer than the limit of {limits.max_chars:,} characters "
-        f"(DOCSUM_MAX_DOCUMENT_CHARS); {_SPLIT_IT}",
-        "too_large",
-    )
-
-
 SUPPORTED = "PDF, DOCX, TXT, Markdown"
 MSG_EMPTY = "file is empty"
-MSG_ENCRYPTED = "PDF is encrypted; remove the password (or submit an unencrypted copy) and try again"
 MSG_DOCX_PASSWORD = (
     "DOCX is password-protected; remove the password in Word (File > Info > Protect Document) and try again"
 )
@@ -120,7 +75,7 @@ def detect_format(data: bytes, filename: str, content_type: str | None) -> Forma
 
     if data[:1024].lstrip().startswith(b"%PDF-"):
         return "pdf"
-    if data.startswith(b"PK\x03\x04") and "word/document.xml" in (_zip_members(data) or ()):
+    if data.startswith(b"PK\x03\x04") and "word/document.xml" in (zip_members(data) or ()):
         return "docx"
     # Any other zip (xlsx, odt, a damaged docx) is judged by its name: .docx gets the DOCX error.
     if data.startswith(_OLE2_MAGIC) and _ENCRYPTED_PACKAGE in data:
@@ -146,7 +101,7 @@ def detect_format(data: bytes, filename: str, content_type: str | None) -> Forma
 
 
 def extract_text(
-    data: bytes, filename: str, content_type: str | None = None, limits: Limits = Limits()
+    data: bytes, filename: str, content_type: str | None = None, limits: Limits = DEFAULT_LIMITS
 ) -> ExtractedText:
     """Extract normalized plain text; raises ParseError with a user-facing message on any failure,
     including a document over one of `limits`."""
@@ -168,65 +123,17 @@ def extract_text(
     if not text:
         raise ParseError(MSG_NO_TEXT[fmt], "no_text")
     if len(text) > limits.max_chars:  # normalizing can expand (tabs, ligatures)
-        raise _too_many_chars(limits)
+        raise too_many_chars(limits)
     return ExtractedText(text=text, format=fmt, pages=pages)
 
 
 # ---------------------------------------------------------------------------------------- helpers
-
-_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f\ufeff]")  # NUL etc.; keeps \t \n \v \f \r for below
-_HSPACE = re.compile(r"[^\S\n]+")  # any whitespace except newline (incl. NBSP, ideographic space)
-_BLANK_RUNS = re.compile(r"\n{3,}")
-_SOFT_HYPHEN_AT_EOL = re.compile(r"\u00ad[^\S\n]*\n")
-
-
-def normalize(text: str) -> str:
-    """Unix newlines, no control chars, single spaces, at most one blank line in a row, no lone surrogate.
-
-    Leading indentation survives (as spaces) so indented code such as "    # comment" is not
-    mistaken for a Markdown heading downstream. Ligatures and other presentation forms are folded
-    (`fold_compatibility`; CJK full-width punctuation is kept). A soft hyphen shows only where a line
-    breaks, so it becomes "-" there and disappears elsewhere. A lone surrogate (which a PDF's ToUnicode
-    map can yield) becomes U+FFFD: every format's text passes here, and nothing else could store it.
-    """
-    text = without_lone_surrogates(text)
-    text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\f", "\n").replace("\v", "\n")
-    text = _SOFT_HYPHEN_AT_EOL.sub("-\n", text).replace("\u00ad", "")
-    text = fold_compatibility(_CONTROL.sub("", text)).expandtabs(4)
-    text = "\n".join(_normalize_line(line) for line in text.split("\n"))
-    return _BLANK_RUNS.sub("\n\n", text).strip("\n")
-
-
-def _normalize_line(line: str) -> str:
-    body = line.lstrip()
-    if not body:
-        return ""
-    indent = len(line) - len(body)
-    return " " * indent + _HSPACE.sub(" ", body).rstrip()
 
 
 def _label(ext: str, ctype: str) -> str:
     if ext:
         return f"'{ext}'"
     return f"'{ctype}'" if ctype else "(no file extension)"
-
-
-def _zip_members(data: bytes) -> dict[str, int] | None:
-    """Member name -> declared uncompressed size, or None if this is not a readable zip."""
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            return {info.filename: info.file_size for info in archive.infolist()}
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError):
-        return None
-
-
-def _short(exc: BaseException) -> str:
-    """One line of an exception, short enough to show a user."""
-    lines = str(exc).strip().splitlines()
-    # pypdf likes to append raw bytes (b'\x8c...' @offset) that mean nothing to a user.
-    line = re.split(r" (?:starting with )?b['\"]", lines[0])[0].rstrip(" .:") if lines else ""
-    line = line or type(exc).__name__
-    return line if len(line) <= 100 else line[:97] + "..."
 
 
 # ------------------------------------------------------------------------------------------- text
@@ -239,7 +146,7 @@ _CJK = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uff00-\uffef\u2014\
 def _decode_text(data: bytes, limits: Limits) -> str:
     # Every encoding read here takes at most 4 bytes per character (a BOM takes at most 4 more).
     if len(data) - 4 > 4 * limits.max_chars:
-        raise _too_many_chars(limits)
+        raise too_many_chars(limits)
     if data.startswith(codecs.BOM_UTF8):
         candidates = ["utf-8-sig"]
     elif data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
@@ -269,7 +176,7 @@ def _decode_capped(data: bytes, encoding: str, limits: Limits) -> str:
         part = decoder.decode(view[start : start + _DECODE_BLOCK], final=start + _DECODE_BLOCK >= len(view))
         chars += len(part)
         if chars > limits.max_chars:
-            raise _too_many_chars(limits)
+            raise too_many_chars(limits)
         parts.append(part)
     return "".join(parts)
 

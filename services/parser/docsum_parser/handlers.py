@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-from docsum_shared.errors import ItemFailed
+from docsum_shared.errors import Fail, ItemFailed
 from docsum_shared.events import DocumentMerged, DocumentParsed, DocumentSubmitted, Event
 from docsum_shared.handlers import Handlers, required
 from docsum_shared.levels import SizeLevel
@@ -16,7 +16,6 @@ from docsum_shared.settings import Settings
 from . import intake, sources
 from .policy import (
     Extractor,
-    Fail,
     StoredDocument,
     StoreText,
     TextRefused,
@@ -54,7 +53,7 @@ class Deps:
     producer: str | None = None
 
 
-handlers = Handlers[Deps]()
+handlers = Handlers[Deps]("parser")
 handle = handlers.handle
 
 

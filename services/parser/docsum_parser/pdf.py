@@ -1,4 +1,4 @@
-"""PDF text, page by page, with pypdf: what extract.extract_text calls for a PDF."""
+"""PDF text, page by page, with pypdf: what extract.extract_text imports and calls for a PDF."""
 
 from __future__ import annotations
 
@@ -14,7 +14,11 @@ from pypdf.generic import DictionaryObject, NullObject
 
 from docsum_shared.text import dehyphenate
 
-from .extract import _SPLIT_IT, MSG_ENCRYPTED, Limits, ParseError, _short, _too_many_chars, normalize
+from .limits import SPLIT_IT, Limits, too_many_chars
+from .normalize import normalize
+from .parse_error import ParseError, short_reason
+
+MSG_ENCRYPTED = "PDF is encrypted; remove the password (or submit an unencrypted copy) and try again"
 
 # With strict=False pypdf repairs what it can and otherwise fails with its own errors or with plain
 # Python errors from deep inside the parser (bad offsets, broken streams, odd object types).
@@ -61,13 +65,13 @@ def extract_pdf(data: bytes, limits: Limits) -> tuple[str, int]:
             page_texts.append(page.extract_text() or "")
             chars += len(page_texts[-1])
             if chars > limits.max_chars:
-                raise _too_many_chars(limits)
+                raise too_many_chars(limits)
         if not any(t.strip() for t in page_texts):
             # extract_text() swallows some errors and returns "", which would turn a damaged file
             # into a misleading "run OCR" message; make sure the page content is really there.
             _check_page_contents(reader)
     except _PDF_ERRORS as exc:
-        raise _damaged(_short(exc)) from exc
+        raise _damaged(short_reason(exc)) from exc
     # Normalize per page so a page of only whitespace does not leave a double separator.
     pages = [normalize(p) for p in page_texts]
     if len(pages) >= _RUNNING_MIN_PAGES:
@@ -140,7 +144,7 @@ def _check_page_count(reader: PdfReader, limits: Limits) -> None:
     if count > limits.max_pdf_pages:
         raise ParseError(
             f"the PDF has {count:,} pages, over the limit of {limits.max_pdf_pages:,} (DOCSUM_MAX_PDF_PAGES); "
-            f"{_SPLIT_IT}",
+            f"{SPLIT_IT}",
             "too_large",
         )
 

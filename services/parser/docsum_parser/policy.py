@@ -5,13 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from docsum_shared.errors import Poison
+from docsum_shared.errors import Fail, Poison
 from docsum_shared.events import DocumentMerged, DocumentOutcome, DocumentParsed, DocumentSubmitted, Event
 from docsum_shared.levels import SizeLevel, size_level
 from docsum_shared.settings import Settings
 from docsum_shared.states import DocumentStatus, TaskStatus, takes_work
 
-from .extract import ExtractedText, Limits, ParseError
+from .extract import ExtractedText
+from .limits import Limits
+from .parse_error import ParseError
 from .worker import Job, run_job
 
 # Turns a job into text: `run_job` in this process, or a ParseWorker running it in its worker.
@@ -37,11 +39,6 @@ class StoredDocument:
 class StoreText:
     text: str
     size_level: SizeLevel
-
-
-@dataclass(frozen=True)
-class Fail:
-    error: str
 
 
 class TextRefused(Exception):

@@ -30,14 +30,14 @@ class DocumentRepository:
         if row is None:
             return None
         return StoredDocument(
-            DocumentStatus(row["status"]),
-            row["text_chars"],
-            SizeLevel(row["size_level"]) if row["size_level"] else None,
-            row["error"],
-            TaskStatus(row["task_status"]),
-            row["owner"],
-            row["blob_sha256"],
-            row["task_id"],
+            status=DocumentStatus(row["status"]),
+            text_chars=row["text_chars"],
+            size_level=SizeLevel(row["size_level"]) if row["size_level"] else None,
+            error=row["error"],
+            task_status=TaskStatus(row["task_status"]),
+            owner=row["owner"],
+            blob_sha256=row["blob_sha256"],
+            task_id=row["task_id"],
         )
 
     async def load_bytes(self, sha256: str) -> bytes | None:
@@ -155,7 +155,7 @@ _EXISTING = (
 def _existing(row: asyncpg.Record | None) -> intake.ExistingDocument | None:
     if row is None:
         return None
-    return intake.ExistingDocument(row["task_id"], row["owner"], row["needs_bytes"])
+    return intake.ExistingDocument(task_id=row["task_id"], owner=row["owner"], needs_bytes=row["needs_bytes"])
 
 
 async def _intake_task(conn: asyncpg.Connection, task_id: str, *, lock: bool) -> intake.StoredTask | None:
@@ -169,4 +169,9 @@ async def _intake_task(conn: asyncpg.Connection, task_id: str, *, lock: bool) ->
         " FROM documents WHERE task_id = $1",
         task_id,
     )
-    return intake.StoredTask(task["owner"], task["expected_documents"], held["documents"], held["total_bytes"])
+    return intake.StoredTask(
+        owner=task["owner"],
+        expected_documents=task["expected_documents"],
+        documents=held["documents"],
+        total_bytes=held["total_bytes"],
+    )

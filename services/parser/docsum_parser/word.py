@@ -15,7 +15,9 @@ from docx.opc.exceptions import OpcError
 from docx.text.paragraph import Paragraph
 from lxml import etree
 
-from .extract import _SPLIT_IT, Limits, ParseError, _short, _too_many_chars, _zip_members, size_label
+from .limits import SPLIT_IT, Limits, size_label, too_many_chars
+from .parse_error import ParseError, short_reason
+from .zips import zip_members
 
 _HEADING_STYLE = re.compile(r"heading ([1-9])", re.IGNORECASE)
 # Damaged members surface from zipfile/zlib (bad CRC, unknown compression), bad XML from lxml.
@@ -41,7 +43,7 @@ def _invalid_docx(reason: str) -> ParseError:
 
 
 def extract_docx(data: bytes, limits: Limits) -> str:
-    members = _zip_members(data)
+    members = zip_members(data)
     if members is None:
         raise _invalid_docx("it is not a readable zip archive; it may be truncated or another format")
     if "word/document.xml" not in members:
@@ -57,9 +59,9 @@ def extract_docx(data: bytes, limits: Limits) -> str:
                 blocks.append(block)
                 chars += len(block) + 2
                 if chars > limits.max_chars:
-                    raise _too_many_chars(limits)
+                    raise too_many_chars(limits)
     except _DOCX_ERRORS as exc:
-        raise _invalid_docx(_short(exc)) from exc
+        raise _invalid_docx(short_reason(exc)) from exc
     # A blank line between blocks keeps paragraph boundaries visible to the chunker.
     return "\n\n".join(blocks)
 
@@ -89,11 +91,11 @@ def _check_unzipped_size(data: bytes, limit: int) -> None:
                         if total > limit:
                             raise ParseError(
                                 f"the DOCX unpacks to more than the limit of {size_label(limit)} "
-                                f"(DOCSUM_MAX_DOCX_UNZIPPED_BYTES); {_SPLIT_IT}",
+                                f"(DOCSUM_MAX_DOCX_UNZIPPED_BYTES); {SPLIT_IT}",
                                 "too_large",
                             )
     except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, ValueError, RuntimeError) as exc:
-        raise _invalid_docx(_short(exc)) from exc
+        raise _invalid_docx(short_reason(exc)) from exc
 
 
 # We walk the body XML ourselves: python-docx's paragraphs and tables skip content controls (w:sdt,

@@ -31,7 +31,9 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from . import logfilter
-from .extract import ExtractedText, Limits, ParseError, extract_text, size_label
+from .extract import ExtractedText, extract_text
+from .limits import Limits, size_label
+from .parse_error import ParseError
 
 log = logging.getLogger("docsum_parser.worker")
 

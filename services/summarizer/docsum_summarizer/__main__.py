@@ -1,4 +1,4 @@
-"""The summarizer service: wiring only (the handler is in handlers.py, the retry pump in retries.py)."""
+"""The summarizer service: wiring only (the handler is in handlers.py, the round scheduler in rounds.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from docsum_shared.summarizers import Summarizing
 
 from .handlers import Deps, handlers
 from .repository import ChunkRepository
-from .retries import pump_due_retries
+from .rounds import schedule_rounds
 
 
 def consumers(settings: Settings, pool: asyncpg.Pool) -> list[Consumer]:
@@ -26,12 +26,12 @@ def consumers(settings: Settings, pool: asyncpg.Pool) -> list[Consumer]:
     return [Consumer(handlers.bind(deps), max_inflight=settings.llm_max_inflight)]
 
 
-def retries(settings: Settings, pool: asyncpg.Pool) -> Background:
-    return lambda producer: pump_due_retries(ChunkRepository(pool), producer, settings)
+def rounds(settings: Settings, pool: asyncpg.Pool) -> Background:
+    return lambda producer: schedule_rounds(ChunkRepository(pool), producer, settings)
 
 
 def main() -> None:
-    run_service(lambda stop: serve("summarizer", stop, consumers, background=retries))
+    run_service(lambda stop: serve("summarizer", stop, consumers, background=rounds))
 
 
 if __name__ == "__main__":

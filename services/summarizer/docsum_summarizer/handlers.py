@@ -11,30 +11,22 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
-from docsum_shared.errors import (
-    Backoff,
-    ContextLimitExceeded,
-    ItemFailed,
-    ProviderUnavailable,
-    RateLimited,
-    retry_until,
-)
+from docsum_shared.errors import ContextLimitExceeded, ItemFailed, Kind, LLMError, classify
 from docsum_shared.events import ChunkCreated, ChunkSummarized, Event
 from docsum_shared.handlers import Handlers, required
+from docsum_shared.retry import PROVIDER, Backoff, NextRound, Tally, Wait, after_failure, for_chunks, obey, retry_until
 from docsum_shared.settings import Settings
 from docsum_shared.summarizers.base import SummaryRequest, SummaryResult
 from docsum_shared.summarizers.cache import CallContext
 
-from .policy import AfterFailure, Step, StoredChunk, after_failure, cannot_fit, next_step, request_for
-from .repository import Claim
+from .policy import Step, StoredChunk, cannot_fit, next_step, request_for
+from .repository import Claim, Claimed
 
 log = logging.getLogger("docsum_summarizer")
 
-# Rate limits (429) are waited out, not counted; this bounds how long one chunk waits for them.
-MAX_RATE_LIMIT_WAITS = 100
 # A chunk's request is planned again after each refusal as too long; each lowers the budget, so
 # this only bounds a provider that keeps refusing whatever it is sent.
 MAX_REPLANS = 8
@@ -42,7 +34,7 @@ MAX_REPLANS = 8
 
 class Repository(Protocol):
     async def load(self, chunk_id: str) -> StoredChunk | None: ...
-    async def claim(self, chunk_id: str, holder: str, ttl_s: float) -> tuple[Claim, StoredChunk | None]: ...
+    async def claim(self, chunk_id: str, holder: str, ttl_s: float) -> Claimed: ...
     async def renew(self, chunk_id: str, holder: str, ttl_s: float) -> None: ...
     async def release(self, chunk_id: str, holder: str, *, retry_in_s: float | None = None) -> None: ...
     async def complete(
@@ -70,15 +62,11 @@ class Deps:
     llm: LLM
     settings: Settings
     holder: str  # this process, as lease holder
-    backoff: Backoff = field(default_factory=lambda: Backoff(base_s=1.0, cap_s=60.0))
+    backoff: Backoff = PROVIDER
 
 
-handlers = Handlers[Deps]()
+handlers = Handlers[Deps]("summarizer")
 handle = handlers.handle
-
-
-class _Later(Exception):
-    """This round's in-place attempts are spent: the chunk waits for its next round."""
 
 
 @handlers.on(ChunkCreated, emits=(ChunkSummarized,))
@@ -90,13 +78,13 @@ async def summarize_chunk(event: ChunkCreated, deps: Deps) -> list[Event]:
     while True:
         # The claim comes first: it takes the chunk only if it is unfinished and its task and document
         # still want it (next_step's SUMMARIZE), and gives it as stored; anything else reads it.
-        claim, leased = await deps.repo.claim(event.chunk_id, holder, ttl)
-        if claim is Claim.TAKEN and leased is not None:
-            if await _under_lease(event, leased, holder, deps):
+        claimed = await deps.repo.claim(event.chunk_id, holder, ttl)
+        if claimed.outcome is Claim.TAKEN and claimed.chunk is not None:
+            if await _under_lease(event, claimed.chunk, holder, deps):
                 return [_reported(event)]  # made final by this very handling: no need to read it again
             continue  # deferred, or no longer wanted: read again
-        if claim is Claim.DEFERRED:
-            return []  # waiting for its next round, announced again when due (retries.py)
+        if claimed.outcome is Claim.DEFERRED:
+            return []  # waiting for its next round, announced again when due (rounds.py)
         chunk = required(await deps.repo.load(event.chunk_id), f"chunk {event.chunk_id} of {event.document_id}")
         step = next_step(chunk)
         if step is Step.NOTHING:
@@ -137,35 +125,30 @@ async def _summarize(event: ChunkCreated, chunk: StoredChunk, holder: str, deps:
     whether it made the chunk final."""
     request = await deps.llm.bounded(request_for(chunk))
     context = CallContext(event.task_id, event.document_id, event.chunk_id, owner=chunk.owner)
-    round_failures = waits = 0
+    settings = deps.settings
+    limits = for_chunks(
+        settings.llm_max_attempts, settings.llm_inplace_attempts, settings.llm_retry_delay_s, deps.backoff
+    )
 
-    async def decide(exc: Exception, tries: int) -> float | None:
-        nonlocal round_failures, waits
-        if isinstance(exc, RateLimited):
-            waits += 1
-            if waits >= MAX_RATE_LIMIT_WAITS:
-                raise ItemFailed(f"the provider kept refusing for its rate limit ({waits} times): {exc}") from exc
-            return deps.backoff.delay(waits, exc.retry_after)
-        if not isinstance(exc, ProviderUnavailable):
-            return None  # fails the item (ItemFailed), or a bug for the consumer shell
-        round_failures += 1
-        failures = chunk.failures + round_failures
-        step = after_failure(failures, round_failures, deps.settings)
-        await deps.repo.record_failure(event.chunk_id, str(exc), retry_now=step is AfterFailure.AGAIN)
-        if step is AfterFailure.FAIL:
-            raise ItemFailed(f"gave up after {failures} attempts: {exc}") from exc
-        if step is AfterFailure.LATER:
-            raise _Later() from exc
-        delay = deps.backoff.delay(round_failures, exc.retry_after)
+    async def decide(exc: Exception, tally: Tally) -> float | None:
+        kind = classify(exc)
+        if not isinstance(exc, LLMError) or kind not in (Kind.RETRIABLE, Kind.RATE_LIMITED):
+            return None  # fails the item (ItemFailed), or infrastructure and bugs for the consumer shell
+        failures = chunk.failures + tally[Kind.RETRIABLE]  # rate limits never count as attempts
+        step = after_failure(
+            kind, failures, tally[kind], limits, retry_after=getattr(exc, "retry_after", None), said=str(exc)
+        )
+        if kind is Kind.RETRIABLE:
+            await deps.repo.record_failure(event.chunk_id, str(exc), retry_now=isinstance(step, Wait))
+        delay = obey(step, exc)
         log.info("chunk %s: %s; retrying in %.1fs", event.chunk_id, exc, delay)
         return delay
 
     try:
         summary, model, truncated = await retry_until(lambda: _summarize_within_budget(request, context, deps), decide)
-    except _Later:
-        delay = deps.settings.llm_retry_delay_s
-        log.info("chunk %s: next round in %.0fs", event.chunk_id, delay)
-        await deps.repo.release(event.chunk_id, holder, retry_in_s=delay)
+    except NextRound as later:
+        log.info("chunk %s: next round in %.0fs", event.chunk_id, later.seconds)
+        await deps.repo.release(event.chunk_id, holder, retry_in_s=later.seconds)
         return False
     except ItemFailed as exc:
         failed = await deps.repo.fail(event.chunk_id, str(exc))

@@ -6,7 +6,6 @@ import enum
 from dataclasses import dataclass
 
 from docsum_shared.options import TaskOptions
-from docsum_shared.settings import Settings
 from docsum_shared.states import CHUNK_FINAL, DOCUMENT_FINAL, ChunkStatus, DocumentStatus, TaskStatus, takes_work
 from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
 
@@ -43,22 +42,7 @@ def request_for(chunk: StoredChunk) -> SummaryRequest:
         context_before=chunk.context_before,
         context_after=chunk.context_after,
     )
-    return chunk.options.apply(request)
-
-
-class AfterFailure(enum.Enum):
-    AGAIN = "again"  # retry here and now, after a back-off
-    LATER = "later"  # through the delayed retry topic
-    FAIL = "fail"  # attempts exhausted: the chunk fails
-
-
-def after_failure(failures: int, failures_this_round: int, settings: Settings) -> AfterFailure:
-    """What follows a failed attempt, given the failures stored on the row and those of this round."""
-    if failures >= settings.llm_max_attempts:
-        return AfterFailure.FAIL
-    if failures_this_round >= settings.llm_inplace_attempts:
-        return AfterFailure.LATER
-    return AfterFailure.AGAIN
+    return request.asked(chunk.options)
 
 
 def cannot_fit(budget: str, provider_said: str | None = None) -> str:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 
@@ -32,8 +34,27 @@ _COUNT_FAILED = _COUNT_FINAL.format(column="chunks_failed", truncated="0")
 class Claim(enum.Enum):
     TAKEN = "taken"  # the lease is ours: call the LLM
     HELD = "held"  # another live process holds it: wait
-    DEFERRED = "deferred"  # waiting for its next round: the retry pump announces it when due
+    DEFERRED = "deferred"  # waiting for its next round: the round scheduler announces it when due
     UNAVAILABLE = "unavailable"  # final already, or the task no longer wants it
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A claim's outcome, and the chunk as leased when it was TAKEN."""
+
+    outcome: Claim
+    chunk: StoredChunk | None = None
+
+
+@dataclass(frozen=True)
+class DueRound:
+    """A chunk whose next round is due: what its announcement says, and the `retry_at` it was due at."""
+
+    task_id: str
+    document_id: str
+    chunk_id: str
+    chunk_index: int
+    retry_at: Any
 
 
 class ChunkRepository:
@@ -51,7 +72,7 @@ class ChunkRepository:
         )
         return None if row is None else _stored(row)
 
-    async def claim(self, chunk_id: str, holder: str, ttl_s: float) -> tuple[Claim, StoredChunk | None]:
+    async def claim(self, chunk_id: str, holder: str, ttl_s: float) -> Claimed:
         """Take the chunk's lease if it is free, expired or already ours (a takeover counts as an
         interruption), and its task and document still want it; the chunk as leased when taken."""
         taken = await self.pool.fetchrow(
@@ -78,13 +99,13 @@ class ChunkRepository:
                     " WHERE id = (SELECT task_id FROM documents WHERE id = $1)",
                     taken["document_id"],
                 )
-            return Claim.TAKEN, _stored(taken)
+            return Claimed(Claim.TAKEN, _stored(taken))
         row = await self.pool.fetchrow(
             "SELECT status, retry_at > now() AS deferred FROM chunks WHERE id = $1", chunk_id
         )
         if row is not None and row["status"] == ChunkStatus.SUMMARIZING:
-            return Claim.HELD, None
-        return (Claim.DEFERRED if row is not None and row["deferred"] else Claim.UNAVAILABLE), None
+            return Claimed(Claim.HELD)
+        return Claimed(Claim.DEFERRED if row is not None and row["deferred"] else Claim.UNAVAILABLE)
 
     async def renew(self, chunk_id: str, holder: str, ttl_s: float) -> None:
         """Extend the lease; a call still running is its task's progress too (at most every few seconds
@@ -114,21 +135,22 @@ class ChunkRepository:
             chunk_id, holder, ChunkStatus.PENDING, ChunkStatus.SUMMARIZING, retry_in_s,
         )  # fmt: skip
 
-    async def due_retries(self, limit: int) -> list[asyncpg.Record]:
-        """Chunks whose next round is due (announce them, then `retried`: a crash between the two
+    async def due_rounds(self, limit: int) -> list[DueRound]:
+        """Chunks whose next round is due (announce them, then `announced`: a crash between the two
         announces them again, which is harmless)."""
-        return await self.pool.fetch(
+        rows = await self.pool.fetch(
             "SELECT d.task_id, c.document_id, c.id AS chunk_id, c.chunk_index, c.retry_at"
             " FROM chunks c JOIN documents d ON d.id = c.document_id"
             " WHERE c.retry_at <= now() ORDER BY c.retry_at LIMIT $1",
             limit,
         )
+        return [DueRound(**dict(r)) for r in rows]
 
-    async def retried(self, due: list[asyncpg.Record]) -> None:
+    async def announced(self, due: list[DueRound]) -> None:
         """Those chunks were announced: off the waiting list (unless deferred again meanwhile)."""
         await self.pool.executemany(
             "UPDATE chunks SET retry_at = NULL WHERE id = $1 AND retry_at = $2",
-            [(r["chunk_id"], r["retry_at"]) for r in due],
+            [(r.chunk_id, r.retry_at) for r in due],
         )
 
     async def complete(self, chunk_id: str, task_id: str, summary: str, model: str, *, truncated: bool = False) -> bool:
@@ -173,13 +195,13 @@ class ChunkRepository:
 
 def _stored(row: asyncpg.Record) -> StoredChunk:
     return StoredChunk(
-        ChunkStatus(row["status"]),
-        row["text"],
-        row["context_before"],
-        row["context_after"],
-        DocumentStatus(row["document_status"]),
-        TaskStatus(row["task_status"]),
-        TaskOptions.from_stored(row["options"]),
-        row["failures"],
-        row["owner"],
+        status=ChunkStatus(row["status"]),
+        text=row["text"],
+        context_before=row["context_before"],
+        context_after=row["context_after"],
+        document_status=DocumentStatus(row["document_status"]),
+        task_status=TaskStatus(row["task_status"]),
+        options=TaskOptions.from_stored(row["options"]),
+        failures=row["failures"],
+        owner=row["owner"],
     )

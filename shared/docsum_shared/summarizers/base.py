@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
+
+from ..options import TaskOptions
 
 
 class SummaryKind(StrEnum):
@@ -40,6 +42,15 @@ class SummaryRequest:
     # after an answer was cut at that bound.
     max_tokens: int = 0
     shorter: bool = False
+
+    def asked(self, options: TaskOptions) -> SummaryRequest:
+        """This request as the task's submitter asked for it (language, length, style)."""
+        return replace(
+            self,
+            language=options.language or "",
+            length="" if options.length == "standard" else options.length,
+            style="" if options.style == "prose" else options.style,
+        )
 
 
 @dataclass(frozen=True)

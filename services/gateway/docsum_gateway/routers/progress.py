@@ -51,10 +51,10 @@ from docsum_shared.states import TASK_FINAL
 from .. import keystore
 from ..deps import OwnerDep, PoolDep, SettingsDep, TaskIdDep, owner_of
 from ..inputs import is_task_id
-from ..progress import KeyRevoked, ProgressFeed, Stream, StreamsFull
-from ..recorder import repository
-from ..recorder.policy import TERMINAL_KINDS
-from ..recorder.repository import Logged
+from ..progress.recorder import repository
+from ..progress.recorder.policy import TERMINAL_KINDS
+from ..progress.recorder.repository import Logged
+from ..progress.streams import KeyRevoked, ProgressFeed, Stream, StreamsFull
 from ..responses import errors
 from ..security import TICKET_PREFIX, Tickets, bearer_token, revocable_key_id
 from ..settings import GatewaySettings

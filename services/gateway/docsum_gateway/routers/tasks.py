@@ -15,13 +15,15 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from pydantic_core import PydanticCustomError
 
 from docsum_shared import lifecycle, logs, telemetry
-from docsum_shared.errors import Kind, classify, retry_until, until_deadline
+from docsum_shared.errors import Kind, classify
 from docsum_shared.events import DocumentSubmitted, TaskEvent
+from docsum_shared.handlers import Sender
 from docsum_shared.kafka import publish
 from docsum_shared.options import TaskOptions
 from docsum_shared.readmodel import queries, views
 from docsum_shared.readmodel.schemas import FailureView, TaskListItem, TaskView
 from docsum_shared.redrive import prepare_redrive
+from docsum_shared.retry import retry_until, until_deadline
 from docsum_shared.states import TaskStatus
 
 from .. import repository
@@ -34,6 +36,8 @@ from ..uploads import FILE_FIELD, UploadLimits, read_upload
 from .maintenance import REDRIVE_REFUSED, claim_gate, publish_after_answer, release_gate
 
 log = logging.getLogger(__name__)
+# Documents as they are uploaded; pause, resume, retry and cancel as their owner asks.
+GATEWAY = Sender("the gateway", emits=(DocumentSubmitted, TaskEvent))
 # How long a submission waits for the broker to take its events before it is answered anyway.
 PUBLISH_WAIT_S = 10.0
 router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
@@ -160,7 +164,7 @@ async def create_task(
             for i, f in enumerate(upload.files)
         ]
         options = TaskOptions(strict=form.strict, language=form.language, length=form.length, style=form.style)
-        task_id = await repository.create_task(pool, owner, form.title, documents, options)
+        task_id = await repository.TaskRepository(pool).create_task(owner, form.title, documents, options)
     finally:
         upload.close()
     logs.bind(task_id=task_id)  # the request's log lines and span name the task from here on
@@ -179,7 +183,9 @@ async def create_task(
         for d in documents
     ]
     try:
-        await retry_until(lambda: publish(producer, settings, submitted), until_deadline(PUBLISH_WAIT_S, _waiting))
+        await retry_until(
+            lambda: publish(producer, settings, submitted, sender=GATEWAY), until_deadline(PUBLISH_WAIT_S, _waiting)
+        )
     except Exception as exc:
         if classify(exc) is not Kind.RETRIABLE:
             raise
@@ -251,7 +257,7 @@ def _control_route(action: str, control: _Control) -> None:
             return await _move_and_redrive(action, control, task_id, owner, pool, producer, settings)
         if not await control.move(pool, task_id):
             raise await _conflict(pool, task_id, control.verb)
-        await publish(producer, settings, [TaskEvent(task_id=task_id, status=control.status)])
+        await publish(producer, settings, [TaskEvent(task_id=task_id, status=control.status)], sender=GATEWAY)
         return LifecycleResult(task_id=task_id, status=control.status)
 
     codes = errors(401, 404, 409, 422)
@@ -278,7 +284,10 @@ async def _move_and_redrive(
             raise await _conflict(pool, task_id, control.verb)
         # Said on task-events first (the progress log's "resumed"/"retried"), then the work re-driven.
         await publish(
-            producer, settings, [TaskEvent(task_id=task_id, status=control.status, detail={"action": action})]
+            producer,
+            settings,
+            [TaskEvent(task_id=task_id, status=control.status, detail={"action": action})],
+            sender=GATEWAY,
         )
         redrive = await prepare_redrive(pool, settings, task_id)
     except BaseException:
@@ -304,5 +313,5 @@ async def _owned(pool: asyncpg.Pool, owner: str, task_id: str) -> None:
 
 
 async def _conflict(pool: asyncpg.Pool, task_id: str, verb: str) -> HTTPException:
-    current = await repository.task_status(pool, task_id)
+    current = await repository.TaskRepository(pool).task_status(task_id)
     return HTTPException(status.HTTP_409_CONFLICT, f"task {task_id} is {current} and cannot be {verb}")

@@ -2,8 +2,8 @@
 
 Both are generated from the models in events.py.
 
-    python -m docsum_shared.contracts            # (re)write contracts/ (what `make contracts` runs)
-    python -m docsum_shared.contracts --check    # exit 1 if contracts/ differs from the models
+    python contracts/generate.py            # (re)write contracts/ (what `make contracts` runs)
+    python contracts/generate.py --check    # exit 1 if contracts/ differs from the models
 
 Each schema describes a topic's message value in validation mode, i.e. what consumers accept (fields
 with defaults are optional; unknown fields are ignored), as JSON Schema draft 2020-12. Besides the
@@ -14,6 +14,11 @@ contracts/asyncapi.yaml describes the same topics as an AsyncAPI 3.0.0 document:
 security schemes, one channel per topic and per dead-letter topic (with the Kafka bindings: partitions,
 replicas, the message key), each message's payload (the topic's JSON Schema, inlined under
 components.schemas) with an example built from the model, and what docsum sends and receives on each.
+
+Who sends and who receives each topic is found in the code, not written here (`found_roles`): every
+consumer group's `Handlers` registry says what it receives and, per handler, what it emits; every
+other part that publishes declares a `Sender`. Only the words for what each does are written here
+(SENDS, RECEIVES), and generation fails while the code and the words disagree.
 scripts/asyncapi.sh validates it with the AsyncAPI parser (tests/integration/test_contract_asyncapi.py).
 """
 
@@ -21,7 +26,9 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib
 import json
+import pkgutil
 import sys
 import tomllib
 import traceback
@@ -33,9 +40,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from .events import EVENT_TYPES, INTAKE_TOPIC, Topic, decode
-from .kafka import DLQ_SUFFIX, topic_partitions
-from .settings import Settings, env_name
+from docsum_shared.events import EVENT_TYPES, INTAKE_TOPIC, TOPIC_OF, Topic, decode
+from docsum_shared.handlers import Handlers, Sender
+from docsum_shared.kafka import DLQ_SUFFIX, topic_partitions
+from docsum_shared.settings import Settings, env_name
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 README = "README.md"
@@ -77,12 +85,12 @@ def _readme() -> str:
 
 One JSON Schema (draft 2020-12) per Kafka topic, describing the message value (JSON) as consumers
 accept it. Generated from the pydantic models in `shared/docsum_shared/events.py` by
-`shared/docsum_shared/contracts.py`: do not edit these files, change the models and regenerate with
+`contracts/generate.py`: do not edit these files, change the models and regenerate with
 
     make contracts
 
-(`python -m docsum_shared.contracts`). `make lint` and `tests/unit/test_contracts.py` fail while
-this copy differs from the models (`python -m docsum_shared.contracts --check`).
+(`python contracts/generate.py`). `make lint` and `tests/unit/test_contracts.py` fail while
+this copy differs from the models (`python contracts/generate.py --check`).
 
 Compatibility: consumers ignore unknown properties, so a new optional property is a compatible
 change; `schema_version` is raised only for a change that older consumers cannot read. Each schema
@@ -117,85 +125,109 @@ or start Studio locally with the AsyncAPI CLI (npm `@asyncapi/cli`; 4.1 is the n
 ASYNCAPI_VERSION = "3.0.0"
 KAFKA_BINDING = "0.5.0"  # the version of the Kafka bindings used below
 REPLICAS = 1  # ensure_topics (kafka.py) creates every topic with replication factor 1
-ROOT_PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+ROOT_PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
 
 @dataclass(frozen=True)
 class Roles:
-    """Who produces and who consumes a topic (the topic table of the architecture handbook)."""
+    """Who produces and who consumes a topic: the topic table."""
 
-    sent_by: tuple[tuple[str, str], ...]  # (who, when): the docsum services (or others) that produce it
-    received_by: tuple[tuple[str, str], ...]  # (who, what for): the docsum services that consume it
-    groups: tuple[str, ...] = ()  # the services whose consumer groups read it (and dead-letter what they cannot)
+    sent_by: tuple[tuple[str, str], ...]  # (who, when): the parts of docsum (or others) that produce it
+    received_by: tuple[tuple[str, str], ...]  # (who, what for): the parts of docsum that consume it
+    groups: tuple[str, ...] = ()  # the consumer groups that read it
+    dead_letter_groups: tuple[str, ...] = ()  # those of them that dead-letter what they cannot handle
 
 
-# By topic name, so that a topic can be described before events.py has it; a topic missing here is
-# still published, as sent by docsum for a purpose not described yet, until it gets a row.
-ROLES: dict[str, Roles] = {
-    "document-submitted": Roles(
-        (
-            ("the gateway", "for every uploaded file, once its bytes are stored"),
-            ("the re-drives", "resume, retry and reconcile, from the state stored in PostgreSQL"),
-        ),
-        (("the parser", "parses the document and stores its plain text"),),
-        ("parser",),
-    ),
-    "document-parsed": Roles(
-        (("the parser", "once the document's plain text is stored"),),
-        (
-            ("the chunker", "cuts the text into chunks and stores them"),
-            ("the gateway", "streams progress to the task's clients (a consumer per replica, no group)"),
-        ),
-        ("chunker",),
-    ),
-    "chunk-created": Roles(
-        (
-            ("the chunker", "once every chunk of the document is stored"),
-            ("the re-drives", "resume, retry and reconcile, from the state stored in PostgreSQL"),
-        ),
-        (("the summarizer", "summarizes the chunk and stores its summary"),),
-        ("summarizer",),
-    ),
-    "chunk-summarized": Roles(
-        (("the summarizer", "once the chunk's summary is stored, or the chunk FAILED"),),
-        (
-            ("the merger", "merges the document's summaries once every chunk is final"),
-            ("the gateway", "streams progress to the task's clients (a consumer per replica, no group)"),
-        ),
-        ("merger",),
-    ),
-    "document-merged": Roles(
-        (("the merger", "once the document's summary is stored, or the document FAILED"),),
-        (
-            ("the merger's task stage", "finishes the task once every document is final"),
-            ("the gateway", "streams progress to the task's clients (a consumer per replica, no group)"),
-        ),
-        ("merger",),
-    ),
-    "task-events": Roles(
-        (
-            ("the gateway", "on pause, resume and cancel"),
-            ("the chunker", "when a task awaits its owner's approval"),
-            ("the merger", "when a task finishes or expires"),
-        ),
-        (
-            ("the merger", "publishes the result of a task that reached a final status on task-finished"),
-            ("the gateway", "streams them to the task's clients (a consumer per replica, no group)"),
-        ),
-        ("merger",),
-    ),
-    "task-finished": Roles(
-        (
-            (
-                "the merger",
-                "once a task reached a final status, whoever ended it (a replay or a re-drive may publish it again,"
-                " identical)",
-            ),
-        ),
-        (),  # read by other systems: the task's final result
+# What each part of docsum does with a topic, in words. Who does it is found in the code (found_roles).
+REDRIVES = "resume, retry and reconcile, from the state stored in PostgreSQL"
+SENDS: dict[tuple[str, str], str] = {
+    ("the gateway", "document-submitted"): "for every uploaded file, once its bytes are stored",
+    ("the re-drives", "document-submitted"): REDRIVES,
+    ("the parser", "document-parsed"): "once the document's plain text is stored",
+    ("the re-drives", "document-parsed"): REDRIVES,
+    ("the chunker", "chunk-created"): "once every chunk of the document is stored",
+    ("the re-drives", "chunk-created"): REDRIVES,
+    ("the summarizer's round scheduler", "chunk-created"): "when a chunk's next round is due",
+    ("the summarizer", "chunk-summarized"): "once the chunk's summary is stored, or the chunk FAILED",
+    ("the re-drives", "chunk-summarized"): REDRIVES,
+    ("the parser", "document-merged"): "when the document cannot be parsed: it FAILED",
+    ("the chunker", "document-merged"): "when the document's text cannot be cut into chunks: it FAILED",
+    ("the merger", "document-merged"): "once the document's summary is stored, or the document FAILED",
+    ("the re-drives", "document-merged"): REDRIVES,
+    ("the gateway", "task-events"): "on pause, resume, retry and cancel",
+    ("the chunker", "task-events"): "when a task awaits its owner's approval",
+    ("the merger", "task-events"): "when a task finishes",
+    ("the merger's maintenance", "task-events"): "when a task expires",
+    ("the merger", "task-finished"): (
+        "once a task reached a final status, whoever ended it (a replay or a re-drive may publish it again, identical)"
     ),
 }
-UNDESCRIBED = Roles((("docsum", "(this topic has no row in ROLES in contracts.py yet)"),), ())
+PROGRESS = "appends the task's progress log, which the gateway streams to the task's clients"
+RECEIVES: dict[tuple[str, str], str] = {
+    ("the parser", "document-submitted"): "parses the document and stores its plain text",
+    ("the chunker", "document-parsed"): "cuts the text into chunks and stores them",
+    ("the summarizer", "chunk-created"): "summarizes the chunk and stores its summary",
+    ("the merger", "chunk-summarized"): "merges the document's summaries once every chunk is final",
+    ("the merger", "document-merged"): "finishes the task once every document is final",
+    ("the merger", "task-events"): "publishes the result of a task that reached a final status on task-finished",
+    **{
+        ("the gateway's progress recorder", topic): PROGRESS
+        for topic in ("document-submitted", "document-parsed", "chunk-created", "chunk-summarized")
+    },
+    ("the gateway's progress recorder", "document-merged"): PROGRESS,
+    ("the gateway's progress recorder", "task-events"): PROGRESS,
+}
+# A topic of events.py that no part of docsum declares it sends (yet): published as sent by docsum.
+UNDECLARED = (("docsum", "(no handler or sender declares this topic yet)"),)
+# The packages whose modules declare handlers and senders.
+PACKAGES = ("docsum_shared", "docsum_parser", "docsum_chunker", "docsum_summarizer", "docsum_merger", "docsum_gateway")
+
+
+def declarations() -> tuple[list[Handlers[Any]], list[Sender]]:
+    """Every consumer group's registry and every sender, as the modules of docsum declare them."""
+    registries: dict[int, Handlers[Any]] = {}
+    senders: dict[int, Sender] = {}
+    for name in PACKAGES:
+        package = importlib.import_module(name)
+        for info in pkgutil.walk_packages(package.__path__, name + "."):
+            if info.name.endswith("__main__"):
+                continue  # runs the service
+            for value in vars(importlib.import_module(info.name)).values():
+                if isinstance(value, Handlers) and value.group is not None:
+                    registries[id(value)] = value
+                elif isinstance(value, Sender):
+                    senders[id(value)] = value
+    return list(registries.values()), list(senders.values())
+
+
+def found_roles() -> dict[str, Roles]:
+    """The topic table, from the declarations: ValueError when they and SENDS/RECEIVES disagree."""
+    registries, senders = declarations()
+    sent: set[tuple[str, str]] = set()
+    received: dict[tuple[str, str], Handlers[Any]] = {}
+    for registry in registries:
+        for event_type in registry.receives:
+            received[(registry.who, TOPIC_OF[event_type].value)] = registry
+            sent |= {(registry.who, TOPIC_OF[out].value) for out in registry.emits(event_type)}
+    sent |= {(sender.who, TOPIC_OF[out].value) for sender in senders for out in sender.emits}
+    drift = [f"sent by {who} on {topic}, with no words in SENDS" for who, topic in sorted(sent - set(SENDS))]
+    drift += [f"SENDS says {who} sends {topic}; the code does not" for who, topic in sorted(set(SENDS) - sent)]
+    drift += [f"received by {w} on {t}, with no words in RECEIVES" for w, t in sorted(set(received) - set(RECEIVES))]
+    drift += [f"RECEIVES says {w} receives {t}; the code does not" for w, t in sorted(set(RECEIVES) - set(received))]
+    if drift:
+        raise ValueError("the topic table and the code disagree:\n" + "\n".join(drift))
+    roles = {}
+    for topic in Topic:
+        readers = [(who, r) for (who, t), r in received.items() if t == topic.value]
+        roles[topic.value] = Roles(
+            tuple((who, SENDS[(who, t)]) for who, t in SENDS if t == topic.value) or UNDECLARED,
+            tuple((who, RECEIVES[(who, topic.value)]) for who, _ in readers),
+            tuple(str(r.group) for _, r in readers),
+            tuple(str(r.group) for _, r in readers if r.dead_letters),
+        )
+    return roles
+
+
 # What a channel's description adds to its model's summary.
 CHANNEL_NOTES: dict[str, str] = {
     "document-submitted": (
@@ -210,6 +242,7 @@ INTAKE_CHANNEL = "intake"
 INTAKE_ROLES = Roles(
     (("another system", "submitting its documents, inline or by URI, for the owners it may act for"),),
     (("the parser", "takes the document in (creating the task on first sight), then parses it"),),
+    ("parser",),
     ("parser",),
 )
 
@@ -466,6 +499,7 @@ SECURITY_SCHEMES: dict[str, dict[str, str]] = {
 def asyncapi() -> dict[str, Any]:
     """The AsyncAPI 3.0 document of every topic, its dead-letter topic and what docsum does with them."""
     partitions = topic_partitions(Settings.model_construct())  # the defaults: no prefix, no environment
+    table = found_roles()
     schemas: dict[str, Any] = {}
     messages: dict[str, Any] = {}
     channels: dict[str, Any] = {}
@@ -479,7 +513,7 @@ def asyncapi() -> dict[str, Any]:
     for topic in Topic:
         model = EVENT_TYPES[topic]
         name, key = topic.value, model.KEY_FIELD
-        roles = ROLES.get(name, UNDESCRIBED)
+        roles = table[name]
         body = {k: v for k, v in schema(topic).items() if k not in ("$schema", "$id")}
         schemas[model.__name__] = _hoist(body, schemas, model.__name__)
         summary = (model.__doc__ or name).strip().splitlines()[0]
@@ -509,7 +543,7 @@ def asyncapi() -> dict[str, Any]:
                 operations[f"{action}-{name}"] = _operation(action, name, who, roles.groups * (action == "receive"))
         dlq = name + DLQ_SUFFIX
         raw, error = _dead_letter_example(topic)
-        consumer = roles.groups[0] if roles.groups else "consumer"
+        consumer = roles.dead_letter_groups[0] if roles.dead_letter_groups else "consumer"
         messages[dlq] = {
             "name": f"{model.__name__}DeadLetter",
             "title": f"{name} dead letter",
@@ -547,16 +581,16 @@ def asyncapi() -> dict[str, Any]:
                 f" the topic. Message key: the original key. {prefixed}"
                 + (
                     ""
-                    if roles.groups
-                    else "\n\nNo docsum consumer group reads the topic: nothing of docsum writes here."
+                    if roles.dead_letter_groups
+                    else "\n\nNo docsum consumer group dead-letters this topic: nothing of docsum writes here."
                 )
             ),
             "messages": {dlq: _ref("components", "messages", dlq)},
             "bindings": _channel_binding(dlq, partitions),
         }
-        if roles.groups:  # only docsum's consumer groups dead-letter what they cannot handle
+        if roles.dead_letter_groups:  # a reader beside the topic's owner skips what it cannot take
             why = "gives up on a message it cannot decode, or keeps failing to handle; operators read these"
-            operations[f"send-{dlq}"] = _operation("send", dlq, [(f"the {g}", why) for g in roles.groups])
+            operations[f"send-{dlq}"] = _operation("send", dlq, [(f"the {g}", why) for g in roles.dead_letter_groups])
 
     _intake_channels(channels, operations, partitions)
 
@@ -572,8 +606,8 @@ def asyncapi() -> dict[str, Any]:
         " for a change that older consumers cannot read.\n\n"
         "Every topic and consumer group name is prefixed with the deployment's `DOCSUM_TOPIC_PREFIX`"
         " (empty by default), so that several deployments can share one cluster.\n\n"
-        "Generated from shared/docsum_shared/events.py by shared/docsum_shared/contracts.py"
-        " (`make contracts`): do not edit."
+        "Generated from shared/docsum_shared/events.py and the handlers and senders the services declare, by"
+        " contracts/generate.py (`make contracts`): do not edit."
     )
     bootstrap = {
         "host": {
@@ -721,6 +755,7 @@ def stale(directory: Path) -> list[str]:
     """What differs between `directory` and the models: missing, outdated and extra files."""
     expected = render()
     present = {p.name for p in directory.iterdir() if p.is_file()} if directory.is_dir() else set()
+    present.discard(Path(__file__).name)  # this generator lives beside what it writes
     problems = []
     for name, text in expected.items():
         if name not in present:
@@ -749,7 +784,7 @@ def write(directory: Path) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m docsum_shared.contracts", description="Write or check contracts/.")
+    parser = argparse.ArgumentParser(prog="contracts/generate.py", description="Write or check contracts/.")
     parser.add_argument("--check", action="store_true", help="only check that the directory is up to date")
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="the contracts directory (default: contracts)")
     args = parser.parse_args(argv)

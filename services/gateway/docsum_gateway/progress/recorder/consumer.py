@@ -1,9 +1,9 @@
-"""The progress recorder: reads the pipeline's topics and appends each task's steps to its progress log.
+"""The progress recorder's Kafka consumer: reads the pipeline's topics and appends each task's steps to its log.
 
 It runs in every gateway process, all replicas in ONE consumer group (`<prefix>docsum-gateway-progress`),
 so each event is recorded by one of them, with the consumer shell's commit and dead-letter semantics;
 appends are idempotent (one entry per step), so a redelivery or a re-drive adds nothing. The streams
-(SSE and WebSocket, docsum_gateway.progress) read the log from PostgreSQL, so any replica serves any
+(SSE and WebSocket, docsum_gateway.progress.streams) read the log from PostgreSQL, so any replica serves any
 task's stream from any point.
 """
 
@@ -16,18 +16,22 @@ import logging
 import asyncpg
 
 from docsum_shared.consumer import ConsumerService
+from docsum_shared.retry import keep_running
 from docsum_shared.settings import Settings
 from docsum_shared.states import TASK_FINAL
 
 from . import repository
 from .handlers import Deps, handlers
+from .repository import ProgressLog
 
 log = logging.getLogger(__name__)
 GROUP = "gateway-progress"
 
 
 def recorder(settings: Settings, pool: asyncpg.Pool) -> ConsumerService:
-    return ConsumerService(GROUP, settings, handlers.bind(Deps(pool, settings)), dead_letters=False)
+    return ConsumerService(
+        GROUP, settings, handlers.bind(Deps(ProgressLog(pool, settings))), dead_letters=handlers.dead_letters
+    )
 
 
 async def record_until(stop: asyncio.Event, settings: Settings, pool: asyncpg.Pool) -> None:
@@ -51,28 +55,26 @@ async def prune_until(stop: asyncio.Event, pool: asyncpg.Pool, retain_s: float) 
     hourly). The log is for watching a task happen: long after the end, the task's view (GET) tells
     all it did. Every replica prunes; a delete another replica made first deletes nothing."""
     every = min(3600.0, max(1.0, retain_s / 2))
-    while not stop.is_set():
-        try:
-            while deleted := await repository.prune(pool, sorted(TASK_FINAL), retain_s):
-                log.info("progress log: pruned %d entries of tasks that ended over %gs ago", deleted, retain_s)
-        except Exception as exc:  # noqa: BLE001 - the database away: the next round tries again
-            log.warning("progress log: could not prune (%s)", exc)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), every)
+
+    async def prune() -> None:
+        while deleted := await repository.prune(pool, sorted(TASK_FINAL), retain_s):
+            log.info("progress log: pruned %d entries of tasks that ended over %gs ago", deleted, retain_s)
+
+    await keep_running("progress log: pruning", prune, every_s=every, stop=stop)
 
 
 async def _record(stop: asyncio.Event, settings: Settings, pool: asyncpg.Pool) -> None:
-    while not stop.is_set():
+    """The recorder, started again after a failure (from its committed offsets) until `stop` is set."""
+
+    async def run_once() -> None:
         service = recorder(settings, pool)
         watcher = asyncio.create_task(_stop_when(stop, service))
         try:
             await service.run()
-        except Exception as exc:  # noqa: BLE001 - logged; the next round starts from the committed offsets
-            log.warning("progress recorder stopped (%s); starting it again", exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 2.0)
         finally:
             watcher.cancel()
+
+    await keep_running("progress recorder", run_once, stop=stop)
 
 
 async def _stop_when(stop: asyncio.Event, service: ConsumerService) -> None:

@@ -53,8 +53,8 @@ PARSE_SHARE, MERGE_SHARE = 0.10, 0.05
 
 
 @dataclass(frozen=True)
-class ChunkRow:
-    """A stored chunk as the log needs it."""
+class LoggedChunk:
+    """A stored chunk as the log tells of it: its document, its place there, and how it stands."""
 
     chunk_id: str
     document_id: str
@@ -110,7 +110,7 @@ def progress(view: TaskView) -> dict[str, Any]:
     }
 
 
-def entries_for(event: Event, view: TaskView, chunks: Sequence[ChunkRow] = ()) -> list[Entry]:
+def entries_for(event: Event, view: TaskView, chunks: Sequence[LoggedChunk] = ()) -> list[Entry]:
     """The entries `event` adds, milestones it implies first. `chunks`: the stored chunks the event
     concerns (its chunk; a merged document's chunks; every chunk of a task that ended)."""
     shown = progress(view)
@@ -179,7 +179,7 @@ def compact(bodies: Sequence[dict[str, Any]], told: dict[str, Any]) -> tuple[lis
 
 
 def _task_event(
-    event: TaskEvent, view: TaskView, chunks: Sequence[ChunkRow], shown: dict[str, Any], document: Any
+    event: TaskEvent, view: TaskView, chunks: Sequence[LoggedChunk], shown: dict[str, Any], document: Any
 ) -> list[Entry]:
     status = event.status
     told = {**shown, "status": str(status)}
@@ -214,7 +214,7 @@ def _milestones(doc: DocumentView, shown: dict[str, Any]) -> list[Entry]:
     return found
 
 
-def _chunk_ends(chunks: Iterable[ChunkRow], shown: dict[str, Any], only: str | None = None) -> list[Entry]:
+def _chunk_ends(chunks: Iterable[LoggedChunk], shown: dict[str, Any], only: str | None = None) -> list[Entry]:
     found = []
     for chunk in sorted(chunks, key=lambda c: (c.document_id, c.chunk_index)):
         if only is not None and chunk.chunk_id != only:

@@ -1,6 +1,6 @@
 """Following a task's progress log: the entries after a point, then each new one as it is stored.
 
-The log is in PostgreSQL (the recorder appends it, docsum_gateway.recorder), so any gateway replica
+The log is in PostgreSQL (the recorder appends it, docsum_gateway.progress.recorder), so any gateway replica
 serves any task's stream, from any point: a client that reconnects with the last number it saw gets
 exactly what came after. Each append NOTIFYs `docsum_progress` with the task id; every gateway keeps
 one connection LISTENing, and wakes the streams of that task.
@@ -27,7 +27,9 @@ from typing import Any
 
 import asyncpg
 
-from . import keystore
+from docsum_shared.retry import keep_running
+
+from .. import keystore
 from .recorder import repository
 from .recorder.repository import CHANNEL, Logged
 
@@ -152,14 +154,8 @@ class ProgressFeed:
             stream.woken.set()
 
     async def _watch(self) -> None:
-        while True:
-            await asyncio.sleep(self.poll_s)
-            try:
-                await self.check()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - the database away: the next round tries again
-                log.warning("progress streams: could not read the heads and keys (%s)", exc)
+        # The database away: the next round tries again.
+        await keep_running("progress streams: reading the heads and keys", self.check, every_s=self.poll_s)
 
     async def check(self) -> None:
         """Wake the streams behind their task's last entry, and mark those whose key was revoked:
@@ -178,20 +174,18 @@ class ProgressFeed:
                 stream.woken.set()
 
     async def _listen(self) -> None:
-        while True:  # the database may restart: listen again; the poll covers the gap
-            conn: asyncpg.Connection | None = None
-            try:
-                conn = await asyncpg.connect(self.database_url)
-                await conn.add_listener(CHANNEL, self._notified)
-                while not conn.is_closed():
-                    await asyncio.sleep(5.0)
-                    await conn.execute("SELECT 1")  # notices a dead connection
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("progress listener: %s; listening again", exc)
-                await asyncio.sleep(1.0)
-            finally:
-                if conn is not None and not conn.is_closed():
-                    with contextlib.suppress(Exception):
-                        await asyncio.wait_for(conn.close(), 2)
+        # The database may restart: listen again (the poll covers the gap).
+        await keep_running("progress listener", self._listen_once)
+
+    async def _listen_once(self) -> None:
+        """LISTEN on one connection until it dies."""
+        conn = await asyncpg.connect(self.database_url)
+        try:
+            await conn.add_listener(CHANNEL, self._notified)
+            while not conn.is_closed():
+                await asyncio.sleep(5.0)
+                await conn.execute("SELECT 1")  # notices a dead connection
+        finally:
+            if not conn.is_closed():
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(conn.close(), 2)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any
-
-import asyncpg
+from typing import Protocol
 
 from docsum_shared.events import (
     ChunkCreated,
@@ -20,14 +19,14 @@ from docsum_shared.events import (
     TaskEvent,
 )
 from docsum_shared.handlers import Handlers
-from docsum_shared.readmodel import views
-from docsum_shared.settings import Settings
+from docsum_shared.readmodel.schemas import TaskView
 from docsum_shared.states import TASK_FINAL
 
-from . import policy, repository
+from . import policy
+from .repository import TaskChunks
 
 log = logging.getLogger(__name__)
-handlers = Handlers["Deps"]()
+handlers = Handlers["Deps"]("gateway-progress", "the gateway's progress recorder", dead_letters=False)
 
 
 @dataclass
@@ -50,10 +49,26 @@ class Known:
             self.keys.popitem(last=False)
 
 
+class TaskLog(Protocol):
+    """A task's log under its lock (repository.LockedLog): the stored state an entry shows, the append."""
+
+    async def task_view(self) -> TaskView | None: ...
+    async def chunks(self, document_id: str | None = None) -> list[policy.LoggedChunk]: ...
+    async def chunks_by_id(self, chunk_ids: Sequence[str]) -> list[policy.LoggedChunk]: ...
+    async def append(self, entries: Sequence[policy.Entry]) -> list[int]: ...
+
+
+class Repository(Protocol):
+    """What the handler reads and writes (repository.ProgressLog)."""
+
+    async def task_and_chunks(self, task_id: str, chunk_ids: Sequence[str]) -> TaskChunks: ...
+    async def stored_keys(self, task_id: str, keys: Sequence[str]) -> set[str]: ...
+    def locked(self, task_id: str) -> AbstractAsyncContextManager[TaskLog]: ...
+
+
 @dataclass(frozen=True)
 class Deps:
-    pool: asyncpg.Pool
-    settings: Settings
+    repo: Repository
     known: Known = field(default_factory=Known)
 
 
@@ -74,43 +89,45 @@ async def _record(task_id: str, events: list[Event], deps: Deps) -> None:
     if not events:
         return
     chunk_ids = [e.chunk_id for e in events if isinstance(e, ChunkSummarized)]
-    stored, chunk_status = await repository.task_and_chunks(deps.pool, task_id, chunk_ids)
-    if not stored:
+    found = await deps.repo.task_and_chunks(task_id, chunk_ids)
+    if not found.stored:
         # Not stored (yet): a submission by another system, which the parser registers; the log
         # starts with the task's next event. Nobody can watch a task that is not stored.
         return
     told = [
-        policy.keys_at_most(e, chunk_status.get(e.chunk_id) if isinstance(e, ChunkSummarized) else None) for e in events
+        policy.keys_at_most(e, found.chunk_status.get(e.chunk_id) if isinstance(e, ChunkSummarized) else None)
+        for e in events
     ]
     if all(keys is not None for keys in told):
-        have = await repository.stored_keys(deps.pool, task_id, sorted({k for keys in told for k in keys or ()}))
+        have = await deps.repo.stored_keys(task_id, sorted({k for keys in told for k in keys or ()}))
         deps.known.add(task_id, have)
         # Nothing new to tell from every chunk-created after the first of a document, and a redelivery.
         events = [e for e, keys in zip(events, told, strict=True) if not set(keys or ()) <= have]
         if not events:
             return
-
-    async def entries(db: Any) -> list[policy.Entry]:  # read under the task's log lock, on its connection
-        view = await views.pipeline_view(db, deps.settings, task_id)
-        if view is None:
-            return []
-        ended = await repository.chunks_by_id(db, [e.chunk_id for e in events if isinstance(e, ChunkSummarized)])
-        out: list[policy.Entry] = []
-        for event in events:
-            if isinstance(event, ChunkSummarized):
-                chunks = [c for c in ended if c.chunk_id == event.chunk_id]
-            elif isinstance(event, DocumentMerged):
-                chunks = await repository.chunks(db, task_id, event.document_id)
-            elif isinstance(event, TaskEvent) and event.status in TASK_FINAL:
-                chunks = await repository.chunks(db, task_id)
-            else:
-                chunks = []
-            out.extend(policy.entries_for(event, view, chunks))
-        written.extend(out)
-        return out
-
-    written: list[policy.Entry] = []
-    numbers = await repository.append(deps.pool, task_id, entries)
-    deps.known.add(task_id, (entry.key for entry in written))  # stored now, whether new or not
+    async with deps.repo.locked(task_id) as tx:  # the state each entry shows is read under the task's lock
+        entries = await _entries(tx, events)
+        numbers = await tx.append(entries)
+    deps.known.add(task_id, (entry.key for entry in entries))  # stored now, whether new or not
     if numbers:
         log.debug("task %s: progress %d..%d", task_id, numbers[0], numbers[-1])
+
+
+async def _entries(tx: TaskLog, events: list[Event]) -> list[policy.Entry]:
+    """What the events add to the log, as the task's stored state shows it."""
+    view = await tx.task_view()
+    if view is None:
+        return []
+    ended = await tx.chunks_by_id([e.chunk_id for e in events if isinstance(e, ChunkSummarized)])
+    out: list[policy.Entry] = []
+    for event in events:
+        if isinstance(event, ChunkSummarized):
+            chunks = [c for c in ended if c.chunk_id == event.chunk_id]
+        elif isinstance(event, DocumentMerged):
+            chunks = await tx.chunks(event.document_id)
+        elif isinstance(event, TaskEvent) and event.status in TASK_FINAL:
+            chunks = await tx.chunks()
+        else:
+            chunks = []
+        out.extend(policy.entries_for(event, view, chunks))
+    return out

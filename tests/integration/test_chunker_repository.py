@@ -1,0 +1,62 @@
+"""The chunker's repository contract against PostgreSQL: the same cases as its fake passes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+import pytest_asyncio
+
+from docsum_chunker.repository import ChunkRepository
+from docsum_shared.approval import Approved, Hold
+from docsum_shared.states import DocumentStatus, TaskStatus
+from tests.repositories.chunker import ChunkerRepositoryContract, new_id
+
+pytestmark = pytest.mark.integration
+
+
+@pytest_asyncio.fixture(scope="module")
+async def pool(repository_db: asyncpg.Pool) -> AsyncIterator[asyncpg.Pool]:
+    db = repository_db
+    yield db
+
+
+class TestChunkRepository(ChunkerRepositoryContract):
+    @pytest.fixture(autouse=True)
+    def _on(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+        self.repo = ChunkRepository(pool)
+
+    async def given_task(
+        self, *, owner: str = "alice", status: TaskStatus = TaskStatus.PROCESSING, approved: Approved | None = None
+    ) -> str:
+        task_id = new_id("task")
+        await self.pool.execute(
+            "INSERT INTO tasks (id, owner, status, approved_calls, approved_cost_usd) VALUES ($1, $2, $3, $4, $5)",
+            task_id, owner, status, approved.calls if approved else None, approved.cost_usd if approved else None,
+        )  # fmt: skip
+        return task_id
+
+    async def given_document(
+        self, task_id: str, *, status: DocumentStatus = DocumentStatus.CHUNKING, text: str | None = "Some text."
+    ) -> str:
+        document_id = new_id("doc")
+        await self.pool.execute(
+            "INSERT INTO documents (id, task_id, filename, status) VALUES ($1, $2, 'a.txt', $3)",
+            document_id,
+            task_id,
+            status,
+        )
+        if text is not None:
+            await self.pool.execute("INSERT INTO document_texts (document_id, text) VALUES ($1, $2)", document_id, text)
+        return document_id
+
+    async def asked_to_approve(self, task_id: str) -> Hold | None:
+        row = await self.pool.fetchrow(
+            "SELECT hold_reason, held_calls, held_cost_usd FROM tasks WHERE id = $1", task_id
+        )
+        return Hold(row["hold_reason"], row["held_calls"], row["held_cost_usd"]) if row["hold_reason"] else None
+
+    async def error_of(self, document_id: str) -> str | None:
+        return await self.pool.fetchval("SELECT error FROM documents WHERE id = $1", document_id)

@@ -1,0 +1,87 @@
+"""The summarizer's repository contract against PostgreSQL (tests/repositories/summarizer.py)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from docsum_shared.options import TaskOptions
+from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
+from docsum_summarizer.repository import ChunkRepository
+from tests.repositories.summarizer import ChunkFacts, DocumentCounts, SummarizerRepositoryContract
+
+pytestmark = pytest.mark.integration
+
+
+class TestChunkRepositoryOnPostgres(SummarizerRepositoryContract):
+    pool: asyncpg.Pool
+    tasks: list[str]
+
+    @pytest.fixture(autouse=True)
+    async def _on(self, repository_db: asyncpg.Pool) -> AsyncIterator[None]:
+        self.pool, self.repo, self.tasks = repository_db, ChunkRepository(repository_db), []
+        yield
+
+    async def given_task(self, task_id: str, status: TaskStatus, owner: str, options: TaskOptions) -> None:
+        await self.pool.execute(
+            "INSERT INTO tasks (id, owner, status, options) VALUES ($1, $2, $3, $4::jsonb)",
+            task_id,
+            owner,
+            status,
+            options.model_dump_json(),
+        )
+        self.tasks.append(task_id)
+
+    async def given_document(self, document_id: str, task_id: str, status: DocumentStatus) -> None:
+        await self.pool.execute(
+            "INSERT INTO documents (id, task_id, filename, status) VALUES ($1, $2, 'd.txt', $3)",
+            document_id,
+            task_id,
+            status,
+        )
+
+    async def given_chunk(
+        self, chunk_id: str, document_id: str, index: int, status: ChunkStatus, text: str, failures: int
+    ) -> None:
+        await self.pool.execute(
+            "INSERT INTO chunks (id, document_id, chunk_index, start_char, end_char, text, status, failures)"
+            " VALUES ($1, $2, $3, 0, $4, $5, $6, $7)",
+            chunk_id, document_id, index, len(text), text, status, failures,
+        )  # fmt: skip
+
+    async def task_now(self, task_id: str, status: TaskStatus) -> None:
+        await self.pool.execute("UPDATE tasks SET status = $2 WHERE id = $1", task_id, status)
+
+    async def lease_runs_out(self, chunk_id: str) -> None:
+        await self.pool.execute(
+            "UPDATE chunks SET lease_expires_at = now() - interval '1 second' WHERE id = $1", chunk_id
+        )
+
+    async def facts(self, chunk_id: str) -> ChunkFacts:
+        row = await self.pool.fetchrow(
+            "SELECT summary, summary_model, summary_truncated, error, attempts, interruptions, lease_owner"
+            " FROM chunks WHERE id = $1",
+            chunk_id,
+        )
+        assert row is not None
+        return ChunkFacts(
+            row["summary"],
+            row["summary_model"],
+            row["summary_truncated"],
+            row["error"],
+            row["attempts"],
+            row["interruptions"],
+            row["lease_owner"],
+        )
+
+    async def counts(self, document_id: str) -> DocumentCounts:
+        row = await self.pool.fetchrow(
+            "SELECT chunks_completed, chunks_failed, truncated_parts FROM documents WHERE id = $1", document_id
+        )
+        assert row is not None
+        return DocumentCounts(row["chunks_completed"], row["chunks_failed"], row["truncated_parts"])
+
+    async def recovering(self, task_id: str) -> bool:
+        return bool(await self.pool.fetchval("SELECT recovering_since IS NOT NULL FROM tasks WHERE id = $1", task_id))
