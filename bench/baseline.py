@@ -17,14 +17,14 @@ from pathlib import Path
 from openai import AsyncOpenAI
 
 from docsum_chunker.policy import cut
+from docsum_chunker.settings import ChunkerSettings
 from docsum_shared.errors import Fail
-from docsum_shared.settings import Settings
 from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
 from docsum_shared.summarizers.prompts import build_messages
 
 
-def chunk_requests(text: str, settings: Settings | None = None) -> list[SummaryRequest]:
-    rows = cut("document", text, settings or Settings())
+def chunk_requests(text: str, settings: ChunkerSettings | None = None) -> list[SummaryRequest]:
+    rows = cut("document", text, settings or ChunkerSettings())
     if isinstance(rows, Fail):
         raise ValueError(rows.error)
     return [

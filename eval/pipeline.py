@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 
 from docsum_chunker.policy import cut
+from docsum_chunker.settings import ChunkerSettings
 from docsum_parser.extract import extract_text
 from docsum_shared.errors import Fail
-from docsum_shared.settings import Settings
 from docsum_shared.summarizers.base import SummarizerBackend, SummaryKind, SummaryRequest
 from docsum_shared.summarizers.extractive import ExtractiveBackend
 
@@ -33,7 +33,7 @@ def _call(backend: SummarizerBackend, request: SummaryRequest) -> str:
 def document_summary(
     backend: SummarizerBackend, text: str, *, filename: str = "", length: str = "", style: str = ""
 ) -> str:
-    rows = cut(filename or "document", text, Settings())  # the chunker's own cut, caps included
+    rows = cut(filename or "document", text, ChunkerSettings())  # the chunker's own cut, caps included
     if isinstance(rows, Fail):
         raise ValueError(rows.error)
     chunks = [r.chunk for r in rows if r.chunk is not None]

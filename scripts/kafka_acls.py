@@ -123,7 +123,7 @@ def main() -> int:
     parser.add_argument("--results-group", default="", help="its consumer group (default: <prefix>results)")
     parser.add_argument("--dry-run", action="store_true", help="print the ACLs, do not connect")
     args = parser.parse_args()
-    settings = service_settings("kafka-acls")
+    settings = service_settings("kafka-acls", Settings)
     wanted = grants(settings, args.services, intake_principals(settings, args.intake), args.results, args.results_group)
     if args.dry_run:
         print("\n".join(map(str, wanted)))

@@ -43,7 +43,7 @@ from .handlers import Bound, Handler
 from .health import Ready, database_ready, listen, serve_health
 from .kafka import DLQ_SUFFIX, client_options, ensure_topics, make_producer, publish
 from .retry import MESSAGES, Stopped, Tally, after_failure, for_messages, retry_until
-from .settings import Settings, service_settings
+from .settings import S, Settings, service_settings
 
 log = logging.getLogger(__name__)
 
@@ -542,15 +542,17 @@ class Consumer:
 async def serve(
     name: str,
     stop: asyncio.Event,
-    build: Callable[[Settings, asyncpg.Pool], Mapping[Topic, Handler] | list[Consumer]],
+    model: type[S],
+    build: Callable[[S, asyncpg.Pool], Mapping[Topic, Handler] | list[Consumer]],
     *,
-    background: Callable[[Settings, asyncpg.Pool], Background] | None = None,
+    background: Callable[[S, asyncpg.Pool], Background] | None = None,
 ) -> None:
     """Connect to Postgres (migrating it), then consume until `stop` is set.
 
-    `build` gives the handlers of one consumer group, or several `Consumer`s run side by side.
+    `model` is the service's settings class; `build` gives the handlers of one consumer group, or several
+    `Consumer`s run side by side.
     """
-    settings = service_settings(name)
+    settings = service_settings(name, model)
     health_socket = (
         listen(settings.health_host, settings.health_port, "DOCSUM_HEALTH_PORT", name)
         if settings.health_port is not None

@@ -1,5 +1,5 @@
 """Where an owner's documents may come from when another system publishes them (file roots, web hosts and
-ports), and which names a producer may have. Settings reads these; the parser's intake decides with them.
+ports), and which names a producer may have. IntakeSettings reads these; the parser's intake decides with them.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
-    from .settings import Settings
+    from .settings import IntakeSettings
 
 # A producer's name is part of its topic (intake.<producer>): Kafka's topic characters, without the '.'
 # that would let one producer's name reach into another's (intake.crm.eu under intake.crm).
@@ -40,7 +40,7 @@ class OwnerAccess:
     own_ports: bool = False  # the entry lists its own ports (else the global DOCSUM_INTAKE_HTTP_PORTS)
 
     @classmethod
-    def of(cls, owner: str, entry: IntakeAccess | None, settings: Settings) -> OwnerAccess:
+    def of(cls, owner: str, entry: IntakeAccess | None, settings: IntakeSettings) -> OwnerAccess:
         if entry is None:
             return cls(settings.intake_file_roots, settings.intake_http_hosts, settings.intake_http_ports)
         own_ports = entry.http_ports is not None

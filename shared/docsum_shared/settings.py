@@ -1,14 +1,18 @@
-"""Settings shared by every service, read from the environment (pydantic-settings).
+"""Settings, read from the environment (pydantic-settings): what every process needs, and the groups
+several services share.
 
-Defaults work on one machine with the stack that `make up` starts; every name can be overridden with
-an environment variable `DOCSUM_<NAME>` (plus the standard `DATABASE_URL`, `KAFKA_BOOTSTRAP_SERVERS`,
+`Settings` is what every process reads (Kafka, PostgreSQL, consumers, health, logs, re-drives); each group
+that more than one service reads extends it (`LLMSettings`, `IntakeSettings`, `SizeSettings`,
+`ReconcileSettings`), and each service's own class (`docsum_<service>.settings`) extends the groups it
+reads. Defaults work on one machine with the stack that `make up` starts; every name can be overridden
+with an environment variable `DOCSUM_<NAME>` (plus the standard `DATABASE_URL`, `KAFKA_BOOTSTRAP_SERVERS`,
 `OPENAI_BASE_URL` and `OPENAI_API_KEY`).
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Literal
+from typing import Literal, TypeVar, cast
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, model_validator
@@ -40,6 +44,9 @@ def placeholder_in(setting: str, value: str | None) -> None:
 
 
 class Settings(BaseSettings):
+    """What every process reads: Kafka, PostgreSQL, the consumers, health, logs and traces, and what the
+    shared code several services run reads (re-drives, the producers' intake topics)."""
+
     # hide_input_in_errors: a failed validation prints no input (the input holds every secret).
     model_config = SettingsConfigDict(
         env_prefix="DOCSUM_", env_ignore_empty=True, extra="ignore", hide_input_in_errors=True
@@ -96,8 +103,6 @@ class Settings(BaseSettings):
         placeholder_in("DATABASE_URL", urlsplit(self.database_url).password)
         placeholder_in("DOCSUM_KAFKA_SASL_PASSWORD", _secret(self.kafka_sasl_password))
         placeholder_in("DOCSUM_KAFKA_SSL_KEY_PASSWORD", _secret(self.kafka_ssl_key_password))
-        placeholder_in("OPENAI_API_KEY", self.openai_api_key)
-        placeholder_in("DOCSUM_API_KEYS", self.api_keys)
         return self
 
     # Consumers. Messages of one key are handled in order, up to `max_inflight` keys at once; the
@@ -114,11 +119,7 @@ class Settings(BaseSettings):
     health_host: str = "127.0.0.1"
     health_port: int | None = Field(None, ge=1, le=65535)
 
-    # Lifecycle: unfinished tasks idle longer than the TTL expire; those idle for `reconcile_idle_s`
-    # are re-driven from Postgres (start-up and every `maintenance_interval_s`).
-    task_ttl_s: float = Field(24 * 3600.0, gt=0)
-    reconcile_idle_s: float = Field(60.0, gt=0)
-    maintenance_interval_s: float = Field(30.0, gt=0)
+    # Re-drives (redrive.py, run by the merger's maintenance and the gateway's reconcile).
     # A document that reconcile re-drives this many times in a row without any progress is FAILED
     # with its last error (nothing is re-driven forever).
     redrive_limit: int = Field(10, ge=1)
@@ -126,29 +127,53 @@ class Settings(BaseSettings):
     # sent: the producer's buffer and the time a re-drive holds its process stay bounded, whatever the backlog.
     redrive_batch_events: int = Field(500, ge=1)
 
-    # Chunking
+    # The systems that publish documents on Kafka, each on its own topic intake.<producer> (which the
+    # broker's ACLs let only that producer write), and the owners each may act for: Kafka does not tell
+    # a consumer who produced a message, so the topic does. '{"crm": ["alice", "bob"]}'; empty: none.
+    # Here, not with the other intake settings: every process that creates topics creates these (kafka.py).
+    intake_producers: dict[str, list[str]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _producers_are_topic_names(self) -> Settings:
+        for producer in self.intake_producers:
+            if not PRODUCER_PATTERN.fullmatch(producer):
+                raise SettingConflict(
+                    "DOCSUM_INTAKE_PRODUCERS",
+                    f"producer {producer[:80]!r} is not 1-100 characters of A-Z a-z 0-9 _ - (it names a topic)",
+                )
+        return self
+
+    # Logs and traces (logs.py, telemetry.py; OpenTelemetry's own OTEL_* variables configure the export)
+    log_format: Literal["text", "json"] = "text"  # json: one JSON object per line (set it under Kubernetes)
+    trace_file: str | None = None  # also write every finished span to this file, one JSON line each (tests)
+
+    def topic(self, name: str) -> str:
+        return f"{self.topic_prefix}{name}"
+
+    def group(self, service: str) -> str:
+        return f"{self.topic_prefix}docsum-{service}"
+
+
+class SizeSettings(Settings):
+    """Where a document's size level ends (SMALL, MEDIUM, LARGE): the parser levels each document, the
+    chunker cuts a SMALL one as a single chunk."""
+
     small_max_chars: int = Field(8_000, ge=100)
     medium_max_chars: int = Field(100_000, ge=1_000)
-    chunk_chars: int = Field(2_000, ge=200)
-    overlap_chars: int = Field(200, ge=0)
-    context_after_chars: int = Field(200, ge=0)
 
-    # Caps on what one document may expand into
-    # A document over one FAILS, with a message naming it: text extracted (characters), pages of a PDF
-    # (counted before any text is read), chunks (before any is stored), and the bytes a DOCX's parts
-    # really inflate to (counted while inflating).
-    max_document_chars: int = Field(5_000_000, ge=1_000)
-    max_pdf_pages: int = Field(2_000, ge=1)
-    max_chunks_per_document: int = Field(3_000, ge=1)
-    max_docx_unzipped_bytes: int = Field(256 * 2**20, ge=2**20)
-    # Each document is parsed in a worker process under these limits (wall clock, address space).
-    parse_timeout_s: float = Field(120.0, gt=0)
-    parse_memory_bytes: int = Field(2**30, ge=256 * 2**20)
-    # The worker starts with the first document and stops after this long without one (0: never), so an
-    # idle parser holds no worker (the PDF and Word libraries, ~90 MB); a document after that waits ~1 s.
-    parse_worker_idle_s: float = Field(300.0, ge=0)
 
-    # Summarizer backend
+class ReconcileSettings(Settings):
+    """How long unfinished work may stay still: the merger's maintenance re-drives what has been idle this
+    long, so whoever works on a chunk or a merge (summarizer, merger) marks it active more often."""
+
+    reconcile_idle_s: float = Field(60.0, gt=0)
+
+
+class LLMSettings(Settings):
+    """The LLM: the backend and its limits, what answers may cost and what a task may spend. Read by
+    whoever calls it (summarizers/, for the summarizer and the merger), plans its calls (the chunker) or
+    shows its usage (readmodel/views.py, for the gateway and the merger's results)."""
+
     llm_backend: Literal["extractive", "openai"] = "extractive"
     llm_model: str = "gpt-4o-mini"
     # Calls stream; one that produces no token for `llm_stall_timeout_s` failed. The first token may
@@ -168,15 +193,10 @@ class Settings(BaseSettings):
     # Sent as `frequency_penalty` when set (-2 to 2): small local models tend to copy their input
     # word for word instead of summarizing it, and 0.5 stops most of that.
     llm_frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
-    # A chunk's call is tried `llm_inplace_attempts` times in place (with back-off), then again after
-    # `llm_retry_delay_s` (kept in Postgres, re-announced when due), until `llm_max_attempts` failed in
-    # all: then it is FAILED.
+    # Failed attempts in all after which a chunk (its retries: the summarizer's settings) or a merge is
+    # FAILED.
     llm_max_attempts: int = Field(4, ge=1)
-    llm_inplace_attempts: int = Field(2, ge=1)
-    llm_retry_delay_s: float = Field(30.0, ge=0)
     llm_max_inflight: int = Field(4, ge=1)  # LLM calls in flight per process (summarizer, merger)
-    # A chunk being summarized is leased to one process; a lease not renewed (its holder died) expires.
-    lease_ttl_s: float = Field(15.0, ge=1)
     # The provider's limits: requests and tokens per minute for the whole cluster (None: no limit), and
     # the model's input budget in tokens (None: unlimited; merges then never split).
     llm_rpm: float | None = Field(None, gt=0)
@@ -197,15 +217,31 @@ class Settings(BaseSettings):
     openai_base_url: str | None = Field(None, validation_alias=AliasChoices("OPENAI_BASE_URL"))
     openai_api_key: str | None = Field(None, validation_alias=AliasChoices("OPENAI_API_KEY"))
 
-    # Gateway
-    gateway_host: str = "127.0.0.1"
-    gateway_port: int = 8000
+    @model_validator(mode="after")
+    def _no_placeholder_api_key(self) -> LLMSettings:
+        placeholder_in("OPENAI_API_KEY", self.openai_api_key)
+        return self
+
+    def max_answer_tokens(self, kind: str, length: str) -> int:
+        base = {"chunk": self.llm_max_tokens_chunk, "document": self.llm_max_tokens_document}.get(
+            kind, self.llm_max_tokens_task
+        )
+        return {"brief": base // 2, "detailed": base * 2}.get(length, base)
+
+    def ceiling(self, owner: str) -> Ceiling:
+        return self.owner_ceilings.get(owner) or Ceiling(calls=self.task_max_calls, cost_usd=self.task_max_cost_usd)
+
+    def cost_usd(self, model: str, prompt_tokens: int, completion_tokens: int) -> float:
+        prompt_price, completion_price = self.llm_prices.get(model, (0.0, 0.0))
+        return (prompt_tokens * prompt_price + completion_tokens * completion_price) / 1_000_000
+
+
+class IntakeSettings(Settings):
+    """What a task may bring and how fast an owner may create tasks, whether it comes through the gateway
+    or by a producer on Kafka (the parser's intake), and where a producer's documents may come from."""
+
     max_file_bytes: int = Field(50 * 1024 * 1024, ge=1)
     max_files_per_task: int = Field(100, ge=1)
-    # "owner=key,owner2=key2": who may call the gateway, and as whom.
-    api_keys: str = ""
-
-    # Intake: documents other systems publish straight onto document-submitted (inline or by URI).
     # Decoded bytes of one inline document (content_base64); the default fits a 1 MiB broker message.
     intake_inline_max_bytes: int = Field(700 * 1024, ge=1)
     # Directories whose files a file:// URI may name (symlinks and .. resolved first); empty: none.
@@ -218,10 +254,6 @@ class Settings(BaseSettings):
     intake_http_total_s: float = Field(120.0, gt=0)  # for a whole download
     # All the files of one task together (each file is also held to max_file_bytes), from any producer.
     max_task_bytes: int = Field(256 * 1024 * 1024, ge=1)
-    # The systems that publish documents on Kafka, each on its own topic intake.<producer> (which the
-    # broker's ACLs let only that producer write), and the owners each may act for: Kafka does not tell
-    # a consumer who produced a message, so the topic does. '{"crm": ["alice", "bob"]}'; empty: none.
-    intake_producers: dict[str, list[str]] = Field(default_factory=dict)
     # Where an owner's documents may come from: '{"alice": {"file_roots": [...], "http_hosts": [...]}}'
     # (an owner listed gets exactly that; the others the global intake_file_roots and intake_http_hosts).
     intake_owners: dict[str, IntakeAccess] = Field(default_factory=dict)
@@ -229,42 +261,12 @@ class Settings(BaseSettings):
     # PostgreSQL across every replica (docsum_shared.taskrate). 0: no limit.
     tasks_per_minute: int = Field(60, ge=0)
 
-    @model_validator(mode="after")
-    def _producers_are_topic_names(self) -> Settings:
-        for producer in self.intake_producers:
-            if not PRODUCER_PATTERN.fullmatch(producer):
-                raise SettingConflict(
-                    "DOCSUM_INTAKE_PRODUCERS",
-                    f"producer {producer[:80]!r} is not 1-100 characters of A-Z a-z 0-9 _ - (it names a topic)",
-                )
-        return self
-
-    # Logs and traces (logs.py, telemetry.py; OpenTelemetry's own OTEL_* variables configure the export)
-    log_format: Literal["text", "json"] = "text"  # json: one JSON object per line (set it under Kubernetes)
-    trace_file: str | None = None  # also write every finished span to this file, one JSON line each (tests)
-
-    def max_answer_tokens(self, kind: str, length: str) -> int:
-        base = {"chunk": self.llm_max_tokens_chunk, "document": self.llm_max_tokens_document}.get(
-            kind, self.llm_max_tokens_task
-        )
-        return {"brief": base // 2, "detailed": base * 2}.get(length, base)
-
     def intake_access(self, owner: str) -> OwnerAccess:
         """Where `owner`'s documents may come from: its own entry of intake_owners, else the global lists."""
         return OwnerAccess.of(owner, self.intake_owners.get(owner), self)
 
-    def ceiling(self, owner: str) -> Ceiling:
-        return self.owner_ceilings.get(owner) or Ceiling(calls=self.task_max_calls, cost_usd=self.task_max_cost_usd)
 
-    def cost_usd(self, model: str, prompt_tokens: int, completion_tokens: int) -> float:
-        prompt_price, completion_price = self.llm_prices.get(model, (0.0, 0.0))
-        return (prompt_tokens * prompt_price + completion_tokens * completion_price) / 1_000_000
-
-    def topic(self, name: str) -> str:
-        return f"{self.topic_prefix}{name}"
-
-    def group(self, service: str) -> str:
-        return f"{self.topic_prefix}docsum-{service}"
+S = TypeVar("S", bound=Settings)
 
 
 def _secret(value: SecretStr | None) -> str | None:
@@ -291,14 +293,15 @@ def bad_setting(model: type[BaseSettings], exc: ValidationError) -> tuple[str, s
 
 
 @lru_cache
-def get_settings() -> Settings:
-    return Settings()
+def get_settings(model: type[Settings] = Settings) -> Settings:
+    """The settings of `model`, read once per process."""
+    return model()
 
 
-def service_settings(service: str) -> Settings:
+def service_settings(service: str, model: type[S]) -> S:
     """A service's settings; a bad one ends the service with one line naming it, not a traceback."""
     try:
-        return get_settings()
+        return cast(S, get_settings(model))  # get_settings(model) made it: an instance of model
     except ValidationError as exc:
-        setting, problem = bad_setting(Settings, exc)
+        setting, problem = bad_setting(model, exc)
         raise SystemExit(f"docsum-{service}: bad setting {setting}: {problem}") from None

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 from docsum_parser import intake
 from docsum_parser.policy import NEEDS_PARSE, StoredDocument, TextRefused
+from docsum_parser.settings import ParserSettings
 from docsum_shared.events import DocumentSubmitted
 from docsum_shared.levels import SizeLevel
-from docsum_shared.settings import Settings
 from docsum_shared.states import DocumentStatus, TaskStatus
 from docsum_shared.taskrate import admit_task
 
@@ -121,7 +121,7 @@ class FakeParserRepository:
         return _intake_task(self.state, task_id)
 
     async def take_in(
-        self, event: DocumentSubmitted, data: bytes | None, error: str | None, settings: Settings
+        self, event: DocumentSubmitted, data: bytes | None, error: str | None, settings: ParserSettings
     ) -> None:
         async with self._lock:
             staged = copy.deepcopy(self.state)  # what a refusal (Poison, the task rate) rolls back
@@ -157,7 +157,7 @@ def _intake_task(state: ParserState, task_id: str) -> intake.StoredTask | None:
 
 
 def _take_in(
-    state: ParserState, event: DocumentSubmitted, data: bytes | None, error: str | None, settings: Settings
+    state: ParserState, event: DocumentSubmitted, data: bytes | None, error: str | None, settings: ParserSettings
 ) -> None:
     if event.task_id not in state.tasks:
         state.tasks[event.task_id] = TaskRow(event.owner, TaskStatus.PROCESSING, event.title, event.task_documents)

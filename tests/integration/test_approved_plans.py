@@ -18,15 +18,15 @@ from docsum_chunker.chunking import Chunk
 from docsum_chunker.handlers import store_chunks
 from docsum_chunker.policy import CutChunk, hold_rule
 from docsum_chunker.repository import ChunkRepository
+from docsum_chunker.settings import ChunkerSettings
 from docsum_shared import lifecycle
 from docsum_shared.db import migrate
-from docsum_shared.settings import Settings
 from docsum_shared.states import DocumentStatus, TaskStatus
 
 pytestmark = pytest.mark.integration
 
 # 10 calls at most: a document of 6 chunks is 6 chunk calls and 1 merge.
-SETTINGS = Settings(llm_backend="openai", task_max_calls=10)
+SETTINGS = ChunkerSettings(llm_backend="openai", task_max_calls=10)
 
 
 async def _task(db: asyncpg.Pool, status: TaskStatus) -> str:

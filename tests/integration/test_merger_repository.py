@@ -11,9 +11,9 @@ import pytest_asyncio
 
 from docsum_merger.policy import DEFAULT_OPTIONS, ChunkState
 from docsum_merger.repository import MergeRepository
+from docsum_merger.settings import MergerSettings
 from docsum_merger.tree import MergeNode
 from docsum_shared.options import TaskOptions
-from docsum_shared.settings import Settings
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from tests.repositories.merger import MergerRepositoryContract, new_id
 
@@ -30,7 +30,7 @@ class TestMergeRepository(MergerRepositoryContract):
     @pytest.fixture(autouse=True)
     def _on(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
-        self.repo = MergeRepository(pool, Settings(_env_file=None))
+        self.repo = MergeRepository(pool, MergerSettings(_env_file=None))
 
     async def given_task(
         self,

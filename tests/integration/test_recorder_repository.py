@@ -9,7 +9,7 @@ import asyncpg
 import pytest
 
 from docsum_gateway.progress.recorder.repository import ProgressLog
-from docsum_shared.settings import Settings
+from docsum_gateway.settings import GatewaySettings
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from tests.repositories.recorder import RecorderRepositoryContract, Stored
 
@@ -21,7 +21,7 @@ class TestProgressLog(RecorderRepositoryContract):
     async def _repo(self, repository_db: asyncpg.Pool) -> None:
         db = repository_db
         self.db = db
-        self.repo = ProgressLog(db, Settings())
+        self.repo = ProgressLog(db, GatewaySettings(_env_file=None))
 
     async def given_task(
         self, task_id: str, status: TaskStatus = TaskStatus.PROCESSING, ended_s_ago: float = 0

@@ -20,15 +20,15 @@ import pytest
 from docsum_parser import intake
 from docsum_parser.handlers import Repository
 from docsum_parser.policy import StoredDocument, TextRefused
+from docsum_parser.settings import ParserSettings
 from docsum_shared.errors import Poison
 from docsum_shared.events import DocumentSubmitted
 from docsum_shared.levels import SizeLevel
-from docsum_shared.settings import Settings
 from docsum_shared.states import DocumentStatus, TaskStatus
 
 NEEDS_PARSE = (DocumentStatus.PENDING, DocumentStatus.PARSING)
 PAST_PARSE = (DocumentStatus.CHUNKING, DocumentStatus.SUMMARIZING, DocumentStatus.FAILED, DocumentStatus.CANCELLED)
-SETTINGS = Settings(_env_file=None, tasks_per_minute=0)
+SETTINGS = ParserSettings(_env_file=None, tasks_per_minute=0)
 
 
 def new_id(kind: str) -> str:
@@ -200,7 +200,7 @@ class ParserRepositoryContract(ABC):
 
     async def test_a_document_over_the_tasks_bytes_fails_without_them(self) -> None:
         task, first, second = new_id("task"), new_id("doc"), new_id("doc")
-        settings = Settings(_env_file=None, tasks_per_minute=0, max_task_bytes=100)
+        settings = ParserSettings(_env_file=None, tasks_per_minute=0, max_task_bytes=100)
         await self.repo.take_in(published(task, first), b"x" * 60, None, settings)
         await self.repo.take_in(published(task, second), b"y" * 60, None, settings)
         doc = await self.repo.load(second)
@@ -257,7 +257,7 @@ class ParserRepositoryContract(ABC):
         assert held is not None and held.documents == 1
 
     async def test_a_new_task_over_its_owners_rate_waits_and_nothing_is_stored(self) -> None:
-        owner, settings = new_id("owner"), Settings(_env_file=None, tasks_per_minute=1)
+        owner, settings = new_id("owner"), ParserSettings(_env_file=None, tasks_per_minute=1)
         await self.repo.take_in(published(new_id("task"), new_id("doc"), owner=owner), new_bytes(), None, settings)
         task, document = new_id("task"), new_id("doc")
         with pytest.raises(intake.TaskRateExceeded):

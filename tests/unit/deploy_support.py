@@ -13,19 +13,32 @@ from typing import Any
 import pytest
 from pydantic import AliasChoices
 
+from docsum_chunker.settings import ChunkerSettings
 from docsum_gateway.settings import GatewaySettings
+from docsum_merger.settings import MergerSettings
+from docsum_parser.settings import ParserSettings
 from docsum_shared import health
 from docsum_shared.settings import Settings
+from docsum_summarizer.settings import SummarizerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 TOOLS = ROOT / ".run" / "tools"
+# Each service's settings class: what its process reads from the environment.
+SERVICE_SETTINGS: dict[str, type[Settings]] = {
+    "parser": ParserSettings,
+    "chunker": ChunkerSettings,
+    "summarizer": SummarizerSettings,
+    "merger": MergerSettings,
+    "gateway": GatewaySettings,
+}
 
 
 def setting_env_names() -> set[str]:
-    """Every environment variable a setting reads (Settings and GatewaySettings, aliases included)."""
+    """Every environment variable a setting reads (the shared settings and each service's, aliases included)."""
     names: set[str] = set()
-    for model in (Settings, GatewaySettings):
+    models: list[type[Settings]] = [Settings, *SERVICE_SETTINGS.values()]
+    for model in models:
         prefix = model.model_config.get("env_prefix", "")
         for field, info in model.model_fields.items():
             alias = info.validation_alias

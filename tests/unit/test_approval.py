@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from docsum_chunker.policy import merge_fan_in
+from docsum_chunker.settings import ChunkerSettings
 from docsum_shared.approval import Approved, Ceiling, Plan, merge_calls, needs_approval, plan_of
-from docsum_shared.settings import Settings
 
 
 def test_merge_calls_count_every_node_of_the_tree() -> None:
@@ -23,8 +23,8 @@ def test_the_plan_counts_the_task_merge_over_its_documents() -> None:
 
 
 def test_the_fan_in_follows_the_context_budget() -> None:
-    assert merge_fan_in(Settings(_env_file=None)) == (None, None)
-    settings = Settings(_env_file=None, llm_context_tokens=4_000, llm_max_tokens_chunk=300)
+    assert merge_fan_in(ChunkerSettings(_env_file=None)) == (None, None)
+    settings = ChunkerSettings(_env_file=None, llm_context_tokens=4_000, llm_max_tokens_chunk=300)
     # room beside the document's answer (600) for chunk summaries of 300; beside the task's (800) for 600s
     assert merge_fan_in(settings) == (3_400 // 300, 3_200 // 600)
 

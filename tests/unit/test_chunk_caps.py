@@ -8,10 +8,10 @@ from docsum_chunker import handlers as chunker
 from docsum_chunker.chunking import TooManyChunks, split_into_chunks
 from docsum_chunker.policy import cut
 from docsum_chunker.repository import ParsedDocument
+from docsum_chunker.settings import ChunkerSettings
 from docsum_shared.errors import Fail
 from docsum_shared.events import DocumentMerged, DocumentOutcome, DocumentParsed
 from docsum_shared.levels import SizeLevel
-from docsum_shared.settings import Settings
 from docsum_shared.states import DocumentStatus, TaskStatus
 from tests.documents import english_prose
 from tests.fakes.chunker import FakeChunkRepository
@@ -39,18 +39,18 @@ def test_small_documents_are_one_chunk_whatever_the_cap() -> None:
 
 
 def test_the_policy_fails_the_document_naming_the_setting() -> None:
-    settings = Settings(_env_file=None, max_chunks_per_document=10)
+    settings = ChunkerSettings(_env_file=None, max_chunks_per_document=10)
     result = cut("d", TEXT, settings)
     assert isinstance(result, Fail)
     assert "chunks, over the limit of 10 (DOCSUM_MAX_CHUNKS_PER_DOCUMENT)" in result.error
-    assert isinstance(cut("d", TEXT, Settings(_env_file=None)), list)
+    assert isinstance(cut("d", TEXT, ChunkerSettings(_env_file=None)), list)
 
 
 async def test_the_chunker_fails_the_document_and_stores_no_chunk() -> None:
     repo = FakeChunkRepository.holding("d", ParsedDocument(DocumentStatus.CHUNKING, TEXT, TaskStatus.PROCESSING))
     event = DocumentParsed(task_id="t", document_id="d", text_chars=len(TEXT), size_level=SizeLevel.MEDIUM)
 
-    [out] = await chunker.handle(event, chunker.Deps(repo, Settings(_env_file=None, max_chunks_per_document=10)))
+    [out] = await chunker.handle(event, chunker.Deps(repo, ChunkerSettings(_env_file=None, max_chunks_per_document=10)))
 
     assert isinstance(out, DocumentMerged) and out.outcome is DocumentOutcome.FAILED
     assert out.document_id == "d" and out.causation_id == event.event_id

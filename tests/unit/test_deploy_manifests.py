@@ -26,13 +26,15 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from docsum_gateway.settings import ConfigError, load_settings
+from docsum_gateway.settings import ConfigError, GatewaySettings, load_settings
 from docsum_shared.events import Topic
 from docsum_shared.kafka import DLQ_SUFFIX, topic_partitions
-from docsum_shared.settings import Settings
+from docsum_shared.settings import LLMSettings, S, Settings
+from docsum_summarizer.settings import SummarizerSettings
 from tests.unit.deploy_support import (
     DEPLOY,
     ROOT,
+    SERVICE_SETTINGS,
     clean_env,
     entry_point_exists,
     gateway_api_paths,
@@ -76,15 +78,15 @@ def config(overlay: str) -> dict[str, str]:
     return dict(configmap["data"])
 
 
-def overlay_settings(overlay: str) -> Settings:
-    """The settings the services of this overlay run with (its ConfigMap; secrets do not matter here)."""
+def overlay_settings(overlay: str, model: type[S]) -> S:
+    """The settings of `model` the services of this overlay run with (its ConfigMap; secrets do not matter here)."""
     data = {k: v for k, v in config(overlay).items() if v != ""}
     keep = clean_env()
     old = os.environ.copy()
     try:
         os.environ.clear()
         os.environ.update({**keep, **data})
-        return Settings()
+        return model()
     finally:
         os.environ.clear()
         os.environ.update(old)
@@ -109,7 +111,7 @@ def test_generated_manifests_are_current() -> None:
 def test_generator_check_fails_on_a_stale_file(tmp_path: Path) -> None:
     generate = _generator()
     generate.BASE = tmp_path
-    for name, content in generate.render(Settings()).items():
+    for name, content in generate.render(LLMSettings()).items():
         (tmp_path / name).write_text(content)
     assert generate.main(["--check"]) == 0
     (tmp_path / "topics.yaml").write_text(
@@ -278,8 +280,9 @@ def test_every_environment_variable_is_a_setting(overlay: str) -> None:
         for container in spec["containers"]:
             named |= {e["name"] for e in container.get("env", [])}
     assert named - known == set()
-    # and the settings load: a value of the wrong type would stop every service at start
-    overlay_settings(overlay)
+    # and each service's settings load: a value of the wrong type would stop that service at start
+    for model in SERVICE_SETTINGS.values():
+        overlay_settings(overlay, model)
 
 
 def _gateway_settings(env: dict[str, str]) -> tuple[Any, dict[str, str]]:
@@ -341,7 +344,7 @@ def test_secrets_are_placeholders(overlay: str) -> None:
 
 @pytest.mark.parametrize("overlay", ("dev", "prod"))
 def test_kafka_topics_are_the_pipelines_topics_with_their_partitions(overlay: str) -> None:
-    settings = overlay_settings(overlay)
+    settings = overlay_settings(overlay, Settings)
     wanted = topic_partitions(settings)
     topics = {t["spec"]["topicName"]: t["spec"]["partitions"] for t in of_kind(overlay, "KafkaTopic")}
     assert topics == wanted
@@ -350,7 +353,7 @@ def test_kafka_topics_are_the_pipelines_topics_with_their_partitions(overlay: st
 
 @pytest.mark.parametrize("overlay", ("dev", "prod"))
 def test_keda_watches_each_consumer_groups_topics_within_their_partitions(overlay: str) -> None:
-    settings = overlay_settings(overlay)
+    settings = overlay_settings(overlay, Settings)
     partitions = topic_partitions(settings)
     consumed = _generator().consumed_topics()
     for obj in of_kind(overlay, "ScaledObject"):
@@ -368,12 +371,13 @@ def test_keda_watches_each_consumer_groups_topics_within_their_partitions(overla
             assert meta["allowIdleConsumers"] == "false"
             assert 1 <= spec["minReplicaCount"] <= spec["maxReplicaCount"] <= partitions[meta["topic"]]
     (summarizer,) = [o for o in of_kind(overlay, "ScaledObject") if o["metadata"]["name"] == "docsum-summarizer"]
-    assert summarizer["spec"]["triggers"][0]["metadata"]["lagThreshold"] == str(2 * settings.llm_max_inflight)
+    llm_max_inflight = overlay_settings(overlay, SummarizerSettings).llm_max_inflight
+    assert summarizer["spec"]["triggers"][0]["metadata"]["lagThreshold"] == str(2 * llm_max_inflight)
 
 
 def test_without_operators_the_replicas_are_fixed_within_the_partitions() -> None:
     assert not [d for d in rendered("plain") if d["kind"] in CRD_KINDS]
-    settings = overlay_settings("plain")
+    settings = overlay_settings("plain", Settings)
     partitions = topic_partitions(settings)
     consumed = _generator().consumed_topics()
     for deployment in of_kind("plain", "Deployment"):
@@ -387,7 +391,7 @@ def test_without_operators_the_replicas_are_fixed_within_the_partitions() -> Non
 def test_probes_ask_paths_the_services_serve(overlay: str) -> None:
     served = {path for path, status in health_paths_served().items() if status != 404}
     api = gateway_api_paths()
-    settings = overlay_settings(overlay)
+    settings = overlay_settings(overlay, GatewaySettings)
     for name, spec in pod_specs(overlay):
         for container in spec["containers"]:
             ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
@@ -408,7 +412,7 @@ def test_probes_ask_paths_the_services_serve(overlay: str) -> None:
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_pods_run_our_entry_points_non_root_read_only_and_drain(overlay: str) -> None:
-    settings = overlay_settings(overlay)
+    settings = overlay_settings(overlay, Settings)
     for name, spec in pod_specs(overlay):
         assert spec["securityContext"]["runAsNonRoot"] is True
         tmp_volumes = {v["name"] for v in spec["volumes"] if "emptyDir" in v}
@@ -447,4 +451,4 @@ def test_the_gateway_is_reachable_with_long_lived_streams(overlay: str) -> None:
     (gateway,) = [d for d in of_kind(overlay, "Deployment") if d["metadata"]["name"] == "docsum-gateway"]
     assert service["spec"]["selector"].items() <= gateway["spec"]["template"]["metadata"]["labels"].items()
     ports = {p["name"]: p["containerPort"] for p in gateway["spec"]["template"]["spec"]["containers"][0]["ports"]}
-    assert ports[service["spec"]["ports"][0]["targetPort"]] == overlay_settings(overlay).gateway_port
+    assert ports[service["spec"]["ports"][0]["targetPort"]] == overlay_settings(overlay, GatewaySettings).gateway_port

@@ -131,13 +131,14 @@ def test_a_subclass_of_a_retriable_kafka_error_stays_retriable() -> None:
 
 
 def test_a_bad_setting_ends_a_service_with_one_line_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from docsum_parser.settings import ParserSettings
     from docsum_shared.settings import get_settings, service_settings
 
     monkeypatch.setenv("DOCSUM_TOPIC_PARTITIONS", "0")
     get_settings.cache_clear()
     try:
         with pytest.raises(SystemExit) as ended:
-            service_settings("parser")
+            service_settings("parser", ParserSettings)
     finally:
         get_settings.cache_clear()
     assert str(ended.value).startswith("docsum-parser: bad setting DOCSUM_TOPIC_PARTITIONS:")

@@ -14,7 +14,7 @@ from docsum_parser.extract import ExtractedText, extract_text
 from docsum_parser.limits import Limits, size_label
 from docsum_parser.parse_error import ParseError
 from docsum_parser.policy import limits
-from docsum_shared.settings import Settings
+from docsum_parser.settings import ParserSettings
 from tests.documents import chinese_prose, english_prose, make_docx, make_pdf
 from tests.hostile import docx_bomb, one_line_text, pdf_sharing_one_content_stream
 
@@ -40,7 +40,7 @@ def pages_read(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def test_the_defaults_are_the_settings_defaults() -> None:
-    assert limits(Settings(_env_file=None)) == Limits()
+    assert limits(ParserSettings(_env_file=None)) == Limits()
     assert Limits() == Limits(max_chars=5_000_000, max_pdf_pages=2_000, max_docx_unzipped_bytes=256 * 2**20)
 
 

@@ -11,9 +11,9 @@ from docsum_parser import handlers as parser
 from docsum_parser.extract import extract_text
 from docsum_parser.normalize import normalize
 from docsum_parser.policy import StoredDocument, TextRefused
+from docsum_parser.settings import ParserSettings
 from docsum_shared.events import DocumentMerged, DocumentOutcome, DocumentSubmitted
 from docsum_shared.levels import SizeLevel
-from docsum_shared.settings import Settings
 from docsum_shared.states import DocumentStatus
 from docsum_shared.text import without_lone_surrogates
 from tests.fakes.parser import FakeParserRepository
@@ -52,7 +52,7 @@ async def test_a_text_the_database_refuses_fails_its_document_with_what_to_do() 
     )
     doc = StoredDocument(DocumentStatus.PENDING, None, None, None, blob_sha256="sha")
     repo = RefusingDocuments.holding("d", doc, b"Some text that the database will not take.")
-    [out] = await parser.handle(event, parser.Deps(repo, Settings(_env_file=None)))
+    [out] = await parser.handle(event, parser.Deps(repo, ParserSettings(_env_file=None)))
     assert isinstance(out, DocumentMerged) and out.outcome is DocumentOutcome.FAILED
     error = repo.documents["d"].error or ""
     assert repo.documents["d"].status is DocumentStatus.FAILED

@@ -11,10 +11,10 @@ import pytest
 from docsum_cli.main import as_json
 from docsum_shared.readmodel import queries, views
 from docsum_shared.readmodel.schemas import Usage
-from docsum_shared.settings import Settings
+from docsum_shared.settings import LLMSettings
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
-SETTINGS = Settings(llm_model="m1", llm_prices={"m1": (1.0, 2.0), "m2": (10.0, 20.0)})
+SETTINGS = LLMSettings(llm_model="m1", llm_prices={"m1": (1.0, 2.0), "m2": (10.0, 20.0)})
 POOL: Any = object()  # never touched: the queries functions are replaced below
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from docsum_chunker.policy import announce, chunk_id, cut, should_announce_again
+from docsum_chunker.settings import ChunkerSettings
 from docsum_merger.policy import ChunkState, DocumentState, MergeChunks, decide_document, decide_task
 from docsum_parser.policy import StoredDocument, StoreText, already_done, parse
+from docsum_parser.settings import ParserSettings
 from docsum_shared import errors
 from docsum_shared.events import (
     EVENT_TYPES,
@@ -23,13 +25,13 @@ from docsum_shared.events import (
 from docsum_shared.handlers import Bound, Handlers
 from docsum_shared.levels import SizeLevel
 from docsum_shared.options import TaskOptions
-from docsum_shared.settings import Settings
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.base import SummaryKind
 from docsum_summarizer.policy import Step, StoredChunk, next_step
 from tests.documents import english_prose
 
-SETTINGS = Settings(_env_file=None)
+PARSER = ParserSettings(_env_file=None)
+CHUNKER = ChunkerSettings(_env_file=None)
 
 
 def _submitted(filename: str = "a.txt") -> DocumentSubmitted:
@@ -48,14 +50,14 @@ def test_events_round_trip_and_reject_wrong_shapes() -> None:
 
 
 def test_parser_stores_text_and_announces_it() -> None:
-    decision = parse(_submitted(), english_prose(10_000).encode(), SETTINGS)
+    decision = parse(_submitted(), english_prose(10_000).encode(), PARSER)
     assert isinstance(decision.write, StoreText) and decision.write.size_level == "MEDIUM"
     [parsed] = decision.emit
     assert isinstance(parsed, DocumentParsed) and parsed.text_chars == len(decision.write.text)
 
 
 def test_parser_fails_a_bad_file_with_its_reason() -> None:
-    decision = parse(_submitted("empty.txt"), b"", SETTINGS)
+    decision = parse(_submitted("empty.txt"), b"", PARSER)
     assert isinstance(decision.write, errors.Fail) and "empty" in decision.write.error
     [merged] = decision.emit
     assert isinstance(merged, DocumentMerged) and merged.outcome == "FAILED"
@@ -69,10 +71,10 @@ def test_parser_emits_again_what_followed_a_stored_parse() -> None:
 
 
 def test_chunker_ids_are_derived_and_every_chunk_is_announced() -> None:
-    rows = cut("doc", english_prose(30_000, seed=3), SETTINGS)
+    rows = cut("doc", english_prose(30_000, seed=3), CHUNKER)
     assert isinstance(rows, list)
     assert [r.id for r in rows] == [chunk_id("doc", i) for i in range(len(rows))]
-    assert rows == cut("doc", english_prose(30_000, seed=3), SETTINGS)
+    assert rows == cut("doc", english_prose(30_000, seed=3), CHUNKER)
     parsed = DocumentParsed(task_id="t", document_id="doc", text_chars=30_000, size_level="MEDIUM")
     assert [e.chunk_id for e in announce(parsed, rows)] == [r.id for r in rows]
     assert should_announce_again(DocumentStatus.SUMMARIZING)

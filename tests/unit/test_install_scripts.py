@@ -89,7 +89,7 @@ class Sandbox:
             (self.stage / f"{package}.dest").write_text(str(destinations.get(package, self.bin)))
         install = (
             'for p in "$@"; do\n  case $p in -*|install) continue;; esac\n'
-            f'  s={self.stage}/$p\n'
+            f"  s={self.stage}/$p\n"
             '  [ -d "$s" ] || { echo "E: Unable to locate package $p" >&2; exit 100; }\n'
             '  mkdir -p "$(cat "$s.dest")" && cp -p "$s"/* "$(cat "$s.dest")"/\ndone\n'
         )

@@ -18,16 +18,16 @@ from pydantic import ValidationError
 
 from docsum_merger.policy import DocumentState, decide_task, with_awaited
 from docsum_parser import intake, sources
+from docsum_parser.settings import ParserSettings
 from docsum_shared.errors import ItemFailed, Poison
 from docsum_shared.events import DocumentSubmitted, Topic, decode
 from docsum_shared.redrive import DocumentRow, plan
-from docsum_shared.settings import Settings
 from docsum_shared.states import DocumentStatus, TaskStatus
 from tests import generators
 
 contracts = generators.contracts()
 
-SETTINGS = Settings(_env_file=None, max_files_per_task=10)
+SETTINGS = ParserSettings(_env_file=None, max_files_per_task=10)
 
 
 def _inline(**fields: object) -> DocumentSubmitted:
@@ -115,19 +115,19 @@ def test_inline_bytes_are_decoded_with_line_breaks_and_bad_base64_fails_the_docu
 
 
 def test_inline_bytes_over_the_cap_fail_the_document_naming_the_setting() -> None:
-    small = Settings(_env_file=None, intake_inline_max_bytes=100)
+    small = ParserSettings(_env_file=None, intake_inline_max_bytes=100)
     assert len(intake.decode_inline(base64.b64encode(b"x" * 100).decode(), small)) == 100
     with pytest.raises(ItemFailed, match=r"101 bytes, over the limit of 100 \(DOCSUM_INTAKE_INLINE_MAX_BYTES\)"):
         intake.decode_inline(base64.b64encode(b"x" * 101).decode(), small)
     with pytest.raises(ItemFailed, match="DOCSUM_INTAKE_INLINE_MAX_BYTES"):  # refused by its length, not decoded
         intake.decode_inline("A" * 10_000, small)
-    upload_cap = Settings(_env_file=None, max_file_bytes=50)
+    upload_cap = ParserSettings(_env_file=None, max_file_bytes=50)
     with pytest.raises(ItemFailed, match="DOCSUM_MAX_FILE_BYTES"):
         intake.decode_inline(base64.b64encode(b"x" * 60).decode(), upload_cap)
 
 
 def test_the_task_bytes_cap_holds_across_its_documents() -> None:
-    capped = Settings(_env_file=None, max_task_bytes=100)
+    capped = ParserSettings(_env_file=None, max_task_bytes=100)
     assert intake.task_bytes_error(60, 40, capped) is None
     assert "DOCSUM_MAX_TASK_BYTES" in (intake.task_bytes_error(60, 41, capped) or "")
 
@@ -160,7 +160,7 @@ def test_uris_the_settings_do_not_allow_fail_the_document(uri: str, reason: str)
 
 
 def test_allowed_uris_name_their_place() -> None:
-    settings = Settings(
+    settings = ParserSettings(
         _env_file=None,
         intake_file_roots=["/srv"],
         intake_http_hosts=["*.example.com", "10.0.0.0/8"],
@@ -216,7 +216,7 @@ def test_redirects_are_followed_only_within_the_origin() -> None:
 
 
 @pytest.fixture
-def tree(tmp_path: Path) -> tuple[Path, Settings]:
+def tree(tmp_path: Path) -> tuple[Path, ParserSettings]:
     root, outside = tmp_path / "root", tmp_path / "outside"
     (root / "sub").mkdir(parents=True)
     outside.mkdir()
@@ -225,10 +225,10 @@ def tree(tmp_path: Path) -> tuple[Path, Settings]:
     (root / "escape.txt").symlink_to(outside / "secret.txt")
     (root / "linked-dir").symlink_to(outside)
     (outside / "into-root.txt").symlink_to(root / "sub" / "a.txt")
-    return tmp_path, Settings(_env_file=None, intake_file_roots=[str(root)], max_file_bytes=1000)
+    return tmp_path, ParserSettings(_env_file=None, intake_file_roots=[str(root)], max_file_bytes=1000)
 
 
-def test_a_file_under_a_root_is_read(tree: tuple[Path, Settings]) -> None:
+def test_a_file_under_a_root_is_read(tree: tuple[Path, ParserSettings]) -> None:
     base, settings = tree
     assert sources.read_file(str(base / "root" / "sub" / "a.txt"), settings) == b"inside"
     assert sources.read_file(str(base / "root" / "sub" / ".." / "sub" / "a.txt"), settings) == b"inside"
@@ -245,20 +245,20 @@ def test_a_file_under_a_root_is_read(tree: tuple[Path, Settings]) -> None:
         "root/linked-dir/secret.txt",
     ],
 )
-def test_dot_dot_and_symlinks_out_of_the_roots_are_refused(tree: tuple[Path, Settings], relative: str) -> None:
+def test_dot_dot_and_symlinks_out_of_the_roots_are_refused(tree: tuple[Path, ParserSettings], relative: str) -> None:
     base, settings = tree
     with pytest.raises(ItemFailed, match="is not under a directory DOCSUM_INTAKE_FILE_ROOTS allows"):
         sources.read_file(str(base / relative), settings)
 
 
-def test_a_root_named_through_a_symlink_is_resolved_too(tree: tuple[Path, Settings]) -> None:
+def test_a_root_named_through_a_symlink_is_resolved_too(tree: tuple[Path, ParserSettings]) -> None:
     base, _ = tree
     (base / "alias").symlink_to(base / "root")
-    settings = Settings(_env_file=None, intake_file_roots=[str(base / "alias")])
+    settings = ParserSettings(_env_file=None, intake_file_roots=[str(base / "alias")])
     assert sources.read_file(str(base / "root" / "sub" / "a.txt"), settings) == b"inside"
 
 
-def test_missing_non_regular_and_oversized_files_fail_with_the_reason(tree: tuple[Path, Settings]) -> None:
+def test_missing_non_regular_and_oversized_files_fail_with_the_reason(tree: tuple[Path, ParserSettings]) -> None:
     base, settings = tree
     with pytest.raises(ItemFailed, match="no file at"):
         sources.read_file(str(base / "root" / "nope.txt"), settings)
@@ -324,14 +324,14 @@ def server() -> Iterator[str]:
 ANY_PORT = list(range(1, 65536))
 
 
-def _http(listed: list[str]) -> Settings:
-    return Settings(
+def _http(listed: list[str]) -> ParserSettings:
+    return ParserSettings(
         _env_file=None, intake_http_hosts=listed, intake_http_ports=ANY_PORT, max_file_bytes=1000,
         intake_http_timeout_s=5,
     )  # fmt: skip
 
 
-async def _fetch(url: str, settings: Settings) -> bytes:
+async def _fetch(url: str, settings: ParserSettings) -> bytes:
     source = intake.parse_uri(url, settings)
     assert isinstance(source, intake.HttpSource)
     return await sources.download(source, settings)
@@ -443,7 +443,7 @@ def test_a_redrive_does_not_announce_a_task_finished_before_its_documents_exist(
 def test_settings_read_lists_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(os.environ, "DOCSUM_INTAKE_FILE_ROOTS", '["/srv/docs", "/data"]')
     monkeypatch.setitem(os.environ, "DOCSUM_INTAKE_HTTP_HOSTS", '["docs.example.com"]')
-    settings = Settings(_env_file=None)
+    settings = ParserSettings(_env_file=None)
     assert settings.intake_file_roots == ["/srv/docs", "/data"] and settings.intake_http_hosts == ["docs.example.com"]
 
 
@@ -464,7 +464,7 @@ class _Intake:
         return None
 
     async def take_in(
-        self, event: DocumentSubmitted, data: bytes | None, error: str | None, settings: Settings
+        self, event: DocumentSubmitted, data: bytes | None, error: str | None, settings: ParserSettings
     ) -> None:
         self.taken.append((data, error))
 
@@ -473,7 +473,7 @@ async def test_the_handler_takes_bytes_in_once_and_a_replay_fetches_nothing(tmp_
     from docsum_parser import handlers
 
     (tmp_path / "a.txt").write_bytes(b"from a file")
-    settings = Settings(_env_file=None, intake_file_roots=[str(tmp_path)])
+    settings = ParserSettings(_env_file=None, intake_file_roots=[str(tmp_path)])
     event = _inline(content_base64=None, source_uri=(tmp_path / "a.txt").as_uri())
     repo = _Intake(None)
     await handlers.take_in(event, handlers.Deps(repo, settings))  # type: ignore[arg-type]

@@ -13,14 +13,14 @@ from docsum_parser import handlers as parser
 from docsum_parser import intake, logfilter, sources
 from docsum_parser.intake import ExistingDocument, StoredTask
 from docsum_parser.policy import StoredDocument
+from docsum_parser.settings import ParserSettings
 from docsum_parser.uris import shown
 from docsum_shared.errors import ItemFailed
 from docsum_shared.events import DocumentSubmitted
 from docsum_shared.levels import SizeLevel
-from docsum_shared.settings import Settings
 from docsum_shared.states import DocumentStatus
 
-EVERY_HOST = Settings(_env_file=None, intake_http_hosts=["*"])
+EVERY_HOST = ParserSettings(_env_file=None, intake_http_hosts=["*"])
 
 
 # --- ports ----------------------------------------------------------------------------------------------
@@ -32,16 +32,16 @@ def test_only_the_configured_ports_are_allowed_on_an_allowed_host() -> None:
     for uri in ("http://docs.example.com:8080/a.pdf", "https://docs.example.com:6379/", "http://h.example.com:22/"):
         with pytest.raises(ItemFailed, match=r"port \d+ is not allowed: list it in DOCSUM_INTAKE_HTTP_PORTS"):
             intake.parse_uri(uri, EVERY_HOST)
-    wider = Settings(_env_file=None, intake_http_hosts=["*"], intake_http_ports=[8443])
+    wider = ParserSettings(_env_file=None, intake_http_hosts=["*"], intake_http_ports=[8443])
     assert intake.parse_uri("https://docs.example.com:8443/", wider).port == 8443  # type: ignore[union-attr]
     with pytest.raises(ItemFailed, match="port 443 is not allowed"):
         intake.parse_uri("https://docs.example.com/", wider)
 
 
 def test_the_ports_setting_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert Settings(_env_file=None).intake_http_ports == [80, 443]
+    assert ParserSettings(_env_file=None).intake_http_ports == [80, 443]
     monkeypatch.setenv("DOCSUM_INTAKE_HTTP_PORTS", "[443, 8443]")
-    assert Settings(_env_file=None).intake_http_ports == [443, 8443]
+    assert ParserSettings(_env_file=None).intake_http_ports == [443, 8443]
 
 
 # --- IPv6 addresses that lead to an IPv4 one ---------------------------------------------------------------
@@ -128,7 +128,7 @@ class IntakeRepo:
         return None
 
     async def take_in(
-        self, event: DocumentSubmitted, data: bytes | None, error: str | None, settings: Settings
+        self, event: DocumentSubmitted, data: bytes | None, error: str | None, settings: ParserSettings
     ) -> None:
         self.taken.append((error, data is not None))
 
@@ -192,7 +192,9 @@ def test_the_parsers_log_never_shows_a_uris_userinfo_or_query() -> None:
 
 
 async def test_fetch_errors_show_the_uri_without_its_query() -> None:
-    settings = Settings(_env_file=None, intake_http_hosts=["127.0.0.3"], intake_http_ports=[9], intake_http_timeout_s=5)
+    settings = ParserSettings(
+        _env_file=None, intake_http_hosts=["127.0.0.3"], intake_http_ports=[9], intake_http_timeout_s=5
+    )
     source = intake.parse_uri("http://user:pw@127.0.0.3:9/doc.txt?sig=s3cr3t", settings)
     assert isinstance(source, intake.HttpSource)
     with pytest.raises(ItemFailed) as failed:

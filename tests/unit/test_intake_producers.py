@@ -17,14 +17,14 @@ from pydantic import ValidationError
 from docsum_parser import handlers as parser
 from docsum_parser import intake, sources
 from docsum_parser.__main__ import intake_carriers
+from docsum_parser.settings import ParserSettings
 from docsum_shared.errors import ItemFailed, Kind, Poison, classify
 from docsum_shared.events import DocumentSubmitted, Topic
 from docsum_shared.kafka import DLQ_SUFFIX, topic_partitions
-from docsum_shared.settings import Settings
 from docsum_shared.taskrate import Admission
 
 ROOT = Path(__file__).resolve().parents[2]
-CRM = Settings(_env_file=None, intake_producers={"crm": ["alice"]}, topic_prefix="p.")
+CRM = ParserSettings(_env_file=None, intake_producers={"crm": ["alice"]}, topic_prefix="p.")
 
 
 def _submission(**fields: object) -> DocumentSubmitted:
@@ -84,7 +84,7 @@ async def test_the_handler_refuses_before_touching_anything(producer: str | None
 
 
 def test_the_parser_reads_each_producers_topic_knowing_the_producer() -> None:
-    settings = Settings(_env_file=None, topic_prefix="p.", intake_producers={"crm": ["alice"], "erp": ["bob"]})
+    settings = ParserSettings(_env_file=None, topic_prefix="p.", intake_producers={"crm": ["alice"], "erp": ["bob"]})
     carriers = intake_carriers(parser.Deps(_Untouched(), settings))  # type: ignore[arg-type]
     assert set(carriers) == {"p.intake.crm", "p.intake.erp"}
     assert {topic for topic, _ in carriers.values()} == {Topic.DOCUMENT_SUBMITTED}
@@ -94,13 +94,13 @@ def test_the_parser_reads_each_producers_topic_knowing_the_producer() -> None:
     }
     partitions = topic_partitions(settings)
     assert partitions["p.intake.crm"] == settings.topic_partitions and partitions["p.intake.crm" + DLQ_SUFFIX] == 1
-    assert not [t for t in topic_partitions(Settings(_env_file=None)) if "intake" in t]  # none by default
+    assert not [t for t in topic_partitions(ParserSettings(_env_file=None)) if "intake" in t]  # none by default
 
 
 @pytest.mark.parametrize("name", ["crm.eu", "", "a b", "x" * 101, "crm/1"])
 def test_a_producer_name_is_a_topic_name_of_its_own(name: str) -> None:
     with pytest.raises(ValidationError, match="DOCSUM_INTAKE_PRODUCERS|producer"):
-        Settings(_env_file=None, intake_producers={name: ["alice"]})
+        ParserSettings(_env_file=None, intake_producers={name: ["alice"]})
 
 
 def test_settings_read_producers_and_owners_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -111,7 +111,7 @@ def test_settings_read_producers_and_owners_from_the_environment(monkeypatch: py
         '{"alice": {"file_roots": ["/srv/alice"], "http_hosts": ["files.example.com"]}}',
     )
     monkeypatch.setitem(os.environ, "DOCSUM_INTAKE_FILE_ROOTS", '["/srv/shared"]')
-    settings = Settings(_env_file=None)
+    settings = ParserSettings(_env_file=None)
     assert settings.intake_producers == {"crm": ["alice", "bob"]}
     alice, bob = settings.intake_access("alice"), settings.intake_access("bob")
     assert (alice.file_roots, alice.http_hosts, alice.http_ports) == (["/srv/alice"], ["files.example.com"], [80, 443])
@@ -122,12 +122,12 @@ def test_settings_read_producers_and_owners_from_the_environment(monkeypatch: py
 
 
 @pytest.fixture
-def two_roots(tmp_path: Path) -> tuple[Path, Path, Settings]:
+def two_roots(tmp_path: Path) -> tuple[Path, Path, ParserSettings]:
     alice, bob = tmp_path / "alice", tmp_path / "bob"
     for root, text in ((alice, b"alice's notes"), (bob, b"bob's secrets")):
         root.mkdir()
         (root / "doc.txt").write_bytes(text)
-    settings = Settings(
+    settings = ParserSettings(
         _env_file=None,
         intake_producers={"crm": ["alice", "bob"]},
         intake_owners={"alice": {"file_roots": [str(alice)]}, "bob": {"file_roots": [str(bob)]}},
@@ -135,7 +135,7 @@ def two_roots(tmp_path: Path) -> tuple[Path, Path, Settings]:
     return alice, bob, settings
 
 
-async def test_an_owner_reads_only_under_its_own_roots(two_roots: tuple[Path, Path, Settings]) -> None:
+async def test_an_owner_reads_only_under_its_own_roots(two_roots: tuple[Path, Path, ParserSettings]) -> None:
     alice, bob, settings = two_roots
     own = _submission(content_base64=None, source_uri=(alice / "doc.txt").as_uri())
     assert await sources.content(own, settings) == b"alice's notes"
@@ -147,7 +147,7 @@ async def test_an_owner_reads_only_under_its_own_roots(two_roots: tuple[Path, Pa
 
 async def test_an_owner_with_an_entry_gets_exactly_it(tmp_path: Path) -> None:
     (tmp_path / "doc.txt").write_bytes(b"shared")
-    settings = Settings(
+    settings = ParserSettings(
         _env_file=None,
         intake_file_roots=[str(tmp_path)],
         intake_http_hosts=["*"],

@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from pydantic import ValidationError
 
+from docsum_parser.settings import ParserSettings
 from docsum_shared.kafka import client_options
 from docsum_shared.settings import Settings, bad_setting, get_settings, service_settings
 
@@ -134,7 +135,7 @@ def test_a_service_refuses_incomplete_kafka_security_in_one_line(monkeypatch: py
     get_settings.cache_clear()
     try:
         with pytest.raises(SystemExit) as ended:
-            service_settings("parser")
+            service_settings("parser", ParserSettings)
     finally:
         get_settings.cache_clear()
     assert str(ended.value) == (

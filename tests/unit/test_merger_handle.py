@@ -9,10 +9,10 @@ import pytest
 
 from docsum_merger.handlers import Deps, handle
 from docsum_merger.policy import ChunkState
+from docsum_merger.settings import MergerSettings
 from docsum_shared.errors import Poison, ProviderUnavailable, RequestRefused
 from docsum_shared.events import ChunkSummarized, DocumentMerged, DocumentOutcome, TaskEvent, TaskFinished
 from docsum_shared.retry import Backoff
-from docsum_shared.settings import Settings
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.base import SummaryRequest, SummaryResult
 from docsum_shared.summarizers.cache import CallContext
@@ -20,7 +20,7 @@ from tests.documents import english_prose
 from tests.fakes.llm import FakeLLM
 from tests.fakes.merger import FakeMergeRepository
 
-SETTINGS = Settings(_env_file=None, llm_max_attempts=3)
+SETTINGS = MergerSettings(_env_file=None, llm_max_attempts=3)
 
 
 def _repo(
@@ -140,7 +140,7 @@ class SlowLLM(FakeLLM):
 
 async def test_a_running_merge_keeps_its_task_active_so_reconcile_leaves_it_alone() -> None:
     repo = _repo()
-    settings = Settings(_env_file=None, reconcile_idle_s=0.15)  # touched every 0.05 s while merging
+    settings = MergerSettings(_env_file=None, reconcile_idle_s=0.15)  # touched every 0.05 s while merging
     running = asyncio.all_tasks()
     [out] = await handle(SUMMARIZED, Deps(repo, SlowLLM(repo=repo), settings, backoff=Backoff(base_s=0.0, cap_s=0.0)))
     assert isinstance(out, DocumentMerged) and out.outcome is DocumentOutcome.COMPLETED

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from docsum_shared.errors import ContextLimitExceeded, ProviderUnavailable
-from docsum_shared.settings import Settings
+from docsum_shared.settings import LLMSettings
 from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
 from docsum_shared.summarizers.cache import cache_key
 from docsum_shared.summarizers.openai_backend import OpenAIBackend, Timeouts, _repeats_the_input, _server_root
@@ -46,7 +46,7 @@ def _chunk(chars: int = 1_500, max_tokens: int = 300) -> SummaryRequest:
 
 
 def test_answer_bounds_follow_kind_and_length() -> None:
-    settings = Settings(_env_file=None)
+    settings = LLMSettings(_env_file=None)
     assert settings.max_answer_tokens("chunk", "") == 300
     assert settings.max_answer_tokens("chunk", "brief") == 150
     assert settings.max_answer_tokens("document", "detailed") == 1_200

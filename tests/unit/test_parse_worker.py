@@ -19,7 +19,7 @@ from docsum_shared.events import DocumentMerged, DocumentOutcome, DocumentParsed
 from docsum_shared.states import DocumentStatus
 from tests.fakes.parser import FakeParserRepository
 from tests.integration.helpers import eventually_blocking
-from tests.unit.test_parser_chunker_handle import SETTINGS, SUBMITTED
+from tests.unit.test_parser_chunker_handle import PARSER, SUBMITTED
 from tests.unit.worker_jobs import misbehave
 
 GOOD = Job(b"A short note. It has two sentences.", "note.txt", "text/plain", Limits(), "doc-good")
@@ -125,7 +125,7 @@ async def test_a_document_over_the_time_limit_fails_through_the_handler(worker: 
     )
     event = SUBMITTED.model_copy(update={"filename": "slow.txt"})
 
-    [out] = await parser.handle(event, parser.Deps(repo, SETTINGS, worker))
+    [out] = await parser.handle(event, parser.Deps(repo, PARSER, worker))
 
     assert isinstance(out, DocumentMerged) and out.outcome is DocumentOutcome.FAILED
     assert repo.documents["d"].error == (
@@ -136,6 +136,6 @@ async def test_a_document_over_the_time_limit_fails_through_the_handler(worker: 
     repo = FakeParserRepository.holding(
         "d", StoredDocument(DocumentStatus.PENDING, None, None, None, blob_sha256="sha"), b"Fine text."
     )
-    [out] = await parser.handle(SUBMITTED, parser.Deps(repo, SETTINGS, worker))
+    [out] = await parser.handle(SUBMITTED, parser.Deps(repo, PARSER, worker))
     assert isinstance(out, DocumentParsed) and repo.texts["d"] == "Fine text."
     assert pid(worker) != before

@@ -9,8 +9,10 @@ import pytest
 from docsum_chunker import handlers as chunker
 from docsum_chunker.policy import StoredChunk
 from docsum_chunker.repository import ParsedDocument
+from docsum_chunker.settings import ChunkerSettings
 from docsum_parser import handlers as parser
 from docsum_parser.policy import StoredDocument
+from docsum_parser.settings import ParserSettings
 from docsum_shared.approval import Plan
 from docsum_shared.errors import Poison
 from docsum_shared.events import (
@@ -22,13 +24,13 @@ from docsum_shared.events import (
     TaskEvent,
 )
 from docsum_shared.levels import SizeLevel
-from docsum_shared.settings import Settings
 from docsum_shared.states import DocumentStatus, TaskStatus
 from tests.documents import english_prose
 from tests.fakes.chunker import FakeChunkRepository
 from tests.fakes.parser import FakeParserRepository
 
-SETTINGS = Settings(_env_file=None)
+PARSER = ParserSettings(_env_file=None)
+CHUNKER = ChunkerSettings(_env_file=None)
 SUBMITTED = DocumentSubmitted(
     task_id="t", document_id="d", owner="o", filename="a.txt", blob_sha256="sha", size_bytes=1
 )
@@ -39,7 +41,7 @@ def _parser(doc: StoredDocument | None, data: bytes | None = None) -> tuple[Fake
         repo = FakeParserRepository()
     else:  # the row holds the bytes the stored form names (the parser reads only the row's)
         repo = FakeParserRepository.holding("d", replace(doc, blob_sha256=SUBMITTED.blob_sha256), data)
-    return repo, parser.Deps(repo, SETTINGS)
+    return repo, parser.Deps(repo, PARSER)
 
 
 async def test_parser_stores_the_text_and_announces_it_on_the_same_trace() -> None:
@@ -84,7 +86,7 @@ async def test_chunker_stores_every_chunk_then_announces_each() -> None:
     repo = FakeChunkRepository.holding(
         "d", ParsedDocument(DocumentStatus.CHUNKING, english_prose(30_000), TaskStatus.PROCESSING)
     )
-    out = await chunker.handle(PARSED, chunker.Deps(repo, SETTINGS))
+    out = await chunker.handle(PARSED, chunker.Deps(repo, CHUNKER))
     assert repo.transactions == 1 and len(out) == len(await repo.stored_chunks("d")) > 10
     assert all(isinstance(e, ChunkCreated) and e.causation_id == PARSED.event_id for e in out)
     assert [e.chunk_index for e in out if isinstance(e, ChunkCreated)] == list(range(len(out)))
@@ -93,7 +95,7 @@ async def test_chunker_stores_every_chunk_then_announces_each() -> None:
 async def test_chunker_replay_announces_stored_chunks_again_without_cutting() -> None:
     repo = FakeChunkRepository.holding("d", ParsedDocument(DocumentStatus.SUMMARIZING, "text", TaskStatus.PROCESSING))
     repo.add_chunks("d", [StoredChunk("d-c00000", 0), StoredChunk("d-c00001", 1)])
-    out = await chunker.handle(PARSED, chunker.Deps(repo, SETTINGS))
+    out = await chunker.handle(PARSED, chunker.Deps(repo, CHUNKER))
     assert repo.transactions == 0 and [e.chunk_id for e in out if isinstance(e, ChunkCreated)] == [
         "d-c00000",
         "d-c00001",
@@ -112,19 +114,19 @@ async def test_chunker_does_nothing_for_held_tasks_or_merged_documents(
     document: DocumentStatus, task: TaskStatus
 ) -> None:
     repo = FakeChunkRepository.holding("d", ParsedDocument(document, "text", task))
-    assert await chunker.handle(PARSED, chunker.Deps(repo, SETTINGS)) == [] and repo.transactions == 0
+    assert await chunker.handle(PARSED, chunker.Deps(repo, CHUNKER)) == [] and repo.transactions == 0
 
 
 async def test_chunker_poison_for_unknown_documents_or_missing_text() -> None:
     with pytest.raises(Poison):
-        await chunker.handle(PARSED, chunker.Deps(FakeChunkRepository(), SETTINGS))
+        await chunker.handle(PARSED, chunker.Deps(FakeChunkRepository(), CHUNKER))
     repo = FakeChunkRepository.holding("d", ParsedDocument(DocumentStatus.CHUNKING, None, TaskStatus.PROCESSING))
     with pytest.raises(Poison):
-        await chunker.handle(PARSED, chunker.Deps(repo, SETTINGS))
+        await chunker.handle(PARSED, chunker.Deps(repo, CHUNKER))
 
 
 async def test_a_task_over_its_owners_ceiling_waits_for_approval_before_any_call() -> None:
-    settings = Settings(_env_file=None, llm_backend="openai", task_max_calls=5)
+    settings = ChunkerSettings(_env_file=None, llm_backend="openai", task_max_calls=5)
     repo = FakeChunkRepository.holding(
         "d", ParsedDocument(DocumentStatus.CHUNKING, english_prose(30_000), TaskStatus.PROCESSING)
     )
@@ -143,5 +145,5 @@ def test_ceilings_per_owner_and_by_cost() -> None:
     assert over_ceiling(plan, 0.01, Ceiling(calls=100)) is None
     assert "DOCSUM_TASK_MAX_CALLS" in (over_ceiling(plan, 0.01, Ceiling(calls=10)) or "")
     assert "DOCSUM_TASK_MAX_COST_USD" in (over_ceiling(plan, 0.5, Ceiling(cost_usd=0.25)) or "")
-    settings = Settings(_env_file=None, task_max_calls=10, owner_ceilings={"bob": {"calls": 1000}})
+    settings = ChunkerSettings(_env_file=None, task_max_calls=10, owner_ceilings={"bob": {"calls": 1000}})
     assert settings.ceiling("alice").calls == 10 and settings.ceiling("bob").calls == 1000

@@ -12,13 +12,13 @@ import pytest
 
 from docsum_parser import handlers as parser
 from docsum_parser.policy import StoredDocument
+from docsum_parser.settings import ParserSettings
 from docsum_shared.errors import Poison
 from docsum_shared.events import DocumentParsed, DocumentSubmitted
-from docsum_shared.settings import Settings
 from docsum_shared.states import DocumentStatus
 from tests.fakes.parser import FakeParserRepository
 
-SETTINGS = Settings(_env_file=None)
+SETTINGS = ParserSettings(_env_file=None)
 MEMO = b"Another owner's private memo, stored by the gateway."
 MEMO_SHA = hashlib.sha256(MEMO).hexdigest()
 OWN = b"The document's own text."

@@ -183,5 +183,3 @@ async def test_start_up_waits_out_an_outage_until_its_deadline_then_gives_up() -
 
     with pytest.raises(RuntimeError):  # not a passing outage: no waiting at all
         await retry_until(wrong, until_deadline(5.0, seen.append))
-
-

@@ -9,16 +9,16 @@ import pytest
 from docsum_shared.errors import Poison, ProviderUnavailable, RateLimited, RequestRefused
 from docsum_shared.events import ChunkCreated, ChunkSummarized
 from docsum_shared.retry import Backoff
-from docsum_shared.settings import Settings
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from docsum_summarizer.handlers import Deps, handle
 from docsum_summarizer.policy import StoredChunk
 from docsum_summarizer.repository import Claim, Claimed
+from docsum_summarizer.settings import SummarizerSettings
 from tests.documents import chinese_prose, english_prose
 from tests.fakes.llm import FakeLLM
 from tests.fakes.summarizer import FakeChunkRepository
 
-SETTINGS = Settings(_env_file=None, llm_max_attempts=3, llm_inplace_attempts=2, llm_retry_delay_s=0.0)
+SETTINGS = SummarizerSettings(_env_file=None, llm_max_attempts=3, llm_inplace_attempts=2, llm_retry_delay_s=0.0)
 
 
 def _chunk(
@@ -34,7 +34,7 @@ def _chunk(
     )
 
 
-def _deps(repo: FakeChunkRepository, llm: FakeLLM, settings: Settings = SETTINGS) -> Deps:
+def _deps(repo: FakeChunkRepository, llm: FakeLLM, settings: SummarizerSettings = SETTINGS) -> Deps:
     return Deps(repo, llm, settings, holder="test", backoff=Backoff(base_s=0.0, cap_s=0.0))
 
 

@@ -9,18 +9,18 @@ import asyncpg
 from docsum_shared.consumer import run_service, serve
 from docsum_shared.events import Topic
 from docsum_shared.handlers import Handler
-from docsum_shared.settings import Settings
 
 from .handlers import Deps, handlers
 from .repository import ChunkRepository
+from .settings import ChunkerSettings
 
 
-def consumers(settings: Settings, pool: asyncpg.Pool) -> Mapping[Topic, Handler]:
+def consumers(settings: ChunkerSettings, pool: asyncpg.Pool) -> Mapping[Topic, Handler]:
     return handlers.bind(Deps(ChunkRepository(pool), settings))
 
 
 def main() -> None:
-    run_service(lambda stop: serve("chunker", stop, consumers))
+    run_service(lambda stop: serve("chunker", stop, ChunkerSettings, consumers))
 
 
 if __name__ == "__main__":

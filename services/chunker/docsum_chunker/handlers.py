@@ -13,11 +13,11 @@ from docsum_shared.approval import Hold
 from docsum_shared.errors import Fail, Poison
 from docsum_shared.events import ChunkCreated, DocumentMerged, DocumentParsed, Event, TaskEvent
 from docsum_shared.handlers import Handlers, required
-from docsum_shared.settings import Settings
 from docsum_shared.states import DocumentStatus, TaskStatus, takes_work
 
 from .policy import CutChunk, HoldRule, StoredChunk, announce, cut, failed, hold_rule, should_announce_again
 from .repository import LockedTask, ParsedDocument, TaskCuts
+from .settings import ChunkerSettings
 
 log = logging.getLogger("docsum_chunker")
 
@@ -42,7 +42,7 @@ class Repository(Protocol):
 @dataclass
 class Deps:
     repo: Repository
-    settings: Settings
+    settings: ChunkerSettings
 
 
 handlers = Handlers[Deps]("chunker")

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from docsum_shared.approval import EXPECTED_COMPLETION_TOKENS, Approved, Hold, needs_approval, plan_of
 from docsum_shared.errors import Fail
 from docsum_shared.events import ChunkCreated, DocumentMerged, DocumentOutcome, DocumentParsed
-from docsum_shared.settings import Settings
 from docsum_shared.states import DocumentStatus
 
 from .chunking import Chunk, TooManyChunks, split_into_chunks
+from .settings import ChunkerSettings
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ def chunk_id(document_id: str, index: int) -> str:
     return f"{document_id}-c{index:05d}"
 
 
-def cut(document_id: str, text: str, settings: Settings) -> list[CutChunk] | Fail:
+def cut(document_id: str, text: str, settings: ChunkerSettings) -> list[CutChunk] | Fail:
     """The document's chunk rows, or its failure when it needs more than `max_chunks_per_document`."""
     try:
         chunks = split_into_chunks(
@@ -77,7 +77,7 @@ def should_announce_again(status: DocumentStatus) -> bool:
 HoldRule = Callable[[str, list[int], int, Approved | None], Hold | None]
 
 
-def merge_fan_in(settings: Settings) -> tuple[int | None, int | None]:
+def merge_fan_in(settings: ChunkerSettings) -> tuple[int | None, int | None]:
     """How many chunk summaries, and how many document summaries, one merge call takes: what fits the
     model's input budget beside the answer (None: no budget set, one call merges them all)."""
     budget = settings.llm_context_tokens
@@ -88,7 +88,7 @@ def merge_fan_in(settings: Settings) -> tuple[int | None, int | None]:
     return chunk_room // settings.llm_max_tokens_chunk, task_room // settings.llm_max_tokens_document
 
 
-def hold_rule(settings: Settings) -> HoldRule | None:
+def hold_rule(settings: ChunkerSettings) -> HoldRule | None:
     """The owner's ceiling against the task's plan; None when no call is paid for or no ceiling is set."""
     if settings.llm_backend != "openai" or (
         not settings.owner_ceilings and settings.task_max_calls is None and settings.task_max_cost_usd is None

@@ -1,4 +1,5 @@
-"""The gateway's settings: the shared ones, the gateway's own, and the check made before it starts.
+"""The gateway's settings: the shared ones, the intake's and the LLM's (for task views), the gateway's
+own, and the check made before it starts.
 
 A setting that cannot work (a value out of range, an API key too short) is a `ConfigError` naming the
 environment variable; `__main__` prints it as one line and exits non-zero, so `make up` can say which
@@ -7,9 +8,9 @@ service refused to start and why.
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError, model_validator
 
-from docsum_shared.settings import SettingConflict, Settings, bad_setting, placeholder_in
+from docsum_shared.settings import IntakeSettings, LLMSettings, SettingConflict, bad_setting, placeholder_in
 
 from .security import MIN_KEY_CHARS, parse_api_keys
 
@@ -30,7 +31,12 @@ class ConfigError(Exception):
         self.message = message
 
 
-class GatewaySettings(Settings):
+class GatewaySettings(IntakeSettings, LLMSettings):
+    gateway_host: str = "127.0.0.1"
+    gateway_port: int = 8000
+    # "owner=key,owner2=key2": who may call the gateway, and as whom.
+    api_keys: str = ""
+
     # How much of each uploaded file is kept in memory before it spills to a temporary file.
     upload_spool_bytes: int = Field(64 * KiB, ge=0)
     # The upload bytes one gateway process holds at once (in memory and in temporary files), in all and
@@ -61,14 +67,19 @@ class GatewaySettings(Settings):
     # --- Stored API keys and the task rate limit (README: "API keys and rate limits") ---
     # The operator's credential for /v1/keys (create, list, revoke stored keys). Unset: no /v1/keys routes.
     admin_key: SecretStr | None = None
-    # Tasks one owner may create per minute: `tasks_per_minute` of the shared settings (the parser counts
-    # a producer's new tasks against the same limit); beyond it POST /v1/tasks answers 429.
+    # Tasks one owner may create per minute: `tasks_per_minute` of IntakeSettings (the parser counts a
+    # producer's new tasks against the same limit); beyond it POST /v1/tasks answers 429.
 
     # Re-drives one owner may start per minute (POST /v1/reconcile, resume, retry), across every gateway
     # replica, one at a time (beyond: 429). 0: no rate, still one at a time.
     redrives_per_minute: int = Field(6, ge=0)
     # POST /v1/reconcile leaves alone a task or document that moved within this long: it is being worked on.
     redrive_idle_s: float = Field(30.0, ge=0)
+
+    @model_validator(mode="after")
+    def _no_placeholder_api_keys(self) -> GatewaySettings:
+        placeholder_in("DOCSUM_API_KEYS", self.api_keys)
+        return self
 
     @property
     def upload_bytes(self) -> int:

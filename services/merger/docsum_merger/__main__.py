@@ -9,25 +9,25 @@ import asyncpg
 from docsum_shared.consumer import Background, run_service, serve
 from docsum_shared.events import Topic
 from docsum_shared.handlers import Handler
-from docsum_shared.settings import Settings
 from docsum_shared.summarizers import Summarizing
 
 from .handlers import Deps, handlers
 from .maintenance import maintain_forever
 from .repository import MergeRepository
+from .settings import MergerSettings
 
 
-def consumers(settings: Settings, pool: asyncpg.Pool) -> Mapping[Topic, Handler]:
+def consumers(settings: MergerSettings, pool: asyncpg.Pool) -> Mapping[Topic, Handler]:
     return handlers.bind(Deps(MergeRepository(pool, settings), Summarizing.from_settings(settings, pool), settings))
 
 
-def maintenance(settings: Settings, pool: asyncpg.Pool) -> Background:
+def maintenance(settings: MergerSettings, pool: asyncpg.Pool) -> Background:
     """Expiry and reconcile run beside the merger (one process at a time, under a database lock)."""
     return lambda producer: maintain_forever(pool, producer, settings)
 
 
 def main() -> None:
-    run_service(lambda stop: serve("merger", stop, consumers, background=maintenance))
+    run_service(lambda stop: serve("merger", stop, MergerSettings, consumers, background=maintenance))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ from docsum_shared.events import ChunkSummarized, DocumentMerged, DocumentOutcom
 from docsum_shared.handlers import Handlers, required
 from docsum_shared.readmodel.schemas import TaskResult
 from docsum_shared.retry import PROVIDER, Backoff, Tally, after_failure, for_merges, obey, retry_until
-from docsum_shared.settings import Settings
 from docsum_shared.states import DOCUMENT_FINAL, TASK_FINAL, TASK_HELD, DocumentStatus, TaskStatus, takes_work
 from docsum_shared.summarizers.base import SummaryRequest
 from docsum_shared.summarizers.cache import CallContext
@@ -39,6 +38,7 @@ from .policy import (
     decide_task,
     with_failed_merge,
 )
+from .settings import MergerSettings
 
 log = logging.getLogger("docsum_merger")
 
@@ -81,7 +81,7 @@ class Repository(Protocol):
 class Deps:
     repo: Repository
     llm: tree.LLM
-    settings: Settings
+    settings: MergerSettings
     backoff: Backoff = PROVIDER
 
 

@@ -22,8 +22,9 @@ from docsum_shared.kafka import publish
 from docsum_shared.lifecycle import UNFINISHED, expire_idle, idle_unfinished
 from docsum_shared.redrive import redrive_task
 from docsum_shared.retry import keep_running
-from docsum_shared.settings import Settings
 from docsum_shared.states import CHUNK_FINAL, TaskStatus
+
+from .settings import MergerSettings
 
 log = logging.getLogger(__name__)
 # Tasks idle beyond their time limit end as EXPIRED (reconcile re-drives through redrive.py).
@@ -32,7 +33,7 @@ EXPIRY = Sender("the merger's maintenance", emits=(TaskEvent,))
 _MAINTENANCE_LOCK_ID = 0x646F6373756E  # any constant shared by every process of the deployment
 
 
-async def maintain_once(pool: asyncpg.Pool, producer: AIOKafkaProducer, settings: Settings) -> tuple[int, int]:
+async def maintain_once(pool: asyncpg.Pool, producer: AIOKafkaProducer, settings: MergerSettings) -> tuple[int, int]:
     """Expire idle tasks, then re-drive unfinished tasks nobody moved for a while. (expired, re-driven)."""
     async with pool.acquire() as conn:
         if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", _MAINTENANCE_LOCK_ID):
@@ -77,7 +78,7 @@ SELECT coalesce(max(extract(epoch FROM now() - greatest(
 """
 
 
-async def maintain_forever(pool: asyncpg.Pool, producer: AIOKafkaProducer, settings: Settings) -> None:
+async def maintain_forever(pool: asyncpg.Pool, producer: AIOKafkaProducer, settings: MergerSettings) -> None:
     async def one_round() -> None:
         await count_tasks(pool)
         await maintain_once(pool, producer, settings)

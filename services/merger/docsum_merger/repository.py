@@ -8,11 +8,11 @@ from docsum_shared import metrics
 from docsum_shared.options import TaskOptions
 from docsum_shared.readmodel import views
 from docsum_shared.readmodel.schemas import TaskResult
-from docsum_shared.settings import Settings
 from docsum_shared.states import TASK_TAKES_WORK, ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.prompts import PROMPT_VERSION
 
 from .policy import ChunkState, DocumentState, DocumentWithTask, TaskWithDocuments, with_awaited
+from .settings import MergerSettings
 from .tree import MergeNode
 
 MERGEABLE = [DocumentStatus.SUMMARIZING]  # a document whose chunks are being (or have been) summarized
@@ -38,7 +38,7 @@ _DOCUMENT = (
 
 
 class MergeRepository:
-    def __init__(self, pool: asyncpg.Pool, settings: Settings) -> None:
+    def __init__(self, pool: asyncpg.Pool, settings: MergerSettings) -> None:
         self.pool = pool
         self.settings = settings  # prices, for the usage in a task's result
         self.chunk_rows_read = 0  # how many chunk rows this process has read: O(chunks), not O(chunks²)

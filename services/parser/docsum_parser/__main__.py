@@ -12,15 +12,16 @@ from docsum_shared.consumer import Consumer, run_service, serve
 from docsum_shared.events import Topic
 from docsum_shared.handlers import Handler
 from docsum_shared.kafka import intake_topics
-from docsum_shared.settings import Settings, service_settings
+from docsum_shared.settings import service_settings
 
 from . import logfilter
 from .handlers import Deps, handlers
 from .repository import DocumentRepository
+from .settings import ParserSettings
 from .worker import ParseWorker
 
 
-def consumers(settings: Settings, pool: asyncpg.Pool, worker: ParseWorker) -> list[Consumer]:
+def consumers(settings: ParserSettings, pool: asyncpg.Pool, worker: ParseWorker) -> list[Consumer]:
     """document-submitted (the pipeline's own), and each configured producer's intake topic with a
     handler that knows the producer: one consumer group reads them all."""
     logfilter.redact_uris()  # serve() has configured logging by now
@@ -37,14 +38,14 @@ def intake_carriers(deps: Deps) -> Mapping[str, tuple[Topic, Handler]]:
 
 
 async def service(stop: asyncio.Event) -> None:
-    settings = service_settings("parser")
+    settings = service_settings("parser", ParserSettings)
     worker = ParseWorker(
         timeout_s=settings.parse_timeout_s,
         memory_bytes=settings.parse_memory_bytes,
         idle_s=settings.parse_worker_idle_s,
     )  # started by the first document
     try:
-        await serve("parser", stop, lambda settings, pool: consumers(settings, pool, worker))
+        await serve("parser", stop, ParserSettings, lambda settings, pool: consumers(settings, pool, worker))
     finally:
         worker.close()
 

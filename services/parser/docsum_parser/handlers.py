@@ -11,7 +11,6 @@ from docsum_shared.errors import Fail, ItemFailed
 from docsum_shared.events import DocumentMerged, DocumentParsed, DocumentSubmitted, Event
 from docsum_shared.handlers import Handlers, required
 from docsum_shared.levels import SizeLevel
-from docsum_shared.settings import Settings
 
 from . import intake, sources
 from .policy import (
@@ -26,6 +25,7 @@ from .policy import (
     parse,
     text_refused,
 )
+from .settings import ParserSettings
 from .worker import run_job
 
 log = logging.getLogger("docsum_parser")
@@ -39,14 +39,14 @@ class Repository(Protocol):
     async def find_document(self, document_id: str) -> intake.ExistingDocument | None: ...
     async def load_intake_task(self, task_id: str) -> intake.StoredTask | None: ...
     async def take_in(
-        self, event: DocumentSubmitted, data: bytes | None, error: str | None, settings: Settings
+        self, event: DocumentSubmitted, data: bytes | None, error: str | None, settings: ParserSettings
     ) -> None: ...
 
 
 @dataclass
 class Deps:
     repo: Repository
-    settings: Settings
+    settings: ParserSettings
     extract: Extractor = run_job  # the service gives a ParseWorker: time and memory limits, own process
     # The producer whose intake topic the message came on (intake.<producer>); None: document-submitted,
     # the pipeline's own topic.

@@ -20,9 +20,9 @@ from urllib.parse import unquote, urlsplit
 from docsum_shared.errors import ItemFailed, Poison, RateLimited
 from docsum_shared.events import ID_PATTERN, DocumentSubmitted, intake_topic
 from docsum_shared.intake_access import OwnerAccess
-from docsum_shared.settings import Settings
 from docsum_shared.taskrate import Admission
 
+from .settings import ParserSettings
 from .uris import CONTROL, shown
 
 _ID = re.compile(ID_PATTERN)
@@ -53,7 +53,7 @@ class ExistingDocument:
 # --- refused: the dead-letter topic ---------------------------------------------------------------
 
 
-def check_source(event: DocumentSubmitted, producer: str | None, settings: Settings) -> None:
+def check_source(event: DocumentSubmitted, producer: str | None, settings: ParserSettings) -> None:
     """Whether the topic the message came on may carry it. document-submitted (`producer` None) is the
     pipeline's own: the stored form only, as the gateway and the re-drives publish it. intake.<producer>
     carries that producer's documents (inline or by URI), for the owners DOCSUM_INTAKE_PRODUCERS lets it
@@ -78,7 +78,7 @@ def check_source(event: DocumentSubmitted, producer: str | None, settings: Setti
         )
 
 
-def check_message(event: DocumentSubmitted, settings: Settings) -> None:
+def check_message(event: DocumentSubmitted, settings: ParserSettings) -> None:
     """The ids, the owner and the task's size in documents; Poison naming the first that is wrong."""
     for name in ("task_id", "document_id", "owner"):
         value = getattr(event, name)
@@ -133,7 +133,7 @@ class TaskRateExceeded(RateLimited):
     consumer retries it after `retry_after` seconds) instead of being refused or lost."""
 
 
-def check_admission(event: DocumentSubmitted, admission: Admission, settings: Settings) -> None:
+def check_admission(event: DocumentSubmitted, admission: Admission, settings: ParserSettings) -> None:
     """A new task of a producer counts against its owner's task rate, as one made through the gateway does."""
     if not admission.allowed:
         raise TaskRateExceeded(
@@ -155,14 +155,14 @@ def form_error(event: DocumentSubmitted) -> str | None:
     return None
 
 
-def inline_cap(settings: Settings) -> tuple[int, str]:
+def inline_cap(settings: ParserSettings) -> tuple[int, str]:
     """The most decoded bytes an inline document may have, and the setting that says so."""
     if settings.max_file_bytes < settings.intake_inline_max_bytes:
         return settings.max_file_bytes, "DOCSUM_MAX_FILE_BYTES"
     return settings.intake_inline_max_bytes, "DOCSUM_INTAKE_INLINE_MAX_BYTES"
 
 
-def decode_inline(content: str, settings: Settings) -> bytes:
+def decode_inline(content: str, settings: ParserSettings) -> bytes:
     """The bytes of `content_base64` (standard alphabet, padded; line breaks allowed)."""
     cap, setting = inline_cap(settings)
     compact = "".join(content.split())
@@ -187,7 +187,7 @@ def _over(size: str, cap: int, setting: str) -> str:
     return f"the document has {size} bytes, over the limit of {cap:,} ({setting})"
 
 
-def task_bytes_error(total_bytes: int, size: int, settings: Settings) -> str | None:
+def task_bytes_error(total_bytes: int, size: int, settings: ParserSettings) -> str | None:
     """A document that would take its task over the bytes one task may hold."""
     if total_bytes + size <= settings.max_task_bytes:
         return None
@@ -200,7 +200,7 @@ def task_bytes_error(total_bytes: int, size: int, settings: Settings) -> str | N
 # --- where a URI may lead ---------------------------------------------------------------------------
 
 
-def global_access(settings: Settings) -> OwnerAccess:
+def global_access(settings: ParserSettings) -> OwnerAccess:
     """The global lists (DOCSUM_INTAKE_FILE_ROOTS, _HTTP_HOSTS, _HTTP_PORTS): an owner's without an entry
     of its own in DOCSUM_INTAKE_OWNERS."""
     return OwnerAccess(settings.intake_file_roots, settings.intake_http_hosts, settings.intake_http_ports)
@@ -244,7 +244,7 @@ def host_error(host: str) -> str | None:
     return None
 
 
-def parse_uri(uri: str, settings: Settings, access: OwnerAccess | None = None) -> FileSource | HttpSource:
+def parse_uri(uri: str, settings: ParserSettings, access: OwnerAccess | None = None) -> FileSource | HttpSource:
     """What `source_uri` names, if the owner's access (default: the global lists) allows that kind of
     place at all; ItemFailed otherwise."""
     access = access or global_access(settings)

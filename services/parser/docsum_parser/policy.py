@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from docsum_shared.errors import Fail, Poison
 from docsum_shared.events import DocumentMerged, DocumentOutcome, DocumentParsed, DocumentSubmitted, Event
 from docsum_shared.levels import SizeLevel, size_level
-from docsum_shared.settings import Settings
 from docsum_shared.states import DocumentStatus, TaskStatus, takes_work
 
 from .extract import ExtractedText
 from .limits import Limits
 from .parse_error import ParseError
+from .settings import ParserSettings
 from .worker import Job, run_job
 
 # Turns a job into text: `run_job` in this process, or a ParseWorker running it in its worker.
@@ -95,7 +95,7 @@ def already_done(event: DocumentSubmitted, doc: StoredDocument) -> Decision:
     )
 
 
-def limits(settings: Settings) -> Limits:
+def limits(settings: ParserSettings) -> Limits:
     return Limits(
         max_chars=settings.max_document_chars,
         max_pdf_pages=settings.max_pdf_pages,
@@ -103,7 +103,7 @@ def limits(settings: Settings) -> Limits:
     )
 
 
-def parse(event: DocumentSubmitted, data: bytes, settings: Settings, extract: Extractor = run_job) -> Decision:
+def parse(event: DocumentSubmitted, data: bytes, settings: ParserSettings, extract: Extractor = run_job) -> Decision:
     """Extract the document's text from its bytes; a bad file, or one over a limit, fails this document only."""
     try:
         extracted = extract(Job(data, event.filename, event.content_type, limits(settings), event.document_id))

@@ -9,11 +9,11 @@ from docsum_shared.blobs import store_blob
 from docsum_shared.events import DocumentSubmitted
 from docsum_shared.levels import SizeLevel
 from docsum_shared.options import TaskOptions
-from docsum_shared.settings import Settings
 from docsum_shared.states import DocumentStatus, TaskStatus
 
 from . import intake
 from .policy import NEEDS_PARSE, StoredDocument, TextRefused
+from .settings import ParserSettings
 
 
 class DocumentRepository:
@@ -90,7 +90,7 @@ class DocumentRepository:
             return await _intake_task(conn, task_id, lock=False)
 
     async def take_in(
-        self, event: DocumentSubmitted, data: bytes | None, error: str | None, settings: Settings
+        self, event: DocumentSubmitted, data: bytes | None, error: str | None, settings: ParserSettings
     ) -> None:
         """Create the task on first sight and the document, with its bytes stored once by sha256, or FAILED
         with `error`; in one transaction under the task's row lock, which re-checks what intake decided

@@ -16,15 +16,15 @@ import httpx2
 from docsum_shared.errors import ItemFailed
 from docsum_shared.events import DocumentSubmitted
 from docsum_shared.intake_access import OwnerAccess
-from docsum_shared.settings import Settings
 
 from . import intake, uris
+from .settings import ParserSettings
 
 MAX_REDIRECTS = 5
 READ_BLOCK = 64 * 1024
 
 
-async def content(event: DocumentSubmitted, settings: Settings) -> bytes:
+async def content(event: DocumentSubmitted, settings: ParserSettings) -> bytes:
     """The document's bytes, whichever way the message gives them; a URI only to where its owner's
     access allows (DOCSUM_INTAKE_OWNERS, else the global lists)."""
     problem = intake.form_error(event)
@@ -43,7 +43,7 @@ async def content(event: DocumentSubmitted, settings: Settings) -> bytes:
 # --- file:// ------------------------------------------------------------------------------------------
 
 
-def read_file(path: str, settings: Settings, access: OwnerAccess | None = None) -> bytes:
+def read_file(path: str, settings: ParserSettings, access: OwnerAccess | None = None) -> bytes:
     """The file at `path`, if it is a regular file under one of the roots once every symlink and .. is
     resolved (checked again on the opened file, so a link swapped in meanwhile leads nowhere)."""
     access = access or intake.global_access(settings)
@@ -84,7 +84,9 @@ def read_file(path: str, settings: Settings, access: OwnerAccess | None = None) 
 # --- http(s):// ---------------------------------------------------------------------------------------
 
 
-async def resolve(source: intake.HttpSource, settings: Settings, access: OwnerAccess | None = None) -> intake.Address:
+async def resolve(
+    source: intake.HttpSource, settings: ParserSettings, access: OwnerAccess | None = None
+) -> intake.Address:
     """The address to connect to: every address the host resolves to must be allowed (a name with one
     private address among public ones is refused), and the connection goes to the one checked."""
     try:
@@ -102,7 +104,7 @@ async def resolve(source: intake.HttpSource, settings: Settings, access: OwnerAc
     return addresses[0]
 
 
-async def download(source: intake.HttpSource, settings: Settings, access: OwnerAccess | None = None) -> bytes:
+async def download(source: intake.HttpSource, settings: ParserSettings, access: OwnerAccess | None = None) -> bytes:
     """GET the URI: to the checked address only, with connect and read timeouts and a deadline for the
     whole download, at most DOCSUM_MAX_FILE_BYTES; redirects only within the same origin."""
     timeout = httpx2.Timeout(settings.intake_http_timeout_s)
@@ -138,7 +140,11 @@ async def download(source: intake.HttpSource, settings: Settings, access: OwnerA
 
 
 async def _get(
-    client: httpx2.AsyncClient, source: intake.HttpSource, url: str, settings: Settings, access: OwnerAccess | None
+    client: httpx2.AsyncClient,
+    source: intake.HttpSource,
+    url: str,
+    settings: ParserSettings,
+    access: OwnerAccess | None,
 ) -> tuple[bytes | None, str]:
     """One request, to the address checked just before: (the body, "") or (None, the redirect's Location)."""
     address = await resolve(source, settings, access)

@@ -8,15 +8,15 @@ import socket
 import asyncpg
 
 from docsum_shared.consumer import Background, Consumer, run_service, serve
-from docsum_shared.settings import Settings
 from docsum_shared.summarizers import Summarizing
 
 from .handlers import Deps, handlers
 from .repository import ChunkRepository
 from .rounds import schedule_rounds
+from .settings import SummarizerSettings
 
 
-def consumers(settings: Settings, pool: asyncpg.Pool) -> list[Consumer]:
+def consumers(settings: SummarizerSettings, pool: asyncpg.Pool) -> list[Consumer]:
     deps = Deps(
         ChunkRepository(pool, reconcile_idle_s=settings.reconcile_idle_s),
         Summarizing.from_settings(settings, pool),
@@ -26,12 +26,12 @@ def consumers(settings: Settings, pool: asyncpg.Pool) -> list[Consumer]:
     return [Consumer(handlers.bind(deps), max_inflight=settings.llm_max_inflight)]
 
 
-def rounds(settings: Settings, pool: asyncpg.Pool) -> Background:
+def rounds(settings: SummarizerSettings, pool: asyncpg.Pool) -> Background:
     return lambda producer: schedule_rounds(ChunkRepository(pool), producer, settings)
 
 
 def main() -> None:
-    run_service(lambda stop: serve("summarizer", stop, consumers, background=rounds))
+    run_service(lambda stop: serve("summarizer", stop, SummarizerSettings, consumers, background=rounds))
 
 
 if __name__ == "__main__":

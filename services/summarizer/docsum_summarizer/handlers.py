@@ -18,12 +18,12 @@ from docsum_shared.errors import ContextLimitExceeded, ItemFailed, Kind, LLMErro
 from docsum_shared.events import ChunkCreated, ChunkSummarized, Event
 from docsum_shared.handlers import Handlers, required
 from docsum_shared.retry import PROVIDER, Backoff, NextRound, Tally, Wait, after_failure, for_chunks, obey, retry_until
-from docsum_shared.settings import Settings
 from docsum_shared.summarizers.base import SummaryRequest, SummaryResult
 from docsum_shared.summarizers.cache import CallContext
 
 from .policy import Step, StoredChunk, cannot_fit, next_step, request_for
 from .repository import Claim, Claimed
+from .settings import SummarizerSettings
 
 log = logging.getLogger("docsum_summarizer")
 
@@ -60,7 +60,7 @@ class LLM(Protocol):
 class Deps:
     repo: Repository
     llm: LLM
-    settings: Settings
+    settings: SummarizerSettings
     holder: str  # this process, as lease holder
     backoff: Backoff = PROVIDER
 

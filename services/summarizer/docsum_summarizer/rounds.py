@@ -16,9 +16,9 @@ from docsum_shared.events import ChunkCreated
 from docsum_shared.handlers import Sender
 from docsum_shared.kafka import publish
 from docsum_shared.retry import keep_running
-from docsum_shared.settings import Settings
 
 from .repository import ChunkRepository
+from .settings import SummarizerSettings
 
 log = logging.getLogger(__name__)
 ROUND_SCHEDULER = Sender("the summarizer's round scheduler", emits=(ChunkCreated,))
@@ -27,12 +27,12 @@ INTERVAL_S = 1.0
 BATCH = 500
 
 
-async def schedule_rounds(repo: ChunkRepository, producer: AIOKafkaProducer, settings: Settings) -> None:
+async def schedule_rounds(repo: ChunkRepository, producer: AIOKafkaProducer, settings: SummarizerSettings) -> None:
     """Announce the due chunks every second, until cancelled; the database or broker away: next time."""
     await keep_running("round scheduler", lambda: announce_due(repo, producer, settings), every_s=INTERVAL_S)
 
 
-async def announce_due(repo: ChunkRepository, producer: AIOKafkaProducer, settings: Settings) -> None:
+async def announce_due(repo: ChunkRepository, producer: AIOKafkaProducer, settings: SummarizerSettings) -> None:
     """Announce every chunk whose next round is due, BATCH at a time."""
     while due := await repo.due_rounds(BATCH):
         events = [

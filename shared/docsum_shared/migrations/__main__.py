@@ -12,7 +12,7 @@ import logging
 import sys
 
 from ..db import connect_pool, migrate
-from ..settings import service_settings
+from ..settings import Settings, service_settings
 
 log = logging.getLogger("docsum_shared.migrations")
 
@@ -28,7 +28,7 @@ async def run(database_url: str, *, wait_s: float) -> list[str]:
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = service_settings("migrations")
+    settings = service_settings("migrations", Settings)
     try:
         applied = asyncio.run(run(settings.database_url, wait_s=120.0))
     except Exception as exc:  # one line, no traceback: the Job's log says why

@@ -15,7 +15,7 @@ from typing import Any
 import asyncpg
 
 from ..options import TaskOptions
-from ..settings import Settings
+from ..settings import LLMSettings
 from ..summarizers import endpoint_key
 from . import queries
 from .schemas import (
@@ -37,25 +37,25 @@ EXPECTED_COMPLETION_TOKENS = 150
 Row = Mapping[str, Any]  # an asyncpg.Record, or anything that reads like one
 
 
-async def task_view(pool: asyncpg.Pool, settings: Settings, owner: str, task_id: str) -> TaskView | None:
+async def task_view(pool: asyncpg.Pool, settings: LLMSettings, owner: str, task_id: str) -> TaskView | None:
     """The task with its documents, usage, estimate and recovery; None if `owner` has no such task."""
     found = await queries.get_task(pool, owner, task_id)
     return None if found is None else await _view(pool, settings, *found)
 
 
-async def task_result(pool: asyncpg.Pool, settings: Settings, task_id: str) -> TaskResult | None:
+async def task_result(pool: asyncpg.Pool, settings: LLMSettings, task_id: str) -> TaskResult | None:
     """The task's result as published on task-finished (the pipeline's own read: no owner check)."""
     found = await queries.load_task(pool, task_id)
     return None if found is None else TaskResult.of(await _view(pool, settings, *found))
 
 
-async def pipeline_view(pool: asyncpg.Pool, settings: Settings, task_id: str) -> TaskView | None:
+async def pipeline_view(pool: asyncpg.Pool, settings: LLMSettings, task_id: str) -> TaskView | None:
     """The task's full view, whoever owns it: for the pipeline's own use (the gateway's progress log)."""
     found = await queries.load_task(pool, task_id)
     return None if found is None else await _view(pool, settings, *found)
 
 
-async def _view(pool: asyncpg.Pool, settings: Settings, task: Row, documents: list[Row]) -> TaskView:
+async def _view(pool: asyncpg.Pool, settings: LLMSettings, task: Row, documents: list[Row]) -> TaskView:
     task_id = task["id"]
     total, per_document = usage_by_document(settings, await queries.usage_rows(pool, task_id))
     return TaskView(
@@ -78,7 +78,7 @@ async def _view(pool: asyncpg.Pool, settings: Settings, task: Row, documents: li
     )
 
 
-async def endpoint_view(pool: asyncpg.Pool, settings: Settings) -> EndpointView | None:
+async def endpoint_view(pool: asyncpg.Pool, settings: LLMSettings) -> EndpointView | None:
     """The input budget requests are planned under: configured, stated by the endpoint, or learned."""
     if settings.llm_backend != "openai":
         return None
@@ -123,7 +123,7 @@ async def failures(pool: asyncpg.Pool, owner: str, task_id: str) -> list[Failure
 # Shaping (pure: rows in, models out)
 
 
-def usage_by_document(settings: Settings, rows: Iterable[Row]) -> tuple[Usage, dict[str | None, Usage]]:
+def usage_by_document(settings: LLMSettings, rows: Iterable[Row]) -> tuple[Usage, dict[str | None, Usage]]:
     """The task's total usage and its usage per document (key None: the task-level merge)."""
     per_document: dict[str | None, Usage] = {}
     total = Usage()
@@ -138,7 +138,7 @@ def usage_by_document(settings: Settings, rows: Iterable[Row]) -> tuple[Usage, d
     return total, per_document
 
 
-def estimate_from(settings: Settings, remaining: Row) -> Estimate:
+def estimate_from(settings: LLMSettings, remaining: Row) -> Estimate:
     """Cost and time of the chunks still to summarize, at the task's call rate of the last minute."""
     chunks = remaining["chunks"]
     prompt_tokens = remaining["prompt_tokens"]

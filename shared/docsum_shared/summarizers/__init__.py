@@ -12,7 +12,7 @@ import asyncpg
 from .. import metrics
 from ..errors import ContextLimitExceeded, RateLimited
 from ..ratelimit import RateLimiter
-from ..settings import Settings
+from ..settings import LLMSettings
 from .base import SummarizerBackend, SummaryRequest, SummaryResult
 from .budget import TokenCalibration, completion_reserve, estimate_request_tokens, plan_chunk
 from .cache import CallContext, cache_key, summarize_cached
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 PROBE_AGAIN_S = 60.0  # an endpoint that did not answer the probe is asked again after this long
 
 
-def endpoint_key(settings: Settings) -> str:
+def endpoint_key(settings: LLMSettings) -> str:
     """The endpoint and model the rate limit and the learned budget belong to."""
     return f"{settings.openai_base_url or 'openai'}|{settings.llm_model}"
 
@@ -39,7 +39,7 @@ class Summarizing:
     limits: EndpointLimits | None
     limiter: RateLimiter | None
     calibration: TokenCalibration
-    settings: Settings
+    settings: LLMSettings
     _probed_at: float | None = field(default=None, init=False)
     _probing: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
     _calls: asyncio.Semaphore = field(init=False)  # calls in flight in this process, whoever makes them
@@ -48,7 +48,7 @@ class Summarizing:
         self._calls = asyncio.Semaphore(self.settings.llm_max_inflight)
 
     @classmethod
-    def from_settings(cls, settings: Settings, pool: asyncpg.Pool) -> Summarizing:
+    def from_settings(cls, settings: LLMSettings, pool: asyncpg.Pool) -> Summarizing:
         backend = make_backend(settings)
         limiter = limits = None
         if settings.llm_backend == "openai":
@@ -147,7 +147,7 @@ def _outcome(exc: Exception) -> str:
     return "context_refused" if isinstance(exc, ContextLimitExceeded) else "failed"
 
 
-def _measured(result: SummaryResult, kind: str, cached: bool, seconds: float, settings: Settings) -> None:
+def _measured(result: SummaryResult, kind: str, cached: bool, seconds: float, settings: LLMSettings) -> None:
     if cached:
         metrics.LLM_CALLS.labels(result.model, kind, "cached").inc()
         return
@@ -160,7 +160,7 @@ def _measured(result: SummaryResult, kind: str, cached: bool, seconds: float, se
     )
 
 
-def make_backend(settings: Settings) -> SummarizerBackend:
+def make_backend(settings: LLMSettings) -> SummarizerBackend:
     if settings.llm_backend == "openai":
         from .openai_backend import OpenAIBackend, Timeouts
 

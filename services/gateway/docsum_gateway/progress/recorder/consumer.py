@@ -17,9 +17,9 @@ import asyncpg
 
 from docsum_shared.consumer import ConsumerService
 from docsum_shared.retry import keep_running
-from docsum_shared.settings import Settings
 from docsum_shared.states import TASK_FINAL
 
+from ...settings import GatewaySettings
 from . import repository
 from .handlers import Deps, handlers
 from .repository import ProgressLog
@@ -28,20 +28,17 @@ log = logging.getLogger(__name__)
 GROUP = "gateway-progress"
 
 
-def recorder(settings: Settings, pool: asyncpg.Pool) -> ConsumerService:
+def recorder(settings: GatewaySettings, pool: asyncpg.Pool) -> ConsumerService:
     return ConsumerService(
         GROUP, settings, handlers.bind(Deps(ProgressLog(pool, settings))), dead_letters=handlers.dead_letters
     )
 
 
-async def record_until(stop: asyncio.Event, settings: Settings, pool: asyncpg.Pool) -> None:
+async def record_until(stop: asyncio.Event, settings: GatewaySettings, pool: asyncpg.Pool) -> None:
     """Run the recorder until `stop` is set; started again if it ends on an error (the broker away at
     start, say): the gateway serves requests meanwhile, and the recorder catches up from its offsets.
     The log's old entries are pruned meanwhile (`prune_until`)."""
-    # DOCSUM_PROGRESS_RETAIN_S is the gateway's setting (docsum_gateway.settings), which the app passes;
-    # importing that class here would tie the recorder's imports to the gateway's settings module.
-    retain_s: float = getattr(settings, "progress_retain_s", 7 * 24 * 3600.0)
-    pruning = asyncio.create_task(prune_until(stop, pool, retain_s))
+    pruning = asyncio.create_task(prune_until(stop, pool, settings.progress_retain_s))
     try:
         await _record(stop, settings, pool)
     finally:
@@ -63,7 +60,7 @@ async def prune_until(stop: asyncio.Event, pool: asyncpg.Pool, retain_s: float) 
     await keep_running("progress log: pruning", prune, every_s=every, stop=stop)
 
 
-async def _record(stop: asyncio.Event, settings: Settings, pool: asyncpg.Pool) -> None:
+async def _record(stop: asyncio.Event, settings: GatewaySettings, pool: asyncpg.Pool) -> None:
     """The recorder, started again after a failure (from its committed offsets) until `stop` is set."""
 
     async def run_once() -> None:

@@ -12,8 +12,8 @@ import asyncpg
 
 from docsum_shared.readmodel import views
 from docsum_shared.readmodel.schemas import TaskView
-from docsum_shared.settings import Settings
 
+from ...settings import GatewaySettings
 from .policy import Entry, LoggedChunk, compact
 
 # Every append notifies this channel with the task id: the gateways' streams wake up at once (a
@@ -52,7 +52,7 @@ class ProgressLog:
     """The recorder's repository: what it reads before it takes a task's lock, the lock itself (`locked`),
     and pruning. The streams read the log through the functions below it."""
 
-    def __init__(self, pool: asyncpg.Pool, settings: Settings) -> None:
+    def __init__(self, pool: asyncpg.Pool, settings: GatewaySettings) -> None:
         self.pool, self.settings = pool, settings
 
     async def task_and_chunks(self, task_id: str, chunk_ids: Sequence[str]) -> TaskChunks:
@@ -99,7 +99,7 @@ class LockedLog:
     """A task's log while its head row is locked: the stored state an entry shows, and the append."""
 
     def __init__(
-        self, conn: asyncpg.Connection, settings: Settings, task_id: str, head: int, told: dict[str, Any]
+        self, conn: asyncpg.Connection, settings: GatewaySettings, task_id: str, head: int, told: dict[str, Any]
     ) -> None:
         self._conn, self._settings, self.task_id = conn, settings, task_id
         self._head, self._told = head, told

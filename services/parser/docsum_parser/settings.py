@@ -1,0 +1,23 @@
+"""The parser's settings: the shared ones, the intake's and the size levels, and its own caps and worker."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from docsum_shared.settings import IntakeSettings, SizeSettings
+
+
+class ParserSettings(SizeSettings, IntakeSettings):
+    # Caps on what one document may expand into
+    # A document over one FAILS, with a message naming it: text extracted (characters), pages of a PDF
+    # (counted before any text is read), and the bytes a DOCX's parts really inflate to (counted while
+    # inflating). The chunks a document may be cut into are the chunker's cap.
+    max_document_chars: int = Field(5_000_000, ge=1_000)
+    max_pdf_pages: int = Field(2_000, ge=1)
+    max_docx_unzipped_bytes: int = Field(256 * 2**20, ge=2**20)
+    # Each document is parsed in a worker process under these limits (wall clock, address space).
+    parse_timeout_s: float = Field(120.0, gt=0)
+    parse_memory_bytes: int = Field(2**30, ge=256 * 2**20)
+    # The worker starts with the first document and stops after this long without one (0: never), so an
+    # idle parser holds no worker (the PDF and Word libraries, ~90 MB); a document after that waits ~1 s.
+    parse_worker_idle_s: float = Field(300.0, ge=0)
