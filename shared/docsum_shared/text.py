@@ -31,6 +31,7 @@ Clean-up of extracted text
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import unicodedata
@@ -137,17 +138,18 @@ def dehyphenate(text: str) -> str:
     """
     if "-\n" not in text:
         return text
-    compounds: set[str] | None = None
-    words: set[str] | None = None
+
+    @functools.cache
+    def vocabulary() -> tuple[frozenset[str], frozenset[str]]:
+        """The text's hyphenated compounds and its words, read once, on the first candidate."""
+        compounds = frozenset(w.lower() for w in _HYPHENATED_WORD_RE.findall(text))
+        return compounds, frozenset(w.lower() for w in _WORD_RE.findall(text))
 
     def join(m: re.Match[str]) -> str:
-        nonlocal compounds, words
         head, tail, rest, spaces = m.groups()
         if not (head[-1].islower() and tail[0].islower()):
             return m.group()
-        if compounds is None or words is None:  # built once, on the first candidate
-            compounds = {w.lower() for w in _HYPHENATED_WORD_RE.findall(text)}
-            words = {w.lower() for w in _WORD_RE.findall(text)}
+        compounds, words = vocabulary()
         joined = head + tail
         hyphen = f"{head}-{tail}".lower() in compounds and joined.lower() not in words
         return (f"{head}-{tail}" if hyphen else joined) + rest + ("\n" if spaces else "")
