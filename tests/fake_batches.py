@@ -43,6 +43,8 @@ a batch keeps the values in force when it was created):
   response is cut off after its headers, so the client sees a connection error.
 - `flex_unavailable_rate`: that share of flex calls (1.0: all) is refused 429 "resource unavailable"
   (decided per prompt and attempt, like `fail_rate`); nothing is billed for them.
+- `flex_known`: false stands for a server without a flex tier: every flex call is refused 400, naming
+  ``service_tier`` (as Azure OpenAI refuses an argument it does not know).
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ SERVER_ERROR_MESSAGE = "The server had an error while processing your request. S
 EXPIRED_MESSAGE = "This request could not be executed before the completion window expired."
 CANCELLED_MESSAGE = "This request could not be executed before the batch was cancelled."
 TIMEOUT_MESSAGE = "The underlying call to the model timed out."
+FLEX_UNKNOWN_MESSAGE = "Unrecognized request argument supplied: service_tier"
 FLEX_UNAVAILABLE_MESSAGE = (
     "Resource unavailable: there is not enough flex capacity to serve this request now. Please retry later, "
     "or send it with service_tier 'auto'."
@@ -93,6 +96,7 @@ DEFAULTS: dict[str, Any] = {
     "batch_price_factor": 0.5,  # what a batch line costs, relative to the same realtime call
     "flex_price_factor": 0.5,  # what a flex call costs, relative to the same realtime call
     "flex_unavailable_rate": 0.0,  # share of flex calls refused 429 "resource unavailable"
+    "flex_known": True,  # False: flex calls are refused 400 naming service_tier
     "batch_time_scale": 1.0,  # real seconds per provider second (1/36000: a 24 h window lasts 2.4 s)
     "batch_validating_s": 30.0,  # provider seconds a batch validates
     "batch_line_s": 2.0,  # provider seconds each line takes (lines run one after the other)
@@ -156,9 +160,9 @@ def validate(name: str, value: Any) -> Any:
         return _count(name, value)
     if name in ("batch_max_lines", "batch_max_file_bytes"):
         return _count(name, value, minimum=1)
-    if name == "batch_shuffle_output":
+    if name in ("batch_shuffle_output", "flex_known"):
         if not isinstance(value, bool):
-            raise ValueError("batch_shuffle_output must be true or false")
+            raise ValueError(f"{name} must be true or false")
         return value
     if name == "batch_fail_custom_ids":
         if isinstance(value, str) or not isinstance(value, list | tuple) or not all(isinstance(c, str) for c in value):
@@ -476,6 +480,9 @@ class BatchDesk:
 
     def flex_decision(self, prompt_sha256: str, attempt: int) -> _Decision | None:
         """Called under the lock, for a flex call that would otherwise be answered."""
+        if not self.values["flex_known"]:
+            body = _error_body(FLEX_UNKNOWN_MESSAGE, "invalid_request_error", None, "service_tier")
+            return _Decision(400, "flex_unknown", body=body)
         return flex_unavailable(self.values["flex_unavailable_rate"], self.llm.seed, prompt_sha256, attempt)
 
     def costs(self, entries: Iterable[LedgerEntry]) -> dict[str, dict[str, Any]]:

@@ -86,9 +86,16 @@ def _tasks_table(tasks: list[dict[str, Any]]) -> None:
     out.print(table)
 
 
+def mode_note(task: dict[str, Any]) -> str:
+    """The task's mode, named when it is not realtime: " (flex)"."""
+    mode = (task.get("options") or {}).get("mode")
+    return f" ({mode})" if mode and mode != "realtime" else ""
+
+
 def _show_task(task: dict[str, Any]) -> None:
     out.print(
-        f"[bold]Task {task['task_id']}[/] — {task['status']}" + (f"  {task['title']}" if task.get("title") else "")
+        f"[bold]Task {task['task_id']}[/] — {task['status']}{mode_note(task)}"
+        + (f"  {task['title']}" if task.get("title") else "")
     )
     out.print(f"created {_when(task['created_at'])}, updated {_when(task['updated_at'])}")
     if task.get("hold_reason"):

@@ -15,6 +15,8 @@ from rich.progress import BarColumn, Progress, TextColumn
 from . import commands
 from .client import Gateway, GatewayError, StreamDropped, task_events
 
+# How the LLM calls are sent (the gateway's TaskOptions.mode); realtime is the usual one, and unnamed.
+MODES = ("realtime", "flex")
 FINAL = {"COMPLETED", "COMPLETED_WITH_ERRORS", "FAILED", "CANCELLED", "EXPIRED"}
 DOC_FINAL = {"COMPLETED", "FAILED", "CANCELLED"}
 
@@ -108,7 +110,7 @@ def show(task: dict[str, Any]) -> None:
     for doc in task["documents"]:
         out.rule(f"[bold]{doc['filename']}[/] — {doc['status']}")
         out.print(doc["summary"] if doc["status"] == "COMPLETED" else f"[red]{doc['error']}[/]")
-    out.rule(f"[bold]Task {task['task_id']}[/] — {task['status']}")
+    out.rule(f"[bold]Task {task['task_id']}[/] — {task['status']}{commands.mode_note(task)}")
     out.print(task["summary"] or task.get("error") or "")
 
 
@@ -133,6 +135,12 @@ def main(argv: list[str] | None = None) -> int:
     summarize.add_argument("--length", choices=("brief", "standard", "detailed"), default="standard")
     summarize.add_argument("--style", choices=("prose", "bullets"), default="prose")
     summarize.add_argument("--strict", action="store_true", help="fail a document when any part of it fails")
+    summarize.add_argument(
+        "--mode",
+        choices=MODES,
+        help="how the LLM calls are sent: flex is about half the price and slower "
+        "(default: the deployment's, DOCSUM_LLM_MODE)",
+    )
     waiting = sub.add_parser("wait", help="wait for a task and print its summaries")
     waiting.add_argument("task_id")
     waiting.add_argument("--json", action="store_true", help="print one JSON object")
@@ -169,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
             options = {"length": args.length, "style": args.style, "strict": str(args.strict).lower()}
             if args.language:
                 options["language"] = args.language
+            if args.mode:
+                options["mode"] = args.mode
             created = gateway.submit(args.files, args.title, options)
             if args.no_wait:
                 print(json.dumps({"task_id": created["task_id"]}))

@@ -4,9 +4,14 @@
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
+
+# How a task's LLM calls are sent: "realtime" at the provider's default tier, "flex" at its flex tier
+# (about half the price, slower, may be refused for lack of capacity). A new mode is one more name here.
+Mode = Literal["realtime", "flex"]
+MODES: tuple[str, ...] = get_args(Mode)
 
 
 class TaskOptions(BaseModel):
@@ -24,6 +29,11 @@ class TaskOptions(BaseModel):
     )
     length: Literal["brief", "standard", "detailed"] = Field("standard", description="How long the summaries are.")
     style: Literal["prose", "bullets"] = Field("prose", description="Paragraphs, or bullet points.")
+    mode: Mode | None = Field(
+        None,
+        description='How the LLM calls are sent: "realtime", or "flex" (about half the price, slower, may wait for '
+        "capacity); null: the deployment's default (DOCSUM_LLM_MODE).",
+    )
 
     @classmethod
     def from_stored(cls, stored: str | dict | None) -> TaskOptions:

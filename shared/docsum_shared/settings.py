@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .approval import Ceiling
 from .intake_access import PRODUCER_PATTERN, IntakeAccess, OwnerAccess
+from .options import Mode, TaskOptions
 
 
 class SettingConflict(ValueError):
@@ -214,6 +215,13 @@ class LLMSettings(Settings):
     owner_ceilings: dict[str, Ceiling] = Field(default_factory=dict)
     # USD per million tokens, per model: {"gpt-4o-mini": [0.15, 0.60]} (prompt, completion).
     llm_prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
+    # The mode of a task that does not say (TaskOptions.mode): "realtime" or "flex".
+    llm_mode: Mode = "realtime"
+    # A flex call refused this many times in a row for lack of capacity is sent at the default tier.
+    llm_flex_tries: int = Field(3, ge=1)
+    # What a call answered at the flex tier costs, and a batch line will, relative to llm_prices.
+    llm_flex_price_factor: float = Field(0.5, ge=0)
+    llm_batch_price_factor: float = Field(0.5, ge=0)
     openai_base_url: str | None = Field(None, validation_alias=AliasChoices("OPENAI_BASE_URL"))
     openai_api_key: str | None = Field(None, validation_alias=AliasChoices("OPENAI_API_KEY"))
 
@@ -231,9 +239,15 @@ class LLMSettings(Settings):
     def ceiling(self, owner: str) -> Ceiling:
         return self.owner_ceilings.get(owner) or Ceiling(calls=self.task_max_calls, cost_usd=self.task_max_cost_usd)
 
-    def cost_usd(self, model: str, prompt_tokens: int, completion_tokens: int) -> float:
+    def mode(self, options: TaskOptions) -> Mode:
+        """The task's mode: its own, else this deployment's default."""
+        return options.mode or self.llm_mode
+
+    def cost_usd(self, model: str, prompt_tokens: int, completion_tokens: int, tier: str = "realtime") -> float:
+        """What calls cost at `tier`, the tier they were answered at ("realtime" or "flex")."""
         prompt_price, completion_price = self.llm_prices.get(model, (0.0, 0.0))
-        return (prompt_tokens * prompt_price + completion_tokens * completion_price) / 1_000_000
+        factor = self.llm_flex_price_factor if tier == "flex" else 1.0
+        return (prompt_tokens * prompt_price + completion_tokens * completion_price) * factor / 1_000_000
 
 
 class IntakeSettings(Settings):

@@ -38,6 +38,7 @@ class FakeLLM:
     window: int | None = None
     learned: int | None = None
     calls: list[SummaryRequest] = field(default_factory=list)
+    contexts: list[CallContext | None] = field(default_factory=list)  # what each call was for, and its mode
     calibration: TokenCalibration = field(default_factory=TokenCalibration)
     model: str = "fake-1"
 
@@ -48,6 +49,7 @@ class FakeLLM:
         self, request: SummaryRequest, context: CallContext | None = None
     ) -> tuple[SummaryResult, bool]:
         self.calls.append(request)
+        self.contexts.append(context)
         if self.script and (outcome := self.script.pop(0)) is not None:
             raise outcome
         if self.window is not None and estimate_request_tokens(request) > self.window:

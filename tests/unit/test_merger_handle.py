@@ -12,6 +12,7 @@ from docsum_merger.policy import ChunkState
 from docsum_merger.settings import MergerSettings
 from docsum_shared.errors import Poison, ProviderUnavailable, RequestRefused
 from docsum_shared.events import ChunkSummarized, DocumentMerged, DocumentOutcome, TaskEvent, TaskFinished
+from docsum_shared.options import TaskOptions
 from docsum_shared.retry import Backoff
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.base import SummaryRequest, SummaryResult
@@ -116,6 +117,19 @@ async def test_the_task_finishes_when_every_document_is_final_even_if_its_summar
     [out] = await handle(merged, _deps(repo, llm))
     assert isinstance(out, TaskEvent) and out.status is TaskStatus.COMPLETED_WITH_ERRORS
     assert "the batch summary could not be made" in (repo.tasks["t"].error or "")
+
+
+async def test_the_document_and_task_merges_are_made_in_the_tasks_mode() -> None:
+    repo = FakeMergeRepository()
+    repo.add_task("t", options=TaskOptions(mode="flex"))
+    repo.add_document(
+        "d", "t", chunks=[ChunkState(i, ChunkStatus.COMPLETED, english_prose(200, i), None) for i in (0, 1)]
+    )
+    repo.add_document("e", "t", filename="b.txt", position=1, status=DocumentStatus.COMPLETED, summary="two")
+    llm = FakeLLM()
+    [merged] = await handle(SUMMARIZED.model_copy(update={"chunk_index": 1}), _deps(repo, llm))
+    await handle(merged, _deps(repo, llm))
+    assert len(llm.contexts) == 2 and all(c is not None and c.mode == "flex" for c in llm.contexts)
 
 
 async def test_an_unknown_document_is_poison() -> None:

@@ -82,6 +82,10 @@ ENVIRONMENT = {
     "DOCSUM_TASK_MAX_COST_USD": "2.5",
     "DOCSUM_OWNER_CEILINGS": '{"alice": {"calls": 10}}',
     "DOCSUM_LLM_PRICES": '{"model-x": [0.1, 0.2]}',
+    "DOCSUM_LLM_MODE": "flex",
+    "DOCSUM_LLM_FLEX_TRIES": "2",
+    "DOCSUM_LLM_FLEX_PRICE_FACTOR": "0.4",
+    "DOCSUM_LLM_BATCH_PRICE_FACTOR": "0.45",
     "OPENAI_BASE_URL": "http://llm.example:8080/v1",
     "OPENAI_API_KEY": "sk-0123456789",
     # IntakeSettings

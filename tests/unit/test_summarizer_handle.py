@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
 from docsum_shared.errors import Poison, ProviderUnavailable, RateLimited, RequestRefused
 from docsum_shared.events import ChunkCreated, ChunkSummarized
+from docsum_shared.options import Mode, TaskOptions
 from docsum_shared.retry import Backoff
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from docsum_summarizer.handlers import Deps, handle
@@ -48,6 +50,14 @@ async def test_a_pending_chunk_is_summarized_stored_and_reported() -> None:
     assert out.trace_id == EVENT.trace_id
     assert repo.rows["c"].status is ChunkStatus.COMPLETED and repo.rows["c"].summary
     assert len(llm.calls) == 1 and repo.rows["c"].lease is None
+
+
+@pytest.mark.parametrize("mode", ["flex", None])
+async def test_the_call_is_made_in_the_tasks_mode(mode: Mode | None) -> None:
+    chunk = replace(_chunk(), options=TaskOptions(mode=mode))
+    repo, llm = FakeChunkRepository(c=chunk), FakeLLM()
+    await handle(EVENT, _deps(repo, llm))
+    assert [c.mode if c else "no context" for c in llm.contexts] == [mode]  # None: the deployment's default
 
 
 async def test_replay_of_a_finished_chunk_reports_again_and_calls_nothing() -> None:

@@ -118,7 +118,7 @@ async def merge_document(event: ChunkSummarized, deps: Deps) -> list[Event]:
                 else:
                     summary, model, truncated = await _merged(
                         decision.request,
-                        CallContext(event.task_id, doc.id, owner=loaded.owner),
+                        CallContext(event.task_id, doc.id, owner=loaded.owner, mode=loaded.options.mode),
                         f"document {doc.id}",
                         lambda: deps.repo.record_document_merge_failure(doc.id),
                         deps,
@@ -152,7 +152,7 @@ async def finish_task(event: DocumentMerged, deps: Deps) -> list[Event]:
             try:
                 summary, model, truncated = await _merged(
                     decision.request,
-                    CallContext(event.task_id, owner=task.owner),
+                    CallContext(event.task_id, owner=task.owner, mode=task.options.mode),
                     f"task {event.task_id}",
                     lambda: deps.repo.record_task_merge_failure(event.task_id),
                     deps,

@@ -124,7 +124,7 @@ async def _summarize(event: ChunkCreated, chunk: StoredChunk, holder: str, deps:
     """Summarize the leased chunk and store the outcome: its summary, its failure, or its next round;
     whether it made the chunk final."""
     request = await deps.llm.bounded(request_for(chunk))
-    context = CallContext(event.task_id, event.document_id, event.chunk_id, owner=chunk.owner)
+    context = CallContext(event.task_id, event.document_id, event.chunk_id, owner=chunk.owner, mode=chunk.options.mode)
     settings = deps.settings
     limits = for_chunks(
         settings.llm_max_attempts, settings.llm_inplace_attempts, settings.llm_retry_delay_s, deps.backoff

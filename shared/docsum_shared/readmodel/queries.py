@@ -30,12 +30,13 @@ async def _documents(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
 
 
 async def usage_rows(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
-    """Usage per document (None: the task-level merge) and model, from the calls ledger."""
+    """Usage per document (None: the task-level merge), model and tier (what it is priced at), from the
+    calls ledger."""
     return await pool.fetch(
-        "SELECT document_id, model, coalesce(sum(prompt_tokens), 0) AS prompt_tokens,"
+        "SELECT document_id, model, tier, coalesce(sum(prompt_tokens), 0) AS prompt_tokens,"
         " coalesce(sum(completion_tokens), 0) AS completion_tokens,"
         " count(*) FILTER (WHERE NOT cached) AS llm_calls, count(*) FILTER (WHERE cached) AS cached_calls"
-        " FROM llm_calls WHERE task_id = $1 GROUP BY document_id, model",
+        " FROM llm_calls WHERE task_id = $1 GROUP BY document_id, model, tier",
         task_id,
     )
 

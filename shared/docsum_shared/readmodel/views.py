@@ -58,6 +58,7 @@ async def pipeline_view(pool: asyncpg.Pool, settings: LLMSettings, task_id: str)
 async def _view(pool: asyncpg.Pool, settings: LLMSettings, task: Row, documents: list[Row]) -> TaskView:
     task_id = task["id"]
     total, per_document = usage_by_document(settings, await queries.usage_rows(pool, task_id))
+    options = resolved(settings, TaskOptions.from_stored(task["options"]))
     return TaskView(
         task_id=task["id"],
         title=task["title"],
@@ -67,12 +68,12 @@ async def _view(pool: asyncpg.Pool, settings: LLMSettings, task: Row, documents:
         summary=task["summary"],
         summary_model=task["summary_model"],
         error=task["error"],
-        options=TaskOptions.from_stored(task["options"]),
+        options=options,
         hold_reason=task.get("hold_reason"),
         truncated=bool(task.get("summary_truncated")) or any(d.get("truncated_parts") for d in documents),
         llm=await endpoint_view(pool, settings),
         usage=total,
-        estimate=estimate_from(settings, await queries.remaining_work(pool, task_id)),
+        estimate=estimate_from(settings, await queries.remaining_work(pool, task_id), options.mode or "realtime"),
         recovery=recovery_from(task, await queries.recovery(pool, task_id), total),
         documents=[document_view(d, per_document.get(d["id"], Usage())) for d in documents],
     )
@@ -128,7 +129,8 @@ def usage_by_document(settings: LLMSettings, rows: Iterable[Row]) -> tuple[Usage
     per_document: dict[str | None, Usage] = {}
     total = Usage()
     for row in rows:
-        cost = settings.cost_usd(row["model"], row["prompt_tokens"], row["completion_tokens"])
+        tier = row.get("tier") or "realtime"
+        cost = settings.cost_usd(row["model"], row["prompt_tokens"], row["completion_tokens"], tier)
         for u in (per_document.setdefault(row["document_id"], Usage()), total):
             u.prompt_tokens += row["prompt_tokens"]
             u.completion_tokens += row["completion_tokens"]
@@ -138,15 +140,21 @@ def usage_by_document(settings: LLMSettings, rows: Iterable[Row]) -> tuple[Usage
     return total, per_document
 
 
-def estimate_from(settings: LLMSettings, remaining: Row) -> Estimate:
-    """Cost and time of the chunks still to summarize, at the task's call rate of the last minute."""
+def resolved(settings: LLMSettings, options: TaskOptions) -> TaskOptions:
+    """The options as the task runs them: a mode it did not ask for is the deployment's default."""
+    return options.model_copy(update={"mode": settings.mode(options)})
+
+
+def estimate_from(settings: LLMSettings, remaining: Row, tier: str = "realtime") -> Estimate:
+    """Cost and time of the chunks still to summarize (at the task's tier), at the task's call rate of the
+    last minute."""
     chunks = remaining["chunks"]
     prompt_tokens = remaining["prompt_tokens"]
     rate_per_s = remaining["calls_last_minute"] / 60.0
     return Estimate(
         remaining_chunks=chunks,
         prompt_tokens=prompt_tokens,
-        cost_usd=settings.cost_usd(settings.llm_model, prompt_tokens, chunks * EXPECTED_COMPLETION_TOKENS),
+        cost_usd=settings.cost_usd(settings.llm_model, prompt_tokens, chunks * EXPECTED_COMPLETION_TOKENS, tier),
         eta_s=round(chunks / rate_per_s, 1) if rate_per_s > 0 else (0.0 if not chunks else None),
     )
 

@@ -113,6 +113,7 @@ class Summarizing:
                     limiter=self.limiter,
                     calibration=self.calibration,
                     shared=self.settings.shared_cache,
+                    mode=(context.mode if context else None) or self.settings.llm_mode,
                 )
             except Exception as exc:
                 metrics.LLM_CALLS.labels(self.model, kind, _outcome(exc)).inc()
@@ -156,7 +157,7 @@ def _measured(result: SummaryResult, kind: str, cached: bool, seconds: float, se
     metrics.LLM_TOKENS.labels(result.model, "prompt").inc(result.prompt_tokens)
     metrics.LLM_TOKENS.labels(result.model, "completion").inc(result.completion_tokens)
     metrics.LLM_COST.labels(result.model).inc(
-        settings.cost_usd(result.model, result.prompt_tokens, result.completion_tokens)
+        settings.cost_usd(result.model, result.prompt_tokens, result.completion_tokens, result.tier)
     )
 
 
@@ -170,6 +171,7 @@ def make_backend(settings: LLMSettings) -> SummarizerBackend:
             api_key=settings.openai_api_key,
             timeouts=Timeouts(settings.llm_stall_timeout_s, settings.llm_min_prompt_tps, settings.llm_min_output_tps),
             frequency_penalty=settings.llm_frequency_penalty,
+            flex_tries=settings.llm_flex_tries,
         )
     from .extractive import ExtractiveBackend
 

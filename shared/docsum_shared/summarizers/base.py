@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
 
-from ..options import TaskOptions
+from ..options import Mode, TaskOptions
 
 
 class SummaryKind(StrEnum):
@@ -60,6 +60,8 @@ class SummaryResult:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     truncated: bool = False  # cut at max_tokens even when asked for a shorter answer
+    # The tier the provider answered at, which is what it costs: "realtime" (its default) or "flex".
+    tier: str = "realtime"
 
 
 class SummarizerBackend(abc.ABC):
@@ -69,7 +71,7 @@ class SummarizerBackend(abc.ABC):
     sampling: Mapping[str, object] = MappingProxyType({})
 
     @abc.abstractmethod
-    async def summarize(self, request: SummaryRequest) -> SummaryResult: ...
+    async def summarize(self, request: SummaryRequest, mode: Mode = "realtime") -> SummaryResult: ...
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release connections; the default backend holds none."""

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 import asyncpg
 
 from ..errors import RateLimited
+from ..options import Mode
 from ..ratelimit import RateLimiter
 from .base import SummarizerBackend, SummaryRequest, SummaryResult
 from .budget import COMPLETION_RESERVE, TokenCalibration, estimate_request_tokens
@@ -31,6 +32,9 @@ class CallContext:
     # Whose request it is: the result cache is per owner (unless shared), so that no owner learns
     # from a cache hit what another submitted.
     owner: str | None = None
+    # How the task's calls are sent (its options' mode; None: the deployment's default). Not part of the
+    # cache key: the same request gets the same answer at any tier.
+    mode: Mode | None = None
 
 
 def cache_key(
@@ -57,10 +61,12 @@ async def summarize_cached(
     limiter: RateLimiter | None = None,
     calibration: TokenCalibration | None = None,
     shared: bool = False,
+    mode: Mode = "realtime",
 ) -> tuple[SummaryResult, bool]:
     """The backend's answer to `request`, and whether it came from the cache.
 
-    A call that goes to the provider first takes its slot from the cluster-wide rate limiter.
+    A call that goes to the provider first takes its slot from the cluster-wide rate limiter, and is
+    sent in `mode`; its ledger line says the tier it was answered at, which is what it is priced at.
     """
     context = context or CallContext()
     key = cache_key(backend.model, request, None if shared else context.owner, backend.sampling)
@@ -77,7 +83,7 @@ async def summarize_cached(
     reservation = await limiter.acquire(estimate + COMPLETION_RESERVE) if limiter else None
     started = time.monotonic()
     try:
-        result = await backend.summarize(request)
+        result = await backend.summarize(request, mode)
     except RateLimited as exc:
         if limiter:
             await limiter.refused(exc.retry_after)
@@ -90,7 +96,7 @@ async def summarize_cached(
     # The answer and its ledger line in one statement: both or neither.
     await pool.execute(
         "WITH stored AS (INSERT INTO llm_results (key, model, kind, result, prompt_tokens, completion_tokens,"
-        "   truncated) VALUES ($5, $6, $4, $11, $8, $9, $12) ON CONFLICT (key) DO NOTHING RETURNING 1)"
+        "   truncated) VALUES ($5, $6, $4, $12, $8, $9, $13) ON CONFLICT (key) DO NOTHING RETURNING 1)"
         f", recorded AS ({_RECORD} RETURNING 1) SELECT (SELECT count(*) FROM stored), (SELECT count(*) FROM recorded)",
         *_ledger(context, request, key, result, cached=False, latency_ms=latency_ms),
         result.text,
@@ -99,10 +105,10 @@ async def summarize_cached(
     return result, False
 
 
-# A call in the ledger; its parameters are `_ledger`'s, $1 to $10.
+# A call in the ledger; its parameters are `_ledger`'s, $1 to $11.
 _RECORD = (
     "INSERT INTO llm_calls (task_id, document_id, chunk_id, kind, cache_key, model, cached, prompt_tokens,"
-    " completion_tokens, latency_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+    " completion_tokens, latency_ms, tier) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
 )
 
 
@@ -120,4 +126,5 @@ def _ledger(
         0 if cached else result.prompt_tokens,
         0 if cached else result.completion_tokens,
         latency_ms,
+        "realtime" if cached else result.tier,  # a cached answer is paid nothing, at any tier
     )

@@ -75,6 +75,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..options import Mode
 from ..text import (
     CJK_SENTENCE_END,
     STOPWORDS,
@@ -743,9 +744,9 @@ class ExtractiveBackend(SummarizerBackend):
         self.mmr_lambda = mmr_lambda
         self.redundant_cosine = redundant_cosine
 
-    async def summarize(self, request: SummaryRequest) -> SummaryResult:
-        # CPU-bound (a large merge ranks thousands of sentences): off the event loop, so the consumer's
-        # polls and heartbeats go on meanwhile.
+    async def summarize(self, request: SummaryRequest, mode: Mode = "realtime") -> SummaryResult:
+        # Every mode is the same here: nothing is paid. CPU-bound (a large merge ranks thousands of
+        # sentences): off the event loop, so the consumer's polls and heartbeats go on meanwhile.
         return await asyncio.to_thread(self.summarize_sync, request)
 
     def summarize_sync(self, request: SummaryRequest) -> SummaryResult:

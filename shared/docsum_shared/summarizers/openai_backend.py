@@ -13,6 +13,10 @@ What real servers do, and what this backend does about it:
 - Ollama never refuses a prompt longer than its num_ctx: it cuts it silently (and its OpenAI-compatible
   endpoint takes no num_ctx from the request). Its usage says how much it read, so an answer to a
   prompt it read only in part is refused here as too long, and the budget is learned from it.
+- A flex call (`service_tier: "flex"`) may be refused 429 for lack of flex capacity: that is not our
+  rate limit. It is sent again after a short wait, and after `flex_tries` such refusals in a row at the
+  default tier, so a task never stalls on flex capacity. An endpoint that does not know the flex tier
+  (a 400 naming service_tier) gets the default tier from then on.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import httpx2
 import openai
 
 from ..errors import ContextLimitExceeded, ProviderUnavailable, RateLimited, RequestRefused, context_limit_error
+from ..options import Mode
 from ..text import estimate_tokens_upper
 from .base import SummarizerBackend, SummaryRequest, SummaryResult
 from .prompts import build_messages
@@ -41,6 +46,18 @@ OLLAMA_DEFAULT_NUM_CTX = 2048
 # A prompt Ollama reports reading less than this share of (by our deliberately high estimate) was cut.
 OLLAMA_CUT_SHARE = 0.5
 PROBE_TIMEOUT_S = 5.0
+# The wait after a flex call refused for lack of capacity (unless the provider says how long), doubled
+# at each refusal in a row; never longer than FLEX_WAIT_MAX_S, since the default tier is the way out.
+FLEX_WAIT_S = 0.5
+FLEX_WAIT_MAX_S = 10.0
+
+
+class _NoFlexCapacity(RateLimited):
+    """A flex call refused for lack of flex capacity (not our rate limit): handled here, never raised."""
+
+
+class _NoFlexTier(RequestRefused):
+    """The endpoint does not know the flex tier: handled here, never raised."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +91,8 @@ class OpenAIBackend(SummarizerBackend):
         api_key: str | None,
         timeouts: Timeouts = Timeouts(),
         frequency_penalty: float | None = None,
+        flex_tries: int = 3,
+        flex_wait_s: float = FLEX_WAIT_S,
     ) -> None:
         self.model = model
         self.frequency_penalty = frequency_penalty
@@ -82,6 +101,9 @@ class OpenAIBackend(SummarizerBackend):
         self.api_key = api_key or "not-needed"
         self.timeouts = timeouts
         self.streaming = True  # until the endpoint says it cannot
+        self.flex = True  # until the endpoint says it has no flex tier
+        self.flex_tries = flex_tries
+        self.flex_wait_s = flex_wait_s
         self.server: str | None = None  # what probe() found
         self.num_ctx: int | None = None  # Ollama's, as /api/show states it
 
@@ -90,48 +112,92 @@ class OpenAIBackend(SummarizerBackend):
 
     # --- one summary -------------------------------------------------------------------------------
 
-    async def summarize(self, request: SummaryRequest) -> SummaryResult:
-        result, finish = await self._complete(request)
+    async def summarize(self, request: SummaryRequest, mode: Mode = "realtime") -> SummaryResult:
+        result, finish = await self._complete(request, mode)
         if finish == "length":  # cut at max_tokens: ask once more for a shorter answer
-            shorter, finish = await self._complete(replace(request, shorter=True))
+            shorter, finish = await self._complete(replace(request, shorter=True), mode)
             result = replace(
                 shorter,
                 prompt_tokens=result.prompt_tokens + shorter.prompt_tokens,
                 completion_tokens=result.completion_tokens + shorter.completion_tokens,
                 truncated=finish == "length",
+                # Both are priced at one tier: the default one unless both were answered at flex.
+                tier=result.tier if result.tier == shorter.tier else "realtime",
             )
         if _repeats_the_input(result.text, request):
             raise ProviderUnavailable("LLM provider answered with the input itself instead of a summary")
         return result
 
-    async def _complete(self, request: SummaryRequest) -> tuple[SummaryResult, str | None]:
+    async def _complete(self, request: SummaryRequest, mode: Mode = "realtime") -> tuple[SummaryResult, str | None]:
         messages = build_messages(request)
         prompt_tokens = sum(estimate_tokens_upper(str(m.get("content", ""))) for m in messages)
         max_tokens = request.max_tokens or 1024
         extra: dict[str, Any] = {}
         if self.frequency_penalty is not None:  # small local models copy their input without one
             extra["frequency_penalty"] = self.frequency_penalty
+        refused = 0  # flex refusals in a row, for lack of capacity
+        while True:
+            tier = "flex" if mode == "flex" and self.flex and refused < self.flex_tries else "realtime"
+            try:
+                text, finish, usage, model, tier = await self._send(messages, max_tokens, prompt_tokens, extra, tier)
+                break
+            except _NoFlexCapacity as exc:
+                refused += 1
+                if refused >= self.flex_tries:
+                    log.warning(
+                        "%s refused a flex call %d times in a row for lack of capacity; sending it at the "
+                        "default tier (DOCSUM_LLM_FLEX_TRIES)",
+                        self.base_url,
+                        refused,
+                    )
+                    continue
+                wait_s = exc.retry_after if exc.retry_after is not None else self.flex_wait_s * 2 ** (refused - 1)
+                await asyncio.sleep(min(wait_s, FLEX_WAIT_MAX_S))
+            except _NoFlexTier as exc:
+                log.warning("%s has no flex tier (%s); the default tier from now on", self.base_url, exc)
+                self.flex = False
+        text = text.strip()
+        if not text:
+            raise ProviderUnavailable("LLM provider returned an empty answer")
+        prompt_used, completion_used = usage if usage else (prompt_tokens, estimate_tokens_upper(text))
+        if self.server == "Ollama" and usage and self._cut(prompt_used, prompt_tokens):
+            raise ContextLimitExceeded(
+                f"the endpoint read only {prompt_used} of about {prompt_tokens} prompt tokens: it cut the prompt "
+                "silently (Ollama's num_ctx)",
+                limit=prompt_used,
+                requested=prompt_tokens,
+            )
+        return SummaryResult(text, model or self.model, prompt_used, completion_used, tier=tier), finish
+
+    async def _send(
+        self, messages: list[Any], max_tokens: int, prompt_tokens: int, extra: dict[str, Any], tier: str
+    ) -> tuple[str, str | None, tuple[int, int] | None, str | None, str]:
+        """One call at `tier`, its failures as the four kinds of errors.py; with the tier it was answered at
+        (what the answer says, else what was asked)."""
         try:
             async with asyncio.timeout(self.timeouts.ceiling_s(prompt_tokens, max_tokens)):
                 if self.streaming:
                     try:
-                        text, finish, usage, model = await self._streamed(messages, max_tokens, prompt_tokens, extra)
+                        text, finish, usage, model, served = await self._streamed(
+                            messages, max_tokens, prompt_tokens, extra, tier
+                        )
                     except openai.BadRequestError as exc:
                         if "stream" not in exc.message.lower():
                             raise
                         log.warning("%s cannot stream (%s); plain calls from now on", self.base_url, exc.message)
                         self.streaming = False
                 if not self.streaming:
-                    text, finish, usage, model = await self._plain(messages, max_tokens, extra)
+                    text, finish, usage, model, served = await self._plain(messages, max_tokens, extra, tier)
         except TimeoutError as exc:
             raise ProviderUnavailable(
                 f"LLM provider took longer than {self.timeouts.ceiling_s(prompt_tokens, max_tokens):.0f}s "
                 "(the ceiling for this prompt and answer)"
             ) from exc
         except openai.RateLimitError as exc:
-            raise RateLimited(
-                f"LLM provider rate limit: {exc.message}", retry_after=_retry_after(exc.response.headers)
-            ) from exc
+            retry_after = _retry_after(exc.response.headers)
+            if tier == "flex" and _no_capacity(exc):
+                raise _NoFlexCapacity(f"no flex capacity: {exc.message}", retry_after=retry_after) from exc
+            raise RateLimited(f"LLM provider rate limit: {exc.message}", retry_after=retry_after) from exc
         except (openai.APIConnectionError, openai.APITimeoutError) as exc:
             raise ProviderUnavailable(f"LLM provider unavailable: {exc}") from exc
         except openai.APIStatusError as exc:
@@ -144,19 +210,11 @@ class OpenAIBackend(SummarizerBackend):
                 code = getattr(exc, "code", None)
                 if overflow := context_limit_error(exc.message, code if isinstance(code, str) else None):
                     raise overflow from exc
+                if tier == "flex" and exc.status_code == 400 and _names_service_tier(exc):
+                    raise _NoFlexTier(exc.message) from exc
             raise RequestRefused(f"LLM provider rejected the request ({exc.status_code}): {exc.message}") from exc
-        text = text.strip()
-        if not text:
-            raise ProviderUnavailable("LLM provider returned an empty answer")
-        prompt_used, completion_used = usage if usage else (prompt_tokens, estimate_tokens_upper(text))
-        if self.server == "Ollama" and usage and self._cut(prompt_used, prompt_tokens):
-            raise ContextLimitExceeded(
-                f"the endpoint read only {prompt_used} of about {prompt_tokens} prompt tokens: it cut the prompt "
-                "silently (Ollama's num_ctx)",
-                limit=prompt_used,
-                requested=prompt_tokens,
-            )
-        return SummaryResult(text, model or self.model, prompt_used, completion_used), finish
+        answered = "flex" if served == "flex" or (served is None and tier == "flex") else "realtime"
+        return text, finish, usage, model, answered
 
     def _cut(self, reported: int, estimated: int) -> bool:
         """Ollama read less of the prompt than was sent: it filled its num_ctx, or read far less than our
@@ -164,8 +222,8 @@ class OpenAIBackend(SummarizerBackend):
         return (self.num_ctx is not None and reported >= self.num_ctx) or reported < estimated * OLLAMA_CUT_SHARE
 
     async def _streamed(
-        self, messages: list[Any], max_tokens: int, prompt_tokens: int, extra: dict[str, Any]
-    ) -> tuple[str, str | None, tuple[int, int] | None, str | None]:
+        self, messages: list[Any], max_tokens: int, prompt_tokens: int, extra: dict[str, Any], tier: str
+    ) -> tuple[str, str | None, tuple[int, int] | None, str | None, str | None]:
         first_token_s = self.timeouts.first_token_s(prompt_tokens)
         stream = await self._client.chat.completions.create(
             model=self.model,
@@ -174,12 +232,13 @@ class OpenAIBackend(SummarizerBackend):
             max_tokens=max_tokens,
             stream=True,
             stream_options={"include_usage": True},
+            service_tier="flex" if tier == "flex" else openai.omit,  # realtime: nothing more is sent
             extra_body=extra or None,
             # read: between two bytes of the answer; the first may come only after the whole prompt is read
             timeout=httpx2.Timeout(first_token_s, connect=10.0),
         )  # type: ignore[call-overload]  # the stream=True overload, with extra_body
         pieces: list[str] = []
-        finish = model = None
+        finish = model = served = None
         usage: tuple[int, int] | None = None
         loop = asyncio.get_running_loop()
         wait_s = first_token_s
@@ -188,6 +247,7 @@ class OpenAIBackend(SummarizerBackend):
             async with asyncio.timeout_at(loop.time() + wait_s) as deadline:
                 async for chunk in stream:
                     model = chunk.model or model
+                    served = chunk.service_tier or served
                     if chunk.usage is not None:
                         usage = (chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
                     for choice in chunk.choices:
@@ -203,18 +263,23 @@ class OpenAIBackend(SummarizerBackend):
             ) from exc
         finally:
             await stream.close()
-        return "".join(pieces), finish, usage, model
+        return "".join(pieces), finish, usage, model, served
 
     async def _plain(
-        self, messages: list[Any], max_tokens: int, extra: dict[str, Any]
-    ) -> tuple[str, str | None, tuple[int, int] | None, str | None]:
+        self, messages: list[Any], max_tokens: int, extra: dict[str, Any], tier: str
+    ) -> tuple[str, str | None, tuple[int, int] | None, str | None, str | None]:
         response = await self._client.chat.completions.create(
-            model=self.model, messages=messages, temperature=0, max_tokens=max_tokens, extra_body=extra or None
+            model=self.model,
+            messages=messages,
+            temperature=0,
+            max_tokens=max_tokens,
+            service_tier="flex" if tier == "flex" else openai.omit,
+            extra_body=extra or None,
         )
         choice = response.choices[0] if response.choices else None
         text = (choice.message.content or "") if choice else ""
         usage = (response.usage.prompt_tokens, response.usage.completion_tokens) if response.usage else None
-        return text, choice.finish_reason if choice else None, usage, response.model
+        return text, choice.finish_reason if choice else None, usage, response.model, response.service_tier
 
     # --- what the endpoint can do ----------------------------------------------------------------
 
@@ -255,6 +320,17 @@ def _repeats_the_input(text: str, request: SummaryRequest) -> bool:
     if len(answer) < 200:
         return False
     return any(answer == _squash(t) for t in request.texts) or "summarizethetextbetween" in answer
+
+
+def _no_capacity(exc: openai.RateLimitError) -> bool:
+    """A 429 for lack of capacity ("resource unavailable"), not for going over our rate limit."""
+    code = str(getattr(exc, "code", None) or "")
+    return code == "resource_unavailable" or "resource unavailable" in exc.message.lower()
+
+
+def _names_service_tier(exc: openai.APIStatusError) -> bool:
+    """A 400 about service_tier: the endpoint does not know the tier asked for."""
+    return "service_tier" in f"{exc.message} {getattr(exc, 'param', None) or ''}".lower()
 
 
 def _squash(text: str) -> str:

@@ -19,7 +19,7 @@ from docsum_shared.errors import Kind, classify
 from docsum_shared.events import DocumentSubmitted, TaskEvent
 from docsum_shared.handlers import Sender
 from docsum_shared.kafka import publish
-from docsum_shared.options import TaskOptions
+from docsum_shared.options import MODES, Mode, TaskOptions
 from docsum_shared.readmodel import queries, views
 from docsum_shared.readmodel.schemas import FailureView, TaskListItem, TaskView
 from docsum_shared.redrive import prepare_redrive
@@ -66,6 +66,7 @@ class TaskForm(BaseModel):
     language: Annotated[StoredText, Field(max_length=40)] | None = None  # summary language; default: the document's
     length: Literal["brief", "standard", "detailed"] = "standard"
     style: Literal["prose", "bullets"] = "prose"
+    mode: Mode | None = None  # how the LLM calls are sent; default: DOCSUM_LLM_MODE
 
 
 _OPTIONAL_TEXT = {"title", "language"}
@@ -92,6 +93,9 @@ UPLOAD_BODY: dict[str, Any] = {
                                  "description": "summary language; default: the document's"},
                     "length": {"type": "string", "enum": ["brief", "standard", "detailed"], "default": "standard"},
                     "style": {"type": "string", "enum": ["prose", "bullets"], "default": "prose"},
+                    "mode": {"type": "string", "enum": list(MODES),
+                             "description": "how the LLM calls are sent (flex: about half the price, slower); "
+                                            "default: the deployment's (DOCSUM_LLM_MODE)"},
                 },
             }
         }
@@ -147,7 +151,8 @@ def _form(fields: dict[str, list[str]]) -> TaskForm:
     responses={201: {"links": _TASK_LINKS}, **errors(400, 401, 413, 422, 429, 503)},
     dependencies=[Depends(within_task_rate)],
     openapi_extra={"requestBody": UPLOAD_BODY},
-    description="Multipart: one or more `files`, and optionally `title`, `strict`, `language`, `length`, `style`."
+    description="Multipart: one or more `files`, and optionally `title`, `strict`, `language`, `length`, `style`,"
+    " `mode`."
     " The upload streams: each file is spooled and hashed as it arrives, and a request over a limit is"
     " answered 413 as soon as it crosses it.",
 )
@@ -163,7 +168,9 @@ async def create_task(
             repository.NewDocument(repository.new_id(), f, (f.filename or f"document-{i + 1}")[:255])
             for i, f in enumerate(upload.files)
         ]
-        options = TaskOptions(strict=form.strict, language=form.language, length=form.length, style=form.style)
+        options = TaskOptions(
+            strict=form.strict, language=form.language, length=form.length, style=form.style, mode=form.mode
+        )
         task_id = await repository.TaskRepository(pool).create_task(owner, form.title, documents, options)
     finally:
         upload.close()
