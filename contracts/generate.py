@@ -148,6 +148,9 @@ SENDS: dict[tuple[str, str], str] = {
     ("the chunker", "chunk-created"): "once every chunk of the document is stored",
     ("the re-drives", "chunk-created"): REDRIVES,
     ("the summarizer's round scheduler", "chunk-created"): "when a chunk's next round is due",
+    ("the summarizer's batch driver", "chunk-created"): (
+        "when the provider's batch answered a chunk's line, or did not (the chunk is then called in realtime)"
+    ),
     ("the summarizer", "chunk-summarized"): "once the chunk's summary is stored, or the chunk FAILED",
     ("the re-drives", "chunk-summarized"): REDRIVES,
     ("the parser", "document-merged"): "when the document cannot be parsed: it FAILED",

@@ -41,6 +41,13 @@ a batch keeps the values in force when it was created):
   validating, in progress or finalizing, exceed it, ``failed`` with ``token_limit_exceeded``.
 - `batch_lose_create_next`: the next n creates are performed (the batch exists and runs) but their HTTP
   response is cut off after its headers, so the client sees a connection error.
+- `batch_hold`: the points where a request waits while its name is listed (configured away, or reset,
+  it goes on as usual): ``"upload"`` (``POST /v1/files``, before the file is stored), ``"create"``
+  (``POST /v1/batches``, before the batch is created), ``"created"`` (the batch is created and runs on its
+  clock; its response waits), ``"retrieve"`` (``GET /v1/batches/{id}``), ``"content"``
+  (``GET /v1/files/{id}/content``). A request whose client leaves while it waits ends there (499): nothing
+  is stored or created for it (a ``"created"`` batch stays). ``FakeLLM.held()`` (``GET /_held``) counts
+  the requests waiting at each point; ``FakeLLM.wait_held(point)`` waits, bounded, until they are there.
 - `flex_unavailable_rate`: that share of flex calls (1.0: all) is refused 429 "resource unavailable"
   (decided per prompt and attempt, like `fail_rate`); nothing is billed for them.
 - `flex_known`: false stands for a server without a flex tier: every flex call is refused 400, naming
@@ -49,6 +56,7 @@ a batch keeps the values in force when it was created):
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -56,6 +64,7 @@ import math
 import random
 import secrets
 import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -64,7 +73,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from tests.fake_llm import LedgerEntry, _Decision, _error_body, estimate_tokens, prompt_text, user_text
+from tests.fake_llm import _POLL_S, LedgerEntry, _Decision, _error_body, estimate_tokens, prompt_text, user_text
 
 if TYPE_CHECKING:
     from tests.fake_llm import FakeLLM
@@ -74,6 +83,7 @@ log = logging.getLogger(__name__)
 CHAT_ENDPOINT = "/v1/chat/completions"
 WINDOW_S = {"24h": 24 * 3600}  # the completion windows OpenAI accepts, in provider seconds
 MAX_METADATA_PAIRS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512
+HOLD_POINTS = ("upload", "create", "created", "retrieve", "content")  # where `batch_hold` can keep a request
 FILE_PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")
 BATCH_FILE_LIFETIME_S = 30 * 24 * 3600  # files with purpose=batch expire after 30 days
 ORGANIZATION = "org-fakellm"
@@ -109,6 +119,7 @@ DEFAULTS: dict[str, Any] = {
     "batch_fail_rate": 0.0,  # share of lines answering 500 (per custom_id and seed)
     "batch_enqueued_token_limit": None,  # per model: prompt tokens of active batches; beyond -> failed
     "batch_lose_create_next": 0,  # the next n creates are performed but their response is cut off
+    "batch_hold": [],  # the HOLD_POINTS where requests wait while listed
     "batch_max_lines": 50_000,  # OpenAI's limit on the requests of one input file
     "batch_max_file_bytes": 200 * 1024 * 1024,  # OpenAI's limit on the size of a batch input file
 }
@@ -168,6 +179,10 @@ def validate(name: str, value: Any) -> Any:
         if isinstance(value, str) or not isinstance(value, list | tuple) or not all(isinstance(c, str) for c in value):
             raise ValueError("batch_fail_custom_ids must be a list of custom_ids")
         return list(value)
+    if name == "batch_hold":
+        if isinstance(value, str) or not isinstance(value, list | tuple) or not all(p in HOLD_POINTS for p in value):
+            raise ValueError(f"batch_hold must be a list of points among {', '.join(HOLD_POINTS)}")
+        return list(dict.fromkeys(value))
     raise ValueError(f"unknown config field: {name}")  # pragma: no cover
 
 
@@ -453,6 +468,7 @@ class BatchDesk:
         self.values: dict[str, Any] = _copy(DEFAULTS)
         self.files: dict[str, StoredFile] = {}
         self.batches: dict[str, StoredBatch] = {}
+        self.waiting: Counter[str] = Counter()  # requests held at each point of `batch_hold` now
 
     # -- config ------------------------------------------------------------------------------------
 
@@ -474,6 +490,33 @@ class BatchDesk:
             self.batches.clear()
             if config:
                 self.values = _copy(DEFAULTS)
+
+    # -- holds -------------------------------------------------------------------------------------
+
+    def holds(self, point: str) -> bool:
+        """Whether a request reaching `point` waits there now."""
+        with self.llm._lock:
+            return point in self.values["batch_hold"]
+
+    def count_held(self, point: str, change: int) -> None:
+        with self.llm._lock:
+            self.waiting[point] += change
+
+    def held(self) -> dict[str, int]:
+        """How many requests wait at each point now."""
+        with self.llm._lock:
+            return {point: self.waiting[point] for point in HOLD_POINTS}
+
+    def wait_held(self, point: str, count: int = 1, timeout: float = 5.0) -> bool:
+        """Waits until exactly `count` requests wait at `point`; False when they are not there after `timeout` s."""
+        if point not in HOLD_POINTS:
+            raise ValueError(f"no hold point {point!r}: the points are {', '.join(HOLD_POINTS)}")
+        deadline = time.monotonic() + timeout
+        while self.held()[point] != count:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(_POLL_S)
+        return True
 
     def price_factor(self, tier: str) -> float:
         return {"batch": self.values["batch_price_factor"], "flex": self.values["flex_price_factor"]}.get(tier, 1.0)
@@ -768,6 +811,7 @@ def mount(app: FastAPI, llm: FakeLLM) -> None:
     """Adds the Files and Batch endpoints to `app` (at /v1 and at the root, like the chat endpoint).
     They answer 404 in the llamacpp and ollama dialects, which have no Batch API."""
     desk = llm.batches
+    stopping = app.state.stopping
 
     def served() -> bool:
         return llm.dialect == "openai"
@@ -780,6 +824,24 @@ def mount(app: FastAPI, llm: FakeLLM) -> None:
 
     def no_batch(batch_id: str) -> JSONResponse:
         return _invalid(f"No batch found with id '{batch_id}'.", "id", 404)
+
+    async def hold(point: str, request: Request) -> Response | None:
+        """Keeps the request at `point` while `batch_hold` lists it. None: it goes on; else what it gets
+        instead, its client having left (499: nothing more happens for it) or the server stopping (503)."""
+        if not desk.holds(point):
+            return None
+        desk.count_held(point, 1)
+        try:
+            while desk.holds(point):
+                if stopping.is_set():
+                    return JSONResponse(_error_body("the stand-in is shutting down", "server_error", None), 503)
+                if await request.is_disconnected():
+                    log.info("a request held at %r was left by its client", point)
+                    return Response(status_code=499)
+                await asyncio.sleep(_POLL_S)
+            return None
+        finally:
+            desk.count_held(point, -1)
 
     async def upload(request: Request) -> Response:
         if not served():
@@ -798,6 +860,8 @@ def mount(app: FastAPI, llm: FakeLLM) -> None:
                 "Split it into smaller files."
             )
             return _invalid(message, "file")
+        if (instead := await hold("upload", request)) is not None:
+            return instead
         stored = desk.add_file(upload.filename or "upload.jsonl", str(purpose), content)
         return JSONResponse(stored.as_object())
 
@@ -812,9 +876,11 @@ def mount(app: FastAPI, llm: FakeLLM) -> None:
         stored = find_file(file_id)
         return JSONResponse(stored.as_object()) if stored else no_file(file_id)
 
-    async def file_content(file_id: str) -> Response:
+    async def file_content(file_id: str, request: Request) -> Response:
         if not served():
             return not_found()
+        if (instead := await hold("content", request)) is not None:
+            return instead
         stored = find_file(file_id)
         return Response(stored.content, media_type="application/octet-stream") if stored else no_file(file_id)
 
@@ -854,16 +920,22 @@ def mount(app: FastAPI, llm: FakeLLM) -> None:
                 f"Invalid 'input_file_id': {stored.id} was uploaded with purpose '{stored.purpose}', not 'batch'.",
                 "input_file_id",
             )
+        if (instead := await hold("create", request)) is not None:
+            return instead
         batch = desk.create(stored, data["endpoint"], data["completion_window"], data.get("metadata"))
-        answer = batch.as_object()
+        answer = batch.as_object()  # the batch as created, however late the response leaves
+        if (instead := await hold("created", request)) is not None:
+            return instead
         if desk.take_lost_create():
             log.warning("the response to the create of %s is cut off (batch_lose_create_next)", batch.id)
             return _CutOff(answer)
         return JSONResponse(answer)
 
-    async def get_batch(batch_id: str) -> Response:
+    async def get_batch(batch_id: str, request: Request) -> Response:
         if not served():
             return not_found()
+        if (instead := await hold("retrieve", request)) is not None:
+            return instead
         with llm._lock:
             desk.tick()
             batch = desk.batches.get(batch_id)

@@ -428,6 +428,14 @@ class FakeLLM:
                         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
                         setattr(self, f.name, default)
 
+    def held(self) -> dict[str, int]:
+        """How many Files and Batch requests wait at each `batch_hold` point now (GET /_held)."""
+        return self.batches.held()
+
+    def wait_held(self, point: str, count: int = 1, timeout: float = 5.0) -> bool:
+        """Wait until exactly `count` requests wait at the `batch_hold` point `point` (False on timeout)."""
+        return self.batches.wait_held(point, count, timeout)
+
     # ----------------------------------------------------------------------------------------------
     # Ledger
 
@@ -986,6 +994,10 @@ class FakeLLM:
         @app.get("/_ledger")
         async def ledger(entries: bool = True, text: bool = True, since: int = 0) -> dict[str, Any]:
             return self.summary(entries=entries, text=text, since=since)
+
+        @app.get("/_held")
+        async def held() -> dict[str, int]:
+            return self.held()
 
         @app.post("/_config")
         async def set_config(request: Request) -> Response:

@@ -87,9 +87,14 @@ def _tasks_table(tasks: list[dict[str, Any]]) -> None:
 
 
 def mode_note(task: dict[str, Any]) -> str:
-    """The task's mode, named when it is not realtime: " (flex)"."""
-    mode = (task.get("options") or {}).get("mode")
-    return f" ({mode})" if mode and mode != "realtime" else ""
+    """The task's mode, named when it is not realtime, and its deadline when it has one:
+    " (batch, deadline 2026-12-03 08:00:00 UTC)"."""
+    options = task.get("options") or {}
+    mode, deadline = options.get("mode"), options.get("deadline")
+    notes = [mode] if mode and mode != "realtime" else []
+    if deadline:
+        notes.append(f"deadline {_when(deadline)} UTC")
+    return f" ({', '.join(notes)})" if notes else ""
 
 
 def _show_task(task: dict[str, Any]) -> None:

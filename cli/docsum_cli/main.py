@@ -16,7 +16,7 @@ from . import commands
 from .client import Gateway, GatewayError, StreamDropped, task_events
 
 # How the LLM calls are sent (the gateway's TaskOptions.mode); realtime is the usual one, and unnamed.
-MODES = ("realtime", "flex")
+MODES = ("realtime", "flex", "batch")
 FINAL = {"COMPLETED", "COMPLETED_WITH_ERRORS", "FAILED", "CANCELLED", "EXPIRED"}
 DOC_FINAL = {"COMPLETED", "FAILED", "CANCELLED"}
 
@@ -138,8 +138,14 @@ def main(argv: list[str] | None = None) -> int:
     summarize.add_argument(
         "--mode",
         choices=MODES,
-        help="how the LLM calls are sent: flex is about half the price and slower "
+        help="how the LLM calls are sent: flex and batch are about half the price; flex is slower, batch "
+        "waits for the provider's batch (hours) "
         "(default: the deployment's, DOCSUM_LLM_MODE)",
+    )
+    summarize.add_argument(
+        "--deadline",
+        help="when the task must be finished: a duration from now (45m, 6h, 2d, 1h30m) or an ISO 8601 instant "
+        "with its zone (2026-12-03T08:00:00Z), at most 7 days away",
     )
     waiting = sub.add_parser("wait", help="wait for a task and print its summaries")
     waiting.add_argument("task_id")
@@ -179,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
                 options["language"] = args.language
             if args.mode:
                 options["mode"] = args.mode
+            if args.deadline:  # sent as given: the gateway reads it, and says what it refuses
+                options["deadline"] = args.deadline
             created = gateway.submit(args.files, args.title, options)
             if args.no_wait:
                 print(json.dumps({"task_id": created["task_id"]}))

@@ -48,6 +48,19 @@ LLM_SECONDS = Histogram(
 )
 LLM_TOKENS = Counter("docsum_llm_tokens_total", "Tokens the provider reported.", ["model", "direction"])
 LLM_COST = Counter("docsum_llm_cost_usd_total", "Cost of the answered calls, at DOCSUM_LLM_PRICES.", ["model"])
+BATCH_LINES = Counter(
+    "docsum_llm_batch_lines_total",
+    "Lines of the provider's batches, by outcome: answered, failed (the line erred: called in realtime),"
+    " unanswered (its batch expired, was cancelled or refused: called in realtime), dropped (its task paused"
+    " or ended), cached (answered by the result cache before it was sent).",
+    ["outcome"],
+)
+BATCHES = Counter(
+    "docsum_llm_batches_total",
+    "Batches submitted to the provider and how they ended: submitted, adopted (found by its metadata after"
+    " a create whose answer was lost), completed, expired, cancelled, failed, split, lost.",
+    ["outcome"],
+)
 
 # --- recovery -----------------------------------------------------------------------------------------
 LEASE_TAKEOVERS = Counter(

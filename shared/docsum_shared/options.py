@@ -4,13 +4,17 @@
 from __future__ import annotations
 
 import json
+import re
+from datetime import UTC, datetime, timedelta
 from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
 # How a task's LLM calls are sent: "realtime" at the provider's default tier, "flex" at its flex tier
-# (about half the price, slower, may be refused for lack of capacity). A new mode is one more name here.
-Mode = Literal["realtime", "flex"]
+# (about half the price, slower, may be refused for lack of capacity), "batch" through the provider's
+# Batch API for the chunks (half the price, answered within its window) and flex for the merges.
+# A new mode is one more name here.
+Mode = Literal["realtime", "flex", "batch"]
 MODES: tuple[str, ...] = get_args(Mode)
 
 
@@ -31,12 +35,69 @@ class TaskOptions(BaseModel):
     style: Literal["prose", "bullets"] = Field("prose", description="Paragraphs, or bullet points.")
     mode: Mode | None = Field(
         None,
-        description='How the LLM calls are sent: "realtime", or "flex" (about half the price, slower, may wait for '
-        "capacity); null: the deployment's default (DOCSUM_LLM_MODE).",
+        description='How the LLM calls are sent: "realtime"; "flex" (about half the price, slower, may wait for '
+        'capacity); or "batch" (the chunks through the provider\'s Batch API at about half the price, answered '
+        "within hours); null: the deployment's default (DOCSUM_LLM_MODE).",
     )
+    deadline: AwareDatetime | None = Field(
+        None,
+        description="When the task must be finished: an ISO 8601 instant with its zone, kept in UTC. In batch mode, a "
+        "provider's batch that would end later is cancelled and the rest sent in realtime; null: no deadline.",
+    )
+
+    @field_validator("deadline", mode="before")
+    @classmethod
+    def _an_instant(cls, value: object) -> object:
+        # A number would pass as a Unix time; the contract says an ISO 8601 instant, and only that is taken.
+        if isinstance(value, int | float):
+            raise ValueError("a deadline is an ISO 8601 instant with its zone, such as 2026-12-03T08:00:00Z")
+        return value
+
+    @field_validator("deadline")
+    @classmethod
+    def _in_utc(cls, value: datetime | None) -> datetime | None:
+        try:
+            return value.astimezone(UTC) if value is not None else None
+        except OverflowError:  # year 1 or 9999 moved past the calendar's end by its offset
+            raise ValueError("the deadline is outside the years 1-9999 in UTC") from None
 
     @classmethod
     def from_stored(cls, stored: str | dict | None) -> TaskOptions:
         if isinstance(stored, str):
             stored = json.loads(stored)
         return cls.model_validate(stored or {})
+
+
+# How far ahead a deadline may be: the providers' batch windows are 24 hours, and a week leaves room.
+DEADLINE_HORIZON = timedelta(days=7)
+# A duration from now: days, hours, minutes, seconds, in that order, each at most once ("1h30m").
+_DURATION = re.compile(r"(?:([0-9]{1,9})d)?(?:([0-9]{1,9})h)?(?:([0-9]{1,9})m)?(?:([0-9]{1,9})s)?")
+_FORMS = "a duration from now (45m, 6h, 2d, 1h30m) or an ISO 8601 instant with its zone (2026-12-03T08:00:00Z)"
+
+
+def deadline_from(text: str, now: datetime) -> datetime:
+    """The instant a deadline names, in UTC: `text` is a duration from `now` (aware) or an ISO 8601 instant
+    with its zone. ValueError, with what to give instead, when it is malformed, not after `now`, or more
+    than DEADLINE_HORIZON after it."""
+    given = text.strip()
+    duration = _DURATION.fullmatch(given)
+    if given and duration:
+        days, hours, minutes, seconds = (int(part or 0) for part in duration.groups())
+        ahead = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+        if ahead > DEADLINE_HORIZON:  # checked before adding: a huge duration is no date at all
+            raise ValueError(
+                f"{given} is more than {DEADLINE_HORIZON.days} days away; give at most {DEADLINE_HORIZON.days}d"
+            )
+        instant = now + ahead
+    else:
+        try:
+            instant = datetime.fromisoformat(given)
+        except ValueError:
+            raise ValueError(f"{given!r} is not {_FORMS}") from None
+        if instant.tzinfo is None or instant.utcoffset() is None:
+            raise ValueError(f"{given} has no zone: add Z (UTC) or an offset such as +01:00")
+        if instant - now > DEADLINE_HORIZON:
+            raise ValueError(f"{given} is more than {DEADLINE_HORIZON.days} days away; give an earlier instant")
+    if instant <= now:
+        raise ValueError(f"{given} is not in the future; give a later instant or a duration from now (6h)")
+    return instant.astimezone(UTC)

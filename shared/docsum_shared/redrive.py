@@ -261,7 +261,8 @@ async def redrive_task(
 
 # A document's progress, as a re-drive sees it: its status, its chunks done and failed, its merge
 # nodes, and the LLM calls of its whole task (a document waiting in a queue behind its task's other
-# work is not stuck). A live lease anywhere in the task is progress in itself (a call is running).
+# work is not stuck). A live lease anywhere in the task is progress in itself (a call is running), and
+# so is a line waiting for the provider's batch (batch mode).
 _MARK_STALLED = """
 WITH progress AS (
     SELECT d.id,
@@ -271,7 +272,9 @@ WITH progress AS (
                      (SELECT count(*) FROM merge_nodes m WHERE m.scope_id = d.id),
                      (SELECT count(*) FROM llm_calls l WHERE l.task_id = $1)) AS mark,
            EXISTS (SELECT 1 FROM chunks lc JOIN documents ld ON ld.id = lc.document_id
-                   WHERE ld.task_id = $1 AND lc.status = $4 AND lc.lease_expires_at > now()) AS leased
+                   WHERE ld.task_id = $1 AND lc.status = $4 AND lc.lease_expires_at > now())
+           OR EXISTS (SELECT 1 FROM batch_lines bl
+                      WHERE bl.task_id = $1 AND bl.status IN ('queued', 'submitted')) AS leased
     FROM documents d LEFT JOIN chunks c ON c.document_id = d.id
     WHERE d.task_id = $1 AND d.status <> ALL($5::text[])
     GROUP BY d.id

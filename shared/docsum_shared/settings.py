@@ -215,11 +215,11 @@ class LLMSettings(Settings):
     owner_ceilings: dict[str, Ceiling] = Field(default_factory=dict)
     # USD per million tokens, per model: {"gpt-4o-mini": [0.15, 0.60]} (prompt, completion).
     llm_prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
-    # The mode of a task that does not say (TaskOptions.mode): "realtime" or "flex".
+    # The mode of a task that does not say (TaskOptions.mode): "realtime", "flex" or "batch".
     llm_mode: Mode = "realtime"
     # A flex call refused this many times in a row for lack of capacity is sent at the default tier.
     llm_flex_tries: int = Field(3, ge=1)
-    # What a call answered at the flex tier costs, and a batch line will, relative to llm_prices.
+    # What a call answered at the flex tier costs, and a batch line, relative to llm_prices.
     llm_flex_price_factor: float = Field(0.5, ge=0)
     llm_batch_price_factor: float = Field(0.5, ge=0)
     openai_base_url: str | None = Field(None, validation_alias=AliasChoices("OPENAI_BASE_URL"))
@@ -244,9 +244,9 @@ class LLMSettings(Settings):
         return options.mode or self.llm_mode
 
     def cost_usd(self, model: str, prompt_tokens: int, completion_tokens: int, tier: str = "realtime") -> float:
-        """What calls cost at `tier`, the tier they were answered at ("realtime" or "flex")."""
+        """What calls cost at `tier`, the tier they were answered at ("realtime", "flex" or "batch")."""
         prompt_price, completion_price = self.llm_prices.get(model, (0.0, 0.0))
-        factor = self.llm_flex_price_factor if tier == "flex" else 1.0
+        factor = {"flex": self.llm_flex_price_factor, "batch": self.llm_batch_price_factor}.get(tier, 1.0)
         return (prompt_tokens * prompt_price + completion_tokens * completion_price) * factor / 1_000_000
 
 

@@ -41,6 +41,18 @@ class FakeLLM:
     contexts: list[CallContext | None] = field(default_factory=list)  # what each call was for, and its mode
     calibration: TokenCalibration = field(default_factory=TokenCalibration)
     model: str = "fake-1"
+    can_batch: bool = False  # whether the backend has the provider's Batch API
+    results: dict[str, SummaryResult] = field(default_factory=dict)  # the result cache, by key
+
+    @property
+    def batching(self) -> object | None:
+        return self if self.can_batch else None
+
+    async def cached(self, request: SummaryRequest, context: CallContext) -> SummaryResult | None:
+        return self.results.get(self.cache_key(request, context))
+
+    async def stored(self, key: str) -> SummaryResult | None:
+        return self.results.get(key)
 
     async def budget(self) -> int | None:
         return self.learned

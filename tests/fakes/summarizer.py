@@ -9,9 +9,11 @@ moves it, never while a test runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from docsum_shared.options import TaskOptions
 from docsum_shared.states import DOCUMENT_FINAL, ChunkStatus, DocumentStatus, TaskStatus, takes_work
+from docsum_summarizer.batches.policy import LIVE, ChunkLine, LineStatus
 from docsum_summarizer.policy import StoredChunk
 from docsum_summarizer.repository import Claim, Claimed, DueRound
 
@@ -55,6 +57,8 @@ class ChunkTableRow:
     summary_model: str | None = None
     summary_truncated: bool = False
     error: str | None = None
+    line: ChunkLine | None = None  # its batch line (batch mode)
+    line_request: dict[str, Any] | None = None
 
 
 class FakeChunkRepository:
@@ -77,6 +81,7 @@ class FakeChunkRepository:
                 chunk.context_before,
                 chunk.context_after,
                 failures=chunk.failures,
+                line=chunk.line,
             )
 
     def advance(self, seconds: float) -> None:
@@ -93,7 +98,8 @@ class FakeChunkRepository:
         document = self.documents[row.document_id]
         task = self.tasks[document.task_id]
         wanted = takes_work(task.status) and document.status not in DOCUMENT_FINAL
-        if wanted and self._free_for(row, holder):
+        batched = row.line is not None and row.line.status in LIVE
+        if wanted and not batched and self._free_for(row, holder):
             taken_over = row.status is ChunkStatus.SUMMARIZING and row.lease != holder
             row.status, row.attempts = ChunkStatus.SUMMARIZING, row.attempts + 1
             row.interruptions += int(taken_over)
@@ -103,6 +109,8 @@ class FakeChunkRepository:
         # Refused: a lease counts first, whatever its task, then a round not due yet.
         if row.status is ChunkStatus.SUMMARIZING:
             return Claimed(Claim.HELD)
+        if row.status is ChunkStatus.PENDING and batched:
+            return Claimed(Claim.BATCHED)
         if row.retry_at is not None and row.retry_at > self.now:
             return Claimed(Claim.DEFERRED)
         return Claimed(Claim.UNAVAILABLE)
@@ -119,6 +127,17 @@ class FakeChunkRepository:
         row.status, row.lease, row.lease_expires_at = ChunkStatus.PENDING, None, None
         row.retry_at = None if retry_in_s is None else self.now + retry_in_s
         self.released.append(chunk_id)
+
+    async def queue_line(
+        self, chunk_id: str, holder: str, task_id: str, owner: str, custom_id: str, request: dict[str, Any]
+    ) -> bool:
+        row = self.rows.get(chunk_id)
+        if row is None or row.lease != holder or row.status is not ChunkStatus.SUMMARIZING:
+            return False
+        row.status, row.lease, row.lease_expires_at, row.retry_at = ChunkStatus.PENDING, None, None, None
+        if row.line is None or row.line.status is LineStatus.DROPPED:
+            row.line, row.line_request = ChunkLine(LineStatus.QUEUED, custom_id), request
+        return True
 
     async def due_rounds(self, limit: int) -> list[DueRound]:
         due = sorted(
@@ -197,4 +216,5 @@ class FakeChunkRepository:
             options=task.options,
             failures=row.failures,
             owner=task.owner,
+            line=row.line,
         )

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -13,7 +15,7 @@ import pytest
 from openai.types import Batch, FileDeleted, FileObject
 from openai.types.chat import ChatCompletion
 
-from tests.fake_batches import EXPIRED_MESSAGE, SERVER_ERROR_MESSAGE, enqueued_tokens
+from tests.fake_batches import EXPIRED_MESSAGE, HOLD_POINTS, SERVER_ERROR_MESSAGE, enqueued_tokens
 from tests.fake_llm import FakeLLM, FakeLLMServer
 
 MODEL = "stand-in-1"
@@ -424,3 +426,149 @@ def test_every_answer_parses_strictly_as_the_openai_types(llm: FakeLLM, server: 
         FileDeleted.model_validate(deleted, strict=True)
         refused = http.post("/batches", json={**create, "completion_window": "1h"})
         assert refused.status_code == 400 and refused.json()["error"]["param"] == "completion_window"
+
+
+# ------------------------------------------------------------------------------------------------------
+# batch_hold: a request kept at a named point until the test lets it go
+
+
+def create(client: openai.OpenAI, input_file_id: str) -> Batch:
+    return client.batches.create(input_file_id=input_file_id, endpoint="/v1/chat/completions", completion_window="24h")
+
+
+def held(**counts: int) -> dict[str, int]:
+    """What `FakeLLM.held` answers when `counts` requests wait at those points and none elsewhere."""
+    return {point: counts.get(point, 0) for point in HOLD_POINTS}
+
+
+def send_and_stay(server: FakeLLMServer, request: httpx.Request) -> socket.socket:
+    """Sends `request` on a connection of its own and reads nothing back: closing the socket is its
+    client going away (a process killed while it waits)."""
+    request.read()
+    head = f"{request.method} {request.url.raw_path.decode()} HTTP/1.1\r\n"
+    head += "".join(f"{name}: {value}\r\n" for name, value in request.headers.items()) + "\r\n"
+    connection = socket.create_connection(("127.0.0.1", server.port))
+    connection.sendall(head.encode() + request.content)
+    return connection
+
+
+def test_a_held_upload_stores_nothing_until_its_point_is_configured_away(llm: FakeLLM, client: openai.OpenAI) -> None:
+    llm.configure(batch_hold=["upload"])
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(upload, client, lines(2))
+        assert llm.wait_held("upload")
+        assert not pending.done() and llm.batches.files == {} and llm.held() == held(upload=1)
+        llm.configure(batch_hold=[])
+        stored = pending.result(timeout=5)
+    assert list(llm.batches.files) == [stored.id] and llm.held() == held()
+    assert [json.loads(r) for r in client.files.content(stored.id).text.splitlines()] == lines(2)
+
+
+def test_a_held_create_creates_nothing_until_released_over_http(
+    llm: FakeLLM, client: openai.OpenAI, server: FakeLLMServer
+) -> None:
+    input_file = upload(client, lines(2))
+    with httpx.Client(base_url=server.url) as http:
+        assert http.post("/_config", json={"batch_hold": ["create"]}).json()["batch_hold"] == ["create"]
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(create, client, input_file.id)
+            assert llm.wait_held("create")
+            assert http.get("/_held").json() == held(create=1)
+            assert client.batches.list().data == [] and not pending.done()
+            assert http.post("/_config", json={"batch_hold": []}).status_code == 200
+            created = pending.result(timeout=5)
+        assert http.get("/_held").json() == held()
+    assert [b.id for b in client.batches.list()] == [created.id] and created.status == "validating"
+
+
+def test_a_batch_whose_create_is_held_after_creating_it_exists_and_runs(llm: FakeLLM, client: openai.OpenAI) -> None:
+    input_file = upload(client, lines(2))
+    llm.configure(batch_hold=["created"])
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(create, client, input_file.id)
+        assert llm.wait_held("created")
+        listed = client.batches.list().data
+        assert len(listed) == 1 and listed[0].input_file_id == input_file.id
+        assert poll(client, listed[0].id, terminal)[-1].status == "completed"  # on its clock, while held
+        assert not pending.done() and llm.held() == held(created=1)
+        llm.configure(batch_hold=[])
+        created = pending.result(timeout=5)
+    assert created.id == listed[0].id and created.status == "validating"  # the batch as it was created
+    assert llm.held() == held()
+
+
+def test_retrieves_and_content_reads_are_held_and_counted_point_by_point(
+    llm: FakeLLM, client: openai.OpenAI, server: FakeLLMServer
+) -> None:
+    created = submit(client, lines(2))
+    input_file_id = created.input_file_id
+    llm.configure(batch_hold=["retrieve", "content"])
+    with ThreadPoolExecutor(3) as pool:
+        retrieves = [pool.submit(client.batches.retrieve, created.id) for _ in range(2)]
+        content = pool.submit(client.files.content, input_file_id)
+        assert llm.wait_held("retrieve", 2) and llm.wait_held("content", 1)
+        assert httpx.get(f"{server.url}/_held").json() == llm.held() == held(retrieve=2, content=1)
+        # The other endpoints are not held.
+        assert [b.id for b in client.batches.list()] == [created.id]
+        assert client.files.retrieve(input_file_id).id == input_file_id
+        assert not any(f.done() for f in retrieves) and not content.done()
+        llm.configure(batch_hold=["content"])
+        assert {f.result(timeout=5).id for f in retrieves} == {created.id}
+        assert llm.held() == held(content=1) and not content.done()
+        llm.configure(batch_hold=[])
+        assert [json.loads(r) for r in content.result(timeout=5).text.splitlines()] == lines(2)
+    assert llm.held() == held()
+
+
+def test_a_reset_of_the_config_releases_a_held_request(
+    llm: FakeLLM, client: openai.OpenAI, server: FakeLLMServer
+) -> None:
+    llm.configure(batch_hold=["upload", "retrieve"])
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(upload, client, lines(1))
+        assert llm.wait_held("upload")
+        assert httpx.post(f"{server.url}/_reset", json={"config": True}).json()["config"]["batch_hold"] == []
+        stored = pending.result(timeout=5)
+    assert list(llm.batches.files) == [stored.id] and llm.held() == held()
+
+
+def test_a_held_request_whose_client_leaves_goes_no_further(llm: FakeLLM, server: FakeLLMServer) -> None:
+    content = "".join(json.dumps(r) + "\n" for r in lines(2)).encode()
+    files = {"file": ("in.jsonl", content)}
+    llm.configure(batch_hold=["upload"])
+    leaving = send_and_stay(
+        server, httpx.Request("POST", f"{server.base_url}/files", files=files, data={"purpose": "batch"})
+    )
+    assert llm.wait_held("upload")
+    leaving.close()
+    assert llm.wait_held("upload", 0)  # it stopped waiting while its point is still held: its client left
+    llm.configure(batch_hold=[])
+    assert llm.batches.files == {}
+
+    with httpx.Client(base_url=server.base_url, timeout=5) as http:
+        input_file = http.post("/files", files=files, data={"purpose": "batch"}).json()
+        llm.configure(batch_hold=["created"])
+        body = {"input_file_id": input_file["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+        leaving = send_and_stay(server, httpx.Request("POST", f"{server.base_url}/batches", json=body))
+        assert llm.wait_held("created")
+        leaving.close()
+        assert llm.wait_held("created", 0)
+        llm.configure(batch_hold=[])
+        made = http.get("/batches").json()["data"]
+        assert [b["input_file_id"] for b in made] == [input_file["id"]]  # the batch made before it left stays
+        deadline = time.monotonic() + 10
+        while http.get(f"/batches/{made[0]['id']}").json()["status"] != "completed":
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+
+
+def test_batch_hold_names_known_points_only(llm: FakeLLM, server: FakeLLMServer) -> None:
+    with pytest.raises(ValueError, match="batch_hold must be a list of points"):
+        llm.configure(batch_hold=["uplaod"])
+    with httpx.Client(base_url=server.url) as http:
+        for bad in (["upload", "nowhere"], "upload", [1], None):
+            assert http.post("/_config", json={"batch_hold": bad}).status_code == 400, bad
+    assert llm.config()["batch_hold"] == []
+    with pytest.raises(ValueError, match="no hold point"):
+        llm.wait_held("nowhere")
+    assert llm.configure(batch_hold=list(HOLD_POINTS))["batch_hold"] == list(HOLD_POINTS)

@@ -114,7 +114,7 @@ def test_nul_in_a_path_parameter_is_422(client: TestClient) -> None:
     ("fields", "loc"),
     [
         ([field("length", b"enormous")], ["body", "length"]),
-        ([field("mode", b"batch")], ["body", "mode"]),  # not a mode yet
+        ([field("mode", b"bulk")], ["body", "mode"]),  # not a mode
         ([field("mode", b"")], ["body", "mode"]),
         ([field("strict", b"1")], ["body", "strict"]),  # a boolean is `true` or `false`
         ([field("strict", b"")], ["body", "strict"]),

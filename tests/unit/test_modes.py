@@ -29,10 +29,10 @@ from tests.integration.helpers import eventually
 # --- the option ---------------------------------------------------------------------------------------
 
 
-def test_the_modes_are_realtime_and_flex() -> None:
-    assert MODES == ("realtime", "flex")
-    assert TaskOptions(mode="flex").mode == "flex"
-    for bad in ("batch", "FLEX", ""):
+def test_the_modes_are_realtime_flex_and_batch() -> None:
+    assert MODES == ("realtime", "flex", "batch")
+    assert TaskOptions(mode="flex").mode == "flex" and TaskOptions(mode="batch").mode == "batch"
+    for bad in ("batches", "FLEX", ""):
         with pytest.raises(ValidationError):
             TaskOptions.model_validate({"mode": bad})
 
@@ -45,7 +45,9 @@ def test_a_task_that_does_not_say_gets_the_deployments_default(monkeypatch: pyte
     flex = LLMSettings(_env_file=None)  # type: ignore[call-arg]
     assert flex.mode(stored_before) == "flex"
     assert flex.mode(TaskOptions(mode="realtime")) == "realtime"  # what the task asked for wins
-    monkeypatch.setenv("DOCSUM_LLM_MODE", "batch")  # not a mode yet
+    monkeypatch.setenv("DOCSUM_LLM_MODE", "batch")
+    assert LLMSettings(_env_file=None).mode(stored_before) == "batch"  # type: ignore[call-arg]
+    monkeypatch.setenv("DOCSUM_LLM_MODE", "bulk")  # not a mode
     with pytest.raises(ValidationError):
         LLMSettings(_env_file=None)  # type: ignore[call-arg]
 
@@ -55,7 +57,7 @@ def test_a_kafka_submission_carries_its_mode() -> None:
     flex = decode(Topic.DOCUMENT_SUBMITTED, json.dumps({**message, "options": {"mode": "flex"}}).encode())
     assert isinstance(flex, DocumentSubmitted) and flex.options is not None and flex.options.mode == "flex"
     with pytest.raises(ValidationError):  # not a mode: the parser dead-letters it, like any bad option
-        decode(Topic.DOCUMENT_SUBMITTED, json.dumps({**message, "options": {"mode": "batch"}}).encode())
+        decode(Topic.DOCUMENT_SUBMITTED, json.dumps({**message, "options": {"mode": "bulk"}}).encode())
 
 
 def test_the_form_field_mode() -> None:
@@ -79,11 +81,12 @@ def test_the_cli_sends_the_mode_and_names_it_when_not_realtime(monkeypatch: pyte
     doc.write_text("text")
     assert cli.main(["summarize", "--no-wait", "--mode", "flex", str(doc)]) == 0
     assert cli.main(["summarize", "--no-wait", str(doc)]) == 0
-    assert sent[0]["mode"] == "flex" and "mode" not in sent[1]
+    assert cli.main(["summarize", "--no-wait", "--mode", "batch", str(doc)]) == 0
+    assert sent[0]["mode"] == "flex" and "mode" not in sent[1] and sent[2]["mode"] == "batch"
     assert commands.mode_note({"options": {"mode": "flex"}}) == " (flex)"
     assert commands.mode_note({"options": {"mode": "realtime"}}) == commands.mode_note({}) == ""
     with pytest.raises(SystemExit):
-        cli.main(["summarize", "--mode", "batch", str(doc)])
+        cli.main(["summarize", "--mode", "bulk", str(doc)])
 
 
 # --- cost -----------------------------------------------------------------------------------------------

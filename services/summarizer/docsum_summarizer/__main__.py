@@ -1,15 +1,21 @@
-"""The summarizer service: wiring only (the handler is in handlers.py, the round scheduler in rounds.py)."""
+"""The summarizer service: wiring only (the handler is in handlers.py, the round scheduler in rounds.py,
+batch mode's driver in batches/)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 
 import asyncpg
+from aiokafka import AIOKafkaProducer
 
 from docsum_shared.consumer import Background, Consumer, run_service, serve
-from docsum_shared.summarizers import Summarizing
+from docsum_shared.summarizers import Summarizing, make_backend
+from docsum_shared.summarizers.openai_backend import OpenAIBackend
 
+from .batches.driver import BatchDriver
+from .batches.repository import BatchRepository
 from .handlers import Deps, handlers
 from .repository import ChunkRepository
 from .rounds import schedule_rounds
@@ -26,12 +32,21 @@ def consumers(settings: SummarizerSettings, pool: asyncpg.Pool) -> list[Consumer
     return [Consumer(handlers.bind(deps), max_inflight=settings.llm_max_inflight)]
 
 
-def rounds(settings: SummarizerSettings, pool: asyncpg.Pool) -> Background:
-    return lambda producer: schedule_rounds(ChunkRepository(pool), producer, settings)
+def background(settings: SummarizerSettings, pool: asyncpg.Pool) -> Background:
+    """The round scheduler, and the batch driver where the backend has the provider's Batch API."""
+    backend = make_backend(settings)
+
+    async def run(producer: AIOKafkaProducer) -> None:
+        async with asyncio.TaskGroup() as both:
+            both.create_task(schedule_rounds(ChunkRepository(pool), producer, settings))
+            if isinstance(backend, OpenAIBackend):
+                both.create_task(BatchDriver(BatchRepository(pool), backend, producer, settings).run())
+
+    return run
 
 
 def main() -> None:
-    run_service(lambda stop: serve("summarizer", stop, SummarizerSettings, consumers, background=rounds))
+    run_service(lambda stop: serve("summarizer", stop, SummarizerSettings, consumers, background=background))
 
 
 if __name__ == "__main__":

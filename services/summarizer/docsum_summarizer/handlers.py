@@ -11,8 +11,8 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
 from docsum_shared.errors import ContextLimitExceeded, ItemFailed, Kind, LLMError, classify
 from docsum_shared.events import ChunkCreated, ChunkSummarized, Event
@@ -21,6 +21,7 @@ from docsum_shared.retry import PROVIDER, Backoff, NextRound, Tally, Wait, after
 from docsum_shared.summarizers.base import SummaryRequest, SummaryResult
 from docsum_shared.summarizers.cache import CallContext
 
+from .batches.policy import Route, call_mode, request_json, route
 from .policy import Step, StoredChunk, cannot_fit, next_step, request_for
 from .repository import Claim, Claimed
 from .settings import SummarizerSettings
@@ -42,6 +43,9 @@ class Repository(Protocol):
     ) -> bool: ...
     async def fail(self, chunk_id: str, error: str) -> bool: ...
     async def record_failure(self, chunk_id: str, error: str, *, retry_now: bool) -> None: ...
+    async def queue_line(
+        self, chunk_id: str, holder: str, task_id: str, owner: str, custom_id: str, request: dict[str, Any]
+    ) -> bool: ...
 
 
 class LLM(Protocol):
@@ -54,6 +58,11 @@ class LLM(Protocol):
     async def plan_chunk(self, request: SummaryRequest) -> list[SummaryRequest] | None: ...
     async def learn(self, refusal: ContextLimitExceeded, request: SummaryRequest) -> bool: ...
     def describe_budget(self) -> str: ...
+    async def cached(self, request: SummaryRequest, context: CallContext) -> SummaryResult | None: ...
+    async def stored(self, key: str) -> SummaryResult | None: ...
+    def cache_key(self, request: SummaryRequest, context: CallContext) -> str: ...
+    @property
+    def batching(self) -> object | None: ...
 
 
 @dataclass
@@ -83,8 +92,8 @@ async def summarize_chunk(event: ChunkCreated, deps: Deps) -> list[Event]:
             if await _under_lease(event, claimed.chunk, holder, deps):
                 return [_reported(event)]  # made final by this very handling: no need to read it again
             continue  # deferred, or no longer wanted: read again
-        if claimed.outcome is Claim.DEFERRED:
-            return []  # waiting for its next round, announced again when due (rounds.py)
+        if claimed.outcome in (Claim.DEFERRED, Claim.BATCHED):
+            return []  # waiting for its next round (rounds.py) or its batch (batches/): announced again then
         chunk = required(await deps.repo.load(event.chunk_id), f"chunk {event.chunk_id} of {event.document_id}")
         step = next_step(chunk)
         if step is Step.NOTHING:
@@ -124,8 +133,19 @@ async def _summarize(event: ChunkCreated, chunk: StoredChunk, holder: str, deps:
     """Summarize the leased chunk and store the outcome: its summary, its failure, or its next round;
     whether it made the chunk final."""
     request = await deps.llm.bounded(request_for(chunk))
-    context = CallContext(event.task_id, event.document_id, event.chunk_id, owner=chunk.owner, mode=chunk.options.mode)
     settings = deps.settings
+    # The task's mode (None: the deployment's default, applied by the LLM port).
+    mode = chunk.options.mode
+    context = CallContext(event.task_id, event.document_id, event.chunk_id, owner=chunk.owner, mode=mode)
+    match route(settings.mode(chunk.options), chunk.line, deps.llm.batching is not None):
+        case Route.TAKE_ANSWER if chunk.line is not None:
+            if (answer := await deps.llm.stored(chunk.line.custom_id)) is not None:
+                return await _completed(event, answer.text, answer.model, answer.truncated, deps)
+            # its stored answer is gone: call
+        case Route.QUEUE:
+            if (queued := await _queue_line(event, chunk, request, context, holder, deps)) is not None:
+                return queued
+    context = replace(context, mode=call_mode(mode, chunk.line))
     limits = for_chunks(
         settings.llm_max_attempts, settings.llm_inplace_attempts, settings.llm_retry_delay_s, deps.backoff
     )
@@ -154,9 +174,30 @@ async def _summarize(event: ChunkCreated, chunk: StoredChunk, holder: str, deps:
         failed = await deps.repo.fail(event.chunk_id, str(exc))
         log.warning("chunk %s failed: %s", event.chunk_id, exc)
         return failed
+    return await _completed(event, summary, model, truncated, deps)
+
+
+async def _completed(event: ChunkCreated, summary: str, model: str, truncated: bool, deps: Deps) -> bool:
     completed = await deps.repo.complete(event.chunk_id, event.task_id, summary, model, truncated=truncated)
     log.info("chunk %s summarized", event.chunk_id)
     return completed
+
+
+async def _queue_line(
+    event: ChunkCreated, chunk: StoredChunk, request: SummaryRequest, context: CallContext, holder: str, deps: Deps
+) -> bool | None:
+    """Batch mode: the chunk's answer from the result cache (a cached answer never enters a batch), else
+    its request queued as a batch line, the chunk waiting for it (False: not final); None when the chunk
+    must be called instead (it needs more than one request to fit the model's window)."""
+    parts = await deps.llm.plan_chunk(request)
+    if parts is None or len(parts) != 1:
+        return None
+    if (cached := await deps.llm.cached(parts[0], context)) is not None:
+        return await _completed(event, cached.text, cached.model, cached.truncated, deps)
+    key = deps.llm.cache_key(parts[0], context)
+    await deps.repo.queue_line(event.chunk_id, holder, event.task_id, chunk.owner, key, request_json(parts[0]))
+    log.info("chunk %s queued for the provider's batch", event.chunk_id)
+    return False
 
 
 async def _summarize_within_budget(request: SummaryRequest, context: CallContext, deps: Deps) -> tuple[str, str, bool]:

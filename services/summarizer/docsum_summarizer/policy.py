@@ -9,6 +9,8 @@ from docsum_shared.options import TaskOptions
 from docsum_shared.states import CHUNK_FINAL, DOCUMENT_FINAL, ChunkStatus, DocumentStatus, TaskStatus, takes_work
 from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
 
+from .batches.policy import ChunkLine
+
 
 @dataclass(frozen=True)
 class StoredChunk:
@@ -21,6 +23,7 @@ class StoredChunk:
     options: TaskOptions = TaskOptions()
     failures: int = 0  # failed attempts so far, across rounds and re-drives
     owner: str = ""  # the task's owner: the result cache's scope
+    line: ChunkLine | None = None  # its line in batch mode, once it has one
 
 
 class Step(enum.Enum):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,7 @@ from docsum_shared.options import TaskOptions
 from docsum_shared.states import DOCUMENT_FINAL, TASK_TAKES_WORK, ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.prompts import PROMPT_VERSION
 
+from .batches.policy import LIVE, ChunkLine, LineStatus
 from .policy import StoredChunk
 
 UNFINISHED_TASK = list(TASK_TAKES_WORK)
@@ -35,6 +37,7 @@ class Claim(enum.Enum):
     TAKEN = "taken"  # the lease is ours: call the LLM
     HELD = "held"  # another live process holds it: wait
     DEFERRED = "deferred"  # waiting for its next round: the round scheduler announces it when due
+    BATCHED = "batched"  # its line waits for the provider's batch: the batch driver announces it when answered
     UNAVAILABLE = "unavailable"  # final already, or the task no longer wants it
 
 
@@ -65,7 +68,8 @@ class ChunkRepository:
     async def load(self, chunk_id: str) -> StoredChunk | None:
         row = await self.pool.fetchrow(
             "SELECT c.status, c.text, c.context_before, c.context_after, c.failures,"
-            " d.status AS document_status, t.status AS task_status, t.options, t.owner"
+            " d.status AS document_status, t.status AS task_status, t.options, t.owner,"
+            f" {_LINE}"
             " FROM chunks c JOIN documents d ON d.id = c.document_id JOIN tasks t ON t.id = d.task_id"
             " WHERE c.id = $1",
             chunk_id,
@@ -83,13 +87,15 @@ class ChunkRepository:
             "   documents d JOIN tasks t ON t.id = d.task_id"
             " WHERE c.id = $1 AND d.id = c.document_id"
             " AND t.status = ANY($5::text[]) AND d.status <> ALL($7::text[])"  # not paused or ended meanwhile
+            " AND NOT EXISTS (SELECT 1 FROM batch_lines b WHERE b.chunk_id = c.id AND b.status = ANY($8::text[]))"
             " AND (c.status = $6 AND (c.retry_at IS NULL OR c.retry_at <= now()) OR (c.status = $4"
             "   AND (c.lease_owner = $2 OR c.lease_expires_at IS NULL OR c.lease_expires_at < now())))"
             " RETURNING c.document_id, (old.was = $4 AND old.held_by IS DISTINCT FROM $2) AS taken_over,"
             "   c.status, c.text, c.context_before, c.context_after, c.failures,"
-            "   d.status AS document_status, t.status AS task_status, t.options, t.owner",
+            "   d.status AS document_status, t.status AS task_status, t.options, t.owner,"
+            f"  {_LINE}",
             chunk_id, holder, ttl_s, ChunkStatus.SUMMARIZING, UNFINISHED_TASK, ChunkStatus.PENDING,
-            sorted(DOCUMENT_FINAL),
+            sorted(DOCUMENT_FINAL), LIVE,
         )  # fmt: skip
         if taken is not None:
             if taken["taken_over"]:  # its task is recovering: told apart from the claim, which stands alone
@@ -101,10 +107,16 @@ class ChunkRepository:
                 )
             return Claimed(Claim.TAKEN, _stored(taken))
         row = await self.pool.fetchrow(
-            "SELECT status, retry_at > now() AS deferred FROM chunks WHERE id = $1", chunk_id
+            "SELECT status, retry_at > now() AS deferred,"
+            " EXISTS (SELECT 1 FROM batch_lines b WHERE b.chunk_id = c.id AND b.status = ANY($2::text[])) AS batched"
+            " FROM chunks c WHERE id = $1",
+            chunk_id,
+            LIVE,
         )
         if row is not None and row["status"] == ChunkStatus.SUMMARIZING:
             return Claimed(Claim.HELD)
+        if row is not None and row["status"] == ChunkStatus.PENDING and row["batched"]:
+            return Claimed(Claim.BATCHED)
         return Claimed(Claim.DEFERRED if row is not None and row["deferred"] else Claim.UNAVAILABLE)
 
     async def renew(self, chunk_id: str, holder: str, ttl_s: float) -> None:
@@ -134,6 +146,30 @@ class ChunkRepository:
             " WHERE id = $1 AND lease_owner = $2 AND status = $4",
             chunk_id, holder, ChunkStatus.PENDING, ChunkStatus.SUMMARIZING, retry_in_s,
         )  # fmt: skip
+
+    async def queue_line(
+        self, chunk_id: str, holder: str, task_id: str, owner: str, custom_id: str, request: dict[str, Any]
+    ) -> bool:
+        """The leased chunk's request queued as a line of its task's next batch (a dropped line queued
+        again), and the chunk handed back, waiting for the batch: both or neither. False when the lease
+        was no longer ours (nothing queued)."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            released = await conn.fetchval(
+                "UPDATE chunks SET status = $3, lease_owner = NULL, lease_expires_at = NULL, retry_at = NULL"
+                " WHERE id = $1 AND lease_owner = $2 AND status = $4 RETURNING 1",
+                chunk_id, holder, ChunkStatus.PENDING, ChunkStatus.SUMMARIZING,
+            )  # fmt: skip
+            if released is None:
+                return False
+            await conn.execute(
+                "INSERT INTO batch_lines (chunk_id, task_id, owner, custom_id, request, status)"
+                " VALUES ($1, $2, $3, $4, $5::jsonb, $6)"
+                " ON CONFLICT (chunk_id) DO UPDATE SET custom_id = $4, request = $5::jsonb, status = $6,"
+                "   batch_id = NULL, announce = false, error = NULL, created_at = now(), updated_at = now()"
+                " WHERE batch_lines.status = $7",
+                chunk_id, task_id, owner, custom_id, json.dumps(request), LineStatus.QUEUED, LineStatus.DROPPED,
+            )  # fmt: skip
+            return True
 
     async def due_rounds(self, limit: int) -> list[DueRound]:
         """Chunks whose next round is due (announce them, then `announced`: a crash between the two
@@ -204,4 +240,12 @@ def _stored(row: asyncpg.Record) -> StoredChunk:
         options=TaskOptions.from_stored(row["options"]),
         failures=row["failures"],
         owner=row["owner"],
+        line=None if row["line_status"] is None else ChunkLine(LineStatus(row["line_status"]), row["line_key"]),
     )
+
+
+# The chunk's batch line, if it has one (batch mode).
+_LINE = (
+    "(SELECT status FROM batch_lines WHERE chunk_id = c.id) AS line_status,"
+    " (SELECT custom_id FROM batch_lines WHERE chunk_id = c.id) AS line_key"
+)

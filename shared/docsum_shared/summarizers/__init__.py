@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import asyncpg
 
@@ -15,8 +16,11 @@ from ..ratelimit import RateLimiter
 from ..settings import LLMSettings
 from .base import SummarizerBackend, SummaryRequest, SummaryResult
 from .budget import TokenCalibration, completion_reserve, estimate_request_tokens, plan_chunk
-from .cache import CallContext, cache_key, summarize_cached
+from .cache import CallContext, cache_key, lookup, stored_answer, summarize_cached
 from .endpoint import EndpointLimits
+
+if TYPE_CHECKING:
+    from .openai_backend import OpenAIBackend
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +124,22 @@ class Summarizing:
                 raise
         _measured(result, kind, cached, time.monotonic() - started, self.settings)
         return result, cached
+
+    async def cached(self, request: SummaryRequest, context: CallContext) -> SummaryResult | None:
+        """The result cache's answer to `request` (booked as a cache hit), or None: nothing is called."""
+        return await lookup(self.pool, self.cache_key(request, context), request, context)
+
+    async def stored(self, key: str) -> SummaryResult | None:
+        """The answer stored under a cache key (a batch line's custom_id), booked nowhere: it was paid
+        when it was stored."""
+        return await stored_answer(self.pool, key)
+
+    @property
+    def batching(self) -> OpenAIBackend | None:
+        """The backend, when it can send requests as lines of the provider's batches."""
+        from .openai_backend import OpenAIBackend
+
+        return self.backend if isinstance(self.backend, OpenAIBackend) else None
 
     def cache_key(self, request: SummaryRequest, context: CallContext) -> str:
         return cache_key(

@@ -60,7 +60,8 @@ class SummaryResult:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     truncated: bool = False  # cut at max_tokens even when asked for a shorter answer
-    # The tier the provider answered at, which is what it costs: "realtime" (its default) or "flex".
+    # The tier the provider answered at, which is what it costs: "realtime" (its default), "flex", or
+    # "batch" (a line of the provider's batch).
     tier: str = "realtime"
 
 

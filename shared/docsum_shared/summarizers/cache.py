@@ -70,15 +70,8 @@ async def summarize_cached(
     """
     context = context or CallContext()
     key = cache_key(backend.model, request, None if shared else context.owner, backend.sampling)
-    row = await pool.fetchrow(
-        "SELECT result, model, prompt_tokens, completion_tokens, truncated FROM llm_results WHERE key = $1", key
-    )
-    if row is not None:
-        result = SummaryResult(
-            row["result"], row["model"], row["prompt_tokens"], row["completion_tokens"], row["truncated"]
-        )
-        await pool.execute(_RECORD, *_ledger(context, request, key, result, cached=True, latency_ms=0))
-        return result, True
+    if (cached := await lookup(pool, key, request, context)) is not None:
+        return cached, True
     estimate = estimate_request_tokens(request)
     reservation = await limiter.acquire(estimate + COMPLETION_RESERVE) if limiter else None
     started = time.monotonic()
@@ -103,6 +96,24 @@ async def summarize_cached(
         result.truncated,
     )
     return result, False
+
+
+async def stored_answer(pool: asyncpg.Pool, key: str) -> SummaryResult | None:
+    """The answer stored under `key`, if any."""
+    row = await pool.fetchrow(
+        "SELECT result, model, prompt_tokens, completion_tokens, truncated FROM llm_results WHERE key = $1", key
+    )
+    if row is None:
+        return None
+    return SummaryResult(row["result"], row["model"], row["prompt_tokens"], row["completion_tokens"], row["truncated"])
+
+
+async def lookup(pool: asyncpg.Pool, key: str, request: SummaryRequest, context: CallContext) -> SummaryResult | None:
+    """The cache's answer to `request` (its key `key`), booked in the ledger as a cache hit; None on a miss."""
+    result = await stored_answer(pool, key)
+    if result is not None:
+        await pool.execute(_RECORD, *_ledger(context, request, key, result, cached=True, latency_ms=0))
+    return result
 
 
 # A call in the ledger; its parameters are `_ledger`'s, $1 to $11.

@@ -36,6 +36,7 @@ from ..errors import ContextLimitExceeded, ProviderUnavailable, RateLimited, Req
 from ..options import Mode
 from ..text import estimate_tokens_upper
 from .base import SummarizerBackend, SummaryRequest, SummaryResult
+from .batch_api import BatchAPI
 from .prompts import build_messages
 
 log = logging.getLogger(__name__)
@@ -128,16 +129,56 @@ class OpenAIBackend(SummarizerBackend):
             raise ProviderUnavailable("LLM provider answered with the input itself instead of a summary")
         return result
 
+    # --- one request as a line of the provider's batch ----------------------------------------------
+
+    def chat_body(self, request: SummaryRequest) -> dict[str, Any]:
+        """The chat-completions body of `request`, as a batch line carries it (the call `_complete` makes)."""
+        return {
+            "model": self.model,
+            "messages": build_messages(request),
+            "temperature": 0,
+            "max_tokens": request.max_tokens or 1024,
+            **self._extra(),
+        }
+
+    def read_answer(self, body: Mapping[str, Any], request: SummaryRequest) -> SummaryResult:
+        """A batch line's chat completion as the answer to `request`, priced at the batch tier; an empty
+        answer, or one that repeats the input, is a failed line (ProviderUnavailable). An answer cut at
+        its bound is kept, marked truncated: asking again would be another line, a day later."""
+        choices = body.get("choices") or []
+        choice = choices[0] if choices and isinstance(choices[0], dict) else {}
+        text = str((choice.get("message") or {}).get("content") or "").strip()
+        if not text:
+            raise ProviderUnavailable("LLM provider returned an empty answer")
+        if _repeats_the_input(text, request):
+            raise ProviderUnavailable("LLM provider answered with the input itself instead of a summary")
+        usage = body.get("usage") or {}
+        return SummaryResult(
+            text,
+            str(body.get("model") or self.model),
+            int(usage.get("prompt_tokens") or 0),
+            int(usage.get("completion_tokens") or estimate_tokens_upper(text)),
+            truncated=choice.get("finish_reason") == "length",
+            tier="batch",
+        )
+
+    def batch_api(self) -> BatchAPI:
+        return BatchAPI(self._client)
+
+    def _extra(self) -> dict[str, Any]:
+        # Small local models copy their input without a frequency penalty.
+        return {} if self.frequency_penalty is None else {"frequency_penalty": self.frequency_penalty}
+
     async def _complete(self, request: SummaryRequest, mode: Mode = "realtime") -> tuple[SummaryResult, str | None]:
         messages = build_messages(request)
         prompt_tokens = sum(estimate_tokens_upper(str(m.get("content", ""))) for m in messages)
         max_tokens = request.max_tokens or 1024
-        extra: dict[str, Any] = {}
-        if self.frequency_penalty is not None:  # small local models copy their input without one
-            extra["frequency_penalty"] = self.frequency_penalty
+        extra = self._extra()
         refused = 0  # flex refusals in a row, for lack of capacity
         while True:
-            tier = "flex" if mode == "flex" and self.flex and refused < self.flex_tries else "realtime"
+            # A batch task's calls made here (its merges) go flex too: the Batch API takes only its chunks.
+            flex = mode in ("flex", "batch") and self.flex and refused < self.flex_tries
+            tier = "flex" if flex else "realtime"
             try:
                 text, finish, usage, model, tier = await self._send(messages, max_tokens, prompt_tokens, extra, tier)
                 break

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import asyncpg
@@ -19,7 +20,7 @@ from docsum_shared.errors import Kind, classify
 from docsum_shared.events import DocumentSubmitted, TaskEvent
 from docsum_shared.handlers import Sender
 from docsum_shared.kafka import publish
-from docsum_shared.options import MODES, Mode, TaskOptions
+from docsum_shared.options import MODES, Mode, TaskOptions, deadline_from
 from docsum_shared.readmodel import queries, views
 from docsum_shared.readmodel.schemas import FailureView, TaskListItem, TaskView
 from docsum_shared.redrive import prepare_redrive
@@ -56,6 +57,16 @@ def _form_bool(value: object) -> object:
     return value
 
 
+def _form_deadline(value: object) -> object:
+    """A deadline is a duration from now (6h) or an instant with its zone; the task keeps the instant."""
+    if isinstance(value, str):
+        try:
+            return deadline_from(value, datetime.now(UTC))
+        except ValueError as exc:
+            raise PydanticCustomError("deadline_parsing", "{reason}", {"reason": str(exc)}) from None
+    return value
+
+
 class TaskForm(BaseModel):
     """The text fields of `POST /v1/tasks` (the files come in the field `files`)."""
 
@@ -67,10 +78,16 @@ class TaskForm(BaseModel):
     length: Literal["brief", "standard", "detailed"] = "standard"
     style: Literal["prose", "bullets"] = "prose"
     mode: Mode | None = None  # how the LLM calls are sent; default: DOCSUM_LLM_MODE
+    deadline: Annotated[datetime | None, BeforeValidator(_form_deadline)] = None  # when the task must be finished
 
 
 _OPTIONAL_TEXT = {"title", "language"}
 _NO_NUL = "^[^\\x00]*$"  # documents what `StoredText` enforces (PostgreSQL text holds no NUL)
+# The deadlines the schema admits: durations that are all within the 7 days, so that every value it admits
+# is accepted whenever it is sent. The gateway takes more (deadline_from): any such duration, and instants.
+_DEADLINE_DURATION = (
+    "^(?:[1-7]d|[1-6]d(?:1?[0-9]|2[0-3])h|[1-9][0-9]?h(?:[0-9]{1,2}m)?|[1-9][0-9]{0,2}m|[1-9][0-9]{0,3}s)$"
+)
 UPLOAD_BODY: dict[str, Any] = {
     "required": True,
     "content": {
@@ -96,6 +113,12 @@ UPLOAD_BODY: dict[str, Any] = {
                     "mode": {"type": "string", "enum": list(MODES),
                              "description": "how the LLM calls are sent (flex: about half the price, slower); "
                                             "default: the deployment's (DOCSUM_LLM_MODE)"},
+                    "deadline": {"type": "string", "pattern": _DEADLINE_DURATION,
+                                 "description": "when the task must be finished: a duration from now (45m, 6h, 2d, "
+                                                "1h30m, 90s) or an ISO 8601 instant with its zone "
+                                                "(2026-12-03T08:00:00Z), at most 7 days away; in batch mode, a "
+                                                "provider's batch that would end later is cancelled and the rest "
+                                                "sent in realtime"},
                 },
             }
         }
@@ -152,7 +175,7 @@ def _form(fields: dict[str, list[str]]) -> TaskForm:
     dependencies=[Depends(within_task_rate)],
     openapi_extra={"requestBody": UPLOAD_BODY},
     description="Multipart: one or more `files`, and optionally `title`, `strict`, `language`, `length`, `style`,"
-    " `mode`."
+    " `mode`, `deadline`."
     " The upload streams: each file is spooled and hashed as it arrives, and a request over a limit is"
     " answered 413 as soon as it crosses it.",
 )
@@ -169,7 +192,12 @@ async def create_task(
             for i, f in enumerate(upload.files)
         ]
         options = TaskOptions(
-            strict=form.strict, language=form.language, length=form.length, style=form.style, mode=form.mode
+            strict=form.strict,
+            language=form.language,
+            length=form.length,
+            style=form.style,
+            mode=form.mode,
+            deadline=form.deadline,
         )
         task_id = await repository.TaskRepository(pool).create_task(owner, form.title, documents, options)
     finally:

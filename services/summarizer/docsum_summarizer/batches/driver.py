@@ -1,0 +1,244 @@
+"""The batch driver: gathers queued lines into batches, submits them exactly once, polls them, cancels
+them when their task stops or its deadline comes near, and ingests what they answered.
+
+Every step reads the batch's recorded state and moves it one state on, so a process killed at any
+moment leaves a state the next driver resumes from:
+- recorded: nothing was sent (or an upload whose file id was never stored: uploading again costs nothing);
+- uploaded: the create is not sent yet;
+- creating: the create may have been performed: the batch is looked for by its metadata (our id) and
+  adopted when found, created only when not;
+- submitted: polled; ingested when ended. Ingest stores each answer under its line's custom_id (the
+  result cache's key) in one statement with its ledger line, guarded by the line's status: reading the
+  same output again pays and books nothing twice.
+One process drives at a time (a lock in PostgreSQL, let go when its connection closes).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from datetime import UTC, datetime, timedelta
+
+from aiokafka import AIOKafkaProducer
+
+from docsum_shared import metrics
+from docsum_shared.errors import ProviderUnavailable, RateLimited, RequestRefused
+from docsum_shared.events import ChunkCreated
+from docsum_shared.handlers import Sender
+from docsum_shared.kafka import publish
+from docsum_shared.retry import keep_running
+from docsum_shared.summarizers.batch_api import BatchAPI, ProviderBatch, input_line, read_lines
+from docsum_shared.summarizers.openai_backend import OpenAIBackend
+
+from ..settings import SummarizerSettings
+from .policy import (
+    BATCH_KEY,
+    TASK_KEY,
+    BatchState,
+    Ending,
+    LineStatus,
+    ending,
+    must_finish_now,
+    request_from,
+    will_miss,
+)
+from .repository import BatchRepository, OpenBatch, QueuedTask
+
+log = logging.getLogger(__name__)
+BATCH_DRIVER = Sender("the summarizer's batch driver", emits=(ChunkCreated,))
+ANNOUNCE_AT_ONCE = 500
+
+
+class BatchDriver:
+    def __init__(
+        self,
+        repo: BatchRepository,
+        backend: OpenAIBackend,
+        producer: AIOKafkaProducer,
+        settings: SummarizerSettings,
+    ) -> None:
+        self.repo = repo
+        self.backend = backend
+        self.api: BatchAPI = backend.batch_api()
+        self.producer = producer
+        self.settings = settings
+        self.margin = timedelta(seconds=settings.llm_batch_deadline_margin_s)
+
+    async def run(self) -> None:
+        await keep_running("batch driver", self.drive_once, every_s=self.settings.llm_batch_poll_s)
+
+    async def drive_once(self) -> None:
+        async with self.repo.leading() as leading:
+            if not leading:
+                return
+            for task in await self.repo.queued_tasks(self.settings.llm_batch_gather_s):
+                await self._gather(task)
+            for batch in await self.repo.open_batches():
+                try:
+                    await self._advance(batch)
+                except (ProviderUnavailable, RateLimited) as exc:  # next time
+                    log.warning("batch %s: %s; trying again in %.0fs", batch.id, exc, self.settings.llm_batch_poll_s)
+            await self._announce()
+            await self.repo.keep_waiting_tasks_active()
+
+    # --- gathering ---------------------------------------------------------------------------------
+
+    async def _gather(self, task: QueuedTask) -> None:
+        if not task.takes_work:
+            metrics.BATCH_LINES.labels("dropped").inc(await self.repo.settle_queued(task.task_id, LineStatus.DROPPED))
+            return
+        if must_finish_now(_now(), task.deadline, self.margin):
+            sent = await self.repo.settle_queued(task.task_id, LineStatus.REALTIME)
+            log.info("task %s: its deadline is near; %d lines go realtime instead of a batch", task.task_id, sent)
+            return
+        made = await self.repo.gather(task, self.settings.llm_batch_max_lines)
+        if made:
+            log.info("task %s: %d batches recorded", task.task_id, len(made))
+
+    # --- one batch, one step -----------------------------------------------------------------------
+
+    async def _advance(self, batch: OpenBatch) -> None:
+        if batch.state in (BatchState.RECORDED, BatchState.UPLOADED):
+            if not batch.takes_work:
+                await self._unsent(batch, Ending.CANCELLED, "its task was paused or ended before it was sent")
+            elif must_finish_now(_now(), batch.deadline, self.margin):
+                await self._unsent(batch, Ending.CANCELLED, "its task's deadline came before it was sent")
+            elif batch.state is BatchState.RECORDED:
+                await self._upload(batch)
+            else:
+                await self._create(batch)
+        elif batch.state is BatchState.CREATING:
+            await self._adopt_or_create(batch)
+        elif batch.state is BatchState.SUBMITTED:
+            await self._poll(batch)
+
+    async def _upload(self, batch: OpenBatch) -> None:
+        requests = await self.repo.requests(batch.id)
+        content = b"".join(
+            input_line(custom_id, self.backend.chat_body(request_from(request)))
+            for custom_id, request in requests.items()
+        )
+        if len(content) > self.settings.llm_batch_max_bytes and len(requests) > 1:
+            made = await self.repo.split(batch)
+            await self.repo.end(batch.id, Ending.SPLIT, f"{len(content)} bytes: over DOCSUM_LLM_BATCH_MAX_BYTES")
+            log.info("batch %s: %d bytes, split in %d", batch.id, len(content), len(made))
+            return
+        try:
+            file_id = await self.api.upload(f"{batch.id}.jsonl", content)
+        except RequestRefused as exc:
+            await self._unsent(batch, Ending.FAILED, f"the provider refused its input file: {exc}")
+            return
+        await self.repo.move(batch.id, BatchState.UPLOADED, input_file_id=file_id)
+
+    async def _create(self, batch: OpenBatch) -> None:
+        assert batch.input_file_id is not None
+        # Recorded before it is sent: a create whose answer never comes is looked for, not sent again.
+        await self.repo.move(batch.id, BatchState.CREATING)
+        try:
+            created = await self.api.create(batch.input_file_id, {BATCH_KEY: batch.id, TASK_KEY: batch.task_id})
+        except RequestRefused as exc:
+            await self._unsent(batch, Ending.FAILED, f"the provider refused the batch: {exc}")
+            return
+        await self._submitted(batch, created, "submitted")
+
+    async def _adopt_or_create(self, batch: OpenBatch) -> None:
+        found = await self.api.find(BATCH_KEY, batch.id, since=batch.created_at.timestamp())
+        if found is None:
+            log.info("batch %s: its create was never performed; creating it", batch.id)
+            await self._create(batch)
+            return
+        log.info("batch %s: created as %s but never recorded; adopted", batch.id, found.id)
+        await self._submitted(batch, found, "adopted")
+
+    async def _submitted(self, batch: OpenBatch, provider: ProviderBatch, how: str) -> None:
+        await self.repo.move(
+            batch.id, BatchState.SUBMITTED, provider_id=provider.id, provider_status=provider.status,
+            submitted_at=datetime.fromtimestamp(provider.created_at, UTC) if provider.created_at else _now(),
+        )  # fmt: skip
+        metrics.BATCHES.labels(how).inc()
+
+    async def _poll(self, batch: OpenBatch) -> None:
+        assert batch.provider_id is not None
+        provider = await self.api.retrieve(batch.provider_id)
+        if provider is None:
+            queued = await self.repo.requeue(batch.id)
+            await self.repo.end(batch.id, Ending.LOST, f"the provider no longer knows {batch.provider_id}")
+            metrics.BATCHES.labels(Ending.LOST).inc()
+            log.warning("batch %s: lost at the provider; its %d lines are queued again", batch.id, queued)
+            return
+        await self.repo.observed(batch.id, provider.status, provider.completed, provider.failed)
+        if provider.ended:
+            await self._ingest(batch, provider)
+            return
+        reason = self._cancel_reason(batch, provider)
+        if reason and provider.status != "cancelling" and batch.cancel_reason is None:
+            log.info("batch %s: cancelling it (%s)", batch.id, reason)
+            await self.repo.cancelling(batch.id, reason)
+            await self.api.cancel(provider.id)
+
+    def _cancel_reason(self, batch: OpenBatch, provider: ProviderBatch) -> str | None:
+        if not batch.takes_work:
+            return "its task was paused or ended"
+        if will_miss(_now(), batch.deadline, self.margin, batch.submitted_at, provider.completed, provider.total):
+            return "it would not end before its task's deadline"
+        return None
+
+    async def _ingest(self, batch: OpenBatch, provider: ProviderBatch) -> None:
+        requests = await self.repo.requests(batch.id)
+        answered = failed = 0
+        for file_id in (provider.output_file_id, provider.error_file_id):
+            content = await self.api.content(file_id) if file_id else None
+            for line in read_lines(content or b""):
+                request = requests.get(line.custom_id)
+                if request is None:
+                    continue  # not ours: nothing to store
+                if line.answered and line.body is not None:
+                    try:
+                        result = self.backend.read_answer(line.body, request_from(request))
+                    except ProviderUnavailable as exc:
+                        failed += await self.repo.sent_back(batch.id, [line.custom_id], str(exc))
+                        continue
+                    answered += await self.repo.answered(batch.id, line.custom_id, result, str(request["kind"]))
+                elif line.code != "batch_expired":
+                    said = line.error or f"HTTP {line.status_code}"
+                    failed += await self.repo.sent_back(batch.id, [line.custom_id], f"the batch line failed: {said}")
+        outcome = ending(provider.status, provider.errors, batch.lines)
+        unanswered = 0
+        if outcome is Ending.SPLIT:
+            made = await self.repo.split(batch)
+            log.info("batch %s: over the provider's enqueued-token cap; split in %d", batch.id, len(made))
+        else:
+            why = provider.error_text or f"its batch {provider.status}"
+            unanswered = await self.repo.sent_back(batch.id, None, f"not answered by the provider's batch: {why}")
+        await self.repo.end(batch.id, outcome, provider.error_text)
+        metrics.BATCHES.labels(outcome).inc()
+        metrics.BATCH_LINES.labels("answered").inc(answered)
+        metrics.BATCH_LINES.labels("failed").inc(failed)
+        metrics.BATCH_LINES.labels("unanswered").inc(unanswered)
+        log.info(
+            "batch %s %s: %d lines answered, %d failed, %d unanswered", batch.id, outcome, answered, failed, unanswered
+        )
+
+    async def _unsent(self, batch: OpenBatch, outcome: Ending, why: str) -> None:
+        """A batch ended before the provider ran it: its lines back to their chunks."""
+        back = await self.repo.sent_back(batch.id, None, why)
+        await self.repo.end(batch.id, outcome, why)
+        metrics.BATCHES.labels(outcome).inc()
+        metrics.BATCH_LINES.labels("unanswered").inc(back)
+        log.info("batch %s ended unsent (%s): %d lines back to their chunks", batch.id, why, back)
+
+    # --- announcing ------------------------------------------------------------------------------
+
+    async def _announce(self) -> None:
+        """Announce again each chunk whose line was answered or sent back (a crash between the two
+        announces it again: harmless, its claim decides)."""
+        while due := await self.repo.announcements(ANNOUNCE_AT_ONCE):
+            events = [ChunkCreated(**asdict(a)) for a in due]
+            await publish(self.producer, self.settings, events, sender=BATCH_DRIVER)
+            await self.repo.announced([a.chunk_id for a in due])
+            if len(due) < ANNOUNCE_AT_ONCE:
+                return
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)

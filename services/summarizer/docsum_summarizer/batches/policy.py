@@ -1,0 +1,135 @@
+"""Batch mode's decisions, pure functions of what is stored and what the provider said."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from docsum_shared.options import Mode
+from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
+
+# The metadata key that names our batch at the provider: a batch created but not recorded is found by it.
+BATCH_KEY = "docsum_batch"
+TASK_KEY = "docsum_task"
+
+
+class LineStatus(enum.StrEnum):
+    QUEUED = "queued"  # waiting to be gathered into a batch
+    SUBMITTED = "submitted"  # in a batch (recorded, sent, or running at the provider)
+    ANSWERED = "answered"  # its answer is in the result cache: its chunk completes from there
+    REALTIME = "realtime"  # the batch did not answer it: its chunk calls in realtime
+    DROPPED = "dropped"  # its task paused or ended: queued again if the chunk is wanted again
+
+
+LIVE = (LineStatus.QUEUED, LineStatus.SUBMITTED)  # its chunk waits for the batch
+
+
+class BatchState(enum.StrEnum):
+    """Where a batch is in its life; each state names the step that comes next."""
+
+    RECORDED = "recorded"  # lines chosen: upload its input file
+    UPLOADED = "uploaded"  # input file uploaded: create the batch
+    CREATING = "creating"  # create sent, answer not stored: find it by its metadata, else create it
+    SUBMITTED = "submitted"  # running at the provider: poll, cancel when it must, ingest when it ended
+    ENDED = "ended"
+
+
+@dataclass(frozen=True)
+class ChunkLine:
+    """A chunk's line, as the chunk handler sees it."""
+
+    status: LineStatus
+    custom_id: str
+
+
+class Route(enum.Enum):
+    CALL = "call"  # call the provider now (realtime, or flex)
+    QUEUE = "queue"  # queue the request as a batch line
+    TAKE_ANSWER = "take_answer"  # the batch answered it: complete from the result cache
+
+
+def route(mode: Mode, line: ChunkLine | None, can_batch: bool) -> Route:
+    """How a leased chunk is summarized."""
+    if line is not None and line.status is LineStatus.ANSWERED:
+        return Route.TAKE_ANSWER  # paid already, whatever the mode is now
+    if mode != "batch" or not can_batch:
+        return Route.CALL
+    if line is None or line.status is LineStatus.DROPPED:
+        return Route.QUEUE
+    return Route.CALL  # sent back by its batch
+
+
+def call_mode(mode: Mode | None, line: ChunkLine | None) -> Mode | None:
+    """The mode of a call the batch sent back: realtime, to finish before the deadline it may be racing."""
+    return "realtime" if line is not None and line.status is LineStatus.REALTIME else mode
+
+
+def request_json(request: SummaryRequest) -> dict[str, Any]:
+    return asdict(request)
+
+
+def request_from(stored: dict[str, Any]) -> SummaryRequest:
+    fields = dict(stored)
+    return SummaryRequest(
+        **{
+            **fields,
+            "kind": SummaryKind(fields["kind"]),
+            "texts": tuple(fields.get("texts") or ()),
+            "labels": tuple(fields.get("labels") or ()),
+        }
+    )
+
+
+# --- the batch's outcome ----------------------------------------------------------------------------
+
+
+class Ending(enum.StrEnum):
+    """How an ended batch ends for docsum (its provider status, read)."""
+
+    COMPLETED = "completed"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+    SPLIT = "split"  # refused as over the enqueued-token cap: its lines go again in two halves
+    FAILED = "failed"  # refused for another reason: its lines go realtime
+    LOST = "lost"  # the provider no longer knows it: its lines are queued again
+
+
+def ending(provider_status: str, errors: tuple[str, ...], lines: int) -> Ending:
+    if provider_status == "failed":
+        return Ending.SPLIT if "token_limit_exceeded" in errors and lines > 1 else Ending.FAILED
+    return Ending(provider_status) if provider_status in ("completed", "expired", "cancelled") else Ending.FAILED
+
+
+def unrun_status(task_takes_work: bool) -> LineStatus:
+    """Where a line goes that its ended batch never answered."""
+    return LineStatus.REALTIME if task_takes_work else LineStatus.DROPPED
+
+
+def halves(custom_ids: list[str]) -> tuple[list[str], list[str]]:
+    middle = len(custom_ids) // 2
+    return custom_ids[:middle], custom_ids[middle:]
+
+
+# --- deadlines --------------------------------------------------------------------------------------
+
+
+def must_finish_now(now: datetime, deadline: datetime | None, margin: timedelta) -> bool:
+    """Whether what is left must go realtime now to end before the deadline."""
+    return deadline is not None and now >= deadline - margin
+
+
+def will_miss(
+    now: datetime, deadline: datetime | None, margin: timedelta, submitted_at: datetime | None, done: int, total: int
+) -> bool:
+    """Whether a running batch will not end in time: the deadline is within the margin, or, at the pace
+    its lines are done so far, the rest would end after it."""
+    if deadline is None:
+        return False
+    if must_finish_now(now, deadline, margin):
+        return True
+    if submitted_at is None or done <= 0 or total <= done:
+        return False
+    projected = now + (now - submitted_at) * ((total - done) / done)
+    return projected > deadline - margin
