@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from datetime import datetime
 
 import asyncpg
 import pytest
@@ -29,14 +30,43 @@ BATCH_ENV = {
     "DOCSUM_LLM_BATCH_POLL_S": "0.2",
     "DOCSUM_LLM_BATCH_GATHER_S": "0.3",
     "DOCSUM_LLM_BATCH_DEADLINE_MARGIN_S": "0",
+    "DOCSUM_LEASE_TTL_S": "4",  # a killed summarizer's chunk is taken over within seconds
 }
 
 
-@pytest.fixture
-def server() -> Iterator[FakeLLMServer]:
+@pytest.fixture(scope="module")
+def _provider() -> Iterator[FakeLLMServer]:
     with FakeLLMServer(FakeLLM()) as server:
-        server.llm.configure(prices=PRICES, batch_time_scale=SCALE)
         yield server
+
+
+@pytest.fixture(scope="module")
+def _stack(make_stack: StackFactory, _provider: FakeLLMServer) -> Iterator[Stack]:
+    """One stack for the module (a stack start is ~10 s): each test uses new text (its marker), so no
+    answer is cached across tests, and its own knobs of the module's stand-in."""
+    stack = make_stack(SERVICES, **{**BATCH_ENV, "OPENAI_BASE_URL": _provider.base_url})
+    yield stack
+    stack.stop_all()
+
+
+@pytest.fixture
+def server(_provider: FakeLLMServer) -> Iterator[FakeLLMServer]:
+    _provider.llm.reset(config=True)
+    _provider.llm.configure(prices=PRICES, batch_time_scale=SCALE)
+    yield _provider
+    _provider.llm.configure(batch_hold=[])  # nothing stays held for the next test
+
+
+@pytest.fixture
+def stack(_stack: Stack) -> Stack:
+    """The module's stack, every service running (a test may have killed one)."""
+    for name in SERVICES:
+        process = _stack.processes.get(name)
+        if process is None or process.poll() is not None:
+            _stack.processes.pop(name, None)
+            _stack.start(name)
+    _stack.wait_ready()
+    return _stack
 
 
 def _statuses(task: dict) -> tuple[str, list[tuple[str, str]]]:
@@ -53,15 +83,10 @@ async def _batches_in(db: asyncpg.Pool, task_id: str, state: str) -> int:
     return int(await db.fetchval("SELECT count(*) FROM llm_batches WHERE task_id = $1 AND state = $2", task_id, state))
 
 
-def _stack(make_stack: StackFactory, server: FakeLLMServer, **env: str) -> Stack:
-    return make_stack(SERVICES, **{**BATCH_ENV, **env, "OPENAI_BASE_URL": server.base_url})
-
-
 async def test_batch_mode_ends_as_realtime_does_for_at_most_056_of_its_price(
-    make_stack: StackFactory, server: FakeLLMServer, db: asyncpg.Pool
+    stack: Stack, server: FakeLLMServer, db: asyncpg.Pool
 ) -> None:
     provider = server.llm
-    stack = _stack(make_stack, server)
     marker = new_marker()
     files = [txt("a.txt", marked_text(12_000, seed=91, marker=marker)), txt("b.txt", marked_text(3_000, 92, marker))]
     async with stack.client("alice") as client:
@@ -91,11 +116,10 @@ async def test_batch_mode_ends_as_realtime_does_for_at_most_056_of_its_price(
 
 
 async def test_a_batch_whose_create_answer_was_lost_is_adopted_not_created_again(
-    make_stack: StackFactory, server: FakeLLMServer, db: asyncpg.Pool
+    stack: Stack, server: FakeLLMServer, db: asyncpg.Pool
 ) -> None:
     provider = server.llm
     provider.configure(batch_lose_create_next=1)
-    stack = _stack(make_stack, server)
     marker = new_marker()
     async with stack.client("alice") as client:
         task = await wait_for_task(
@@ -110,10 +134,9 @@ async def test_a_batch_whose_create_answer_was_lost_is_adopted_not_created_again
 
 @pytest.mark.parametrize("point", ["upload", "create", "created", "retrieve", "content"])
 async def test_the_summarizer_killed_at_each_step_of_a_batch_pays_no_line_twice(
-    make_stack: StackFactory, server: FakeLLMServer, point: str
+    stack: Stack, server: FakeLLMServer, point: str
 ) -> None:
     provider = server.llm
-    stack = _stack(make_stack, server, DOCSUM_LEASE_TTL_S="4")
     marker = new_marker()
     provider.configure(batch_hold=[point])
     async with stack.client("alice") as client:
@@ -130,11 +153,10 @@ async def test_the_summarizer_killed_at_each_step_of_a_batch_pays_no_line_twice(
 
 
 async def test_an_expired_batch_keeps_its_answered_lines_and_the_rest_finish_in_realtime(
-    make_stack: StackFactory, server: FakeLLMServer
+    stack: Stack, server: FakeLLMServer
 ) -> None:
     provider = server.llm
     provider.configure(batch_expire_after_lines=2)
-    stack = _stack(make_stack, server)
     marker = new_marker()
     async with stack.client("alice") as client:
         task = await wait_for_task(
@@ -149,11 +171,10 @@ async def test_an_expired_batch_keeps_its_answered_lines_and_the_rest_finish_in_
 
 
 async def test_cancelling_a_batch_task_cancels_its_batch_and_no_later_line_is_paid(
-    make_stack: StackFactory, server: FakeLLMServer, db: asyncpg.Pool
+    stack: Stack, server: FakeLLMServer, db: asyncpg.Pool
 ) -> None:
     provider = server.llm
     provider.configure(batch_in_progress_s=3600 * 2)  # two provider hours: ~2 s for all its lines
-    stack = _stack(make_stack, server)
     marker = new_marker()
     async with stack.client("alice") as client:
         task_id = await submit(client, [txt("f.txt", marked_text(12_000, 96, marker))], mode="batch")
@@ -183,3 +204,85 @@ async def test_cancelling_a_batch_task_cancels_its_batch_and_no_later_line_is_pa
     assert provider.wait_idle()
     later = [e for e in calls(provider, marker, 200) if e.tier == "batch" and e.finished > cancelled_at.timestamp() + 1]
     assert later == []
+
+
+async def test_a_batch_that_would_miss_the_deadline_is_cancelled_and_the_rest_finish_in_realtime_before_it(
+    stack: Stack, server: FakeLLMServer, db: asyncpg.Pool
+) -> None:
+    provider = server.llm
+    # All its lines take 60 provider hours: a minute here, at the pace of its first lines far past the
+    # deadline of 40 s, which the driver sees once a line is done.
+    provider.configure(batch_in_progress_s=3600 * 60)
+    marker = new_marker()
+    async with stack.client("alice") as client:
+        files = [txt("g.txt", marked_text(12_000, 97, marker))]
+        task = await wait_for_task(client, await submit(client, files, mode="batch", deadline="40s"), stack)
+    assert task["status"] == "COMPLETED"
+    deadline = datetime.fromisoformat(task["options"]["deadline"])
+    assert datetime.fromisoformat(task["updated_at"]) < deadline
+    batches = await db.fetch("SELECT outcome, cancel_reason FROM llm_batches WHERE task_id = $1", task["task_id"])
+    assert [(r["outcome"], "deadline" in (r["cancel_reason"] or "")) for r in batches] == [("cancelled", True)]
+    entries = [e for e in calls(provider, marker, 200) if "<text>\n" in e.prompt]
+    tiers = Counter(e.tier for e in entries)
+    assert tiers["batch"] >= 1 and tiers["realtime"] >= 1 and set(tiers) == {"batch", "realtime"}
+    assert len({e.prompt_sha256 for e in entries}) == len(entries)  # no chunk paid at both tiers
+
+
+async def test_failed_lines_are_called_in_realtime_and_the_answered_ones_kept(
+    stack: Stack, server: FakeLLMServer
+) -> None:
+    provider = server.llm
+    provider.configure(batch_fail_rate=0.5)
+    marker = new_marker()
+    async with stack.client("alice") as client:
+        files = [txt("h.txt", marked_text(12_000, 98, marker))]
+        task = await wait_for_task(client, await submit(client, files, mode="batch"), stack)
+    assert task["status"] == "COMPLETED"
+    entries = [e for e in calls(provider, marker) if "<text>\n" in e.prompt]
+    failed = {e.prompt_sha256 for e in entries if e.tier == "batch" and e.status != 200}
+    answered = {e.prompt_sha256: e.tier for e in entries if e.status == 200}
+    assert failed and all(answered[p] == "realtime" for p in failed)  # each failed line answered in realtime
+    assert "batch" in answered.values() and _paid_twice(entries) == []
+    assert len(answered) == sum(d["chunks"]["total"] for d in task["documents"])
+
+
+async def test_a_batch_over_the_enqueued_token_cap_is_split_and_sent_again(
+    stack: Stack, server: FakeLLMServer, db: asyncpg.Pool
+) -> None:
+    provider = server.llm
+    provider.configure(batch_enqueued_token_limit=2_500)
+    marker = new_marker()
+    async with stack.client("alice") as client:
+        files = [txt("i.txt", marked_text(12_000, 99, marker))]
+        task = await wait_for_task(client, await submit(client, files, mode="batch"), stack)
+    assert task["status"] == "COMPLETED"
+    outcomes = Counter(
+        r["outcome"] for r in await db.fetch("SELECT outcome FROM llm_batches WHERE task_id = $1", task["task_id"])
+    )
+    assert outcomes["split"] >= 1 and outcomes["completed"] >= 2
+    entries = [e for e in calls(provider, marker, 200) if "<text>\n" in e.prompt]
+    assert _paid_twice(entries) == [] and Counter(e.tier for e in entries)["batch"] >= 2
+
+
+async def test_pausing_a_batch_task_cancels_its_batch_and_resuming_finishes_it(
+    stack: Stack, server: FakeLLMServer, db: asyncpg.Pool
+) -> None:
+    provider = server.llm
+    provider.configure(batch_in_progress_s=3600 * 120)  # two minutes here: it is still running when paused
+    marker = new_marker()
+    async with stack.client("alice") as client:
+        task_id = await submit(client, [txt("j.txt", marked_text(6_000, 100, marker))], mode="batch")
+        await eventually(lambda: _batches_in(db, task_id, "submitted"), timeout=60)
+        assert (await client.post(f"/v1/tasks/{task_id}/pause")).status_code < 300
+        await eventually(lambda: _batches_in(db, task_id, "ended"), timeout=60)
+        provider.configure(batch_in_progress_s=None)  # the next batch runs at the usual pace
+        assert (await client.post(f"/v1/tasks/{task_id}/resume")).status_code < 300
+        task = await wait_for_task(client, task_id, stack)
+    assert task["status"] == "COMPLETED"
+    rows = await db.fetch(
+        "SELECT outcome, cancel_reason FROM llm_batches WHERE task_id = $1 ORDER BY created_at", task_id
+    )
+    assert [r["outcome"] for r in rows] == ["cancelled", "completed"]
+    assert "paused" in rows[0]["cancel_reason"]
+    entries = [e for e in calls(provider, marker, 200) if "<text>\n" in e.prompt]
+    assert _paid_twice(entries) == [] and {e.tier for e in entries} == {"batch"}
