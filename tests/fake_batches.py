@@ -484,6 +484,12 @@ class BatchDesk:
         with self.llm._lock:
             self.values.update(values)
 
+    def lose(self, batch_id: str) -> bool:
+        """The provider loses a batch (it happens: a region's incident): from now on it answers 404 for it
+        and lists it no more. Whether it had it."""
+        with self.llm._lock:
+            return self.batches.pop(batch_id, None) is not None
+
     def reset(self, config: bool = False) -> None:
         with self.llm._lock:
             self.files.clear()

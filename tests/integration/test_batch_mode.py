@@ -286,3 +286,42 @@ async def test_pausing_a_batch_task_cancels_its_batch_and_resuming_finishes_it(
     assert "paused" in rows[0]["cancel_reason"]
     entries = [e for e in calls(provider, marker, 200) if "<text>\n" in e.prompt]
     assert _paid_twice(entries) == [] and {e.tier for e in entries} == {"batch"}
+
+
+async def test_the_same_request_is_one_line_and_a_cached_answer_never_enters_a_batch(
+    stack: Stack, server: FakeLLMServer, db: asyncpg.Pool
+) -> None:
+    provider = server.llm
+    marker = new_marker()
+    text = marked_text(6_000, 101, marker)
+    # Two copies of one file: each of their chunks asks the same request (one custom_id, one line).
+    files = [txt("k.txt", text), txt("k-copy.txt", text)]
+    async with stack.client("alice") as client:
+        first = await wait_for_task(client, await submit(client, files, mode="batch"), stack)
+        second = await wait_for_task(client, await submit(client, files, mode="batch"), stack)
+    assert first["status"] == second["status"] == "COMPLETED"
+    lines = [e for e in calls(provider, marker) if e.tier == "batch"]
+    chunks = sum(d["chunks"]["total"] for d in first["documents"])
+    assert len(lines) == chunks // 2 and _paid_twice(lines) == []  # the copy's chunks were not sent
+    assert await db.fetchval("SELECT count(*) FROM llm_batches WHERE task_id = $1", second["task_id"]) == 0
+    assert second["usage"]["cost_usd"] == 0 and second["usage"]["cached_calls"] >= chunks
+
+
+async def test_a_batch_the_provider_lost_has_its_lines_sent_again(
+    stack: Stack, server: FakeLLMServer, db: asyncpg.Pool
+) -> None:
+    provider = server.llm
+    provider.configure(batch_in_progress_s=3600 * 120)  # still running when the provider loses it
+    marker = new_marker()
+    async with stack.client("alice") as client:
+        task_id = await submit(client, [txt("l.txt", marked_text(6_000, 102, marker))], mode="batch")
+        await eventually(lambda: _batches_in(db, task_id, "submitted"), timeout=60)
+        provider.configure(batch_in_progress_s=None)
+        lost = await db.fetchval("SELECT provider_id FROM llm_batches WHERE task_id = $1", task_id)
+        assert provider.batches.lose(lost)
+        task = await wait_for_task(client, task_id, stack)
+    assert task["status"] == "COMPLETED"
+    rows = await db.fetch("SELECT outcome FROM llm_batches WHERE task_id = $1 ORDER BY created_at", task_id)
+    assert [r["outcome"] for r in rows] == ["lost", "completed"]
+    entries = [e for e in calls(provider, marker, 200) if "<text>\n" in e.prompt]
+    assert {e.tier for e in entries} == {"batch"} and _paid_twice(entries) == []
