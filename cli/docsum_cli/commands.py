@@ -97,6 +97,22 @@ def mode_note(task: dict[str, Any]) -> str:
     return f" ({', '.join(notes)})" if notes else ""
 
 
+def batch_note(task: dict[str, Any]) -> str | None:
+    """What the task waits for while its lines are at the provider's batch (the view's `batch`), else None:
+    "waiting for the provider's batch: 3 of 10 lines done, submitted at 08:15 UTC, deadline 2026-12-03
+    08:00:00 UTC"."""
+    batch = task.get("batch")
+    if not batch or batch.get("state") != "waiting":
+        return None
+    parts = [f"waiting for the provider's batch: {batch['done']} of {batch['lines']} lines done"]
+    if batch.get("sent_back"):
+        parts.append(f"{batch['sent_back']} sent back to realtime calls")
+    if batch.get("submitted_at"):
+        parts.append(f"submitted at {batch['submitted_at'][11:16]} UTC")
+    parts.append(f"deadline {_when(batch['deadline'])} UTC" if batch.get("deadline") else "no deadline")
+    return ", ".join(parts)
+
+
 def _show_task(task: dict[str, Any]) -> None:
     out.print(
         f"[bold]Task {task['task_id']}[/] — {task['status']}{mode_note(task)}"
@@ -105,6 +121,8 @@ def _show_task(task: dict[str, Any]) -> None:
     out.print(f"created {_when(task['created_at'])}, updated {_when(task['updated_at'])}")
     if task.get("hold_reason"):
         out.print(f"held: {task['hold_reason']}")
+    if note := batch_note(task):
+        out.print(note)
     table = Table("document", "status", "chunks", "", box=None)
     for d in task["documents"]:
         c = d["chunks"]

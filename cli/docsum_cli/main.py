@@ -73,6 +73,8 @@ def wait(gateway: Gateway, task_id: str, *, quiet: bool, reconnect_s: float = 1.
             try:
                 for kind, data in task_events(gateway, task_id, seen):
                     if kind == "snapshot":
+                        if not quiet and (note := commands.batch_note(data)):
+                            err.print(note)  # the stream's entries come with chunks: none while the batch runs
                         for doc in data["documents"]:
                             names[doc["document_id"]] = doc["filename"]
                             show_doc(doc["document_id"], doc["status"], _doc_percent(doc), doc["chunks"])

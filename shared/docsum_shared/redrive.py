@@ -34,7 +34,7 @@ from .handlers import Sender
 from .kafka import publish
 from .levels import SizeLevel, size_level
 from .settings import Settings
-from .states import CHUNK_FINAL, DOCUMENT_FINAL, TASK_TAKES_WORK, ChunkStatus, DocumentStatus
+from .states import CHUNK_FINAL, DOCUMENT_FINAL, LINE_LIVE, TASK_TAKES_WORK, ChunkStatus, DocumentStatus
 
 log = logging.getLogger(__name__)
 # Resume, retry and reconcile: the work a task still owes, from the state stored in PostgreSQL.
@@ -274,7 +274,7 @@ WITH progress AS (
            EXISTS (SELECT 1 FROM chunks lc JOIN documents ld ON ld.id = lc.document_id
                    WHERE ld.task_id = $1 AND lc.status = $4 AND lc.lease_expires_at > now())
            OR EXISTS (SELECT 1 FROM batch_lines bl
-                      WHERE bl.task_id = $1 AND bl.status IN ('queued', 'submitted')) AS leased
+                      WHERE bl.task_id = $1 AND bl.status = ANY($6::text[])) AS leased
     FROM documents d LEFT JOIN chunks c ON c.document_id = d.id
     WHERE d.task_id = $1 AND d.status <> ALL($5::text[])
     GROUP BY d.id
@@ -305,7 +305,13 @@ async def fail_stalled(pool: asyncpg.Pool, task_id: str, limit: int) -> list[str
     final = list(DOCUMENT_FINAL)
     async with pool.acquire() as conn, conn.transaction():
         rows = await conn.fetch(
-            _MARK_STALLED, task_id, ChunkStatus.COMPLETED, ChunkStatus.FAILED, ChunkStatus.SUMMARIZING, final
+            _MARK_STALLED,
+            task_id,
+            ChunkStatus.COMPLETED,
+            ChunkStatus.FAILED,
+            ChunkStatus.SUMMARIZING,
+            final,
+            list(LINE_LIVE),
         )
         stalled = [r["id"] for r in rows if r["stalled_redrives"] >= limit]
         if not stalled:

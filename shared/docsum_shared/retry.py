@@ -62,6 +62,8 @@ MESSAGES = Backoff(base_s=0.5, cap_s=10.0)  # a message its handler could not ha
 PROVIDER = Backoff(base_s=1.0, cap_s=60.0)  # an LLM call (chunk summaries, merges)
 START_UP = Backoff(base_s=0.5, cap_s=2.0)  # the database or broker a starting service waits for
 LOOPS = Backoff(base_s=1.0, cap_s=30.0)  # a background loop that failed (listener, recorder, maintenance)
+# A flex call refused for lack of capacity: short, since the default tier is the way out after a few.
+FLEX = Backoff(base_s=0.5, cap_s=10.0)
 
 
 @dataclass(frozen=True)

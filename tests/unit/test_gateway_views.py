@@ -79,6 +79,7 @@ def rows(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         ],
         "remaining_work": {"chunks": 4, "prompt_tokens": 2000, "calls_last_minute": 30},
         "recovery": {"attempts": 5, "interruptions": 1},
+        "batch_lines": [],  # no batch lines: `batch` is null (tests/unit/test_batch_progress_view.py)
         "failures": [
             {"document_id": "d1", "filename": "d1.txt", "chunk_index": 2, "error": "no", "attempts": 3},
             {"document_id": "d2", "filename": "d2.txt", "chunk_index": None, "error": "damaged", "attempts": None},

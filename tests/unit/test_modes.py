@@ -19,12 +19,15 @@ from docsum_shared.errors import RateLimited
 from docsum_shared.events import DocumentSubmitted, Topic, decode
 from docsum_shared.options import MODES, TaskOptions
 from docsum_shared.readmodel import views
+from docsum_shared.retry import Backoff
 from docsum_shared.settings import LLMSettings
 from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
 from docsum_shared.summarizers.openai_backend import OpenAIBackend
 from tests.documents import english_prose
 from tests.fake_llm import FakeLLM, FakeLLMServer, LedgerEntry
 from tests.integration.helpers import eventually
+
+NO_WAIT = Backoff(base_s=0.0, cap_s=0.0)  # a flex refusal sent again at once
 
 # --- the option ---------------------------------------------------------------------------------------
 
@@ -129,7 +132,7 @@ def server() -> Iterator[FakeLLMServer]:
 
 
 def _backend(server: FakeLLMServer, **options: Any) -> OpenAIBackend:
-    return OpenAIBackend("stand-in-1", base_url=server.base_url, api_key="k", flex_wait_s=0.0, **options)
+    return OpenAIBackend("stand-in-1", base_url=server.base_url, api_key="k", flex_backoff=NO_WAIT, **options)
 
 
 def _chunk(seed: int = 9) -> SummaryRequest:

@@ -54,6 +54,18 @@ async def remaining_work(pool: asyncpg.Pool, task_id: str) -> asyncpg.Record:
     )
 
 
+async def batch_lines(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
+    """The task's batch lines counted by status and open batch (batch columns null: in none, or in one
+    that ended), with what the provider last said of that batch."""
+    return await pool.fetch(
+        "SELECT l.status, b.id AS batch_id, b.state AS batch_state, b.lines AS batch_lines,"
+        " b.lines_done AS batch_done, b.lines_failed AS batch_failed, b.submitted_at, count(*)::int AS lines"
+        " FROM batch_lines l LEFT JOIN llm_batches b ON b.id = l.batch_id AND b.state <> 'ended'"
+        " WHERE l.task_id = $1 GROUP BY l.status, b.id",
+        task_id,
+    )
+
+
 async def learned_budget(pool: asyncpg.Pool, key: str) -> asyncpg.Record | None:
     return await pool.fetchrow("SELECT context_tokens, learned_from FROM llm_endpoints WHERE key = $1", key)
 

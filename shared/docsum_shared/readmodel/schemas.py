@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -32,7 +32,38 @@ class Estimate(BaseModel):
     remaining_chunks: int
     prompt_tokens: int  # of the remaining chunk requests (merges come on top)
     cost_usd: float
-    eta_s: float | None  # from the task's calls of the last minute; None before there is a rate
+    # From the task's calls of the last minute, None before there is a rate; while chunks wait on a
+    # provider's batch, from the batch's pace instead (see `BatchProgress`), None until it has one.
+    eta_s: float | None
+
+
+class BatchProgress(BaseModel):
+    """The task's chunks that go through the provider's Batch API (mode batch): one line per chunk."""
+
+    lines: int = Field(description="The task's chunks sent the batch way, whatever became of them since.")
+    done: int = Field(
+        description="Lines the batch answered: those whose answers are stored, and, in a batch still at the "
+        "provider, its share of the requests the provider reports done (a batch counts its requests, and the "
+        "task's lines in it take its done share, at most all of them; their answers come when the batch ends)."
+    )
+    waiting: int = Field(
+        description="Lines the task still waits for: queued for a batch, or in one not done yet (lines - done - "
+        "sent_back - dropped)."
+    )
+    sent_back: int = Field(
+        description="Lines the batch did not answer (failed, expired, cancelled for the deadline): their chunks "
+        "are called in realtime instead."
+    )
+    dropped: int = Field(description="Lines set aside when the task paused or ended: queued again if it resumes.")
+    batches: int = Field(description="The provider's batches still open that hold the task's lines.")
+    submitted_at: datetime | None = Field(
+        description="When the earliest of those batches was submitted to the provider; null before one is."
+    )
+    deadline: datetime | None = Field(description="The task's deadline (options.deadline); null: none.")
+    state: Literal["gathering", "waiting", "done"] = Field(
+        description='"gathering": lines wait to be sent (queued, or in a batch not yet submitted); "waiting": lines '
+        'are at the provider, in a submitted batch; "done": no line waits for a batch.'
+    )
 
 
 class Recovery(BaseModel):
@@ -87,6 +118,7 @@ class TaskView(BaseModel):
     estimate: Estimate
     recovery: Recovery
     documents: list[DocumentView]
+    batch: BatchProgress | None = Field(None, description="Its provider's batch lines; null: it has none.")
 
 
 class FailureView(BaseModel):

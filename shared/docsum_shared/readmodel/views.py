@@ -10,15 +10,18 @@ publishes `task_result` on task-finished.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
 
 from ..options import TaskOptions
 from ..settings import LLMSettings
+from ..states import BatchState, LineStatus
 from ..summarizers import endpoint_key
 from . import queries
 from .schemas import (
+    BatchProgress,
     ChunkProgress,
     DocumentView,
     EndpointView,
@@ -59,6 +62,11 @@ async def _view(pool: asyncpg.Pool, settings: LLMSettings, task: Row, documents:
     task_id = task["id"]
     total, per_document = usage_by_document(settings, await queries.usage_rows(pool, task_id))
     options = resolved(settings, TaskOptions.from_stored(task["options"]))
+    lines = await queries.batch_lines(pool, task_id)
+    batch = batch_progress(lines, options.deadline)
+    estimate = estimate_from(settings, await queries.remaining_work(pool, task_id), options.mode or "realtime")
+    if batch is not None and batch.state != "done":
+        estimate = estimate.model_copy(update={"eta_s": batch_eta_s(lines, datetime.now(UTC))})
     return TaskView(
         task_id=task["id"],
         title=task["title"],
@@ -73,9 +81,10 @@ async def _view(pool: asyncpg.Pool, settings: LLMSettings, task: Row, documents:
         truncated=bool(task.get("summary_truncated")) or any(d.get("truncated_parts") for d in documents),
         llm=await endpoint_view(pool, settings),
         usage=total,
-        estimate=estimate_from(settings, await queries.remaining_work(pool, task_id), options.mode or "realtime"),
+        estimate=estimate,
         recovery=recovery_from(task, await queries.recovery(pool, task_id), total),
         documents=[document_view(d, per_document.get(d["id"], Usage())) for d in documents],
+        batch=batch,
     )
 
 
@@ -157,6 +166,77 @@ def estimate_from(settings: LLMSettings, remaining: Row, tier: str = "realtime")
         cost_usd=settings.cost_usd(settings.llm_model, prompt_tokens, chunks * EXPECTED_COMPLETION_TOKENS, tier),
         eta_s=round(chunks / rate_per_s, 1) if rate_per_s > 0 else (0.0 if not chunks else None),
     )
+
+
+def batch_progress(rows: Iterable[Row], deadline: datetime | None) -> BatchProgress | None:
+    """The task's batch lines as one figure (rows: queries.batch_lines); None when it has none."""
+    rows = list(rows)
+    if not rows:
+        return None
+    count: dict[str, int] = {}
+    done_at_provider = 0
+    gathering = at_provider = False
+    open_batches: set[str] = set()
+    submitted: list[datetime] = []
+    for r in rows:
+        count[r["status"]] = count.get(r["status"], 0) + r["lines"]
+        if r["status"] == LineStatus.QUEUED:
+            gathering = True
+        if r["status"] != LineStatus.SUBMITTED:
+            continue
+        if r["batch_state"] is None:
+            at_provider = True  # its batch ended: its answers are being taken in
+        elif r["batch_state"] != BatchState.SUBMITTED:
+            gathering = True  # chosen for a batch, not yet at the provider
+        else:
+            at_provider = True
+            done_at_provider += _done_share(r)
+        if r["batch_id"] is not None:
+            open_batches.add(r["batch_id"])
+            if r["submitted_at"] is not None:
+                submitted.append(r["submitted_at"])
+    lines = sum(count.values())
+    done = count.get(LineStatus.ANSWERED, 0) + done_at_provider
+    sent_back = count.get(LineStatus.REALTIME, 0)
+    waiting = count.get(LineStatus.QUEUED, 0) + count.get(LineStatus.SUBMITTED, 0) - done_at_provider
+    return BatchProgress(
+        lines=lines,
+        done=done,
+        waiting=waiting,
+        sent_back=sent_back,
+        dropped=lines - done - waiting - sent_back,
+        batches=len(open_batches),
+        submitted_at=min(submitted, default=None),
+        deadline=deadline,
+        state="waiting" if at_provider else "gathering" if gathering else "done",
+    )
+
+
+def _done_share(r: Row) -> int:
+    """The task's lines in a submitted batch that the provider reports done: the batch counts requests
+    (lines of other tasks asking the same may be in it too), so its lines take its done share."""
+    if not r["batch_lines"]:
+        return 0
+    return min(r["lines"], r["lines"] * r["batch_done"] // r["batch_lines"])
+
+
+def batch_eta_s(rows: Iterable[Row], now: datetime) -> float | None:
+    """Seconds until the task's open batches end, at the pace each has gone so far: its elapsed time since
+    it was submitted, scaled by the requests left over those processed (done or failed). None while a line
+    waits to be sent, or a batch has processed nothing yet: the provider's window (24 hours after
+    submitted_at) bounds it, but a bound is no estimate, and realtime call rates say nothing of a batch."""
+    left = 0.0
+    for r in rows:
+        if r["status"] == LineStatus.QUEUED:
+            return None
+        if r["status"] != LineStatus.SUBMITTED or r["batch_state"] is None:
+            continue  # answered, sent back, dropped, or in a batch that ended: nothing left to wait for there
+        processed = (r["batch_done"] or 0) + (r["batch_failed"] or 0)
+        if r["batch_state"] != BatchState.SUBMITTED or r["submitted_at"] is None or processed <= 0:
+            return None
+        elapsed = max(0.0, (now - r["submitted_at"]).total_seconds())
+        left = max(left, elapsed * max(0, r["batch_lines"] - processed) / processed)
+    return round(left, 1)
 
 
 def recovery_from(task: Row, recovered: Row, total: Usage) -> Recovery:

@@ -34,6 +34,7 @@ import openai
 
 from ..errors import ContextLimitExceeded, ProviderUnavailable, RateLimited, RequestRefused, context_limit_error
 from ..options import Mode
+from ..retry import FLEX, Backoff
 from ..text import estimate_tokens_upper
 from .base import SummarizerBackend, SummaryRequest, SummaryResult
 from .batch_api import BatchAPI
@@ -47,10 +48,6 @@ OLLAMA_DEFAULT_NUM_CTX = 2048
 # A prompt Ollama reports reading less than this share of (by our deliberately high estimate) was cut.
 OLLAMA_CUT_SHARE = 0.5
 PROBE_TIMEOUT_S = 5.0
-# The wait after a flex call refused for lack of capacity (unless the provider says how long), doubled
-# at each refusal in a row; never longer than FLEX_WAIT_MAX_S, since the default tier is the way out.
-FLEX_WAIT_S = 0.5
-FLEX_WAIT_MAX_S = 10.0
 
 
 class _NoFlexCapacity(RateLimited):
@@ -93,7 +90,7 @@ class OpenAIBackend(SummarizerBackend):
         timeouts: Timeouts = Timeouts(),
         frequency_penalty: float | None = None,
         flex_tries: int = 3,
-        flex_wait_s: float = FLEX_WAIT_S,
+        flex_backoff: Backoff = FLEX,
     ) -> None:
         self.model = model
         self.frequency_penalty = frequency_penalty
@@ -104,7 +101,7 @@ class OpenAIBackend(SummarizerBackend):
         self.streaming = True  # until the endpoint says it cannot
         self.flex = True  # until the endpoint says it has no flex tier
         self.flex_tries = flex_tries
-        self.flex_wait_s = flex_wait_s
+        self.flex_backoff = flex_backoff
         self.server: str | None = None  # what probe() found
         self.num_ctx: int | None = None  # Ollama's, as /api/show states it
 
@@ -192,8 +189,10 @@ class OpenAIBackend(SummarizerBackend):
                         refused,
                     )
                     continue
-                wait_s = exc.retry_after if exc.retry_after is not None else self.flex_wait_s * 2 ** (refused - 1)
-                await asyncio.sleep(min(wait_s, FLEX_WAIT_MAX_S))
+                # Never longer than the back-off's cap, even when the provider says more: the default
+                # tier is the way out.
+                wait_s = self.flex_backoff.delay(refused, exc.retry_after)
+                await asyncio.sleep(min(wait_s, self.flex_backoff.cap_s))
             except _NoFlexTier as exc:
                 log.warning("%s has no flex tier (%s); the default tier from now on", self.base_url, exc)
                 self.flex = False

@@ -51,6 +51,16 @@ function duration(s) {
   return (s / 3600).toFixed(1) + " h";
 }
 
+// What a task waits for while its lines are at the provider's batch (the view's `batch`), or null.
+function batchNote(batch) {
+  if (!batch || batch.state !== "waiting") return null;
+  const parts = [`Waiting for the provider's batch: ${batch.done} of ${batch.lines} lines done`];
+  if (batch.sent_back) parts.push(`${batch.sent_back} sent back to realtime calls`);
+  if (batch.submitted_at) parts.push("submitted at " + new Date(batch.submitted_at).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }));
+  parts.push(batch.deadline ? "deadline " + new Date(batch.deadline).toLocaleString([], { dateStyle: "medium", timeStyle: "short" }) : "no deadline");
+  return parts.join(", ") + ".";
+}
+
 class ApiError extends Error {
   constructor(status, message) { super(message); this.status = status; }
 }
@@ -268,6 +278,7 @@ function showTask(main, taskId) {
   const bar = el("div", { class: "progress", id: "task-progress", role: "progressbar", "aria-valuemin": 0, "aria-valuemax": 100 }, fill);
   const figures = el("div", { class: "figures", id: "task-figures" });
   const hold = el("p", { class: "notice info hidden", id: "hold" });
+  const batchWait = el("p", { class: "notice info hidden", id: "batch-wait" });
   const problem = el("p", { class: "notice hidden", id: "task-error" });
   const buttons = {};
   const actions = el("div", { class: "actions" }, ["pause", "resume", "cancel", "retry"].map((action) => {
@@ -287,7 +298,7 @@ function showTask(main, taskId) {
     el("a", { href: "/", "data-link": true, class: "small", text: "← All tasks" }),
     el("section", { class: "card stack" },
       el("div", { class: "taskhead" }, el("div", {}, title, badge), actions),
-      bar, figures, hold, problem, downloads),
+      bar, figures, hold, batchWait, problem, downloads),
     summary,
     el("section", { class: "card" }, el("h2", { text: "Documents" }), docs),
     failures,
@@ -311,6 +322,8 @@ function showTask(main, taskId) {
     ].filter(Boolean));
     hold.textContent = task.status === "AWAITING_APPROVAL" ? "This task waits for your approval: " + (task.hold_reason || "it would go over your spending limit") + ". Resume approves it; Cancel drops it." : "";
     hold.classList.toggle("hidden", task.status !== "AWAITING_APPROVAL");
+    const waiting = batchNote(task.batch);
+    batchWait.textContent = waiting || ""; batchWait.classList.toggle("hidden", !waiting);
     problem.textContent = task.error || ""; problem.classList.toggle("hidden", !task.error);
     const s = task.status;
     buttons.pause.disabled = !(s === "PENDING" || s === "PROCESSING");

@@ -8,32 +8,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from docsum_shared.options import Mode
+from docsum_shared.states import LINE_LIVE as LIVE
+from docsum_shared.states import BatchState, LineStatus
 from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
 
 # The metadata key that names our batch at the provider: a batch created but not recorded is found by it.
 BATCH_KEY = "docsum_batch"
 TASK_KEY = "docsum_task"
-
-
-class LineStatus(enum.StrEnum):
-    QUEUED = "queued"  # waiting to be gathered into a batch
-    SUBMITTED = "submitted"  # in a batch (recorded, sent, or running at the provider)
-    ANSWERED = "answered"  # its answer is in the result cache: its chunk completes from there
-    REALTIME = "realtime"  # the batch did not answer it: its chunk calls in realtime
-    DROPPED = "dropped"  # its task paused or ended: queued again if the chunk is wanted again
-
-
-LIVE = (LineStatus.QUEUED, LineStatus.SUBMITTED)  # its chunk waits for the batch
-
-
-class BatchState(enum.StrEnum):
-    """Where a batch is in its life; each state names the step that comes next."""
-
-    RECORDED = "recorded"  # lines chosen: upload its input file
-    UPLOADED = "uploaded"  # input file uploaded: create the batch
-    CREATING = "creating"  # create sent, answer not stored: find it by its metadata, else create it
-    SUBMITTED = "submitted"  # running at the provider: poll, cancel when it must, ingest when it ended
-    ENDED = "ended"
+__all__ = ["LIVE", "BatchState", "LineStatus"]  # the states are the read model's too: shared
 
 
 @dataclass(frozen=True)

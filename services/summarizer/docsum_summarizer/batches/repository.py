@@ -12,7 +12,7 @@ from typing import Any
 
 import asyncpg
 
-from docsum_shared.states import TASK_TAKES_WORK
+from docsum_shared.states import LINE_LIVE, TASK_TAKES_WORK
 from docsum_shared.summarizers.base import SummaryResult
 
 from .policy import BatchState, Ending, LineStatus, halves, unrun_status
@@ -21,7 +21,7 @@ from .policy import BatchState, Ending, LineStatus, halves, unrun_status
 DRIVER_LOCK = 0x646F6373756D  # "docsum"
 TAKES_WORK = list(TASK_TAKES_WORK)
 QUEUED = LineStatus.QUEUED
-LIVE = [LineStatus.QUEUED, LineStatus.SUBMITTED]
+LIVE = list(LINE_LIVE)
 # How often waiting on a batch refreshes its task's last_active_at: a task waiting on its batch is
 # not idle, and reconcile leaves it alone.
 ACTIVITY_EVERY_S = 5.0

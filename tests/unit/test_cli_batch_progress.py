@@ -1,0 +1,63 @@
+"""The CLI's line for a task waiting on the provider's batch: `docsum show`, and while it waits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from docsum_cli import commands
+
+
+def _task(**batch: Any) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "lines": 10,
+        "done": 3,
+        "waiting": 7,
+        "sent_back": 0,
+        "dropped": 0,
+        "batches": 1,
+        "submitted_at": "2026-11-01T08:15:42Z",
+        "deadline": "2026-11-02T06:00:00Z",
+        "state": "waiting",
+    }
+    fields.update(batch)
+    return {
+        "task_id": "t1",
+        "title": None,
+        "status": "PROCESSING",
+        "created_at": "2026-11-01T08:00:00Z",
+        "updated_at": "2026-11-01T08:20:00Z",
+        "options": {"mode": "batch"},
+        "documents": [],
+        "batch": fields,
+    }
+
+
+def test_a_waiting_task_says_what_it_waits_for() -> None:
+    assert commands.batch_note(_task()) == (
+        "waiting for the provider's batch: 3 of 10 lines done, submitted at 08:15 UTC, deadline 2026-11-02 06:00:00 UTC"
+    )
+
+
+def test_lines_sent_back_and_no_deadline_are_said() -> None:
+    assert commands.batch_note(_task(sent_back=2, deadline=None)) == (
+        "waiting for the provider's batch: 3 of 10 lines done, 2 sent back to realtime calls, submitted at 08:15 UTC,"
+        " no deadline"
+    )
+
+
+@pytest.mark.parametrize("state", ["gathering", "done"])
+def test_only_a_task_at_the_provider_waits(state: str) -> None:
+    assert commands.batch_note(_task(state=state)) is None
+
+
+def test_a_task_without_batch_has_no_note() -> None:
+    assert commands.batch_note({"batch": None}) is None and commands.batch_note({}) is None
+
+
+def test_show_prints_the_note(capsys: pytest.CaptureFixture[str]) -> None:
+    commands._show_task(_task())
+    assert "waiting for the provider's batch: 3 of 10 lines done" in capsys.readouterr().out
+    commands._show_task(_task(state="done"))
+    assert "provider's batch" not in capsys.readouterr().out
