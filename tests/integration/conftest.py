@@ -52,21 +52,32 @@ def start_infra(database_prefix: str = "docsum_test") -> dict[str, str]:
     """Start (or reuse) Kafka and PostgreSQL; a fresh database of its own (the bench uses it too)."""
     subprocess.run([str(ROOT / "scripts" / "stack.sh"), "infra"], check=True)
     server_url = os.environ.get("DATABASE_URL") or _script("postgres.sh", "url")
-    database = f"{database_prefix}_{uuid.uuid4().hex[:12]}"
-
-    async def create() -> None:
-        conn = await asyncpg.connect(server_url)
-        try:
-            await conn.execute(f'CREATE DATABASE "{database}"')
-        finally:
-            await conn.close()
-
-    asyncio.run(create())
-    base, _, _ = server_url.rpartition("/")
     return {
-        "DATABASE_URL": f"{base}/{database}",
+        "DATABASE_URL": asyncio.run(create_database(server_url, database_prefix)),
         "KAFKA_BOOTSTRAP_SERVERS": BOOTSTRAP,
     }
+
+
+async def create_database(server_url: str, prefix: str) -> str:
+    """A new, empty database on the server `server_url` points at (named `prefix`_<random>); its URL."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    await _admin(server_url, f'CREATE DATABASE "{name}"')
+    base, _, _ = server_url.rpartition("/")
+    return f"{base}/{name}"
+
+
+async def drop_database(url: str) -> None:
+    """Drop the database `url` names, its connections closed first."""
+    base, _, name = url.rpartition("/")
+    await _admin(f"{base}/postgres", f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def _admin(server_url: str, sql: str) -> None:
+    conn = await asyncpg.connect(server_url)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
 
 
 @pytest.fixture(scope="session")
@@ -238,14 +249,8 @@ def stack(make_stack: StackFactory) -> Stack:
 async def repository_db(infra: dict[str, str]) -> AsyncIterator[asyncpg.Pool]:
     """A migrated database of its own for the repository contracts (tests/repositories): no service of
     the session's stacks reads or writes it, so a case's rows change only by the case's own calls."""
-    server, _, _ = infra["DATABASE_URL"].rpartition("/")
-    name = f"docsum_repositories_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(infra["DATABASE_URL"])
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    pool = await asyncpg.create_pool(f"{server}/{name}", min_size=1, max_size=4)
+    url = await create_database(infra["DATABASE_URL"], "docsum_repositories")
+    pool = await asyncpg.create_pool(url, min_size=1, max_size=4)
     await migrate(pool)
     yield pool
     await pool.close()

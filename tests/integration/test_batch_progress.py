@@ -16,7 +16,7 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
-from tests.integration.conftest import Stack, StackFactory
+from tests.integration.conftest import Stack, StackFactory, create_database, drop_database
 from tests.integration.helpers import get_task
 
 pytestmark = pytest.mark.integration
@@ -25,19 +25,9 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def database(infra: dict[str, str]) -> Iterator[str]:
     """The URL of a database of the module's own, dropped at its end."""
-    server, _, _ = infra["DATABASE_URL"].rpartition("/")
-    name = f"docsum_batch_view_{uuid.uuid4().hex[:12]}"
-
-    async def admin(sql: str) -> None:
-        conn = await asyncpg.connect(infra["DATABASE_URL"])
-        try:
-            await conn.execute(sql)
-        finally:
-            await conn.close()
-
-    asyncio.run(admin(f'CREATE DATABASE "{name}"'))
-    yield f"{server}/{name}"
-    asyncio.run(admin(f'DROP DATABASE "{name}" WITH (FORCE)'))
+    url = asyncio.run(create_database(infra["DATABASE_URL"], "docsum_batch_view"))
+    yield url
+    asyncio.run(drop_database(url))
 
 
 @pytest.fixture(scope="module")

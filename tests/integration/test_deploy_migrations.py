@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import uuid
 from importlib import resources
 
 import asyncpg
 import pytest
 
-from tests.integration.conftest import ROOT
+from tests.integration.conftest import ROOT, create_database, drop_database
 
 pytestmark = pytest.mark.integration
 
@@ -29,12 +28,8 @@ def _migrate(database_url: str) -> subprocess.CompletedProcess[str]:
 
 
 async def test_migrates_an_empty_database_once_and_exits_0(infra: dict[str, str]) -> None:
-    server, _, _ = infra["DATABASE_URL"].rpartition("/")
-    name = f"docsum_migrate_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(infra["DATABASE_URL"])
+    url = await create_database(infra["DATABASE_URL"], "docsum_migrate")
     try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        url = f"{server}/{name}"
         files = sorted(e.name for e in resources.files("docsum_shared.migrations").iterdir() if e.name.endswith(".sql"))
 
         first = _migrate(url)
@@ -52,5 +47,4 @@ async def test_migrates_an_empty_database_once_and_exits_0(infra: dict[str, str]
         assert again.returncode == 0, again.stderr
         assert "(0 migration(s) applied now)" in again.stderr
     finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
+        await drop_database(url)
