@@ -2,7 +2,7 @@
 
 Starts its own stack (the project's broker and PostgreSQL, a database and topic prefix of its own, the
 five services as processes) and its own OpenAI-compatible stand-in (tests/fake_llm.py: latency, jitter
-and concurrency as parameters), measures B1–B9 (bench/README.md says what each is and why), and writes
+and concurrency as parameters), measures B1–B11 (bench/README.md says what each is and why), and writes
 bench/results/latest.md (each figure, its goal, pass or miss) with PNG plots beside it. Every figure
 is a ratio or a rate measured within this run: absolute times on a shared 2-core machine drift.
 
@@ -31,7 +31,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import baseline  # noqa: E402
+from bench import baseline, modes  # noqa: E402
 from bench.profile import Profiles, children  # noqa: E402
 from tests.documents import english_prose, make_pdf  # noqa: E402
 from tests.fake_llm import FakeLLM, FakeLLMServer  # noqa: E402
@@ -129,7 +129,9 @@ class Bench:
 
     # --- one task, timed ----------------------------------------------------------------------
 
-    def run_task(self, files: list[tuple[str, bytes]], *, stack: Stack | None = None) -> tuple[float, dict]:
+    def run_task(
+        self, files: list[tuple[str, bytes]], *, stack: Stack | None = None, options: dict[str, str] | None = None
+    ) -> tuple[float, dict]:
         """Seconds from the submit request to COMPLETED as `docsum` sees it (the CLI's own submit and
         wait: it follows the task's progress stream), and the task."""
         from docsum_cli.client import Gateway
@@ -143,7 +145,7 @@ class Bench:
                 paths.append(Path(tmp) / name)
                 paths[-1].write_bytes(data)
             started = time.perf_counter()
-            task_id = gateway.submit(paths)["task_id"]
+            task_id = gateway.submit(paths, options=options)["task_id"]
             task = wait(gateway, task_id, quiet=True)
             seconds = time.perf_counter() - started
         self.chunks_done += self.chunks_of(task)
@@ -402,10 +404,21 @@ def b9_latency(bench: Bench, figures: list[Figure]) -> None:
                           f"p50 {p50:.2f}s, p95 {p95:.2f}s", "p50 ≤ 0.5 s", p50 <= 0.5))  # fmt: skip
 
 
+def b11_modes(bench: Bench, figures: list[Figure]) -> None:
+    """The same documents once per mode (bench/modes.py): flex and batch against realtime's cost."""
+    result = modes.measure(bench)
+    chunks = result.run("realtime").chunks
+    figures.append(Figure("B11", f"cost of flex and of batch ÷ realtime, the same {len(modes.DOCUMENT_CHARS)} documents"
+                          f" ({chunks} chunks) once per mode", result.worst, result.shown(),
+                          f"≤ {modes.GOAL}×, same statuses", result.passed, result.table()))  # fmt: skip
+
+
 # --- output -----------------------------------------------------------------------------------------------
 
 
 def plot(plots: dict[str, Any]) -> list[str]:
+    if not plots:  # a run of measures without plots needs no matplotlib
+        return []
     import matplotlib
 
     matplotlib.use("Agg")
@@ -450,6 +463,7 @@ def write(figures: list[Figure], pictures: list[str], seconds: float, profiled: 
         f"| {f.id} | {f.measure} | {f.shown} | {f.goal} | {'pass' if f.passed else '**miss**'} |" for f in figures
     )
     images = "\n".join(f"![{p}]({p})" for p in pictures)
+    details = "".join(f"\n## {f.id}\n\n{f.detail}\n" for f in figures if f.detail)
     title = "a profiled run (py-spy on every service: slower)" if name == "profiled.md" else "latest run"
     text = f"""# docsum bench — {title}
 
@@ -462,7 +476,7 @@ why a missed goal is missed).
 {rows}
 
 {images}
-"""
+{details}"""
     if profiled:
         text += f"\n## Where the time went: CPU seconds per part, measure by measure\n\n{profiled}\n"
     out = RESULTS / name
@@ -470,7 +484,7 @@ why a missed goal is missed).
     return out
 
 
-MEASURES = ("B1", "B2", "curve", "B3", "B4", "B5", "B6", "B7", "B8", "B9")
+MEASURES = ("B1", "B2", "curve", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B11")
 
 
 def main() -> None:
@@ -499,6 +513,7 @@ def main() -> None:
                 ("B6", lambda: b6_kill(bench, figures)),
                 ("B7", lambda: b7_parser(figures)),
                 ("B9", lambda: b9_latency(bench, figures)),
+                ("B11", lambda: b11_modes(bench, figures)),  # last: it restarts every service twice
             ]
             chunks: dict[str, int] = {}
             for name, step in steps:
@@ -511,7 +526,7 @@ def main() -> None:
                         f"{f.id} {f.shown}" for f in figures if f.id.startswith(name)), flush=True)  # fmt: skip
         finally:
             bench.close()
-    figures.sort(key=lambda f: (int(f.id[1]), f.id))
+    figures.sort(key=lambda f: (int("".join(c for c in f.id if c.isdigit())), f.id))  # B8a, B9, B11
     # A profiled run is slower (py-spy takes its share of the cores): its figures go beside the latest
     # run's, not over them.
     name, pictures = ("profiled.md", []) if args.profile else ("latest.md", plot(plots))

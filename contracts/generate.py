@@ -158,6 +158,7 @@ SENDS: dict[tuple[str, str], str] = {
     ("the merger", "document-merged"): "once the document's summary is stored, or the document FAILED",
     ("the re-drives", "document-merged"): REDRIVES,
     ("the gateway", "task-events"): "on pause, resume, retry and cancel",
+    ("the summarizer's batch driver", "task-events"): "when a task's batch is submitted, gets lines done, or ends",
     ("the chunker", "task-events"): "when a task awaits its owner's approval",
     ("the merger", "task-events"): "when a task finishes",
     ("the merger's maintenance", "task-events"): "when a task expires",

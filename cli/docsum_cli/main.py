@@ -74,7 +74,7 @@ def wait(gateway: Gateway, task_id: str, *, quiet: bool, reconnect_s: float = 1.
                 for kind, data in task_events(gateway, task_id, seen):
                     if kind == "snapshot":
                         if not quiet and (note := commands.batch_note(data)):
-                            err.print(note)  # the stream's entries come with chunks: none while the batch runs
+                            err.print(note)  # then again each time the batch moves (batch-moved)
                         for doc in data["documents"]:
                             names[doc["document_id"]] = doc["filename"]
                             show_doc(doc["document_id"], doc["status"], _doc_percent(doc), doc["chunks"])
@@ -84,6 +84,8 @@ def wait(gateway: Gateway, task_id: str, *, quiet: bool, reconnect_s: float = 1.
                             show_doc(doc["document_id"], doc["status"], doc["percent"], doc["chunks"])
                         if not live and not quiet and data["kind"] in ("paused", "resumed", "cancelled", "expired"):
                             err.print(f"task {data['kind']}")
+                        if not quiet and data["kind"] == "batch-moved" and (note := commands.batch_note(data)):
+                            err.print(note)
             except StreamDropped as exc:
                 drops += 1
                 if not quiet:

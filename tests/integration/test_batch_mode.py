@@ -19,6 +19,7 @@ from tests.fake_batches import cost_by_tier
 from tests.fake_llm import FakeLLM, FakeLLMServer, LedgerEntry
 from tests.integration.conftest import SERVICES, Stack, StackFactory
 from tests.integration.helpers import calls, eventually, get_task, marked_text, new_marker, submit, txt, wait_for_task
+from tests.integration.test_progress_stream import _sse
 
 pytestmark = pytest.mark.integration
 
@@ -226,6 +227,12 @@ async def test_a_batch_that_would_miss_the_deadline_is_cancelled_and_the_rest_fi
     tiers = Counter(e.tier for e in entries)
     assert tiers["batch"] >= 1 and tiers["realtime"] >= 1 and set(tiers) == {"batch", "realtime"}
     assert len({e.prompt_sha256 for e in entries}) == len(entries)  # no chunk paid at both tiers
+    # Its progress stream told the batch as it went: what it waited for, and its deadline.
+    auth = {"Authorization": f"Bearer {stack.keys['alice']}"}
+    _, told = await _sse(stack.gateway_url, task["task_id"], auth, after=0)
+    waits = [e["batch"] for e in told if e["kind"] == "batch-moved" and e["batch"]["state"] == "waiting"]
+    chunks = sum(d["chunks"]["total"] for d in task["documents"])
+    assert waits and all(b["lines"] == chunks and b["deadline"] and b["submitted_at"] for b in waits)
 
 
 async def test_failed_lines_are_called_in_realtime_and_the_answered_ones_kept(

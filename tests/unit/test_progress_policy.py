@@ -23,7 +23,15 @@ from docsum_shared.events import (
     TaskEvent,
 )
 from docsum_shared.options import TaskOptions
-from docsum_shared.readmodel.schemas import ChunkProgress, DocumentView, Estimate, Recovery, TaskView, Usage
+from docsum_shared.readmodel.schemas import (
+    BatchProgress,
+    ChunkProgress,
+    DocumentView,
+    Estimate,
+    Recovery,
+    TaskView,
+    Usage,
+)
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from tests.fakes.recorder import FakeDocument, FakeProgressLog, FakeTask
 
@@ -94,6 +102,25 @@ def test_each_pause_and_resume_is_its_own_entry() -> None:
     retried = entries_for(TaskEvent(task_id="t1", status=TaskStatus.PROCESSING, detail={"action": "retry"}), view)
     assert (resumed[-1].kind, retried[-1].kind) == ("resumed", "retried")
     assert entries_for(pauses[0], view)[-1].body["status"] == "PAUSED"
+
+
+def _batch(done: int, state: str = "waiting") -> BatchProgress:
+    return BatchProgress(
+        lines=10, done=done, waiting=10 - done, sent_back=0, dropped=0, batches=1, submitted_at=T0,
+        deadline=None, state=state,
+    )  # fmt: skip
+
+
+def test_each_move_of_a_tasks_batch_is_its_own_entry_carrying_the_batch() -> None:
+    moved = TaskEvent(task_id="t1", status=TaskStatus.PROCESSING, detail={"batch": "3 of 10 lines done"})
+    first = entries_for(moved, _view(_doc("d1")).model_copy(update={"batch": _batch(3)}))[-1]
+    same = entries_for(moved, _view(_doc("d1")).model_copy(update={"batch": _batch(3)}))[-1]
+    later = entries_for(moved, _view(_doc("d1")).model_copy(update={"batch": _batch(7)}))[-1]
+    assert first.kind == later.kind == "batch-moved" and first.key == same.key != later.key
+    assert first.body["batch"]["done"] == 3 and later.body["batch"]["done"] == 7
+    assert first.body["status"] == "PROCESSING"
+    # A task without batch lines (a replayed event, say) tells nothing of a batch, and no resume either.
+    assert [e.kind for e in entries_for(moved, _view(_doc("d1")))] == ["task-started"]
 
 
 def test_a_document_end_that_no_longer_holds_adds_nothing() -> None:

@@ -23,10 +23,11 @@ from aiokafka import AIOKafkaProducer
 
 from docsum_shared import metrics
 from docsum_shared.errors import ProviderUnavailable, RateLimited, RequestRefused
-from docsum_shared.events import ChunkCreated
+from docsum_shared.events import ChunkCreated, TaskEvent
 from docsum_shared.handlers import Sender
 from docsum_shared.kafka import publish
 from docsum_shared.retry import keep_running
+from docsum_shared.states import TaskStatus
 from docsum_shared.summarizers.batch_api import BatchAPI, ProviderBatch, input_line, read_lines
 from docsum_shared.summarizers.openai_backend import OpenAIBackend
 
@@ -45,7 +46,7 @@ from .policy import (
 from .repository import BatchRepository, OpenBatch, QueuedTask
 
 log = logging.getLogger(__name__)
-BATCH_DRIVER = Sender("the summarizer's batch driver", emits=(ChunkCreated,))
+BATCH_DRIVER = Sender("the summarizer's batch driver", emits=(ChunkCreated, TaskEvent))
 ANNOUNCE_AT_ONCE = 500
 
 
@@ -63,6 +64,7 @@ class BatchDriver:
         self.producer = producer
         self.settings = settings
         self.margin = timedelta(seconds=settings.llm_batch_deadline_margin_s)
+        self._moved: dict[str, str] = {}  # tasks whose batches moved this round: what happened
 
     async def run(self) -> None:
         await keep_running("batch driver", self.drive_once, every_s=self.settings.llm_batch_poll_s)
@@ -79,6 +81,7 @@ class BatchDriver:
                 except (ProviderUnavailable, RateLimited) as exc:  # next time
                     log.warning("batch %s: %s; trying again in %.0fs", batch.id, exc, self.settings.llm_batch_poll_s)
             await self._announce()
+            await self._tell()
             await self.repo.keep_waiting_tasks_active()
 
     # --- gathering ---------------------------------------------------------------------------------
@@ -156,6 +159,7 @@ class BatchDriver:
             submitted_at=datetime.fromtimestamp(provider.created_at, UTC) if provider.created_at else _now(),
         )  # fmt: skip
         metrics.BATCHES.labels(how).inc()
+        self._moved[batch.task_id] = how
 
     async def _poll(self, batch: OpenBatch) -> None:
         assert batch.provider_id is not None
@@ -166,7 +170,8 @@ class BatchDriver:
             metrics.BATCHES.labels(Ending.LOST).inc()
             log.warning("batch %s: lost at the provider; its %d lines are queued again", batch.id, queued)
             return
-        await self.repo.observed(batch.id, provider.status, provider.completed, provider.failed)
+        if await self.repo.observed(batch.id, provider.status, provider.completed, provider.failed):
+            self._moved[batch.task_id] = f"{provider.completed} of {provider.total} lines done"
         if provider.ended:
             await self._ingest(batch, provider)
             return
@@ -211,6 +216,7 @@ class BatchDriver:
             why = provider.error_text or f"its batch {provider.status}"
             unanswered = await self.repo.sent_back(batch.id, None, f"not answered by the provider's batch: {why}")
         await self.repo.end(batch.id, outcome, provider.error_text)
+        self._moved[batch.task_id] = str(outcome)
         metrics.BATCHES.labels(outcome).inc()
         metrics.BATCH_LINES.labels("answered").inc(answered)
         metrics.BATCH_LINES.labels("failed").inc(failed)
@@ -228,6 +234,18 @@ class BatchDriver:
         log.info("batch %s ended unsent (%s): %d lines back to their chunks", batch.id, why, back)
 
     # --- announcing ------------------------------------------------------------------------------
+
+    async def _tell(self) -> None:
+        """Tell the progress log that a task's batch moved (submitted, lines done, ended): nothing else
+        happens to a task while the provider works on its batch, so without this its stream would say
+        nothing for hours. Told at most once per round and task; a lost one is told by the next move."""
+        moved, self._moved = self._moved, {}
+        if moved:
+            events = [
+                TaskEvent(task_id=task_id, status=TaskStatus.PROCESSING, detail={"batch": what})
+                for task_id, what in moved.items()
+            ]
+            await publish(self.producer, self.settings, events, sender=BATCH_DRIVER)
 
     async def _announce(self) -> None:
         """Announce again each chunk whose line was answered or sent back (a crash between the two

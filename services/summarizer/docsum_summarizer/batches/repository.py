@@ -194,12 +194,15 @@ class BatchRepository:
             batch_id, to, *(columns[n] for n in names),
         )  # fmt: skip
 
-    async def observed(self, batch_id: str, provider_status: str, done: int, failed: int) -> None:
-        await self.pool.execute(
+    async def observed(self, batch_id: str, provider_status: str, done: int, failed: int) -> bool:
+        """What the provider says of the batch now; whether that differs from what it said before."""
+        changed = await self.pool.fetchval(
             "UPDATE llm_batches SET provider_status = $2, lines_done = $3, lines_failed = $4, updated_at = now()"
-            " WHERE id = $1",
+            " WHERE id = $1 AND (provider_status, lines_done, lines_failed) IS DISTINCT FROM ($2, $3, $4)"
+            " RETURNING 1",
             batch_id, provider_status, done, failed,
         )  # fmt: skip
+        return changed is not None
 
     async def cancelling(self, batch_id: str, reason: str) -> None:
         await self.pool.execute(

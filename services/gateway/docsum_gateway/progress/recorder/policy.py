@@ -45,6 +45,7 @@ RESUMED = "resumed"
 RETRIED = "retried"
 CANCELLED = "cancelled"
 EXPIRED = "expired"
+BATCH_MOVED = "batch-moved"  # the provider's batch of the task moved on (batch mode)
 # After one of these the task is final: a stream ends with it (unless a retry revives the task).
 TERMINAL_KINDS = frozenset({TASK_DONE, CANCELLED, EXPIRED})
 
@@ -98,6 +99,7 @@ def progress(view: TaskView) -> dict[str, Any]:
         "eta_s": view.estimate.eta_s,
         "usage": view.usage.model_dump(),
         "estimate": view.estimate.model_dump(),
+        "batch": view.batch.model_dump(mode="json") if view.batch else None,
         "documents": [
             {
                 "document_id": d.document_id,
@@ -187,6 +189,11 @@ def _task_event(
         return [_entry(PAUSED, f"paused:{event.event_id}", told)]
     if status == TaskStatus.AWAITING_APPROVAL:
         return [_entry(AWAITING_APPROVAL, f"held:{view.recovery.redrives}", told, reason=event.detail.get("reason"))]
+    if status == TaskStatus.PROCESSING and "batch" in event.detail:
+        if view.batch is None:
+            return []
+        b = view.batch  # one entry per state of the batch the log has not told yet
+        return [_entry(BATCH_MOVED, f"batch:{b.state}:{b.done}:{b.waiting}:{b.sent_back}:{b.batches}", shown)]
     if status == TaskStatus.PROCESSING:
         kind = RETRIED if event.detail.get("action") == "retry" else RESUMED
         return [_entry(kind, f"{kind}:{event.event_id}", told)]
