@@ -98,7 +98,7 @@ class FakeChunkRepository:
         document = self.documents[row.document_id]
         task = self.tasks[document.task_id]
         wanted = takes_work(task.status) and document.status not in DOCUMENT_FINAL
-        batched = row.line is not None and row.line.status in LIVE
+        batched = self._waits_for_batch(row)
         if wanted and not batched and self._free_for(row, holder):
             taken_over = row.status is ChunkStatus.SUMMARIZING and row.lease != holder
             row.status, row.attempts = ChunkStatus.SUMMARIZING, row.attempts + 1
@@ -196,6 +196,10 @@ class FakeChunkRepository:
     def _held_by_another(self, row: ChunkTableRow, holder: str) -> bool:
         expires = row.lease_expires_at
         return row.lease != holder and expires is not None and expires >= self.now
+
+    def _waits_for_batch(self, row: ChunkTableRow) -> bool:
+        """Its line is queued or in a batch: the batch answers it, not a claim."""
+        return row.line is not None and row.line.status in LIVE
 
     def _unfinished(self, row: ChunkTableRow) -> bool:
         return row.status in UNFINISHED_CHUNK

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import asyncpg
 import pytest
 
 from docsum_shared.options import TaskOptions
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
+from docsum_summarizer.batches.policy import LineStatus
 from docsum_summarizer.repository import ChunkRepository
 from tests.repositories.summarizer import ChunkFacts, DocumentCounts, SummarizerRepositoryContract
 
@@ -58,6 +61,20 @@ class TestChunkRepositoryOnPostgres(SummarizerRepositoryContract):
         await self.pool.execute(
             "UPDATE chunks SET lease_expires_at = now() - interval '1 second' WHERE id = $1", chunk_id
         )
+
+    async def given_line(self, chunk_id: str, status: LineStatus, custom_id: str) -> None:
+        await self.pool.execute(
+            "INSERT INTO batch_lines (chunk_id, task_id, owner, custom_id, request, status)"
+            " SELECT c.id, d.task_id, t.owner, $2, '{}'::jsonb, $3"
+            " FROM chunks c JOIN documents d ON d.id = c.document_id JOIN tasks t ON t.id = d.task_id WHERE c.id = $1",
+            chunk_id,
+            custom_id,
+            status,
+        )
+
+    async def line_request(self, chunk_id: str) -> dict[str, Any] | None:
+        stored = await self.pool.fetchval("SELECT request FROM batch_lines WHERE chunk_id = $1", chunk_id)
+        return None if stored is None else dict(json.loads(stored) if isinstance(stored, str) else stored)
 
     async def facts(self, chunk_id: str) -> ChunkFacts:
         row = await self.pool.fetchrow(

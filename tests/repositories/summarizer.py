@@ -1,5 +1,6 @@
 """The summarizer's repository contract: the lease on a chunk, its rounds, its guarded completions and
-the gates of its task and document, as ChunkRepository keeps them on PostgreSQL and its fake in memory.
+the gates of its task and document, and its batch line (batch mode), as ChunkRepository keeps them on
+PostgreSQL and its fake in memory.
 
 A subclass gives `repo` and the world it stands in: rows seeded, a lease run out, and the columns no
 load returns (the stored outcome, the counts on the document) read back.
@@ -17,6 +18,8 @@ import pytest
 
 from docsum_shared.options import TaskOptions
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
+from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
+from docsum_summarizer.batches.policy import ChunkLine, LineStatus, request_from, request_json
 from docsum_summarizer.handlers import Repository
 from docsum_summarizer.policy import StoredChunk
 from docsum_summarizer.repository import Claim, DueRound
@@ -24,6 +27,7 @@ from docsum_summarizer.repository import Claim, DueRound
 TTL = 60.0
 LONG = 3600.0  # a round far from due
 DEFAULT_OPTIONS = TaskOptions()
+LINE_REQUEST = SummaryRequest(kind=SummaryKind.CHUNK, texts=("The text of the chunk.",), context_before="Before.")
 
 
 class ChunkStore(Repository, Protocol):
@@ -80,6 +84,14 @@ class SummarizerRepositoryContract(abc.ABC):
     @abc.abstractmethod
     async def lease_runs_out(self, chunk_id: str) -> None:
         """The chunk's lease expiry, whoever holds it, put in the past."""
+
+    @abc.abstractmethod
+    async def given_line(self, chunk_id: str, status: LineStatus, custom_id: str) -> None:
+        """The chunk's batch line, as the batch driver left it."""
+
+    @abc.abstractmethod
+    async def line_request(self, chunk_id: str) -> dict[str, Any] | None:
+        """The request stored with the chunk's batch line, if it has one."""
 
     @abc.abstractmethod
     async def facts(self, chunk_id: str) -> ChunkFacts: ...
@@ -326,3 +338,72 @@ class SummarizerRepositoryContract(abc.ABC):
         facts = await self.facts(chunk_id)
         assert (facts.error, facts.attempts) == ("gave up", 2)
         assert (await self.stored(chunk_id)).failures == 3
+
+    # --- batch lines ---------------------------------------------------------------------------------
+
+    async def test_queue_line_queues_the_request_and_hands_the_chunk_back_to_wait_for_its_batch(self) -> None:
+        task_id, _, chunk_id = await self.chunk(owner="bob")
+        await self.repo.claim(chunk_id, "a", TTL)
+        await self.repo.release(chunk_id, "a", retry_in_s=0.0)  # a round that fell due: it is taken again
+        await self.repo.claim(chunk_id, "a", TTL)
+        queued = await self.repo.queue_line(chunk_id, "a", task_id, "bob", "key-1", request_json(LINE_REQUEST))
+        assert queued is True
+        stored = await self.stored(chunk_id)
+        assert stored.status is ChunkStatus.PENDING and stored.line == ChunkLine(LineStatus.QUEUED, "key-1")
+        assert (await self.facts(chunk_id)).lease is None
+        assert await self.due(chunk_id) == []  # the batch driver announces it, not the round scheduler
+        request = await self.line_request(chunk_id)
+        assert request is not None and request_from(request) == LINE_REQUEST
+
+        waiting = await self.repo.claim(chunk_id, "b", TTL)
+        assert waiting.outcome is Claim.BATCHED and waiting.chunk is None
+        assert await self.status(chunk_id) is ChunkStatus.PENDING and (await self.facts(chunk_id)).attempts == 2
+
+    async def test_queue_line_by_a_holder_without_the_lease_queues_nothing(self) -> None:
+        task_id, _, chunk_id = await self.chunk()
+        request = request_json(LINE_REQUEST)
+        assert await self.repo.queue_line(chunk_id, "a", task_id, "alice", "key-1", request) is False  # not leased
+        await self.repo.claim(chunk_id, "a", TTL)
+        assert await self.repo.queue_line(chunk_id, "b", task_id, "alice", "key-1", request) is False
+        stored = await self.stored(chunk_id)
+        assert stored.status is ChunkStatus.SUMMARIZING and stored.line is None
+        assert (await self.facts(chunk_id)).lease == "a" and await self.line_request(chunk_id) is None
+        assert (await self.repo.claim(chunk_id, "a", TTL)).outcome is Claim.TAKEN
+
+    async def test_a_dropped_line_is_queued_again(self) -> None:
+        task_id, _, chunk_id = await self.chunk()
+        await self.given_line(chunk_id, LineStatus.DROPPED, "old-key")
+        claimed = await self.repo.claim(chunk_id, "a", TTL)
+        assert claimed.outcome is Claim.TAKEN
+        assert claimed.chunk is not None and claimed.chunk.line == ChunkLine(LineStatus.DROPPED, "old-key")
+        queued = await self.repo.queue_line(chunk_id, "a", task_id, "alice", "new-key", request_json(LINE_REQUEST))
+        assert queued is True
+        assert (await self.stored(chunk_id)).line == ChunkLine(LineStatus.QUEUED, "new-key")
+        request = await self.line_request(chunk_id)
+        assert request is not None and request_from(request) == LINE_REQUEST
+        assert (await self.repo.claim(chunk_id, "b", TTL)).outcome is Claim.BATCHED
+
+    @pytest.mark.parametrize("status", [LineStatus.ANSWERED, LineStatus.REALTIME])
+    async def test_queue_line_leaves_a_line_done_with_its_batch_as_it_is(self, status: LineStatus) -> None:
+        task_id, _, chunk_id = await self.chunk()
+        await self.given_line(chunk_id, status, "old-key")
+        await self.repo.claim(chunk_id, "a", TTL)
+        await self.repo.queue_line(chunk_id, "a", task_id, "alice", "new-key", request_json(LINE_REQUEST))
+        assert (await self.stored(chunk_id)).line == ChunkLine(status, "old-key")
+
+    @pytest.mark.parametrize("status", [LineStatus.QUEUED, LineStatus.SUBMITTED])
+    async def test_a_chunk_whose_line_waits_for_its_batch_gets_no_claim(self, status: LineStatus) -> None:
+        _, _, chunk_id = await self.chunk()
+        await self.given_line(chunk_id, status, "key-1")
+        refused = await self.repo.claim(chunk_id, "a", TTL)
+        assert refused.outcome is Claim.BATCHED and refused.chunk is None
+        assert await self.status(chunk_id) is ChunkStatus.PENDING and (await self.facts(chunk_id)).attempts == 0
+
+    @pytest.mark.parametrize("status", [LineStatus.ANSWERED, LineStatus.REALTIME])
+    async def test_a_chunk_whose_line_is_done_with_its_batch_is_taken_with_its_line(self, status: LineStatus) -> None:
+        _, _, chunk_id = await self.chunk()
+        await self.given_line(chunk_id, status, "key-1")
+        claimed = await self.repo.claim(chunk_id, "a", TTL)
+        assert claimed.outcome is Claim.TAKEN
+        assert claimed.chunk is not None and claimed.chunk.line == ChunkLine(status, "key-1")
+        assert claimed.chunk == await self.repo.load(chunk_id)

@@ -12,8 +12,11 @@ from docsum_shared.events import ChunkCreated, ChunkSummarized
 from docsum_shared.options import Mode, TaskOptions
 from docsum_shared.retry import Backoff
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
+from docsum_shared.summarizers.base import SummaryResult
+from docsum_shared.summarizers.cache import cache_key
+from docsum_summarizer.batches.policy import ChunkLine, LineStatus, request_from
 from docsum_summarizer.handlers import Deps, handle
-from docsum_summarizer.policy import StoredChunk
+from docsum_summarizer.policy import StoredChunk, request_for
 from docsum_summarizer.repository import Claim, Claimed
 from docsum_summarizer.settings import SummarizerSettings
 from tests.documents import chinese_prose, english_prose
@@ -165,3 +168,88 @@ async def test_rate_limits_are_waited_out_and_never_count() -> None:
 async def test_an_unknown_chunk_is_poison() -> None:
     with pytest.raises(Poison):
         await handle(EVENT, _deps(FakeChunkRepository(), FakeLLM()))
+
+
+# --- batch mode ------------------------------------------------------------------------------------
+
+
+def _batch_chunk(line: ChunkLine | None = None, *, text: str = "") -> StoredChunk:
+    return replace(_chunk(text=text), options=TaskOptions(mode="batch"), owner="alice", line=line)
+
+
+def _key(chunk: StoredChunk) -> str:
+    """The result cache's key of the chunk's one request: its batch line's custom_id."""
+    return cache_key("fake-1", request_for(chunk), chunk.owner)
+
+
+async def test_a_batch_chunk_is_queued_as_a_line_not_called() -> None:
+    chunk = _batch_chunk()
+    repo, llm = FakeChunkRepository(c=chunk), FakeLLM(can_batch=True)
+    assert await handle(EVENT, _deps(repo, llm)) == []  # announced again once its batch answered it
+    row = repo.rows["c"]
+    assert llm.calls == [] and row.line == ChunkLine(LineStatus.QUEUED, _key(chunk))
+    assert row.status is ChunkStatus.PENDING and row.lease is None and row.summary is None
+    assert row.line_request is not None and request_from(row.line_request) == request_for(chunk)
+    assert await handle(EVENT, _deps(repo, llm)) == [] and llm.calls == []  # a redelivery waits too
+
+
+async def test_a_batch_chunk_with_a_cached_answer_completes_without_a_line() -> None:
+    chunk = _batch_chunk()
+    repo, llm = FakeChunkRepository(c=chunk), FakeLLM(can_batch=True)
+    llm.results[_key(chunk)] = SummaryResult("the cached summary", "fake-1")
+    [out] = await handle(EVENT, _deps(repo, llm))
+    assert isinstance(out, ChunkSummarized) and llm.calls == []
+    row = repo.rows["c"]
+    assert row.status is ChunkStatus.COMPLETED and row.summary == "the cached summary" and row.line is None
+
+
+@pytest.mark.parametrize("can_batch", [True, False])
+async def test_a_chunk_its_batch_answered_completes_from_the_stored_answer(can_batch: bool) -> None:
+    repo = FakeChunkRepository(c=_batch_chunk(ChunkLine(LineStatus.ANSWERED, "key-1")))
+    llm = FakeLLM(can_batch=can_batch)
+    llm.results["key-1"] = SummaryResult("the batch's summary", "fake-1", truncated=True, tier="batch")
+    [out] = await handle(EVENT, _deps(repo, llm))
+    assert isinstance(out, ChunkSummarized) and llm.calls == []
+    row = repo.rows["c"]
+    assert (row.status, row.summary, row.summary_truncated) == (ChunkStatus.COMPLETED, "the batch's summary", True)
+    assert repo.documents[row.document_id].truncated_parts == 1
+
+
+async def test_a_chunk_whose_stored_batch_answer_is_gone_is_called() -> None:
+    repo, llm = FakeChunkRepository(c=_batch_chunk(ChunkLine(LineStatus.ANSWERED, "key-1"))), FakeLLM(can_batch=True)
+    [out] = await handle(EVENT, _deps(repo, llm))
+    assert isinstance(out, ChunkSummarized) and len(llm.calls) == 1
+    assert repo.rows["c"].status is ChunkStatus.COMPLETED
+
+
+async def test_a_chunk_its_batch_sent_back_is_called_in_realtime() -> None:
+    line = ChunkLine(LineStatus.REALTIME, "key-1")
+    repo, llm = FakeChunkRepository(c=_batch_chunk(line)), FakeLLM(can_batch=True)
+    [out] = await handle(EVENT, _deps(repo, llm))
+    assert isinstance(out, ChunkSummarized) and repo.rows["c"].status is ChunkStatus.COMPLETED
+    assert [c.mode if c else "no context" for c in llm.contexts] == ["realtime"]
+    assert repo.rows["c"].line == line  # not queued again
+
+
+async def test_batch_mode_without_a_batch_api_calls_as_before() -> None:
+    repo, llm = FakeChunkRepository(c=_batch_chunk()), FakeLLM(can_batch=False)
+    [out] = await handle(EVENT, _deps(repo, llm))
+    assert isinstance(out, ChunkSummarized) and repo.rows["c"].status is ChunkStatus.COMPLETED
+    assert len(llm.calls) == 1 and repo.rows["c"].line is None
+
+
+async def test_a_batch_chunk_that_needs_several_parts_is_called_not_queued() -> None:
+    repo = FakeChunkRepository(c=_batch_chunk(text=chinese_prose(2_000, seed=3)))
+    llm = FakeLLM(can_batch=True, learned=1_200)
+    [out] = await handle(EVENT, _deps(repo, llm))
+    assert isinstance(out, ChunkSummarized) and repo.rows["c"].status is ChunkStatus.COMPLETED
+    assert len(llm.calls) > 1 and repo.rows["c"].line is None
+
+
+@pytest.mark.parametrize("status", [LineStatus.QUEUED, LineStatus.SUBMITTED])
+async def test_a_chunk_whose_line_waits_for_its_batch_gets_no_call(status: LineStatus) -> None:
+    repo, llm = FakeChunkRepository(c=_batch_chunk(ChunkLine(status, "key-1"))), FakeLLM(can_batch=True)
+    assert await handle(EVENT, _deps(repo, llm)) == []
+    row = repo.rows["c"]
+    assert llm.calls == [] and row.status is ChunkStatus.PENDING and row.attempts == 0
+    assert row.line == ChunkLine(status, "key-1")

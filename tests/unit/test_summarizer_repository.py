@@ -3,10 +3,13 @@ that forgets one guard does not pass it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from docsum_shared.options import TaskOptions
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
+from docsum_summarizer.batches.policy import ChunkLine, LineStatus
 from tests.fakes.summarizer import ChunkTableRow, DocumentRow, FakeChunkRepository, TaskRow
 from tests.repositories.summarizer import ChunkFacts, DocumentCounts, SummarizerRepositoryContract
 
@@ -37,6 +40,12 @@ class InMemory(SummarizerRepositoryContract):
 
     async def lease_runs_out(self, chunk_id: str) -> None:
         self.fake.rows[chunk_id].lease_expires_at = self.fake.now - 1.0
+
+    async def given_line(self, chunk_id: str, status: LineStatus, custom_id: str) -> None:
+        self.fake.rows[chunk_id].line = ChunkLine(status, custom_id)
+
+    async def line_request(self, chunk_id: str) -> dict[str, Any] | None:
+        return self.fake.rows[chunk_id].line_request
 
     async def facts(self, chunk_id: str) -> ChunkFacts:
         row = self.fake.rows[chunk_id]
@@ -70,6 +79,13 @@ class CompletesFinalChunks(FakeChunkRepository):
         return True
 
 
+class ClaimsChunksWaitingForTheirBatch(FakeChunkRepository):
+    """Forgets that a chunk whose line is queued or in a batch waits for that batch."""
+
+    def _waits_for_batch(self, row: ChunkTableRow) -> bool:
+        return False
+
+
 async def test_the_contract_fails_a_fake_that_takes_a_live_lease() -> None:
     case = InMemory()
     case.on(TakesLiveLeases())
@@ -82,3 +98,14 @@ async def test_the_contract_fails_a_fake_that_completes_a_final_chunk() -> None:
     case.on(CompletesFinalChunks())
     with pytest.raises(AssertionError):
         await case.test_complete_stores_the_summary_once_and_counts_it_once()
+
+
+@pytest.mark.parametrize("status", [LineStatus.QUEUED, LineStatus.SUBMITTED])
+async def test_the_contract_fails_a_fake_that_claims_a_chunk_waiting_for_its_batch(status: LineStatus) -> None:
+    case = InMemory()
+    case.on(ClaimsChunksWaitingForTheirBatch())
+    with pytest.raises(AssertionError):
+        await case.test_a_chunk_whose_line_waits_for_its_batch_gets_no_claim(status)
+    case.on(ClaimsChunksWaitingForTheirBatch())
+    with pytest.raises(AssertionError):
+        await case.test_queue_line_queues_the_request_and_hands_the_chunk_back_to_wait_for_its_batch()
