@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 import pytest
@@ -18,7 +19,17 @@ import pytest
 from tests.fake_batches import cost_by_tier
 from tests.fake_llm import FakeLLM, FakeLLMServer, LedgerEntry
 from tests.integration.conftest import SERVICES, Stack, StackFactory
-from tests.integration.helpers import calls, eventually, get_task, marked_text, new_marker, submit, txt, wait_for_task
+from tests.integration.helpers import (
+    calls,
+    chunk_calls,
+    eventually,
+    get_task,
+    marked_text,
+    new_marker,
+    submit,
+    txt,
+    wait_for_task,
+)
 from tests.integration.test_progress_stream import _sse
 
 pytestmark = pytest.mark.integration
@@ -68,6 +79,12 @@ def stack(_stack: Stack) -> Stack:
             _stack.start(name)
     _stack.wait_ready()
     return _stack
+
+
+async def _batch_task(stack: Stack, *files: Any, **form: str) -> dict[str, Any]:
+    """Alice's task of `files` in batch mode, once it ended."""
+    async with stack.client("alice") as client:
+        return await wait_for_task(client, await submit(client, list(files), mode="batch", **form), stack)
 
 
 def _statuses(task: dict) -> tuple[str, list[tuple[str, str]]]:
@@ -122,10 +139,7 @@ async def test_a_batch_whose_create_answer_was_lost_is_adopted_not_created_again
     provider = server.llm
     provider.configure(batch_lose_create_next=1)
     marker = new_marker()
-    async with stack.client("alice") as client:
-        task = await wait_for_task(
-            client, await submit(client, [txt("c.txt", marked_text(6_000, 93, marker))], mode="batch"), stack
-        )
+    task = await _batch_task(stack, txt("c.txt", marked_text(6_000, 93, marker)))
     assert task["status"] == "COMPLETED"
     entries = calls(provider, marker)
     assert _paid_twice(entries) == [] and {e.tier for e in entries if "<text>\n" in e.prompt} == {"batch"}
@@ -159,12 +173,9 @@ async def test_an_expired_batch_keeps_its_answered_lines_and_the_rest_finish_in_
     provider = server.llm
     provider.configure(batch_expire_after_lines=2)
     marker = new_marker()
-    async with stack.client("alice") as client:
-        task = await wait_for_task(
-            client, await submit(client, [txt("e.txt", marked_text(12_000, 95, marker))], mode="batch"), stack
-        )
+    task = await _batch_task(stack, txt("e.txt", marked_text(12_000, 95, marker)))
     assert task["status"] == "COMPLETED"
-    entries = [e for e in calls(provider, marker, 200) if "<text>\n" in e.prompt]
+    entries = chunk_calls(provider, marker)
     tiers = Counter(e.tier for e in entries)
     assert tiers["batch"] == 2 and tiers["realtime"] >= 1 and set(tiers) == {"batch", "realtime"}
     batch_prompts = {e.prompt_sha256 for e in entries if e.tier == "batch"}
@@ -215,15 +226,13 @@ async def test_a_batch_that_would_miss_the_deadline_is_cancelled_and_the_rest_fi
     # deadline of 40 s, which the driver sees once a line is done.
     provider.configure(batch_in_progress_s=3600 * 60)
     marker = new_marker()
-    async with stack.client("alice") as client:
-        files = [txt("g.txt", marked_text(12_000, 97, marker))]
-        task = await wait_for_task(client, await submit(client, files, mode="batch", deadline="40s"), stack)
+    task = await _batch_task(stack, txt("g.txt", marked_text(12_000, 97, marker)), deadline="40s")
     assert task["status"] == "COMPLETED"
     deadline = datetime.fromisoformat(task["options"]["deadline"])
     assert datetime.fromisoformat(task["updated_at"]) < deadline
     batches = await db.fetch("SELECT outcome, cancel_reason FROM llm_batches WHERE task_id = $1", task["task_id"])
     assert [(r["outcome"], "deadline" in (r["cancel_reason"] or "")) for r in batches] == [("cancelled", True)]
-    entries = [e for e in calls(provider, marker, 200) if "<text>\n" in e.prompt]
+    entries = chunk_calls(provider, marker)
     tiers = Counter(e.tier for e in entries)
     assert tiers["batch"] >= 1 and tiers["realtime"] >= 1 and set(tiers) == {"batch", "realtime"}
     assert len({e.prompt_sha256 for e in entries}) == len(entries)  # no chunk paid at both tiers
@@ -241,9 +250,7 @@ async def test_failed_lines_are_called_in_realtime_and_the_answered_ones_kept(
     provider = server.llm
     provider.configure(batch_fail_rate=0.5)
     marker = new_marker()
-    async with stack.client("alice") as client:
-        files = [txt("h.txt", marked_text(12_000, 98, marker))]
-        task = await wait_for_task(client, await submit(client, files, mode="batch"), stack)
+    task = await _batch_task(stack, txt("h.txt", marked_text(12_000, 98, marker)))
     assert task["status"] == "COMPLETED"
     entries = [e for e in calls(provider, marker) if "<text>\n" in e.prompt]
     failed = {e.prompt_sha256 for e in entries if e.tier == "batch" and e.status != 200}
@@ -259,15 +266,13 @@ async def test_a_batch_over_the_enqueued_token_cap_is_split_and_sent_again(
     provider = server.llm
     provider.configure(batch_enqueued_token_limit=2_500)
     marker = new_marker()
-    async with stack.client("alice") as client:
-        files = [txt("i.txt", marked_text(12_000, 99, marker))]
-        task = await wait_for_task(client, await submit(client, files, mode="batch"), stack)
+    task = await _batch_task(stack, txt("i.txt", marked_text(12_000, 99, marker)))
     assert task["status"] == "COMPLETED"
     outcomes = Counter(
         r["outcome"] for r in await db.fetch("SELECT outcome FROM llm_batches WHERE task_id = $1", task["task_id"])
     )
     assert outcomes["split"] >= 1 and outcomes["completed"] >= 2
-    entries = [e for e in calls(provider, marker, 200) if "<text>\n" in e.prompt]
+    entries = chunk_calls(provider, marker)
     assert _paid_twice(entries) == [] and Counter(e.tier for e in entries)["batch"] >= 2
 
 
@@ -291,7 +296,7 @@ async def test_pausing_a_batch_task_cancels_its_batch_and_resuming_finishes_it(
     )
     assert [r["outcome"] for r in rows] == ["cancelled", "completed"]
     assert "paused" in rows[0]["cancel_reason"]
-    entries = [e for e in calls(provider, marker, 200) if "<text>\n" in e.prompt]
+    entries = chunk_calls(provider, marker)
     assert _paid_twice(entries) == [] and {e.tier for e in entries} == {"batch"}
 
 
@@ -330,5 +335,5 @@ async def test_a_batch_the_provider_lost_has_its_lines_sent_again(
     assert task["status"] == "COMPLETED"
     rows = await db.fetch("SELECT outcome FROM llm_batches WHERE task_id = $1 ORDER BY created_at", task_id)
     assert [r["outcome"] for r in rows] == ["lost", "completed"]
-    entries = [e for e in calls(provider, marker, 200) if "<text>\n" in e.prompt]
+    entries = chunk_calls(provider, marker)
     assert {e.tier for e in entries} == {"batch"} and _paid_twice(entries) == []

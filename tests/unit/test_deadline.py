@@ -7,9 +7,7 @@ import json
 import re
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 from fastapi.exceptions import RequestValidationError
 from fastapi.testclient import TestClient
@@ -22,6 +20,7 @@ from docsum_shared.events import DocumentSubmitted, Topic, decode
 from docsum_shared.options import DEADLINE_HORIZON, TaskOptions, deadline_from
 from docsum_shared.readmodel import views
 from docsum_shared.settings import LLMSettings
+from tests.cli_doubles import gateway_in_process, recording_gateway
 from tests.unit.test_gateway_inputs import KEY, _app, field, file_part, multipart
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -195,17 +194,7 @@ def test_every_duration_the_schema_admits_is_accepted() -> None:
 
 
 def test_the_cli_sends_the_deadline_as_given(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    sent: list[dict[str, str]] = []
-
-    class Gateway:
-        def __init__(self, url: str | None) -> None:
-            pass
-
-        def submit(self, files: list[Path], title: str | None, options: dict[str, str]) -> dict[str, Any]:
-            sent.append(options)
-            return {"task_id": "t1"}
-
-    monkeypatch.setattr(cli, "Gateway", Gateway)
+    sent = recording_gateway(monkeypatch)
     doc = tmp_path / "a.txt"
     doc.write_text("text")
     assert cli.main(["summarize", "--no-wait", "--deadline", "6h", str(doc)]) == 0
@@ -226,20 +215,9 @@ def test_the_cli_shows_the_deadline_beside_the_mode() -> None:
 
 def test_the_cli_says_why_a_deadline_was_refused(tmp_path: Path) -> None:
     """Through the real application: the CLI sends the text, the gateway says what is wrong with it."""
-    from docsum_cli.client import Gateway, GatewayError
+    from docsum_cli.client import GatewayError
 
-    app = TestClient(_app())
-
-    def through_the_app(request: httpx.Request) -> httpx.Response:
-        answer = app.request(request.method, str(request.url), headers=dict(request.headers), content=request.read())
-        return httpx.Response(answer.status_code, headers=answer.headers.multi_items(), content=answer.content)
-
-    gateway = Gateway(url="http://testserver", key=KEY)
-    gateway._http = httpx.Client(
-        base_url="http://testserver",
-        headers={"Authorization": f"Bearer {KEY}"},
-        transport=httpx.MockTransport(through_the_app),
-    )
+    gateway = gateway_in_process(_app(), KEY)
     doc = tmp_path / "a.txt"
     doc.write_text("text")
     with pytest.raises(GatewayError, match=r"gateway answered 422: deadline: 8d is more than 7 days away"):

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -24,6 +23,7 @@ from docsum_gateway.logs import Redact
 from docsum_gateway.security import Tickets, bearer_token, parse_api_keys, ticket_secret
 from docsum_gateway.settings import ConfigError, GatewaySettings, check
 from docsum_gateway.uploads import Spool, Upload, form_charset
+from tests.cli_doubles import gateway_in_process
 
 KEY = "k" * 24
 MiB = 1024 * 1024
@@ -420,21 +420,9 @@ def test_the_gateway_exits_with_one_line_naming_a_bad_setting(env: dict[str, str
 
 def test_the_cli_says_which_input_was_refused(tmp_path: Path) -> None:
     """The CLI shows a 422 as each refused input and why (here through the real application)."""
-    from docsum_cli.client import Gateway, GatewayError
+    from docsum_cli.client import GatewayError
 
-    app = TestClient(_app())
-
-    def through_the_app(request: httpx.Request) -> httpx.Response:
-        # The CLI's own httpx.Client, its requests answered by the application in process.
-        answer = app.request(request.method, str(request.url), headers=dict(request.headers), content=request.read())
-        return httpx.Response(answer.status_code, headers=answer.headers.multi_items(), content=answer.content)
-
-    gateway = Gateway(url="http://testserver", key=KEY)
-    gateway._http = httpx.Client(
-        base_url="http://testserver",
-        headers={"Authorization": f"Bearer {KEY}"},
-        transport=httpx.MockTransport(through_the_app),
-    )
+    gateway = gateway_in_process(_app(), KEY)
     doc = tmp_path / "a.txt"
     doc.write_text("text")
     with pytest.raises(GatewayError, match=r"gateway answered 422: title: contains a NUL character"):

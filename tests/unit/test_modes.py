@@ -23,6 +23,7 @@ from docsum_shared.retry import Backoff
 from docsum_shared.settings import LLMSettings
 from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
 from docsum_shared.summarizers.openai_backend import OpenAIBackend
+from tests.cli_doubles import recording_gateway
 from tests.documents import english_prose
 from tests.fake_llm import FakeLLM, FakeLLMServer, LedgerEntry
 from tests.integration.helpers import eventually
@@ -69,17 +70,7 @@ def test_the_form_field_mode() -> None:
 
 
 def test_the_cli_sends_the_mode_and_names_it_when_not_realtime(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    sent: list[dict[str, str]] = []
-
-    class Gateway:
-        def __init__(self, url: str | None) -> None:
-            pass
-
-        def submit(self, files: list[Path], title: str | None, options: dict[str, str]) -> dict[str, Any]:
-            sent.append(options)
-            return {"task_id": "t1"}
-
-    monkeypatch.setattr(cli, "Gateway", Gateway)
+    sent = recording_gateway(monkeypatch)
     doc = tmp_path / "a.txt"
     doc.write_text("text")
     assert cli.main(["summarize", "--no-wait", "--mode", "flex", str(doc)]) == 0

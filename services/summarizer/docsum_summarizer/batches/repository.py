@@ -160,20 +160,10 @@ class BatchRepository:
         )  # fmt: skip
         return [
             OpenBatch(
-                id=r["id"],
-                task_id=r["task_id"],
-                owner=r["owner"],
+                **{k: v for k, v in r.items() if k not in ("state", "options")},
                 state=BatchState(r["state"]),
-                lines=r["lines"],
-                input_file_id=r["input_file_id"],
-                provider_id=r["provider_id"],
-                provider_status=r["provider_status"],
-                cancel_reason=r["cancel_reason"],
-                submitted_at=r["submitted_at"],
-                created_at=r["created_at"],
-                takes_work=r["takes_work"],
                 deadline=_deadline(r["options"]),
-            )  # fmt: skip
+            )
             for r in rows
         ]
 
