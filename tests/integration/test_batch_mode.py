@@ -171,7 +171,8 @@ async def test_an_expired_batch_keeps_its_answered_lines_and_the_rest_finish_in_
     stack: Stack, server: FakeLLMServer
 ) -> None:
     provider = server.llm
-    provider.configure(batch_expire_after_lines=2)
+    # Two lines run, then nothing until the window's end: a 24 h window lasts 2.4 s on this clock.
+    provider.configure(batch_expire_after_lines=2, batch_time_scale=1 / 36_000)
     marker = new_marker()
     task = await _batch_task(stack, txt("e.txt", marked_text(12_000, 95, marker)))
     assert task["status"] == "COMPLETED"
