@@ -1,0 +1,43 @@
+"""Where a document's units start in its extracted text: a character offset back to a page number.
+
+The parser stores, beside the text, the offset at which each unit starts: each page of a PDF, each
+paragraph (a table or a text box counts as one) of a Word document, each line of a text file. Units are
+numbered from 1 in the order of `starts`. A unit that left no text (a blank page, an empty line) starts
+where the next unit starts, or at the end of the text: no offset maps to it, and the characters between
+two units (the blank line after a page) belong to the unit before.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+from typing import Literal
+
+Unit = Literal["page", "paragraph", "line"]
+
+
+@dataclass(frozen=True)
+class Positions:
+    unit: Unit
+    starts: tuple[int, ...]  # one per unit, non-decreasing, the first 0
+
+    def __post_init__(self) -> None:
+        if not self.starts or self.starts[0] != 0:
+            raise ValueError("the first unit starts at offset 0")
+        if any(a > b for a, b in zip(self.starts, self.starts[1:], strict=False)):
+            raise ValueError("unit starts must not decrease")
+
+
+def position_of(positions: Positions, offset: int) -> int:
+    """The number (from 1) of the unit holding the character at `offset`."""
+    if offset < 0:
+        raise ValueError(f"offset {offset} is negative")
+    return bisect_right(positions.starts, offset)
+
+
+def span_units(positions: Positions, start: int, end: int) -> tuple[int, int]:
+    """The first and the last unit the characters [start, end) touch; an empty range touches the unit at
+    `start` only."""
+    if end < start:
+        raise ValueError(f"range [{start}, {end}) ends before it starts")
+    return position_of(positions, start), position_of(positions, max(start, end - 1))
