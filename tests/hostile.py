@@ -71,6 +71,27 @@ def pdf_sharing_one_content_stream(pages: int, text: str = "The same page again.
     return _pdf(objects)
 
 
+def pdf_drawing_strings(pages: list[str]) -> bytes:
+    """A PDF whose pages each draw one string (latin-1), line breaks and all: pypdf gives it back as it is,
+    blank lines included, which text laid out by fpdf never has."""
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids ["
+        + b" ".join(b"%d 0 R" % (4 + 2 * i) for i in range(len(pages)))
+        + b"] /Count %d >>" % len(pages),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    for number, text in enumerate(pages):
+        escaped = text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)").replace("\n", "\\n")
+        content = f"BT /F1 12 Tf 72 720 Td ({escaped}) Tj ET".encode("latin-1")
+        objects.append(
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >>"
+            b" /Contents %d 0 R >>" % (5 + 2 * number)
+        )
+        objects.append(b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream")
+    return _pdf(objects)
+
+
 def _pdf(objects: list[bytes]) -> bytes:
     """A PDF of these objects (numbered from 1, the catalog first), with a correct cross-reference table."""
     out = io.BytesIO()

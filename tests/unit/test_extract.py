@@ -18,6 +18,7 @@ from docsum_parser import extract
 from docsum_parser.extract import ExtractedText, detect_format, extract_text
 from docsum_parser.normalize import normalize
 from docsum_parser.parse_error import ParseError
+from docsum_shared.positions import Positions
 from tests.documents import (
     chinese_prose,
     english_prose,
@@ -45,7 +46,10 @@ def test_pdf_pages_come_out_in_order_separated_by_blank_lines() -> None:
     result = extract_text(make_pdf(["Alpha page text.", "Bravo page text.", "Charlie page text."]), "a.pdf")
 
     assert result == ExtractedText(
-        text="Alpha page text.\n\nBravo page text.\n\nCharlie page text.", format="pdf", pages=3
+        text="Alpha page text.\n\nBravo page text.\n\nCharlie page text.",
+        format="pdf",
+        positions=Positions("page", (0, 18, 36)),
+        pages=3,
     )
 
 
@@ -452,7 +456,10 @@ def test_utf8_text_is_normalized() -> None:
 
     result = extract_text(data, "notes.txt")
 
-    assert result == ExtractedText(text="Café\nline with spaces\n\nlast line", format="text")
+    # Six lines in the file; the blank ones start where the line after them does.
+    assert result == ExtractedText(
+        text="Café\nline with spaces\n\nlast line", format="text", positions=Positions("line", (0, 5, 23, 23, 23, 23))
+    )
 
 
 def test_utf8_with_bom_drops_the_bom() -> None:

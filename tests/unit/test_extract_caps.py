@@ -15,6 +15,7 @@ from docsum_parser.limits import Limits, size_label
 from docsum_parser.parse_error import ParseError
 from docsum_parser.policy import limits
 from docsum_parser.settings import ParserSettings
+from docsum_shared.positions import Positions
 from tests.documents import chinese_prose, english_prose, make_docx, make_pdf
 from tests.hostile import docx_bomb, one_line_text, pdf_sharing_one_content_stream
 
@@ -160,7 +161,10 @@ def test_text_far_over_the_cap_fails_on_its_size_alone() -> None:
 def test_text_at_the_cap_is_read_in_every_encoding(encoding: str, filename: str) -> None:
     text = chinese_prose(3_000, seed=2)
     result = extract_text(text.encode(encoding), filename, limits=Limits(max_chars=len(text)))
-    assert result == ExtractedText(text=text, format="text")
+    # The prose is normalized already: one line each, a blank line starting where the next line does.
+    lines = [0, *(i + 1 for i, c in enumerate(text) if c == "\n")]
+    starts = tuple(s + 1 if text[s] == "\n" else s for s in lines)
+    assert result == ExtractedText(text=text, format="text", positions=Positions("line", starts))
 
 
 def test_text_that_grows_when_normalized_is_capped_too() -> None:

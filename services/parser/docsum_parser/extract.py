@@ -1,4 +1,5 @@
-"""Pure text extraction: bytes in, normalized text out (or a ParseError a user can act on).
+"""Pure text extraction: bytes in, normalized text and where its pages start out (or a ParseError a user
+can act on).
 
 No IO happens here besides reading the bytes we are given, so everything is unit-testable and the
 service layer only has to map ParseError to a failed-document event. PDF (pdf.py) and Word (word.py)
@@ -16,8 +17,10 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Literal
 
+from docsum_shared.positions import Positions, Unit
+
 from .limits import DEFAULT_LIMITS, Limits, too_many_chars
-from .normalize import normalize
+from .normalize import normalize_keeping
 from .parse_error import ParseError
 from .zips import zip_members
 
@@ -28,6 +31,7 @@ Format = Literal["pdf", "docx", "text"]
 class ExtractedText:
     text: str
     format: Format
+    positions: Positions  # where each page (PDF), paragraph (DOCX) or line (text) starts in `text`
     pages: int | None = None  # PDFs only
 
 
@@ -103,8 +107,8 @@ def detect_format(data: bytes, filename: str, content_type: str | None) -> Forma
 def extract_text(
     data: bytes, filename: str, content_type: str | None = None, limits: Limits = DEFAULT_LIMITS
 ) -> ExtractedText:
-    """Extract normalized plain text; raises ParseError with a user-facing message on any failure,
-    including a document over one of `limits`."""
+    """Extract normalized plain text and where each of its pages, paragraphs or lines starts; raises
+    ParseError with a user-facing message on any failure, including a document over one of `limits`."""
     if not data:
         raise ParseError(MSG_EMPTY, "empty")
     fmt = detect_format(data, filename, content_type)
@@ -112,19 +116,25 @@ def extract_text(
     if fmt == "pdf":
         from .pdf import extract_pdf
 
-        text, pages = extract_pdf(data, limits)
+        text, starts = extract_pdf(data, limits)
+        pages = len(starts)
     elif fmt == "docx":
         from .word import extract_docx
 
-        text = extract_docx(data, limits)
+        text, starts = extract_docx(data, limits)
     else:
         text = _decode_text(data, limits)
-    text = normalize(text)
+        starts = _line_starts(text)
+    # The units' starts are line starts, which the normalization carries into its result exactly.
+    text, starts = normalize_keeping(text, starts)
     if not text:
         raise ParseError(MSG_NO_TEXT[fmt], "no_text")
     if len(text) > limits.max_chars:  # normalizing can expand (tabs, ligatures)
         raise too_many_chars(limits)
-    return ExtractedText(text=text, format=fmt, pages=pages)
+    return ExtractedText(text=text, format=fmt, positions=Positions(_UNITS[fmt], tuple(starts)), pages=pages)
+
+
+_UNITS: dict[Format, Unit] = {"pdf": "page", "docx": "paragraph", "text": "line"}
 
 
 # ---------------------------------------------------------------------------------------- helpers
@@ -137,6 +147,18 @@ def _label(ext: str, ctype: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------- text
+
+# A line ends where an editor ends it; a form feed or vertical tab (a line break once normalized) does not.
+_EDITOR_LINE_BREAK = re.compile(r"\r\n|[\r\n]")
+
+
+def _line_starts(text: str) -> list[int]:
+    """Where each line of the file starts; a final line break ends the last line, it opens none."""
+    starts = [0, *(m.end() for m in _EDITOR_LINE_BREAK.finditer(text))]
+    if len(starts) > 1 and starts[-1] == len(text):
+        starts.pop()
+    return starts
+
 
 _BAD_CHARS = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f\ue000-\uf8ff]")  # controls, private use
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")

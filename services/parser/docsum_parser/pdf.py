@@ -44,7 +44,9 @@ def _damaged(reason: str) -> ParseError:
     return ParseError(f"PDF is damaged or truncated: {reason}; re-export it and try again", "damaged")
 
 
-def extract_pdf(data: bytes, limits: Limits) -> tuple[str, int]:
+def extract_pdf(data: bytes, limits: Limits) -> tuple[str, list[int]]:
+    """The PDF's text, its pages joined by a blank line, and where each page starts in it (a page left
+    without text starts where the next page with text does, or at the end)."""
     if b"%PDF-" not in data[:1024]:
         raise _damaged("it does not start with a %PDF header")
     # pypdf searches the *whole* file backwards for %%EOF, so a cut-off file that contains an
@@ -76,8 +78,20 @@ def extract_pdf(data: bytes, limits: Limits) -> tuple[str, int]:
     pages = [normalize(p) for p in page_texts]
     if len(pages) >= _RUNNING_MIN_PAGES:
         pages = _drop_running_lines(pages)
-    text = "\n\n".join(t for t in (dehyphenate(p) for p in pages) if t)
-    return text, len(page_texts)
+    return _joined([dehyphenate(p) for p in pages])
+
+
+def _joined(pages: list[str]) -> tuple[str, list[int]]:
+    """The pages with text, a blank line between two; and where each page starts, an empty page where
+    the next page with text does (or at the end)."""
+    text = "\n\n".join(page for page in pages if page)
+    starts = []
+    following = 0  # where the next page with text starts
+    for page in pages:
+        starts.append(min(following, len(text)))
+        if page:
+            following += len(page) + 2
+    return text, starts
 
 
 # Running headers and footers: a line among the first or last `_EDGE_LINES` lines of a page whose

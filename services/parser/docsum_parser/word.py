@@ -42,7 +42,9 @@ def _invalid_docx(reason: str) -> ParseError:
     )
 
 
-def extract_docx(data: bytes, limits: Limits) -> str:
+def extract_docx(data: bytes, limits: Limits) -> tuple[str, list[int]]:
+    """The document's text, its blocks (paragraphs, tables, text boxes) joined by a blank line, and where
+    each block starts in it. Blocks of only whitespace are left out."""
     members = zip_members(data)
     if members is None:
         raise _invalid_docx("it is not a readable zip archive; it may be truncated or another format")
@@ -63,7 +65,12 @@ def extract_docx(data: bytes, limits: Limits) -> str:
     except _DOCX_ERRORS as exc:
         raise _invalid_docx(short_reason(exc)) from exc
     # A blank line between blocks keeps paragraph boundaries visible to the chunker.
-    return "\n\n".join(blocks)
+    starts = []
+    start = 0
+    for block in blocks:
+        starts.append(start)
+        start += len(block) + 2
+    return "\n\n".join(blocks), starts
 
 
 _INFLATE_BLOCK = 2**20
