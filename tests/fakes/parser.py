@@ -1,6 +1,7 @@
-"""The parser's repository in memory, with the rules of docsum_parser.repository: the text stored and the
-failure written only while the document still needs its parse, a text the database would refuse refused,
-and another system's documents taken in whole or not at all (tests/repositories/parser.py proves it)."""
+"""The parser's repository in memory, with the rules of docsum_parser.repository: the text (with where its
+units start) stored and the failure written only while the document still needs its parse, a text the
+database would refuse refused, and another system's documents taken in whole or not at all
+(tests/repositories/parser.py proves it)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from docsum_parser.policy import NEEDS_PARSE, StoredDocument, TextRefused
 from docsum_parser.settings import ParserSettings
 from docsum_shared.events import DocumentSubmitted
 from docsum_shared.levels import SizeLevel
+from docsum_shared.positions import Positions
 from docsum_shared.states import DocumentStatus, TaskStatus
 from docsum_shared.taskrate import admit_task
 
@@ -46,6 +48,7 @@ class ParserState:
     documents: dict[str, DocumentRow] = field(default_factory=dict)
     blobs: dict[str, bytes] = field(default_factory=dict)
     texts: dict[str, str] = field(default_factory=dict)
+    positions: dict[str, Positions] = field(default_factory=dict)  # stored with the text
     task_rate: dict[str, float] = field(default_factory=dict)  # owner -> the theoretical arrival time of tasks
 
 
@@ -100,7 +103,7 @@ class FakeParserRepository:
         self.bytes_read += 1
         return self.state.blobs.get(sha256)
 
-    async def store_text(self, document_id: str, text: str, size_level: SizeLevel) -> None:
+    async def store_text(self, document_id: str, text: str, size_level: SizeLevel, positions: Positions) -> None:
         if _refused(text):
             raise TextRefused("DataError")
         doc = self.state.documents.get(document_id)
@@ -108,6 +111,7 @@ class FakeParserRepository:
             return
         doc.status, doc.size_level, doc.text_chars = DocumentStatus.CHUNKING, size_level, len(text)
         self.state.texts[document_id] = text
+        self.state.positions[document_id] = positions
 
     async def fail(self, document_id: str, error: str) -> None:
         doc = self.state.documents.get(document_id)

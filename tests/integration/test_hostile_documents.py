@@ -20,6 +20,7 @@ from docsum_parser.logfilter import KEEP
 from docsum_parser.policy import TextRefused
 from docsum_parser.repository import DocumentRepository
 from docsum_shared.levels import SizeLevel
+from docsum_shared.positions import Positions
 from tests.documents import english_prose, make_docx, make_pdf
 from tests.hostile import (
     docx_bomb,
@@ -180,7 +181,9 @@ async def test_a_text_the_database_refuses_is_reported_as_refused(stack: Stack, 
     try:
         await db.execute("INSERT INTO documents (id, task_id, filename) VALUES ($1, $2, 'odd.pdf')", document, task)
         with pytest.raises(TextRefused):
-            await DocumentRepository(db).store_text(document, "a lone \ud800 surrogate", SizeLevel.SMALL)
+            await DocumentRepository(db).store_text(
+                document, "a lone \ud800 surrogate", SizeLevel.SMALL, Positions("page", (0,))
+            )
         assert await db.fetchval("SELECT status FROM documents WHERE id = $1", document) == "PENDING"
     finally:
         await db.execute("DELETE FROM tasks WHERE id = $1", task)

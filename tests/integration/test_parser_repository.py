@@ -10,6 +10,7 @@ import pytest
 import pytest_asyncio
 
 from docsum_parser.repository import DocumentRepository
+from docsum_shared.positions import Positions
 from docsum_shared.states import DocumentStatus, TaskStatus
 from tests.repositories.parser import ParserRepositoryContract, new_id
 
@@ -67,3 +68,11 @@ class TestDocumentRepository(ParserRepositoryContract):
 
     async def text_of(self, document_id: str) -> str | None:
         return await self.pool.fetchval("SELECT text FROM document_texts WHERE document_id = $1", document_id)
+
+    async def positions_of(self, document_id: str) -> Positions | None:
+        row = await self.pool.fetchrow(
+            "SELECT position_unit, position_starts FROM document_texts WHERE document_id = $1", document_id
+        )
+        if row is None or row["position_unit"] is None:
+            return None
+        return Positions(row["position_unit"], tuple(row["position_starts"]))

@@ -1,12 +1,12 @@
 """The parser's repository contract: what docsum_parser.handlers relies on of its repository.
 
-A document's text is stored, and it moves on to CHUNKING, only while it still needs its parse (PENDING,
-PARSING), and once only; a text the database cannot hold is refused whole (TextRefused); a document fails
-only while it still needs its parse. Another system's document is taken in with its task on first sight:
-its bytes stored by sha256, or FAILED with the reason there are none; what exists already is checked
-(another task's document, another owner's task, a task with all its documents) and a refusal stores
-nothing. Run against the fake (tests/unit/test_parser_repository.py) and PostgreSQL
-(tests/integration/test_parser_repository.py).
+A document's text is stored, with where its units start, and it moves on to CHUNKING, only while it
+still needs its parse (PENDING, PARSING), and once only; a text the database cannot hold is refused whole
+(TextRefused); a document fails only while it still needs its parse. Another system's document is taken
+in with its task on first sight: its bytes stored by sha256, or FAILED with the reason there are none;
+what exists already is checked (another task's document, another owner's task, a task with all its
+documents) and a refusal stores nothing. Run against the fake (tests/unit/test_parser_repository.py) and
+PostgreSQL (tests/integration/test_parser_repository.py).
 """
 
 from __future__ import annotations
@@ -24,11 +24,13 @@ from docsum_parser.settings import ParserSettings
 from docsum_shared.errors import Poison
 from docsum_shared.events import DocumentSubmitted
 from docsum_shared.levels import SizeLevel
+from docsum_shared.positions import Positions
 from docsum_shared.states import DocumentStatus, TaskStatus
 
 NEEDS_PARSE = (DocumentStatus.PENDING, DocumentStatus.PARSING)
 PAST_PARSE = (DocumentStatus.CHUNKING, DocumentStatus.SUMMARIZING, DocumentStatus.FAILED, DocumentStatus.CANCELLED)
 SETTINGS = ParserSettings(_env_file=None, tasks_per_minute=0)
+ONE_LINE = Positions("line", (0,))
 
 
 def new_id(kind: str) -> str:
@@ -75,6 +77,10 @@ class ParserRepositoryContract(ABC):
     async def text_of(self, document_id: str) -> str | None:
         """The document's stored text."""
 
+    @abstractmethod
+    async def positions_of(self, document_id: str) -> Positions | None:
+        """Where the units of the document's stored text start, as stored with it."""
+
     # --- loads --------------------------------------------------------------------------------------
 
     async def test_load_returns_the_document_its_task_and_its_bytes_hash(self) -> None:
@@ -104,37 +110,55 @@ class ParserRepositoryContract(ABC):
     @pytest.mark.parametrize("status", NEEDS_PARSE)
     async def test_the_text_is_stored_and_the_document_moves_on(self, status: DocumentStatus) -> None:
         document = await self.given_document(await self.given_task(), status=status, data=new_bytes())
-        await self.repo.store_text(document, "The parsed text.", SizeLevel.SMALL)
+        await self.repo.store_text(document, "The parsed text.", SizeLevel.SMALL, ONE_LINE)
         doc = await self.repo.load(document)
         assert doc is not None and (doc.status, doc.text_chars, doc.size_level) == (
             DocumentStatus.CHUNKING, len("The parsed text."), SizeLevel.SMALL,
         )  # fmt: skip
         assert await self.text_of(document) == "The parsed text."
 
+    @pytest.mark.parametrize(
+        "positions",
+        [
+            Positions("page", (0, 18, 18, 36)),  # the second page is empty: it starts where the third does
+            Positions("paragraph", (0, 18, 36)),
+            Positions("line", (0, 17, 18, 35, 36)),
+        ],
+    )
+    async def test_where_the_units_start_is_stored_with_the_text(self, positions: Positions) -> None:
+        text = "First page text.\n\nThird page text.\n\nFourth."
+        document = await self.given_document(await self.given_task(), data=new_bytes())
+        await self.repo.store_text(document, text, SizeLevel.SMALL, positions)
+        assert await self.text_of(document) == text
+        assert await self.positions_of(document) == positions
+
     async def test_a_text_is_stored_once_a_second_parse_changes_nothing(self) -> None:
         document = await self.given_document(await self.given_task(), data=new_bytes())
-        await self.repo.store_text(document, "First.", SizeLevel.SMALL)
-        await self.repo.store_text(document, "A second, longer text.", SizeLevel.MEDIUM)
+        await self.repo.store_text(document, "First.", SizeLevel.SMALL, ONE_LINE)
+        await self.repo.store_text(document, "A second,\nlonger text.", SizeLevel.MEDIUM, Positions("line", (0, 10)))
         doc = await self.repo.load(document)
         assert doc is not None and (doc.text_chars, doc.size_level) == (len("First."), SizeLevel.SMALL)
         assert await self.text_of(document) == "First."
+        assert await self.positions_of(document) == ONE_LINE
 
     @pytest.mark.parametrize("status", PAST_PARSE)
     async def test_no_text_is_stored_for_a_document_past_its_parse(self, status: DocumentStatus) -> None:
         document = await self.given_document(await self.given_task(), status=status, data=new_bytes())
-        await self.repo.store_text(document, "Late text.", SizeLevel.SMALL)
+        await self.repo.store_text(document, "Late text.", SizeLevel.SMALL, ONE_LINE)
         doc = await self.repo.load(document)
         assert doc is not None and (doc.status, doc.text_chars) == (status, None)
         assert await self.text_of(document) is None
+        assert await self.positions_of(document) is None
 
     @pytest.mark.parametrize("text", ["a NUL \x00 in the text", "a lone surrogate \ud800 in the text"])
     async def test_a_text_the_database_cannot_hold_is_refused_whole(self, text: str) -> None:
         document = await self.given_document(await self.given_task(), data=new_bytes())
         with pytest.raises(TextRefused):
-            await self.repo.store_text(document, text, SizeLevel.SMALL)
+            await self.repo.store_text(document, text, SizeLevel.SMALL, ONE_LINE)
         doc = await self.repo.load(document)
         assert doc is not None and (doc.status, doc.text_chars) == (DocumentStatus.PENDING, None)
         assert await self.text_of(document) is None
+        assert await self.positions_of(document) is None
 
     # --- a document failed: PENDING | PARSING -> FAILED ---------------------------------------------
 

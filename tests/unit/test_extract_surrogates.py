@@ -14,6 +14,7 @@ from docsum_parser.policy import StoredDocument, TextRefused
 from docsum_parser.settings import ParserSettings
 from docsum_shared.events import DocumentMerged, DocumentOutcome, DocumentSubmitted
 from docsum_shared.levels import SizeLevel
+from docsum_shared.positions import Positions
 from docsum_shared.states import DocumentStatus
 from docsum_shared.text import without_lone_surrogates
 from tests.fakes.parser import FakeParserRepository
@@ -42,7 +43,7 @@ def test_surrogates_are_resolved_by_the_normalization_every_format_goes_through(
 
 
 class RefusingDocuments(FakeParserRepository):
-    async def store_text(self, document_id: str, text: str, size_level: SizeLevel) -> None:
+    async def store_text(self, document_id: str, text: str, size_level: SizeLevel, positions: Positions) -> None:
         raise TextRefused("UntranslatableCharacterError")
 
 

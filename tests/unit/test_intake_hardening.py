@@ -18,6 +18,7 @@ from docsum_parser.uris import shown
 from docsum_shared.errors import ItemFailed
 from docsum_shared.events import DocumentSubmitted
 from docsum_shared.levels import SizeLevel
+from docsum_shared.positions import Positions
 from docsum_shared.states import DocumentStatus
 
 EVERY_HOST = ParserSettings(_env_file=None, intake_http_hosts=["*"])
@@ -115,7 +116,7 @@ class IntakeRepo:
     async def load_bytes(self, sha256: str) -> bytes | None:
         raise AssertionError("no bytes are read")
 
-    async def store_text(self, document_id: str, text: str, size_level: SizeLevel) -> None:
+    async def store_text(self, document_id: str, text: str, size_level: SizeLevel, positions: Positions) -> None:
         raise AssertionError("no text is stored")
 
     async def fail(self, document_id: str, error: str) -> None:

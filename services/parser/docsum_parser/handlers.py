@@ -11,6 +11,7 @@ from docsum_shared.errors import Fail, ItemFailed
 from docsum_shared.events import DocumentMerged, DocumentParsed, DocumentSubmitted, Event
 from docsum_shared.handlers import Handlers, required
 from docsum_shared.levels import SizeLevel
+from docsum_shared.positions import Positions
 
 from . import intake, sources
 from .policy import (
@@ -34,7 +35,7 @@ log = logging.getLogger("docsum_parser")
 class Repository(Protocol):
     async def load(self, document_id: str) -> StoredDocument | None: ...
     async def load_bytes(self, sha256: str) -> bytes | None: ...
-    async def store_text(self, document_id: str, text: str, size_level: SizeLevel) -> None: ...
+    async def store_text(self, document_id: str, text: str, size_level: SizeLevel, positions: Positions) -> None: ...
     async def fail(self, document_id: str, error: str) -> None: ...
     async def find_document(self, document_id: str) -> intake.ExistingDocument | None: ...
     async def load_intake_task(self, task_id: str) -> intake.StoredTask | None: ...
@@ -76,7 +77,7 @@ async def parse_document(event: DocumentSubmitted, deps: Deps) -> list[Event]:
     del data  # not held while the text is stored
     if isinstance(stored := decision.write, StoreText):
         try:
-            await deps.repo.store_text(event.document_id, stored.text, stored.size_level)
+            await deps.repo.store_text(event.document_id, stored.text, stored.size_level, stored.positions)
         except TextRefused as refused:
             decision = text_refused(event, refused)
         else:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from docsum_shared.errors import Fail, Poison
 from docsum_shared.events import DocumentMerged, DocumentOutcome, DocumentParsed, DocumentSubmitted, Event
 from docsum_shared.levels import SizeLevel, size_level
+from docsum_shared.positions import Positions
 from docsum_shared.states import DocumentStatus, TaskStatus, takes_work
 
 from .extract import ExtractedText
@@ -39,6 +40,7 @@ class StoredDocument:
 class StoreText:
     text: str
     size_level: SizeLevel
+    positions: Positions
 
 
 class TextRefused(Exception):
@@ -112,7 +114,7 @@ def parse(event: DocumentSubmitted, data: bytes, settings: ParserSettings, extra
     chars = len(extracted.text)
     level = size_level(chars, small_max=settings.small_max_chars, medium_max=settings.medium_max_chars)
     return Decision(
-        StoreText(extracted.text, level),
+        StoreText(extracted.text, level, extracted.positions),
         [event.next(DocumentParsed, document_id=event.document_id, text_chars=chars, size_level=level)],
     )
 

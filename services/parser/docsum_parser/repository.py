@@ -9,6 +9,7 @@ from docsum_shared.blobs import store_blob
 from docsum_shared.events import DocumentSubmitted
 from docsum_shared.levels import SizeLevel
 from docsum_shared.options import TaskOptions
+from docsum_shared.positions import Positions
 from docsum_shared.states import DocumentStatus, TaskStatus
 
 from . import intake
@@ -43,14 +44,15 @@ class DocumentRepository:
     async def load_bytes(self, sha256: str) -> bytes | None:
         return await self.pool.fetchval("SELECT data FROM blobs WHERE sha256 = $1", sha256)
 
-    async def store_text(self, document_id: str, text: str, size_level: SizeLevel) -> None:
-        """Store the text and move the document on; TextRefused if the text cannot be stored."""
+    async def store_text(self, document_id: str, text: str, size_level: SizeLevel, positions: Positions) -> None:
+        """Store the text, with where its units start, and move the document on; TextRefused if the text
+        cannot be stored."""
         try:
-            await self._store_text(document_id, text, size_level)
+            await self._store_text(document_id, text, size_level, positions)
         except _REFUSED_TEXT as exc:
             raise TextRefused(type(exc).__name__) from exc
 
-    async def _store_text(self, document_id: str, text: str, size_level: SizeLevel) -> None:
+    async def _store_text(self, document_id: str, text: str, size_level: SizeLevel, positions: Positions) -> None:
         async with self.pool.acquire() as conn, conn.transaction():
             moved = await conn.fetchval(
                 "UPDATE documents SET status = $2, size_level = $3, text_chars = $4, updated_at = now()"
@@ -63,10 +65,14 @@ class DocumentRepository:
             )
             if moved is not None:
                 await conn.execute(
-                    "INSERT INTO document_texts (document_id, text) VALUES ($1, $2)"
-                    " ON CONFLICT (document_id) DO UPDATE SET text = EXCLUDED.text",
+                    "INSERT INTO document_texts (document_id, text, position_unit, position_starts)"
+                    " VALUES ($1, $2, $3, $4::int[])"
+                    " ON CONFLICT (document_id) DO UPDATE SET text = EXCLUDED.text,"
+                    " position_unit = EXCLUDED.position_unit, position_starts = EXCLUDED.position_starts",
                     document_id,
                     text,
+                    positions.unit,
+                    list(positions.starts),
                 )
 
     async def fail(self, document_id: str, error: str) -> None:
