@@ -9,6 +9,7 @@ two units (the blank line after a page) belong to the unit before.
 
 from __future__ import annotations
 
+import operator
 from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Literal
@@ -24,7 +25,7 @@ class Positions:
     def __post_init__(self) -> None:
         if not self.starts or self.starts[0] != 0:
             raise ValueError("the first unit starts at offset 0")
-        if any(a > b for a, b in zip(self.starts, self.starts[1:], strict=False)):
+        if not all(map(operator.le, self.starts, self.starts[1:])):
             raise ValueError("unit starts must not decrease")
 
 

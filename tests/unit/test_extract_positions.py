@@ -130,6 +130,10 @@ def test_the_normalization_with_offsets_is_the_normalization() -> None:
         normalized, mapped = normalize_keeping(text, starts)
         assert normalized == normalize(text) == normalize_as_one_pass(text), repr(text)
         assert mapped[0] == 0 and mapped[-1] == len(normalized) and mapped == sorted(mapped), repr(text)
+        # Each line with text in the result is where one line of the source went.
+        line_starts = [0, *(i + 1 for i, c in enumerate(normalized) if c == "\n")]
+        with_text = [start for start in line_starts if normalized[start : start + 1] not in ("", "\n")]
+        assert sorted(set(mapped) - {len(normalized)}) == with_text, repr(text)
 
 
 def test_a_line_start_maps_to_its_line_or_the_next_line_with_text() -> None:
@@ -144,7 +148,7 @@ def test_a_line_start_maps_to_its_line_or_the_next_line_with_text() -> None:
     assert mapped == [0, 0, 0, 14, 14, 14, 14, 27, 27, 27, 32, 32]
 
 
-@pytest.mark.parametrize("offset", [1, 3, 17])
-def test_an_offset_inside_a_line_is_refused(offset: int) -> None:
+@pytest.mark.parametrize("starts", [[0, 1], [0, 3], [0, 17], [0, 7, 4]])
+def test_an_offset_inside_a_line_or_going_back_is_refused(starts: list[int]) -> None:
     with pytest.raises(ValueError, match="not where a line starts"):
-        normalize_keeping("ab\r\ncd\nef", [0, offset])
+        normalize_keeping("ab\r\ncd\nef", starts)
