@@ -54,6 +54,16 @@ class SummaryRequest:
 
 
 @dataclass(frozen=True)
+class SummarySentence:
+    """A sentence of a summary and where it came from: `texts[source][start:end]` of its request."""
+
+    text: str
+    source: int  # the index in `SummaryRequest.texts` of the text it quotes
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
 class SummaryResult:
     text: str
     model: str
@@ -63,6 +73,8 @@ class SummaryResult:
     # The tier the provider answered at, which is what it costs: "realtime" (its default), "flex", or
     # "batch" (a line of the provider's batch).
     tier: str = "realtime"
+    # Each sentence of `text`, in order, with its source; empty when the backend does not say.
+    sentences: tuple[SummarySentence, ...] = ()
 
 
 class SummarizerBackend(abc.ABC):

@@ -64,16 +64,22 @@ out.
 
 A non-empty input never yields an empty summary: with no usable candidate the first sentence (or the
 first 300 characters) is returned, cut at a word boundary when too long.
+
+Every sentence of a summary comes with the range of the request's text it quotes
+(`SummaryResult.sentences`): masking keeps each line it keeps whole, and unwrapping only drops
+hyphens at line ends and changes whitespace, so the range is exact in the original text; a cut
+sentence cites the part it shows. `citations.supports` checks a sentence against its range.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import math
 import operator
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..options import Mode
 from ..text import (
@@ -86,7 +92,7 @@ from ..text import (
     sentence_spans,
     tokens_for_similarity,
 )
-from .base import SummarizerBackend, SummaryKind, SummaryRequest, SummaryResult
+from .base import SummarizerBackend, SummaryKind, SummaryRequest, SummaryResult, SummarySentence
 
 MODEL = "extractive-textrank-v2"
 
@@ -106,6 +112,34 @@ _TASK_DOC_MIN_CHARS = 220
 _TASK_DOC_MAX_CHARS = 500
 
 
+@dataclass(frozen=True)
+class _Masked:
+    """A text with its non-prose lines masked (`mask_non_prose`), and where each of its lines came from:
+    the masked text drops and blanks whole lines, so a line's characters are the original's own."""
+
+    original: str
+    text: str
+    starts: tuple[int, ...]  # where each line of `text` starts ...
+    origins: tuple[int, ...]  # ... and where that line starts in `original`
+
+    def original_offset(self, i: int) -> int:
+        """Where the character at `i` of `text` is in `original` (a character of a line, not a break)."""
+        line = bisect.bisect_right(self.starts, i) - 1
+        return self.origins[line] + i - self.starts[line]
+
+
+@dataclass(frozen=True)
+class _Place:
+    """Where a sentence came from: `masked.text[start:end]` of text `source`, unwrapped (`_unwrap`) or
+    as it was (the fallback quotes unmasked text as it is)."""
+
+    masked: _Masked
+    source: int
+    start: int
+    end: int
+    unwrapped: bool = True
+
+
 @dataclass
 class _Sentence:
     text: str
@@ -115,6 +149,7 @@ class _Sentence:
     source: int = 0  # index of its text in the request
     opens: bool = False  # it starts a paragraph
     heading: float = 0.0  # the share of its tokens found in the headings of the request
+    place: _Place | None = None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -256,26 +291,43 @@ def non_prose_line(line: str) -> str | None:
 def mask_non_prose(text: str) -> str:
     """`text` with its non-prose lines (see `non_prose_line`) replaced by blank lines, its page
     furniture removed; fenced code blocks (``` ... ```) are masked whole."""
+    return _mask(text).text
+
+
+def _mask(text: str) -> _Masked:
+    """`mask_non_prose`, with where each line of the result starts in `text`."""
     if "\n" not in text and non_prose_line(text) is None:
-        return text
+        return _Masked(text, text, (0,), (0,))
     out: list[str] = []
+    starts: list[int] = []
+    origins: list[int] = []
+    length = 0  # of the masked text so far
+    position = 0  # where the line starts in `text`
     fenced = False
     in_block = False  # the last non-blank line was masked: an indented line goes on with the block
     for line in text.split("\n"):
+        kept: str | None = ""
         if _FENCE_RE.match(line):
             fenced = not fenced
-            out.append("")
-            continue
-        kind = "block" if fenced else non_prose_line(line)
-        if kind is None and in_block and line[:1] in " \t" and line.strip() and not _CJK_END_RE.search(line):
-            kind = "block"
-        if kind is None:
-            out.append(line)
-            in_block = in_block and not line.strip()
-        elif kind == "block":
-            out.append("")
-            in_block = True
-    return "\n".join(out)
+        else:
+            kind = "block" if fenced else non_prose_line(line)
+            if kind is None and in_block and line[:1] in " \t" and line.strip() and not _CJK_END_RE.search(line):
+                kind = "block"
+            if kind is None:
+                kept = line
+                in_block = in_block and not line.strip()
+            elif kind == "block":
+                in_block = True
+            else:  # furniture: the lines around it join
+                kept = None
+        if kept is not None:
+            length += 1 if out else 0
+            starts.append(length)
+            origins.append(position)
+            out.append(kept)
+            length += len(kept)
+        position += len(line) + 1
+    return _Masked(text, "\n".join(out), tuple(starts), tuple(origins))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -425,14 +477,64 @@ def join_sentences(sentences: Sequence[str]) -> str:
 
 
 def _truncate(text: str, limit: int) -> str:
-    text = text.strip()
-    if len(text) <= limit:
-        return text
-    cut = text[:limit]
+    return _cut(text, limit)[0]
+
+
+def _cut(text: str, limit: int) -> tuple[str, int, int]:
+    """`text` stripped and, when longer than `limit`, cut at a word boundary with "…"; and where the
+    part kept lies in `text`."""
+    start = len(text) - len(text.lstrip())
+    end = len(text.rstrip())
+    if end - start <= limit:
+        return text[start:end], start, end
+    cut = text[start : start + limit]
     space = cut.rfind(" ")
     if space > limit // 2:
         cut = cut[:space]
-    return cut.rstrip() + "…"
+    kept = cut.rstrip()
+    return kept + "…", start, start + len(kept)
+
+
+def _align(sentence: str, raw: str) -> list[int]:
+    """For each character of `sentence` (`_unwrap(raw)`), its offset in `raw`. Unwrapping only drops a
+    hyphen and the line break after it and turns whitespace runs into a space or nothing, so the
+    other characters match one by one, in order; a space put in maps to the whitespace it replaced."""
+    at: list[int] = []
+    j = 0
+    for c in sentence:
+        while j < len(raw) and raw[j] != c:
+            if raw[j] == "-" and raw[j + 1 : j + 2] == "\n":  # a hyphenated word joined
+                j += 2
+            elif raw[j].isspace():
+                j += 1
+            elif c.isspace():
+                break
+            else:
+                raise ValueError(f"{sentence!r} is not {raw!r} unwrapped")
+        at.append(min(j, len(raw) - 1))
+        if j < len(raw) and raw[j] == c:
+            j += 1
+    return at
+
+
+def _cite(sentence: str, place: _Place, start: int = 0, end: int = -1, shown: str = "") -> SummarySentence:
+    """`sentence` (taken from `place`) as a summary sentence: `shown` (default: the whole sentence),
+    which shows `sentence[start:end]`, with that part's range in the original text."""
+    end = len(sentence) if end < 0 else end
+    raw = place.masked.text[place.start : place.end]
+    at = _align(sentence, raw) if place.unwrapped else list(range(len(sentence)))
+    first = place.masked.original_offset(place.start + at[start])
+    last = place.masked.original_offset(place.start + at[end - 1])
+    return SummarySentence(shown or sentence[start:end], place.source, first, last + 1)
+
+
+def _cite_cut(sentence: str, place: _Place, limit: int, start: int = 0, end: int = -1) -> SummarySentence:
+    """`sentence[start:end]`, stripped and cut to `limit` (`_truncate`), as a summary sentence."""
+    end = len(sentence) if end < 0 else end
+    shown, first, last = _cut(sentence[start:end], limit)
+    if first >= last:
+        return SummarySentence("", place.source, 0, 0)
+    return _cite(sentence, place, start + first, start + last, shown)
 
 
 _PARAGRAPH_BREAK_RE = re.compile(r"\n[ \t]*\n")
@@ -753,33 +855,41 @@ class ExtractiveBackend(SummarizerBackend):
         scale = _LENGTH_SCALE.get(request.length, 1.0)
         bullets = request.style == "bullets"
         if request.kind is SummaryKind.TASK:
-            summary = self._task(request, scale, bullets)
+            summary, sentences = self._task(request, scale, bullets)
         else:
-            texts = [t for t in request.texts if t and t.strip()]
+            indexes = [i for i, t in enumerate(request.texts) if t and t.strip()]
+            texts = [request.texts[i] for i in indexes]
             first_chunk = request.kind is not SummaryKind.CHUNK or not request.context_before.strip()
-            sentences = self._summarize(texts, request.kind, scale, lead=first_chunk) if texts else []
-            summary = _format(sentences, bullets)
+            chosen = self._summarize(texts, request.kind, scale, lead=first_chunk) if texts else []
+            # Sources among the non-blank texts, as indexes of the request's texts.
+            sentences = [replace(c, source=indexes[c.source]) for c in chosen if c.text]
+            summary = _format([c.text for c in sentences], bullets)
         return SummaryResult(
             text=summary,
             model=self.model,
             prompt_tokens=sum(estimate_tokens(t) for t in request.texts),
             completion_tokens=estimate_tokens(summary),
+            sentences=tuple(sentences),
         )
 
     # ----------------------------------------------------------------------------------------------
 
-    def _candidates(self, texts: Sequence[str]) -> tuple[list[_Sentence], list[str]]:
-        """The candidate sentences of `texts` (de-duplicated, in order) and all their sentences."""
-        all_sentences: list[str] = []
+    def _candidates(self, texts: Sequence[str]) -> tuple[list[_Sentence], list[tuple[str, _Place]]]:
+        """The candidate sentences of `texts` (de-duplicated, in order) and all their sentences, with
+        where each came from."""
+        all_sentences: list[tuple[str, _Place]] = []
         candidates: list[_Sentence] = []
         seen: set[str] = set()
         heading_tokens: set[str] = set()
         for source, text in enumerate(texts):
-            masked = mask_non_prose(text)
-            for position, (s, e, opens) in enumerate(_clauses_joined(masked)):
-                raw = _strip_marks(masked[s:e].strip())
+            masked = _mask(text)
+            for position, (s, e, opens) in enumerate(_clauses_joined(masked.text)):
+                raw = _strip_marks(masked.text[s:e].strip())
+                # `raw` is what the sentence ends with: marks go only from the front.
+                end = s + len(masked.text[s:e].rstrip())
+                place = _Place(masked, source, end - len(raw), end)
                 sentence = _unwrap(raw)
-                all_sentences.append(sentence)
+                all_sentences.append((sentence, place))
                 if not _is_candidate(raw, self.min_units, lines_masked=True):
                     if _is_heading(raw):
                         heading_tokens.update(tokens_for_similarity(sentence))
@@ -789,20 +899,28 @@ class ExtractiveBackend(SummarizerBackend):
                 if not key or not tokens or key in seen:
                     continue
                 seen.add(key)
-                candidates.append(_Sentence(sentence, len(all_sentences) - 1, position, tokens, source, opens))
+                candidates.append(
+                    _Sentence(sentence, len(all_sentences) - 1, position, tokens, source, opens, place=place)
+                )
         if heading_tokens:
             for c in candidates:
                 token_set = set(c.tokens)
                 c.heading = len(token_set & heading_tokens) / len(token_set)
         if not all_sentences:  # the text was nothing but non-prose: the fallback quotes the original
-            for text in texts:
-                all_sentences.extend(_strip_marks(text[s:e].strip()) for s, e in sentence_spans(text))
+            for source, text in enumerate(texts):
+                unmasked = _Masked(text, text, (0,), (0,))
+                for s, e in sentence_spans(text):
+                    raw = _strip_marks(text[s:e].strip())
+                    end = s + len(text[s:e].rstrip())
+                    all_sentences.append((raw, _Place(unmasked, source, end - len(raw), end, unwrapped=False)))
         return candidates, all_sentences
 
-    def _summarize(self, texts: list[str], kind: SummaryKind, scale: float = 1.0, *, lead: bool = True) -> list[str]:
+    def _summarize(
+        self, texts: list[str], kind: SummaryKind, scale: float = 1.0, *, lead: bool = True
+    ) -> list[SummarySentence]:
         candidates, all_sentences = self._candidates(texts)
         if not candidates:
-            return [self._fallback(all_sentences, texts)]
+            return self._fallback(all_sentences, texts)
         input_chars = sum(len(t) for t in texts)
         if kind is SummaryKind.CHUNK:
             limit = math.ceil(self.chunk_max_sentences * scale)
@@ -823,9 +941,9 @@ class ExtractiveBackend(SummarizerBackend):
         else:  # a merge: its first texts lead (a document's first chunks), then the order within each
             source, position = self.lead_bonus * _MERGE_SOURCE_LEAD, self.lead_bonus * _MERGE_POSITION_LEAD
             prior = [1.0 + source / (1 + c.source) + position / (1 + c.position) for c in candidates]
-        return [c.text for c in self._select(candidates, prior, budget)]
+        return self._select(candidates, prior, budget)
 
-    def _select(self, candidates: list[_Sentence], prior: list[float], budget: _Budget) -> list[_Sentence]:
+    def _select(self, candidates: list[_Sentence], prior: list[float], budget: _Budget) -> list[SummarySentence]:
         """MMR selection within the budget; the sentences taken, in their original order."""
         tfidf = _TfIdf([c.tokens for c in candidates])
         scores = textrank([c.tokens for c in candidates], prior, tfidf=tfidf)
@@ -866,19 +984,19 @@ class ExtractiveBackend(SummarizerBackend):
             redundancy = [max(r, s) for r, s in zip(redundancy, tfidf.similarities(best), strict=True)]
         if not chosen:  # every candidate is longer than the budget: the best one, shortened
             best = max(range(len(candidates)), key=lambda i: (relevance[i], -i))
-            return [_Sentence(_truncate(candidates[best].text, budget.hard_chars), 0, 0, [])]
+            return [_cite_cut(candidates[best].text, _place_of(candidates[best]), budget.hard_chars)]
         chosen.sort(key=lambda i: candidates[i].order)
-        return [candidates[i] for i in chosen]
+        return [_cite(candidates[i].text, _place_of(candidates[i])) for i in chosen]
 
-    def _distinct(self, candidates: list[_Sentence]) -> list[str]:
-        """The candidates' texts without near-duplicates of an earlier one (few candidates only)."""
+    def _distinct(self, candidates: list[_Sentence]) -> list[SummarySentence]:
+        """The candidates without near-duplicates of an earlier one (few candidates only)."""
         kept: list[set[str]] = []
-        out: list[str] = []
+        out: list[SummarySentence] = []
         for c in candidates:
             token_set = set(c.tokens)
             if not any(_jaccard(token_set, other) >= self.duplicate_jaccard for other in kept):
                 kept.append(token_set)
-                out.append(c.text)
+                out.append(_cite(c.text, _place_of(c)))
         return out
 
     def _fits(self, candidates: list[_Sentence], budget: _Budget) -> bool:
@@ -886,42 +1004,82 @@ class ExtractiveBackend(SummarizerBackend):
             return False
         return sum(len(c.text) for c in candidates) + len(candidates) - 1 <= budget.soft_chars
 
-    def _task(self, request: SummaryRequest, scale: float, bullets: bool) -> str:
+    def _task(self, request: SummaryRequest, scale: float, bullets: bool) -> tuple[str, list[SummarySentence]]:
         """One paragraph per document, in the order given, under the document's name."""
         labels = list(request.labels) if len(request.labels) == len(request.texts) else []
         documents = [
-            ((labels[i].strip() if labels and labels[i].strip() else f"Document {i + 1}"), text)
+            ((labels[i].strip() if labels and labels[i].strip() else f"Document {i + 1}"), i, text)
             for i, text in enumerate(request.texts)
             if text and text.strip()
         ]
         if not documents:
-            return ""
+            return "", []
         per_document = self.merge_max_chars / len(documents)
         chars = int(min(max(per_document, _TASK_DOC_MIN_CHARS), _TASK_DOC_MAX_CHARS) * scale)
         budget = _Budget(max(1, math.ceil(_TASK_DOC_SENTENCES * scale)), chars, chars)
         parts: list[str] = []
-        for name, text in documents:
+        cited: list[SummarySentence] = []
+        for name, index, text in documents:
             candidates, all_sentences = self._candidates([text])
             if not candidates:
-                sentences = [self._fallback(all_sentences, [text])]
+                sentences = self._fallback(all_sentences, [text])
             elif self._fits(candidates, budget):
                 sentences = self._distinct(candidates)
             else:
                 prior = [1.0 + self.lead_bonus / (1 + c.position) + _PARAGRAPH_BONUS * c.opens for c in candidates]
-                sentences = [c.text for c in self._select(candidates, prior, budget)]
-            parts.append(f"{name}\n{_format(sentences, bullets)}")
-        return "\n\n".join(parts)
+                sentences = self._select(candidates, prior, budget)
+            sentences = [replace(s, source=index) for s in sentences if s.text]
+            parts.append(f"{name}\n{_format([s.text for s in sentences], bullets)}")
+            cited.extend(sentences)
+        return "\n\n".join(parts), cited
 
     @staticmethod
-    def _fallback(sentences: list[str], texts: list[str]) -> str:
-        sentences = [_strip_marks(s).strip() for s in sentences]
-        for sentence in sentences:
-            if sentence and not sentence.startswith("#"):
-                return _truncate(sentence, _FALLBACK_CHARS)
-        for sentence in sentences:
-            if sentence.strip("# \t"):
-                return _truncate(sentence.strip("# \t"), _FALLBACK_CHARS)
-        return _truncate(_strip_marks(" ".join(t.strip() for t in texts)), _FALLBACK_CHARS)
+    def _fallback(sentences: list[tuple[str, _Place]], texts: list[str]) -> list[SummarySentence]:
+        """The first sentence that is not a heading, else the first heading without its marks, else
+        the texts themselves; cut to `_FALLBACK_CHARS`."""
+        stripped: list[tuple[str, int, _Place]] = []  # each sentence, and where it starts without its marks
+        for sentence, place in sentences:
+            rest = _strip_marks(sentence).lstrip()  # marks go only from the front
+            stripped.append((sentence, len(sentence) - len(rest), place))
+        for sentence, lead, place in stripped:
+            kept = sentence[lead:].rstrip()
+            if kept and not kept.startswith("#"):
+                return [_cite_cut(sentence, place, _FALLBACK_CHARS, lead, lead + len(kept))]
+        for sentence, lead, place in stripped:
+            heading = sentence[lead:].rstrip()
+            kept = heading.strip("# \t")
+            if kept:
+                start = lead + len(heading) - len(heading.lstrip("# \t"))
+                return [_cite_cut(sentence, place, _FALLBACK_CHARS, start, start + len(kept))]
+        return _fallback_texts(texts)
+
+
+def _place_of(sentence: _Sentence) -> _Place:
+    if sentence.place is None:
+        raise ValueError(f"{sentence.text!r} has no place")
+    return sentence.place
+
+
+def _fallback_texts(texts: list[str]) -> list[SummarySentence]:
+    """The texts joined, their marks dropped, cut to `_FALLBACK_CHARS`: a sentence of each text the
+    part kept reaches into (one text, nearly always)."""
+    joined = " ".join(t.strip() for t in texts)
+    rest = _strip_marks(joined)
+    shown, start, end = _cut(rest, _FALLBACK_CHARS)
+    start += len(joined) - len(rest)
+    end += len(joined) - len(rest)
+    out: list[SummarySentence] = []
+    offset = 0  # where the text starts in `joined`
+    for source, text in enumerate(texts):
+        lead = len(text) - len(text.lstrip())
+        length = len(text.strip())
+        first, last = max(start, offset), min(end, offset + length)
+        if first < last:
+            out.append(SummarySentence(joined[first:last], source, lead + first - offset, lead + last - offset))
+        offset += length + 1
+    if out and shown.endswith("…") and end - start < len(shown):
+        out[-1] = replace(out[-1], text=out[-1].text + "…")
+    return out
 
 
 def _format(sentences: Sequence[str], bullets: bool) -> str:
