@@ -3,8 +3,8 @@ one GCRA row per owner in PostgreSQL): over it, a message waits in the parser an
 refused nor lost.
 
 The owner is made for this test alone (the database is the session's, and the limiter is per owner).
-With 6 tasks a minute (a burst of 6, then one every 10 s): five uploads through the gateway, then three
-one-document tasks from the producer `crm`. The first of them takes the last slot of the burst; the
+With 12 tasks a minute (a burst of 12, then one every 5 s): eleven uploads through the gateway, then
+three one-document tasks from the producer `crm`. The first of them takes the last slot of the burst; the
 other two wait their turn in the parser, and all three complete. Right after the last is created, the
 gateway refuses the owner's next upload (429): both doors book the same slots.
 """
@@ -27,7 +27,7 @@ from tests.integration.test_foreign_producers import producers, publish, read_fi
 
 pytestmark = pytest.mark.integration
 
-RATE = 6  # tasks a minute: one every 10 s after a burst of 6
+RATE = 12  # tasks a minute: one every 5 s after a burst of 12
 
 
 async def test_intake_tasks_over_the_owners_rate_wait_and_then_complete(
@@ -42,7 +42,7 @@ async def test_intake_tasks_over_the_owners_rate_wait_and_then_complete(
     )
     client = httpx.AsyncClient(base_url=stack.gateway_url, headers={"Authorization": f"Bearer {key}"}, timeout=60)
     async with client:
-        for n in range(RATE - 1):  # five of the six slots, through the gateway
+        for n in range(RATE - 1):  # all the burst's slots but one, through the gateway
             response = await client.post("/v1/tasks", files=[txt(f"rest-{n}.txt", f"Upload number {n} of the owner.")])
             assert response.status_code == 201, response.text
 
