@@ -17,7 +17,7 @@ import asyncpg
 from ..errors import RateLimited
 from ..options import Mode
 from ..ratelimit import RateLimiter
-from .base import SummarizerBackend, SummaryRequest, SummaryResult
+from .base import SummarizerBackend, SummaryRequest, SummaryResult, SummarySentence
 from .budget import COMPLETION_RESERVE, TokenCalibration, estimate_request_tokens
 from .prompts import PROMPT_VERSION
 
@@ -89,11 +89,13 @@ async def summarize_cached(
     # The answer and its ledger line in one statement: both or neither.
     await pool.execute(
         "WITH stored AS (INSERT INTO llm_results (key, model, kind, result, prompt_tokens, completion_tokens,"
-        "   truncated) VALUES ($5, $6, $4, $12, $8, $9, $13) ON CONFLICT (key) DO NOTHING RETURNING 1)"
+        "   truncated, sentences) VALUES ($5, $6, $4, $12, $8, $9, $13, $14::jsonb)"
+        "   ON CONFLICT (key) DO NOTHING RETURNING 1)"
         f", recorded AS ({_RECORD} RETURNING 1) SELECT (SELECT count(*) FROM stored), (SELECT count(*) FROM recorded)",
         *_ledger(context, request, key, result, cached=False, latency_ms=latency_ms),
         result.text,
         result.truncated,
+        sentences_json(result.sentences),
     )
     return result, False
 
@@ -101,11 +103,36 @@ async def summarize_cached(
 async def stored_answer(pool: asyncpg.Pool, key: str) -> SummaryResult | None:
     """The answer stored under `key`, if any."""
     row = await pool.fetchrow(
-        "SELECT result, model, prompt_tokens, completion_tokens, truncated FROM llm_results WHERE key = $1", key
+        "SELECT result, model, prompt_tokens, completion_tokens, truncated, sentences::text FROM llm_results"
+        " WHERE key = $1",
+        key,
     )
     if row is None:
         return None
-    return SummaryResult(row["result"], row["model"], row["prompt_tokens"], row["completion_tokens"], row["truncated"])
+    return SummaryResult(
+        row["result"],
+        row["model"],
+        row["prompt_tokens"],
+        row["completion_tokens"],
+        row["truncated"],
+        sentences=sentences_from_json(row["sentences"]),
+    )
+
+
+def sentences_json(sentences: tuple[SummarySentence, ...]) -> str | None:
+    """A result's sentences for `llm_results.sentences`: None (SQL NULL) when the backend gave none."""
+    if not sentences:
+        return None
+    return json.dumps([[s.text, s.source, s.start, s.end] for s in sentences], ensure_ascii=False)
+
+
+def sentences_from_json(data: str | None) -> tuple[SummarySentence, ...]:
+    """What `sentences_json` stored; a row from before the column, or without sentences, has none."""
+    if data is None:
+        return ()
+    return tuple(
+        SummarySentence(str(text), int(source), int(start), int(end)) for text, source, start, end in json.loads(data)
+    )
 
 
 async def lookup(pool: asyncpg.Pool, key: str, request: SummaryRequest, context: CallContext) -> SummaryResult | None:

@@ -14,6 +14,7 @@ import asyncpg
 
 from docsum_shared.states import LINE_LIVE, TASK_TAKES_WORK
 from docsum_shared.summarizers.base import SummaryResult
+from docsum_shared.summarizers.cache import sentences_json
 
 from .policy import BatchState, Ending, LineStatus, halves, unrun_status
 
@@ -212,14 +213,15 @@ class BatchRepository:
             " first AS (SELECT m.chunk_id, m.task_id, c.document_id FROM moved m JOIN chunks c ON c.id = m.chunk_id"
             "   ORDER BY m.chunk_id LIMIT 1),"
             " stored AS (INSERT INTO llm_results"
-            "   (key, model, kind, result, prompt_tokens, completion_tokens, truncated)"
-            "   SELECT $2, $5, $6, $7, $8, $9, $10 FROM first ON CONFLICT (key) DO NOTHING RETURNING 1),"
+            "   (key, model, kind, result, prompt_tokens, completion_tokens, truncated, sentences)"
+            "   SELECT $2, $5, $6, $7, $8, $9, $10, $12::jsonb FROM first ON CONFLICT (key) DO NOTHING RETURNING 1),"
             " booked AS (INSERT INTO llm_calls (task_id, document_id, chunk_id, kind, cache_key, model, cached,"
             "   prompt_tokens, completion_tokens, latency_ms, tier)"
             "   SELECT task_id, document_id, chunk_id, $6, $2, $5, false, $8, $9, 0, $11 FROM first RETURNING 1)"
             " SELECT count(*) FROM moved",  # (a statement in WITH runs to completion whether read or not)
             batch_id, custom_id, LineStatus.ANSWERED, LineStatus.SUBMITTED, result.model, kind, result.text,
             result.prompt_tokens, result.completion_tokens, result.truncated, result.tier,
+            sentences_json(result.sentences),
         )  # fmt: skip
         return bool(moved)
 
