@@ -1,0 +1,258 @@
+"""Summary sentences mapped to their documents: a chunk's to ranges of its document's text, a merge's to
+the sources of the sentences it quotes, checked against the texts."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from docsum_chunker.policy import CutChunk, cut
+from docsum_chunker.settings import ChunkerSettings
+from docsum_merger.policy import ChunkState, DocumentState, MergeChunks, decide_document, decide_task
+from docsum_parser.extract import extract_text
+from docsum_shared.positions import Positions
+from docsum_shared.states import ChunkStatus, DocumentStatus
+from docsum_shared.summarizers.base import SummaryKind, SummaryRequest, SummaryResult, SummarySentence
+from docsum_shared.summarizers.budget import group_to_fit, next_level, part_of
+from docsum_shared.summarizers.citations import (
+    CitedSentence,
+    Source,
+    check_sources,
+    chunk_sentences,
+    from_json,
+    merged_sentences,
+    placed,
+    to_json,
+)
+from docsum_shared.summarizers.extractive import ExtractiveBackend
+from tests.documents import chinese_prose, english_prose
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _result(text: str, *sentences: tuple[str, int, int, int]) -> SummaryResult:
+    return SummaryResult(text, "m", sentences=tuple(SummarySentence(*s) for s in sentences))
+
+
+# --- where a sentence is in its summary --------------------------------------------------------------------
+
+
+def test_sentences_are_found_in_order_and_a_repeated_one_at_its_own_place() -> None:
+    result = _result("Yes. No. Yes.", ("Yes.", 0, 0, 4), ("No.", 0, 5, 8), ("Yes.", 0, 10, 14))
+    assert [at for _, at in placed(result)] == [(0, 4), (5, 8), (9, 13)]
+
+
+def test_a_sentence_not_in_the_summary_gets_an_empty_range_where_the_search_stands() -> None:
+    result = _result("One. Two.", ("One.", 0, 0, 4), ("Missing.", 0, 9, 17), ("Two.", 0, 5, 9), ("", 0, 0, 0))
+    assert [at for _, at in placed(result)] == [(0, 4), (4, 4), (5, 9), (9, 9)]
+
+
+# --- a chunk's sentences ----------------------------------------------------------------------------------
+
+
+def test_a_chunk_sentence_cites_its_range_of_the_document_and_the_page_it_starts_on() -> None:
+    document = "Page one text.\fPage two says this. And that."
+    chunk_start = 15  # the chunk is document[15:]
+    result = _result("Page two says this. And that.", ("Page two says this.", 0, 0, 19), ("And that.", 0, 20, 29))
+    positions = Positions("page", (0, 15))
+    mapped = chunk_sentences(result, "d", chunk_start, positions)
+    assert mapped == (
+        CitedSentence("Page two says this.", (Source("d", 2, 15, 34),), "cited", (0, 19)),
+        CitedSentence("And that.", (Source("d", 2, 35, 44),), "cited", (20, 29)),
+    )
+    assert all(check_sources(s, {"d": document}) for s in mapped)
+    assert [s.sources[0].page for s in chunk_sentences(result, "d", chunk_start, None)] == [None, None]
+
+
+def test_a_chunk_summary_without_sentences_maps_to_nothing() -> None:
+    assert chunk_sentences(SummaryResult("an answer that says nothing of where", "llm"), "d", 0, None) == ()
+
+
+def test_a_chunk_sentence_citing_another_text_is_refused() -> None:
+    with pytest.raises(ValueError, match="one text"):
+        chunk_sentences(_result("A.", ("A.", 1, 0, 2)), "d", 0, None)
+
+
+# --- a merge's sentences ----------------------------------------------------------------------------------
+
+S1, S2, S3 = Source("d", 1, 0, 10), Source("d", 2, 20, 30), Source("e", None, 5, 9)
+CHILD = (  # the summary "Alpha one. Beta two." and its sentences
+    CitedSentence("Alpha one.", (S1,), "cited", (0, 10)),
+    CitedSentence("Beta two.", (S2,), "aligned", (11, 20)),
+)
+OTHER = (CitedSentence("Gamma.", (S3,), "cited", (0, 6)),)
+
+
+def test_a_merge_sentence_quoting_one_child_sentence_takes_its_sources_and_support() -> None:
+    result = _result("Beta two. Gamma.", ("Beta two.", 0, 11, 20), ("Gamma.", 1, 0, 6))
+    assert merged_sentences(result, [CHILD, OTHER]) == (
+        CitedSentence("Beta two.", (S2,), "aligned", (0, 9)),
+        CitedSentence("Gamma.", (S3,), "cited", (10, 16)),
+    )
+
+
+def test_a_merge_sentence_over_several_child_sentences_is_a_synthesis_of_all_their_sources() -> None:
+    result = _result("Alpha one. Beta two.", ("Alpha one. Beta two.", 0, 0, 20))
+    assert merged_sentences(result, [CHILD]) == (CitedSentence("Alpha one. Beta two.", (S1, S2), "synthesis", (0, 20)),)
+
+
+def test_a_merge_sentence_over_no_child_sentence_is_a_synthesis_without_sources() -> None:
+    lost = (CitedSentence("Lost.", (S1,), "cited", (4, 4)),)  # not found in its summary: an empty range
+    result = _result("Alpha one.", ("Alpha one.", 0, 0, 10))
+    assert merged_sentences(result, [lost]) == (CitedSentence("Alpha one.", (), "synthesis", (0, 10)),)
+    assert merged_sentences(result, [()]) == (CitedSentence("Alpha one.", (), "synthesis", (0, 10)),)
+
+
+def test_a_merge_sentence_citing_a_text_without_a_child_is_refused() -> None:
+    with pytest.raises(ValueError, match="merge of 1"):
+        merged_sentences(_result("Gamma.", ("Gamma.", 1, 0, 6)), [CHILD])
+
+
+# --- checking and storing them ----------------------------------------------------------------------------
+
+
+def test_check_sources_wants_ranges_inside_their_text_and_a_cited_sentence_supported() -> None:
+    texts = {"d": "Alpha one. Beta two.", "e": "xx Gamma."}
+    assert check_sources(CitedSentence("Alpha one.", (Source("d", 1, 0, 10),), "cited", (0, 10)), texts)
+    assert check_sources(
+        CitedSentence("Gamma.", (Source("d", 1, 0, 10), Source("e", None, 3, 9)), "cited", (0, 6)), texts
+    )
+    assert not check_sources(CitedSentence("Beta two.", (Source("d", 1, 0, 10),), "cited", (0, 9)), texts)
+    assert not check_sources(CitedSentence("Alpha one.", (Source("d", 1, 0, 40),), "cited", (0, 10)), texts)
+    assert not check_sources(CitedSentence("Alpha one.", (Source("x", 1, 0, 10),), "cited", (0, 10)), texts)
+    assert not check_sources(CitedSentence("Alpha one.", (), "cited", (0, 10)), texts)
+    # A synthesis says more than any one source: its ranges only have to exist.
+    assert check_sources(
+        CitedSentence("Both of them.", (Source("d", 1, 0, 10), Source("e", None, 3, 9)), "synthesis", (0, 13)), texts
+    )
+    assert not check_sources(CitedSentence("Both.", (Source("e", None, 3, 10),), "synthesis", (0, 5)), texts)
+    assert check_sources(CitedSentence("Nothing to go on.", (), "synthesis", (0, 17)), texts)
+
+
+def test_mapped_sentences_round_trip_through_json() -> None:
+    sentences = (
+        *CHILD,
+        CitedSentence("两个来源。", (S1, S3), "synthesis", (3, 8)),
+        CitedSentence("None.", (), "synthesis", (9, 9)),
+    )
+    assert from_json(to_json(sentences)) == sentences
+    assert from_json(to_json(())) == ()
+    with pytest.raises(ValueError, match="support"):
+        from_json(json.dumps([{"text": "x", "support": "guessed", "at": [0, 1], "sources": []}]))
+
+
+# --- end to end, in memory, with the extractive backend ---------------------------------------------------
+
+BACKEND = ExtractiveBackend()
+SETTINGS = ChunkerSettings(chunk_chars=1500, small_max_chars=2000)
+# A budget (tokens) under which the larger documents merge their chunks in a tree of two levels or more.
+TREE_BUDGET = 3000
+
+
+@dataclass(frozen=True)
+class Document:
+    text: str
+    positions: Positions | None
+
+
+@functools.cache
+def documents() -> dict[str, Document]:
+    out = {}
+    for path in sorted(EXAMPLES.iterdir()):
+        extracted = extract_text(path.read_bytes(), path.name)
+        out[path.name] = Document(extracted.text, extracted.positions)
+    out["english_prose"] = Document(english_prose(20_000, seed=7), None)
+    out["chinese_prose"] = Document(chinese_prose(12_000, seed=8), None)
+    return out
+
+
+@dataclass(frozen=True)
+class Summarized:
+    """A document summarized as the pipeline does it, with the mapped sentences of every level."""
+
+    summary: str
+    sentences: tuple[CitedSentence, ...]
+    levels: tuple[tuple[CitedSentence, ...], ...]  # the chunk level first, then every merge level
+
+
+def _summarize_chunk(row: CutChunk) -> SummaryResult:
+    c = row.chunk
+    request = SummaryRequest(
+        SummaryKind.CHUNK, (c.text,), context_before=c.context_before, context_after=c.context_after
+    )
+    return BACKEND.summarize_sync(request)
+
+
+def summarized(document_id: str, budget: int | None = None) -> Summarized:
+    """Cut as the chunker cuts, each chunk summarized, then merged as the merger merges: level by level
+    in groups that fit `budget` (the merge tree's shape), then once over what is left."""
+    document = documents()[document_id]
+    rows = cut(document_id, document.text, SETTINGS)
+    assert isinstance(rows, list) and len(rows) > 1
+    results = [_summarize_chunk(row) for row in rows]
+    mapped = [
+        chunk_sentences(r, document_id, row.chunk.start, document.positions)
+        for r, row in zip(results, rows, strict=True)
+    ]
+    levels = [tuple(s for m in mapped for s in m)]
+    states = [ChunkState(row.index, ChunkStatus.COMPLETED, r.text, None) for r, row in zip(results, rows, strict=True)]
+    decision = decide_document(DocumentState(document_id, document_id, DocumentStatus.SUMMARIZING, None, None), states)
+    assert isinstance(decision, MergeChunks) and decision.request is not None
+    request, children = decision.request, mapped
+    while budget is not None:
+        groups = group_to_fit(request, budget)
+        if len(groups) == len(request.texts):
+            break
+        merged = [BACKEND.summarize_sync(part_of(request, start, end)) for start, end in groups]
+        children = [merged_sentences(r, children[start:end]) for r, (start, end) in zip(merged, groups, strict=True)]
+        levels.append(tuple(s for m in children for s in m))
+        request = next_level(request, [r.text for r in merged])
+    result = BACKEND.summarize_sync(request)
+    top = merged_sentences(result, children)
+    return Summarized(result.text, top, (*levels, top))
+
+
+def _task(ids: Sequence[str]) -> tuple[Sequence[Summarized], tuple[CitedSentence, ...]]:
+    docs = [summarized(i) for i in ids]
+    states = [
+        DocumentState(i, f"{i}.txt", DocumentStatus.COMPLETED, d.summary, None) for i, d in zip(ids, docs, strict=True)
+    ]
+    decision = decide_task("two documents", states)
+    assert decision is not None and decision.request is not None
+    return docs, merged_sentences(BACKEND.summarize_sync(decision.request), [d.sentences for d in docs])
+
+
+def _texts() -> dict[str, str]:
+    return {name: d.text for name, d in documents().items()}
+
+
+@pytest.mark.parametrize("document_id", sorted(documents()))
+def test_every_sentence_of_a_documents_chunks_and_merge_quotes_the_document(document_id: str) -> None:
+    done = summarized(document_id)
+    chunks, top = done.levels
+    assert chunks and top
+    assert all(s.support == "cited" and check_sources(s, _texts()) for level in done.levels for s in level)
+    positions = documents()[document_id].positions
+    if positions is not None:
+        assert all(s.sources[0].page is not None and 1 <= s.sources[0].page <= len(positions.starts) for s in top)
+
+
+@pytest.mark.parametrize("document_id", ["python-language-reference.docx", "chinese_prose"])
+def test_a_merge_tree_keeps_every_sentence_cited_at_every_level(document_id: str) -> None:
+    done = summarized(document_id, TREE_BUDGET)
+    assert len(done.levels) >= 3  # chunks, one level of groups at least, the top
+    assert all(s.support == "cited" and check_sources(s, _texts()) for level in done.levels for s in level)
+
+
+def test_a_task_merge_of_two_documents_cites_both_documents() -> None:
+    docs, task = _task(["kafka-overview.pdf", "chinese-essay.txt"])
+    assert all(check_sources(s, _texts()) for s in task)
+    assert all(s.support == "cited" for s in task)
+    assert {s.sources[0].document_id for s in task} == {"kafka-overview.pdf", "chinese-essay.txt"}
+    quoted = {s.sources for d in docs for s in d.sentences}
+    assert all(s.sources in quoted for s in task)  # nothing a document's summary did not have
