@@ -129,7 +129,15 @@ class FakeChunkRepository:
         self.released.append(chunk_id)
 
     async def queue_line(
-        self, chunk_id: str, holder: str, task_id: str, owner: str, custom_id: str, request: dict[str, Any]
+        self,
+        chunk_id: str,
+        holder: str,
+        task_id: str,
+        owner: str,
+        custom_id: str,
+        request: dict[str, Any],
+        *,
+        endpoint: str,
     ) -> bool:
         row = self.rows.get(chunk_id)
         if row is None or row.lease != holder or row.status is not ChunkStatus.SUMMARIZING:

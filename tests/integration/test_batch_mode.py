@@ -16,6 +16,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from docsum_summarizer.batches.repository import BatchRepository
 from tests.fake_batches import cost_by_tier
 from tests.fake_llm import FakeLLM, FakeLLMServer, LedgerEntry
 from tests.integration.conftest import SERVICES, Stack, StackFactory
@@ -338,3 +339,18 @@ async def test_a_batch_the_provider_lost_has_its_lines_sent_again(
     assert [r["outcome"] for r in rows] == ["lost", "completed"]
     entries = chunk_calls(provider, marker)
     assert {e.tier for e in entries} == {"batch"} and _paid_twice(entries) == []
+
+
+async def test_a_batch_belongs_to_its_endpoint_and_no_other_driver_touches_it(
+    stack: Stack, server: FakeLLMServer, db: asyncpg.Pool
+) -> None:
+    provider = server.llm
+    provider.configure(batch_in_progress_s=3600 * 120)  # still running while the test looks
+    marker = new_marker()
+    async with stack.client("alice") as client:
+        task_id = await submit(client, [txt("m.txt", marked_text(3_000, 103, marker))], mode="batch")
+    await eventually(lambda: _batches_in(db, task_id, "submitted"), timeout=60)
+    ours = BatchRepository(db, f"{server.base_url}|stand-in-1")
+    another = BatchRepository(db, "http://another-provider/v1|stand-in-1")
+    assert task_id in [b.task_id for b in await ours.open_batches()]
+    assert task_id not in [b.task_id for b in await another.open_batches()]

@@ -28,6 +28,7 @@ TTL = 60.0
 LONG = 3600.0  # a round far from due
 DEFAULT_OPTIONS = TaskOptions()
 LINE_REQUEST = SummaryRequest(kind=SummaryKind.CHUNK, texts=("The text of the chunk.",), context_before="Before.")
+ENDPOINT = "http://stand-in/v1|m"  # the batch lines' endpoint key
 
 
 class ChunkStore(Repository, Protocol):
@@ -346,7 +347,9 @@ class SummarizerRepositoryContract(abc.ABC):
         await self.repo.claim(chunk_id, "a", TTL)
         await self.repo.release(chunk_id, "a", retry_in_s=0.0)  # a round that fell due: it is taken again
         await self.repo.claim(chunk_id, "a", TTL)
-        queued = await self.repo.queue_line(chunk_id, "a", task_id, "bob", "key-1", request_json(LINE_REQUEST))
+        queued = await self.repo.queue_line(
+            chunk_id, "a", task_id, "bob", "key-1", request_json(LINE_REQUEST), endpoint=ENDPOINT
+        )
         assert queued is True
         stored = await self.stored(chunk_id)
         assert stored.status is ChunkStatus.PENDING and stored.line == ChunkLine(LineStatus.QUEUED, "key-1")
@@ -362,9 +365,11 @@ class SummarizerRepositoryContract(abc.ABC):
     async def test_queue_line_by_a_holder_without_the_lease_queues_nothing(self) -> None:
         task_id, _, chunk_id = await self.chunk()
         request = request_json(LINE_REQUEST)
-        assert await self.repo.queue_line(chunk_id, "a", task_id, "alice", "key-1", request) is False  # not leased
+        assert (
+            await self.repo.queue_line(chunk_id, "a", task_id, "alice", "key-1", request, endpoint=ENDPOINT) is False
+        )  # not leased
         await self.repo.claim(chunk_id, "a", TTL)
-        assert await self.repo.queue_line(chunk_id, "b", task_id, "alice", "key-1", request) is False
+        assert await self.repo.queue_line(chunk_id, "b", task_id, "alice", "key-1", request, endpoint=ENDPOINT) is False
         stored = await self.stored(chunk_id)
         assert stored.status is ChunkStatus.SUMMARIZING and stored.line is None
         assert (await self.facts(chunk_id)).lease == "a" and await self.line_request(chunk_id) is None
@@ -376,7 +381,9 @@ class SummarizerRepositoryContract(abc.ABC):
         claimed = await self.repo.claim(chunk_id, "a", TTL)
         assert claimed.outcome is Claim.TAKEN
         assert claimed.chunk is not None and claimed.chunk.line == ChunkLine(LineStatus.DROPPED, "old-key")
-        queued = await self.repo.queue_line(chunk_id, "a", task_id, "alice", "new-key", request_json(LINE_REQUEST))
+        queued = await self.repo.queue_line(
+            chunk_id, "a", task_id, "alice", "new-key", request_json(LINE_REQUEST), endpoint=ENDPOINT
+        )
         assert queued is True
         assert (await self.stored(chunk_id)).line == ChunkLine(LineStatus.QUEUED, "new-key")
         request = await self.line_request(chunk_id)
@@ -388,7 +395,9 @@ class SummarizerRepositoryContract(abc.ABC):
         task_id, _, chunk_id = await self.chunk()
         await self.given_line(chunk_id, status, "old-key")
         await self.repo.claim(chunk_id, "a", TTL)
-        await self.repo.queue_line(chunk_id, "a", task_id, "alice", "new-key", request_json(LINE_REQUEST))
+        await self.repo.queue_line(
+            chunk_id, "a", task_id, "alice", "new-key", request_json(LINE_REQUEST), endpoint=ENDPOINT
+        )
         assert (await self.stored(chunk_id)).line == ChunkLine(status, "old-key")
 
     @pytest.mark.parametrize("status", [LineStatus.QUEUED, LineStatus.SUBMITTED])

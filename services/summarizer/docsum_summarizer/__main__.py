@@ -11,7 +11,7 @@ import asyncpg
 from aiokafka import AIOKafkaProducer
 
 from docsum_shared.consumer import Background, Consumer, run_service, serve
-from docsum_shared.summarizers import Summarizing, make_backend
+from docsum_shared.summarizers import Summarizing, endpoint_key, make_backend
 from docsum_shared.summarizers.openai_backend import OpenAIBackend
 
 from .batches.driver import BatchDriver
@@ -40,7 +40,8 @@ def background(settings: SummarizerSettings, pool: asyncpg.Pool) -> Background:
         async with asyncio.TaskGroup() as both:
             both.create_task(schedule_rounds(ChunkRepository(pool), producer, settings))
             if isinstance(backend, OpenAIBackend):
-                both.create_task(BatchDriver(BatchRepository(pool), backend, producer, settings).run())
+                batches = BatchRepository(pool, endpoint_key(settings))
+                both.create_task(BatchDriver(batches, backend, producer, settings).run())
 
     return run
 

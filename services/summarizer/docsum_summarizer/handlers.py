@@ -18,6 +18,7 @@ from docsum_shared.errors import ContextLimitExceeded, ItemFailed, Kind, LLMErro
 from docsum_shared.events import ChunkCreated, ChunkSummarized, Event
 from docsum_shared.handlers import Handlers, required
 from docsum_shared.retry import PROVIDER, Backoff, NextRound, Tally, Wait, after_failure, for_chunks, obey, retry_until
+from docsum_shared.summarizers import endpoint_key
 from docsum_shared.summarizers.base import SummaryRequest, SummaryResult
 from docsum_shared.summarizers.cache import CallContext
 
@@ -44,7 +45,15 @@ class Repository(Protocol):
     async def fail(self, chunk_id: str, error: str) -> bool: ...
     async def record_failure(self, chunk_id: str, error: str, *, retry_now: bool) -> None: ...
     async def queue_line(
-        self, chunk_id: str, holder: str, task_id: str, owner: str, custom_id: str, request: dict[str, Any]
+        self,
+        chunk_id: str,
+        holder: str,
+        task_id: str,
+        owner: str,
+        custom_id: str,
+        request: dict[str, Any],
+        *,
+        endpoint: str,
     ) -> bool: ...
 
 
@@ -195,7 +204,10 @@ async def _queue_line(
     if (cached := await deps.llm.cached(parts[0], context)) is not None:
         return await _completed(event, cached.text, cached.model, cached.truncated, deps)
     key = deps.llm.cache_key(parts[0], context)
-    await deps.repo.queue_line(event.chunk_id, holder, event.task_id, chunk.owner, key, request_json(parts[0]))
+    await deps.repo.queue_line(
+        event.chunk_id, holder, event.task_id, chunk.owner, key, request_json(parts[0]),
+        endpoint=endpoint_key(deps.settings),
+    )  # fmt: skip
     log.info("chunk %s queued for the provider's batch", event.chunk_id)
     return False
 

@@ -148,11 +148,19 @@ class ChunkRepository:
         )  # fmt: skip
 
     async def queue_line(
-        self, chunk_id: str, holder: str, task_id: str, owner: str, custom_id: str, request: dict[str, Any]
+        self,
+        chunk_id: str,
+        holder: str,
+        task_id: str,
+        owner: str,
+        custom_id: str,
+        request: dict[str, Any],
+        *,
+        endpoint: str,
     ) -> bool:
-        """The leased chunk's request queued as a line of its task's next batch (a dropped line queued
-        again), and the chunk handed back, waiting for the batch: both or neither. False when the lease
-        was no longer ours (nothing queued)."""
+        """The leased chunk's request queued as a line of its task's next batch at `endpoint` (a dropped
+        line queued again), and the chunk handed back, waiting for the batch: both or neither. False when
+        the lease was no longer ours (nothing queued)."""
         async with self.pool.acquire() as conn, conn.transaction():
             released = await conn.fetchval(
                 "UPDATE chunks SET status = $3, lease_owner = NULL, lease_expires_at = NULL, retry_at = NULL"
@@ -162,12 +170,14 @@ class ChunkRepository:
             if released is None:
                 return False
             await conn.execute(
-                "INSERT INTO batch_lines (chunk_id, task_id, owner, custom_id, request, status)"
-                " VALUES ($1, $2, $3, $4, $5::jsonb, $6)"
+                "INSERT INTO batch_lines (chunk_id, task_id, owner, custom_id, request, status, endpoint)"
+                " VALUES ($1, $2, $3, $4, $5::jsonb, $6, $8)"
                 " ON CONFLICT (chunk_id) DO UPDATE SET custom_id = $4, request = $5::jsonb, status = $6,"
-                "   batch_id = NULL, announce = false, error = NULL, created_at = now(), updated_at = now()"
+                "   endpoint = $8, batch_id = NULL, announce = false, error = NULL, created_at = now(),"
+                "   updated_at = now()"
                 " WHERE batch_lines.status = $7",
                 chunk_id, task_id, owner, custom_id, json.dumps(request), LineStatus.QUEUED, LineStatus.DROPPED,
+                endpoint,
             )  # fmt: skip
             return True
 

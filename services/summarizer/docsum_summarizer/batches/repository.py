@@ -18,8 +18,8 @@ from docsum_shared.summarizers.cache import sentences_json
 
 from .policy import BatchState, Ending, LineStatus, halves, unrun_status
 
-# The cluster-wide lock of the batch driver: one process drives the batches at a time.
-DRIVER_LOCK = 0x646F6373756D  # "docsum"
+# The cluster-wide lock of the batch driver, per endpoint: one process drives an endpoint's batches at a time.
+DRIVER_LOCK = "docsum batch driver"
 TAKES_WORK = list(TASK_TAKES_WORK)
 QUEUED = LineStatus.QUEUED
 LIVE = list(LINE_LIVE)
@@ -78,15 +78,20 @@ def new_batch_id() -> str:
 
 
 class BatchRepository:
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    """The batches and lines of one endpoint (the LLM settings' endpoint key): those of another endpoint
+    are another driver's."""
+
+    def __init__(self, pool: asyncpg.Pool, endpoint: str) -> None:
         self.pool = pool
+        self.endpoint = endpoint
 
     @contextlib.asynccontextmanager
     async def leading(self) -> AsyncIterator[bool]:
         """Whether this process drives the batches now: the lock is held while the block runs, and let
         go when it ends, or when the process dies (its connection closes)."""
         async with self.pool.acquire() as conn, conn.transaction():
-            yield bool(await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", DRIVER_LOCK))
+            lock = f"{DRIVER_LOCK} {self.endpoint}"
+            yield bool(await conn.fetchval("SELECT pg_try_advisory_xact_lock(hashtext($1))", lock))
 
     # --- gathering --------------------------------------------------------------------------------
 
@@ -94,10 +99,10 @@ class BatchRepository:
         """Tasks whose queued lines stopped arriving `gather_s` ago (or that no longer take work)."""
         rows = await self.pool.fetch(
             "SELECT t.id, t.owner, t.status = ANY($2::text[]) AS takes_work, t.options"
-            " FROM (SELECT task_id FROM batch_lines WHERE status = $1 GROUP BY task_id"
+            " FROM (SELECT task_id FROM batch_lines WHERE status = $1 AND endpoint = $4 GROUP BY task_id"
             "       HAVING max(created_at) < now() - make_interval(secs => $3)) q"
             " JOIN tasks t ON t.id = q.task_id",
-            LineStatus.QUEUED, TAKES_WORK, gather_s,
+            LineStatus.QUEUED, TAKES_WORK, gather_s, self.endpoint,
         )  # fmt: skip
         return [QueuedTask(r["id"], r["owner"], r["takes_work"], _deadline(r["options"])) for r in rows]
 
@@ -107,11 +112,12 @@ class BatchRepository:
         return int(
             await self.pool.fetchval(
                 "WITH moved AS (UPDATE batch_lines SET status = $3, announce = ($3 = $4), updated_at = now()"
-                " WHERE task_id = $1 AND status = $2 RETURNING 1) SELECT count(*) FROM moved",
+                " WHERE task_id = $1 AND status = $2 AND endpoint = $5 RETURNING 1) SELECT count(*) FROM moved",
                 task_id,
                 LineStatus.QUEUED,
                 status,
                 LineStatus.REALTIME,
+                self.endpoint,
             )  # fmt: skip
         )
 
@@ -121,32 +127,35 @@ class BatchRepository:
         sent: its line is answered. One already in a running batch joins it: never paid twice."""
         async with self.pool.acquire() as conn, conn.transaction():
             lines = await conn.fetch(
-                "SELECT chunk_id, custom_id FROM batch_lines WHERE task_id = $1 AND status = $2"
+                "SELECT chunk_id, custom_id FROM batch_lines WHERE task_id = $1 AND status = $2 AND endpoint = $3"
                 " ORDER BY created_at, chunk_id FOR UPDATE",
-                task.task_id, LineStatus.QUEUED,
+                task.task_id, LineStatus.QUEUED, self.endpoint,
             )  # fmt: skip
             keys = sorted({r["custom_id"] for r in lines})
             if not keys:
                 return []
             await conn.execute(
                 "UPDATE batch_lines l SET status = $3, announce = true, updated_at = now()"
-                " FROM llm_results r WHERE l.task_id = $1 AND l.status = $2 AND r.key = l.custom_id",
-                task.task_id, LineStatus.QUEUED, LineStatus.ANSWERED,
+                " FROM llm_results r WHERE l.task_id = $1 AND l.status = $2 AND l.endpoint = $4"
+                " AND r.key = l.custom_id",
+                task.task_id, LineStatus.QUEUED, LineStatus.ANSWERED, self.endpoint,
             )  # fmt: skip
             await conn.execute(
                 "UPDATE batch_lines l SET status = $3, batch_id = running.batch_id, updated_at = now()"
                 " FROM (SELECT DISTINCT ON (custom_id) custom_id, batch_id FROM batch_lines"
-                "       WHERE status = $3 AND custom_id = ANY($4::text[]) AND batch_id IS NOT NULL) running"
-                " WHERE l.task_id = $1 AND l.status = $2 AND l.custom_id = running.custom_id",
-                task.task_id, LineStatus.QUEUED, LineStatus.SUBMITTED, keys,
+                "       WHERE status = $3 AND custom_id = ANY($4::text[]) AND batch_id IS NOT NULL"
+                "       AND endpoint = $5) running"
+                " WHERE l.task_id = $1 AND l.status = $2 AND l.endpoint = $5 AND l.custom_id = running.custom_id",
+                task.task_id, LineStatus.QUEUED, LineStatus.SUBMITTED, keys, self.endpoint,
             )  # fmt: skip
             left = await conn.fetch(
-                "SELECT DISTINCT custom_id FROM batch_lines WHERE task_id = $1 AND status = $2 ORDER BY custom_id",
-                task.task_id, LineStatus.QUEUED,
+                "SELECT DISTINCT custom_id FROM batch_lines WHERE task_id = $1 AND status = $2 AND endpoint = $3"
+                " ORDER BY custom_id",
+                task.task_id, LineStatus.QUEUED, self.endpoint,
             )  # fmt: skip
             left_keys = [r["custom_id"] for r in left]
             return [
-                await _record(conn, task.task_id, task.owner, left_keys[i : i + max_lines], from_status=QUEUED)
+                await self._record(conn, task.task_id, task.owner, left_keys[i : i + max_lines], from_status=QUEUED)
                 for i in range(0, len(left_keys), max_lines)
             ]
 
@@ -156,8 +165,9 @@ class BatchRepository:
         rows = await self.pool.fetch(
             "SELECT b.id, b.task_id, b.owner, b.state, b.lines, b.input_file_id, b.provider_id, b.provider_status,"
             " b.cancel_reason, b.submitted_at, b.created_at, t.status = ANY($2::text[]) AS takes_work, t.options"
-            " FROM llm_batches b JOIN tasks t ON t.id = b.task_id WHERE b.state <> $1 ORDER BY b.created_at",
-            BatchState.ENDED, TAKES_WORK,
+            " FROM llm_batches b JOIN tasks t ON t.id = b.task_id WHERE b.state <> $1 AND b.endpoint = $3"
+            " ORDER BY b.created_at",
+            BatchState.ENDED, TAKES_WORK, self.endpoint,
         )  # fmt: skip
         return [
             OpenBatch(
@@ -265,7 +275,7 @@ class BatchRepository:
             made = []
             for half in halves([r["custom_id"] for r in rows]):
                 if half:
-                    made.append(await _record(conn, batch.task_id, batch.owner, half, from_batch=batch.id))
+                    made.append(await self._record(conn, batch.task_id, batch.owner, half, from_batch=batch.id))
             return made
 
     async def end(self, batch_id: str, outcome: Ending, error: str = "") -> None:
@@ -281,8 +291,9 @@ class BatchRepository:
         rows = await self.pool.fetch(
             "SELECT d.task_id, c.document_id, c.id AS chunk_id, c.chunk_index"
             " FROM batch_lines l JOIN chunks c ON c.id = l.chunk_id JOIN documents d ON d.id = c.document_id"
-            " WHERE l.announce ORDER BY l.updated_at LIMIT $1",
+            " WHERE l.announce AND l.endpoint = $2 ORDER BY l.updated_at LIMIT $1",
             limit,
+            self.endpoint,
         )
         return [Announcement(**dict(r)) for r in rows]
 
@@ -295,33 +306,34 @@ class BatchRepository:
         """A task waiting on its batch is making progress: reconcile must not re-drive it as idle."""
         await self.pool.execute(
             "UPDATE tasks SET last_active_at = now()"
-            " WHERE id IN (SELECT DISTINCT task_id FROM batch_lines WHERE status = ANY($1::text[]))"
+            " WHERE id IN (SELECT DISTINCT task_id FROM batch_lines WHERE status = ANY($1::text[]) AND endpoint = $3)"
             " AND last_active_at < now() - make_interval(secs => $2)",
-            LIVE, ACTIVITY_EVERY_S,
+            LIVE, ACTIVITY_EVERY_S, self.endpoint,
         )  # fmt: skip
 
-
-async def _record(
-    conn: asyncpg.Connection,
-    task_id: str,
-    owner: str,
-    keys: list[str],
-    *,
-    from_status: LineStatus = LineStatus.SUBMITTED,
-    from_batch: str | None = None,
-) -> str:
-    """A new batch of `keys`, recorded (the outbox row) with its lines, before anything is sent."""
-    batch_id = new_batch_id()
-    await conn.execute(
-        "INSERT INTO llm_batches (id, task_id, owner, state, lines) VALUES ($1, $2, $3, $4, $5)",
-        batch_id, task_id, owner, BatchState.RECORDED, len(keys),
-    )  # fmt: skip
-    await conn.execute(
-        "UPDATE batch_lines SET status = $5, batch_id = $1, updated_at = now()"
-        " WHERE custom_id = ANY($2::text[]) AND status = $3 AND (task_id = $4 AND $6::text IS NULL OR batch_id = $6)",
-        batch_id, keys, from_status, task_id, LineStatus.SUBMITTED, from_batch,
-    )  # fmt: skip
-    return batch_id
+    async def _record(
+        self,
+        conn: asyncpg.Connection,
+        task_id: str,
+        owner: str,
+        keys: list[str],
+        *,
+        from_status: LineStatus = LineStatus.SUBMITTED,
+        from_batch: str | None = None,
+    ) -> str:
+        """A new batch of `keys`, recorded (the outbox row) with its lines, before anything is sent."""
+        batch_id = new_batch_id()
+        await conn.execute(
+            "INSERT INTO llm_batches (id, task_id, owner, state, lines, endpoint) VALUES ($1, $2, $3, $4, $5, $6)",
+            batch_id, task_id, owner, BatchState.RECORDED, len(keys), self.endpoint,
+        )  # fmt: skip
+        await conn.execute(
+            "UPDATE batch_lines SET status = $5, batch_id = $1, updated_at = now()"
+            " WHERE custom_id = ANY($2::text[]) AND status = $3 AND endpoint = $7"
+            " AND (task_id = $4 AND $6::text IS NULL OR batch_id = $6)",
+            batch_id, keys, from_status, task_id, LineStatus.SUBMITTED, from_batch, self.endpoint,
+        )  # fmt: skip
+        return batch_id
 
 
 def _json(value: Any) -> dict[str, Any]:
