@@ -56,11 +56,15 @@ def test_the_page_summarizes_documents_live(stack: Stack, llm, chromium: str, tm
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(stack.gateway_url + "/")
 
+            expect(page.locator("#sign-out")).to_be_hidden()  # nobody is signed in
             page.fill("#api-key", "not-a-key-of-anyone")
             page.click("#signin-button")
             expect(page.locator("#signin-error")).to_contain_text("not accepted")
+            expect(page.locator("#sign-out")).to_be_hidden()
             page.fill("#api-key", stack.keys["alice"])
             page.click("#signin-button")
+            expect(page.locator("#sign-out")).to_be_visible()
+            expect(page.locator("#task-list li").first).not_to_have_text("Loading…")  # the list answered
 
             page.set_input_files("#file-input", [*files, str(hostile)])
             expect(page.locator("#chosen-files li")).to_have_count(3)

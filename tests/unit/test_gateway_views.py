@@ -85,8 +85,22 @@ def rows(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
             {"document_id": "d2", "filename": "d2.txt", "chunk_index": None, "error": "damaged", "attempts": None},
         ],
         "list_tasks": [
-            {"id": "t2", "title": None, "status": "COMPLETED", "created_at": T0},
-            {"id": "t1", "title": "a title", "status": "PROCESSING", "created_at": T0},
+            {
+                "id": "t2",
+                "title": None,
+                "status": "COMPLETED",
+                "created_at": T0,
+                "first_files": ["r.pdf", "s.txt"],
+                "files": 3,
+            },
+            {
+                "id": "t1",
+                "title": "a title",
+                "status": "PROCESSING",
+                "created_at": T0,
+                "first_files": ["a.txt"],
+                "files": 1,
+            },
         ],
     }
 
@@ -170,10 +184,18 @@ async def test_failures(rows: dict[str, Any]) -> None:
 
 async def test_list_tasks(rows: dict[str, Any]) -> None:
     listed = await views.list_tasks(POOL, "alice", 50)
-    assert [(t.task_id, t.title, t.status) for t in listed] == [
-        ("t2", None, "COMPLETED"),
-        ("t1", "a title", "PROCESSING"),
+    assert [(t.task_id, t.title, t.name, t.status) for t in listed] == [
+        ("t2", None, "r.pdf and 2 more", "COMPLETED"),
+        ("t1", "a title", "a title", "PROCESSING"),
     ]
+
+
+def test_a_task_without_a_title_is_named_after_its_files() -> None:
+    assert views.task_name(None, ["report.pdf", "b.docx"], 3) == "report.pdf and 2 more"
+    assert views.task_name("", ["report.pdf", "b.docx"], 2) == "report.pdf and b.docx"
+    assert views.task_name("  ", ["report.pdf"], 1) == "report.pdf"
+    assert views.task_name(None, [], 0) == "Untitled task"  # its files are not stored yet
+    assert views.task_name("Q3 reading", ["report.pdf"], 1) == "Q3 reading"
 
 
 async def test_the_published_result_is_what_the_cli_prints_as_json(rows: dict[str, Any]) -> None:

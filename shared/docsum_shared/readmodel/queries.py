@@ -95,7 +95,11 @@ async def owns(pool: asyncpg.Pool, owner: str, task_id: str) -> bool:
 
 async def list_tasks(pool: asyncpg.Pool, owner: str, limit: int) -> list[asyncpg.Record]:
     return await pool.fetch(
-        "SELECT id, title, status, created_at FROM tasks WHERE owner = $1 ORDER BY created_at DESC LIMIT $2",
+        "SELECT t.id, t.title, t.status, t.created_at,"
+        " ARRAY(SELECT d.filename FROM documents d WHERE d.task_id = t.id ORDER BY d.position, d.id LIMIT 2)"
+        "   AS first_files,"
+        " (SELECT count(*) FROM documents d WHERE d.task_id = t.id) AS files"
+        " FROM tasks t WHERE t.owner = $1 ORDER BY t.created_at DESC LIMIT $2",
         owner,
         limit,
     )

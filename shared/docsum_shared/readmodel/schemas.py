@@ -102,6 +102,7 @@ class DocumentView(BaseModel):
 class TaskView(BaseModel):
     task_id: str
     title: str | None
+    name: str = Field("", description='What to call the task: its title, else its files ("report.pdf and 2 more").')
     status: str
     created_at: datetime
     updated_at: datetime
@@ -132,6 +133,7 @@ class FailureView(BaseModel):
 class TaskListItem(BaseModel):
     task_id: str
     title: str | None
+    name: str = Field(description='What to call the task: its title, else its files ("report.pdf and 2 more").')
     status: str
     created_at: datetime
 

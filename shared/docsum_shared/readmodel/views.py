@@ -9,7 +9,7 @@ publishes `task_result` on task-finished.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -70,6 +70,7 @@ async def _view(pool: asyncpg.Pool, settings: LLMSettings, task: Row, documents:
     return TaskView(
         task_id=task["id"],
         title=task["title"],
+        name=task_name(task["title"], [d["filename"] for d in documents[:2]], len(documents)),
         status=task["status"],
         created_at=task["created_at"],
         updated_at=task["updated_at"],
@@ -108,9 +109,28 @@ async def endpoint_view(pool: asyncpg.Pool, settings: LLMSettings) -> EndpointVi
 async def list_tasks(pool: asyncpg.Pool, owner: str, limit: int) -> list[TaskListItem]:
     """The owner's latest tasks, newest first."""
     return [
-        TaskListItem(task_id=r["id"], title=r["title"], status=r["status"], created_at=r["created_at"])
+        TaskListItem(
+            task_id=r["id"],
+            title=r["title"],
+            name=task_name(r["title"], r["first_files"], r["files"]),
+            status=r["status"],
+            created_at=r["created_at"],
+        )
         for r in await queries.list_tasks(pool, owner, limit)
     ]
+
+
+def task_name(title: str | None, first_files: Sequence[str], files: int) -> str:
+    """What to call a task: its title, else its files (the first, and how many more), else "Untitled task"."""
+    if title and title.strip():
+        return title
+    if not first_files:
+        return "Untitled task"
+    if files == 1:
+        return first_files[0]
+    if files == 2 and len(first_files) == 2:
+        return f"{first_files[0]} and {first_files[1]}"
+    return f"{first_files[0]} and {files - 1} more"
 
 
 async def failures(pool: asyncpg.Pool, owner: str, task_id: str) -> list[FailureView] | None:

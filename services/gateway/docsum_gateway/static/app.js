@@ -247,7 +247,7 @@ function showHome(main) {
   api("GET", "/v1/tasks?limit=50").then((items) => {
     tasks.replaceChildren(...(items.length ? items.map((t) => el("li", {},
       el("a", { href: "/tasks/" + t.task_id, "data-link": true },
-        el("span", { class: "name" }, el("span", { text: t.title || "Untitled task" }), el("br"),
+        el("span", { class: "name" }, el("span", { text: t.name || t.title || "Untitled task" }), el("br"),
           el("span", { class: "muted small", text: new Date(t.created_at).toLocaleString() })),
         el("span", { class: "badge " + t.status, text: label(t.status) }))))
       : [el("li", { class: "muted", text: "No tasks yet. Your first summary starts on the left." })]));
@@ -307,8 +307,8 @@ function showTask(main, taskId) {
   leave = () => { closed = true; if (source) source.close(); clearTimeout(retryTimer); };
 
   function renderTask() {
-    title.textContent = task.title || "Untitled task";
-    document.title = (task.title || "Task") + " — docsum";
+    title.textContent = task.name || task.title || "Untitled task";
+    document.title = (task.name || task.title || "Task") + " — docsum";
     badge.className = "badge " + task.status; badge.textContent = label(task.status);
     setBar(bar, fill, taskPercent(task), task.status);
     const working = !FINAL.has(task.status) && task.estimate.remaining_chunks > 0;
