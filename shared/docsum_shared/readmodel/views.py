@@ -62,7 +62,9 @@ async def _view(pool: asyncpg.Pool, settings: LLMSettings, task: Row, documents:
     task_id = task["id"]
     total, per_document = usage_by_document(settings, await queries.usage_rows(pool, task_id))
     options = resolved(settings, TaskOptions.from_stored(task["options"]))
-    lines = await queries.batch_lines(pool, task_id)
+    # Only a batch task has batch lines: every other view (the progress recorder reads one per append)
+    # makes no query for them.
+    lines = await queries.batch_lines(pool, task_id) if options.mode == "batch" else []
     batch = batch_progress(lines, options.deadline)
     estimate = estimate_from(settings, await queries.remaining_work(pool, task_id), options.mode or "realtime")
     if batch is not None and batch.state != "done":
