@@ -272,3 +272,32 @@ def task_of(record: ConsumerRecord) -> str | None:
         return json.loads(record.value).get("task_id")
     except (TypeError, ValueError, AttributeError):
         return None
+
+
+async def read_sse(
+    url: str, task_id: str, headers: dict[str, str], *, after: int | None = None, stop_after: int | None = None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(the snapshot, the progress entries) of one SSE connection; it is dropped after `stop_after` entries."""
+    sent = {**headers, "Accept": "text/event-stream", **({"Last-Event-ID": str(after)} if after is not None else {})}
+    snapshot: dict[str, Any] = {}
+    entries: list[dict[str, Any]] = []
+    event, ids = "", []
+    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(10, read=60)) as client:
+        async with client.stream("GET", f"/v1/tasks/{task_id}/events", headers=sent) as response:
+            assert response.status_code == 200, await response.aread()
+            assert response.headers["content-type"].startswith("text/event-stream")
+            async for line in response.aiter_lines():
+                if line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("id: "):
+                    ids.append(int(line[4:]))
+                elif line.startswith("data: "):
+                    data = json.loads(line[6:])
+                    if event == "snapshot":
+                        snapshot = data
+                    else:
+                        entries.append(data)
+                        if stop_after is not None and len(entries) >= stop_after:
+                            break  # leaves the stream mid-task: the connection is closed
+    assert ids == [e["seq"] for e in entries]  # the SSE id is the entry's number
+    return snapshot, entries

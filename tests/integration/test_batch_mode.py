@@ -27,11 +27,11 @@ from tests.integration.helpers import (
     get_task,
     marked_text,
     new_marker,
+    read_sse,
     submit,
     txt,
     wait_for_task,
 )
-from tests.integration.test_progress_stream import _sse
 
 pytestmark = pytest.mark.integration
 
@@ -240,7 +240,7 @@ async def test_a_batch_that_would_miss_the_deadline_is_cancelled_and_the_rest_fi
     assert len({e.prompt_sha256 for e in entries}) == len(entries)  # no chunk paid at both tiers
     # Its progress stream told the batch as it went: what it waited for, and its deadline.
     auth = {"Authorization": f"Bearer {stack.keys['alice']}"}
-    _, told = await _sse(stack.gateway_url, task["task_id"], auth, after=0)
+    _, told = await read_sse(stack.gateway_url, task["task_id"], auth, after=0)
     waits = [e["batch"] for e in told if e["kind"] == "batch-moved" and e["batch"]["state"] == "waiting"]
     chunks = sum(d["chunks"]["total"] for d in task["documents"])
     assert waits and all(b["lines"] == chunks and b["deadline"] and b["submitted_at"] for b in waits)

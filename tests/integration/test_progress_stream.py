@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
 
 import httpx
 import pytest
@@ -17,38 +16,9 @@ import websockets
 from tests.documents import english_prose
 from tests.fake_llm import free_port
 from tests.integration.conftest import Stack
-from tests.integration.helpers import eventually, submit, txt, wait_for_task
+from tests.integration.helpers import eventually, read_sse, submit, txt, wait_for_task
 
 pytestmark = pytest.mark.integration
-
-
-async def _sse(
-    url: str, task_id: str, headers: dict[str, str], *, after: int | None = None, stop_after: int | None = None
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(the snapshot, the progress entries) of one SSE connection; it is dropped after `stop_after` entries."""
-    sent = {**headers, "Accept": "text/event-stream", **({"Last-Event-ID": str(after)} if after is not None else {})}
-    snapshot: dict[str, Any] = {}
-    entries: list[dict[str, Any]] = []
-    event, ids = "", []
-    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(10, read=60)) as client:
-        async with client.stream("GET", f"/v1/tasks/{task_id}/events", headers=sent) as response:
-            assert response.status_code == 200, await response.aread()
-            assert response.headers["content-type"].startswith("text/event-stream")
-            async for line in response.aiter_lines():
-                if line.startswith("event: "):
-                    event = line[7:]
-                elif line.startswith("id: "):
-                    ids.append(int(line[4:]))
-                elif line.startswith("data: "):
-                    data = json.loads(line[6:])
-                    if event == "snapshot":
-                        snapshot = data
-                    else:
-                        entries.append(data)
-                        if stop_after is not None and len(entries) >= stop_after:
-                            break  # leaves the stream mid-task: the connection is closed
-    assert ids == [e["seq"] for e in entries]  # the SSE id is the entry's number
-    return snapshot, entries
 
 
 async def test_a_dropped_stream_resumes_on_another_replica_with_no_gap_and_no_repeat(stack: Stack, llm) -> None:
@@ -62,16 +32,16 @@ async def test_a_dropped_stream_resumes_on_another_replica_with_no_gap_and_no_re
         async with stack.client() as client:
             task_id = await submit(client, [txt("log.txt", english_prose(20_000, seed=7)), txt("b.txt", "Short one.")])
 
-            snapshot, first = await _sse(stack.gateway_url, task_id, auth, stop_after=4)
+            snapshot, first = await read_sse(stack.gateway_url, task_id, auth, stop_after=4)
             assert snapshot["task_id"] == task_id and "progress_seq" in snapshot
             assert [e["seq"] for e in first] == [1, 2, 3, 4] and first[0]["kind"] == "task-started"
             # Reconnect to the other replica from the last number seen, as EventSource does.
-            _, rest = await _sse(second, task_id, auth, after=first[-1]["seq"])
+            _, rest = await read_sse(second, task_id, auth, after=first[-1]["seq"])
             llm.llm.configure(latency_s=0.0)
             done = await wait_for_task(client, task_id, stack)
             assert done["status"] == "COMPLETED"
 
-            _, whole = await _sse(stack.gateway_url, task_id, auth)  # the uninterrupted stream, read again
+            _, whole = await read_sse(stack.gateway_url, task_id, auth)  # the uninterrupted stream, read again
             assert first + rest == whole
             assert [e["seq"] for e in whole] == list(range(1, len(whole) + 1))
             kinds = [e["kind"] for e in whole]
