@@ -29,6 +29,15 @@ class Positions:
             raise ValueError("unit starts must not decrease")
 
 
+def window(unit: Unit, before: int, starts: tuple[int, ...]) -> Positions:
+    """The positions of a range of the text (a chunk), good for offsets inside it only: `before` units
+    start at or before the range's start (at least the first, at 0), then `starts`, those inside it.
+    What a chunk's summary needs, without reading every unit start of a long document."""
+    if before < 1:
+        raise ValueError("the first unit starts at offset 0, at or before any range")
+    return Positions(unit, (0,) * before + starts)
+
+
 def position_of(positions: Positions, offset: int) -> int:
     """The number (from 1) of the unit holding the character at `offset`."""
     if offset < 0:

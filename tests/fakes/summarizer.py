@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from docsum_shared.options import TaskOptions
+from docsum_shared.positions import Positions, window
 from docsum_shared.states import DOCUMENT_FINAL, ChunkStatus, DocumentStatus, TaskStatus, takes_work
+from docsum_shared.summarizers.citations import CitedSentence
 from docsum_summarizer.batches.policy import LIVE, ChunkLine, LineStatus
-from docsum_summarizer.policy import StoredChunk
+from docsum_summarizer.policy import Answer, StoredChunk
 from docsum_summarizer.repository import Claim, Claimed, DueRound
 
 UNFINISHED_CHUNK = (ChunkStatus.PENDING, ChunkStatus.SUMMARIZING)
@@ -59,6 +61,8 @@ class ChunkTableRow:
     error: str | None = None
     line: ChunkLine | None = None  # its batch line (batch mode)
     line_request: dict[str, Any] | None = None
+    start_char: int = 0  # where it starts in its document's text
+    summary_sentences: tuple[CitedSentence, ...] | None = None
 
 
 class FakeChunkRepository:
@@ -68,6 +72,7 @@ class FakeChunkRepository:
         self.tasks: dict[str, TaskRow] = {}
         self.documents: dict[str, DocumentRow] = {}
         self.rows: dict[str, ChunkTableRow] = {}
+        self.positions: dict[str, Positions] = {}  # by document: where its units start (document_texts)
         self.released: list[str] = []  # chunks handed back by their holder, in order
         for chunk_id, chunk in chunks.items():
             task_id, document_id = f"task-of-{chunk_id}", f"document-of-{chunk_id}"
@@ -82,7 +87,10 @@ class FakeChunkRepository:
                 chunk.context_after,
                 failures=chunk.failures,
                 line=chunk.line,
+                start_char=chunk.start_char,
             )
+            if chunk.positions is not None:
+                self.positions[document_id] = chunk.positions
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
@@ -163,16 +171,18 @@ class FakeChunkRepository:
             if row is not None and row.retry_at == announced.retry_at:  # not deferred again meanwhile
                 row.retry_at = None
 
-    async def complete(self, chunk_id: str, task_id: str, summary: str, model: str, *, truncated: bool = False) -> bool:
+    async def complete(self, chunk_id: str, task_id: str, answer: Answer) -> bool:
         row = self.rows.get(chunk_id)
         if row is None or not self._unfinished(row):
             return False
         row.status, row.summary, row.summary_model, row.summary_truncated = (
             ChunkStatus.COMPLETED,
-            summary,
-            model,
-            truncated,
+            answer.text,
+            answer.model,
+            answer.truncated,
         )
+        row.summary_sentences = answer.sentences
+        truncated = answer.truncated
         row.error, row.lease, row.lease_expires_at, row.retry_at = None, None, None, None
         document = self.documents[row.document_id]
         document.chunks_completed += 1
@@ -229,4 +239,15 @@ class FakeChunkRepository:
             failures=row.failures,
             owner=task.owner,
             line=row.line,
+            start_char=row.start_char,
+            positions=self._window(row),
         )
+
+    def _window(self, row: ChunkTableRow) -> Positions | None:
+        """The document's positions around the chunk, as the SQL reads them."""
+        whole = self.positions.get(row.document_id)
+        if whole is None:
+            return None
+        start, end = row.start_char, row.start_char + len(row.text)
+        before = sum(1 for s in whole.starts if s <= start)
+        return window(whole.unit, before, tuple(s for s in whole.starts if start < s < end))

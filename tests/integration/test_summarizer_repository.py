@@ -10,7 +10,9 @@ import asyncpg
 import pytest
 
 from docsum_shared.options import TaskOptions
+from docsum_shared.positions import Positions
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
+from docsum_shared.summarizers.citations import from_json
 from docsum_summarizer.batches.policy import LineStatus
 from docsum_summarizer.repository import ChunkRepository
 from tests.repositories.summarizer import ChunkFacts, DocumentCounts, SummarizerRepositoryContract
@@ -46,13 +48,22 @@ class TestChunkRepositoryOnPostgres(SummarizerRepositoryContract):
         )
 
     async def given_chunk(
-        self, chunk_id: str, document_id: str, index: int, status: ChunkStatus, text: str, failures: int
+        self, chunk_id: str, document_id: str, index: int, status: ChunkStatus, text: str, failures: int, start: int = 0
     ) -> None:
         await self.pool.execute(
             "INSERT INTO chunks (id, document_id, chunk_index, start_char, end_char, text, status, failures)"
-            " VALUES ($1, $2, $3, 0, $4, $5, $6, $7)",
-            chunk_id, document_id, index, len(text), text, status, failures,
+            " VALUES ($1, $2, $3, $8::int, $8::int + $4::int, $5, $6, $7)",
+            chunk_id, document_id, index, len(text), text, status, failures, start,
         )  # fmt: skip
+
+    async def given_text(self, document_id: str, text: str, positions: Positions | None) -> None:
+        await self.pool.execute(
+            "INSERT INTO document_texts (document_id, text, position_unit, position_starts) VALUES ($1, $2, $3, $4)",
+            document_id,
+            text,
+            None if positions is None else positions.unit,
+            None if positions is None else list(positions.starts),
+        )
 
     async def task_now(self, task_id: str, status: TaskStatus) -> None:
         await self.pool.execute("UPDATE tasks SET status = $2 WHERE id = $1", task_id, status)
@@ -78,8 +89,8 @@ class TestChunkRepositoryOnPostgres(SummarizerRepositoryContract):
 
     async def facts(self, chunk_id: str) -> ChunkFacts:
         row = await self.pool.fetchrow(
-            "SELECT summary, summary_model, summary_truncated, error, attempts, interruptions, lease_owner"
-            " FROM chunks WHERE id = $1",
+            "SELECT summary, summary_model, summary_truncated, error, attempts, interruptions, lease_owner,"
+            " summary_sentences::text FROM chunks WHERE id = $1",
             chunk_id,
         )
         assert row is not None
@@ -91,6 +102,7 @@ class TestChunkRepositoryOnPostgres(SummarizerRepositoryContract):
             row["attempts"],
             row["interruptions"],
             row["lease_owner"],
+            None if row["summary_sentences"] is None else from_json(row["summary_sentences"]),
         )
 
     async def counts(self, document_id: str) -> DocumentCounts:

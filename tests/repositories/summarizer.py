@@ -17,11 +17,13 @@ from typing import Any, Protocol
 import pytest
 
 from docsum_shared.options import TaskOptions
+from docsum_shared.positions import Positions, position_of
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
+from docsum_shared.summarizers.citations import CitedSentence, Source
 from docsum_summarizer.batches.policy import ChunkLine, LineStatus, request_from, request_json
 from docsum_summarizer.handlers import Repository
-from docsum_summarizer.policy import StoredChunk
+from docsum_summarizer.policy import Answer, StoredChunk
 from docsum_summarizer.repository import Claim, DueRound
 
 TTL = 60.0
@@ -49,6 +51,7 @@ class ChunkFacts:
     attempts: int
     interruptions: int
     lease: str | None
+    sentences: tuple[CitedSentence, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -75,8 +78,12 @@ class SummarizerRepositoryContract(abc.ABC):
 
     @abc.abstractmethod
     async def given_chunk(
-        self, chunk_id: str, document_id: str, index: int, status: ChunkStatus, text: str, failures: int
+        self, chunk_id: str, document_id: str, index: int, status: ChunkStatus, text: str, failures: int, start: int = 0
     ) -> None: ...
+
+    @abc.abstractmethod
+    async def given_text(self, document_id: str, text: str, positions: Positions | None) -> None:
+        """The document's extracted text, and where its units start (as the parser stores them)."""
 
     @abc.abstractmethod
     async def task_now(self, task_id: str, status: TaskStatus) -> None:
@@ -154,7 +161,7 @@ class SummarizerRepositoryContract(abc.ABC):
         chunk_id = _id("chunk")
         assert await self.repo.load(chunk_id) is None
         assert (await self.repo.claim(chunk_id, "a", TTL)).outcome is Claim.UNAVAILABLE
-        assert await self.repo.complete(chunk_id, "t", "summary", "m") is False
+        assert await self.repo.complete(chunk_id, "t", _answer("summary", "m")) is False
         assert await self.repo.fail(chunk_id, "error") is False
 
     # --- the lease -----------------------------------------------------------------------------------
@@ -280,7 +287,7 @@ class SummarizerRepositoryContract(abc.ABC):
     async def test_complete_stores_the_summary_once_and_counts_it_once(self) -> None:
         task_id, document_id, chunk_id = await self.chunk()
         await self.repo.claim(chunk_id, "a", TTL)
-        assert await self.repo.complete(chunk_id, task_id, "the summary", "model-1", truncated=True) is True
+        assert await self.repo.complete(chunk_id, task_id, _answer("the summary", "model-1", truncated=True)) is True
         assert await self.status(chunk_id) is ChunkStatus.COMPLETED
         facts = await self.facts(chunk_id)
         assert (facts.summary, facts.summary_model, facts.summary_truncated, facts.lease) == (
@@ -291,16 +298,52 @@ class SummarizerRepositoryContract(abc.ABC):
         )
         assert await self.counts(document_id) == DocumentCounts(1, 0, 1)
 
-        assert await self.repo.complete(chunk_id, task_id, "another", "model-2") is False  # repeat: harmless
+        assert await self.repo.complete(chunk_id, task_id, _answer("another", "model-2")) is False  # repeat: harmless
         assert await self.repo.fail(chunk_id, "too late") is False
         assert await self.status(chunk_id) is ChunkStatus.COMPLETED
         assert (await self.facts(chunk_id)).summary == "the summary" and (await self.facts(chunk_id)).error is None
         assert await self.counts(document_id) == DocumentCounts(1, 0, 1)
         assert (await self.repo.claim(chunk_id, "b", TTL)).outcome is Claim.UNAVAILABLE
 
+    async def test_complete_stores_the_sentences_with_their_sources_or_none(self) -> None:
+        task_id, _, chunk_id = await self.chunk()
+        sentences = (
+            CitedSentence("Kafka keeps logs.", (Source("d", 2, 40, 57),), "cited", (0, 17)),
+            CitedSentence("Both.", (Source("d", 2, 40, 57), Source("e", None, 0, 9)), "synthesis", (18, 23)),
+        )
+        await self.repo.complete(chunk_id, task_id, Answer("Kafka keeps logs. Both.", "m", False, sentences))
+        assert (await self.facts(chunk_id)).sentences == sentences
+        task_id, _, chunk_id = await self.chunk()
+        await self.repo.complete(chunk_id, task_id, Answer("No sentences said.", "m", False, None))
+        assert (await self.facts(chunk_id)).sentences is None
+
+    async def test_load_and_claim_give_where_the_chunk_starts_and_the_pages_around_it(self) -> None:
+        text = "".join(chr(ord("a") + i % 26) for i in range(60))
+        whole = Positions("page", (0, 12, 12, 30, 45, 60))  # the third page is empty, the last too
+        task_id, document_id = _id("task"), _id("document")
+        await self.given_task(task_id, TaskStatus.PROCESSING, "alice", DEFAULT_OPTIONS)
+        await self.given_document(document_id, task_id, DocumentStatus.SUMMARIZING)
+        await self.given_text(document_id, text, whole)
+        for start, end in ((0, 12), (20, 50), (30, 60), (13, 14)):
+            chunk_id = _id("chunk")
+            await self.given_chunk(chunk_id, document_id, start, ChunkStatus.PENDING, text[start:end], 0, start)
+            loaded = await self.stored(chunk_id)
+            claimed = (await self.repo.claim(chunk_id, "a", TTL)).chunk
+            assert claimed is not None
+            for chunk in (loaded, claimed):
+                assert chunk.start_char == start and chunk.positions is not None
+                assert chunk.positions.unit == "page"
+                pages = [position_of(chunk.positions, x) for x in range(start, end)]
+                assert pages == [position_of(whole, x) for x in range(start, end)]
+
+    async def test_a_chunk_of_a_text_without_positions_has_none(self) -> None:
+        task_id, document_id, chunk_id = await self.chunk()
+        await self.given_text(document_id, "The text of the chunk.", None)
+        assert (await self.stored(chunk_id)).positions is None
+
     async def test_complete_takes_an_unleased_pending_chunk_too(self) -> None:
         task_id, document_id, chunk_id = await self.chunk()
-        assert await self.repo.complete(chunk_id, task_id, "the summary", "model-1") is True
+        assert await self.repo.complete(chunk_id, task_id, _answer("the summary", "model-1")) is True
         assert await self.counts(document_id) == DocumentCounts(1, 0, 0)
 
     async def test_fail_stores_the_error_once_and_counts_it_once(self) -> None:
@@ -312,7 +355,7 @@ class SummarizerRepositoryContract(abc.ABC):
         assert await self.counts(document_id) == DocumentCounts(0, 1, 0)
 
         assert await self.repo.fail(chunk_id, "again") is False
-        assert await self.repo.complete(chunk_id, task_id, "too late", "model-1") is False
+        assert await self.repo.complete(chunk_id, task_id, _answer("too late", "model-1")) is False
         assert await self.status(chunk_id) is ChunkStatus.FAILED
         assert (await self.facts(chunk_id)).error == "the reason" and (await self.facts(chunk_id)).summary is None
         assert await self.counts(document_id) == DocumentCounts(0, 1, 0)
@@ -416,3 +459,7 @@ class SummarizerRepositoryContract(abc.ABC):
         assert claimed.outcome is Claim.TAKEN
         assert claimed.chunk is not None and claimed.chunk.line == ChunkLine(status, "key-1")
         assert claimed.chunk == await self.repo.load(chunk_id)
+
+
+def _answer(text: str, model: str, *, truncated: bool = False) -> Answer:
+    return Answer(text, model, truncated, None)

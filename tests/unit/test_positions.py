@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from docsum_shared.positions import Positions, position_of, span_units
+from docsum_shared.positions import Positions, position_of, span_units, window
 
 # "One.\n\nTwo.\n\nFour." as a PDF of five pages: the third page is empty (it starts where the fourth
 # does), and so is the fifth, the last (it starts at the end of the text).
@@ -74,3 +74,14 @@ def test_a_negative_offset_or_a_reversed_range_is_refused() -> None:
         position_of(PAGES, -1)
     with pytest.raises(ValueError):
         span_units(PAGES, 5, 4)
+
+
+def test_a_window_of_the_positions_gives_each_offset_inside_it_the_same_unit_as_the_whole() -> None:
+    whole = Positions("line", (0, 5, 5, 9, 14, 20, 31))
+    for start, end in ((0, 40), (5, 9), (6, 25), (14, 15), (30, 40)):
+        before = sum(1 for s in whole.starts if s <= start)
+        inside = tuple(s for s in whole.starts if start < s < end)
+        part = window("line", before, inside)
+        assert [position_of(part, x) for x in range(start, end)] == [position_of(whole, x) for x in range(start, end)]
+    with pytest.raises(ValueError):
+        window("page", 0, (3,))

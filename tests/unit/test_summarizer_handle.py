@@ -10,13 +10,17 @@ import pytest
 from docsum_shared.errors import Poison, ProviderUnavailable, RateLimited, RequestRefused
 from docsum_shared.events import ChunkCreated, ChunkSummarized
 from docsum_shared.options import Mode, TaskOptions
+from docsum_shared.positions import Positions, position_of
+from docsum_shared.positions import window as positions_window
 from docsum_shared.retry import Backoff
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.base import SummaryResult
 from docsum_shared.summarizers.cache import cache_key
+from docsum_shared.summarizers.citations import check_sources
+from docsum_shared.summarizers.extractive import ExtractiveBackend
 from docsum_summarizer.batches.policy import ChunkLine, LineStatus, request_from
 from docsum_summarizer.handlers import Deps, handle
-from docsum_summarizer.policy import StoredChunk, request_for
+from docsum_summarizer.policy import Answer, StoredChunk, request_for
 from docsum_summarizer.repository import Claim, Claimed
 from docsum_summarizer.settings import SummarizerSettings
 from tests.documents import chinese_prose, english_prose
@@ -96,7 +100,7 @@ async def test_a_chunk_leased_elsewhere_is_waited_for_not_paid_again() -> None:
 
     async def the_other_finishes() -> None:
         await asyncio.wait_for(repo.held.wait(), timeout=10.0)  # once the handling was told to wait
-        await repo.complete("c", "t", "their summary", "fake-1")
+        await repo.complete("c", "t", Answer("their summary", "fake-1", False, None))
 
     deps = _deps(repo, llm, SETTINGS.model_copy(update={"lease_ttl_s": 1.0}))
     outcome, _ = await asyncio.gather(handle(EVENT, deps), the_other_finishes())
@@ -122,6 +126,32 @@ async def test_a_context_refusal_lowers_the_budget_and_the_chunk_goes_in_parts()
     refused, *parts = llm.calls
     assert len(parts) > 1 and all(not p.context_before for p in parts)
     assert "".join("".join(p.texts[0].split()) for p in parts) == "".join(text.split())  # no text dropped
+
+
+@pytest.mark.parametrize("window", [None, 1_200], ids=["one request", "in parts"])
+async def test_the_stored_sentences_cite_their_documents_text_on_its_pages(window: int | None) -> None:
+    prefix, text = english_prose(900, seed=4) + "\n\n", chinese_prose(2_000, seed=5)
+    document = prefix + text
+    pages = Positions("page", (0, len(prefix) // 2, len(prefix), len(prefix) + 700, len(prefix) + 1_400))
+    start = len(prefix)
+    chunk = replace(_chunk(text=text), start_char=start, positions=window_of(pages, start, len(document)))
+    backend = ExtractiveBackend()
+    repo, llm = FakeChunkRepository(c=chunk), FakeLLM(answer=backend.summarize_sync, window=window)
+    await handle(EVENT, _deps(repo, llm))
+    row = repo.rows["c"]
+    assert row.status is ChunkStatus.COMPLETED and row.summary and row.summary_sentences
+    assert (window is None) == (len(llm.calls) == 1)
+    for sentence in row.summary_sentences:
+        [source] = sentence.sources
+        assert source.document_id == "d" and source.start >= start
+        assert check_sources(sentence, {"d": document}), sentence
+        assert source.page == position_of(pages, source.start)
+        assert row.summary[sentence.at[0] : sentence.at[1]] == sentence.text
+
+
+def window_of(whole: Positions, start: int, end: int) -> Positions:
+    before = sum(1 for s in whole.starts if s <= start)
+    return positions_window(whole.unit, before, tuple(s for s in whole.starts if start < s < end))
 
 
 async def test_a_window_too_small_for_any_part_fails_the_chunk_naming_the_setting() -> None:

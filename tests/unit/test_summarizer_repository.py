@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from docsum_shared.options import TaskOptions
+from docsum_shared.positions import Positions
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from docsum_summarizer.batches.policy import ChunkLine, LineStatus
 from tests.fakes.summarizer import ChunkTableRow, DocumentRow, FakeChunkRepository, TaskRow
@@ -31,9 +32,13 @@ class InMemory(SummarizerRepositoryContract):
         self.fake.documents[document_id] = DocumentRow(task_id, status)
 
     async def given_chunk(
-        self, chunk_id: str, document_id: str, index: int, status: ChunkStatus, text: str, failures: int
+        self, chunk_id: str, document_id: str, index: int, status: ChunkStatus, text: str, failures: int, start: int = 0
     ) -> None:
-        self.fake.rows[chunk_id] = ChunkTableRow(document_id, index, status, text, failures=failures)
+        self.fake.rows[chunk_id] = ChunkTableRow(document_id, index, status, text, failures=failures, start_char=start)
+
+    async def given_text(self, document_id: str, text: str, positions: Positions | None) -> None:
+        if positions is not None:
+            self.fake.positions[document_id] = positions
 
     async def task_now(self, task_id: str, status: TaskStatus) -> None:
         self.fake.tasks[task_id].status = status
@@ -50,7 +55,14 @@ class InMemory(SummarizerRepositoryContract):
     async def facts(self, chunk_id: str) -> ChunkFacts:
         row = self.fake.rows[chunk_id]
         return ChunkFacts(
-            row.summary, row.summary_model, row.summary_truncated, row.error, row.attempts, row.interruptions, row.lease
+            row.summary,
+            row.summary_model,
+            row.summary_truncated,
+            row.error,
+            row.attempts,
+            row.interruptions,
+            row.lease,
+            row.summary_sentences,
         )
 
     async def counts(self, document_id: str) -> DocumentCounts:

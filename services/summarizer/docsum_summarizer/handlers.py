@@ -23,7 +23,7 @@ from docsum_shared.summarizers.base import SummaryRequest, SummaryResult
 from docsum_shared.summarizers.cache import CallContext
 
 from .batches.policy import Route, call_mode, request_json, route
-from .policy import Step, StoredChunk, cannot_fit, next_step, request_for
+from .policy import Answer, Step, StoredChunk, answer_of, cannot_fit, next_step, offsets_of, request_for
 from .repository import Claim, Claimed
 from .settings import SummarizerSettings
 
@@ -39,9 +39,7 @@ class Repository(Protocol):
     async def claim(self, chunk_id: str, holder: str, ttl_s: float) -> Claimed: ...
     async def renew(self, chunk_id: str, holder: str, ttl_s: float) -> None: ...
     async def release(self, chunk_id: str, holder: str, *, retry_in_s: float | None = None) -> None: ...
-    async def complete(
-        self, chunk_id: str, task_id: str, summary: str, model: str, *, truncated: bool = False
-    ) -> bool: ...
+    async def complete(self, chunk_id: str, task_id: str, answer: Answer) -> bool: ...
     async def fail(self, chunk_id: str, error: str) -> bool: ...
     async def record_failure(self, chunk_id: str, error: str, *, retry_now: bool) -> None: ...
     async def queue_line(
@@ -149,7 +147,7 @@ async def _summarize(event: ChunkCreated, chunk: StoredChunk, holder: str, deps:
     match route(settings.mode(chunk.options), chunk.line, deps.llm.batching is not None):
         case Route.TAKE_ANSWER if chunk.line is not None:
             if (answer := await deps.llm.stored(chunk.line.custom_id)) is not None:
-                return await _completed(event, answer.text, answer.model, answer.truncated, deps)
+                return await _completed(event, answer_of([(answer, 0)], event.document_id, chunk), deps)
             # its stored answer is gone: call
         case Route.QUEUE:
             if (queued := await _queue_line(event, chunk, request, context, holder, deps)) is not None:
@@ -174,7 +172,7 @@ async def _summarize(event: ChunkCreated, chunk: StoredChunk, holder: str, deps:
         return delay
 
     try:
-        summary, model, truncated = await retry_until(lambda: _summarize_within_budget(request, context, deps), decide)
+        parts = await retry_until(lambda: _summarize_within_budget(request, context, deps), decide)
     except NextRound as later:
         log.info("chunk %s: next round in %.0fs", event.chunk_id, later.seconds)
         await deps.repo.release(event.chunk_id, holder, retry_in_s=later.seconds)
@@ -183,11 +181,11 @@ async def _summarize(event: ChunkCreated, chunk: StoredChunk, holder: str, deps:
         failed = await deps.repo.fail(event.chunk_id, str(exc))
         log.warning("chunk %s failed: %s", event.chunk_id, exc)
         return failed
-    return await _completed(event, summary, model, truncated, deps)
+    return await _completed(event, answer_of(parts, event.document_id, chunk), deps)
 
 
-async def _completed(event: ChunkCreated, summary: str, model: str, truncated: bool, deps: Deps) -> bool:
-    completed = await deps.repo.complete(event.chunk_id, event.task_id, summary, model, truncated=truncated)
+async def _completed(event: ChunkCreated, answer: Answer, deps: Deps) -> bool:
+    completed = await deps.repo.complete(event.chunk_id, event.task_id, answer)
     log.info("chunk %s summarized", event.chunk_id)
     return completed
 
@@ -202,7 +200,7 @@ async def _queue_line(
     if parts is None or len(parts) != 1:
         return None
     if (cached := await deps.llm.cached(parts[0], context)) is not None:
-        return await _completed(event, cached.text, cached.model, cached.truncated, deps)
+        return await _completed(event, answer_of([(cached, 0)], event.document_id, chunk), deps)
     key = deps.llm.cache_key(parts[0], context)
     await deps.repo.queue_line(
         event.chunk_id, holder, event.task_id, chunk.owner, key, request_json(parts[0]),
@@ -212,9 +210,12 @@ async def _queue_line(
     return False
 
 
-async def _summarize_within_budget(request: SummaryRequest, context: CallContext, deps: Deps) -> tuple[str, str, bool]:
-    """The chunk's summary, planned under the endpoint's input budget (in parts when it must be); a
-    refusal as too long lowers the budget and plans again. ItemFailed when it cannot shrink further."""
+async def _summarize_within_budget(
+    request: SummaryRequest, context: CallContext, deps: Deps
+) -> list[tuple[SummaryResult, int]]:
+    """The answers to the chunk's parts, each with where its text starts in the chunk's, planned under
+    the endpoint's input budget (in parts when it must be); a refusal as too long lowers the budget and
+    plans again. ItemFailed when it cannot shrink further."""
     for _ in range(MAX_REPLANS):
         parts = await deps.llm.plan_chunk(request)
         if parts is None:
@@ -228,5 +229,5 @@ async def _summarize_within_budget(request: SummaryRequest, context: CallContext
             if not await deps.llm.learn(refusal, part):
                 raise ItemFailed(cannot_fit(deps.llm.describe_budget(), str(refusal))) from refusal
             continue
-        return "\n".join(r.text for r in results), results[0].model, any(r.truncated for r in results)
+        return list(zip(results, offsets_of(parts, request.texts[0]), strict=True))
     raise ItemFailed(cannot_fit(deps.llm.describe_budget(), "it kept refusing every smaller request"))

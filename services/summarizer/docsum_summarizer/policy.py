@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from docsum_shared.options import TaskOptions
+from docsum_shared.positions import Positions
 from docsum_shared.states import CHUNK_FINAL, DOCUMENT_FINAL, ChunkStatus, DocumentStatus, TaskStatus, takes_work
-from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
+from docsum_shared.summarizers.base import SummaryKind, SummaryRequest, SummaryResult
+from docsum_shared.summarizers.citations import CitedSentence, chunk_sentences
 
 from .batches.policy import ChunkLine
 
@@ -24,6 +27,8 @@ class StoredChunk:
     failures: int = 0  # failed attempts so far, across rounds and re-drives
     owner: str = ""  # the task's owner: the result cache's scope
     line: ChunkLine | None = None  # its line in batch mode, once it has one
+    start_char: int = 0  # where the chunk's text starts in its document's text
+    positions: Positions | None = None  # where the document's pages start, around the chunk (positions.window)
 
 
 class Step(enum.Enum):
@@ -46,6 +51,50 @@ def request_for(chunk: StoredChunk) -> SummaryRequest:
         context_after=chunk.context_after,
     )
     return request.asked(chunk.options)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A chunk's summary as stored: the answers to its parts joined, and their sentences mapped to the
+    document's text (None when a part's backend did not say where its sentences come from)."""
+
+    text: str
+    model: str
+    truncated: bool
+    sentences: tuple[CitedSentence, ...] | None
+
+
+def answer_of(parts: Sequence[tuple[SummaryResult, int]], document_id: str, chunk: StoredChunk) -> Answer:
+    """The chunk's answer from the answers to its parts, each given with where its text starts in the
+    chunk's text (a chunk too long for one request is summarized in consecutive parts, joined by a line
+    break)."""
+    text = "\n".join(result.text for result, _ in parts)
+    sentences: list[CitedSentence] | None = []
+    shift = 0
+    for result, offset in parts:
+        if sentences is not None and (result.sentences or not result.text):
+            mapped = chunk_sentences(result, document_id, chunk.start_char + offset, chunk.positions)
+            sentences.extend(replace(s, at=(s.at[0] + shift, s.at[1] + shift)) for s in mapped)
+        else:
+            sentences = None
+        shift += len(result.text) + 1
+    first = parts[0][0]
+    return Answer(
+        text, first.model, any(r.truncated for r, _ in parts), None if sentences is None else tuple(sentences)
+    )
+
+
+def offsets_of(parts: Sequence[SummaryRequest], text: str) -> list[int]:
+    """Where each part's text starts in the chunk's `text`: the parts are consecutive pieces of it."""
+    out: list[int] = []
+    cursor = 0
+    for part in parts:
+        found = text.find(part.texts[0], cursor)
+        if found < 0:
+            raise ValueError("a part of a chunk is not a piece of its text")
+        out.append(found)
+        cursor = found + len(part.texts[0])
+    return out
 
 
 def cannot_fit(budget: str, provider_said: str | None = None) -> str:

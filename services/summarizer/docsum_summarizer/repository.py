@@ -11,11 +11,13 @@ import asyncpg
 
 from docsum_shared import metrics
 from docsum_shared.options import TaskOptions
+from docsum_shared.positions import window
 from docsum_shared.states import DOCUMENT_FINAL, TASK_TAKES_WORK, ChunkStatus, DocumentStatus, TaskStatus
+from docsum_shared.summarizers.citations import to_json
 from docsum_shared.summarizers.prompts import PROMPT_VERSION
 
 from .batches.policy import LIVE, ChunkLine, LineStatus
-from .policy import StoredChunk
+from .policy import Answer, StoredChunk
 
 UNFINISHED_TASK = list(TASK_TAKES_WORK)
 UNFINISHED_CHUNK = [ChunkStatus.PENDING, ChunkStatus.SUMMARIZING]
@@ -69,7 +71,7 @@ class ChunkRepository:
         row = await self.pool.fetchrow(
             "SELECT c.status, c.text, c.context_before, c.context_after, c.failures,"
             " d.status AS document_status, t.status AS task_status, t.options, t.owner,"
-            f" {_LINE}"
+            f" {_LINE}, {_WINDOW}"
             " FROM chunks c JOIN documents d ON d.id = c.document_id JOIN tasks t ON t.id = d.task_id"
             " WHERE c.id = $1",
             chunk_id,
@@ -93,7 +95,7 @@ class ChunkRepository:
             " RETURNING c.document_id, (old.was = $4 AND old.held_by IS DISTINCT FROM $2) AS taken_over,"
             "   c.status, c.text, c.context_before, c.context_after, c.failures,"
             "   d.status AS document_status, t.status AS task_status, t.options, t.owner,"
-            f"  {_LINE}",
+            f"  {_LINE}, {_WINDOW}",
             chunk_id, holder, ttl_s, ChunkStatus.SUMMARIZING, UNFINISHED_TASK, ChunkStatus.PENDING,
             sorted(DOCUMENT_FINAL), LIVE,
         )  # fmt: skip
@@ -199,21 +201,22 @@ class ChunkRepository:
             [(r.chunk_id, r.retry_at) for r in due],
         )
 
-    async def complete(self, chunk_id: str, task_id: str, summary: str, model: str, *, truncated: bool = False) -> bool:
-        """The chunk COMPLETED with its summary, counted once on its document (the same statement, so
-        exactly once), and its task active (at most every few seconds: one hot row, not a write per chunk).
-        False if it was final already (or gone)."""
+    async def complete(self, chunk_id: str, task_id: str, answer: Answer) -> bool:
+        """The chunk COMPLETED with its summary and its sentences, counted once on its document (the same
+        statement, so exactly once), and its task active (at most every few seconds: one hot row, not a
+        write per chunk). False if it was final already (or gone)."""
+        sentences = None if answer.sentences is None else to_json(answer.sentences)
         moved = await self.pool.fetchval(
             "WITH moved AS (UPDATE chunks SET status = $4, summary = $2, summary_model = $3, error = NULL,"
             "   summary_truncated = $7, summary_prompt_version = $5, lease_owner = NULL, lease_expires_at = NULL,"
-            "   retry_at = NULL, updated_at = now()"
+            "   retry_at = NULL, updated_at = now(), summary_sentences = $10::jsonb"
             "   WHERE id = $1 AND status = ANY($6::text[]) RETURNING document_id, token_estimate),"
             f" counted AS ({_COUNT_COMPLETED}),"
             " active AS (UPDATE tasks SET last_active_at = now()"
             "   WHERE id = $8 AND last_active_at < now() - make_interval(secs => $9) RETURNING 1)"
             " SELECT (SELECT count(*) FROM counted), (SELECT count(*) FROM active)",
-            chunk_id, summary, model, ChunkStatus.COMPLETED, PROMPT_VERSION, UNFINISHED_CHUNK, truncated,
-            task_id, self.activity_every_s,
+            chunk_id, answer.text, answer.model, ChunkStatus.COMPLETED, PROMPT_VERSION, UNFINISHED_CHUNK,
+            answer.truncated, task_id, self.activity_every_s, sentences,
         )  # fmt: skip
         return bool(moved)
 
@@ -251,6 +254,10 @@ def _stored(row: asyncpg.Record) -> StoredChunk:
         failures=row["failures"],
         owner=row["owner"],
         line=None if row["line_status"] is None else ChunkLine(LineStatus(row["line_status"]), row["line_key"]),
+        start_char=row["start_char"],
+        positions=None
+        if row["position_unit"] is None
+        else window(row["position_unit"], row["units_before"], tuple(row["unit_starts"] or ())),
     )
 
 
@@ -258,4 +265,14 @@ def _stored(row: asyncpg.Record) -> StoredChunk:
 _LINE = (
     "(SELECT status FROM batch_lines WHERE chunk_id = c.id) AS line_status,"
     " (SELECT custom_id FROM batch_lines WHERE chunk_id = c.id) AS line_key"
+)
+
+# Where the chunk starts in its document's text, and the document's unit starts around the chunk: how
+# many start at or before it, and those inside it (never the whole list: a long text has many lines).
+_WINDOW = (
+    "c.start_char, (SELECT position_unit FROM document_texts WHERE document_id = c.document_id) AS position_unit,"
+    " (SELECT count(*) FROM document_texts x, unnest(x.position_starts) u"
+    "   WHERE x.document_id = c.document_id AND u <= c.start_char) AS units_before,"
+    " (SELECT array_agg(u ORDER BY u) FROM document_texts x, unnest(x.position_starts) u"
+    "   WHERE x.document_id = c.document_id AND u > c.start_char AND u < c.end_char) AS unit_starts"
 )
