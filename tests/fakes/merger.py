@@ -10,12 +10,13 @@ from datetime import UTC, datetime
 from docsum_merger.policy import (
     DEFAULT_OPTIONS,
     ChunkState,
+    Cited,
     DocumentState,
     DocumentWithTask,
     TaskWithDocuments,
     with_awaited,
 )
-from docsum_merger.tree import MergeNode
+from docsum_merger.tree import Merged, MergeNode
 from docsum_shared.options import TaskOptions
 from docsum_shared.readmodel.schemas import ChunkProgress, DocumentResult, Recovery, TaskResult, Usage
 from docsum_shared.states import TASK_TAKES_WORK, ChunkStatus, DocumentStatus, TaskStatus
@@ -39,6 +40,7 @@ class StoredTask:
     error: str | None = None
     summary_truncated: bool = False
     merge_failures: int = 0
+    summary_sentences: Cited = None
     updated_at: datetime = field(default_factory=_now)
     last_active_at: datetime = field(default_factory=_now)
 
@@ -61,6 +63,7 @@ class StoredDocument:
     failed_chunks: list[int] = field(default_factory=list)
     truncated_parts: int = 0
     merge_failures: int = 0
+    summary_sentences: Cited = None
 
 
 @dataclass
@@ -101,9 +104,12 @@ class FakeMergeRepository:
         status: DocumentStatus = DocumentStatus.SUMMARIZING,
         chunks: list[ChunkState] | None = None,
         summary: str | None = None,
+        sentences: Cited = None,
     ) -> StoredDocument:
         """A document, with its chunks once it has been cut (its counts follow them)."""
-        self.documents[document_id] = StoredDocument(task_id, filename, position, status, summary=summary)
+        self.documents[document_id] = StoredDocument(
+            task_id, filename, position, status, summary=summary, summary_sentences=sentences
+        )
         if chunks is not None:
             self.chunks[document_id] = []
             self.documents[document_id].chunk_total = len(chunks)
@@ -132,6 +138,7 @@ class FakeMergeRepository:
             d.coverage,
             d.chunk_total,
             d.chunks_completed + d.chunks_failed,
+            d.summary_sentences,
         )
 
     async def load_document(self, document_id: str) -> DocumentWithTask | None:
@@ -147,21 +154,15 @@ class FakeMergeRepository:
         return chunks
 
     async def complete_document(
-        self,
-        document_id: str,
-        summary: str,
-        model: str,
-        coverage: float,
-        failed_chunks: list[int],
-        *,
-        truncated: bool = False,
+        self, document_id: str, merged: Merged, coverage: float, failed_chunks: list[int]
     ) -> None:
         doc = self.documents.get(document_id)
         if doc is None or doc.status not in self.MERGEABLE:
             return
-        doc.status, doc.summary, doc.summary_model = DocumentStatus.COMPLETED, summary, model
+        doc.status, doc.summary, doc.summary_model = DocumentStatus.COMPLETED, merged.text, merged.model
         doc.coverage, doc.failed_chunks = coverage, list(failed_chunks)
-        doc.truncated_parts += int(truncated)
+        doc.truncated_parts += int(merged.truncated)
+        doc.summary_sentences = merged.sentences
 
     async def fail_document(self, document_id: str, error: str) -> None:
         doc = self.documents.get(document_id)
@@ -194,21 +195,16 @@ class FakeMergeRepository:
         docs = with_awaited([self._state(i) for i in self._documents_of(task_id)], task.expected_documents)
         return TaskWithDocuments(task.status, task.title, docs, task.options, task.owner)
 
-    async def finish_task(
-        self,
-        task_id: str,
-        status: TaskStatus,
-        summary: str | None,
-        model: str | None,
-        error: str | None,
-        *,
-        truncated: bool = False,
-    ) -> None:
+    async def finish_task(self, task_id: str, status: TaskStatus, merged: Merged | None, error: str | None) -> None:
         task = self.tasks.get(task_id)
         if task is None or task.status not in self.UNFINISHED_TASK:
             return
-        task.status, task.summary, task.summary_model, task.error = status, summary, model, error
-        task.summary_truncated = truncated
+        task.status, task.error = status, error
+        task.summary = task.summary_model = task.summary_sentences = None
+        task.summary_truncated = False
+        if merged is not None:
+            task.summary, task.summary_model, task.summary_sentences = merged.text, merged.model, merged.sentences
+            task.summary_truncated = merged.truncated
         task.updated_at = task.last_active_at = _now()
 
     async def store_node(self, node: MergeNode) -> None:

@@ -9,12 +9,13 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
-from docsum_merger.policy import DEFAULT_OPTIONS, ChunkState
+from docsum_merger.policy import DEFAULT_OPTIONS, ChunkState, Cited
 from docsum_merger.repository import MergeRepository
 from docsum_merger.settings import MergerSettings
 from docsum_merger.tree import MergeNode
 from docsum_shared.options import TaskOptions
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
+from docsum_shared.summarizers.citations import from_json, to_json
 from tests.repositories.merger import MergerRepositoryContract, new_id
 
 pytestmark = pytest.mark.integration
@@ -58,6 +59,7 @@ class TestMergeRepository(MergerRepositoryContract):
         status: DocumentStatus = DocumentStatus.SUMMARIZING,
         chunks: list[ChunkState] | None = None,
         summary: str | None = None,
+        sentences: Cited = None,
     ) -> str:
         document_id = new_id("doc")
         done = sum(c.status is ChunkStatus.COMPLETED for c in chunks or [])
@@ -65,15 +67,23 @@ class TestMergeRepository(MergerRepositoryContract):
         async with self.pool.acquire() as conn, conn.transaction():
             await conn.execute(
                 "INSERT INTO documents (id, task_id, position, filename, status, summary, chunk_total,"
-                " chunks_completed, chunks_failed) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                " chunks_completed, chunks_failed, summary_sentences) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
                 document_id, task_id, position, filename, status, summary,
-                None if chunks is None else len(chunks), done, failed,
+                None if chunks is None else len(chunks), done, failed, _json(sentences),
             )  # fmt: skip
             await conn.executemany(
-                "INSERT INTO chunks (id, document_id, chunk_index, start_char, end_char, text, status, summary, error)"
-                " VALUES ($1, $2, $3, 0, 1, 'x', $4, $5, $6)",
+                "INSERT INTO chunks (id, document_id, chunk_index, start_char, end_char, text, status, summary, error,"
+                " summary_sentences) VALUES ($1, $2, $3, 0, 1, 'x', $4, $5, $6, $7)",
                 [
-                    (f"{document_id}-c{c.index}", document_id, c.index, c.status, c.summary, c.error)
+                    (
+                        f"{document_id}-c{c.index}",
+                        document_id,
+                        c.index,
+                        c.status,
+                        c.summary,
+                        c.error,
+                        _json(c.sentences),
+                    )
                     for c in chunks or []
                 ],
             )
@@ -81,12 +91,20 @@ class TestMergeRepository(MergerRepositoryContract):
 
     async def stored_nodes(self, scope_id: str) -> list[MergeNode]:
         rows = await self.pool.fetch(
-            "SELECT scope_id, level, position, inputs, cache_key, summary FROM merge_nodes"
+            "SELECT scope_id, level, position, inputs, cache_key, summary, sentences::text FROM merge_nodes"
             " WHERE scope_id = $1 ORDER BY level, position",
             scope_id,
         )
-        return [MergeNode(*r) for r in rows]
+        return [MergeNode(r[0], r[1], r[2], r[3], r[4], r[5], None if r[6] is None else from_json(r[6])) for r in rows]
+
+    async def task_sentences(self, task_id: str) -> Cited:
+        data = await self.pool.fetchval("SELECT summary_sentences::text FROM tasks WHERE id = $1", task_id)
+        return None if data is None else from_json(data)
 
     async def last_active(self, task_id: str) -> datetime:
         active: datetime = await self.pool.fetchval("SELECT last_active_at FROM tasks WHERE id = $1", task_id)
         return active
+
+
+def _json(sentences: Cited) -> str | None:
+    return None if sentences is None else to_json(sentences)

@@ -14,10 +14,11 @@ from abc import ABC, abstractmethod
 from datetime import datetime
 
 from docsum_merger.handlers import Repository
-from docsum_merger.policy import AWAITED, DEFAULT_OPTIONS, ChunkState
-from docsum_merger.tree import MergeNode
+from docsum_merger.policy import AWAITED, DEFAULT_OPTIONS, ChunkState, Cited
+from docsum_merger.tree import Merged, MergeNode
 from docsum_shared.options import TaskOptions
 from docsum_shared.states import TASK_TAKES_WORK, ChunkStatus, DocumentStatus, TaskStatus
+from docsum_shared.summarizers.citations import CitedSentence, Source
 
 NOT_SUMMARIZING = (
     DocumentStatus.CHUNKING,
@@ -33,10 +34,21 @@ def new_id(kind: str) -> str:
     return f"{kind}-{uuid.uuid4().hex[:16]}"
 
 
+# A summary's sentences: one cited, one joining two sources of two documents, one without a page.
+SENTENCES = (
+    CitedSentence("Kafka keeps logs.", (Source("doc-a", 3, 120, 137),), "cited", (0, 17)),
+    CitedSentence("Both agree.", (Source("doc-a", 3, 120, 137), Source("doc-b", None, 0, 40)), "synthesis", (18, 29)),
+)
+
+
 def chunk(index: int, status: ChunkStatus = ChunkStatus.COMPLETED) -> ChunkState:
+    """A chunk; a completed one with its summary's sentences, each citing a range of its own."""
     summary = f"summary {index}" if status is ChunkStatus.COMPLETED else None
     error = f"error {index}" if status is ChunkStatus.FAILED else None
-    return ChunkState(index, status, summary, error)
+    sentences = None
+    if summary is not None:
+        sentences = (CitedSentence(summary, (Source("doc", index + 1, 10 * index, 10 * index + 9),), "cited", (0, 9)),)
+    return ChunkState(index, status, summary, error, sentences)
 
 
 class MergerRepositoryContract(ABC):
@@ -66,12 +78,17 @@ class MergerRepositoryContract(ABC):
         status: DocumentStatus = DocumentStatus.SUMMARIZING,
         chunks: list[ChunkState] | None = None,
         summary: str | None = None,
+        sentences: Cited = None,
     ) -> str:
         """A new document of the task, with its chunks once it is cut (its counts follow them); its id."""
 
     @abstractmethod
     async def stored_nodes(self, scope_id: str) -> list[MergeNode]:
         """The merge nodes kept for the scope, by level and position (the repository only writes them)."""
+
+    @abstractmethod
+    async def task_sentences(self, task_id: str) -> Cited:
+        """The sentences stored with the task's summary (no load of the merger returns them)."""
 
     @abstractmethod
     async def last_active(self, task_id: str) -> datetime:
@@ -115,23 +132,27 @@ class MergerRepositoryContract(ABC):
         options = TaskOptions(length="brief")
         task = await self.given_task(title="Q3", options=options, owner="bob", expected_documents=3)
         second = await self.given_document(task, filename="b.txt", position=1)
-        first = await self.given_document(task, filename="a.txt", position=0, status=DocumentStatus.COMPLETED)
+        first = await self.given_document(
+            task, filename="a.txt", position=0, status=DocumentStatus.COMPLETED, summary="s", sentences=SENTENCES
+        )
         loaded = await self.repo.load_task(task)
         assert loaded is not None
         assert loaded.status is TaskStatus.PROCESSING and loaded.title == "Q3"
         assert loaded.options == options and loaded.owner == "bob"
         assert [d.id for d in loaded.documents[:2]] == [first, second]
         assert loaded.documents[0].status is DocumentStatus.COMPLETED and loaded.documents[2] == AWAITED
+        assert loaded.documents[0].sentences == SENTENCES and loaded.documents[1].sentences is None
         assert await self.repo.load_task(new_id("task")) is None
 
     # --- a document's end ----------------------------------------------------------------------
 
     async def test_a_document_is_completed_with_its_summary(self) -> None:
         doc = await self.a_document()
-        await self.repo.complete_document(doc, "the summary", "model-1", 0.5, [1], truncated=True)
+        await self.repo.complete_document(doc, Merged("the summary", "model-1", True, SENTENCES), 0.5, [1])
         loaded = await self.repo.load_document(doc)
         assert loaded is not None and loaded.document.status is DocumentStatus.COMPLETED
         assert loaded.document.summary == "the summary" and loaded.document.coverage == 0.5
+        assert loaded.document.sentences == SENTENCES
 
     async def test_a_document_is_failed_with_its_error(self) -> None:
         doc = await self.a_document()
@@ -144,14 +165,14 @@ class MergerRepositoryContract(ABC):
         for status in NOT_SUMMARIZING:
             doc = await self.a_document(status)
             before = await self.repo.load_document(doc)
-            await self.repo.complete_document(doc, "late", "model-1", 1.0, [])
+            await self.repo.complete_document(doc, Merged("late", "model-1"), 1.0, [])
             await self.repo.fail_document(doc, "late")
             assert await self.repo.load_document(doc) == before, status
 
     async def test_a_document_ends_once_whatever_comes_after(self) -> None:
         doc = await self.a_document()
-        await self.repo.complete_document(doc, "first", "model-1", 1.0, [])
-        await self.repo.complete_document(doc, "second", "model-2", 0.5, [0])
+        await self.repo.complete_document(doc, Merged("first", "model-1"), 1.0, [])
+        await self.repo.complete_document(doc, Merged("second", "model-2"), 0.5, [0])
         await self.repo.fail_document(doc, "too late")
         loaded = await self.repo.load_document(doc)
         assert loaded is not None and loaded.document.status is DocumentStatus.COMPLETED
@@ -177,35 +198,36 @@ class MergerRepositoryContract(ABC):
         for status in TASK_TAKES_WORK:
             task = await self.given_task(status=status)
             await self.given_document(task, status=DocumentStatus.COMPLETED, summary="one")
-            await self.repo.finish_task(
-                task, TaskStatus.COMPLETED_WITH_ERRORS, "all", "model-1", "1 of 2 failed", truncated=True
-            )
+            merged = Merged("all", "model-1", True, SENTENCES)
+            await self.repo.finish_task(task, TaskStatus.COMPLETED_WITH_ERRORS, merged, "1 of 2 failed")
             result = await self.repo.task_result(task)
             assert result is not None and result.status == TaskStatus.COMPLETED_WITH_ERRORS, status
             assert result.summary == "all" and result.error == "1 of 2 failed" and result.truncated
+            assert await self.task_sentences(task) == SENTENCES
 
     async def test_a_held_or_final_task_is_not_finished(self) -> None:
         for status in TAKES_NO_WORK:
             task = await self.given_task(status=status)
-            await self.repo.finish_task(task, TaskStatus.COMPLETED, "late", "model-1", None)
+            await self.repo.finish_task(task, TaskStatus.COMPLETED, Merged("late", "model-1"), None)
             loaded, result = await self.repo.load_task(task), await self.repo.task_result(task)
             assert loaded is not None and loaded.status is status, status
             assert result is not None and result.summary is None, status
 
     async def test_a_task_finishes_once(self) -> None:
         task = await self.given_task()
-        await self.repo.finish_task(task, TaskStatus.COMPLETED, "first", "model-1", None)
-        await self.repo.finish_task(task, TaskStatus.FAILED, None, None, "second")
+        await self.repo.finish_task(task, TaskStatus.COMPLETED, Merged("first", "model-1"), None)
+        await self.repo.finish_task(task, TaskStatus.FAILED, None, "second")
         result = await self.repo.task_result(task)
         assert result is not None and result.status == TaskStatus.COMPLETED
         assert result.summary == "first" and result.error is None
+        assert await self.task_sentences(task) is None  # a summary stored without them
 
     async def test_a_tasks_result_lists_its_documents_in_order_with_their_progress(self) -> None:
         task = await self.given_task()
         chunks = [chunk(0), chunk(1, ChunkStatus.FAILED), chunk(2, ChunkStatus.SUMMARIZING)]
         second = await self.given_document(task, filename="b.txt", position=1, chunks=chunks)
         first = await self.given_document(task, filename="a.txt", position=0, chunks=[chunk(0)])
-        await self.repo.complete_document(first, "one", "model-1", 1.0, [])
+        await self.repo.complete_document(first, Merged("one", "model-1"), 1.0, [])
         result = await self.repo.task_result(task)
         assert result is not None and result.status == TaskStatus.PROCESSING and not result.truncated
         assert [(d.document_id, d.filename) for d in result.documents] == [(first, "a.txt"), (second, "b.txt")]
@@ -220,12 +242,12 @@ class MergerRepositoryContract(ABC):
         scope = new_id("doc")
         await self.repo.store_node(MergeNode(scope, 0, 1, 3, "k01", "b"))
         await self.repo.store_node(MergeNode(scope, 0, 0, 4, "k00", "a"))
-        await self.repo.store_node(MergeNode(scope, 1, 0, 2, "k10", "ab"))
-        await self.repo.store_node(MergeNode(scope, 0, 0, 2, "k00-replanned", "a, smaller"))
+        await self.repo.store_node(MergeNode(scope, 1, 0, 2, "k10", "ab", SENTENCES))
+        await self.repo.store_node(MergeNode(scope, 0, 0, 2, "k00-replanned", "a, smaller", SENTENCES[:1]))
         assert await self.stored_nodes(scope) == [
-            MergeNode(scope, 0, 0, 2, "k00-replanned", "a, smaller"),
+            MergeNode(scope, 0, 0, 2, "k00-replanned", "a, smaller", SENTENCES[:1]),
             MergeNode(scope, 0, 1, 3, "k01", "b"),
-            MergeNode(scope, 1, 0, 2, "k10", "ab"),
+            MergeNode(scope, 1, 0, 2, "k10", "ab", SENTENCES),
         ]
         assert await self.stored_nodes(new_id("doc")) == []
 

@@ -108,7 +108,7 @@ def test_merger_waits_for_every_chunk_then_merges_in_order() -> None:
     decision = decide_document(doc, chunks)
     assert isinstance(decision, MergeChunks) and decision.request is not None
     assert decision.request.kind is SummaryKind.DOCUMENT and decision.request.texts == ("first", "second")
-    assert decide_document(doc, chunks[1:]) == MergeChunks(None, "first")
+    assert decide_document(doc, chunks[1:]) == MergeChunks(None, "first", cited=(None,))
 
 
 def test_merger_summarizes_what_it_can_and_says_what_is_missing() -> None:

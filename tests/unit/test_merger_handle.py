@@ -8,15 +8,17 @@ from dataclasses import dataclass, field
 import pytest
 
 from docsum_merger.handlers import Deps, handle
-from docsum_merger.policy import ChunkState
+from docsum_merger.policy import ChunkState, Cited
 from docsum_merger.settings import MergerSettings
 from docsum_shared.errors import Poison, ProviderUnavailable, RequestRefused
 from docsum_shared.events import ChunkSummarized, DocumentMerged, DocumentOutcome, TaskEvent, TaskFinished
 from docsum_shared.options import TaskOptions
 from docsum_shared.retry import Backoff
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
-from docsum_shared.summarizers.base import SummaryRequest, SummaryResult
+from docsum_shared.summarizers.base import SummaryKind, SummaryRequest, SummaryResult
 from docsum_shared.summarizers.cache import CallContext
+from docsum_shared.summarizers.citations import check_sources, chunk_sentences
+from docsum_shared.summarizers.extractive import ExtractiveBackend
 from tests.documents import english_prose
 from tests.fakes.llm import FakeLLM
 from tests.fakes.merger import FakeMergeRepository
@@ -182,3 +184,63 @@ async def test_only_a_final_status_that_still_holds_publishes_a_result() -> None
     assert await handle(TaskEvent(task_id="t", status=TaskStatus.FAILED), _deps(repo, FakeLLM())) == []
     with pytest.raises(Poison):
         await handle(TaskEvent(task_id="x", status=TaskStatus.CANCELLED), _deps(repo, FakeLLM()))
+
+
+def _cut(text: str, size: int) -> list[tuple[int, str]]:
+    """`text` in consecutive pieces of about `size` characters, cut after a sentence: (start, piece)."""
+    pieces, start = [], 0
+    while start < len(text):
+        end = text.find(". ", start + size)
+        end = len(text) if end < 0 else end + 1
+        pieces.append((start, text[start:end]))
+        start = end
+    return pieces
+
+
+async def test_sources_are_carried_from_the_chunks_through_every_merge_to_the_task() -> None:
+    backend = ExtractiveBackend()
+    texts = {"d": english_prose(9_000, seed=21), "e": english_prose(9_000, seed=22)}
+    repo = FakeMergeRepository()
+    repo.add_task("t")
+    for position, (document_id, text) in enumerate(texts.items()):
+        chunks = []
+        for index, (start, piece) in enumerate(_cut(text, 700)):
+            result = backend.summarize_sync(SummaryRequest(SummaryKind.CHUNK, (piece,)))
+            sentences = chunk_sentences(result, document_id, start, None)
+            chunks.append(ChunkState(index, ChunkStatus.COMPLETED, result.text, None, sentences))
+        repo.add_document(document_id, "t", filename=f"{document_id}.txt", position=position, chunks=chunks)
+    llm = FakeLLM(answer=backend.summarize_sync, window=600)
+    for document_id in texts:
+        event = ChunkSummarized(task_id="t", document_id=document_id, chunk_id=f"{document_id}-c", chunk_index=0)
+        await handle(event, _deps(repo, llm))
+    assert repo.nodes and {scope for scope, level, _ in repo.nodes if level > 0} == set(texts)  # trees of 2+ levels
+    [out] = await handle(
+        DocumentMerged(task_id="t", document_id="e", outcome=DocumentOutcome.COMPLETED), _deps(repo, llm)
+    )
+    assert isinstance(out, TaskEvent) and repo.tasks["t"].status is TaskStatus.COMPLETED
+    summaries: list[tuple[str | None, Cited]] = [
+        *((d.summary, d.summary_sentences) for d in repo.documents.values()),
+        *((n.summary, n.sentences) for n in repo.nodes.values()),
+        (repo.tasks["t"].summary, repo.tasks["t"].summary_sentences),
+    ]
+    for summary, cited in summaries:
+        assert summary and cited, summary
+        for sentence in cited:
+            assert sentence.support == "cited" and check_sources(sentence, texts), sentence
+            assert summary[sentence.at[0] : sentence.at[1]] == sentence.text
+    cited_documents = {s.document_id for sentence in repo.tasks["t"].summary_sentences or () for s in sentence.sources}
+    assert cited_documents == set(texts)  # the task's summary quotes both documents
+
+
+async def test_a_merge_over_chunks_whose_sentences_are_unknown_labels_its_sentences_synthesis_without_sources() -> None:
+    backend = ExtractiveBackend()
+    repo, llm = _repo(chunks=3, summary_chars=600), FakeLLM(answer=backend.summarize_sync)  # no chunk sentences
+    await handle(SUMMARIZED, _deps(repo, llm))
+    sentences = repo.documents["d"].summary_sentences
+    assert sentences and all(s.support == "synthesis" and not s.sources for s in sentences)
+
+
+async def test_a_backend_that_says_nothing_of_its_sentences_stores_none() -> None:
+    repo, llm = _repo(), FakeLLM()  # its answers have no sentences
+    await handle(SUMMARIZED, _deps(repo, llm))
+    assert repo.documents["d"].status is DocumentStatus.COMPLETED and repo.documents["d"].summary_sentences is None

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from docsum_merger.policy import DEFAULT_OPTIONS, ChunkState
+from docsum_merger.policy import DEFAULT_OPTIONS, ChunkState, Cited
 from docsum_merger.tree import MergeNode
 from docsum_shared.options import TaskOptions
 from docsum_shared.states import DocumentStatus, TaskStatus
@@ -45,12 +45,23 @@ class TestFakeMergeRepository(MergerRepositoryContract):
         status: DocumentStatus = DocumentStatus.SUMMARIZING,
         chunks: list[ChunkState] | None = None,
         summary: str | None = None,
+        sentences: Cited = None,
     ) -> str:
         document_id = new_id("doc")
         self.fake.add_document(
-            document_id, task_id, filename=filename, position=position, status=status, chunks=chunks, summary=summary
+            document_id,
+            task_id,
+            filename=filename,
+            position=position,
+            status=status,
+            chunks=chunks,
+            summary=summary,
+            sentences=sentences,
         )
         return document_id
+
+    async def task_sentences(self, task_id: str) -> Cited:
+        return self.fake.tasks[task_id].summary_sentences
 
     async def stored_nodes(self, scope_id: str) -> list[MergeNode]:
         return [node for key, node in sorted(self.fake.nodes.items()) if key[0] == scope_id]

@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from docsum_shared.errors import Fail, ItemFailed, Kind, LLMError, classify
@@ -31,6 +31,7 @@ from docsum_shared.summarizers.cache import CallContext
 from . import tree
 from .policy import (
     ChunkState,
+    Cited,
     DocumentWithTask,
     TaskWithDocuments,
     chunks_all_final,
@@ -39,6 +40,7 @@ from .policy import (
     with_failed_merge,
 )
 from .settings import MergerSettings
+from .tree import Merged
 
 log = logging.getLogger("docsum_merger")
 
@@ -49,29 +51,13 @@ class Repository(Protocol):
     async def load_document(self, document_id: str) -> DocumentWithTask | None: ...
     async def load_chunks(self, document_id: str) -> list[ChunkState]: ...
     async def complete_document(
-        self,
-        document_id: str,
-        summary: str,
-        model: str,
-        coverage: float,
-        failed_chunks: list[int],
-        *,
-        truncated: bool = False,
+        self, document_id: str, merged: Merged, coverage: float, failed_chunks: list[int]
     ) -> None: ...
     async def fail_document(self, document_id: str, error: str) -> None: ...
     async def record_document_merge_failure(self, document_id: str) -> int: ...
     async def record_task_merge_failure(self, task_id: str) -> int: ...
     async def load_task(self, task_id: str) -> TaskWithDocuments | None: ...
-    async def finish_task(
-        self,
-        task_id: str,
-        status: TaskStatus,
-        summary: str | None,
-        model: str | None,
-        error: str | None,
-        *,
-        truncated: bool = False,
-    ) -> None: ...
+    async def finish_task(self, task_id: str, status: TaskStatus, merged: Merged | None, error: str | None) -> None: ...
     async def store_node(self, node: tree.MergeNode) -> None: ...
     async def touch_task(self, task_id: str) -> None: ...
     async def task_result(self, task_id: str) -> TaskResult | None: ...
@@ -112,21 +98,19 @@ async def merge_document(event: ChunkSummarized, deps: Deps) -> list[Event]:
             await deps.repo.fail_document(doc.id, decision.error)
         else:
             try:
-                truncated = False
                 if decision.request is None:
-                    summary, model = decision.single_summary or "", deps.llm.model
+                    merged = Merged(decision.single_summary or "", deps.llm.model, sentences=decision.cited[0])
                 else:
-                    summary, model, truncated = await _merged(
+                    merged = await _merged(
                         decision.request,
+                        decision.cited,
                         CallContext(event.task_id, doc.id, owner=loaded.owner, mode=loaded.options.mode),
                         f"document {doc.id}",
                         lambda: deps.repo.record_document_merge_failure(doc.id),
                         deps,
                     )
-                coverage, failed = decision.coverage, list(decision.failed_indexes)
-                await deps.repo.complete_document(
-                    doc.id, summary + decision.note(), model, coverage, failed, truncated=truncated
-                )
+                merged = replace(merged, text=merged.text + decision.note())  # after the sentences: none cites it
+                await deps.repo.complete_document(doc.id, merged, decision.coverage, list(decision.failed_indexes))
             except ItemFailed as exc:
                 await deps.repo.fail_document(doc.id, f"the document's summary could not be made: {exc}")
         log.info("document %s finished (%d chunk rows read so far)", doc.id, deps.repo.chunk_rows_read)
@@ -147,11 +131,12 @@ async def finish_task(event: DocumentMerged, deps: Deps) -> list[Event]:
         decision = decide_task(task.title, task.documents, task.options)
         if decision is None:
             return []  # a document is still unfinished
-        summary, model, truncated = decision.summary, deps.llm.model, False
+        merged = None
         if decision.request is not None:
             try:
-                summary, model, truncated = await _merged(
+                merged = await _merged(
                     decision.request,
+                    decision.cited,
                     CallContext(event.task_id, owner=task.owner, mode=task.options.mode),
                     f"task {event.task_id}",
                     lambda: deps.repo.record_task_merge_failure(event.task_id),
@@ -159,8 +144,9 @@ async def finish_task(event: DocumentMerged, deps: Deps) -> list[Event]:
                 )
             except ItemFailed as exc:
                 decision = with_failed_merge(decision, str(exc))
-                summary = None
-        await deps.repo.finish_task(event.task_id, decision.status, summary, model, decision.error, truncated=truncated)
+        elif decision.summary is not None:
+            merged = Merged(decision.summary, deps.llm.model, sentences=decision.cited[0])
+        await deps.repo.finish_task(event.task_id, decision.status, merged, decision.error)
         log.info("task %s finished: %s", event.task_id, decision.status)
         status = required(await deps.repo.load_task(event.task_id), f"task {event.task_id}").status
     return [event.next(TaskEvent, status=status)]
@@ -178,14 +164,15 @@ async def publish_result(event: TaskEvent, deps: Deps) -> list[Event]:
 
 async def _merged(
     request: SummaryRequest,
+    children: Sequence[Cited],
     context: CallContext,
     what: str,
     record_failure: Callable[[], Awaitable[int]],
     deps: Deps,
-) -> tuple[str, str, bool]:
-    """The merged summary of `what` ("document <id>" or "task <id>"), its model and whether it was cut;
-    ItemFailed when the provider refused it or kept failing. While it runs, the task counts as active:
-    reconcile does not re-drive a task whose merge is making (slow) progress."""
+) -> Merged:
+    """The merged summary of `what` ("document <id>" or "task <id>") from `request`'s texts, whose
+    sentences are `children`; ItemFailed when the provider refused it or kept failing. While it runs,
+    the task counts as active: reconcile does not re-drive a task whose merge is making (slow) progress."""
     scope_id = what.rpartition(" ")[2]
     limits = for_merges(deps.settings.llm_max_attempts, deps.backoff)
 
@@ -205,8 +192,7 @@ async def _merged(
 
     bounded = await deps.llm.bounded(request)
     async with _active(context.task_id, deps):
-        result = await retry_until(lambda: tree.merge(deps.llm, deps.repo, bounded, context, scope_id), decide)
-    return result.text, result.model, result.truncated
+        return await retry_until(lambda: tree.merge(deps.llm, deps.repo, bounded, context, scope_id, children), decide)
 
 
 @contextlib.asynccontextmanager

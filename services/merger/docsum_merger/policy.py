@@ -12,6 +12,11 @@ from docsum_shared.errors import Fail
 from docsum_shared.options import TaskOptions
 from docsum_shared.states import CHUNK_FINAL, DOCUMENT_FINAL, ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
+from docsum_shared.summarizers.citations import CitedSentence
+
+# A stored summary's sentences with their sources; None where they are not known (a summary stored
+# before they were kept, or by a backend that does not say where its sentences come from).
+Cited = tuple[CitedSentence, ...] | None
 
 DEFAULT_OPTIONS = TaskOptions()
 
@@ -22,6 +27,7 @@ class ChunkState:
     status: ChunkStatus
     summary: str | None
     error: str | None
+    sentences: Cited = None
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,7 @@ class DocumentState:
     coverage: float | None = None  # below 1: summarized from some of its parts (others failed for good)
     chunk_total: int | None = None  # None until the document is cut
     chunks_final: int = 0  # COMPLETED or FAILED, counted as each chunk gets there
+    sentences: Cited = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,8 @@ class MergeChunks:
     single_summary: str | None = None
     coverage: float = 1.0  # the share of the document's chunks that the summary covers
     failed_indexes: tuple[int, ...] = ()
+    # The sentences of each text of the request (of the single summary, when there is no request).
+    cited: tuple[Cited, ...] = ()
 
     def note(self) -> str:
         """What a partial summary says about itself."""
@@ -100,10 +109,11 @@ def decide_document(
         )
     coverage = len(done) / len(chunks)
     failed_indexes = tuple(c.index for c in failed)
+    cited = tuple(c.sentences for c in done)
     if len(done) == 1:
-        return MergeChunks(None, done[0].summary or "", coverage, failed_indexes)
+        return MergeChunks(None, done[0].summary or "", coverage, failed_indexes, cited)
     request = SummaryRequest(kind=SummaryKind.DOCUMENT, texts=tuple(c.summary or "" for c in done), title=doc.filename)
-    return MergeChunks(request.asked(options), None, coverage, failed_indexes)
+    return MergeChunks(request.asked(options), None, coverage, failed_indexes, cited)
 
 
 # --- task stage -----------------------------------------------------------------------------------
@@ -115,6 +125,8 @@ class FinishTask:
     request: SummaryRequest | None  # None: no merge needed (one document, or none completed)
     summary: str | None  # the summary when no merge is needed
     error: str | None
+    # The sentences of each text of the request (of the summary, when there is no request).
+    cited: tuple[Cited, ...] = ()
 
 
 def with_awaited(docs: list[DocumentState], expected: int | None) -> list[DocumentState]:
@@ -146,15 +158,16 @@ def decide_task(
     if partial:
         problems.append(f"{len(partial)} of {len(docs)} documents summarized in part")
     error = "; ".join(problems) or None
+    cited = tuple(d.sentences for d in completed)
     if len(completed) == 1:
-        return FinishTask(status, None, completed[0].summary, error)
+        return FinishTask(status, None, completed[0].summary, error, cited)
     request = SummaryRequest(
         kind=SummaryKind.TASK,
         texts=tuple(d.summary or "" for d in completed),
         title=title or "",
         labels=tuple(d.filename for d in completed),
     )
-    return FinishTask(status, request.asked(options), None, error)
+    return FinishTask(status, request.asked(options), None, error, cited)
 
 
 def with_failed_merge(decision: FinishTask, error: str) -> FinishTask:

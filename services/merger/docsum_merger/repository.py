@@ -9,11 +9,12 @@ from docsum_shared.options import TaskOptions
 from docsum_shared.readmodel import views
 from docsum_shared.readmodel.schemas import TaskResult
 from docsum_shared.states import TASK_TAKES_WORK, ChunkStatus, DocumentStatus, TaskStatus
+from docsum_shared.summarizers.citations import from_json, to_json
 from docsum_shared.summarizers.prompts import PROMPT_VERSION
 
-from .policy import ChunkState, DocumentState, DocumentWithTask, TaskWithDocuments, with_awaited
+from .policy import ChunkState, Cited, DocumentState, DocumentWithTask, TaskWithDocuments, with_awaited
 from .settings import MergerSettings
-from .tree import MergeNode
+from .tree import Merged, MergeNode
 
 MERGEABLE = [DocumentStatus.SUMMARIZING]  # a document whose chunks are being (or have been) summarized
 UNFINISHED_TASK = list(TASK_TAKES_WORK)
@@ -29,11 +30,21 @@ def _document(row: asyncpg.Record) -> DocumentState:
         row["coverage"],
         row["chunk_total"],
         row["chunks_completed"] + row["chunks_failed"],
+        _cited(row["summary_sentences"]),
     )
 
 
+def _cited(data: str | None) -> Cited:
+    return None if data is None else from_json(data)
+
+
+def _json(sentences: Cited) -> str | None:
+    return None if sentences is None else to_json(sentences)
+
+
 _DOCUMENT = (
-    "d.id, d.filename, d.status, d.summary, d.error, d.coverage, d.chunk_total, d.chunks_completed, d.chunks_failed"
+    "d.id, d.filename, d.status, d.summary, d.error, d.coverage, d.chunk_total, d.chunks_completed, d.chunks_failed,"
+    " d.summary_sentences::text"
 )
 
 
@@ -56,28 +67,28 @@ class MergeRepository:
 
     async def load_chunks(self, document_id: str) -> list[ChunkState]:
         rows = await self.pool.fetch(
-            "SELECT chunk_index, status, summary, error FROM chunks WHERE document_id = $1 ORDER BY chunk_index",
+            "SELECT chunk_index, status, summary, error, summary_sentences::text FROM chunks"
+            " WHERE document_id = $1 ORDER BY chunk_index",
             document_id,
         )
         self.chunk_rows_read += len(rows)
-        return [ChunkState(r["chunk_index"], ChunkStatus(r["status"]), r["summary"], r["error"]) for r in rows]
+        return [
+            ChunkState(
+                r["chunk_index"], ChunkStatus(r["status"]), r["summary"], r["error"], _cited(r["summary_sentences"])
+            )
+            for r in rows
+        ]
 
     async def complete_document(
-        self,
-        document_id: str,
-        summary: str,
-        model: str,
-        coverage: float,
-        failed_chunks: list[int],
-        *,
-        truncated: bool = False,
+        self, document_id: str, merged: Merged, coverage: float, failed_chunks: list[int]
     ) -> None:
         await self.pool.execute(
             "UPDATE documents SET status = $7, summary = $2, summary_model = $3, summary_prompt_version = $4,"
-            " coverage = $5, failed_chunks = $6, truncated_parts = truncated_parts + $9::int, updated_at = now()"
+            " coverage = $5, failed_chunks = $6, truncated_parts = truncated_parts + $9::int,"
+            " summary_sentences = $10::jsonb, updated_at = now()"
             " WHERE id = $1 AND status = ANY($8::text[])",
-            document_id, summary, model, PROMPT_VERSION, coverage, failed_chunks, DocumentStatus.COMPLETED, MERGEABLE,
-            int(truncated),
+            document_id, merged.text, merged.model, PROMPT_VERSION, coverage, failed_chunks, DocumentStatus.COMPLETED,
+            MERGEABLE, int(merged.truncated), _json(merged.sentences),
         )  # fmt: skip
 
     async def fail_document(self, document_id: str, error: str) -> None:
@@ -115,22 +126,15 @@ class MergeRepository:
         docs = with_awaited([_document(r) for r in rows], task["expected_documents"])
         return TaskWithDocuments(TaskStatus(task["status"]), task["title"], docs, options, task["owner"])
 
-    async def finish_task(
-        self,
-        task_id: str,
-        status: TaskStatus,
-        summary: str | None,
-        model: str | None,
-        error: str | None,
-        *,
-        truncated: bool = False,
-    ) -> None:
+    async def finish_task(self, task_id: str, status: TaskStatus, merged: Merged | None, error: str | None) -> None:
+        """The task final with its summary (None: no summary, e.g. every document failed)."""
         moved = await self.pool.fetchrow(
             "UPDATE tasks SET status = $2, summary = $3, summary_model = $4, error = $5, summary_prompt_version = $6,"
-            " summary_truncated = $8, updated_at = now(), last_active_at = now()"
+            " summary_truncated = $8, summary_sentences = $9::jsonb, updated_at = now(), last_active_at = now()"
             " WHERE id = $1 AND status = ANY($7::text[])"
             " RETURNING extract(epoch FROM now() - recovering_since)::float8 AS recovery_s",
-            task_id, status, summary, model, error, PROMPT_VERSION, UNFINISHED_TASK, truncated,
+            task_id, status, merged and merged.text, merged and merged.model, error, PROMPT_VERSION, UNFINISHED_TASK,
+            bool(merged and merged.truncated), _json(merged.sentences) if merged else None,
         )  # fmt: skip
         if moved is not None and moved["recovery_s"] is not None:  # it got here through a recovery
             recovered = status in (TaskStatus.COMPLETED, TaskStatus.COMPLETED_WITH_ERRORS)
@@ -140,10 +144,12 @@ class MergeRepository:
     async def store_node(self, node: MergeNode) -> None:
         """One finished node of a hierarchical merge (its answer is in the result cache as well)."""
         await self.pool.execute(
-            "INSERT INTO merge_nodes (scope_id, level, position, inputs, cache_key, summary)"
-            " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (scope_id, level, position) DO UPDATE"
-            " SET inputs = EXCLUDED.inputs, cache_key = EXCLUDED.cache_key, summary = EXCLUDED.summary",
+            "INSERT INTO merge_nodes (scope_id, level, position, inputs, cache_key, summary, sentences)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb) ON CONFLICT (scope_id, level, position) DO UPDATE"
+            " SET inputs = EXCLUDED.inputs, cache_key = EXCLUDED.cache_key, summary = EXCLUDED.summary,"
+            " sentences = EXCLUDED.sentences",
             node.scope_id, node.level, node.position, node.inputs, node.cache_key, node.summary,
+            _json(node.sentences),
         )  # fmt: skip
 
     async def touch_task(self, task_id: str) -> None:

@@ -5,11 +5,16 @@ merge node); the results are merged the same way, level by level, until one requ
 costs at most the nodes in flight: every finished node's request is answered from the result cache
 on the way back up. It always ends: a level that cannot pair any two texts is trimmed to fit in one
 request. A refusal as too long lowers the endpoint's budget and the merge is planned again under it.
+
+Each node's sentences take their sources from the sentences of the texts it merged
+(`citations.merged_sentences`), so the top's sentences resolve down to ranges of the documents. An
+answer from the cache keeps its sentences: a resumed tree maps them as the first run did.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -17,6 +22,9 @@ from docsum_shared.errors import ContextLimitExceeded, ItemFailed
 from docsum_shared.summarizers.base import SummaryRequest, SummaryResult
 from docsum_shared.summarizers.budget import TokenCalibration, fits, group_to_fit, next_level, part_of, trim_to_fit
 from docsum_shared.summarizers.cache import CallContext
+from docsum_shared.summarizers.citations import merged_sentences
+
+from .policy import Cited
 
 # Each refusal lowers the budget, so this only bounds a provider that refuses whatever it is sent.
 MAX_REPLANS = 8
@@ -32,6 +40,26 @@ class MergeNode:
     inputs: int  # how many texts the group merged
     cache_key: str  # where its answer is in the result cache
     summary: str
+    sentences: Cited = None
+
+
+@dataclass(frozen=True)
+class Merged:
+    """A merge's outcome as stored: its summary, and the summary's sentences with their sources."""
+
+    text: str
+    model: str
+    truncated: bool = False
+    sentences: Cited = None
+
+
+def cited(result: SummaryResult, children: Sequence[Cited]) -> Cited:
+    """`result`'s sentences with the sources of the sentences of the texts it merged (`children[i]`: of
+    text i); None when the backend did not say where its sentences come from. A text whose sentences
+    are not known gives none: what rests on it is a synthesis without sources."""
+    if not result.sentences and result.text:
+        return None
+    return merged_sentences(result, [c or () for c in children])
 
 
 class Nodes(Protocol):
@@ -69,13 +97,24 @@ class _Refused(Exception):
 
 
 async def merge(
-    llm: LLM, nodes: Nodes, request: SummaryRequest, context: CallContext, scope_id: str, *, parallel: int = 4
-) -> SummaryResult:
-    """The merged summary of `request`'s texts, within the endpoint's budget. ItemFailed when the
-    provider refuses even what cannot be made any smaller."""
+    llm: LLM,
+    nodes: Nodes,
+    request: SummaryRequest,
+    context: CallContext,
+    scope_id: str,
+    children: Sequence[Cited],
+    *,
+    parallel: int = 4,
+) -> Merged:
+    """The merged summary of `request`'s texts (whose sentences are `children`, one per text), within
+    the endpoint's budget. ItemFailed when the provider refuses even what cannot be made any smaller."""
+    if len(children) != len(request.texts):
+        raise ValueError(f"{len(children)} texts' sentences for a merge of {len(request.texts)}")
     for _ in range(MAX_REPLANS):
         try:
-            return await _merge_under(await llm.budget(), llm, nodes, request, context, scope_id, parallel)
+            return await _merge_under(
+                await llm.budget(), llm, nodes, request, tuple(children), context, scope_id, parallel
+            )
         except _Refused as refused:
             if not await llm.learn(refused.refusal, refused.request):
                 raise ItemFailed(
@@ -91,10 +130,11 @@ async def _merge_under(
     llm: LLM,
     nodes: Nodes,
     request: SummaryRequest,
+    children: tuple[Cited, ...],
     context: CallContext,
     scope_id: str,
     parallel: int,
-) -> SummaryResult:
+) -> Merged:
     slots = asyncio.Semaphore(parallel)
     calibration = llm.calibration
 
@@ -106,12 +146,14 @@ async def _merge_under(
         except ContextLimitExceeded as refusal:
             raise _Refused(refusal, part) from refusal
 
-    async def node(level: int, position: int, part: SummaryRequest, inputs: int) -> str:
+    async def node(level: int, position: int, part: SummaryRequest, below: tuple[Cited, ...]) -> tuple[str, Cited]:
         if budget is not None and not fits(part, budget, calibration):
-            part = trim_to_fit(part, budget, calibration)
+            part = trim_to_fit(part, budget, calibration)  # cuts each text's end: what is kept stays where it was
         result = await call(part)
-        await nodes.store_node(MergeNode(scope_id, level, position, inputs, llm.cache_key(part, context), result.text))
-        return result.text
+        sentences = cited(result, below)
+        key = llm.cache_key(part, context)
+        await nodes.store_node(MergeNode(scope_id, level, position, len(below), key, result.text, sentences))
+        return result.text, sentences
 
     level = 0
     while budget is not None and not fits(request, budget, calibration):
@@ -119,14 +161,19 @@ async def _merge_under(
         if len(groups) == len(request.texts) and level > 0:
             break  # nothing pairs up any more: trim below and finish in one request
         results = await asyncio.gather(
-            *(node(level, i, part_of(request, start, end), end - start) for i, (start, end) in enumerate(groups))
+            *(
+                node(level, i, part_of(request, start, end), children[start:end])
+                for i, (start, end) in enumerate(groups)
+            )
         )
-        request = next_level(request, list(results))
+        request = next_level(request, [text for text, _ in results])
+        children = tuple(sentences for _, sentences in results)
         level += 1
     if budget is not None and not fits(request, budget, calibration):
         request = trim_to_fit(request, budget, calibration)
     result = await call(request)
+    sentences = cited(result, children)
     if level > 0:
         key = llm.cache_key(request, context)
-        await nodes.store_node(MergeNode(scope_id, level, 0, len(request.texts), key, result.text))
-    return result
+        await nodes.store_node(MergeNode(scope_id, level, 0, len(request.texts), key, result.text, sentences))
+    return Merged(result.text, result.model, result.truncated, sentences)
