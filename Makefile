@@ -32,7 +32,7 @@ observe: up
 # Starts PostgreSQL and Kafka for the suite and stops afterwards whichever of them it started.
 test: setup deploy-tools
 	scripts/chromium.sh >/dev/null  # the web page's browser test drives Debian's Chromium
-	scripts/stack.sh with-infra .venv/bin/pytest -q
+	scripts/stack.sh with-infra .venv/bin/pytest -q --durations=30  # the slowest, for keeping the suite short
 
 test-unit: setup deploy-tools
 	.venv/bin/pytest -q tests/unit

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .client import KeyAdmin, OwnerClient
+from .footnotes import printable
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True)
@@ -134,10 +135,13 @@ def _show_task(task: dict[str, Any]) -> None:
     for d in task["documents"]:
         if d.get("summary"):
             out.rule(f"[bold]{d['filename']}[/]")
-            out.print(d["summary"])
-    if task.get("summary") or task.get("error"):
+            out.print(printable(d["summary"], d.get("sentences")), markup=False)
+    if task.get("summary"):
         out.rule("[bold]Task summary[/]")
-        out.print(task.get("summary") or f"[red]{task['error']}[/]")
+        out.print(printable(task["summary"], task.get("sentences")), markup=False)
+    elif task.get("error"):
+        out.rule("[bold]Task summary[/]")
+        out.print(f"[red]{task['error']}[/]")
 
 
 def _created(made: dict[str, Any]) -> None:

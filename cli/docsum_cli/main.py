@@ -14,6 +14,7 @@ from rich.progress import BarColumn, Progress, TextColumn
 
 from . import commands
 from .client import Gateway, GatewayError, StreamDropped, task_events
+from .footnotes import printable
 
 # How the LLM calls are sent (the gateway's TaskOptions.mode); realtime is the usual one, and unnamed.
 MODES = ("realtime", "flex", "batch")
@@ -110,17 +111,33 @@ def as_json(task: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def printed_json(task: dict[str, Any]) -> dict[str, Any]:
+    """What `--json` prints: the task's result, and the sentences of each summary with their sources (the
+    task view's `sentences`; null when none are known), which task-finished does not carry."""
+    result = as_json(task)
+    result["sentences"] = task.get("sentences")
+    for printed, doc in zip(result["documents"], task["documents"], strict=True):
+        printed["sentences"] = doc.get("sentences")
+    return result
+
+
 def show(task: dict[str, Any]) -> None:
     for doc in task["documents"]:
         out.rule(f"[bold]{doc['filename']}[/] — {doc['status']}")
-        out.print(doc["summary"] if doc["status"] == "COMPLETED" else f"[red]{doc['error']}[/]")
+        if doc["status"] == "COMPLETED":
+            out.print(printable(doc["summary"] or "", doc.get("sentences")), markup=False)
+        else:
+            out.print(f"[red]{doc['error']}[/]")
     out.rule(f"[bold]Task {task['task_id']}[/] — {task['status']}{commands.mode_note(task)}")
-    out.print(task["summary"] or task.get("error") or "")
+    if task["summary"]:
+        out.print(printable(task["summary"], task.get("sentences")), markup=False)
+    else:
+        out.print(task.get("error") or "")
 
 
 def _finish(task: dict[str, Any], json_output: bool) -> int:
     if json_output:
-        print(json.dumps(as_json(task), ensure_ascii=False, indent=2))
+        print(json.dumps(printed_json(task), ensure_ascii=False, indent=2))
     else:
         show(task)
     return 0 if all(d["status"] == "COMPLETED" for d in task["documents"]) else 1

@@ -276,6 +276,13 @@ async def test_a_nul_in_a_path_is_422_and_a_non_id_404(gateway: Stack) -> None:
             response = await client.get(f"/v1/tasks/{bad}")
             assert response.status_code == 404 and response.json() == {"detail": f"no task {bad}"}
         assert (await client.get(f"/v1/tasks/{uuid.uuid4()}")).status_code == 404  # an id, but nobody's
+        # A document's text: the same rules for the document's id, under a task of the caller's.
+        task_id = await _new_task(gateway)
+        quote = f"/v1/tasks/{task_id}/documents/%s/text?start=0&end=1"
+        assert (await client.get(quote % "ab%00cd")).status_code == 422
+        for bad in ("not-a-document", str(uuid.uuid4()).upper()):
+            response = await client.get(quote % bad)
+            assert response.status_code == 404 and response.json() == {"detail": f"no document {bad} in task {task_id}"}
     assert await _refused(_ws_url(gateway, "not-a-task"), additional_headers=_auth(gateway)) == 403
 
 

@@ -1,13 +1,17 @@
 """Owners are strangers: nothing one owner submits shows in another's answers.
 
 The result cache is per owner, so another owner's guess at a document — right or wrong — is
-answered the same way: by the provider, with no cache figure and no shortcut in time.
+answered the same way: by the provider, with no cache figure and no shortcut in time. The text a summary
+quotes is read through its task: another owner's task, or a document of another task, is as missing as
+one that does not exist.
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.fake_llm import FakeLLMServer
@@ -44,3 +48,29 @@ async def test_another_owners_guess_learns_nothing_from_the_cache(stack: Stack, 
     again = await _summarized(stack, "alice", "memo.txt", memo)
     assert again["usage"]["llm_calls"] == 0 and again["usage"]["cached_calls"] == theirs["usage"]["llm_calls"]
     assert again["summary"] == theirs["summary"]
+
+
+async def test_another_owners_document_text_is_as_missing_as_none(stack: Stack) -> None:
+    alices = await _summarized(stack, "alice", "private.txt", "What alice keeps to herself. " * 20)
+    other = await _summarized(stack, "alice", "other.txt", "Another note of alice's. " * 20)
+    task_id, doc_id = alices["task_id"], alices["documents"][0]["document_id"]
+    params = {"start": 0, "end": 10}
+    nobodys = str(uuid.uuid4())
+
+    async def answer(client: httpx.AsyncClient, task: str, doc: str) -> tuple[int, Any]:
+        got = await client.get(f"/v1/tasks/{task}/documents/{doc}/text", params=params)
+        return got.status_code, got.json()
+
+    async with stack.client("bob") as bob, stack.client("alice") as alice:
+        assert (await answer(alice, task_id, doc_id))[0] == 200
+        # bob: alice's task answers as a task that does not exist.
+        assert await answer(bob, task_id, doc_id) == (404, {"detail": f"no task {task_id}"})
+        assert await answer(bob, nobodys, doc_id) == (404, {"detail": f"no task {nobodys}"})
+        # alice: her document under her other task answers as a document that does not exist.
+        other_id = other["task_id"]
+        assert await answer(alice, other_id, doc_id) == (404, {"detail": f"no document {doc_id} in task {other_id}"})
+        assert await answer(alice, other_id, nobodys) == (404, {"detail": f"no document {nobodys} in task {other_id}"})
+        assert await answer(alice, task_id, "not-a-document") == (
+            404,
+            {"detail": f"no document not-a-document in task {task_id}"},
+        )

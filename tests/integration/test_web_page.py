@@ -1,12 +1,13 @@
 """The web page, in a real browser (Debian's Chromium driven by playwright): sign in, upload real
 documents, watch the bars fill live, pause and resume, reload mid-task, read the summaries — and a
-hostile file name and summary stay text.
+hostile file name and summary stay text; open the passage a summary sentence quotes, with its page.
 
 Screenshots (just submitted, mid-way, finished) go to the test's tmp dir and to .run/screenshots/.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.conftest import ROOT, Stack
+from tests.integration.conftest import ROOT, Stack, StackFactory
 
 pytestmark = pytest.mark.integration
 
@@ -44,12 +45,7 @@ def test_the_page_summarizes_documents_live(stack: Stack, llm, chromium: str, tm
     shots: list[Path] = []
     try:
         with sync_playwright() as p:
-            browser = p.chromium.launch(
-                executable_path=chromium,
-                headless=True,
-                args=["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                      "--disable-component-update", "--disable-sync"],
-            )  # fmt: skip
+            browser = _launch(p, chromium)
             # Reduced motion: the bars jump to their value, so a screenshot shows what the figures say.
             page = browser.new_page(viewport={"width": 1180, "height": 1000}, reduced_motion="reduce")
             errors: list[str] = []
@@ -119,6 +115,74 @@ def test_the_page_summarizes_documents_live(stack: Stack, llm, chromium: str, tm
     for shot in shots:
         shutil.copy(shot, SHOTS / shot.name)
     print(f"\nscreenshots: {', '.join(str(SHOTS / s.name) for s in shots)}")
+
+
+def test_a_sentence_opens_the_passage_it_quotes(make_stack: StackFactory, chromium: str, tmp_path: Path) -> None:
+    """The built-in extractive backend, end to end: its summary's sentences show their pages, and a
+    sentence, clicked or opened from the keyboard, shows the passage of the document it quotes."""
+    from playwright.sync_api import expect, sync_playwright
+
+    stack = make_stack(DOCSUM_LLM_BACKEND="extractive")
+    with sync_playwright() as p:
+        browser = _launch(p, chromium)
+        page = browser.new_page(viewport={"width": 1180, "height": 1000}, reduced_motion="reduce")
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(stack.gateway_url + "/")
+        page.fill("#api-key", stack.keys["alice"])
+        page.click("#signin-button")
+        expect(page.locator("#sign-out")).to_be_visible()
+        page.set_input_files("#file-input", [str(ROOT / "examples" / "kafka-overview.pdf")])
+        page.click("#submit")
+        page.wait_for_url("**/tasks/*")
+        expect(page.locator("#task-status")).to_have_text("Done", timeout=120_000)
+
+        sentence = page.locator("#documents article .sentence.linked").first
+        expect(sentence).to_be_visible(timeout=20_000)  # the finished task's view, read again, has them
+        expect(page.locator("#documents article .cite").first).to_have_text(re.compile(r"^p\. \d+"))
+        said = sentence.inner_text()
+        sentence.click()
+        dialog = page.locator("#source-dialog")
+        expect(dialog).to_be_visible()
+        where = dialog.locator(".passage .where").first
+        expect(where).to_have_text(re.compile(r"^kafka-overview\.pdf, p\. \d+"))
+        passage = dialog.locator(".passage .quote").first.inner_text()
+        assert _words(said) and _words(said) <= _words(passage) | _words(re.sub(r"-\n\s*", "", passage)), (
+            said,
+            passage,
+        )
+        _shot(page, tmp_path, "5-source")
+        page.keyboard.press("Escape")
+        expect(dialog).to_be_hidden()
+
+        sentence.focus()  # the same from the keyboard
+        page.keyboard.press("Enter")
+        expect(dialog).to_be_visible()
+        expect(page.locator("#source-close")).to_be_focused()
+        page.keyboard.press("Enter")  # Close
+        expect(dialog).to_be_hidden()
+
+        with page.expect_download() as download:
+            page.click("#download-md")
+        markdown = Path(download.value.path()).read_text()
+        assert "[^1]" in markdown and re.search(r"^\[\^1\]: kafka-overview\.pdf, p\. \d+", markdown, re.M), markdown
+        assert not errors, errors
+        browser.close()
+
+
+def _words(text: str) -> set[str]:
+    """The words of a text, lower-case (a passage's word broken at a line end counts joined and apart: the
+    summary may join it, with or without its hyphen)."""
+    return set(re.findall(r"\w+", text.lower()))
+
+
+def _launch(p, chromium: str):  # type: ignore[no-untyped-def]
+    return p.chromium.launch(
+        executable_path=chromium,
+        headless=True,
+        args=["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+              "--disable-component-update", "--disable-sync"],
+    )  # fmt: skip
 
 
 def _shot(page, tmp_path: Path, name: str, full_page: bool = True) -> Path:  # type: ignore[no-untyped-def]

@@ -163,6 +163,7 @@ def _fake_queries(monkeypatch: pytest.MonkeyPatch, batch_lines: list[dict[str, A
         "remaining_work": {"chunks": 8, "prompt_tokens": 800, "calls_last_minute": 60},
         "recovery": {"attempts": 0, "interruptions": 0},
         "batch_lines": batch_lines,
+        "sentences": [],
     }
 
     def answer(name: str) -> Any:

@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from docsum_cli.main import as_json
+from docsum_cli.main import as_json, printed_json
 from docsum_shared.readmodel import queries, views
 from docsum_shared.readmodel.schemas import Usage
 from docsum_shared.settings import LLMSettings
+from docsum_shared.summarizers.citations import CitedSentence, Source, to_json
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 SETTINGS = LLMSettings(llm_model="m1", llm_prices={"m1": (1.0, 2.0), "m2": (10.0, 20.0)})
@@ -80,6 +81,7 @@ def rows(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         "remaining_work": {"chunks": 4, "prompt_tokens": 2000, "calls_last_minute": 30},
         "recovery": {"attempts": 5, "interruptions": 1},
         "batch_lines": [],  # no batch lines: `batch` is null (tests/unit/test_batch_progress_view.py)
+        "sentences": [],  # no summary's sentences known: each `sentences` is null
         "failures": [
             {"document_id": "d1", "filename": "d1.txt", "chunk_index": 2, "error": "no", "attempts": 3},
             {"document_id": "d2", "filename": "d2.txt", "chunk_index": None, "error": "damaged", "attempts": None},
@@ -210,3 +212,83 @@ async def test_the_published_result_is_what_the_cli_prints_as_json(rows: dict[st
         "failed": 1,
         "total": 3,
     }
+
+
+# The sentences of d1's summary and of the task's, as stored, and what the query adds to each source.
+D1_SENTENCES = to_json(
+    [
+        CitedSentence("Rain fell.", (Source("d1", 3, 120, 130),), "cited", (0, 10)),
+        CitedSentence("Both agree.", (Source("d1", 3, 200, 260), Source("d2", None, 5, 9)), "synthesis", (11, 22)),
+        CitedSentence("Matched.", (Source("d1", 1, 0, 8),), "aligned", (23, 31)),
+    ]
+)
+D1_PLACES = json.dumps([["d1.txt", "page", 3], ["d1.txt", "page", 4], ["d2.txt", None, None], ["d1.txt", "page", 1]])
+TASK_SENTENCES = to_json(
+    [CitedSentence("Rain fell.", (Source("d1", 3, 120, 130), Source("dx", 1, 0, 5)), "cited", (0, 10))]
+)
+TASK_PLACES = json.dumps([["d1.txt", "page", 3], [None, None, None]])  # dx is no document of the task
+
+
+async def test_sentences_are_mapped_with_their_sources_places(rows: dict[str, Any]) -> None:
+    rows["sentences"] = [
+        {"holder": None, "sentences": TASK_SENTENCES, "places": TASK_PLACES},
+        {"holder": "d1", "sentences": D1_SENTENCES, "places": D1_PLACES},
+    ]
+    view = await views.task_view(POOL, SETTINGS, "alice", "t1")
+    assert view is not None
+    d1, d2 = view.documents
+    assert d2.sentences is None  # no row: none known
+    assert d1.sentences is not None
+    assert [(s.text, s.support, s.at) for s in d1.sentences] == [
+        ("Rain fell.", "cited", (0, 10)),
+        ("Both agree.", "synthesis", (11, 22)),
+        ("Matched.", "aligned", (23, 31)),
+    ]
+    assert [s.model_dump() for s in d1.sentences[1].sources] == [
+        {
+            "document_id": "d1",
+            "filename": "d1.txt",
+            "unit": "page",
+            "page": 3,
+            "last_page": 4,
+            "start": 200,
+            "end": 260,
+        },
+        {
+            "document_id": "d2",
+            "filename": "d2.txt",
+            "unit": None,
+            "page": None,
+            "last_page": None,
+            "start": 5,
+            "end": 9,
+        },
+    ]
+    assert d1.sentences[0].sources[0].last_page == 3
+    # A source in no document of the task is left out; the sentence stays.
+    assert view.sentences is not None and [s.document_id for s in view.sentences[0].sources] == ["d1"]
+    printed = printed_json(json.loads(view.model_dump_json()))
+    assert printed["sentences"][0]["sources"][0]["filename"] == "d1.txt"
+    assert (
+        printed["documents"][0]["sentences"][2]["support"] == "aligned" and printed["documents"][1]["sentences"] is None
+    )
+
+
+async def test_without_rows_every_sentences_is_null(rows: dict[str, Any]) -> None:
+    view = await views.task_view(POOL, SETTINGS, "alice", "t1")
+    assert view is not None and view.sentences is None and all(d.sentences is None for d in view.documents)
+    assert json.loads(view.model_dump_json())["sentences"] is None
+
+
+async def test_the_pipelines_views_read_no_sentences(rows: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The progress recorder reads a view at every append, the merger one per finished task: neither shows
+    sentences, so neither makes their query."""
+
+    async def refused(*args: object) -> Any:
+        raise AssertionError("the sentences were read")
+
+    monkeypatch.setattr(queries, "sentences", refused)
+    assert await views.pipeline_view(POOL, SETTINGS, "t1") is not None
+    assert await views.task_result(POOL, SETTINGS, "t1") is not None
+    with pytest.raises(AssertionError, match="the sentences were read"):
+        await views.task_view(POOL, SETTINGS, "alice", "t1")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from typing import Literal
+
+from pydantic import BaseModel, Field
 
 
 class CreatedDocument(BaseModel):
@@ -20,3 +22,18 @@ class LifecycleResult(BaseModel):
     task_id: str
     status: str
     redriven_events: int = 0
+
+
+class QuotedText(BaseModel):
+    """A range of a document's extracted text: what a summary sentence's source quotes."""
+
+    document_id: str
+    filename: str
+    unit: Literal["page", "paragraph", "line"] | None = Field(
+        description="What `page` counts: PDF pages, DOCX paragraphs, lines of text; null: the text has no positions."
+    )
+    page: int | None = Field(description="The unit (from 1) the range starts in; null: not known.")
+    last_page: int | None = Field(description="The unit the range ends in.")
+    start: int
+    end: int
+    text: str = Field(description="The document's extracted text from `start` to `end` (characters, end excluded).")

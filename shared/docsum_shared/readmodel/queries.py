@@ -29,6 +29,50 @@ async def _documents(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
     )
 
 
+async def sentences(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
+    """The stored sentences of the task's summary (`holder` null) and of its documents' (`holder` the
+    document), where known, with `places`: for each source of each sentence in order, the filename of
+    its document, the unit its text counts and the unit the range ends in (JSON [filename, unit, last],
+    nulls for a source outside the task). One query, for the views that show sentences only."""
+    return await pool.fetch(
+        "SELECT h.holder, h.sentences::text AS sentences, ("
+        "  SELECT coalesce(jsonb_agg(jsonb_build_array(d.filename, x.position_unit,"
+        "    width_bucket(greatest((r.src->>2)::int, (r.src->>3)::int - 1), x.position_starts)) ORDER BY s.i, r.j),"
+        "   '[]')"
+        "  FROM jsonb_array_elements(h.sentences) WITH ORDINALITY s(sentence, i)"
+        "  CROSS JOIN LATERAL jsonb_array_elements(s.sentence->'sources') WITH ORDINALITY r(src, j)"
+        "  LEFT JOIN documents d ON d.id = r.src->>0 AND d.task_id = $1"
+        "  LEFT JOIN document_texts x ON x.document_id = d.id"
+        " )::text AS places"
+        " FROM (SELECT NULL::text AS holder, summary_sentences AS sentences FROM tasks WHERE id = $1"
+        "       UNION ALL SELECT id, summary_sentences FROM documents WHERE task_id = $1) h"
+        " WHERE h.sentences IS NOT NULL",
+        task_id,
+    )
+
+
+async def quote(
+    pool: asyncpg.Pool, owner: str, task_id: str, document_id: str, start: int, end: int
+) -> asyncpg.Record | None:
+    """The characters [start, end) of a document's extracted text (as many as it has), its length, and the
+    units the range starts and ends in; None unless `owner` owns the task and the document is in it
+    (`has_text` false: the document has no extracted text yet)."""
+    return await pool.fetchrow(
+        "SELECT d.filename, x.document_id IS NOT NULL AS has_text, length(x.text) AS text_chars,"
+        " substr(x.text, $4::int + 1, greatest(0, $5::int - $4::int)) AS text, x.position_unit AS unit,"
+        " width_bucket($4::int, x.position_starts) AS page,"
+        " width_bucket(greatest($4::int, $5::int - 1), x.position_starts) AS last_page"
+        " FROM documents d JOIN tasks t ON t.id = d.task_id AND t.owner = $3"
+        " LEFT JOIN document_texts x ON x.document_id = d.id"
+        " WHERE d.id = $2 AND d.task_id = $1",
+        task_id,
+        document_id,
+        owner,
+        start,
+        end,
+    )
+
+
 async def usage_rows(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
     """Usage per document (None: the task-level merge), model and tier (what it is priced at), from the
     calls ledger."""

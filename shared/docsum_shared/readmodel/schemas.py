@@ -83,6 +83,37 @@ class EndpointView(BaseModel):
     learned_from: str | None  # the setting, what the endpoint stated, or the refusal it was learned from
 
 
+class SourceView(BaseModel):
+    """A range `[start, end)` of a document's extracted text that a summary sentence rests on."""
+
+    document_id: str
+    filename: str
+    unit: Literal["page", "paragraph", "line"] | None = Field(
+        description="What `page` counts: PDF pages, DOCX paragraphs, lines of text; null: the text has no positions."
+    )
+    page: int | None = Field(description="The unit (from 1) the range starts in; null: not known.")
+    last_page: int | None = Field(description="The unit the range ends in (page when it spans none).")
+    start: int = Field(description="Character offsets into the document's extracted text (`GET .../text`).")
+    end: int
+
+
+class SentenceView(BaseModel):
+    """A sentence of a summary, and the ranges of documents it rests on."""
+
+    text: str
+    support: Literal["cited", "aligned", "synthesis"] = Field(
+        description='"cited": it quotes its sources; "aligned": it was matched to them afterwards; "synthesis": it '
+        "joins several sources, or none could be told."
+    )
+    at: tuple[int, int] = Field(description="Where it is in the summary's text: [start, end), in characters.")
+    sources: list[SourceView]
+
+
+# What a summary's `sentences` say of it: null when none are known (a summary stored before sentences were
+# kept, or a backend that does not say where its sentences come from).
+SENTENCES = "The summary's sentences with their sources; null: none are known."
+
+
 class DocumentView(BaseModel):
     document_id: str
     filename: str
@@ -97,6 +128,7 @@ class DocumentView(BaseModel):
     failed_chunks: list[int]
     truncated: bool = False  # some answer behind this summary was cut at its bound, even asked shorter
     usage: Usage
+    sentences: list[SentenceView] | None = Field(None, description=SENTENCES)
 
 
 class TaskView(BaseModel):
@@ -120,6 +152,7 @@ class TaskView(BaseModel):
     recovery: Recovery
     documents: list[DocumentView]
     batch: BatchProgress | None = Field(None, description="Its provider's batch lines; null: it has none.")
+    sentences: list[SentenceView] | None = Field(None, description=SENTENCES)
 
 
 class FailureView(BaseModel):

@@ -9,9 +9,10 @@ publishes `task_result` on task-finished.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 
@@ -19,6 +20,7 @@ from ..options import TaskOptions
 from ..settings import LLMSettings
 from ..states import BatchState, LineStatus
 from ..summarizers import endpoint_key
+from ..summarizers.citations import from_json
 from . import queries
 from .schemas import (
     BatchProgress,
@@ -28,6 +30,8 @@ from .schemas import (
     Estimate,
     FailureView,
     Recovery,
+    SentenceView,
+    SourceView,
     TaskListItem,
     TaskResult,
     TaskView,
@@ -41,9 +45,15 @@ Row = Mapping[str, Any]  # an asyncpg.Record, or anything that reads like one
 
 
 async def task_view(pool: asyncpg.Pool, settings: LLMSettings, owner: str, task_id: str) -> TaskView | None:
-    """The task with its documents, usage, estimate and recovery; None if `owner` has no such task."""
+    """The task with its documents, usage, estimate, recovery and its summaries' sentences; None if
+    `owner` has no such task."""
     found = await queries.get_task(pool, owner, task_id)
-    return None if found is None else await _view(pool, settings, *found)
+    if found is None:
+        return None
+    view = await _view(pool, settings, *found)
+    # The sentences show here only: the pipeline's views (the progress log, the published result) show
+    # no summary text, and make no query for them.
+    return with_sentences(view, await queries.sentences(pool, task_id))
 
 
 async def task_result(pool: asyncpg.Pool, settings: LLMSettings, task_id: str) -> TaskResult | None:
@@ -268,6 +278,44 @@ def recovery_from(task: Row, recovered: Row, total: Usage) -> Recovery:
         redrives=task["redrives"],
         calls_saved=total.cached_calls,
     )
+
+
+def with_sentences(view: TaskView, rows: Iterable[Row]) -> TaskView:
+    """The view with the sentences of its summaries (rows: queries.sentences); a summary without a row
+    keeps null."""
+    by_holder = {r["holder"]: sentence_views(r["sentences"], r["places"]) for r in rows}
+    documents = [
+        d.model_copy(update={"sentences": by_holder[d.document_id]}) if d.document_id in by_holder else d
+        for d in view.documents
+    ]
+    return view.model_copy(update={"documents": documents, "sentences": by_holder.get(None)})
+
+
+def sentence_views(stored: str, places: str) -> list[SentenceView]:
+    """Stored sentences (citations.to_json) as a reader sees them; `places` holds, for each source in
+    order, its document's filename, unit and the unit its range ends in. A source whose document is not
+    the task's is left out: nobody could open it."""
+    where = iter(json.loads(places))
+    out: list[SentenceView] = []
+    for sentence in from_json(stored):
+        sources: list[SourceView] = []
+        for source in sentence.sources:
+            filename, unit, last = next(where)
+            if filename is None:
+                continue
+            sources.append(
+                SourceView(
+                    document_id=source.document_id,
+                    filename=filename,
+                    unit=cast(Any, unit),
+                    page=source.page,
+                    last_page=(last or None) if source.page is not None else None,
+                    start=source.start,
+                    end=source.end,
+                )
+            )
+        out.append(SentenceView(text=sentence.text, support=sentence.support, at=sentence.at, sources=sources))
+    return out
 
 
 def document_view(d: Row, usage: Usage) -> DocumentView:

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 import asyncpg
 from aiokafka import AIOKafkaProducer
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, status
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
@@ -29,9 +29,9 @@ from docsum_shared.states import TaskStatus
 
 from .. import repository
 from ..deps import OwnerDep, PoolDep, ProducerDep, SettingsDep, TaskIdDep, within_task_rate
-from ..inputs import StoredText, echo, invalid
+from ..inputs import StoredText, check_text, echo, invalid, is_task_id
 from ..responses import errors
-from ..schemas import CreatedDocument, LifecycleResult, TaskCreated
+from ..schemas import CreatedDocument, LifecycleResult, QuotedText, TaskCreated
 from ..settings import GatewaySettings
 from ..uploads import FILE_FIELD, UploadLimits, read_upload
 from .maintenance import REDRIVE_REFUSED, claim_gate, publish_after_answer, release_gate
@@ -41,6 +41,11 @@ log = logging.getLogger(__name__)
 GATEWAY = Sender("the gateway", emits=(DocumentSubmitted, TaskEvent))
 # How long a submission waits for the broker to take its events before it is answered anyway.
 PUBLISH_WAIT_S = 10.0
+# The longest range of a document's text one request quotes, in characters: a few pages, more than any
+# sentence's source.
+MAX_QUOTE_CHARS = 20_000
+# Offsets are stored as PostgreSQL int.
+_MAX_OFFSET = 2**31 - 1
 router = APIRouter(prefix="/v1/tasks", tags=["tasks"])
 
 
@@ -258,6 +263,72 @@ async def get_failures(owner: OwnerDep, task_id: TaskIdDep, pool: PoolDep) -> li
     return listed
 
 
+def document_id_path(
+    task_id: TaskIdDep,
+    document_id: Annotated[
+        str,
+        Path(
+            description="The document's id, as `POST /v1/tasks` answered it (a uuid).",
+            json_schema_extra={"format": "uuid"},
+        ),
+    ],
+) -> str:
+    """The `{document_id}` path parameter, like the task's: 422 if it cannot be stored, 404 if it cannot be
+    an id."""
+    check_text(("path", "document_id"), document_id)
+    if not is_task_id(document_id):
+        raise _no_document(task_id, document_id)
+    return document_id
+
+
+@router.get(
+    "/{task_id}/documents/{document_id}/text",
+    response_model=QuotedText,
+    responses=errors(401, 404, 422),
+    description="The document's extracted text from `start` to `end` (character offsets, as a summary sentence's"
+    f" `sources` give them), with the page (paragraph, line) each end falls in. At most {MAX_QUOTE_CHARS:,}"
+    " characters; a range that is empty, longer, or not inside the text is a 422 saying why.",
+)
+async def get_document_text(
+    owner: OwnerDep,
+    task_id: TaskIdDep,
+    document_id: Annotated[str, Depends(document_id_path)],
+    pool: PoolDep,
+    start: Annotated[int, Query(ge=0, le=_MAX_OFFSET - 1, description="The first character, from 0.")],
+    end: Annotated[int, Query(ge=1, le=_MAX_OFFSET, description="The character after the last.")],
+) -> QuotedText:
+    found = await queries.quote(pool, owner, task_id, document_id, start, end)
+    if found is None:  # another owner's task, or a document of another task: as missing as no task at all
+        await _owned(pool, owner, task_id)
+        raise _no_document(task_id, document_id)
+    if not found["has_text"]:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"document {document_id} has no extracted text yet")
+    if end <= start:
+        raise invalid(
+            ("query", "end"), f"the range is empty or reversed: end ({end}) must be after start ({start})", end
+        )
+    if end - start > MAX_QUOTE_CHARS:
+        raise invalid(
+            ("query", "end"), f"the range has {end - start:,} characters, over the limit of {MAX_QUOTE_CHARS:,}", end
+        )
+    if end > found["text_chars"]:
+        raise invalid(
+            ("query", "end"),
+            f"the range ends at {end}, past the end of the text ({found['text_chars']} characters)",
+            end,
+        )
+    return QuotedText(
+        document_id=document_id,
+        filename=found["filename"],
+        unit=found["unit"],
+        page=found["page"] or None,
+        last_page=found["last_page"] or None,
+        start=start,
+        end=end,
+        text=found["text"],
+    )
+
+
 @dataclass(frozen=True)
 class _Control:
     """One lifecycle route: the guarded transition, what it is called in a 409, and what follows it."""
@@ -340,6 +411,10 @@ for _action, _control in _CONTROLS.items():
 
 def _not_found(task_id: str) -> HTTPException:
     return HTTPException(status.HTTP_404_NOT_FOUND, f"no task {task_id}")
+
+
+def _no_document(task_id: str, document_id: str) -> HTTPException:
+    return HTTPException(status.HTTP_404_NOT_FOUND, f"no document {document_id} in task {task_id}")
 
 
 async def _owned(pool: asyncpg.Pool, owner: str, task_id: str) -> None:

@@ -260,6 +260,98 @@ function size(bytes) {
   return (bytes / 1024 / 1024).toFixed(1) + " MB";
 }
 
+// --- a summary's sentences and their sources ---------------------------------------------------
+
+const UNIT_NAMES = { page: ["p.", "p."], paragraph: ["¶", "¶"], line: ["line", "lines"] };
+
+// Where a source is: "report.pdf, p. 3", "report.pdf, p. 3–4", "notes.docx, ¶ 12", "a.txt, lines 4–6".
+function place(source, withName = true) {
+  const names = UNIT_NAMES[source.unit];
+  const name = withName ? source.filename : "";
+  if (!names || source.page === null || source.page === undefined) return name || "source";
+  const where = source.last_page > source.page ? `${names[1]} ${source.page}–${source.last_page}` : `${names[0]} ${source.page}`;
+  return withName ? `${name}, ${where}` : where;
+}
+
+// Each sentence found in the summary with where its text ends: at its `at` when the text is there, else
+// where it is found next; one not found is left out (its words still show, as plain text).
+function anchored(summary, sentences) {
+  const out = [];
+  let cursor = 0;
+  for (const sentence of sentences || []) {
+    const text = sentence.text || "";
+    let [start, end] = sentence.at || [-1, -1];
+    if (!(cursor <= start && start < end && summary.slice(start, end) === text)) {
+      start = text ? summary.indexOf(text, cursor) : -1;
+      if (start < 0) continue;
+      end = start + text.length;
+    }
+    out.push({ start, end, sentence });
+    cursor = end;
+  }
+  return out;
+}
+
+// A summary as text, or, when its sentences are known, each sentence a control that opens its sources,
+// followed by where they are.
+function showSummary(node, summary, sentences, taskId) {
+  const shown = JSON.stringify([summary || "", sentences || null]);
+  if (node.dataset.shown === shown) return;  // re-drawn only when it changed: focus stays where it is
+  node.dataset.shown = shown;
+  node.replaceChildren();
+  summary = summary || "";
+  if (!sentences || !sentences.length) { node.textContent = summary; return; }
+  let cursor = 0;
+  for (const { start, end, sentence } of anchored(summary, sentences)) {
+    node.append(summary.slice(cursor, start));
+    const places = [...new Set(sentence.sources.map((s) => place(s, false)))];
+    const note = places.join(", ") + (sentence.support === "cited" ? "" : (places.length ? " · " : "") + sentence.support);
+    if (!sentence.sources.length) {
+      node.append(el("span", { class: "sentence", text: sentence.text }), note ? el("sup", { class: "cite", text: note }) : null);
+    } else {
+      const open = () => showSources(taskId, sentence);
+      node.append(el("span", { class: "sentence linked " + sentence.support, role: "button", tabindex: 0, "data-support": sentence.support,
+        "aria-label": "Show the source of: " + sentence.text, onclick: open,
+        onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); open(); } } }, sentence.text),
+        el("sup", { class: "cite", text: note }));
+    }
+    cursor = end;
+  }
+  node.append(summary.slice(cursor));
+}
+
+// The passages a sentence rests on, quoted from its documents' text, in a dialog (Escape or Close shuts it).
+async function showSources(taskId, sentence) {
+  let dialog = $("source-dialog");
+  if (!dialog) {
+    dialog = el("dialog", { id: "source-dialog", "aria-labelledby": "source-title" },
+      el("div", { class: "top" }, el("h2", { id: "source-title", text: "Source" }),
+        el("button", { type: "button", id: "source-close", text: "Close", onclick: () => dialog.close() })),
+      el("p", { class: "muted small", id: "source-sentence" }),
+      el("div", { id: "source-passages" }));
+    dialog.addEventListener("click", (e) => { if (e.target === dialog) dialog.close(); });  // the backdrop
+    document.body.append(dialog);
+  }
+  const passages = $("source-passages");
+  $("source-title").textContent = sentence.support === "synthesis" ? "Sources (a synthesis of them)" : sentence.support === "aligned" ? "Source (matched afterwards)" : "Source";
+  $("source-sentence").textContent = "“" + sentence.text + "”";
+  passages.replaceChildren(el("p", { class: "muted", text: "Loading…" }));
+  if (!dialog.open) dialog.showModal();
+  $("source-close").focus();
+  const shown = await Promise.all(sentence.sources.slice(0, 5).map(async (source) => {
+    try {
+      const quoted = await api("GET", `/v1/tasks/${taskId}/documents/${source.document_id}/text?start=${source.start}&end=${source.end}`);
+      return el("figure", { class: "passage" },
+        el("figcaption", { class: "where", text: place(quoted) }),
+        el("blockquote", { class: "quote", text: quoted.text }));
+    } catch (error) {
+      return el("p", { class: "notice", text: place(source) + ": " + error.message });
+    }
+  }));
+  if (sentence.sources.length > 5) shown.push(el("p", { class: "muted small", text: `and ${sentence.sources.length - 5} more` }));
+  passages.replaceChildren(...shown);
+}
+
 // --- one task, live -----------------------------------------------------------------------------
 
 function showTask(main, taskId) {
@@ -330,7 +422,7 @@ function showTask(main, taskId) {
     buttons.resume.disabled = !(s === "PAUSED" || s === "AWAITING_APPROVAL");
     buttons.cancel.disabled = FINAL.has(s);
     buttons.retry.disabled = !(s === "COMPLETED_WITH_ERRORS" || s === "FAILED");
-    $("task-summary").textContent = task.summary || "";
+    showSummary($("task-summary"), task.summary, task.sentences, taskId);
     summary.classList.toggle("hidden", !task.summary);
     for (const doc of task.documents) renderDocument(doc);
   }
@@ -360,7 +452,7 @@ function showTask(main, taskId) {
     setBar(view.bar, view.fill, doc.percent !== undefined ? doc.percent : documentPercent(doc), doc.status);
     const c = doc.chunks;
     view.chunks.textContent = c.total ? `${c.done} of ${c.total} part${c.total > 1 ? "s" : ""} summarized` + (c.failed ? `, ${c.failed} failed` : "") : (doc.status === "FAILED" ? "" : "Reading…");
-    if (doc.summary !== undefined) view.summary.textContent = doc.summary || "";
+    if (doc.summary !== undefined) showSummary(view.summary, doc.summary, doc.sentences, taskId);
     if (doc.error !== undefined) { view.error.textContent = doc.error || ""; view.error.classList.toggle("hidden", !doc.error); }
   }
 
@@ -465,19 +557,39 @@ function showTask(main, taskId) {
   connect();
 }
 
-// The result as `docsum summarize --json` prints it (and task-finished carries it).
+// The result as `docsum summarize --json` prints it: what task-finished carries, and each summary's sentences.
 function asJson(task) {
   const pick = (o, keys) => Object.fromEntries(keys.map((k) => [k, o[k] === undefined ? null : o[k]]));
-  const result = pick(task, ["task_id", "status", "updated_at", "summary", "error", "truncated", "llm", "usage", "recovery"]);
-  result.documents = task.documents.map((d) => pick(d, ["document_id", "filename", "status", "summary", "error", "truncated", "chunks"]));
+  const result = pick(task, ["task_id", "status", "updated_at", "summary", "error", "truncated", "llm", "usage", "recovery", "sentences"]);
+  result.documents = task.documents.map((d) => pick(d, ["document_id", "filename", "status", "summary", "error", "truncated", "chunks", "sentences"]));
   return result;
 }
 
+// The summaries as Markdown: each sentence with sources followed by a footnote (`text[^1]`), the notes
+// (`[^1]: report.pdf, p. 3`) after its summary, numbered through the whole file.
 function asMarkdown(task) {
   const lines = [`# ${task.title || "docsum summary"}`, "", `Status: ${label(task.status)}`, ""];
-  if (task.summary) lines.push("## Summary", "", task.summary, "");
+  let numbered = 0;
+  const cited = (summary, sentences) => {
+    const notes = [];
+    let text = "", cursor = 0;
+    for (const { end, sentence } of anchored(summary, sentences)) {
+      const places = [...new Set(sentence.sources.map((s) => place(s)))];
+      let marker = "";
+      if (places.length) {
+        numbered += 1;
+        marker = `[^${numbered}]`;
+        notes.push(`[^${numbered}]: ${places.join("; ")}${sentence.support === "cited" ? "" : ` (${sentence.support})`}`);
+      } else if (sentence.support === "synthesis") marker = " (synthesis)";
+      text += summary.slice(cursor, end) + marker;
+      cursor = end;
+    }
+    text += summary.slice(cursor);
+    return notes.length ? [text, "", ...notes] : [text];
+  };
+  if (task.summary) lines.push("## Summary", "", ...cited(task.summary, task.sentences), "");
   for (const d of task.documents) {
-    lines.push(`## ${d.filename}`, "", d.summary || (d.error ? `_Failed: ${d.error}_` : "_No summary_"), "");
+    lines.push(`## ${d.filename}`, "", ...(d.summary ? cited(d.summary, d.sentences) : [d.error ? `_Failed: ${d.error}_` : "_No summary_"]), "");
   }
   return lines.join("\n");
 }

@@ -1,0 +1,117 @@
+"""A summary's sentences and the text they quote, through the gateway on the real database: the task view
+maps stored sentences to their documents' names and units, and the text route quotes a range of a
+document's extracted text, inside the text and under its cap (to its owner only: test_tenants.py).
+
+The sentences are written here as the pipeline stores them (citations.to_json), onto a task the real
+pipeline summarized: what is checked is how they are read and shown.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+import pytest
+
+from docsum_gateway.routers.tasks import MAX_QUOTE_CHARS
+from docsum_shared.summarizers.citations import CitedSentence, Source, to_json
+from tests.integration.conftest import Stack
+from tests.integration.helpers import submit, txt, wait_for_task
+
+pytestmark = pytest.mark.integration
+
+# A text file: its units are lines. Astral and CJK characters first, so that offsets count characters.
+LINES = [
+    "🌧 雨 Rain fell over the valley for three days in May.",
+    "The river rose above its banks near the old mill.",
+    "Farmers moved their herds to the higher fields.",
+    "By June the water had gone back to its bed.",
+]
+TEXT = "\n".join(LINES)
+
+
+async def _summarized(stack: Stack, owner: str, name: str) -> dict[str, Any]:
+    async with stack.client(owner) as client:
+        return await wait_for_task(client, await submit(client, [txt(name, TEXT)]), stack)
+
+
+async def _stored_text(db: asyncpg.Pool, document_id: str) -> asyncpg.Record:
+    return await db.fetchrow(
+        "SELECT text, position_unit, position_starts FROM document_texts WHERE document_id = $1", document_id
+    )
+
+
+def _range(text: str, words: str) -> tuple[int, int]:
+    start = text.index(words)
+    return start, start + len(words)
+
+
+async def test_sentences_show_their_files_and_units_and_quote_their_text(stack: Stack, db: asyncpg.Pool) -> None:
+    task = await _summarized(stack, "alice", "valley.txt")
+    doc_id = task["documents"][0]["document_id"]
+    stored = await _stored_text(db, doc_id)
+    text = stored["text"]
+    assert stored["position_unit"] == "line" and len(stored["position_starts"]) == len(LINES)
+
+    rain = _range(text, "Rain fell over the valley for three days in May.")
+    spanning = _range(text, "near the old mill.\nFarmers moved their herds")  # lines 2 to 3
+    sentences = [
+        CitedSentence("Rain fell over the valley.", (Source(doc_id, 1, *rain),), "cited", (0, 26)),
+        CitedSentence("The river rose; farmers moved.", (Source(doc_id, 2, *spanning),), "synthesis", (27, 57)),
+    ]
+    await db.execute("UPDATE documents SET summary_sentences = $2::jsonb WHERE id = $1", doc_id, to_json(sentences))
+    await db.execute(
+        "UPDATE tasks SET summary_sentences = $2::jsonb WHERE id = $1", task["task_id"], to_json(sentences[:1])
+    )
+
+    async with stack.client("alice") as client:
+        view = (await client.get(f"/v1/tasks/{task['task_id']}")).json()
+        shown = view["documents"][0]["sentences"]
+        assert [(s["text"], s["support"], s["at"]) for s in shown] == [
+            ("Rain fell over the valley.", "cited", [0, 26]),
+            ("The river rose; farmers moved.", "synthesis", [27, 57]),
+        ]
+        assert shown[1]["sources"] == [
+            {"document_id": doc_id, "filename": "valley.txt", "unit": "line", "page": 2, "last_page": 3,
+             "start": spanning[0], "end": spanning[1]},
+        ]  # fmt: skip
+        assert shown[0]["sources"][0]["last_page"] == 1
+        assert view["sentences"][0]["sources"][0]["filename"] == "valley.txt"
+
+        for (start, end), first, last in ((rain, 1, 1), (spanning, 2, 3)):
+            quoted = await client.get(
+                f"/v1/tasks/{task['task_id']}/documents/{doc_id}/text", params={"start": start, "end": end}
+            )
+            assert quoted.status_code == 200, quoted.text
+            assert quoted.json() == {
+                "document_id": doc_id, "filename": "valley.txt", "unit": "line", "page": first, "last_page": last,
+                "start": start, "end": end, "text": text[start:end],
+            }  # fmt: skip
+        # The whole text, to its last character.
+        whole = await client.get(
+            f"/v1/tasks/{task['task_id']}/documents/{doc_id}/text", params={"start": 0, "end": len(text)}
+        )
+        assert whole.json()["text"] == text and whole.json()["last_page"] == len(LINES)
+
+
+async def test_a_range_outside_the_text_empty_or_over_the_cap_is_422_saying_why(stack: Stack) -> None:
+    task = await _summarized(stack, "alice", "ranges.txt")
+    route = f"/v1/tasks/{task['task_id']}/documents/{task['documents'][0]['document_id']}/text"
+    async with stack.client("alice") as client:
+        for params, why in [
+            ({"start": 5, "end": 5}, "empty or reversed"),
+            ({"start": 9, "end": 4}, "empty or reversed"),
+            ({"start": 0, "end": len(TEXT) + 1}, f"past the end of the text ({len(TEXT)} characters)"),
+            ({"start": 0, "end": MAX_QUOTE_CHARS + 1}, f"over the limit of {MAX_QUOTE_CHARS:,}"),
+        ]:
+            answer = await client.get(route, params=params)
+            assert answer.status_code == 422, (params, answer.text)
+            assert why in answer.json()["detail"][0]["msg"], answer.text
+        refused: list[dict[str, Any]] = [
+            {"start": -1, "end": 4},
+            {"start": 0},
+            {"start": 0, "end": 2**31},
+            {"start": "x"},
+        ]
+        for invalid in refused:
+            assert (await client.get(route, params=invalid)).status_code == 422, invalid
