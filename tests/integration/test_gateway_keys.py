@@ -94,6 +94,7 @@ MATRIX: dict[tuple[str, str], str] = {
     ("GET", "/v1/tasks/{task_id}/events"): REST,  # the SSE stream (404 before the Accept check)
     ("GET", "/v1/tasks/{task_id}"): REST,
     ("GET", "/v1/tasks/{task_id}/failures"): REST,
+    ("GET", "/v1/tasks/{task_id}/documents/{document_id}/text"): REST,  # asked for a range of one of its documents
     ("POST", "/v1/tasks/{task_id}/pause"): REST,
     ("POST", "/v1/tasks/{task_id}/resume"): REST,
     ("POST", "/v1/tasks/{task_id}/cancel"): REST,
@@ -139,8 +140,9 @@ def test_the_matrix_covers_every_route_that_names_a_task() -> None:
     assert MATRIX.keys() - routes == set(), "MATRIX names routes the app no longer has"
 
 
-def _rest_answer(client: httpx.Client, method: str, path: str, task_id: str) -> tuple[int, str, str]:
-    answer = client.request(method, path.format(task_id=task_id))
+def _rest_answer(client: httpx.Client, method: str, path: str, task_id: str, document_id: str) -> tuple[int, str, str]:
+    query = "?start=0&end=5" if "{document_id}" in path else ""
+    answer = client.request(method, path.format(task_id=task_id, document_id=document_id) + query)
     return answer.status_code, answer.headers.get("content-type", ""), answer.text.replace(task_id, "<id>")
 
 
@@ -159,11 +161,13 @@ async def test_another_owner_learns_nothing_about_a_task_on_any_route(
     stack, _ = gateways
     bob = stack.keys["bob"]
     unknown = str(uuid.uuid4())
+    with _client(stack.gateway_url, stack.keys["alice"]) as client:
+        document = client.get(f"/v1/tasks/{alice_task}").json()["documents"][0]["document_id"]
     with _client(stack.gateway_url, bob) as client:
         for (method, path), kind in sorted(MATRIX.items()):
             if kind in (REST, PAGE):
-                theirs = _rest_answer(client, method, path, alice_task)
-                nobodys = _rest_answer(client, method, path, unknown)
+                theirs = _rest_answer(client, method, path, alice_task, document)
+                nobodys = _rest_answer(client, method, path, unknown, document)
                 assert theirs[0] == (404 if kind == REST else 200), (method, path, theirs)
                 assert theirs == nobodys, (method, path)
             else:

@@ -96,7 +96,7 @@ async def test_the_cli_follows_the_stream_and_prints_the_result(stack: Stack, tm
     import subprocess
     import sys
 
-    from docsum_cli.main import as_json
+    from docsum_cli.main import printed_json
 
     paper = tmp_path / "paper.txt"
     paper.write_text(english_prose(12_000, seed=5))
@@ -116,4 +116,4 @@ async def test_the_cli_follows_the_stream_and_prints_the_result(stack: Stack, tm
     result = json.loads(printed.stdout)
     async with stack.client() as client:
         view = (await client.get(f"/v1/tasks/{result['task_id']}")).json()
-    assert result == as_json(view) and result["status"] == "COMPLETED"
+    assert result == printed_json(view) and result["status"] == "COMPLETED"
