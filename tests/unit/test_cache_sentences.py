@@ -2,21 +2,37 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, cast
 
 import asyncpg
+import pytest
 
-from docsum_shared.summarizers.base import SummaryKind, SummaryRequest, SummarySentence
+from docsum_shared.summarizers.base import Span, SummaryKind, SummaryRequest, SummarySentence
 from docsum_shared.summarizers.cache import sentences_from_json, sentences_json, stored_answer, summarize_cached
 from docsum_shared.summarizers.extractive import ExtractiveBackend
 from tests.documents import english_prose
 
 
 def test_cached_sentences_round_trip_and_none_are_stored_as_null() -> None:
-    sentences = (SummarySentence("第一句。", 0, 3, 7), SummarySentence("Two.", 2, 10, 14))
+    sentences = (
+        SummarySentence.quoting("第一句。", 0, 3, 7),
+        SummarySentence("Two and three.", (Span(2, 10, 14), Span(1, 0, 6)), "aligned"),
+        SummarySentence("Both together.", (), "synthesis"),
+    )
     assert sentences_from_json(sentences_json(sentences)) == sentences
     assert sentences_json(()) is None and sentences_from_json(None) == ()
+
+
+def test_a_row_stored_with_one_range_a_sentence_reads_as_one_cited_range() -> None:
+    old = json.dumps([["第一句。", 0, 3, 7], ["Two.", 2, 10, 14]], ensure_ascii=False)
+    assert sentences_from_json(old) == (
+        SummarySentence("第一句。", (Span(0, 3, 7),), "cited"),
+        SummarySentence("Two.", (Span(2, 10, 14),), "cited"),
+    )
+    with pytest.raises(ValueError, match="support"):
+        sentences_from_json(json.dumps([["Two.", [[2, 10, 14]], "guessed"]]))
 
 
 @dataclass

@@ -17,7 +17,7 @@ from docsum_merger.policy import ChunkState, DocumentState, MergeChunks, decide_
 from docsum_parser.extract import extract_text
 from docsum_shared.positions import Positions
 from docsum_shared.states import ChunkStatus, DocumentStatus
-from docsum_shared.summarizers.base import SummaryKind, SummaryRequest, SummaryResult, SummarySentence
+from docsum_shared.summarizers.base import Span, SummaryKind, SummaryRequest, SummaryResult, SummarySentence
 from docsum_shared.summarizers.budget import group_to_fit, next_level, part_of
 from docsum_shared.summarizers.citations import (
     CitedSentence,
@@ -25,6 +25,8 @@ from docsum_shared.summarizers.citations import (
     check_sources,
     chunk_sentences,
     from_json,
+    lexical_support_rate,
+    lexically_supported,
     merged_sentences,
     placed,
     to_json,
@@ -35,8 +37,13 @@ from tests.documents import chinese_prose, english_prose
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def _result(text: str, *sentences: tuple[str, int, int, int]) -> SummaryResult:
-    return SummaryResult(text, "m", sentences=tuple(SummarySentence(*s) for s in sentences))
+def _result(text: str, *sentences: tuple[str, int, int, int] | SummarySentence) -> SummaryResult:
+    """A result whose sentences are given whole, or as (text, source, start, end): one cited range."""
+    return SummaryResult(
+        text,
+        "m",
+        sentences=tuple(s if isinstance(s, SummarySentence) else SummarySentence.quoting(*s) for s in sentences),
+    )
 
 
 # --- where a sentence is in its summary --------------------------------------------------------------------
@@ -67,6 +74,21 @@ def test_a_chunk_sentence_cites_its_range_of_the_document_and_the_page_it_starts
     )
     assert all(check_sources(s, {"d": document}) for s in mapped)
     assert [s.sources[0].page for s in chunk_sentences(result, "d", chunk_start, None)] == [None, None]
+
+
+def test_a_chunk_sentence_on_several_ranges_cites_each_and_keeps_its_support() -> None:
+    document = "Intro.\fKafka keeps events. Brokers copy them. Consumers read."
+    two = SummarySentence("Kafka keeps events that brokers copy.", (Span(0, 0, 19), Span(0, 20, 38)), "cited")
+    none = SummarySentence("Overall, a log.", (), "synthesis")
+    aligned = SummarySentence("Consumers read.", (Span(0, 39, 54),), "aligned")
+    result = _result(f"{two.text} {none.text} {aligned.text}", two, none, aligned)
+    mapped = chunk_sentences(result, "d", 7, Positions("page", (0, 7)))
+    assert mapped == (
+        CitedSentence(two.text, (Source("d", 2, 7, 26), Source("d", 2, 27, 45)), "cited", (0, 37)),
+        CitedSentence(none.text, (), "synthesis", (38, 53)),
+        CitedSentence(aligned.text, (Source("d", 2, 46, 61),), "aligned", (54, 69)),
+    )
+    assert all(check_sources(s, {"d": document}) for s in mapped)
 
 
 def test_a_chunk_summary_without_sentences_maps_to_nothing() -> None:
@@ -108,6 +130,29 @@ def test_a_merge_sentence_over_no_child_sentence_is_a_synthesis_without_sources(
     assert merged_sentences(result, [()]) == (CitedSentence("Alpha one.", (), "synthesis", (0, 10)),)
 
 
+def test_a_merge_sentence_takes_the_weaker_of_its_own_support_and_its_one_child_sentences() -> None:
+    aligned = SummarySentence("Gamma.", (Span(1, 0, 6),), "aligned")
+    synthesis = SummarySentence("Alpha.", (Span(0, 0, 5),), "synthesis")
+    result = _result("Gamma. Beta two. Alpha.", aligned, ("Beta two.", 0, 11, 20), synthesis)
+    assert [(s.sources, s.support) for s in merged_sentences(result, [CHILD, OTHER])] == [
+        ((S3,), "aligned"),  # its own, weaker than the child's "cited"
+        ((S2,), "aligned"),  # the child's, weaker than its own "cited"
+        ((S1,), "synthesis"),
+    ]
+
+
+def test_a_merge_sentence_on_several_ranges_is_a_synthesis_of_what_they_hit_or_one_hit_twice() -> None:
+    across = SummarySentence("Alpha and Gamma.", (Span(0, 0, 10), Span(1, 0, 6)), "cited")
+    twice = SummarySentence("Beta, two.", (Span(0, 11, 15), Span(0, 16, 20)), "cited")
+    missed = SummarySentence("Nowhere.", (Span(0, 30, 40), Span(1, 7, 9)), "cited")
+    result = _result("Alpha and Gamma. Beta, two. Nowhere.", across, twice, missed)
+    assert merged_sentences(result, [CHILD, OTHER]) == (
+        CitedSentence(across.text, (S1, S3), "synthesis", (0, 16)),
+        CitedSentence(twice.text, (S2,), "aligned", (17, 27)),  # the child sentence's support
+        CitedSentence(missed.text, (), "synthesis", (28, 36)),
+    )
+
+
 def test_a_merge_sentence_citing_a_text_without_a_child_is_refused() -> None:
     with pytest.raises(ValueError, match="merge of 1"):
         merged_sentences(_result("Gamma.", ("Gamma.", 1, 0, 6)), [CHILD])
@@ -132,6 +177,37 @@ def test_check_sources_wants_ranges_inside_their_text_and_a_cited_sentence_suppo
     )
     assert not check_sources(CitedSentence("Both.", (Source("e", None, 3, 10),), "synthesis", (0, 5)), texts)
     assert check_sources(CitedSentence("Nothing to go on.", (), "synthesis", (0, 17)), texts)
+
+
+def test_a_cited_sentence_in_other_words_is_checked_lexically_against_its_sources_together() -> None:
+    texts = {"d": "Kafka keeps events in topics. Brokers replicate the partitions."}
+    first, second = Source("d", 1, 0, 29), Source("d", 1, 30, 63)
+    both = CitedSentence("Brokers replicate partitions of Kafka topics and events.", (first, second), "cited", (0, 56))
+    assert check_sources(both, texts)  # neither range says it alone, nor word for word
+    assert not check_sources(CitedSentence(both.text, (first,), "cited", (0, 56)), texts)
+    assert lexical_support_rate([both, CitedSentence(both.text, (first,), "cited", (0, 56))], texts) == 0.5
+    assert lexical_support_rate([CitedSentence(both.text, (), "synthesis", (0, 56))], texts) == 0.0
+    assert lexical_support_rate([], texts) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("sentence", "supported"),
+    [
+        # Five content words: kafka, store, event, broker, disk. Three of them (3/5, the threshold) are enough.
+        ("Kafka stored the events with brokers on disk.", True),
+        ("KAFKA STORES EVENTS on brokers' disks.", True),  # case and endings do not matter
+        ("Kafka stores events, on brokers.", True),  # 3 of 4 in the quoted text
+        ("Kafka stores pictures with cameras on tapes.", False),  # 2 of 5
+        ("Kafka stores events on cameras and tapes.", True),  # 3 of 5: at the threshold
+        ("Kafka stores pictures with cameras on tapes and drums.", False),  # 2 of 6
+        ("It is what it was.", False),  # no content word at all
+        ("卡夫卡存储事件。", True),
+        ("卡夫卡拍摄照片。", False),  # 卡夫卡 is three of seven characters
+    ],
+)
+def test_lexical_support_wants_most_content_words_in_the_quoted_text(sentence: str, supported: bool) -> None:
+    quoted = "Kafka stores events in topics, and brokers keep them. 卡夫卡把事件存储在主题中。"
+    assert lexically_supported(quoted, sentence) is supported
 
 
 def test_mapped_sentences_round_trip_through_json() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from docsum_parser.extract import extract_text
-from docsum_shared.summarizers.base import SummaryKind, SummaryRequest, SummaryResult, SummarySentence
+from docsum_shared.summarizers.base import Span, SummaryKind, SummaryRequest, SummaryResult, SummarySentence
 from docsum_shared.summarizers.citations import supports
 from docsum_shared.summarizers.extractive import ExtractiveBackend
 from tests.documents import chinese_prose, english_prose
@@ -70,12 +70,20 @@ def requests(text: str, length: str, style: str) -> list[SummaryRequest]:
     return [replace(r, length=length, style=style) for r in out]
 
 
+def only(sentence: SummarySentence) -> Span:
+    """The one range an extractive sentence quotes (it is cited: it quotes it)."""
+    (span,) = sentence.spans
+    assert sentence.support == "cited", sentence
+    return span
+
+
 def assert_cites_exactly(request: SummaryRequest, result: SummaryResult) -> None:
     assert result.sentences or not result.text
     for sentence in result.sentences:
-        source = request.texts[sentence.source]
-        assert 0 <= sentence.start < sentence.end <= len(source), sentence
-        quoted = source[sentence.start : sentence.end]
+        span = only(sentence)
+        source = request.texts[span.source]
+        assert 0 <= span.start < span.end <= len(source), sentence
+        quoted = source[span.start : span.end]
         assert supports(quoted, sentence.text), (quoted, sentence.text)
     assert re.fullmatch(layout(request, result.sentences), result.text), (result.text, result.sentences)
 
@@ -93,9 +101,9 @@ def layout(request: SummaryRequest, sentences: tuple[SummarySentence, ...]) -> s
         return paragraph(list(sentences))
     names = list(request.labels) if len(request.labels) == len(request.texts) else []
     parts = []
-    for index in sorted({s.source for s in sentences}):
+    for index in sorted({only(s).source for s in sentences}):
         name = names[index] if names else f"Document {index + 1}"
-        parts.append(re.escape(name) + "\n" + paragraph([s for s in sentences if s.source == index]))
+        parts.append(re.escape(name) + "\n" + paragraph([s for s in sentences if only(s).source == index]))
     return "\n\n".join(parts)
 
 
@@ -115,7 +123,7 @@ def test_a_merge_of_summaries_cites_the_summaries() -> None:
     for kind in (SummaryKind.DOCUMENT, SummaryKind.TASK):
         request = SummaryRequest(kind, summaries)
         result = backend.summarize_sync(request)
-        assert len({s.source for s in result.sentences}) > 1
+        assert len({only(s).source for s in result.sentences}) > 1
         assert_cites_exactly(request, result)
 
 
@@ -125,16 +133,20 @@ def test_a_merge_of_summaries_cites_the_summaries() -> None:
 def cited(request: SummaryRequest) -> list[tuple[int, str, str]]:
     """Each sentence's source, the text it cites and its own text."""
     result = ExtractiveBackend().summarize_sync(request)
-    return [(s.source, request.texts[s.source][s.start : s.end], s.text) for s in result.sentences]
+    spans = [only(s) for s in result.sentences]
+    return [
+        (x.source, request.texts[x.source][x.start : x.end], s.text)
+        for x, s in zip(spans, result.sentences, strict=True)
+    ]
 
 
 def test_marks_stay_out_of_the_range() -> None:
     text = "- Kafka stores records in topics.\n- [2] Consumers read records from topics.\n3. Brokers replicate them."
     result = ExtractiveBackend().summarize_sync(SummaryRequest(SummaryKind.DOCUMENT, (text,), style="bullets"))
     assert result.sentences == (
-        SummarySentence("Kafka stores records in topics.", 0, 2, 33),
-        SummarySentence("Consumers read records from topics.", 0, 40, 75),
-        SummarySentence("Brokers replicate them.", 0, 79, 102),
+        SummarySentence.quoting("Kafka stores records in topics.", 0, 2, 33),
+        SummarySentence.quoting("Consumers read records from topics.", 0, 40, 75),
+        SummarySentence.quoting("Brokers replicate them.", 0, 79, 102),
     )
 
 
@@ -181,8 +193,8 @@ def test_a_task_cites_each_document() -> None:
     result = ExtractiveBackend().summarize_sync(request)
     assert result.text == "a\nKafka stores records in topics.\n\nc\nBrokers replicate partitions."
     assert result.sentences == (
-        SummarySentence("Kafka stores records in topics.", 0, 0, 31),
-        SummarySentence("Brokers replicate partitions.", 2, 0, 29),
+        SummarySentence.quoting("Kafka stores records in topics.", 0, 0, 31),
+        SummarySentence.quoting("Brokers replicate partitions.", 2, 0, 29),
     )
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
+from typing import Literal
 
 from ..options import Mode, TaskOptions
 
@@ -53,14 +54,34 @@ class SummaryRequest:
         )
 
 
-@dataclass(frozen=True)
-class SummarySentence:
-    """A sentence of a summary and where it came from: `texts[source][start:end]` of its request."""
+# cited: the sentence is what the text it cites says. aligned: the backend did not say where it comes
+# from, and docsum matched it to the text afterwards. synthesis: it joins several sources, or none
+# could be told.
+Support = Literal["cited", "aligned", "synthesis"]
 
-    text: str
-    source: int  # the index in `SummaryRequest.texts` of the text it quotes
+
+@dataclass(frozen=True)
+class Span:
+    """A range of a request's text: `texts[source][start:end]`."""
+
+    source: int  # the index in `SummaryRequest.texts`
     start: int
     end: int
+
+
+@dataclass(frozen=True)
+class SummarySentence:
+    """A sentence of a summary and the ranges of its request's texts it rests on (none: nothing could
+    be told, and it is a synthesis)."""
+
+    text: str
+    spans: tuple[Span, ...]
+    support: Support = "cited"
+
+    @classmethod
+    def quoting(cls, text: str, source: int, start: int, end: int) -> SummarySentence:
+        """A sentence that quotes one range, `texts[source][start:end]`."""
+        return cls(text, (Span(source, start, end),))
 
 
 @dataclass(frozen=True)

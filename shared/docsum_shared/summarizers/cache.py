@@ -11,13 +11,14 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from typing import cast, get_args
 
 import asyncpg
 
 from ..errors import RateLimited
 from ..options import Mode
 from ..ratelimit import RateLimiter
-from .base import SummarizerBackend, SummaryRequest, SummaryResult, SummarySentence
+from .base import Span, SummarizerBackend, SummaryRequest, SummaryResult, SummarySentence, Support
 from .budget import COMPLETION_RESERVE, TokenCalibration, estimate_request_tokens
 from .prompts import PROMPT_VERSION
 
@@ -120,19 +121,32 @@ async def stored_answer(pool: asyncpg.Pool, key: str) -> SummaryResult | None:
 
 
 def sentences_json(sentences: tuple[SummarySentence, ...]) -> str | None:
-    """A result's sentences for `llm_results.sentences`: None (SQL NULL) when the backend gave none."""
+    """A result's sentences for `llm_results.sentences`, each as [text, [[source, start, end], ...],
+    support]; None (SQL NULL) when the backend gave none."""
     if not sentences:
         return None
-    return json.dumps([[s.text, s.source, s.start, s.end] for s in sentences], ensure_ascii=False)
+    return json.dumps(
+        [[s.text, [[x.source, x.start, x.end] for x in s.spans], s.support] for s in sentences], ensure_ascii=False
+    )
 
 
 def sentences_from_json(data: str | None) -> tuple[SummarySentence, ...]:
-    """What `sentences_json` stored; a row from before the column, or without sentences, has none."""
+    """What `sentences_json` stored; a row from before the column, or without sentences, has none. A
+    row stored before sentences had several ranges, [text, source, start, end], quotes one range."""
     if data is None:
         return ()
-    return tuple(
-        SummarySentence(str(text), int(source), int(start), int(end)) for text, source, start, end in json.loads(data)
-    )
+    out: list[SummarySentence] = []
+    for row in json.loads(data):
+        if len(row) == 4:
+            text, source, start, end = row
+            out.append(SummarySentence.quoting(str(text), int(source), int(start), int(end)))
+            continue
+        text, spans, support = row
+        if support not in get_args(Support):
+            raise ValueError(f"unknown support {support!r}")
+        ranges = tuple(Span(int(source), int(start), int(end)) for source, start, end in spans)
+        out.append(SummarySentence(str(text), ranges, cast(Support, support)))
+    return tuple(out)
 
 
 async def lookup(pool: asyncpg.Pool, key: str, request: SummaryRequest, context: CallContext) -> SummaryResult | None:

@@ -15,28 +15,48 @@ The extractive backend changes a quoted range in few ways only, and `supports` a
 
 Nothing else: no other character may be added, dropped or changed, case included.
 
-Above `supports`, the sentences of a chunk's summary are mapped to ranges of their document's text
-(`chunk_sentences`), and the sentences of a merge to the sources of the sentences they quote
-(`merged_sentences`); `check_sources` is what a mapped sentence is measured by.
+An LLM does not quote: it rewords. `lexically_supported` is the looser test its sentences meet: most of
+a sentence's content words (case-folded, lightly stemmed, each CJK character a word of its own) are
+in the text it cites.
+
+Above them, the sentences of a chunk's summary are mapped to ranges of their document's text
+(`chunk_sentences`), and the sentences of a merge to the sources of the sentences they rest on
+(`merged_sentences`); `check_sources` is what a mapped sentence is measured by, and
+`lexical_support_rate` what a whole summary is.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, cast, get_args
+from fractions import Fraction
+from typing import cast, get_args
 
 from ..positions import Positions, position_of
 from ..text import is_cjk_char
-from .base import SummaryResult, SummarySentence
+from .base import SummaryResult, SummarySentence, Support
 from .extractive import _strip_marks, non_prose_line
 
-# cited: the sentence quotes its sources. aligned: it was matched to them afterwards, not quoted (a
-# backend that does not say where its sentences come from; nothing here makes it yet). synthesis: it
-# joins several sources, or none could be told.
-Support = Literal["cited", "aligned", "synthesis"]
+__all__ = [
+    "CitedSentence",
+    "Source",
+    "Support",
+    "check_sources",
+    "chunk_sentences",
+    "from_json",
+    "lexical_support_rate",
+    "lexically_supported",
+    "merged_sentences",
+    "placed",
+    "supports",
+    "to_json",
+]
+
 _SUPPORTS: tuple[str, ...] = get_args(Support)
+# Weakest last: a merged sentence is never better supported than the child sentence it rests on.
+_STRENGTH = {support: rank for rank, support in enumerate(_SUPPORTS)}
 
 
 @dataclass(frozen=True)
@@ -80,30 +100,40 @@ def chunk_sentences(
     result: SummaryResult, document_id: str, chunk_start: int, positions: Positions | None
 ) -> tuple[CitedSentence, ...]:
     """A chunk summary's sentences with their ranges in the document (the chunk is the document's text
-    from `chunk_start` on); the page is the unit the range starts in."""
+    from `chunk_start` on); a range's page is the unit it starts in."""
     out: list[CitedSentence] = []
     for sentence, at in placed(result):
-        if sentence.source != 0:
-            raise ValueError(f"a chunk's request has one text; a sentence cites text {sentence.source}")
-        start, end = chunk_start + sentence.start, chunk_start + sentence.end
-        page = position_of(positions, start) if positions is not None else None
-        out.append(CitedSentence(sentence.text, (Source(document_id, page, start, end),), "cited", at))
+        sources: list[Source] = []
+        for span in sentence.spans:
+            if span.source != 0:
+                raise ValueError(f"a chunk's request has one text; a sentence cites text {span.source}")
+            start, end = chunk_start + span.start, chunk_start + span.end
+            page = position_of(positions, start) if positions is not None else None
+            sources.append(Source(document_id, page, start, end))
+        out.append(CitedSentence(sentence.text, tuple(sources), sentence.support, at))
     return tuple(out)
 
 
 def merged_sentences(result: SummaryResult, children: Sequence[Sequence[CitedSentence]]) -> tuple[CitedSentence, ...]:
     """A merge's sentences, given `children[i]`: the mapped sentences of the summary that was the
-    merge's text i. A sentence takes the sources of the child sentences its range overlaps: of one,
-    that one's support too; of several, or of none, it is a synthesis. No source is made up here."""
+    merge's text i. A sentence takes the sources of the child sentences its ranges overlap: of one,
+    that one's support too (or its own, when weaker); of several, or of none, it is a synthesis. No
+    source is made up here."""
     out: list[CitedSentence] = []
     for sentence, at in placed(result):
-        if not 0 <= sentence.source < len(children):
-            raise ValueError(f"a sentence cites text {sentence.source} of a merge of {len(children)}")
-        hits = [c for c in children[sentence.source] if _overlap(c.at, (sentence.start, sentence.end))]
+        hits: dict[tuple[int, int], CitedSentence] = {}
+        for span in sentence.spans:
+            if not 0 <= span.source < len(children):
+                raise ValueError(f"a sentence cites text {span.source} of a merge of {len(children)}")
+            for i, child in enumerate(children[span.source]):
+                if _overlap(child.at, (span.start, span.end)):
+                    hits[(span.source, i)] = child
         if len(hits) == 1:
-            out.append(CitedSentence(sentence.text, hits[0].sources, hits[0].support, at))
+            (hit,) = hits.values()
+            support = max(sentence.support, hit.support, key=_STRENGTH.__getitem__)
+            out.append(CitedSentence(sentence.text, hit.sources, support, at))
             continue
-        sources = tuple(dict.fromkeys(s for hit in hits for s in hit.sources))
+        sources = tuple(dict.fromkeys(s for hit in hits.values() for s in hit.sources))
         out.append(CitedSentence(sentence.text, sources, "synthesis", at))
     return tuple(out)
 
@@ -114,15 +144,91 @@ def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
 
 
 def check_sources(sentence: CitedSentence, document_texts: Mapping[str, str]) -> bool:
-    """Whether every source's range lies in its document's text and, for a cited sentence, at least one
-    of them says what the sentence says (`supports`)."""
+    """Whether every source's range lies in its document's text and, for a cited sentence, one of them
+    says what the sentence says (`supports`), or they say it together in other words
+    (`lexically_supported`)."""
     for source in sentence.sources:
         text = document_texts.get(source.document_id)
         if text is None or not 0 <= source.start <= source.end <= len(text):
             return False
     if sentence.support != "cited":
         return True
-    return any(supports(document_texts[s.document_id][s.start : s.end], sentence.text) for s in sentence.sources)
+    quoted = [document_texts[s.document_id][s.start : s.end] for s in sentence.sources]
+    return any(supports(q, sentence.text) for q in quoted) or lexically_supported("\n".join(quoted), sentence.text)
+
+
+def lexical_support_rate(sentences: Sequence[CitedSentence], document_texts: Mapping[str, str]) -> float:
+    """The share of `sentences` that their sources, read together, support lexically, whatever their
+    label: how much of a summary its citations back up. A sentence without sources, or with one out of
+    its document's range, is unsupported; no sentences at all, a rate of 0."""
+    supported = 0
+    for sentence in sentences:
+        quoted: list[str] = []
+        for source in sentence.sources:
+            text = document_texts.get(source.document_id)
+            if text is None or not 0 <= source.start <= source.end <= len(text):
+                quoted = []
+                break
+            quoted.append(text[source.start : source.end])
+        supported += bool(quoted) and lexically_supported("\n".join(quoted), sentence.text)
+    return supported / len(sentences) if sentences else 0.0
+
+
+# A sentence is supported when at least this share of its content words are in the text it cites: a
+# reworded sentence keeps most of its source's words, one that says something else keeps few.
+LEXICAL_SUPPORT = Fraction(3, 5)
+# Words that say little of what a sentence is about (case-folded).
+_STOPWORDS = frozenset(
+    """a about above after again all also an and any are as at be been before being below between both
+    but by can could did do does doing during each few for from further had has have having he her here
+    hers him his how i if in into is it its itself just may me might more most must my no nor not of off
+    on once only or other our ours out over own same shall she should so some such than that the their
+    theirs them then there these they this those through to too under until up upon very was we were
+    what when where which while who whom why will with within without would you your""".split()
+)
+_CJK_STOPWORDS = frozenset("的了是在和与及或也就都而之其这那有为以于个")
+# Suffixes a light stem drops (the first that fits), and what takes their place.
+_SUFFIXES = (("ies", "y"), ("ied", "y"), ("ings", ""), ("ing", ""), ("ed", ""), ("ly", ""), ("s", ""))
+_MIN_STEM = 3
+_WORD_RE = re.compile(r"[^\W_]+")
+
+
+def lexically_supported(quoted: str, sentence: str) -> bool:
+    """Whether most of `sentence`'s content words (at least `LEXICAL_SUPPORT` of them) are in `quoted`;
+    a sentence without any is not supported."""
+    words = content_words(sentence)
+    if not words:
+        return False
+    return len(words & content_words(quoted)) >= LEXICAL_SUPPORT * len(words)
+
+
+def content_words(text: str) -> set[str]:
+    """The words of `text` that say what it is about: case-folded, stemmed lightly, stop words and
+    one-letter words left out; a CJK character is a word of its own."""
+    words: set[str] = set()
+    for token in _WORD_RE.findall(text.casefold()):
+        run: list[str] = []
+        for char in token + " ":  # the space ends the last run
+            if char != " " and not is_cjk_char(char):
+                run.append(char)
+                continue
+            word = "".join(run)
+            run = []
+            if word not in _STOPWORDS and (len(word) > 1 or word.isdigit()):
+                words.add(_stem(word))
+            if char != " " and char not in _CJK_STOPWORDS:
+                words.add(char)
+    return words
+
+
+def _stem(word: str) -> str:
+    """`word` without an inflection's ending, and without a final "e": "stores", "stored", "storing"
+    and "store" are all "stor"."""
+    for suffix, replacement in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= _MIN_STEM:
+            word = word[: -len(suffix)] + replacement
+            break
+    return word[:-1] if word.endswith("e") and len(word) > _MIN_STEM else word
 
 
 def to_json(sentences: Sequence[CitedSentence]) -> str:

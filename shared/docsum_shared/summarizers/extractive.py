@@ -525,7 +525,13 @@ def _cite(sentence: str, place: _Place, start: int = 0, end: int = -1, shown: st
     at = _align(sentence, raw) if place.unwrapped else list(range(len(sentence)))
     first = place.masked.original_offset(place.start + at[start])
     last = place.masked.original_offset(place.start + at[end - 1])
-    return SummarySentence(shown or sentence[start:end], place.source, first, last + 1)
+    return SummarySentence.quoting(shown or sentence[start:end], place.source, first, last + 1)
+
+
+def _in_text(sentence: SummarySentence, indexes: Sequence[int]) -> SummarySentence:
+    """`sentence`, whose ranges are in a list of texts, with them in the request's: text i is the
+    request's `indexes[i]`."""
+    return replace(sentence, spans=tuple(replace(span, source=indexes[span.source]) for span in sentence.spans))
 
 
 def _cite_cut(sentence: str, place: _Place, limit: int, start: int = 0, end: int = -1) -> SummarySentence:
@@ -533,7 +539,7 @@ def _cite_cut(sentence: str, place: _Place, limit: int, start: int = 0, end: int
     end = len(sentence) if end < 0 else end
     shown, first, last = _cut(sentence[start:end], limit)
     if first >= last:
-        return SummarySentence("", place.source, 0, 0)
+        return SummarySentence.quoting("", place.source, 0, 0)
     return _cite(sentence, place, start + first, start + last, shown)
 
 
@@ -862,7 +868,7 @@ class ExtractiveBackend(SummarizerBackend):
             first_chunk = request.kind is not SummaryKind.CHUNK or not request.context_before.strip()
             chosen = self._summarize(texts, request.kind, scale, lead=first_chunk) if texts else []
             # Sources among the non-blank texts, as indexes of the request's texts.
-            sentences = [replace(c, source=indexes[c.source]) for c in chosen if c.text]
+            sentences = [_in_text(c, indexes) for c in chosen if c.text]
             summary = _format([c.text for c in sentences], bullets)
         return SummaryResult(
             text=summary,
@@ -1028,7 +1034,7 @@ class ExtractiveBackend(SummarizerBackend):
             else:
                 prior = [1.0 + self.lead_bonus / (1 + c.position) + _PARAGRAPH_BONUS * c.opens for c in candidates]
                 sentences = self._select(candidates, prior, budget)
-            sentences = [replace(s, source=index) for s in sentences if s.text]
+            sentences = [_in_text(s, [index]) for s in sentences if s.text]
             parts.append(f"{name}\n{_format([s.text for s in sentences], bullets)}")
             cited.extend(sentences)
         return "\n\n".join(parts), cited
@@ -1075,7 +1081,7 @@ def _fallback_texts(texts: list[str]) -> list[SummarySentence]:
         length = len(text.strip())
         first, last = max(start, offset), min(end, offset + length)
         if first < last:
-            out.append(SummarySentence(joined[first:last], source, lead + first - offset, lead + last - offset))
+            out.append(SummarySentence.quoting(joined[first:last], source, lead + first - offset, lead + last - offset))
         offset += length + 1
     if out and shown.endswith("…") and end - start < len(shown):
         out[-1] = replace(out[-1], text=out[-1].text + "…")
