@@ -58,6 +58,19 @@ and a retry of a failed prompt gets a fresh draw. A client that gives up while i
 streams is recorded with status 499; a server that stops answers waiting requests 503 at once (and
 cuts a stream short, recorded 503).
 
+Citations: when the prompt shows its sentences numbered (``[S1] ...``, the way docsum asks for
+citations), the answer cites them. With a ``response_format`` JSON schema it is JSON that obeys the
+schema (``{"sentences": [{"text", "sources"}]}``, the ids from its enum), as OpenAI, llama.cpp and vLLM
+enforce one; else one sentence a line, its ids in brackets after it. Each sentence is the first of
+its section, opened by "In all, " ("总之，" before CJK text): the cited sentence's own words. Two knobs:
+
+- `structured_output`: ``enforce`` (default), ``ignore`` (a server that ignores ``response_format``:
+  it answers in the text format), ``refuse`` (400 naming ``response_format``, before anything else is
+  decided);
+- `citation_fault`: a weak model's ways, ``omit`` (no ids), ``invent`` (ids not in the request: only
+  where no schema is enforced, which would forbid them), ``free`` (plain prose, no format; under an
+  enforced schema, sentences without ids). None: it follows the format.
+
 In the ``openai`` dialect it also serves OpenAI's Files and Batch APIs, on a scaled clock, and the
 ``service_tier: "flex"`` of a chat call: see `tests.fake_batches`, whose config fields (``prices``,
 ``batch_*``, ``flex_*``) are set like the others. Each ledger entry has its ``tier`` ("realtime", "flex"
@@ -94,6 +107,7 @@ if TYPE_CHECKING:
 
 _SECTION = re.compile(r"<(text|part|document)[^>]*>\n(.*?)\n</\1>", re.S)
 _FIRST_SENTENCE = re.compile(r".+?(?:[.!?](?=\s)|[。！？；]|$)", re.S)
+_NUMBERED = re.compile(r"^\[(S\d+)\] (.+)$", re.M)
 # Han, kana, Hangul, CJK punctuation and full-width forms: one token each.
 _CJK = re.compile(
     "[\u3000-\u303f\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af"
@@ -120,8 +134,12 @@ CONFIG_FIELDS = (
     "dialect",
     "num_ctx",
     "model_context_length",
+    "structured_output",
+    "citation_fault",
 )
 DIALECTS = ("openai", "llamacpp", "ollama")
+STRUCTURED_OUTPUT = ("enforce", "ignore", "refuse")
+CITATION_FAULTS = ("omit", "invent", "free")
 _POLL_S = 0.02  # how often a waiting request checks for a client that left or a server that stops
 _WORDS_PER_PIECE = 3  # a streamed answer's text arrives this many words (or CJK characters) at a time
 # A word with the whitespace before it; a CJK character is a word of its own; trailing whitespace.
@@ -229,6 +247,24 @@ def pieces(text: str) -> list[str]:
     """How a streamed answer's text arrives: a few words at a time; joined, they are `text`."""
     words = _WORD.findall(text)
     return ["".join(words[i : i + _WORDS_PER_PIECE]) for i in range(0, len(words), _WORDS_PER_PIECE)]
+
+
+def _json_schema(response_format: Any) -> dict[str, Any] | None:
+    """The schema of a ``response_format`` of type json_schema; None for anything else."""
+    if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
+        return None
+    spec = response_format.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    return schema if isinstance(schema, dict) else None
+
+
+def _schema_ids(schema: dict[str, Any]) -> list[str]:
+    """The ids a citing schema allows: the enum of its sentences' sources."""
+    try:
+        enum = schema["properties"]["sentences"]["items"]["properties"]["sources"]["items"]["enum"]
+    except (KeyError, TypeError):
+        return []
+    return [i for i in enum if isinstance(i, str)]
 
 
 def _error_body(message: str, type_: str, code: str | None, param: str | None = None) -> dict[str, Any]:
@@ -355,6 +391,8 @@ class FakeLLM:
     dialect: str = "openai"  # the server stood for: "openai", "llamacpp" or "ollama" (see the module doc)
     num_ctx: int = 2048  # Ollama: the context a prompt is cut to (the model's num_ctx parameter)
     model_context_length: int = 32768  # Ollama: the model's trained context (/api/show llama.context_length)
+    structured_output: str = "enforce"  # what it does with a response_format: "enforce", "ignore", "refuse"
+    citation_fault: str | None = None  # a weak model citing: "omit", "invent", "free" (None: as asked)
     ledger: list[LedgerEntry] = field(default_factory=list)
     max_in_flight: int = field(default=0, init=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
@@ -506,12 +544,15 @@ class FakeLLM:
     # ----------------------------------------------------------------------------------------------
     # Answers
 
-    def answer(self, messages: list[dict[str, Any]]) -> str:
+    def answer(self, messages: list[dict[str, Any]], response_format: Any = None) -> str:
         """ "[8 hex of the user message's sha256] " + the first sentence of each <text>/<part>/<document>
         section of the last user message (or of the whole message): same request, same answer, same
-        language."""
+        language. A prompt of numbered sentences gets an answer that cites them (see the module doc)."""
         user = user_text(messages)
         sections = [body for _, body in _SECTION.findall(user)] or [user]
+        numbered = [_NUMBERED.findall(body) for body in sections]
+        if any(numbered):
+            return self._cited_answer([n[0] for n in numbered if n], response_format)
         firsts = []
         for body in sections:
             match = _FIRST_SENTENCE.search(body.strip())
@@ -523,6 +564,27 @@ class FakeLLM:
         if min_tokens is not None:  # a rambling model: the same sentences again until it is that long
             text = _ramble(text, sentences or [f"[{digest}]"], min_tokens)
         return text
+
+    def _cited_answer(self, firsts: list[tuple[str, str]], response_format: Any) -> str:
+        """Each section's first numbered sentence, its own words, citing its id as asked (or as the
+        `citation_fault` has it)."""
+        with self._lock:
+            fault, structured = self.citation_fault, self.structured_output
+        said = [("总之，" if _CJK.match(text) else "In all, ") + text for _, text in firsts]
+        ids = [[sid] for sid, _ in firsts]
+        schema = _json_schema(response_format)
+        if schema is not None and structured == "enforce":
+            allowed = set(_schema_ids(schema))
+            cited = [[] if fault in ("omit", "free") else [i for i in sid if i in allowed] for sid in ids]
+            sentences = [{"text": t, "sources": c} for t, c in zip(said, cited, strict=True)]
+            return json.dumps({"sentences": sentences}, ensure_ascii=False)
+        if fault == "free":
+            return " ".join(said)
+        if fault == "invent":
+            ids = [[f"S{int(sid[0][1:]) + 1000}"] for sid in ids]
+        return "\n".join(
+            t if fault == "omit" else t + " " + "".join(f"[{i}]" for i in sid) for t, sid in zip(said, ids, strict=True)
+        )
 
     def context_size(self) -> int | None:
         """The context in force: max_prompt_tokens (openai), n_ctx (llamacpp), num_ctx (ollama)."""
@@ -539,7 +601,7 @@ class FakeLLM:
         truncated_to = None
         if dialect == "ollama" and context is not None and (cut := ollama_cut(messages, context)) is not None:
             messages, truncated_to = cut
-        text, finish_reason = self.answer(messages), "stop"
+        text, finish_reason = self.answer(messages, body.get("response_format")), "stop"
         # Ollama's OpenAI-compatible endpoint knows max_tokens only.
         asked = (
             [body.get("max_tokens")]
@@ -708,6 +770,10 @@ class FakeLLM:
                     decision = _Decision(
                         400, "invalid_request", body=_error_body(message, "invalid_request_error", None)
                     )
+                elif self.structured_output == "refuse" and body.get("response_format") is not None:
+                    message = "response_format of type json_schema is not supported by this server"
+                    error = _error_body(message, "invalid_request_error", None, "response_format")
+                    decision = _Decision(400, "response_format", body=error)
                 else:
                     decision = self._decide(sha, tokens, prompt, attempt)
                     if tier == "flex" and decision.status == 200 and not decision.hung:
@@ -1092,6 +1158,14 @@ def _validate(name: str, value: Any) -> Any:
         if value not in DIALECTS:
             raise ValueError(f"dialect must be one of {', '.join(DIALECTS)}")
         return value
+    if name == "structured_output":
+        if value not in STRUCTURED_OUTPUT:
+            raise ValueError(f"structured_output must be one of {', '.join(STRUCTURED_OUTPUT)}")
+        return value
+    if name == "citation_fault":
+        if value is not None and value not in CITATION_FAULTS:
+            raise ValueError(f"citation_fault must be one of {', '.join(CITATION_FAULTS)} or null")
+        return value
     if name in ("num_ctx", "model_context_length"):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer")
@@ -1234,6 +1308,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--model-context-length", type=int, default=32768, help="ollama: the model's context in /api/show"
     )
+    parser.add_argument(
+        "--structured-output", choices=STRUCTURED_OUTPUT, default="enforce", help="what it does with response_format"
+    )
+    parser.add_argument("--citation-fault", choices=CITATION_FAULTS, default=None, help="cite like a weak model")
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
     try:
@@ -1255,6 +1333,8 @@ def main(argv: list[str] | None = None) -> None:
             dialect=args.dialect,
             num_ctx=args.num_ctx,
             model_context_length=args.model_context_length,
+            structured_output=args.structured_output,
+            citation_fault=args.citation_fault,
         )
         server = FakeLLMServer(llm, port=args.port, log_level=args.log_level)
     except (ValueError, OSError) as exc:

@@ -194,6 +194,10 @@ class LLMSettings(Settings):
     # Sent as `frequency_penalty` when set (-2 to 2): small local models tend to copy their input
     # word for word instead of summarizing it, and 0.5 stops most of that.
     llm_frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    # How the model is asked where its sentences come from: "json_schema" (response_format; an endpoint
+    # that refuses it gets "text" from then on), "text" (ids in brackets after each line), or "off" (not
+    # asked; its sentences are matched to the text afterwards).
+    llm_citations: Literal["json_schema", "text", "off"] = "json_schema"
     # Failed attempts in all after which a chunk (its retries: the summarizer's settings) or a merge is
     # FAILED.
     llm_max_attempts: int = Field(4, ge=1)

@@ -192,6 +192,7 @@ def make_backend(settings: LLMSettings) -> SummarizerBackend:
             timeouts=Timeouts(settings.llm_stall_timeout_s, settings.llm_min_prompt_tps, settings.llm_min_output_tps),
             frequency_penalty=settings.llm_frequency_penalty,
             flex_tries=settings.llm_flex_tries,
+            citations=settings.llm_citations,
         )
     from .extractive import ExtractiveBackend
 

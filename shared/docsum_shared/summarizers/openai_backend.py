@@ -17,6 +17,10 @@ What real servers do, and what this backend does about it:
   rate limit. It is sent again after a short wait, and after `flex_tries` such refusals in a row at the
   default tier, so a task never stalls on flex capacity. An endpoint that does not know the flex tier
   (a 400 naming service_tier) gets the default tier from then on.
+- Citations (llm_citations.py): by default the answer is held to a JSON schema (`response_format`),
+  which OpenAI, llama.cpp's server and vLLM enforce. An endpoint that refuses it (a 400 naming
+  response_format or json_schema) is asked for the text format from then on; one that ignores it
+  answers as it likes, and is read leniently all the same.
 """
 
 from __future__ import annotations
@@ -35,9 +39,10 @@ import openai
 from ..errors import ContextLimitExceeded, ProviderUnavailable, RateLimited, RequestRefused, context_limit_error
 from ..options import Mode
 from ..retry import FLEX, Backoff
-from ..text import estimate_tokens_upper
+from ..text import estimate_tokens_upper, sentence_spans
 from .base import SummarizerBackend, SummaryRequest, SummaryResult
 from .batch_api import BatchAPI
+from .llm_citations import CitationMode, cited_sentences, claims, numbered, response_format, summary_text
 from .prompts import build_messages
 
 log = logging.getLogger(__name__)
@@ -56,6 +61,10 @@ class _NoFlexCapacity(RateLimited):
 
 class _NoFlexTier(RequestRefused):
     """The endpoint does not know the flex tier: handled here, never raised."""
+
+
+class _NoStructuredOutput(RequestRefused):
+    """The endpoint refuses `response_format`: handled here, never raised."""
 
 
 @dataclass(frozen=True)
@@ -91,10 +100,15 @@ class OpenAIBackend(SummarizerBackend):
         frequency_penalty: float | None = None,
         flex_tries: int = 3,
         flex_backoff: Backoff = FLEX,
+        citations: CitationMode = "json_schema",
     ) -> None:
         self.model = model
         self.frequency_penalty = frequency_penalty
-        self.sampling = {} if frequency_penalty is None else {"frequency_penalty": frequency_penalty}
+        self.sampling: dict[str, object] = {} if frequency_penalty is None else {"frequency_penalty": frequency_penalty}
+        if citations == "off":  # another prompt: its answers are not the citing prompt's
+            self.sampling["citations"] = "off"
+        self.citations = citations
+        self.structured = citations == "json_schema"  # until the endpoint refuses response_format
         self.base_url = base_url
         self.api_key = api_key or "not-needed"
         self.timeouts = timeouts
@@ -122,19 +136,41 @@ class OpenAIBackend(SummarizerBackend):
                 # Both are priced at one tier: the default one unless both were answered at flex.
                 tier=result.tier if result.tier == shorter.tier else "realtime",
             )
+        result = self._cited(result, request)
         if _repeats_the_input(result.text, request):
             raise ProviderUnavailable("LLM provider answered with the input itself instead of a summary")
         return result
+
+    def _cited(self, answer: SummaryResult, request: SummaryRequest) -> SummaryResult:
+        """The answer as a summary: its sentences, each labelled by what supports it (never refused for
+        its citations), joined in the style asked for. An answer in which no sentence can be read (JSON
+        cut before its first one) is kept as it is, as prose; nothing in it at all: a failed attempt."""
+        found = claims(answer.text) or [(answer.text[a:b], ()) for a, b in sentence_spans(answer.text)]
+        sentences = cited_sentences(found, numbered(request))
+        if not sentences:
+            raise ProviderUnavailable("LLM provider answered with no sentence")
+        return replace(answer, text=summary_text(sentences, request.style), sentences=sentences)
+
+    def _asking(self) -> CitationMode:
+        """The citations asked for now: JSON only while the endpoint takes response_format."""
+        return "json_schema" if self.structured else "off" if self.citations == "off" else "text"
+
+    def _format(self, request: SummaryRequest, asking: CitationMode) -> dict[str, Any] | None:
+        ids = numbered(request).ids if asking == "json_schema" else []
+        return response_format(ids) if ids else None
 
     # --- one request as a line of the provider's batch ----------------------------------------------
 
     def chat_body(self, request: SummaryRequest) -> dict[str, Any]:
         """The chat-completions body of `request`, as a batch line carries it (the call `_complete` makes)."""
+        asking = self._asking()
+        held = self._format(request, asking)
         return {
             "model": self.model,
-            "messages": build_messages(request),
+            "messages": build_messages(request, asking),
             "temperature": 0,
             "max_tokens": request.max_tokens or 1024,
+            **({"response_format": held} if held else {}),
             **self._extra(),
         }
 
@@ -147,10 +183,8 @@ class OpenAIBackend(SummarizerBackend):
         text = str((choice.get("message") or {}).get("content") or "").strip()
         if not text:
             raise ProviderUnavailable("LLM provider returned an empty answer")
-        if _repeats_the_input(text, request):
-            raise ProviderUnavailable("LLM provider answered with the input itself instead of a summary")
         usage = body.get("usage") or {}
-        return SummaryResult(
+        answer = SummaryResult(
             text,
             str(body.get("model") or self.model),
             int(usage.get("prompt_tokens") or 0),
@@ -158,6 +192,10 @@ class OpenAIBackend(SummarizerBackend):
             truncated=choice.get("finish_reason") == "length",
             tier="batch",
         )
+        result = self._cited(answer, request)
+        if _repeats_the_input(result.text, request):
+            raise ProviderUnavailable("LLM provider answered with the input itself instead of a summary")
+        return result
 
     def batch_api(self) -> BatchAPI:
         return BatchAPI(self._client)
@@ -167,17 +205,21 @@ class OpenAIBackend(SummarizerBackend):
         return {} if self.frequency_penalty is None else {"frequency_penalty": self.frequency_penalty}
 
     async def _complete(self, request: SummaryRequest, mode: Mode = "realtime") -> tuple[SummaryResult, str | None]:
-        messages = build_messages(request)
-        prompt_tokens = sum(estimate_tokens_upper(str(m.get("content", ""))) for m in messages)
         max_tokens = request.max_tokens or 1024
         extra = self._extra()
         refused = 0  # flex refusals in a row, for lack of capacity
         while True:
+            asking = self._asking()
+            messages = build_messages(request, asking)
+            prompt_tokens = sum(estimate_tokens_upper(str(m.get("content", ""))) for m in messages)
+            held = self._format(request, asking)
             # A batch task's calls made here (its merges) go flex too: the Batch API takes only its chunks.
             flex = mode in ("flex", "batch") and self.flex and refused < self.flex_tries
             tier = "flex" if flex else "realtime"
             try:
-                text, finish, usage, model, tier = await self._send(messages, max_tokens, prompt_tokens, extra, tier)
+                text, finish, usage, model, tier = await self._send(
+                    messages, max_tokens, prompt_tokens, {**extra, **({"response_format": held} if held else {})}, tier
+                )
                 break
             except _NoFlexCapacity as exc:
                 refused += 1
@@ -196,6 +238,11 @@ class OpenAIBackend(SummarizerBackend):
             except _NoFlexTier as exc:
                 log.warning("%s has no flex tier (%s); the default tier from now on", self.base_url, exc)
                 self.flex = False
+            except _NoStructuredOutput as exc:
+                log.warning(
+                    "%s refuses response_format (%s); citations in the text format from now on", self.base_url, exc
+                )
+                self.structured = False
         text = text.strip()
         if not text:
             raise ProviderUnavailable("LLM provider returned an empty answer")
@@ -252,6 +299,8 @@ class OpenAIBackend(SummarizerBackend):
                     raise overflow from exc
                 if tier == "flex" and exc.status_code == 400 and _names_service_tier(exc):
                     raise _NoFlexTier(exc.message) from exc
+                if "response_format" in extra and _names_response_format(exc):
+                    raise _NoStructuredOutput(exc.message) from exc
             raise RequestRefused(f"LLM provider rejected the request ({exc.status_code}): {exc.message}") from exc
         answered = "flex" if served == "flex" or (served is None and tier == "flex") else "realtime"
         return text, finish, usage, model, answered
@@ -371,6 +420,12 @@ def _no_capacity(exc: openai.RateLimitError) -> bool:
 def _names_service_tier(exc: openai.APIStatusError) -> bool:
     """A 400 about service_tier: the endpoint does not know the tier asked for."""
     return "service_tier" in f"{exc.message} {getattr(exc, 'param', None) or ''}".lower()
+
+
+def _names_response_format(exc: openai.APIStatusError) -> bool:
+    """A refusal about response_format: the endpoint does not take a JSON schema."""
+    said = f"{exc.message} {getattr(exc, 'param', None) or ''}".lower()
+    return "response_format" in said or "json_schema" in said
 
 
 def _squash(text: str) -> str:

@@ -1,0 +1,265 @@
+"""How an LLM says where its summary's sentences come from, and how docsum reads and checks it.
+
+The request's sentences are shown to the model numbered, S1, S2, ... over all of its texts (a chunk's
+sentences for a chunk; the summaries' sentences for a merge), and it is asked to answer with the ids
+each of its sentences comes from:
+
+- `json_schema`: `{"sentences": [{"text": ..., "sources": ["S2", "S5"]}]}`, the ids an enum of this
+  request's (`response_format`, which OpenAI, llama.cpp's server and vLLM enforce);
+- `text`: one sentence a line, its ids after it in brackets: `Kafka stores events in topics. [S2][S5]`
+  (what a 1.5B model follows best);
+- `off`: nothing is asked; the prompt is the plain one.
+
+Whatever was asked, the answer is read leniently (`claims`): JSON, or lines with ids in any of the
+usual shapes, or plain prose. Then each sentence is labelled (`cited_sentences`): an id not in this
+request is dropped; a sentence that the text of its remaining ids supports (`lexically_supported`) is
+"cited"; else it is matched to the request's best sentence, or best two ("aligned"); else it is a
+"synthesis" that rests on nothing shown. An answer is never refused for its citations.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..text import sentence_spans
+from .base import Span, SummaryRequest, SummarySentence
+from .citations import content_words, lexically_supported
+from .extractive import join_sentences
+
+CitationMode = Literal["json_schema", "text", "off"]
+CITATION_MODES: tuple[CitationMode, ...] = ("json_schema", "text", "off")
+SCHEMA_NAME = "cited_summary"
+
+# A claim: a sentence of the answer and the ids it gives (as written, upper-cased).
+Claim = tuple[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class Numbered:
+    """A request's sentences under their ids: where each is (`spans`), what it says (`texts`), and, per
+    text of the request, its sentences' ids in order with the whitespace before each."""
+
+    spans: Mapping[str, Span]
+    texts: Mapping[str, str]
+    lines: tuple[tuple[tuple[str, str], ...], ...]  # per request text: (id, the gap before it)
+
+    @property
+    def ids(self) -> list[str]:
+        return list(self.spans)
+
+    def shown(self, index: int) -> str:
+        """Text `index` of the request as the model sees it: a sentence a line, after its id; a
+        paragraph break kept as a blank line."""
+        out: list[str] = []
+        for sid, gap in self.lines[index]:
+            if out and "\n\n" in gap.replace("\r", "").replace(" ", "").replace("\t", ""):
+                out.append("")
+            out.append(f"[{sid}] {' '.join(self.texts[sid].split())}")
+        return "\n".join(out)
+
+
+def numbered(request: SummaryRequest) -> Numbered:
+    """The sentences of every text of `request`, numbered from S1 in order."""
+    spans: dict[str, Span] = {}
+    texts: dict[str, str] = {}
+    lines: list[tuple[tuple[str, str], ...]] = []
+    for index, text in enumerate(request.texts):
+        here: list[tuple[str, str]] = []
+        previous_end = 0
+        for start, end in sentence_spans(text):
+            sid = f"S{len(spans) + 1}"
+            spans[sid], texts[sid] = Span(index, start, end), text[start:end]
+            here.append((sid, text[previous_end:start]))
+            previous_end = end
+        lines.append(tuple(here))
+    return Numbered(spans, texts, tuple(lines))
+
+
+def response_format(ids: list[str]) -> dict[str, Any]:
+    """The `response_format` that holds an answer to sentences citing only `ids` (at least one)."""
+    sentence = {
+        "type": "object",
+        "properties": {
+            "text": {"type": "string"},
+            "sources": {"type": "array", "items": {"type": "string", "enum": ids}},
+        },
+        "required": ["text", "sources"],
+        "additionalProperties": False,
+    }
+    schema = {
+        "type": "object",
+        "properties": {"sentences": {"type": "array", "items": sentence}},
+        "required": ["sentences"],
+        "additionalProperties": False,
+    }
+    return {"type": "json_schema", "json_schema": {"name": SCHEMA_NAME, "strict": True, "schema": schema}}
+
+
+# --- reading an answer -------------------------------------------------------------------------------
+
+_FENCE_RE = re.compile(r"^```[\w-]*\s*(.*?)\s*(?:```)?$", re.S)
+# A complete or cut sentence object of a JSON answer, for an answer cut at its bound.
+_JSON_TEXT_RE = re.compile(r'"text"\s*:\s*"((?:[^"\\]|\\.)*)("?)(?:\s*,\s*"sources"\s*:\s*\[([^\]]*)\])?')
+# Ids in brackets after (or inside) a sentence: "[S2]", "[S2][S5]", "[S2, S5]", "(s2)", "【S2】".
+_GROUP_RE = re.compile(r"[ \t]*(?:[\[(【]\s*S\d+(?:\s*[,;，、]\s*S?\d+)*\s*[\])】][ \t]*)+", re.I)
+# Ids without brackets, at the very end of a line: "... topics. S2" or "... topics S2, S5."
+_BARE_TAIL_RE = re.compile(r"[ \t]+(S\d+(?:\s*[,;]\s*S\d+)*)[ \t]*([.。]?)[ \t]*$", re.I)
+_ID_RE = re.compile(r"S?(\d+)", re.I)
+_MARK_RE = re.compile(r"^\s*(?:[-*•·]|\d{1,3}[.)])\s+")
+_LINE_END_RE = re.compile(r"[.!?。！？]*[ \t]*$")
+_SENTENCE_END = ".!?。！？；"
+
+
+def claims(answer: str) -> list[Claim]:
+    """The sentences of an answer and the ids each gives: a JSON answer (whole, or cut at its bound),
+    else lines in the text format, read leniently; a sentence that gives no id is split from the rest
+    as prose is (a model that ignored the format gave none at all)."""
+    structured = _json_claims(answer)
+    if structured is not None:
+        return structured
+    out: list[Claim] = []
+    for raw in answer.splitlines():
+        line = _MARK_RE.sub("", raw).strip()
+        if not line or line.startswith("```") or (_is_preamble(line.strip("* ")) and not _GROUP_RE.search(line)):
+            continue
+        for text, ids in _line_claims(line):
+            if ids:
+                out.append((text, ids))
+                continue
+            out.extend((text[start:end], ()) for start, end in sentence_spans(text))
+    return out
+
+
+def _is_preamble(line: str) -> bool:
+    """ "Here is the summary:", "Summary:", "## Summary": what a model says before its answer."""
+    return line.endswith((":", "：")) or line.startswith("#")
+
+
+def _line_claims(line: str) -> list[Claim]:
+    """The sentences of one line, each with the ids after it."""
+    out: list[Claim] = []
+    parts: list[str] = []
+    ids: list[str] = []
+
+    def close() -> None:
+        text = " ".join("".join(parts).split())
+        if text:
+            out.append((text, tuple(dict.fromkeys(ids))))
+        parts.clear()
+        ids.clear()
+
+    pos = 0
+    for match in _GROUP_RE.finditer(line):
+        parts.append(line[pos : match.start()])
+        ids.extend(_ids(match.group()))
+        pos = match.end()
+        tail = _LINE_END_RE.fullmatch(line, pos)
+        if tail is not None:  # the ids end the line, maybe before the sentence's full stop
+            parts.append(tail.group().strip())
+            pos = len(line)
+            close()
+        elif "".join(parts).rstrip()[-1:] in _SENTENCE_END:
+            close()
+        else:  # ids inside a sentence count for it; the sentence goes on
+            parts.append(" ")
+    rest = line[pos:]
+    bare = _BARE_TAIL_RE.search(rest)
+    if bare is not None and (parts or rest[: bare.start()].strip()):
+        parts.append(rest[: bare.start()] + bare.group(2))
+        ids.extend(_ids(bare.group(1)))
+    else:
+        parts.append(rest)
+    close()
+    return out
+
+
+def _ids(written: str) -> list[str]:
+    return [f"S{int(number)}" for number in _ID_RE.findall(written)]
+
+
+def _json_claims(answer: str) -> list[Claim] | None:
+    """The claims of a JSON answer; None when the answer is no JSON."""
+    body = answer.strip()
+    if fenced := _FENCE_RE.match(body):
+        body = fenced.group(1)
+    if not body.startswith(("{", "[")):
+        return None
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return _salvaged(body)
+    items = data.get("sentences") if isinstance(data, dict) else data
+    if not isinstance(items, list):
+        return None
+    out: list[Claim] = []
+    for item in items:
+        text, sources = (item, []) if isinstance(item, str) else _fields(item)
+        if text.strip():
+            written = [sources] if isinstance(sources, str) else sources if isinstance(sources, list) else []
+            ids = [sid for s in written if isinstance(s, str | int) for sid in _ids(str(s))]
+            out.append((" ".join(text.split()), tuple(dict.fromkeys(ids))))
+    return out
+
+
+def _fields(item: object) -> tuple[str, object]:
+    if not isinstance(item, dict):
+        return "", []
+    text = item.get("text")
+    return (text if isinstance(text, str) else ""), item.get("sources", item.get("ids", []))
+
+
+def _salvaged(body: str) -> list[Claim]:
+    """The sentences of a JSON answer cut short: each one whose text began, with its ids if they came."""
+    out: list[Claim] = []
+    for match in _JSON_TEXT_RE.finditer(body):
+        escaped = match.group(1).rstrip("\\")
+        try:
+            text = json.loads(f'"{escaped}"')
+        except ValueError:
+            continue
+        if text.strip():
+            out.append((" ".join(text.split()), tuple(dict.fromkeys(_ids(match.group(3) or "")))))
+    return out
+
+
+# --- labelling ---------------------------------------------------------------------------------------
+
+
+def cited_sentences(found: list[Claim], numbers: Numbered) -> tuple[SummarySentence, ...]:
+    """Each claim as a summary sentence: cited by its ids (those of this request) when their text
+    supports it, else aligned to the request's best sentence or two, else a synthesis."""
+    words = {sid: content_words(text) for sid, text in numbers.texts.items()}
+    out: list[SummarySentence] = []
+    for text, given in found:
+        known = [sid for sid in given if sid in numbers.spans]
+        if known and lexically_supported("\n".join(numbers.texts[sid] for sid in known), text):
+            out.append(SummarySentence(text, tuple(numbers.spans[sid] for sid in known), "cited"))
+            continue
+        best = _aligned(text, numbers, words)
+        if best:
+            out.append(SummarySentence(text, tuple(numbers.spans[sid] for sid in best), "aligned"))
+        else:
+            out.append(SummarySentence(text, (), "synthesis"))
+    return tuple(out)
+
+
+def _aligned(text: str, numbers: Numbered, words: Mapping[str, set[str]]) -> list[str]:
+    """The request's sentence that supports `text` (the one sharing most content words with it), or
+    the two that do together, in the request's order; none when neither does."""
+    wanted = content_words(text)
+    ranked = sorted((sid for sid in numbers.texts if words[sid] & wanted), key=lambda s: -len(words[s] & wanted))
+    for take in (1, 2):
+        best = sorted(ranked[:take], key=numbers.ids.index)
+        if len(best) == take and lexically_supported("\n".join(numbers.texts[s] for s in best), text):
+            return best
+    return []
+
+
+def summary_text(sentences: tuple[SummarySentence, ...], style: str) -> str:
+    """The summary the sentences make, in the style asked: "- " lines for bullets, else prose."""
+    texts = [s.text for s in sentences]
+    return "\n".join(f"- {t}" for t in texts) if style == "bullets" else join_sentences(texts)
