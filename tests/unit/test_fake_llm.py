@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import subprocess
 import sys
 import threading
@@ -725,3 +726,81 @@ def test_cli_flags() -> None:
         process.terminate()
         process.communicate(timeout=10)
     assert process.returncode == 0
+
+
+# --- citations ---------------------------------------------------------------------------------------------
+
+NUMBERED = "<text>\n[S1] Kafka stores events in topics.\n[S2] Brokers replicate them.\n</text>\n\nCite the ids."
+CITING_SCHEMA = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "cited_summary",
+        "strict": True,
+        "schema": {
+            "type": "object",
+            "properties": {
+                "sentences": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "text": {"type": "string"},
+                            "sources": {"type": "array", "items": {"type": "string", "enum": ["S1", "S2"]}},
+                        },
+                        "required": ["text", "sources"],
+                        "additionalProperties": False,
+                    },
+                }
+            },
+            "required": ["sentences"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def cited(client: openai.OpenAI, schema: bool) -> str:
+    answer = ask(client, NUMBERED, extra_body={"response_format": CITING_SCHEMA} if schema else None)
+    return answer.choices[0].message.content or ""
+
+
+def test_a_numbered_prompt_gets_an_answer_that_cites_it(llm: FakeLLM, client: openai.OpenAI) -> None:
+    assert json.loads(cited(client, schema=True)) == {
+        "sentences": [{"text": "In all, Kafka stores events in topics.", "sources": ["S1"]}]
+    }
+    assert cited(client, schema=False) == "In all, Kafka stores events in topics. [S1]"
+    assert ask(client, "Kafka stores events. Brokers copy.").choices[0].message.content == (
+        f"[{hashlib.sha256(b'Kafka stores events. Brokers copy.').hexdigest()[:8]}] Kafka stores events."
+    )  # a prompt without numbered sentences is answered as before
+
+
+@pytest.mark.parametrize(
+    ("fault", "enforced", "plain"),
+    [
+        ("omit", [], "In all, Kafka stores events in topics."),
+        ("invent", ["S1"], "In all, Kafka stores events in topics. [S1001]"),  # a schema forbids inventing
+        ("free", [], "In all, Kafka stores events in topics."),
+    ],
+)
+def test_a_weak_model_cites_badly_where_nothing_holds_it(
+    llm: FakeLLM, client: openai.OpenAI, fault: str, enforced: list[str], plain: str
+) -> None:
+    llm.configure(citation_fault=fault)
+    assert json.loads(cited(client, schema=True))["sentences"][0]["sources"] == enforced
+    assert cited(client, schema=False) == plain
+    llm.configure(structured_output="ignore")  # the schema is sent, and ignored
+    assert cited(client, schema=True) == plain
+
+
+def test_a_server_that_refuses_response_format_says_so(
+    server: FakeLLMServer, llm: FakeLLM, client: openai.OpenAI
+) -> None:
+    with httpx.Client(base_url=server.url) as http:
+        assert http.post("/_config", json={"structured_output": "refuse"}).json()["structured_output"] == "refuse"
+        assert http.post("/_config", json={"citation_fault": "sometimes"}).status_code == 400
+        assert http.post("/_config", json={"structured_output": "maybe"}).status_code == 400
+    with pytest.raises(openai.BadRequestError) as refused:
+        cited(client, schema=True)
+    assert "response_format" in refused.value.message and refused.value.param == "response_format"
+    assert cited(client, schema=False) == "In all, Kafka stores events in topics. [S1]"
+    assert [(e.status, e.error) for e in llm.entries()] == [(400, "response_format"), (200, None)]

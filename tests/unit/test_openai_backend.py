@@ -3,14 +3,16 @@ package: bounded answers, streaming, a stall timeout, what it asks the endpoint.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
 
 from docsum_shared.errors import ContextLimitExceeded, ProviderUnavailable
 from docsum_shared.settings import LLMSettings
-from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
+from docsum_shared.summarizers.base import SummaryKind, SummaryRequest, SummaryResult, SummarySentence
 from docsum_shared.summarizers.cache import cache_key
+from docsum_shared.summarizers.llm_citations import CitationMode, numbered
 from docsum_shared.summarizers.openai_backend import OpenAIBackend, Timeouts, _repeats_the_input, _server_root
 from tests.documents import english_prose
 from tests.fake_llm import FakeLLM, FakeLLMServer, LedgerEntry
@@ -193,3 +195,100 @@ async def test_a_prompt_ollama_read_only_in_part_is_refused_as_too_long(server: 
         await backend.summarize(_chunk(chars=4_000))
     (entry,) = await _recorded(server)
     assert entry.truncated_to is not None and refused.value.limit is not None and refused.value.limit <= 256
+
+
+# --- citations ---------------------------------------------------------------------------------------------
+
+
+def _citing(server: FakeLLMServer, citations: CitationMode) -> OpenAIBackend:
+    return OpenAIBackend("stand-in-1", base_url=server.base_url, api_key="k", citations=citations)
+
+
+def _inside(result: SummaryResult, request: SummaryRequest) -> bool:
+    """Every sentence is in the summary's text, and every range it rests on is in the request's texts."""
+    return all(
+        s.text in result.text
+        and 0 <= x.source < len(request.texts)
+        and 0 <= x.start < x.end <= len(request.texts[x.source])
+        for s in result.sentences
+        for x in s.spans
+    )
+
+
+def _merge() -> SummaryRequest:
+    parts = (english_prose(400, seed=1), english_prose(400, seed=2), english_prose(400, seed=3))
+    return SummaryRequest(SummaryKind.DOCUMENT, parts, style="bullets", max_tokens=300)
+
+
+@pytest.mark.parametrize("citations", ["json_schema", "text"])
+async def test_the_model_cites_the_requests_sentences(server: FakeLLMServer, citations: CitationMode) -> None:
+    for request in (_chunk(), _merge()):
+        result = await _citing(server, citations).summarize(request)
+        assert result.sentences and all(s.support == "cited" for s in result.sentences), result.sentences
+        assert _inside(result, request)
+        first = numbered(request).spans["S1"]
+        assert result.sentences[0].spans == (first,)
+    assert result.text.startswith("- ")  # the merge asked for bullets
+    asked = [e.user for e in await _recorded(server, 2)]
+    assert all(("Answer in JSON" in u) is (citations == "json_schema") and "[S1] " in u for u in asked)
+
+
+async def test_citations_off_asks_for_none_and_aligns_the_answer(server: FakeLLMServer) -> None:
+    backend = _citing(server, "off")
+    result = await backend.summarize(_chunk())
+    (entry,) = await _recorded(server)
+    assert "[S1]" not in entry.user and backend.sampling == {"citations": "off"}
+    # The stand-in's answer without ids: a digest, then the chunk's first sentence, matched to it.
+    assert [s.support for s in result.sentences][-1] == "aligned" and _inside(result, _chunk())
+
+
+async def test_an_endpoint_that_refuses_response_format_is_asked_in_text_from_then_on(server: FakeLLMServer) -> None:
+    server.llm.configure(structured_output="refuse")
+    backend = _citing(server, "json_schema")
+    first = await backend.summarize(_chunk())
+    second = await backend.summarize(_chunk(1_200))
+    assert [(e.status, e.error) for e in await _recorded(server, 3)] == [
+        (400, "response_format"),
+        (200, None),
+        (200, None),
+    ]
+    assert not backend.structured
+    assert all(s.support == "cited" for s in (*first.sentences, *second.sentences))
+    assert "response_format" not in backend.chat_body(_chunk())
+
+
+@pytest.mark.parametrize("fault", ["omit", "invent", "free"])
+@pytest.mark.parametrize(("citations", "structured_output"), [("json_schema", "ignore"), ("text", "enforce")])
+async def test_a_weak_model_still_gets_every_sentence_labelled_and_nothing_invented(
+    server: FakeLLMServer, fault: str, citations: CitationMode, structured_output: str
+) -> None:
+    server.llm.configure(citation_fault=fault, structured_output=structured_output)
+    for request in (_chunk(), _merge()):
+        result = await _citing(server, citations).summarize(request)
+        assert result.sentences and _inside(result, request)
+        # It named no id of the request: each sentence was matched to the request's words instead.
+        assert all(s.support == "aligned" for s in result.sentences), result.sentences
+
+
+def test_a_batch_line_is_held_to_the_schema_and_its_answer_read_the_same_way() -> None:
+    backend = OpenAIBackend("stand-in-1", base_url="http://127.0.0.1:9/v1", api_key="k")
+    request = _chunk()
+    ids = numbered(request).ids
+    body = backend.chat_body(request)
+    assert (
+        body["response_format"]["json_schema"]["schema"]["properties"]["sentences"]["items"]["properties"]["sources"][
+            "items"
+        ]["enum"]
+        == ids
+    )
+    quoted = numbered(request).texts["S2"]
+    answer = {
+        "sentences": [{"text": quoted, "sources": ["S2", "S99"]}, {"text": "Unrelated words entirely.", "sources": []}]
+    }
+    line = {"choices": [{"message": {"content": json.dumps(answer)}, "finish_reason": "stop"}], "usage": {}}
+    result = backend.read_answer(line, request)
+    assert result.tier == "batch" and result.text == f"{quoted} Unrelated words entirely."
+    assert result.sentences == (
+        SummarySentence(quoted, (numbered(request).spans["S2"],), "cited"),
+        SummarySentence("Unrelated words entirely.", (), "synthesis"),
+    )
