@@ -9,8 +9,8 @@ import pytest
 
 from docsum_shared.summarizers.base import Span, SummaryKind, SummaryRequest, SummarySentence
 from docsum_shared.summarizers.llm_citations import (
-    claims,
     cited_sentences,
+    claims,
     numbered,
     response_format,
     summary_text,
@@ -28,7 +28,8 @@ def test_sentences_are_numbered_over_all_the_texts_of_a_request() -> None:
     assert numbered(MERGE).spans == {"S1": Span(0, 0, 20), "S2": Span(1, 0, 29), "S3": Span(1, 30, 45)}
     shown = numbered(CHUNK).shown(0)
     assert shown == (
-        "[S1] Kafka stores events in topics.\n[S2] Brokers replicate partitions.\n\n[S3] Consumers read events from topics."
+        "[S1] Kafka stores events in topics.\n[S2] Brokers replicate partitions.\n\n"
+        "[S3] Consumers read events from topics."
     )
     user = str(build_messages(MERGE, "text")[1]["content"])
     assert "<part n=2>\n[S2] Brokers replicate partitions.\n[S3] Consumers read.\n</part>" in user
