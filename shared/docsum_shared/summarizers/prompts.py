@@ -14,7 +14,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from .base import SummaryKind, SummaryRequest
 from .llm_citations import CitationMode, Numbered, numbered
 
-PROMPT_VERSION = "2027-01-15.1"
+PROMPT_VERSION = "2026-12-02.1"
 
 _SYSTEM = (
     "You summarize documents faithfully. State only what the text says; no preamble, no mention of "
