@@ -301,3 +301,29 @@ async def read_sse(
                             break  # leaves the stream mid-task: the connection is closed
     assert ids == [e["seq"] for e in entries]  # the SSE id is the entry's number
     return snapshot, entries
+
+
+async def resolved_sentences(db: asyncpg.Pool, task: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every sentence of the task's summaries (its own and each document's, as its view gives them),
+    once it is checked that each is labelled, that each source is a range of the extracted text of a
+    document of the task, and that a cited sentence is what its sources say (citations.check_sources).
+    A summary without sentences fails."""
+    from docsum_shared.summarizers.citations import CitedSentence, Source, check_sources
+
+    ids = [d["document_id"] for d in task["documents"]]
+    rows = await db.fetch("SELECT document_id, text FROM document_texts WHERE document_id = ANY($1::text[])", ids)
+    texts = {r["document_id"]: r["text"] for r in rows}
+    out: list[dict[str, Any]] = []
+    for holder in [task, *task["documents"]]:
+        if holder.get("summary") is None:
+            continue
+        assert holder["sentences"], f"no sentences for {holder.get('filename', 'the task')}: {holder['summary']!r}"
+        for sentence in holder["sentences"]:
+            assert sentence["support"] in ("cited", "aligned", "synthesis"), sentence
+            sources = tuple(Source(s["document_id"], s["page"], s["start"], s["end"]) for s in sentence["sources"])
+            assert all(s.document_id in texts for s in sources), sentence
+            cited = CitedSentence(sentence["text"], sources, sentence["support"], tuple(sentence["at"]))
+            assert check_sources(cited, texts), sentence
+            assert holder["summary"][cited.at[0] : cited.at[1]] == cited.text, sentence
+            out.append(sentence)
+    return out

@@ -1,10 +1,17 @@
-"""Summaries you can check, through the real services: every sentence of every summary the built-in
-extractive backend makes, a document's and the task's, carries sources whose ranges exist in the
-documents' extracted texts, quote the sentence, and name the page (paragraph, line) they start on.
+"""Summaries you can check, through the real services.
+
+- The built-in extractive backend: every sentence of every summary, a document's and the task's, carries
+  sources whose ranges exist in the documents' extracted texts, quote the sentence, and name the page
+  (paragraph, line) they start on.
+- An LLM (the stand-in) answering in the citation format, held to a JSON schema or, where the server
+  refuses one, in the plain-text format: every source resolves.
+- A weak model that omits its ids, invents some, or answers in free text: the task completes, every
+  sentence is labelled, and no source appears that is not a range of the task's documents.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +20,10 @@ import pytest
 
 from docsum_shared.positions import Positions, position_of
 from docsum_shared.summarizers.citations import CitedSentence, Source, check_sources
-from tests.documents import english_prose, make_pdf
-from tests.integration.conftest import ROOT, StackFactory
-from tests.integration.helpers import submit, wait_for_task
+from tests.documents import chinese_prose, english_prose, make_pdf
+from tests.fake_llm import FakeLLM, FakeLLMServer
+from tests.integration.conftest import ROOT, SERVICES, Stack, StackFactory
+from tests.integration.helpers import calls, new_marker, resolved_sentences, submit, tagged, txt, wait_for_task
 
 pytestmark = pytest.mark.integration
 
@@ -78,3 +86,69 @@ async def test_every_sentence_of_the_extractive_summaries_quotes_its_documents_o
     by_task = {s["document_id"] for x in task["sentences"] for s in x["sources"]}
     assert len(by_task) > 1, by_task  # the task's summary quotes several documents
     print(f"\n{checked} sentences, every one quoting its source on its page")
+
+
+# --- an LLM that cites ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def _provider() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer(FakeLLM()) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def _stack(make_stack: StackFactory, _provider: FakeLLMServer) -> Iterator[Stack]:
+    """One stack for the LLM cases: each submits new text (its marker), so nothing is cached across them."""
+    stack = make_stack(SERVICES, OPENAI_BASE_URL=_provider.base_url)
+    yield stack
+    stack.stop_all()
+
+
+@pytest.fixture
+def provider(_provider: FakeLLMServer) -> FakeLLMServer:
+    _provider.llm.reset(config=True)
+    return _provider
+
+
+async def _summarized(stack: Stack, seed: int) -> tuple[dict[str, Any], str]:
+    """Three documents, one of several chunks (a document merge) and a task merge over them."""
+    marker = new_marker()
+    files = [
+        txt(f"{marker}-report.txt", tagged(english_prose(9_000, seed=seed), marker)),
+        txt(f"{marker}-memo.txt", tagged(english_prose(1_500, seed=seed + 1), marker)),
+        txt(f"{marker}-笔记.txt", tagged(chinese_prose(1_200, seed=seed + 2), marker)),
+    ]
+    async with stack.client() as client:
+        task = await wait_for_task(client, await submit(client, files, title=marker), stack, timeout=120)
+    assert task["status"] == "COMPLETED", task
+    return task, marker
+
+
+@pytest.mark.parametrize("server", ["enforces the schema", "refuses response_format"])
+async def test_an_llm_answering_in_the_citation_format_has_every_source_resolve(
+    server: str, provider: FakeLLMServer, _stack: Stack, db: asyncpg.Pool
+) -> None:
+    if server == "refuses response_format":
+        provider.llm.configure(structured_output="refuse")  # then the plain-text format, read leniently
+    task, marker = await _summarized(_stack, seed=80 if server == "enforces the schema" else 90)
+    sentences = await resolved_sentences(db, task)
+    assert sentences and all(s["support"] == "cited" and s["sources"] for s in sentences), sentences
+    answered = [e.prompt for e in calls(provider, marker, 200)]
+    in_json = ["Answer in JSON" in prompt for prompt in answered]
+    if server == "enforces the schema":
+        assert answered and all(in_json)
+    else:
+        assert calls(provider, marker, 400) and answered and not any(in_json)  # the text format, after the refusal
+
+
+@pytest.mark.parametrize("fault", ["omit", "invent", "free"])
+async def test_a_model_that_omits_invents_or_ignores_its_ids_still_completes_with_every_sentence_labelled(
+    fault: str, provider: FakeLLMServer, _stack: Stack, db: asyncpg.Pool
+) -> None:
+    provider.llm.configure(structured_output="ignore", citation_fault=fault)  # a server without a schema
+    task, _ = await _summarized(_stack, seed={"omit": 100, "invent": 110, "free": 120}[fault])
+    sentences = await resolved_sentences(db, task)  # each labelled; each source a range of the task's documents
+    supports = {s["support"] for s in sentences}
+    assert supports <= {"aligned", "synthesis"}, supports  # nothing said where it came from: none is cited
+    assert any(s["sources"] for s in sentences)  # most are found in the documents all the same

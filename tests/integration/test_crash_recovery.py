@@ -33,6 +33,7 @@ from tests.integration.helpers import (
     eventually,
     new_marker,
     paid_twice,
+    resolved_sentences,
     submit,
     tagged,
     txt,
@@ -50,6 +51,7 @@ FAST = {
 MERGE_PROMPT = "summaries of consecutive parts"
 LOOK_S = 0.05  # between two looks at a condition: a kill moment is caught within a few tenths of a second
 _TEXT_SECTION = re.compile(r"<text>\n(.*?)\n</text>", re.S)
+_SENTENCE_ID = re.compile(r"^\[S\d+\] ", re.M)  # a numbered sentence of a prompt (llm_citations.py)
 
 
 # --- documents ----------------------------------------------------------------------------------
@@ -78,9 +80,15 @@ def small_batch(marker: str, big_chars: int) -> list:
 # --- the stand-in's ledger ----------------------------------------------------------------------
 
 
+def plain(text: str) -> str:
+    """A chunk's text as its prompt shows it, whatever the spacing: a sentence a line after its id."""
+    return " ".join(text.split())
+
+
 def chunk_text(entry: LedgerEntry) -> str | None:
+    """The chunk text a request asked about (`plain`), its sentences' ids left out."""
     found = _TEXT_SECTION.search(entry.user)
-    return found.group(1) if found else None
+    return plain(_SENTENCE_ID.sub("", found.group(1))) if found else None
 
 
 def resent(entries: list[LedgerEntry], chunk_texts: set[str], after: float) -> list[LedgerEntry]:
@@ -175,7 +183,7 @@ def stacks(make_stack: StackFactory) -> Iterator[Callable[..., Stack]]:
 
 
 async def completed_texts(db: asyncpg.Pool, task_id: str) -> set[str]:
-    return {c["text"] for c in await chunks_of(db, task_id) if c["status"] == "COMPLETED"}
+    return {plain(c["text"]) for c in await chunks_of(db, task_id) if c["status"] == "COMPLETED"}
 
 
 async def task_status(db: asyncpg.Pool, task_id: str) -> str | None:
@@ -196,6 +204,9 @@ async def assert_complete(db: asyncpg.Pool, task: dict, marker: str) -> None:
     chunks = await chunks_of(db, task["task_id"])
     assert chunks and all(c["status"] == "COMPLETED" and c["summary"] for c in chunks)
     assert all(marker in c["text"] for c in chunks)  # the ledger filter sees every chunk prompt
+    # Every summary keeps its sentences' sources, down to the documents' texts, whatever was killed.
+    sentences = await resolved_sentences(db, task)
+    assert sentences and all(s["sources"] for s in sentences if s["support"] != "synthesis"), sentences
 
 
 # --- 1. kill -9 one service in the middle of a task --------------------------------------------
@@ -292,6 +303,7 @@ async def test_kill_9_mid_task(victim: str, fast: Stack, stand_in: FakeLLM, db: 
         merges = [e for e in entries if MERGE_PROMPT in e.prompt and e.started < killed_at]
         assert merges, "the kill was meant to land during the document merge"
     assert not resent(entries, done_before, killed_at), "a chunk stored before the kill was sent again"
+    assert not done_before or resent(entries, done_before, 0.0), "the ledger's chunk texts were not read as stored"
     # Only a process that calls the LLM can lose an answer it was paid for: at most its calls in flight.
     assert paid_twice(entries) <= (INFLIGHT if victim in ("summarizer", "merger") else 0)
 
@@ -329,6 +341,23 @@ def chaos_batch(marker: str) -> list:
 async def summaries(client: httpx.AsyncClient, task_id: str, stack: Stack) -> tuple[dict, dict[str, str]]:
     task = await wait_for_task(client, task_id, stack, timeout=180)
     return task, {d["filename"]: d["summary"] for d in task["documents"]}
+
+
+def cited_by_name(task: dict) -> dict[str, list]:
+    """Each summary's sentences with their support and sources, documents named by file (two runs of the
+    same files differ in their ids only)."""
+    names = {d["document_id"]: d["filename"] for d in task["documents"]}
+    return {
+        holder.get("filename", ""): [
+            (
+                s["text"],
+                s["support"],
+                [(names[x["document_id"]], x["page"], x["start"], x["end"]) for x in s["sources"]],
+            )
+            for s in holder["sentences"] or ()
+        ]
+        for holder in [task, *task["documents"]]
+    }
 
 
 async def test_chaos_kill_9_random_services(stacks: Callable[..., Stack], stand_in: FakeLLM, db: asyncpg.Pool) -> None:
@@ -372,6 +401,7 @@ async def test_chaos_kill_9_random_services(stacks: Callable[..., Stack], stand_
     assert len(kills) >= 5, f"the task finished before the chaos got going: {kills}"
     assert got == expected
     assert task["summary"] == expected_task["summary"]
+    assert cited_by_name(task) == cited_by_name(expected_task)  # the same sentences on the same sources
     assert paid_twice(calls(stand_in, marker, since=started)) <= len(kills) * CHAOS_INFLIGHT
 
 
@@ -411,7 +441,7 @@ async def test_sigterm_drains_the_summarizer(
 
         chunks = await chunks_of(db, task_id)
         assert not [c["id"] for c in chunks if c["status"] == "SUMMARIZING" or c["lease_owner"]]
-        done_at_stop = {c["text"] for c in chunks if c["status"] == "COMPLETED"}
+        done_at_stop = {plain(c["text"]) for c in chunks if c["status"] == "COMPLETED"}
         await asyncio.to_thread(stand_in.wait_idle, 5)
         entries = calls(stand_in, marker)
         handed_back = [e for e in entries if e.hung]
