@@ -134,6 +134,7 @@ async def test_an_answer_cut_at_its_bound_is_asked_again_shorter_then_kept_marke
     assert "cut off" not in first.prompt and "cut off" in second.prompt  # asked again, shorter
     assert result.truncated and result.text
     assert result.completion_tokens == first.completion_tokens + second.completion_tokens  # both paid
+    assert result.requests == 2  # and both counted
 
 
 async def test_an_answer_cut_once_then_short_enough_is_not_marked(server: FakeLLMServer) -> None:

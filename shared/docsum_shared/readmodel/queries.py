@@ -79,7 +79,8 @@ async def usage_rows(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
     return await pool.fetch(
         "SELECT document_id, model, tier, coalesce(sum(prompt_tokens), 0) AS prompt_tokens,"
         " coalesce(sum(completion_tokens), 0) AS completion_tokens,"
-        " count(*) FILTER (WHERE NOT cached) AS llm_calls, count(*) FILTER (WHERE cached) AS cached_calls"
+        " coalesce(sum(requests) FILTER (WHERE NOT cached), 0) AS llm_calls,"
+        " count(*) FILTER (WHERE cached) AS cached_calls"
         " FROM llm_calls WHERE task_id = $1 GROUP BY document_id, model, tier",
         task_id,
     )

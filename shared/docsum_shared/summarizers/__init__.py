@@ -172,7 +172,7 @@ def _measured(result: SummaryResult, kind: str, cached: bool, seconds: float, se
     if cached:
         metrics.LLM_CALLS.labels(result.model, kind, "cached").inc()
         return
-    metrics.LLM_CALLS.labels(result.model, kind, "answered").inc()
+    metrics.LLM_CALLS.labels(result.model, kind, "answered").inc(result.requests)
     metrics.LLM_SECONDS.labels(result.model, kind).observe(seconds)
     metrics.LLM_TOKENS.labels(result.model, "prompt").inc(result.prompt_tokens)
     metrics.LLM_TOKENS.labels(result.model, "completion").inc(result.completion_tokens)

@@ -94,6 +94,8 @@ class SummaryResult:
     # The tier the provider answered at, which is what it costs: "realtime" (its default), "flex", or
     # "batch" (a line of the provider's batch).
     tier: str = "realtime"
+    # The provider requests it took: an answer cut at its bound is asked for again, shorter (both paid).
+    requests: int = 1
     # Each sentence of `text`, in order, with its source; empty when the backend does not say.
     sentences: tuple[SummarySentence, ...] = ()
 

@@ -90,7 +90,7 @@ async def summarize_cached(
     # The answer and its ledger line in one statement: both or neither.
     await pool.execute(
         "WITH stored AS (INSERT INTO llm_results (key, model, kind, result, prompt_tokens, completion_tokens,"
-        "   truncated, sentences) VALUES ($5, $6, $4, $12, $8, $9, $13, $14::jsonb)"
+        "   truncated, sentences) VALUES ($5, $6, $4, $13, $8, $9, $14, $15::jsonb)"
         "   ON CONFLICT (key) DO NOTHING RETURNING 1)"
         f", recorded AS ({_RECORD} RETURNING 1) SELECT (SELECT count(*) FROM stored), (SELECT count(*) FROM recorded)",
         *_ledger(context, request, key, result, cached=False, latency_ms=latency_ms),
@@ -157,10 +157,10 @@ async def lookup(pool: asyncpg.Pool, key: str, request: SummaryRequest, context:
     return result
 
 
-# A call in the ledger; its parameters are `_ledger`'s, $1 to $11.
+# A call in the ledger; its parameters are `_ledger`'s, $1 to $12.
 _RECORD = (
     "INSERT INTO llm_calls (task_id, document_id, chunk_id, kind, cache_key, model, cached, prompt_tokens,"
-    " completion_tokens, latency_ms, tier) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+    " completion_tokens, latency_ms, tier, requests) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
 )
 
 
@@ -179,4 +179,5 @@ def _ledger(
         0 if cached else result.completion_tokens,
         latency_ms,
         "realtime" if cached else result.tier,  # a cached answer is paid nothing, at any tier
+        0 if cached else result.requests,
     )

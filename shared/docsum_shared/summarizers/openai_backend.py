@@ -132,6 +132,7 @@ class OpenAIBackend(SummarizerBackend):
                 shorter,
                 prompt_tokens=result.prompt_tokens + shorter.prompt_tokens,
                 completion_tokens=result.completion_tokens + shorter.completion_tokens,
+                requests=result.requests + shorter.requests,
                 truncated=finish == "length",
                 # Both are priced at one tier: the default one unless both were answered at flex.
                 tier=result.tier if result.tier == shorter.tier else "realtime",
