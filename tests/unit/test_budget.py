@@ -67,6 +67,8 @@ def test_a_text_too_big_for_any_request_is_trimmed_until_it_fits() -> None:
     request, budget = _merge(1, 20_000), 1_000
     trimmed = trim_to_fit(request, budget)
     assert fits(trimmed, budget) and trimmed.texts[0] and request.texts[0].startswith(trimmed.texts[0])
+    # Cut between words, never inside one: a model shown half a word may quote it.
+    assert request.texts[0][len(trimmed.texts[0])].isspace()
 
 
 def test_a_chunk_request_drops_its_contexts_before_its_text() -> None:

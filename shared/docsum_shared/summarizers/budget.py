@@ -132,8 +132,17 @@ def trim_to_fit(request: SummaryRequest, budget: int, calibration: TokenCalibrat
     while not fits(replace(request, texts=tuple(texts)), budget, calibration):
         if all(len(t) <= 20 for t in texts):
             break
-        texts = [t[: max(20, int(len(t) * 0.8))] for t in texts]
+        texts = [_cut_at_word(t, max(20, int(len(t) * 0.8))) for t in texts]
     return replace(request, texts=tuple(texts))
+
+
+def _cut_at_word(text: str, chars: int) -> str:
+    """The first `chars` of `text`, less the word cut in two at its end (if a space comes before it): a
+    model shown half a word may quote it."""
+    if len(text) <= chars or text[chars].isspace():
+        return text[:chars]
+    space = max(text.rfind(" ", 0, chars), text.rfind("\n", 0, chars))
+    return text[:space] if space > 0 else text[:chars]
 
 
 def part_of(request: SummaryRequest, start: int, end: int) -> SummaryRequest:

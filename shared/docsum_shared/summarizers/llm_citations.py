@@ -213,8 +213,11 @@ def _fields(item: object) -> tuple[str, object]:
 
 
 def _salvaged(body: str) -> list[Claim]:
-    """The sentences of a JSON answer cut short: each one whose text began, with its ids if they came."""
+    """The sentences of a JSON answer cut short, with their ids if they came: each one whose text was
+    written whole, and the one cut inside its text only when it is all there is (a half sentence is not
+    shown beside whole ones)."""
     out: list[Claim] = []
+    cut: Claim | None = None
     for match in _JSON_TEXT_RE.finditer(body):
         escaped = match.group(1).rstrip("\\")
         try:
@@ -222,8 +225,12 @@ def _salvaged(body: str) -> list[Claim]:
         except ValueError:
             continue
         if text.strip():
-            out.append((" ".join(text.split()), tuple(dict.fromkeys(_ids(match.group(3) or "")))))
-    return out
+            claim = (" ".join(text.split()), tuple(dict.fromkeys(_ids(match.group(3) or ""))))
+            if match.group(2):
+                out.append(claim)
+            else:
+                cut = claim
+    return out or ([cut] if cut is not None else [])
 
 
 # --- labelling ---------------------------------------------------------------------------------------
