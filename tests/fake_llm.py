@@ -231,6 +231,14 @@ def ollama_cut(messages: list[dict[str, Any]], num_ctx: int) -> tuple[list[dict[
     return kept, estimate_tokens(head + tail)
 
 
+def _at_most(text: str, chars: int) -> str:
+    """`text`, or as many of its words as fit in `chars` and "…": a summary is shorter than its input."""
+    if len(text) <= chars:
+        return text
+    cut = text.rfind(" ", 0, chars)
+    return text[: cut if cut > 0 else chars].rstrip() + "…"
+
+
 def _ramble(text: str, sentences: list[str], min_tokens: int) -> str:
     """`text` followed by `sentences`, over and over, until its estimate reaches `min_tokens`."""
     cjk, chars = len(_CJK.findall(text)), len(text)
@@ -569,9 +577,13 @@ class FakeLLM:
         """Each section's first numbered sentence, its own words, citing its id as asked (or as the
         `citation_fault` has it)."""
         with self._lock:
-            fault, structured = self.citation_fault, self.structured_output
-        said = [("总之，" if _CJK.match(text) else "In all, ") + text for _, text in firsts]
+            fault, structured, min_tokens = self.citation_fault, self.structured_output, self.answer_min_tokens
+        said = [("总之，" if _CJK.match(text) else "In all, ") + _at_most(text, 300) for _, text in firsts]
         ids = [[sid] for sid, _ in firsts]
+        if min_tokens is not None and said:  # a rambling model: its sentences again, until it is that long
+            once = sum(estimate_tokens(t) for t in said)
+            rounds = max(1, math.ceil(min_tokens / max(1, once)))
+            said, ids = said * rounds, ids * rounds
         schema = _json_schema(response_format)
         if schema is not None and structured == "enforce":
             allowed = set(_schema_ids(schema))

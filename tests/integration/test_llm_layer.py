@@ -13,7 +13,7 @@ import pytest
 from tests.documents import english_prose
 from tests.fake_llm import FakeLLM, FakeLLMServer
 from tests.integration.conftest import StackFactory
-from tests.integration.helpers import eventually, submit, txt, wait_for_task
+from tests.integration.helpers import eventually, resolved_sentences, submit, txt, wait_for_task
 
 pytestmark = pytest.mark.integration
 
@@ -129,3 +129,11 @@ async def test_a_thousand_chunks_merge_in_a_tree_within_the_budget(
     # (or nodes) in flight at the kill can have been paid twice.
     assert nodes_before >= 5
     assert provider.repeats() <= 16
+    # The resumed tree keeps its sources: every node holds its sentences, and the document's resolve down
+    # to ranges of the book's text.
+    assert (
+        await db.fetchval("SELECT count(*) FROM merge_nodes WHERE scope_id = $1 AND sentences IS NULL", document_id)
+        == 0
+    )
+    sentences = await resolved_sentences(db, task)
+    assert sentences and all(s["support"] == "cited" and s["sources"] for s in sentences), sentences

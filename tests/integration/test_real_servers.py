@@ -49,14 +49,14 @@ async def _summarize(stack: Stack, seed: int) -> dict[str, Any]:
 async def test_llama_cpp_window_read_from_props_and_a_slow_stream_waited_for(
     make_stack: StackFactory, server: FakeLLMServer
 ) -> None:
-    # Every answer streams for longer than the stall timeout in all, but never stalls that long. At 0.18 s
-    # a piece, chunk answers take ~1.7-4 s (the longest outlast the 3 s lease: renewed while streaming)
-    # and merges 10-19 s (longer than the 4 s reconcile idle); 0.25 s made the test ~20 s longer for no
+    # Every answer streams for longer than the stall timeout in all, but never stalls that long. At 0.12 s
+    # a piece, chunk answers take ~1.1-2.7 s (the longest outlast the 2 s lease: renewed while streaming)
+    # and merges 7-13 s (longer than the 4 s reconcile idle); slower pieces made the test longer for no
     # more of either.
-    server.llm.configure(dialect="llamacpp", max_prompt_tokens=2_048, latency_s=0.05, token_latency_s=0.18)
+    server.llm.configure(dialect="llamacpp", max_prompt_tokens=2_048, latency_s=0.05, token_latency_s=0.12)
     server.llm.configure(answer_min_tokens=40)
-    # Reconcile looks for tasks idle 4 s, every second: each call lasts longer than that.
-    idle = {"DOCSUM_RECONCILE_IDLE_S": "4", "DOCSUM_MAINTENANCE_INTERVAL_S": "1", "DOCSUM_LEASE_TTL_S": "3"}
+    # Reconcile looks for tasks idle 4 s, every second: each merge lasts longer than that.
+    idle = {"DOCSUM_RECONCILE_IDLE_S": "4", "DOCSUM_MAINTENANCE_INTERVAL_S": "1", "DOCSUM_LEASE_TTL_S": "2"}
     stack = make_stack(SERVICES, OPENAI_BASE_URL=server.base_url, DOCSUM_LLM_STALL_TIMEOUT_S="1", **idle)
     task = await _summarize(stack, seed=310)
 
@@ -64,7 +64,7 @@ async def test_llama_cpp_window_read_from_props_and_a_slow_stream_waited_for(
     entries = server.llm.entries()
     assert entries and all(e.stream for e in entries)  # streamed calls
     assert [e for e in entries if e.status != 200] == []  # nothing refused, nothing abandoned...
-    assert max(e.duration_s for e in entries) > 1.0  # ... though calls outlasted the stall timeout
+    assert max(e.duration_s for e in entries) > 4.0  # ... though calls outlasted the stall timeout, the lease, the idle
     assert server.llm.repeats() == 0  # no call retried from zero while it was producing tokens
     assert task["recovery"]["redrives"] == 0  # a call still streaming is progress: nothing looked stuck
 

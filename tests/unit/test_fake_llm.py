@@ -774,6 +774,16 @@ def test_a_numbered_prompt_gets_an_answer_that_cites_it(llm: FakeLLM, client: op
     )  # a prompt without numbered sentences is answered as before
 
 
+def test_a_rambling_model_cites_at_length_too(llm: FakeLLM, client: openai.OpenAI) -> None:
+    llm.configure(answer_min_tokens=60)
+    sentences = json.loads(cited(client, schema=True))["sentences"]
+    assert len(sentences) > 1 and all(
+        s == {"text": "In all, Kafka stores events in topics.", "sources": ["S1"]} for s in sentences
+    )
+    text = cited(client, schema=False)
+    assert estimate_tokens(text) >= 60 and set(text.splitlines()) == {"In all, Kafka stores events in topics. [S1]"}
+
+
 @pytest.mark.parametrize(
     ("fault", "enforced", "plain"),
     [
