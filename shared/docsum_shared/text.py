@@ -68,10 +68,16 @@ def cjk_ratio(text: str) -> float:
 
 def estimate_tokens(text: str) -> int:
     """A rough token count for cost accounting: Latin words and numbers plus CJK characters."""
-    return len(_ESTIMATE_RE.findall(text))
+    return len(words(text))
 
 
-_ESTIMATE_RE = re.compile(f"[{_CJK}]|[^\\W_{_CJK}]+")
+def words(text: str) -> list[str]:
+    """The words of `text`, in order: runs of letters and digits, each CJK character a word of its own
+    (CJK text has no spaces)."""
+    return _WORDS_RE.findall(text)
+
+
+_WORDS_RE = re.compile(f"[{_CJK}]|[^\\W_{_CJK}]+")
 
 
 # An upper estimate for budgets (a request judged to fit must fit): a CJK character or CJK/full-width

@@ -9,6 +9,7 @@ load returns (the stored outcome, the counts on the document) read back.
 from __future__ import annotations
 
 import abc
+import asyncio
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -304,6 +305,40 @@ class SummarizerRepositoryContract(abc.ABC):
         assert (await self.facts(chunk_id)).summary == "the summary" and (await self.facts(chunk_id)).error is None
         assert await self.counts(document_id) == DocumentCounts(1, 0, 1)
         assert (await self.repo.claim(chunk_id, "b", TTL)).outcome is Claim.UNAVAILABLE
+
+    async def test_claims_and_completions_made_at_once_each_get_their_own_outcome(self) -> None:
+        """Calls made together (one statement for all of them on PostgreSQL) answer as calls made alone:
+        a chunk claimed twice at once is taken by one holder and held for the other, a chunk no longer
+        wanted is unavailable, a chunk completed twice at once is counted once."""
+        task_id, document_id, first = await self.chunk()
+        others = [_id("chunk") for _ in range(3)]
+        for index, chunk_id in enumerate(others):
+            await self.given_chunk(chunk_id, document_id, 4 + index, ChunkStatus.PENDING, f"Text {index}.", 0)
+        _, _, done = await self.chunk(status=ChunkStatus.COMPLETED)
+        claims = await asyncio.gather(
+            self.repo.claim(first, "a", TTL),
+            self.repo.claim(first, "b", TTL),
+            *(self.repo.claim(chunk_id, f"h{i}", TTL) for i, chunk_id in enumerate(others)),
+            self.repo.claim(done, "a", TTL),
+        )
+        outcomes = [claimed.outcome for claimed in claims]
+        assert sorted(o.value for o in outcomes[:2]) == [Claim.HELD.value, Claim.TAKEN.value]
+        assert outcomes[2:] == [Claim.TAKEN, Claim.TAKEN, Claim.TAKEN, Claim.UNAVAILABLE]
+        assert [c.chunk.text for c in claims[2:5] if c.chunk] == ["Text 0.", "Text 1.", "Text 2."]
+        holder = "a" if outcomes[0] is Claim.TAKEN else "b"
+        assert (await self.facts(first)).lease == holder
+        assert [(await self.facts(c)).lease for c in others] == ["h0", "h1", "h2"]
+
+        completed = await asyncio.gather(
+            self.repo.complete(first, task_id, _answer("first", "m")),
+            self.repo.complete(first, task_id, _answer("again", "m")),
+            *(self.repo.complete(c, task_id, _answer(f"summary {i}", "m", truncated=i == 0)) for i, c in
+              enumerate(others)),
+        )  # fmt: skip
+        assert completed == [True, False, True, True, True]
+        assert (await self.facts(first)).summary == "first"
+        assert [(await self.facts(c)).summary for c in others] == ["summary 0", "summary 1", "summary 2"]
+        assert await self.counts(document_id) == DocumentCounts(4, 0, 1)
 
     async def test_complete_stores_the_sentences_with_their_sources_or_none(self) -> None:
         task_id, _, chunk_id = await self.chunk()

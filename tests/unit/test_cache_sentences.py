@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 
 from docsum_shared.summarizers.base import Span, SummaryKind, SummaryRequest, SummarySentence
-from docsum_shared.summarizers.cache import sentences_from_json, sentences_json, stored_answer, summarize_cached
+from docsum_shared.summarizers.cache import ResultCache, sentences_from_json, sentences_json, summarize_cached
 from docsum_shared.summarizers.extractive import ExtractiveBackend
 from tests.documents import english_prose
 
@@ -45,28 +45,30 @@ class _Pool:
     async def execute(self, sql: str, *args: object) -> None:
         self.executed = [*(self.executed or []), (sql, *args)]
 
-    async def fetchrow(self, sql: str, *args: object) -> dict[str, Any] | None:
-        return self.row
+    async def fetch(self, sql: str, keys: list[str]) -> list[dict[str, Any]]:
+        return [] if self.row is None else [{**self.row, "key": key} for key in keys]
 
 
 async def test_the_cache_stores_an_answer_with_its_sentences_and_gives_them_back() -> None:
     backend = ExtractiveBackend()
     request = SummaryRequest(SummaryKind.CHUNK, (english_prose(1500, seed=4),))
     pool = _Pool()
-    result, cached = await summarize_cached(cast(asyncpg.Pool, pool), backend, request)
+    cache = ResultCache(cast(asyncpg.Pool, pool))
+    result, cached = await summarize_cached(cache, backend, request)
     assert not cached and result.sentences
     [(sql, *args)] = pool.executed or []
-    assert "sentences" in str(sql) and sentences_from_json(cast(str, args[-1])) == result.sentences
+    [stored] = cast(list[str], args[-1])  # a column a parameter: one call stored
+    assert "sentences" in str(sql) and sentences_from_json(stored) == result.sentences
     pool.row = {
         "result": result.text,
         "model": result.model,
         "prompt_tokens": 1,
         "completion_tokens": 2,
         "truncated": False,
-        "sentences": args[-1],
+        "sentences": stored,
     }
-    again = await stored_answer(cast(asyncpg.Pool, pool), "key")
+    again = await cache.stored("key")
     assert again is not None and again.sentences == result.sentences and again.text == result.text
     pool.row["sentences"] = None  # a row stored before the column, or by a backend that does not say
-    before = await stored_answer(cast(asyncpg.Pool, pool), "key")
+    before = await cache.stored("key")
     assert before is not None and before.sentences == ()

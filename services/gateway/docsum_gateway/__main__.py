@@ -34,6 +34,7 @@ def main() -> None:
     config = uvicorn.Config(
         create_app(settings, health_socket),
         log_config=None,
+        loop="uvloop",  # as every service's (consumer.run_service)
         ws_ping_interval=settings.progress_heartbeat_s,  # the progress WebSocket's heartbeat
     )
     uvicorn.Server(config).run(sockets=[api_socket])

@@ -15,6 +15,7 @@ from docsum_shared.positions import window
 from docsum_shared.states import DOCUMENT_FINAL, TASK_TAKES_WORK, ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.citations import to_json
 from docsum_shared.summarizers.prompts import PROMPT_VERSION
+from docsum_shared.together import Together
 
 from .batches.policy import LIVE, ChunkLine, LineStatus
 from .policy import Answer, StoredChunk
@@ -31,7 +32,6 @@ _COUNT_FINAL = (
     " pending_token_estimate = greatest(0, pending_token_estimate - coalesce(moved.token_estimate, 0))"
     " FROM moved WHERE d.id = moved.document_id RETURNING 1"
 )
-_COUNT_COMPLETED = _COUNT_FINAL.format(column="chunks_completed", truncated="$7::int")
 _COUNT_FAILED = _COUNT_FINAL.format(column="chunks_failed", truncated="0")
 
 
@@ -66,6 +66,8 @@ class ChunkRepository:
     def __init__(self, pool: asyncpg.Pool, *, reconcile_idle_s: float = 60.0) -> None:
         self.activity_every_s = min(ACTIVITY_EVERY_S, reconcile_idle_s / 4)
         self.pool = pool
+        self._claim = Together(self._claim_rows)
+        self._complete = Together(self._complete_rows)
 
     async def load(self, chunk_id: str) -> StoredChunk | None:
         row = await self.pool.fetchrow(
@@ -80,46 +82,30 @@ class ChunkRepository:
 
     async def claim(self, chunk_id: str, holder: str, ttl_s: float) -> Claimed:
         """Take the chunk's lease if it is free, expired or already ours (a takeover counts as an
-        interruption), and its task and document still want it; the chunk as leased when taken."""
-        taken = await self.pool.fetchrow(
-            "UPDATE chunks c SET status = $4, attempts = c.attempts + 1,"
-            " interruptions = c.interruptions + (c.status = $4 AND c.lease_owner IS DISTINCT FROM $2)::int,"
-            " lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3), updated_at = now()"
-            " FROM (SELECT status AS was, lease_owner AS held_by FROM chunks WHERE id = $1 FOR UPDATE) old,"
-            "   documents d JOIN tasks t ON t.id = d.task_id"
-            " WHERE c.id = $1 AND d.id = c.document_id"
-            " AND t.status = ANY($5::text[]) AND d.status <> ALL($7::text[])"  # not paused or ended meanwhile
-            " AND NOT EXISTS (SELECT 1 FROM batch_lines b WHERE b.chunk_id = c.id AND b.status = ANY($8::text[]))"
-            " AND (c.status = $6 AND (c.retry_at IS NULL OR c.retry_at <= now()) OR (c.status = $4"
-            "   AND (c.lease_owner = $2 OR c.lease_expires_at IS NULL OR c.lease_expires_at < now())))"
-            " RETURNING c.document_id, (old.was = $4 AND old.held_by IS DISTINCT FROM $2) AS taken_over,"
-            "   c.status, c.text, c.context_before, c.context_after, c.failures,"
-            "   d.status AS document_status, t.status AS task_status, t.options, t.owner,"
-            f"  {_LINE}, {_WINDOW}",
-            chunk_id, holder, ttl_s, ChunkStatus.SUMMARIZING, UNFINISHED_TASK, ChunkStatus.PENDING,
+        interruption), and its task and document still want it; the chunk as leased when taken. The
+        claims made at about the same time go as one statement (together.py)."""
+        return await self._claim((chunk_id, holder, ttl_s))
+
+    async def _claim_rows(self, calls: list[tuple[str, str, float]]) -> list[Claimed]:
+        ids, holders, ttls = (list(column) for column in zip(*calls, strict=True))
+        rows = await self.pool.fetch(
+            _CLAIM, ids, holders, ttls, ChunkStatus.SUMMARIZING, UNFINISHED_TASK, ChunkStatus.PENDING,
             sorted(DOCUMENT_FINAL), LIVE,
         )  # fmt: skip
-        if taken is not None:
-            if taken["taken_over"]:  # its task is recovering: told apart from the claim, which stands alone
-                metrics.LEASE_TAKEOVERS.inc()
-                await self.pool.execute(
-                    "UPDATE tasks SET recovering_since = coalesce(recovering_since, now())"
-                    " WHERE id = (SELECT task_id FROM documents WHERE id = $1)",
-                    taken["document_id"],
-                )
-            return Claimed(Claim.TAKEN, _stored(taken))
-        row = await self.pool.fetchrow(
-            "SELECT status, retry_at > now() AS deferred,"
-            " EXISTS (SELECT 1 FROM batch_lines b WHERE b.chunk_id = c.id AND b.status = ANY($2::text[])) AS batched"
-            " FROM chunks c WHERE id = $1",
-            chunk_id,
-            LIVE,
-        )
-        if row is not None and row["status"] == ChunkStatus.SUMMARIZING:
-            return Claimed(Claim.HELD)
-        if row is not None and row["status"] == ChunkStatus.PENDING and row["batched"]:
-            return Claimed(Claim.BATCHED)
-        return Claimed(Claim.DEFERRED if row is not None and row["deferred"] else Claim.UNAVAILABLE)
+        taken = {row["id"] for row in rows if row["taken"]}
+        claimed: list[Claimed] = []
+        for row in sorted(rows, key=lambda r: r["n"]):
+            if row["taken"]:
+                if row["taken_over"]:  # its task is recovering (marked in the same statement)
+                    metrics.LEASE_TAKEOVERS.inc()
+                claimed.append(Claimed(Claim.TAKEN, _stored(row)))
+            elif row["was"] == ChunkStatus.SUMMARIZING or row["id"] in taken:  # held: by another, or this round
+                claimed.append(Claimed(Claim.HELD))
+            elif row["was"] == ChunkStatus.PENDING and row["batched"]:
+                claimed.append(Claimed(Claim.BATCHED))
+            else:
+                claimed.append(Claimed(Claim.DEFERRED if row["deferred"] else Claim.UNAVAILABLE))
+        return claimed
 
     async def renew(self, chunk_id: str, holder: str, ttl_s: float) -> None:
         """Extend the lease; a call still running is its task's progress too (at most every few seconds
@@ -204,21 +190,23 @@ class ChunkRepository:
     async def complete(self, chunk_id: str, task_id: str, answer: Answer) -> bool:
         """The chunk COMPLETED with its summary and its sentences, counted once on its document (the same
         statement, so exactly once), and its task active (at most every few seconds: one hot row, not a
-        write per chunk). False if it was final already (or gone)."""
+        write per chunk). False if it was final already (or gone). The completions made at about the
+        same time go as one statement (together.py)."""
         sentences = None if answer.sentences is None else to_json(answer.sentences)
-        moved = await self.pool.fetchval(
-            "WITH moved AS (UPDATE chunks SET status = $4, summary = $2, summary_model = $3, error = NULL,"
-            "   summary_truncated = $7, summary_prompt_version = $5, lease_owner = NULL, lease_expires_at = NULL,"
-            "   retry_at = NULL, updated_at = now(), summary_sentences = $10::jsonb"
-            "   WHERE id = $1 AND status = ANY($6::text[]) RETURNING document_id, token_estimate),"
-            f" counted AS ({_COUNT_COMPLETED}),"
-            " active AS (UPDATE tasks SET last_active_at = now()"
-            "   WHERE id = $8 AND last_active_at < now() - make_interval(secs => $9) RETURNING 1)"
-            " SELECT (SELECT count(*) FROM counted), (SELECT count(*) FROM active)",
-            chunk_id, answer.text, answer.model, ChunkStatus.COMPLETED, PROMPT_VERSION, UNFINISHED_CHUNK,
-            answer.truncated, task_id, self.activity_every_s, sentences,
+        return await self._complete((chunk_id, task_id, answer.text, answer.model, answer.truncated, sentences))
+
+    async def _complete_rows(self, calls: list[tuple[str, str, str, str, bool, str | None]]) -> list[bool]:
+        ids, task_ids, texts, models, truncated, sentences = (list(column) for column in zip(*calls, strict=True))
+        moved = await self.pool.fetch(
+            _COMPLETE, ids, task_ids, texts, models, truncated, sentences, ChunkStatus.COMPLETED, PROMPT_VERSION,
+            UNFINISHED_CHUNK, self.activity_every_s,
         )  # fmt: skip
-        return bool(moved)
+        final = {row["id"] for row in moved}
+        out: list[bool] = []
+        for chunk_id in ids:  # a chunk completed twice in one round is final once, by the first
+            out.append(chunk_id in final)
+            final.discard(chunk_id)
+        return out
 
     async def fail(self, chunk_id: str, error: str) -> bool:
         """The chunk FAILED with its error, counted once on its document; False if it was final already."""
@@ -275,4 +263,58 @@ _WINDOW = (
     "   WHERE x.document_id = c.document_id AND u <= c.start_char) AS units_before,"
     " (SELECT array_agg(u ORDER BY u) FROM document_texts x, unnest(x.position_starts) u"
     "   WHERE x.document_id = c.document_id AND u > c.start_char AND u < c.end_char) AS unit_starts"
+)
+
+
+# Claims, one a row of the arrays $1 (chunk), $2 (holder), $3 (lease seconds): each row of the result
+# says whether its claim was taken (the chunk as leased), and else what held the chunk. Rows are locked
+# in id order (two replicas claiming the same chunks wait for each other, never deadlock); a chunk
+# claimed twice in one round is taken once. A takeover marks its task recovering.
+_CLAIM = (
+    "WITH w AS (SELECT * FROM unnest($1::text[], $2::text[], $3::float8[]) WITH ORDINALITY AS w(id, holder, ttl, n)),"
+    " old AS MATERIALIZED (SELECT id, status AS was, lease_owner AS held_by FROM chunks"
+    "   WHERE id IN (SELECT id FROM w) ORDER BY id FOR UPDATE),"
+    " taken AS (UPDATE chunks c SET status = $4, attempts = c.attempts + 1,"
+    "   interruptions = c.interruptions + (c.status = $4 AND c.lease_owner IS DISTINCT FROM w.holder)::int,"
+    "   lease_owner = w.holder, lease_expires_at = now() + make_interval(secs => w.ttl), updated_at = now()"
+    "   FROM w, old, documents d JOIN tasks t ON t.id = d.task_id"
+    "   WHERE c.id = w.id AND old.id = c.id AND d.id = c.document_id"
+    "   AND t.status = ANY($5::text[]) AND d.status <> ALL($7::text[])"  # not paused or ended meanwhile
+    "   AND NOT EXISTS (SELECT 1 FROM batch_lines b WHERE b.chunk_id = c.id AND b.status = ANY($8::text[]))"
+    "   AND (c.status = $6 AND (c.retry_at IS NULL OR c.retry_at <= now()) OR (c.status = $4"
+    "     AND (c.lease_owner = w.holder OR c.lease_expires_at IS NULL OR c.lease_expires_at < now())))"
+    "   RETURNING w.n, d.task_id, (old.was = $4 AND old.held_by IS DISTINCT FROM w.holder) AS taken_over,"
+    "     c.status, c.text, c.context_before, c.context_after, c.failures,"
+    "     d.status AS document_status, t.status AS task_status, t.options, t.owner,"
+    f"    {_LINE}, {_WINDOW}),"
+    " recovering AS (UPDATE tasks SET recovering_since = coalesce(recovering_since, now())"
+    "   WHERE id IN (SELECT task_id FROM taken WHERE taken_over))"
+    " SELECT w.n, w.id, taken.n IS NOT NULL AS taken, taken.taken_over, taken.status, taken.text,"
+    "   taken.context_before, taken.context_after, taken.failures, taken.document_status, taken.task_status,"
+    "   taken.options, taken.owner, taken.line_status, taken.line_key, taken.start_char, taken.position_unit,"
+    "   taken.units_before, taken.unit_starts,"
+    "   f.status AS was, f.retry_at > now() AS deferred,"
+    "   EXISTS (SELECT 1 FROM batch_lines b WHERE b.chunk_id = w.id AND b.status = ANY($8::text[])) AS batched"
+    " FROM w LEFT JOIN taken ON taken.n = w.n LEFT JOIN chunks f ON f.id = w.id"
+)
+
+# Completions, one a row of the arrays $1 (chunk), $2 (task), $3 (summary), $4 (model), $5 (cut at its
+# bound), $6 (sentences): the chunks that became COMPLETED, counted on their documents.
+_COMPLETE = (
+    "WITH w AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::jsonb[])"
+    "   AS w(id, task_id, summary, model, truncated, sentences)),"
+    " moved AS (UPDATE chunks c SET status = $7, summary = w.summary, summary_model = w.model, error = NULL,"
+    "   summary_truncated = w.truncated, summary_prompt_version = $8, lease_owner = NULL, lease_expires_at = NULL,"
+    "   retry_at = NULL, updated_at = now(), summary_sentences = w.sentences"
+    "   FROM w WHERE c.id = w.id AND c.status = ANY($9::text[])"
+    "   RETURNING c.id, c.document_id, c.token_estimate, w.truncated),"
+    " counted AS (UPDATE documents d SET chunks_completed = chunks_completed + m.n,"
+    "   truncated_parts = truncated_parts + m.truncated,"
+    "   pending_token_estimate = greatest(0, pending_token_estimate - m.tokens)"
+    "   FROM (SELECT document_id, count(*) AS n, count(*) FILTER (WHERE truncated) AS truncated,"
+    "     sum(coalesce(token_estimate, 0)) AS tokens FROM moved GROUP BY document_id) m"
+    "   WHERE d.id = m.document_id),"
+    " active AS (UPDATE tasks SET last_active_at = now()"
+    "   WHERE id IN (SELECT task_id FROM w) AND last_active_at < now() - make_interval(secs => $10))"
+    " SELECT id FROM moved"
 )

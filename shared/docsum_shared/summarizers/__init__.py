@@ -16,7 +16,7 @@ from ..ratelimit import RateLimiter
 from ..settings import LLMSettings
 from .base import SummarizerBackend, SummaryRequest, SummaryResult
 from .budget import TokenCalibration, completion_reserve, estimate_request_tokens, plan_chunk
-from .cache import CallContext, cache_key, lookup, stored_answer, summarize_cached
+from .cache import CallContext, ResultCache, cache_key, summarize_cached
 from .endpoint import EndpointLimits
 
 if TYPE_CHECKING:
@@ -47,9 +47,11 @@ class Summarizing:
     _probed_at: float | None = field(default=None, init=False)
     _probing: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
     _calls: asyncio.Semaphore = field(init=False)  # calls in flight in this process, whoever makes them
+    cache: ResultCache = field(init=False)
 
     def __post_init__(self) -> None:
         self._calls = asyncio.Semaphore(self.settings.llm_max_inflight)
+        self.cache = ResultCache(self.pool)
 
     @classmethod
     def from_settings(cls, settings: LLMSettings, pool: asyncpg.Pool) -> Summarizing:
@@ -110,7 +112,7 @@ class Summarizing:
             started = time.monotonic()
             try:
                 result, cached = await summarize_cached(
-                    self.pool,
+                    self.cache,
                     self.backend,
                     request,
                     context,
@@ -127,12 +129,12 @@ class Summarizing:
 
     async def cached(self, request: SummaryRequest, context: CallContext) -> SummaryResult | None:
         """The result cache's answer to `request` (booked as a cache hit), or None: nothing is called."""
-        return await lookup(self.pool, self.cache_key(request, context), request, context)
+        return await self.cache.lookup(self.cache_key(request, context), request, context)
 
     async def stored(self, key: str) -> SummaryResult | None:
         """The answer stored under a cache key (a batch line's custom_id), booked nowhere: it was paid
         when it was stored."""
-        return await stored_answer(self.pool, key)
+        return await self.cache.stored(key)
 
     @property
     def batching(self) -> OpenAIBackend | None:

@@ -11,13 +11,14 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import cast, get_args
+from typing import Any, cast, get_args
 
 import asyncpg
 
 from ..errors import RateLimited
 from ..options import Mode
 from ..ratelimit import RateLimiter
+from ..together import Together
 from .base import Span, SummarizerBackend, SummaryRequest, SummaryResult, SummarySentence, Support
 from .budget import COMPLETION_RESERVE, TokenCalibration, estimate_request_tokens
 from .prompts import PROMPT_VERSION
@@ -53,8 +54,52 @@ def cache_key(
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+class ResultCache:
+    """The result cache and the ledger in PostgreSQL. The reads and the writes of calls made at about
+    the same time go as one statement each (together.py): one round trip for many chunks."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+        self._read = Together(self._read_rows)
+        self._store = Together(self._store_rows)
+
+    async def stored(self, key: str) -> SummaryResult | None:
+        """The answer stored under `key`, if any."""
+        return await self._read(key)
+
+    async def lookup(self, key: str, request: SummaryRequest, context: CallContext) -> SummaryResult | None:
+        """The cache's answer to `request` (its key `key`), booked in the ledger as a cache hit; None on a miss."""
+        result = await self.stored(key)
+        if result is not None:
+            await self.pool.execute(_RECORD, *_ledger(context, request, key, result, cached=True, latency_ms=0))
+        return result
+
+    async def store(
+        self, context: CallContext, request: SummaryRequest, key: str, result: SummaryResult, latency_ms: int
+    ) -> None:
+        """A paid answer and its ledger line, both or neither."""
+        await self._store(
+            (*_ledger(context, request, key, result, cached=False, latency_ms=latency_ms),
+             result.text, result.truncated, sentences_json(result.sentences))
+        )  # fmt: skip
+
+    async def _read_rows(self, keys: list[str]) -> list[SummaryResult | None]:
+        rows = await self.pool.fetch(
+            "SELECT key, result, model, prompt_tokens, completion_tokens, truncated, sentences::text"
+            " FROM llm_results WHERE key = ANY($1::text[])",
+            keys,
+        )
+        found = {row["key"]: _answer(row) for row in rows}
+        return [found.get(key) for key in keys]
+
+    async def _store_rows(self, rows: list[tuple[object, ...]]) -> list[None]:
+        # Each answer once (the first of a key: the same request got the same answer), each call a line.
+        await self.pool.execute(_STORE, *(list(column) for column in zip(*rows, strict=True)))
+        return [None] * len(rows)
+
+
 async def summarize_cached(
-    pool: asyncpg.Pool,
+    cache: ResultCache,
     backend: SummarizerBackend,
     request: SummaryRequest,
     context: CallContext | None = None,
@@ -71,7 +116,7 @@ async def summarize_cached(
     """
     context = context or CallContext()
     key = cache_key(backend.model, request, None if shared else context.owner, backend.sampling)
-    if (cached := await lookup(pool, key, request, context)) is not None:
+    if (cached := await cache.lookup(key, request, context)) is not None:
         return cached, True
     estimate = estimate_request_tokens(request)
     reservation = await limiter.acquire(estimate + COMPLETION_RESERVE) if limiter else None
@@ -86,30 +131,11 @@ async def summarize_cached(
         await limiter.settle(reservation, result.prompt_tokens + result.completion_tokens)
     if calibration is not None:
         calibration.observe(estimate, result.prompt_tokens)
-    latency_ms = int((time.monotonic() - started) * 1000)
-    # The answer and its ledger line in one statement: both or neither.
-    await pool.execute(
-        "WITH stored AS (INSERT INTO llm_results (key, model, kind, result, prompt_tokens, completion_tokens,"
-        "   truncated, sentences) VALUES ($5, $6, $4, $13, $8, $9, $14, $15::jsonb)"
-        "   ON CONFLICT (key) DO NOTHING RETURNING 1)"
-        f", recorded AS ({_RECORD} RETURNING 1) SELECT (SELECT count(*) FROM stored), (SELECT count(*) FROM recorded)",
-        *_ledger(context, request, key, result, cached=False, latency_ms=latency_ms),
-        result.text,
-        result.truncated,
-        sentences_json(result.sentences),
-    )
+    await cache.store(context, request, key, result, int((time.monotonic() - started) * 1000))
     return result, False
 
 
-async def stored_answer(pool: asyncpg.Pool, key: str) -> SummaryResult | None:
-    """The answer stored under `key`, if any."""
-    row = await pool.fetchrow(
-        "SELECT result, model, prompt_tokens, completion_tokens, truncated, sentences::text FROM llm_results"
-        " WHERE key = $1",
-        key,
-    )
-    if row is None:
-        return None
+def _answer(row: Mapping[str, Any]) -> SummaryResult:
     return SummaryResult(
         row["result"],
         row["model"],
@@ -149,18 +175,23 @@ def sentences_from_json(data: str | None) -> tuple[SummarySentence, ...]:
     return tuple(out)
 
 
-async def lookup(pool: asyncpg.Pool, key: str, request: SummaryRequest, context: CallContext) -> SummaryResult | None:
-    """The cache's answer to `request` (its key `key`), booked in the ledger as a cache hit; None on a miss."""
-    result = await stored_answer(pool, key)
-    if result is not None:
-        await pool.execute(_RECORD, *_ledger(context, request, key, result, cached=True, latency_ms=0))
-    return result
-
-
 # A call in the ledger; its parameters are `_ledger`'s, $1 to $12.
-_RECORD = (
-    "INSERT INTO llm_calls (task_id, document_id, chunk_id, kind, cache_key, model, cached, prompt_tokens,"
-    " completion_tokens, latency_ms, tier, requests) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+_LEDGER_COLUMNS = (
+    "task_id, document_id, chunk_id, kind, cache_key, model, cached, prompt_tokens, completion_tokens,"
+    " latency_ms, tier, requests"
+)
+_RECORD = f"INSERT INTO llm_calls ({_LEDGER_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+# Paid answers with their ledger lines: `_ledger`'s columns, then the answer's text, whether it was cut
+# and its sentences, each an array over the calls.
+_STORE = (
+    "WITH w AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],"
+    "   $7::bool[], $8::int[], $9::int[], $10::int[], $11::text[], $12::int[], $13::text[], $14::bool[],"
+    f"   $15::jsonb[]) AS w({_LEDGER_COLUMNS}, result, truncated, sentences)),"
+    " stored AS (INSERT INTO llm_results (key, model, kind, result, prompt_tokens, completion_tokens, truncated,"
+    "   sentences) SELECT cache_key, model, kind, result, prompt_tokens, completion_tokens, truncated, sentences"
+    "   FROM w ON CONFLICT (key) DO NOTHING RETURNING 1),"
+    f" recorded AS (INSERT INTO llm_calls ({_LEDGER_COLUMNS}) SELECT {_LEDGER_COLUMNS} FROM w RETURNING 1)"
+    " SELECT (SELECT count(*) FROM stored), (SELECT count(*) FROM recorded)"
 )
 
 

@@ -28,14 +28,13 @@ Above them, the sentences of a chunk's summary are mapped to ranges of their doc
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import cast, get_args
 
 from ..positions import Positions, position_of
-from ..text import is_cjk_char
+from ..text import is_cjk_char, words
 from .base import SummaryResult, SummarySentence, Support
 from .extractive import _strip_marks, non_prose_line
 
@@ -190,7 +189,6 @@ _CJK_STOPWORDS = frozenset("的了是在和与及或也就都而之其这那有�
 # Suffixes a light stem drops (the first that fits), and what takes their place.
 _SUFFIXES = (("ies", "y"), ("ied", "y"), ("ings", ""), ("ing", ""), ("ed", ""), ("ly", ""), ("s", ""))
 _MIN_STEM = 3
-_WORD_RE = re.compile(r"[^\W_]+")
 
 
 def lexically_supported(quoted: str, sentence: str) -> bool:
@@ -205,20 +203,14 @@ def lexically_supported(quoted: str, sentence: str) -> bool:
 def content_words(text: str) -> set[str]:
     """The words of `text` that say what it is about: case-folded, stemmed lightly, stop words and
     one-letter words left out; a CJK character is a word of its own."""
-    words: set[str] = set()
-    for token in _WORD_RE.findall(text.casefold()):
-        run: list[str] = []
-        for char in token + " ":  # the space ends the last run
-            if char != " " and not is_cjk_char(char):
-                run.append(char)
-                continue
-            word = "".join(run)
-            run = []
-            if word not in _STOPWORDS and (len(word) > 1 or word.isdigit()):
-                words.add(_stem(word))
-            if char != " " and char not in _CJK_STOPWORDS:
-                words.add(char)
-    return words
+    found: set[str] = set()
+    for word in words(text.casefold()):
+        if len(word) == 1 and is_cjk_char(word):
+            if word not in _CJK_STOPWORDS:
+                found.add(word)
+        elif word not in _STOPWORDS and (len(word) > 1 or word.isdigit()):
+            found.add(_stem(word))
+    return found
 
 
 def _stem(word: str) -> str:

@@ -239,13 +239,15 @@ def _salvaged(body: str) -> list[Claim]:
 def cited_sentences(found: list[Claim], numbers: Numbered) -> tuple[SummarySentence, ...]:
     """Each claim as a summary sentence: cited by its ids (those of this request) when their text
     supports it, else aligned to the request's best sentence or two, else a synthesis."""
-    words = {sid: content_words(text) for sid, text in numbers.texts.items()}
+    words: dict[str, set[str]] = {}  # the request's sentences' content words, once one is aligned
     out: list[SummarySentence] = []
     for text, given in found:
         known = [sid for sid in given if sid in numbers.spans]
         if known and lexically_supported("\n".join(numbers.texts[sid] for sid in known), text):
             out.append(SummarySentence(text, tuple(numbers.spans[sid] for sid in known), "cited"))
             continue
+        if not words:
+            words.update((sid, content_words(said)) for sid, said in numbers.texts.items())
         best = _aligned(text, numbers, words)
         if best:
             out.append(SummarySentence(text, tuple(numbers.spans[sid] for sid in best), "aligned"))

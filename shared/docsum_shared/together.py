@@ -1,0 +1,73 @@
+"""Calls made at about the same time, run as one: a statement for many rows instead of one per row.
+
+    claim = Together(claim_rows)          # claim_rows(list of arguments) -> list of results, in order
+    claimed = await claim((chunk_id, holder))
+
+Each caller awaits its own result, as if it had made its call alone. The calls made while a round
+runs wait for it to end and go together in the next round (at most `most` in one), so that under load
+one round trip serves many callers and, alone, a call waits for nothing. A round that fails fails
+every call in it with its exception: a round is one statement, all of it or nothing.
+
+A caller cancelled before its round starts is left out of it; one cancelled while its round runs
+does not stop the round (its rows are written all the same), as when a process dies after its
+statement committed: what the round wrote must be safe for another to find (a lease expires, an
+answer stored is an answer found).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, TypeVar
+
+A = TypeVar("A")
+R = TypeVar("R")
+
+MOST = 256  # calls in one round: bounds a statement's parameters
+
+
+class Together(Generic[A, R]):
+    """`run` takes the arguments of several calls and returns their results in the same order."""
+
+    def __init__(self, run: Callable[[list[A]], Awaitable[Sequence[R]]], *, most: int = MOST) -> None:
+        self._run = run
+        self._most = most
+        self._waiting: list[tuple[A, asyncio.Future[R]]] = []
+        self._rounds: asyncio.Task[None] | None = None
+
+    async def __call__(self, argument: A) -> R:
+        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        self._waiting.append((argument, future))
+        if self._rounds is None:
+            # Of nobody's context: the rounds serve every caller, not the first one's log ids or trace.
+            self._rounds = asyncio.create_task(self._run_rounds(), context=contextvars.Context())
+        return await future
+
+    async def _run_rounds(self) -> None:
+        calls: list[tuple[A, asyncio.Future[R]]] = []
+        try:
+            await asyncio.sleep(0)  # the calls made in this turn of the loop join the first round
+            while self._waiting:
+                calls = [(a, f) for a, f in self._waiting[: self._most] if not f.done()]
+                del self._waiting[: self._most]
+                if not calls:
+                    continue
+                try:
+                    results = await self._run([argument for argument, _ in calls])
+                    if len(results) != len(calls):
+                        raise RuntimeError(f"a round of {len(calls)} calls gave {len(results)} results")
+                except Exception as exc:  # noqa: BLE001 - each caller raises it
+                    for _, future in calls:
+                        if not future.done():
+                            future.set_exception(exc)
+                    continue
+                for (_, future), result in zip(calls, results, strict=True):
+                    if not future.done():
+                        future.set_result(result)
+        finally:
+            self._rounds = None
+            for _, future in [*calls, *self._waiting]:  # cancelled, or broken: nobody waits forever
+                if not future.done():
+                    future.cancel()
+            self._waiting.clear()
