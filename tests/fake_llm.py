@@ -48,6 +48,9 @@ What a request meets, in this order (the first that applies decides):
    the usage when ``stream_options.include_usage`` asks for it, then ``data: [DONE]``). Its text is
    the same either way; `answer_min_tokens` makes it ramble (its sentences repeated up to that many
    tokens), ``max_tokens`` / ``max_completion_tokens`` cut it (``finish_reason: "length"``).
+   `ignores_stream` makes a server or proxy that does not look at ``stream``: a request with
+   ``stream: true`` is answered as if it had not asked (the one JSON body, ``application/json``; never
+   the 400 of step 1). The ledger's ``stream`` says what the request asked.
 
 Answers and 5xx failures arrive after `latency_s` plus a jitter in ``[0, jitter_s)`` derived from the
 prompt's hash (prompt processing); an answer then takes `token_latency_s` per piece of text (a model
@@ -129,6 +132,7 @@ CONFIG_FIELDS = (
     "seed",
     "models",
     "streaming",
+    "ignores_stream",
     "token_latency_s",
     "answer_min_tokens",
     "dialect",
@@ -394,6 +398,7 @@ class FakeLLM:
     seed: int = 0  # mixed into every hash-based decision (fail_rate, hang_rate, jitter)
     models: list[str] = field(default_factory=lambda: [DEFAULT_MODEL])  # what GET /v1/models lists
     streaming: bool = True  # False: a request with stream: true -> 400 (a server that does not stream)
+    ignores_stream: bool = False  # True: stream: true is answered with one JSON body, as if not asked
     token_latency_s: float = 0.0  # the wait before each piece of an answer's text (also when not streamed)
     answer_min_tokens: int | None = None  # answers are made at least this long (sentences repeated)
     dialect: str = "openai"  # the server stood for: "openai", "llamacpp" or "ollama" (see the module doc)
@@ -763,12 +768,11 @@ class FakeLLM:
                 )
             prompt, user = prompt_text(messages), user_text(messages)
             sha, tokens = _sha256(prompt), max(1, estimate_tokens(prompt))
-            stream = bool(body.get("stream"))
+            asked_stream = bool(body.get("stream"))
             tier = "flex" if body.get("service_tier") == "flex" else "realtime"  # flex: half price, may 429
-            options = body.get("stream_options")
-            include_usage = stream and isinstance(options, dict) and bool(options.get("include_usage"))
             asked = body.get("max_completion_tokens") or body.get("max_tokens")
             with self._lock:
+                stream = asked_stream and not self.ignores_stream
                 attempt = self._attempts[sha]
                 self._attempts[sha] += 1
                 self._in_flight += 1
@@ -808,7 +812,7 @@ class FakeLLM:
                 over_budget=decision.over_budget,
                 hung=decision.hung,
                 retry_after=decision.retry_after,
-                stream=stream,
+                stream=asked_stream,
                 max_tokens=asked if isinstance(asked, int) and not isinstance(asked, bool) else None,
                 num_ctx=context,
                 frequency_penalty=body.get("frequency_penalty"),
@@ -857,6 +861,8 @@ class FakeLLM:
                     "system_fingerprint": fingerprint(dialect),
                 }
                 if stream:
+                    options = body.get("stream_options")
+                    include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
                     streaming = True
                     return _EventStream(
                         lambda send: stream_answer(
@@ -1156,9 +1162,9 @@ def _validate(name: str, value: Any) -> Any:
         if isinstance(value, str) or not all(isinstance(m, str) and m for m in value):
             raise ValueError("models must be a list of names")
         return list(value)
-    if name == "streaming":
+    if name in ("streaming", "ignores_stream"):
         if not isinstance(value, bool):
-            raise ValueError("streaming must be true or false")
+            raise ValueError(f"{name} must be true or false")
         return value
     if name == "answer_min_tokens":
         if value is None:
@@ -1313,6 +1319,11 @@ def main(argv: list[str] | None = None) -> None:
         default=True,
         help="answer stream: true with server-sent events (--no-streaming: 400, a server that does not stream)",
     )
+    parser.add_argument(
+        "--ignores-stream",
+        action="store_true",
+        help="answer stream: true with one JSON body, as a server or proxy that ignores stream does",
+    )
     parser.add_argument("--token-latency", type=float, default=0.0, help="seconds per piece of an answer's text")
     parser.add_argument("--answer-min-tokens", type=int, default=None, help="answers ramble to at least this long")
     parser.add_argument("--dialect", choices=DIALECTS, default="openai", help="the server it stands for")
@@ -1340,6 +1351,7 @@ def main(argv: list[str] | None = None) -> None:
             seed=args.seed,
             models=args.models or [DEFAULT_MODEL],
             streaming=args.streaming,
+            ignores_stream=args.ignores_stream,
             token_latency_s=args.token_latency,
             answer_min_tokens=args.answer_min_tokens,
             dialect=args.dialect,

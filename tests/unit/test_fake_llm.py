@@ -446,6 +446,29 @@ def test_a_server_without_streaming(llm: FakeLLM, client: openai.OpenAI) -> None
     )
 
 
+def test_a_server_that_ignores_stream_answers_with_one_json_body(
+    server: FakeLLMServer, llm: FakeLLM, client: openai.OpenAI
+) -> None:
+    plain = ask(client, DOCUMENT)
+    llm.configure(ignores_stream=True, streaming=False)  # it never looks at stream, so never refuses one
+    body = {"model": MODEL, "messages": summarize(DOCUMENT), "stream": True}
+    with httpx.Client(timeout=5) as http:
+        answer = http.post(f"{server.base_url}/chat/completions", json=body)
+    assert answer.status_code == 200 and answer.headers["content-type"] == "application/json"
+    completion = ChatCompletion.model_validate(answer.json())
+    assert completion.object == "chat.completion" and completion.choices[0].finish_reason == "stop"
+    assert completion.choices[0].message.content == plain.choices[0].message.content
+    assert completion.usage == plain.usage  # the usage of a plain answer, though include_usage was not asked
+    llm.configure(ignores_stream=False, streaming=True)
+    assert streamed_text(stream(client, DOCUMENT)) == plain.choices[0].message.content
+    assert llm.wait_idle(2)  # a stream's entry is recorded just after its last byte
+    assert [(e.status, e.stream, e.finish_reason) for e in llm.entries()] == [
+        (200, False, "stop"),
+        (200, True, "stop"),  # what the request asked, though it was answered plain
+        (200, True, "stop"),
+    ]
+
+
 def test_errors_come_before_the_stream(llm: FakeLLM, client: openai.OpenAI) -> None:
     llm.fail_next(1)
     with pytest.raises(openai.InternalServerError):
@@ -665,6 +688,7 @@ def test_new_config_fields_are_validated(server: FakeLLMServer, llm: FakeLLM) ->
     with httpx.Client(base_url=server.url, timeout=5) as http:
         changes = {
             "streaming": False,
+            "ignores_stream": True,
             "token_latency_s": 0.01,
             "answer_min_tokens": 50,
             "dialect": "llamacpp",
@@ -674,6 +698,7 @@ def test_new_config_fields_are_validated(server: FakeLLMServer, llm: FakeLLM) ->
         assert http.post("/_config", json=changes).json() == {**llm.config(), **changes}
         for bad in (
             {"streaming": "no"},
+            {"ignores_stream": 1},
             {"token_latency_s": -1},
             {"answer_min_tokens": 0},
             {"answer_min_tokens": 10**7},
@@ -686,6 +711,7 @@ def test_new_config_fields_are_validated(server: FakeLLMServer, llm: FakeLLM) ->
         defaults = http.post("/_reset", json={"config": True}).json()["config"]
     assert {k: defaults[k] for k in changes} == {
         "streaming": True,
+        "ignores_stream": False,
         "token_latency_s": 0.0,
         "answer_min_tokens": None,
         "dialect": "openai",
@@ -699,7 +725,7 @@ def test_new_config_fields_are_validated(server: FakeLLMServer, llm: FakeLLM) ->
 
 
 def test_cli_flags() -> None:
-    args = ["--port", "0", "--no-streaming", "--token-latency", "0.01", "--answer-min-tokens", "40"]
+    args = ["--port", "0", "--no-streaming", "--ignores-stream", "--token-latency", "0.01", "--answer-min-tokens", "40"]
     args += ["--dialect", "ollama", "--num-ctx", "512", "--model-context-length", "4096"]
     process = subprocess.Popen(
         [sys.executable, "-m", "tests.fake_llm", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -716,8 +742,9 @@ def test_cli_flags() -> None:
             except httpx.ConnectError:
                 assert time.monotonic() < deadline and process.poll() is None
                 time.sleep(0.05)
-        assert {k: config[k] for k in ("streaming", "token_latency_s", "answer_min_tokens")} == {
+        assert {k: config[k] for k in ("streaming", "ignores_stream", "token_latency_s", "answer_min_tokens")} == {
             "streaming": False,
+            "ignores_stream": True,
             "token_latency_s": 0.01,
             "answer_min_tokens": 40,
         }

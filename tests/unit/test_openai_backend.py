@@ -169,6 +169,27 @@ async def test_a_server_that_cannot_stream_gets_plain_calls(server: FakeLLMServe
     assert [e.status for e in server.llm.entries()] == [400, 200, 200]  # asked once, remembered
 
 
+async def test_a_server_that_ignores_stream_is_read_whole_then_gets_plain_calls(
+    server: FakeLLMServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    streamed = await _backend(server).summarize(_chunk())  # what the same endpoint streams
+    server.llm.reset()
+    server.llm.configure(ignores_stream=True)
+    backend = _backend(server)
+    requests = (_chunk(), _chunk(chars=1_600))
+    results = [await backend.summarize(request) for request in requests]
+    entries = await _recorded(server, 2)
+    assert [(e.status, e.stream) for e in entries] == [(200, True), (200, False)]  # plain from the second call
+    assert not backend.streaming and results[0] == streamed
+    for request, result, entry in zip(requests, results, entries, strict=True):
+        assert (result.prompt_tokens, result.completion_tokens) == (entry.prompt_tokens, entry.completion_tokens)
+        assert result.sentences and all(s.support == "cited" for s in result.sentences), result.sentences
+        assert _inside(result, request)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"{server.base_url} answers a stream request with one JSON chat completion; plain calls from now on"
+    ]
+
+
 @pytest.mark.parametrize(
     ("dialect", "config", "server_name", "window"),
     [

@@ -8,6 +8,8 @@ What real servers do, and what this backend does about it:
   timeout is a stall timeout (no token for `stall_timeout_s`), the first token may take as long as
   reading the prompt takes at `min_prompt_tps`, and an overall ceiling grows with the prompt and the
   answer's bound. An endpoint that cannot stream gets plain calls under that ceiling.
+- Some servers and proxies ignore `stream` and answer with one JSON chat completion: it is read as
+  the completion it is, and that endpoint gets plain calls from then on.
 - `probe()` asks the endpoint what it can: llama.cpp's `/props` (n_ctx), Ollama's `/api/show` (the
   num_ctx it runs the model with, else its default), vLLM's `max_model_len` in `/v1/models`.
 - Ollama never refuses a prompt longer than its num_ctx: it cuts it silently (and its OpenAI-compatible
@@ -26,6 +28,7 @@ What real servers do, and what this backend does about it:
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 from collections.abc import Mapping
@@ -35,6 +38,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
 import openai
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from ..errors import ContextLimitExceeded, ProviderUnavailable, RateLimited, RequestRefused, context_limit_error
 from ..options import Mode
@@ -53,6 +57,10 @@ OLLAMA_DEFAULT_NUM_CTX = 2048
 # A prompt Ollama reports reading less than this share of (by our deliberately high estimate) was cut.
 OLLAMA_CUT_SHARE = 0.5
 PROBE_TIMEOUT_S = 5.0
+
+# One call's answer: its text, finish reason, usage (prompt, completion tokens), model, and the tier it
+# says it was served at.
+_Answer = tuple[str, str | None, tuple[int, int] | None, str | None, str | None]
 
 
 class _NoFlexCapacity(RateLimited):
@@ -264,18 +272,17 @@ class OpenAIBackend(SummarizerBackend):
         (what the answer says, else what was asked)."""
         try:
             async with asyncio.timeout(self.timeouts.ceiling_s(prompt_tokens, max_tokens)):
+                answer: _Answer | None = None
                 if self.streaming:
                     try:
-                        text, finish, usage, model, served = await self._streamed(
-                            messages, max_tokens, prompt_tokens, extra, tier
-                        )
+                        answer = await self._streamed(messages, max_tokens, prompt_tokens, extra, tier)
                     except openai.BadRequestError as exc:
                         if "stream" not in exc.message.lower():
                             raise
                         log.warning("%s cannot stream (%s); plain calls from now on", self.base_url, exc.message)
                         self.streaming = False
-                if not self.streaming:
-                    text, finish, usage, model, served = await self._plain(messages, max_tokens, extra, tier)
+                if answer is None:
+                    answer = await self._plain(messages, max_tokens, extra, tier)
         except TimeoutError as exc:
             raise ProviderUnavailable(
                 f"LLM provider took longer than {self.timeouts.ceiling_s(prompt_tokens, max_tokens):.0f}s "
@@ -303,6 +310,7 @@ class OpenAIBackend(SummarizerBackend):
                 if "response_format" in extra and _names_response_format(exc):
                     raise _NoStructuredOutput(exc.message) from exc
             raise RequestRefused(f"LLM provider rejected the request ({exc.status_code}): {exc.message}") from exc
+        text, finish, usage, model, served = answer
         answered = "flex" if served == "flex" or (served is None and tier == "flex") else "realtime"
         return text, finish, usage, model, answered
 
@@ -313,7 +321,7 @@ class OpenAIBackend(SummarizerBackend):
 
     async def _streamed(
         self, messages: list[Any], max_tokens: int, prompt_tokens: int, extra: dict[str, Any], tier: str
-    ) -> tuple[str, str | None, tuple[int, int] | None, str | None, str | None]:
+    ) -> _Answer:
         first_token_s = self.timeouts.first_token_s(prompt_tokens)
         stream = await self._client.chat.completions.create(
             model=self.model,
@@ -327,6 +335,8 @@ class OpenAIBackend(SummarizerBackend):
             # read: between two bytes of the answer; the first may come only after the whole prompt is read
             timeout=httpx2.Timeout(first_token_s, connect=10.0),
         )  # type: ignore[call-overload]  # the stream=True overload, with extra_body
+        if _is_json(stream.response):
+            return await self._whole(stream)
         pieces: list[str] = []
         finish = model = served = None
         usage: tuple[int, int] | None = None
@@ -355,9 +365,32 @@ class OpenAIBackend(SummarizerBackend):
             await stream.close()
         return "".join(pieces), finish, usage, model, served
 
-    async def _plain(
-        self, messages: list[Any], max_tokens: int, extra: dict[str, Any], tier: str
-    ) -> tuple[str, str | None, tuple[int, int] | None, str | None, str | None]:
+    async def _whole(self, stream: openai.AsyncStream[ChatCompletionChunk]) -> _Answer:
+        """A stream asked for and one JSON chat completion answered (a server or proxy that ignores
+        `stream`): that completion; this endpoint gets plain calls from now on."""
+        try:
+            content = await stream.response.aread()
+        except httpx2.TimeoutException as exc:  # as the package's own stream reports them
+            raise openai.APITimeoutError(request=stream.response.request) from exc
+        except httpx2.RequestError as exc:
+            raise openai.APIConnectionError(request=stream.response.request) from exc
+        finally:
+            await stream.close()
+        try:
+            body = json.loads(content)
+        except ValueError as exc:
+            raise ProviderUnavailable(f"LLM provider answered a stream request with unreadable JSON: {exc}") from exc
+        if not isinstance(body, dict):
+            raise ProviderUnavailable("LLM provider answered a stream request with JSON that is no chat completion")
+        if self.streaming:
+            log.warning(
+                "%s answers a stream request with one JSON chat completion; plain calls from now on", self.base_url
+            )
+            self.streaming = False
+        # Built as the package builds a plain call's answer: leniently, without validating it.
+        return _read_completion(ChatCompletion.construct(**body))
+
+    async def _plain(self, messages: list[Any], max_tokens: int, extra: dict[str, Any], tier: str) -> _Answer:
         response = await self._client.chat.completions.create(
             model=self.model,
             messages=messages,
@@ -366,10 +399,7 @@ class OpenAIBackend(SummarizerBackend):
             service_tier="flex" if tier == "flex" else openai.omit,
             extra_body=extra or None,
         )
-        choice = response.choices[0] if response.choices else None
-        text = (choice.message.content or "") if choice else ""
-        usage = (response.usage.prompt_tokens, response.usage.completion_tokens) if response.usage else None
-        return text, choice.finish_reason if choice else None, usage, response.model, response.service_tier
+        return _read_completion(response)
 
     # --- what the endpoint can do ----------------------------------------------------------------
 
@@ -402,6 +432,19 @@ class OpenAIBackend(SummarizerBackend):
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+def _is_json(response: httpx2.Response) -> bool:
+    """The response is JSON (as the openai package tells it: by its content type), not server-sent events."""
+    return response.headers.get("content-type", "").split(";")[0].strip().endswith("json")
+
+
+def _read_completion(completion: ChatCompletion) -> _Answer:
+    """What a whole chat completion answered."""
+    choice = completion.choices[0] if completion.choices else None
+    text = (choice.message.content or "") if choice else ""
+    usage = (completion.usage.prompt_tokens, completion.usage.completion_tokens) if completion.usage else None
+    return text, choice.finish_reason if choice else None, usage, completion.model, completion.service_tier
 
 
 def _repeats_the_input(text: str, request: SummaryRequest) -> bool:
