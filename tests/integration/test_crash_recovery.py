@@ -532,3 +532,58 @@ async def test_rebalance_pays_no_chunk_twice(
 
     await assert_complete(db, task, marker)
     assert paid_twice(calls(stand_in, marker)) == 0
+
+
+# --- 6. kill -9 amid statements for many chunks at once -----------------------------------------
+
+BATCHED_INFLIGHT = 16
+BATCHED_KILLS = (0.25, 0.6)  # the shares of the chunks done at which the summarizer is killed
+
+
+async def test_kill_9_amid_claims_and_stores_of_many_chunks_at_once(
+    summarizer_with: Callable[..., Stack], stand_in: FakeLLM, db: asyncpg.Pool
+) -> None:
+    """Answers at once (0 ms) and sixteen calls in flight: the summarizer claims, stores and completes
+    its chunks many to a statement, and spends most of its time in those statements. kill -9 it twice
+    mid-document, restarting it each time: every chunk completes and is counted on its document
+    once, no chunk stored before a kill is asked for again, no stored answer is booked twice, and at most
+    the calls in flight at each kill are paid again."""
+    marker = new_marker()
+    stack = summarizer_with(DOCSUM_LLM_MAX_INFLIGHT=str(BATCHED_INFLIGHT))
+    stand_in.configure(latency_s=0.0)
+    kills: list[tuple[set[str], float]] = []
+    async with stack.client() as client:
+        files = [txt(f"{marker}-book.txt", tagged(english_prose(200_000, seed=81), marker))]  # ~110 chunks
+        task_id = await submit(client, files, title=marker)
+        for share in BATCHED_KILLS:
+
+            async def done_share(share: float = share) -> bool:
+                chunks = await chunks_of(db, task_id)
+                return bool(chunks) and sum(c["status"] == "COMPLETED" for c in chunks) >= share * len(chunks)
+
+            await eventually(done_share, timeout=90, interval=LOOK_S / 5, message=f"{share:.0%} of the chunks",
+                             stack=stack)  # fmt: skip
+            stack.kill("summarizer")
+            kills.append((await completed_texts(db, task_id), time.time()))
+            stack.start("summarizer")
+        task = await wait_for_task(client, task_id, stack, timeout=120)
+    await asyncio.to_thread(stand_in.wait_idle, 10)
+
+    await assert_complete(db, task, marker)
+    chunks = await chunks_of(db, task_id)
+    entries = calls(stand_in, marker)
+    for done_before, killed_at in kills:
+        assert 0 < len(done_before) < len(chunks), "each kill was meant to land mid-document"
+        assert not resent(entries, done_before, killed_at), "a chunk stored before a kill was sent again"
+    assert paid_twice(entries) <= len(BATCHED_KILLS) * BATCHED_INFLIGHT
+    counted = await db.fetchrow(
+        "SELECT sum(chunks_completed) AS completed, sum(chunks_failed) AS failed FROM documents WHERE task_id = $1",
+        task_id,
+    )
+    assert (counted["completed"], counted["failed"]) == (len(chunks), 0)
+    booked_twice = await db.fetch(
+        "SELECT cache_key FROM llm_calls WHERE task_id = $1 AND kind = 'chunk' AND NOT cached"
+        " GROUP BY cache_key HAVING count(*) > 1",
+        task_id,
+    )
+    assert not booked_twice, "a stored answer was booked as paid twice"

@@ -29,7 +29,9 @@ def consumers(settings: SummarizerSettings, pool: asyncpg.Pool) -> list[Consumer
         settings,
         holder=f"{socket.gethostname()}:{os.getpid()}",
     )
-    return [Consumer(handlers.bind(deps), max_inflight=settings.llm_max_inflight)]
+    # Twice as many chunks in hand as calls in flight: while some store their answers and report them,
+    # the others are claimed and waiting, and a call ending lets the next one start at once.
+    return [Consumer(handlers.bind(deps), max_inflight=2 * settings.llm_max_inflight)]
 
 
 def background(settings: SummarizerSettings, pool: asyncpg.Pool) -> Background:

@@ -108,23 +108,22 @@ class Summarizing:
         At most `DOCSUM_LLM_MAX_INFLIGHT` of them at once per process: the summarizer's chunks and the
         merger's merges alike."""
         kind = str(request.kind)
-        async with self._calls:
-            started = time.monotonic()
-            try:
-                result, cached = await summarize_cached(
-                    self.cache,
-                    self.backend,
-                    request,
-                    context,
-                    limiter=self.limiter,
-                    calibration=self.calibration,
-                    shared=self.settings.shared_cache,
-                    mode=(context.mode if context else None) or self.settings.llm_mode,
-                )
-            except Exception as exc:
-                metrics.LLM_CALLS.labels(self.model, kind, _outcome(exc)).inc()
-                raise
-        _measured(result, kind, cached, time.monotonic() - started, self.settings)
+        try:
+            result, cached = await summarize_cached(
+                self.cache,
+                self.backend,
+                request,
+                context,
+                limiter=self.limiter,
+                calibration=self.calibration,
+                shared=self.settings.shared_cache,
+                mode=(context.mode if context else None) or self.settings.llm_mode,
+                calls=self._calls,
+            )
+        except Exception as exc:
+            metrics.LLM_CALLS.labels(self.model, kind, _outcome(exc)).inc()
+            raise
+        _measured(result, kind, cached, self.settings)
         return result, cached
 
     async def cached(self, request: SummaryRequest, context: CallContext) -> SummaryResult | None:
@@ -170,12 +169,12 @@ def _outcome(exc: Exception) -> str:
     return "context_refused" if isinstance(exc, ContextLimitExceeded) else "failed"
 
 
-def _measured(result: SummaryResult, kind: str, cached: bool, seconds: float, settings: LLMSettings) -> None:
+def _measured(result: SummaryResult, kind: str, cached: bool, settings: LLMSettings) -> None:
     if cached:
         metrics.LLM_CALLS.labels(result.model, kind, "cached").inc()
         return
     metrics.LLM_CALLS.labels(result.model, kind, "answered").inc(result.requests)
-    metrics.LLM_SECONDS.labels(result.model, kind).observe(seconds)
+    metrics.LLM_SECONDS.labels(result.model, kind).observe(result.seconds)
     metrics.LLM_TOKENS.labels(result.model, "prompt").inc(result.prompt_tokens)
     metrics.LLM_TOKENS.labels(result.model, "completion").inc(result.completion_tokens)
     metrics.LLM_COST.labels(result.model).inc(

@@ -98,6 +98,8 @@ class SummaryResult:
     requests: int = 1
     # Each sentence of `text`, in order, with its source; empty when the backend does not say.
     sentences: tuple[SummarySentence, ...] = ()
+    # How long the provider took to answer (0 for an answer from the cache): not part of the answer.
+    seconds: float = field(default=0.0, compare=False)
 
 
 class SummarizerBackend(abc.ABC):

@@ -6,11 +6,13 @@ is what a task's usage, cost and savings are computed from.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, cast, get_args
 
 import asyncpg
@@ -108,11 +110,14 @@ async def summarize_cached(
     calibration: TokenCalibration | None = None,
     shared: bool = False,
     mode: Mode = "realtime",
+    calls: asyncio.Semaphore | None = None,
 ) -> tuple[SummaryResult, bool]:
     """The backend's answer to `request`, and whether it came from the cache.
 
     A call that goes to the provider first takes its slot from the cluster-wide rate limiter, and is
     sent in `mode`; its ledger line says the tier it was answered at, which is what it is priced at.
+    `calls` bounds the calls in flight: held for the provider's answer only, so that the next call
+    starts the moment one ends, while the answers before it are stored.
     """
     context = context or CallContext()
     key = cache_key(backend.model, request, None if shared else context.owner, backend.sampling)
@@ -120,9 +125,10 @@ async def summarize_cached(
         return cached, True
     estimate = estimate_request_tokens(request)
     reservation = await limiter.acquire(estimate + COMPLETION_RESERVE) if limiter else None
-    started = time.monotonic()
     try:
-        result = await backend.summarize(request, mode)
+        async with calls or contextlib.nullcontext():
+            started = time.monotonic()
+            result = replace(await backend.summarize(request, mode), seconds=time.monotonic() - started)
     except RateLimited as exc:
         if limiter:
             await limiter.refused(exc.retry_after)
@@ -131,7 +137,7 @@ async def summarize_cached(
         await limiter.settle(reservation, result.prompt_tokens + result.completion_tokens)
     if calibration is not None:
         calibration.observe(estimate, result.prompt_tokens)
-    await cache.store(context, request, key, result, int((time.monotonic() - started) * 1000))
+    await cache.store(context, request, key, result, int(result.seconds * 1000))
     return result, False
 
 
