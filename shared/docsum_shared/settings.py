@@ -177,12 +177,17 @@ class LLMSettings(Settings):
 
     llm_backend: Literal["extractive", "openai"] = "extractive"
     llm_model: str = "gpt-4o-mini"
-    # Calls stream; one that produces no token for `llm_stall_timeout_s` failed. The first token may
-    # take as long as reading the prompt at `llm_min_prompt_tps` tokens a second, the whole answer as
-    # long as writing its bound at `llm_min_output_tps`: a slow local model is never cut off.
+    # A streamed call (`llm_stream`) that produces no token for `llm_stall_timeout_s` failed; its first
+    # token may take as long as reading the prompt at `llm_min_prompt_tps` tokens a second. Any call may
+    # take that long plus writing its answer's bound at `llm_min_output_tps`: a slow local model is never
+    # cut off.
     llm_stall_timeout_s: float = Field(60.0, gt=0)
     llm_min_prompt_tps: float = Field(10.0, gt=0)
     llm_min_output_tps: float = Field(2.0, gt=0)
+    # Which calls stream: "auto" those to the servers that produce tokens slowly and may stall (llama.cpp's
+    # server and Ollama, as the probe finds them: with `llm_probe` off, none), plain calls elsewhere under
+    # the ceiling above (a stream costs the client several times a plain call's CPU); "always"; "never".
+    llm_stream: Literal["auto", "always", "never"] = "auto"
     # Every answer is bounded (max_tokens): these are for a "standard" length; "brief" gets half,
     # "detailed" twice as much.
     llm_max_tokens_chunk: int = Field(300, ge=16)

@@ -141,15 +141,16 @@ async def _recorded(server: FakeLLMServer, n: int) -> list[LedgerEntry]:
     return recorded
 
 
-@pytest.mark.parametrize("streaming", [True, False])
-async def test_flex_calls_are_sent_at_the_flex_tier(server: FakeLLMServer, streaming: bool) -> None:
-    server.llm.configure(streaming=streaming)
-    backend = _backend(server)
-    backend.streaming = streaming
+@pytest.mark.parametrize("stream", ["always", "never"])
+async def test_flex_calls_are_sent_at_the_flex_tier(server: FakeLLMServer, stream: str) -> None:
+    backend = _backend(server, stream=stream)
     realtime = await backend.summarize(_chunk(1))
     flex = await backend.summarize(_chunk(2), "flex")
     entries = await _recorded(server, 2)
-    assert [(e.tier, e.status) for e in entries] == [("realtime", 200), ("flex", 200)]
+    assert [(e.tier, e.status, e.stream) for e in entries] == [
+        ("realtime", 200, stream == "always"),
+        ("flex", 200, stream == "always"),
+    ]
     assert (realtime.tier, flex.tier) == ("realtime", "flex")
 
 

@@ -1,5 +1,5 @@
 """The OpenAI-compatible backend against the stand-in provider (a real HTTP server), through the openai
-package: bounded answers, streaming, a stall timeout, what it asks the endpoint."""
+package: bounded answers, streaming where it is needed, a stall timeout, what it asks the endpoint."""
 
 from __future__ import annotations
 
@@ -13,7 +13,13 @@ from docsum_shared.settings import LLMSettings
 from docsum_shared.summarizers.base import SummaryKind, SummaryRequest, SummaryResult, SummarySentence
 from docsum_shared.summarizers.cache import cache_key
 from docsum_shared.summarizers.llm_citations import CitationMode, numbered
-from docsum_shared.summarizers.openai_backend import OpenAIBackend, Timeouts, _repeats_the_input, _server_root
+from docsum_shared.summarizers.openai_backend import (
+    OpenAIBackend,
+    StreamMode,
+    Timeouts,
+    _repeats_the_input,
+    _server_root,
+)
 from tests.documents import english_prose
 from tests.fake_llm import FakeLLM, FakeLLMServer, LedgerEntry
 from tests.integration.helpers import eventually
@@ -25,8 +31,10 @@ def server() -> Iterator[FakeLLMServer]:
         yield server
 
 
-def _backend(server: FakeLLMServer, **timeouts: float) -> OpenAIBackend:
-    return OpenAIBackend("stand-in-1", base_url=server.base_url, api_key="k", timeouts=Timeouts(**timeouts))
+def _backend(server: FakeLLMServer, stream: StreamMode = "auto", **timeouts: float) -> OpenAIBackend:
+    return OpenAIBackend(
+        "stand-in-1", base_url=server.base_url, api_key="k", timeouts=Timeouts(**timeouts), stream=stream
+    )
 
 
 async def _recorded(server: FakeLLMServer, n: int = 1) -> list[LedgerEntry]:
@@ -119,17 +127,21 @@ async def test_a_hung_call_fails_within_its_ceiling(server: FakeLLMServer) -> No
         await _backend(server, stall_s=0.5, min_prompt_tps=1e6, min_output_tps=1e6).summarize(_chunk(max_tokens=16))
 
 
-async def test_calls_stream_and_usage_is_still_the_providers(server: FakeLLMServer) -> None:
-    result = await _backend(server).summarize(_chunk())
+async def test_a_streamed_calls_usage_is_still_the_providers(server: FakeLLMServer) -> None:
+    result = await _backend(server, stream="always").summarize(_chunk())
     (entry,) = await _recorded(server)
     assert entry.stream and entry.max_tokens == 300 and entry.status == 200
     assert (result.prompt_tokens, result.completion_tokens) == (entry.prompt_tokens, entry.completion_tokens)
 
 
-async def test_an_answer_cut_at_its_bound_is_asked_again_shorter_then_kept_marked(server: FakeLLMServer) -> None:
+@pytest.mark.parametrize("stream", ["always", "never"])
+async def test_an_answer_cut_at_its_bound_is_asked_again_shorter_then_kept_marked(
+    server: FakeLLMServer, stream: StreamMode
+) -> None:
     server.llm.configure(answer_min_tokens=500)  # a model that rambles whatever it is asked
-    result = await _backend(server).summarize(_chunk(max_tokens=40))
+    result = await _backend(server, stream).summarize(_chunk(max_tokens=40))
     first, second = await _recorded(server, 2)
+    assert first.stream is second.stream is (stream == "always")
     assert first.finish_reason == second.finish_reason == "length"
     assert "cut off" not in first.prompt and "cut off" in second.prompt  # asked again, shorter
     assert result.truncated and result.text
@@ -146,23 +158,25 @@ async def test_an_answer_cut_once_then_short_enough_is_not_marked(server: FakeLL
 
 
 async def test_a_slow_model_still_producing_tokens_is_waited_for(server: FakeLLMServer) -> None:
-    server.llm.configure(token_latency_s=0.1, answer_min_tokens=60)
+    server.llm.configure(dialect="llamacpp", token_latency_s=0.1, answer_min_tokens=60)
     backend = _backend(server, stall_s=0.5, min_prompt_tps=1e6, min_output_tps=1.0)
+    await backend.probe()  # llama.cpp's server: its calls stream
     result = await backend.summarize(_chunk(max_tokens=300))
     (entry,) = await _recorded(server)
-    assert result.text and entry.status == 200 and entry.duration_s > 0.5  # longer than the stall timeout
+    assert result.text and entry.status == 200 and entry.stream
+    assert entry.duration_s > 0.5  # longer than the stall timeout
 
 
 async def test_a_model_that_stops_producing_tokens_fails_the_call(server: FakeLLMServer) -> None:
     server.llm.configure(token_latency_s=2.0, answer_min_tokens=60)
-    backend = _backend(server, stall_s=0.3, min_prompt_tps=1e6, min_output_tps=1e-3)
+    backend = _backend(server, "always", stall_s=0.3, min_prompt_tps=1e6, min_output_tps=1e-3)
     with pytest.raises(ProviderUnavailable, match="stalled"):
         await backend.summarize(_chunk(max_tokens=300))
 
 
 async def test_a_server_that_cannot_stream_gets_plain_calls(server: FakeLLMServer) -> None:
     server.llm.configure(streaming=False)
-    backend = _backend(server)
+    backend = _backend(server, "always")
     assert (await backend.summarize(_chunk())).text and not backend.streaming
     assert [e.status for e in server.llm.entries()] == [400, 200]
     await backend.summarize(_chunk(chars=1_600))
@@ -172,10 +186,10 @@ async def test_a_server_that_cannot_stream_gets_plain_calls(server: FakeLLMServe
 async def test_a_server_that_ignores_stream_is_read_whole_then_gets_plain_calls(
     server: FakeLLMServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    streamed = await _backend(server).summarize(_chunk())  # what the same endpoint streams
+    streamed = await _backend(server, "always").summarize(_chunk())  # what the same endpoint streams
     server.llm.reset()
     server.llm.configure(ignores_stream=True)
-    backend = _backend(server)
+    backend = _backend(server, "always")
     requests = (_chunk(), _chunk(chars=1_600))
     results = [await backend.summarize(request) for request in requests]
     entries = await _recorded(server, 2)
@@ -207,6 +221,29 @@ async def test_the_endpoint_is_asked_what_it_can(
         assert facts is None  # OpenAI says nothing: the window is learned from refusals
     else:
         assert facts is not None and (facts.server, facts.context_tokens) == (server_name, window)
+
+
+@pytest.mark.parametrize(("dialect", "streams"), [("openai", False), ("llamacpp", True), ("ollama", True)])
+async def test_calls_stream_by_default_only_to_the_servers_that_may_stall(
+    server: FakeLLMServer, dialect: str, streams: bool
+) -> None:
+    server.llm.configure(dialect=dialect)
+    backend = _backend(server)
+    await backend.probe()
+    result = await backend.summarize(_chunk())
+    (entry,) = await _recorded(server)
+    assert entry.status == 200 and entry.stream is streams and result.text
+    assert (result.prompt_tokens, result.completion_tokens) == (entry.prompt_tokens, entry.completion_tokens)
+
+
+async def test_never_streams_not_even_to_llama_cpp(server: FakeLLMServer) -> None:
+    server.llm.configure(dialect="llamacpp")
+    backend = _backend(server, "never")
+    await backend.probe()
+    assert backend.server == "llama.cpp"
+    await backend.summarize(_chunk())
+    await backend.summarize(_chunk(chars=1_600))
+    assert [(e.status, e.stream) for e in await _recorded(server, 2)] == [(200, False), (200, False)]
 
 
 async def test_a_prompt_ollama_read_only_in_part_is_refused_as_too_long(server: FakeLLMServer) -> None:

@@ -194,6 +194,7 @@ def make_backend(settings: LLMSettings) -> SummarizerBackend:
             frequency_penalty=settings.llm_frequency_penalty,
             flex_tries=settings.llm_flex_tries,
             citations=settings.llm_citations,
+            stream=settings.llm_stream,
         )
     from .extractive import ExtractiveBackend
 

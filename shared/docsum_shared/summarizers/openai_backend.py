@@ -4,10 +4,14 @@ What real servers do, and what this backend does about it:
 - Answers are bounded: every request carries `max_tokens` (SummaryRequest.max_tokens). An answer cut
   at that bound (`finish_reason: "length"`) is asked for once more, shorter; cut again, it is kept
   and marked truncated. An empty answer, or one that only repeats the input, is a failed attempt.
-- Calls stream, so that a slow local model that is still producing tokens is never cut off: the
-  timeout is a stall timeout (no token for `stall_timeout_s`), the first token may take as long as
-  reading the prompt takes at `min_prompt_tps`, and an overall ceiling grows with the prompt and the
-  answer's bound. An endpoint that cannot stream gets plain calls under that ceiling.
+- Every call is under an overall ceiling that grows with the prompt and the answer's bound. Calls to
+  llama.cpp's server and Ollama (as `probe()` finds them) stream besides: they run models on CPU, an
+  answer may take minutes, and a stream lets a model that is still producing tokens go on while one
+  that stopped fails soon: no token for `stall_timeout_s` (the first may take as long as reading the
+  prompt takes at `min_prompt_tps`). Hosted models and vLLM answer fast: a stream would buy nothing
+  there and cost the client several times a plain call's CPU (the openai package builds a model of
+  each event), so they get plain calls. `stream` "always" or "never" decides it for every endpoint;
+  one that cannot stream gets plain calls.
 - Some servers and proxies ignore `stream` and answer with one JSON chat completion: it is read as
   the completion it is, and that endpoint gets plain calls from then on.
 - `probe()` asks the endpoint what it can: llama.cpp's `/props` (n_ctx), Ollama's `/api/show` (the
@@ -33,7 +37,7 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
@@ -61,6 +65,11 @@ PROBE_TIMEOUT_S = 5.0
 # One call's answer: its text, finish reason, usage (prompt, completion tokens), model, and the tier it
 # says it was served at.
 _Answer = tuple[str, str | None, tuple[int, int] | None, str | None, str | None]
+
+# When calls stream: "auto" (to the servers below), "always", "never".
+StreamMode = Literal["auto", "always", "never"]
+# The servers that produce tokens slowly and may stall (CPU inference): "auto" streams to them.
+SLOW_SERVERS = ("llama.cpp", "Ollama")
 
 
 class _NoFlexCapacity(RateLimited):
@@ -109,6 +118,7 @@ class OpenAIBackend(SummarizerBackend):
         flex_tries: int = 3,
         flex_backoff: Backoff = FLEX,
         citations: CitationMode = "json_schema",
+        stream: StreamMode = "auto",
     ) -> None:
         self.model = model
         self.frequency_penalty = frequency_penalty
@@ -120,6 +130,7 @@ class OpenAIBackend(SummarizerBackend):
         self.base_url = base_url
         self.api_key = api_key or "not-needed"
         self.timeouts = timeouts
+        self.stream = stream
         self.streaming = True  # until the endpoint says it cannot
         self.flex = True  # until the endpoint says it has no flex tier
         self.flex_tries = flex_tries
@@ -273,7 +284,7 @@ class OpenAIBackend(SummarizerBackend):
         try:
             async with asyncio.timeout(self.timeouts.ceiling_s(prompt_tokens, max_tokens)):
                 answer: _Answer | None = None
-                if self.streaming:
+                if self._streams():
                     try:
                         answer = await self._streamed(messages, max_tokens, prompt_tokens, extra, tier)
                     except openai.BadRequestError as exc:
@@ -282,7 +293,7 @@ class OpenAIBackend(SummarizerBackend):
                         log.warning("%s cannot stream (%s); plain calls from now on", self.base_url, exc.message)
                         self.streaming = False
                 if answer is None:
-                    answer = await self._plain(messages, max_tokens, extra, tier)
+                    answer = await self._plain(messages, max_tokens, prompt_tokens, extra, tier)
         except TimeoutError as exc:
             raise ProviderUnavailable(
                 f"LLM provider took longer than {self.timeouts.ceiling_s(prompt_tokens, max_tokens):.0f}s "
@@ -313,6 +324,13 @@ class OpenAIBackend(SummarizerBackend):
         text, finish, usage, model, served = answer
         answered = "flex" if served == "flex" or (served is None and tier == "flex") else "realtime"
         return text, finish, usage, model, answered
+
+    def _streams(self) -> bool:
+        """Whether the next call streams: as `stream` says ("auto": to the servers that may stall), while
+        the endpoint takes streams."""
+        if not self.streaming or self.stream == "never":
+            return False
+        return self.stream == "always" or self.server in SLOW_SERVERS
 
     def _cut(self, reported: int, estimated: int) -> bool:
         """Ollama read less of the prompt than was sent: it filled its num_ctx, or read far less than our
@@ -390,7 +408,9 @@ class OpenAIBackend(SummarizerBackend):
         # Built as the package builds a plain call's answer: leniently, without validating it.
         return _read_completion(ChatCompletion.construct(**body))
 
-    async def _plain(self, messages: list[Any], max_tokens: int, extra: dict[str, Any], tier: str) -> _Answer:
+    async def _plain(
+        self, messages: list[Any], max_tokens: int, prompt_tokens: int, extra: dict[str, Any], tier: str
+    ) -> _Answer:
         response = await self._client.chat.completions.create(
             model=self.model,
             messages=messages,
@@ -398,6 +418,8 @@ class OpenAIBackend(SummarizerBackend):
             max_tokens=max_tokens,
             service_tier="flex" if tier == "flex" else openai.omit,
             extra_body=extra or None,
+            # read: the whole answer comes at once, so only the ceiling bounds it (not the package's 10 min)
+            timeout=httpx2.Timeout(self.timeouts.ceiling_s(prompt_tokens, max_tokens), connect=10.0),
         )
         return _read_completion(response)
 
