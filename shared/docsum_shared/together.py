@@ -19,9 +19,11 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Generic, TypeVar
 
 A = TypeVar("A")
+K = TypeVar("K")
 R = TypeVar("R")
 
 MOST = 256  # calls in one round: bounds a statement's parameters
@@ -30,9 +32,16 @@ MOST = 256  # calls in one round: bounds a statement's parameters
 class Together(Generic[A, R]):
     """`run` takes the arguments of several calls and returns their results in the same order."""
 
-    def __init__(self, run: Callable[[list[A]], Awaitable[Sequence[R]]], *, most: int = MOST) -> None:
+    def __init__(
+        self,
+        run: Callable[[list[A]], Awaitable[Sequence[R]]],
+        *,
+        most: int = MOST,
+        idle: Callable[[], object] | None = None,
+    ) -> None:
         self._run = run
         self._most = most
+        self._idle = idle  # called when the last round ends and nobody waits
         self._waiting: list[tuple[A, asyncio.Future[R]]] = []
         self._rounds: asyncio.Task[None] | None = None
 
@@ -71,3 +80,26 @@ class Together(Generic[A, R]):
                 if not future.done():
                     future.cancel()
             self._waiting.clear()
+            if self._idle is not None:
+                self._idle()
+
+
+class ByKey(Generic[K, A, R]):
+    """Together for each key: the calls of one key made at about the same time go as one round of
+    `run(key, arguments)`; calls of different keys never share a round, nor wait for each other's."""
+
+    def __init__(self, run: Callable[[K, list[A]], Awaitable[Sequence[R]]], *, most: int = MOST) -> None:
+        self._run = run
+        self._most = most
+        self._of: dict[K, Together[A, R]] = {}
+
+    async def __call__(self, key: K, argument: A) -> R:
+        together = self._of.get(key)
+        if together is None:
+            together = self._of[key] = Together(
+                partial(self._run, key), most=self._most, idle=partial(self._forget, key)
+            )
+        return await together(argument)
+
+    def _forget(self, key: K) -> None:
+        self._of.pop(key, None)

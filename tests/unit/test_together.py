@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from docsum_shared.together import Together
+from docsum_shared.together import ByKey, Together
 
 
 class Rows:
@@ -100,3 +100,20 @@ async def test_a_round_that_gives_the_wrong_number_of_results_fails_its_calls() 
     together = Together(short)
     results = await asyncio.gather(together(1), together(2), return_exceptions=True)
     assert all(isinstance(r, RuntimeError) for r in results)
+
+
+async def test_by_key_calls_of_one_key_go_together_and_keys_never_share_a_round() -> None:
+    rounds: list[tuple[str, list[int]]] = []
+
+    async def run(key: str, arguments: list[int]) -> list[str]:
+        rounds.append((key, list(arguments)))
+        await asyncio.sleep(0.01)
+        return [f"{key}{a}" for a in arguments]
+
+    by_key: ByKey[str, int, str] = ByKey(run)
+    results = await asyncio.gather(by_key("a", 1), by_key("b", 2), by_key("a", 3))
+    assert results == ["a1", "b2", "a3"]
+    assert sorted(rounds) == [("a", [1, 3]), ("b", [2])]
+    assert await by_key("a", 4) == "a4"  # a key whose rounds ended starts afresh
+    assert rounds[-1] == ("a", [4])
+    assert not by_key._of  # nothing kept for keys nobody calls

@@ -21,6 +21,7 @@ from docsum_shared.events import (
 from docsum_shared.handlers import Handlers
 from docsum_shared.readmodel.schemas import TaskView
 from docsum_shared.states import TASK_FINAL
+from docsum_shared.together import ByKey
 
 from . import policy
 from .repository import TaskChunks
@@ -66,21 +67,30 @@ class Repository(Protocol):
     def locked(self, task_id: str) -> AbstractAsyncContextManager[TaskLog]: ...
 
 
+async def _record_together(task_id: str, calls: list[tuple[list[Event], Deps]]) -> list[None]:
+    await _record(task_id, [event for events, _ in calls for event in events], calls[0][1])
+    return [None] * len(calls)
+
+
 @dataclass(frozen=True)
 class Deps:
     repo: Repository
     known: Known = field(default_factory=Known)
+    # The events of one task handled at about the same time, in any of the consumer's slots, are told
+    # together: a task's appends take its lock one after another anyway.
+    tasks: ByKey[str, tuple[list[Event], Deps], None] = field(default_factory=lambda: ByKey(_record_together))
 
 
 @handlers.on_many(DocumentSubmitted, DocumentParsed, ChunkCreated, ChunkSummarized, DocumentMerged, TaskEvent, emits=())
 async def record(events: list[Event], deps: Deps) -> list[Event]:
     """Events of one key that waited together (the chunks of a document that ended while the recorder
-    was busy) are told with one read of their task's view, the ends of chunks under one append."""
+    was busy), and those of other keys of the same task handled meanwhile, are told with one read of
+    their task's view, the ends of chunks under one append."""
     by_task: dict[str, list[Event]] = {}
     for event in events:
         by_task.setdefault(event.task_id, []).append(event)
     for task_id, told in by_task.items():
-        await _record(task_id, told, deps)
+        await deps.tasks(task_id, (told, deps))
     return []
 
 
