@@ -81,7 +81,7 @@ eval: setup
 	$(UV) run --locked --group eval python eval/evaluate.py
 	$(UV) run --locked --group eval python eval/citations.py
 
-# B1–B9 (bench/README.md) on its own stack and stand-in provider: writes bench/results/latest.md and
+# B1–B11 (bench/README.md) on its own stack and stand-in provider: writes bench/results/latest.md and
 # the plots. Timings live here, never in `make test`.
 bench: setup
 	$(UV) run --locked --group bench python bench/run.py

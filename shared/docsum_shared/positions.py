@@ -10,7 +10,8 @@ two units (the blank line after a page) belong to the unit before.
 from __future__ import annotations
 
 import operator
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -20,10 +21,12 @@ Unit = Literal["page", "paragraph", "line"]
 @dataclass(frozen=True)
 class Positions:
     unit: Unit
-    starts: tuple[int, ...]  # one per unit, non-decreasing, the first 0
+    starts: tuple[int, ...]  # one per unit, non-decreasing, the first 0 (unless `before` are left out)
+    # Units left out before `starts` (a window of a long text's positions: see `window`).
+    before: int = 0
 
     def __post_init__(self) -> None:
-        if not self.starts or self.starts[0] != 0:
+        if self.before < 0 or (not self.before and (not self.starts or self.starts[0] != 0)):
             raise ValueError("the first unit starts at offset 0")
         if not all(map(operator.le, self.starts, self.starts[1:])):
             raise ValueError("unit starts must not decrease")
@@ -35,14 +38,21 @@ def window(unit: Unit, before: int, starts: tuple[int, ...]) -> Positions:
     What a chunk's summary needs, without reading every unit start of a long document."""
     if before < 1:
         raise ValueError("the first unit starts at offset 0, at or before any range")
-    return Positions(unit, (0,) * before + starts)
+    return Positions(unit, starts, before)
+
+
+def chunk_window(starts: Sequence[int], start: int, end: int) -> tuple[int, tuple[int, ...]]:
+    """What `window` takes for the range [start, end) of a text whose units start at `starts`: how many
+    start at or before `start`, and the starts inside the range."""
+    before = bisect_right(starts, start)
+    return before, tuple(starts[before : bisect_left(starts, end, lo=before)])
 
 
 def position_of(positions: Positions, offset: int) -> int:
     """The number (from 1) of the unit holding the character at `offset`."""
     if offset < 0:
         raise ValueError(f"offset {offset} is negative")
-    return bisect_right(positions.starts, offset)
+    return positions.before + bisect_right(positions.starts, offset)
 
 
 def span_units(positions: Positions, start: int, end: int) -> tuple[int, int]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from docsum_shared.options import TaskOptions
-from docsum_shared.positions import Positions, window
+from docsum_shared.positions import Positions, chunk_window, window
 from docsum_shared.states import DOCUMENT_FINAL, ChunkStatus, DocumentStatus, TaskStatus, takes_work
 from docsum_shared.summarizers.citations import CitedSentence
 from docsum_summarizer.batches.policy import LIVE, ChunkLine, LineStatus
@@ -249,5 +249,5 @@ class FakeChunkRepository:
         if whole is None:
             return None
         start, end = row.start_char, row.start_char + len(row.text)
-        before = sum(1 for s in whole.starts if s <= start)
-        return window(whole.unit, before, tuple(s for s in whole.starts if start < s < end))
+        before, inside = chunk_window(whole.starts, start, end)
+        return window(whole.unit, whole.before + before, inside)

@@ -10,8 +10,9 @@ import pytest_asyncio
 
 from docsum_chunker.repository import ChunkRepository
 from docsum_shared.approval import Approved, Hold
+from docsum_shared.positions import chunk_window
 from docsum_shared.states import DocumentStatus, TaskStatus
-from tests.repositories.chunker import ChunkerRepositoryContract, new_id
+from tests.repositories.chunker import ChunkerRepositoryContract, cut_chunks, new_id
 
 pytestmark = pytest.mark.integration
 
@@ -60,3 +61,28 @@ class TestChunkRepository(ChunkerRepositoryContract):
 
     async def error_of(self, document_id: str) -> str | None:
         return await self.pool.fetchval("SELECT error FROM documents WHERE id = $1", document_id)
+
+    async def test_each_chunk_is_stored_with_where_it_lies_among_its_documents_units(self) -> None:
+        """What the summarizer reads with a chunk (positions.chunk_window): how many of the document's
+        units start at or before it, and those inside it; nothing for a text stored without positions."""
+        starts = [0, 10, 10, 35, 80, 119]
+        document = await self.given_document(await self.given_task())
+        await self.pool.execute(
+            "UPDATE document_texts SET position_unit = 'line', position_starts = $2 WHERE document_id = $1",
+            document,
+            starts,
+        )
+        bare = await self.given_document(await self.given_task())
+        rows, bare_rows = cut_chunks(document, 3), cut_chunks(bare, 2)
+        for doc, cut in ((document, rows), (bare, bare_rows)):
+            async with self.repo.locked(doc) as tx:
+                assert await tx.store_chunks(cut)
+        stored = await self.pool.fetch(
+            "SELECT id, units_before, unit_starts FROM chunks WHERE document_id = ANY($1::text[]) ORDER BY id",
+            [document, bare],
+        )
+        windows = {r["id"]: (r["units_before"], r["unit_starts"]) for r in stored}
+        for row in rows:
+            before, inside = chunk_window(starts, row.chunk.start, row.chunk.end)
+            assert windows[row.id] == (before, list(inside))
+        assert [windows[row.id] for row in bare_rows] == [(None, None), (None, None)]

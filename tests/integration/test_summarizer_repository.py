@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -10,7 +11,7 @@ import asyncpg
 import pytest
 
 from docsum_shared.options import TaskOptions
-from docsum_shared.positions import Positions
+from docsum_shared.positions import Positions, chunk_window, position_of
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.citations import from_json
 from docsum_summarizer.batches.policy import LineStatus
@@ -114,3 +115,35 @@ class TestChunkRepositoryOnPostgres(SummarizerRepositoryContract):
 
     async def recovering(self, task_id: str) -> bool:
         return bool(await self.pool.fetchval("SELECT recovering_since IS NOT NULL FROM tasks WHERE id = $1", task_id))
+
+    async def test_a_chunk_stored_with_its_window_is_read_with_it_not_counted_again(self) -> None:
+        """The chunker stores where each chunk lies among its document's units (positions.chunk_window):
+        load and claim read that window, and count it from the document's unit starts only for a row
+        cut before it did."""
+        text = "".join(chr(ord("a") + i % 26) for i in range(60))
+        whole = Positions("page", (0, 12, 12, 30, 45, 60))
+        task_id, document_id = _id("task"), _id("document")
+        await self.given_task(task_id, TaskStatus.PROCESSING, "alice", TaskOptions())
+        await self.given_document(document_id, task_id, DocumentStatus.SUMMARIZING)
+        await self.given_text(document_id, text, whole)
+        chunks: dict[str, tuple[int, int]] = {}
+        for start, end in ((0, 12), (20, 50), (30, 60)):
+            chunk_id = _id("chunk")
+            chunks[chunk_id] = (start, end)
+            before, inside = chunk_window(whole.starts, start, end)
+            await self.given_chunk(chunk_id, document_id, start, ChunkStatus.PENDING, text[start:end], 0, start)
+            await self.pool.execute(
+                "UPDATE chunks SET units_before = $2, unit_starts = $3 WHERE id = $1", chunk_id, before, list(inside)
+            )
+        # The document's unit starts say otherwise now: only the stored windows give the right pages.
+        await self.pool.execute("UPDATE document_texts SET position_starts = '{0}' WHERE document_id = $1", document_id)
+        for chunk_id, (start, end) in chunks.items():
+            claimed = (await self.repo.claim(chunk_id, "a", 60.0)).chunk
+            for chunk in (await self.repo.load(chunk_id), claimed):
+                assert chunk is not None and chunk.positions is not None
+                pages = [position_of(chunk.positions, x) for x in range(start, end)]
+                assert pages == [position_of(whole, x) for x in range(start, end)]
+
+
+def _id(kind: str) -> str:
+    return f"{kind}-{uuid.uuid4().hex[:12]}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from docsum_shared.positions import Positions, position_of, span_units, window
+from docsum_shared.positions import Positions, chunk_window, position_of, span_units, window
 
 # "One.\n\nTwo.\n\nFour." as a PDF of five pages: the third page is empty (it starts where the fourth
 # does), and so is the fifth, the last (it starts at the end of the text).
@@ -81,6 +81,7 @@ def test_a_window_of_the_positions_gives_each_offset_inside_it_the_same_unit_as_
     for start, end in ((0, 40), (5, 9), (6, 25), (14, 15), (30, 40)):
         before = sum(1 for s in whole.starts if s <= start)
         inside = tuple(s for s in whole.starts if start < s < end)
+        assert chunk_window(whole.starts, start, end) == (before, inside)  # as the chunker stores it
         part = window("line", before, inside)
         assert [position_of(part, x) for x in range(start, end)] == [position_of(whole, x) for x in range(start, end)]
     with pytest.raises(ValueError):

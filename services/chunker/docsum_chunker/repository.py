@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from docsum_shared.approval import Approved, Hold
+from docsum_shared.positions import chunk_window
 from docsum_shared.states import DocumentStatus, TaskStatus
 from docsum_shared.text import estimate_tokens_upper
 
@@ -44,6 +45,15 @@ class TaskCuts:
 HOLDS_FROM = (TaskStatus.PENDING, TaskStatus.PROCESSING, TaskStatus.PAUSED, TaskStatus.AWAITING_APPROVAL)
 
 
+def _window(starts: Sequence[int] | None, cut: CutChunk) -> tuple[int | None, list[int] | None]:
+    """Where the chunk lies among its document's units (positions.chunk_window): what the summarizer
+    reads with the chunk; none for a text stored without positions."""
+    if starts is None:
+        return None, None
+    before, inside = chunk_window(starts, cut.chunk.start, cut.chunk.end)
+    return before, list(inside)
+
+
 def token_estimate(cut: CutChunk) -> int:
     """The prompt-token estimate the gateway sums for a task's remaining work."""
     chunk = cut.chunk
@@ -61,10 +71,13 @@ class ChunkTransaction:
     async def store_chunks(self, rows: Sequence[CutChunk]) -> bool:
         """Every chunk row and the document's move from CHUNKING to SUMMARIZING; False (nothing stored)
         when the document is not CHUNKING any more."""
+        starts = await self._conn.fetchval(
+            "SELECT position_starts FROM document_texts WHERE document_id = $1", self._document_id
+        )
         records = [
             (
                 r.id, self._document_id, r.index, r.chunk.start, r.chunk.end, r.chunk.text, r.chunk.context_before,
-                r.chunk.context_after, token_estimate(r),
+                r.chunk.context_after, token_estimate(r), *_window(starts, r),
             )
             for r in rows
         ]  # fmt: skip
@@ -82,7 +95,8 @@ class ChunkTransaction:
             return False
         await self._conn.executemany(
             "INSERT INTO chunks (id, document_id, chunk_index, start_char, end_char, text, context_before,"
-            " context_after, token_estimate) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+            " context_after, token_estimate, units_before, unit_starts)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::int[])"
             " ON CONFLICT (id) DO NOTHING",
             records,
         )

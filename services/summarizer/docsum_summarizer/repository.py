@@ -256,13 +256,16 @@ _LINE = (
 )
 
 # Where the chunk starts in its document's text, and the document's unit starts around the chunk: how
-# many start at or before it, and those inside it (never the whole list: a long text has many lines).
+# many start at or before it, and those inside it, as the chunker stored them with the chunk; for a row
+# cut before it did, counted from the document's unit starts (never the whole list: a long text has many
+# lines).
 _WINDOW = (
     "c.start_char, (SELECT position_unit FROM document_texts WHERE document_id = c.document_id) AS position_unit,"
-    " (SELECT count(*) FROM document_texts x, unnest(x.position_starts) u"
-    "   WHERE x.document_id = c.document_id AND u <= c.start_char) AS units_before,"
-    " (SELECT array_agg(u ORDER BY u) FROM document_texts x, unnest(x.position_starts) u"
-    "   WHERE x.document_id = c.document_id AND u > c.start_char AND u < c.end_char) AS unit_starts"
+    " coalesce(c.units_before, (SELECT count(*) FROM document_texts x, unnest(x.position_starts) u"
+    "   WHERE x.document_id = c.document_id AND u <= c.start_char)) AS units_before,"
+    " CASE WHEN c.units_before IS NOT NULL THEN c.unit_starts"
+    "   ELSE (SELECT array_agg(u ORDER BY u) FROM document_texts x, unnest(x.position_starts) u"
+    "   WHERE x.document_id = c.document_id AND u > c.start_char AND u < c.end_char) END AS unit_starts"
 )
 
 
