@@ -8,6 +8,7 @@ provider's own count.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from dataclasses import replace
@@ -49,11 +50,14 @@ def completion_reserve(budget: int | None, request: SummaryRequest | None = None
 
 
 def estimate_request_tokens(request: SummaryRequest, calibration: TokenCalibration | None = None) -> int:
-    raw = 0
-    for message in build_messages(request):
-        raw += estimate_tokens_upper(str(message.get("content", ""))) + _PER_MESSAGE
     ratio = max(1.0, calibration.ratio) if calibration else 1.0
-    return math.ceil(raw * ratio)
+    return math.ceil(_prompt_tokens(request) * ratio)
+
+
+@functools.lru_cache(maxsize=256)
+def _prompt_tokens(request: SummaryRequest) -> int:
+    """The upper estimate of `request`'s prompt (kept for the requests in hand: planned, then sent)."""
+    return sum(estimate_tokens_upper(str(m.get("content", ""))) + _PER_MESSAGE for m in build_messages(request))
 
 
 def fits(request: SummaryRequest, budget: int | None, calibration: TokenCalibration | None = None) -> bool:

@@ -19,6 +19,7 @@ request is dropped; a sentence that the text of its remaining ids supports (`lex
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -62,8 +63,10 @@ class Numbered:
         return "\n".join(out)
 
 
+@functools.lru_cache(maxsize=256)
 def numbered(request: SummaryRequest) -> Numbered:
-    """The sentences of every text of `request`, numbered from S1 in order."""
+    """The sentences of every text of `request`, numbered from S1 in order (kept for the requests in hand:
+    the prompt, its schema, its budget and the answer's reading all ask; read-only)."""
     spans: dict[str, Span] = {}
     texts: dict[str, str] = {}
     lines: list[tuple[tuple[str, str], ...]] = []
