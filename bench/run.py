@@ -175,6 +175,10 @@ def _rss_mb(pid: int) -> float:
 
 # B1's and B2's load: 100 ms calls, 16 in flight, a 400,000-character text (~220 chunks).
 B1_CALL = (0.1, 16, 400_000)
+# The goals: docsum's own cost per chunk small beside a fast model's (bench/README.md).
+B1_GOAL, B1_HELD = 1.35, 14  # wall ÷ ideal, and calls in flight on average while summarizing
+B2_GOAL = 1.15  # wall ÷ the in-process map-reduce
+B3_GOAL = 250  # chunks a second at 0 ms calls
 
 
 def b1_ideal(bench: Bench, figures: list[Figure]) -> None:
@@ -188,8 +192,9 @@ def b1_ideal(bench: Bench, figures: list[Figure]) -> None:
     held = calls_in_flight(bench, since)
     figures.append(Figure("B1", f"wall ÷ ideal N·L/C ({n} chunks, {latency * 1000:.0f} ms, {inflight} in flight)",
                           seconds / ideal, f"{seconds / ideal:.2f} ({seconds:.2f}s vs {ideal:.2f}s; "
-                          f"{held:.1f} calls in flight on average while summarizing)", "≤ 1.15",
-                          seconds / ideal <= 1.15))  # fmt: skip
+                          f"{held:.1f} calls in flight on average while summarizing)",
+                          f"≤ {B1_GOAL}, ≥ {B1_HELD} of {inflight} in flight",
+                          seconds / ideal <= B1_GOAL and held >= B1_HELD))  # fmt: skip
     bench.b1_seconds = seconds
 
 
@@ -202,8 +207,8 @@ def b2_baseline(bench: Bench, figures: list[Figure]) -> None:
     bench.chunks_done += base_n
     ratio = seconds / base_s
     figures.append(Figure("B2", "same ÷ in-process asyncio map-reduce (bench/baseline.py)", ratio,
-                          f"{ratio:.2f} ({seconds:.2f}s vs {base_s:.2f}s, {base_n} chunks)", "≤ 1.05",
-                          ratio <= 1.05))  # fmt: skip
+                          f"{ratio:.2f} ({seconds:.2f}s vs {base_s:.2f}s, {base_n} chunks)", f"≤ {B2_GOAL}",
+                          ratio <= B2_GOAL))  # fmt: skip
 
 
 def concurrency_curve(bench: Bench, plots: dict[str, Any]) -> None:
@@ -226,8 +231,8 @@ def b3_throughput(bench: Bench, figures: list[Figure]) -> None:
     seconds, task = bench.run_task(files)
     rate = bench.chunks_of(task) / seconds
     figures.append(Figure("B3", "throughput at 0 ms calls, 20 documents at once (chunks/s)", rate,
-                          f"{rate:.0f} ({bench.chunks_of(task)} chunks in {seconds:.1f}s)", "≥ 1,000",
-                          rate >= 1000))  # fmt: skip
+                          f"{rate:.0f} ({bench.chunks_of(task)} chunks in {seconds:.1f}s)", f"≥ {B3_GOAL}",
+                          rate >= B3_GOAL))  # fmt: skip
 
 
 def b4_growth(bench: Bench, figures: list[Figure], plots: dict[str, Any]) -> None:
