@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -15,7 +17,7 @@ from ..errors import ContextLimitExceeded, RateLimited
 from ..ratelimit import RateLimiter
 from ..settings import LLMSettings
 from .base import SummarizerBackend, SummaryRequest, SummaryResult
-from .budget import TokenCalibration, completion_reserve, estimate_request_tokens, plan_chunk
+from .budget import TokenCalibration, completion_reserve, estimate_request_tokens, fits, plan_chunk
 from .cache import CallContext, ResultCache, cache_key, summarize_cached
 from .endpoint import EndpointLimits
 
@@ -24,12 +26,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PROBE_AGAIN_S = 60.0  # an endpoint that did not answer the probe is asked again after this long
+PROBE_AGAIN_S = 60.0
+LESSONS_KEPT = 64  # an endpoint that did not answer the probe is asked again after this long
 
 
 def endpoint_key(settings: LLMSettings) -> str:
     """The endpoint and model the rate limit and the learned budget belong to."""
     return f"{settings.openai_base_url or 'openai'}|{settings.llm_model}"
+
+
+class StalePlan(ContextLimitExceeded):
+    """A request planned under a budget lowered since: planned again, never sent."""
 
 
 @dataclass
@@ -47,6 +54,8 @@ class Summarizing:
     _probed_at: float | None = field(default=None, init=False)
     _probing: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
     _calls: asyncio.Semaphore = field(init=False)  # calls in flight in this process, whoever makes them
+    # The lessons of the last refusals as too long, each taken once: (the refusal, plan again).
+    _lessons: dict[int, tuple[ContextLimitExceeded, bool]] = field(default_factory=dict, init=False)
     cache: ResultCache = field(init=False)
 
     def __post_init__(self) -> None:
@@ -118,13 +127,29 @@ class Summarizing:
                 calibration=self.calibration,
                 shared=self.settings.shared_cache,
                 mode=(context.mode if context else None) or self.settings.llm_mode,
-                calls=self._calls,
+                slot=self._call_slot(request),
             )
+        except StalePlan:
+            raise  # no call was made
         except Exception as exc:
             metrics.LLM_CALLS.labels(self.model, kind, _outcome(exc)).inc()
             raise
         _measured(result, kind, cached, self.settings)
         return result, cached
+
+    @contextlib.asynccontextmanager
+    async def _call_slot(self, request: SummaryRequest) -> AsyncIterator[None]:
+        """One of the process's call slots. A request planned before its wait for one, under a budget a
+        refusal has lowered meanwhile, is not sent to be refused too: ContextLimitExceeded, planned again."""
+        async with self._calls:
+            if self.limits is not None and not fits(request, await self.limits.budget(), self.calibration):
+                raise StalePlan("planned under a larger input budget than the one learned meanwhile")
+            try:
+                yield
+            except ContextLimitExceeded as refusal:
+                if not isinstance(refusal, StalePlan):
+                    await self.learn(refusal, request)  # before the slot is free: the next call plans under it
+                raise
 
     async def cached(self, request: SummaryRequest, context: CallContext) -> SummaryResult | None:
         """The result cache's answer to `request` (booked as a cache hit), or None: nothing is called."""
@@ -151,12 +176,18 @@ class Summarizing:
         return plan_chunk(request, await self.budget(), self.calibration)
 
     async def learn(self, refusal: ContextLimitExceeded, request: SummaryRequest) -> bool:
-        """A refusal of `request` as too long: lower the budget. True: plan again; False: cannot shrink."""
+        """A refusal of `request` as too long: lower the budget. True: plan again; False: cannot shrink.
+        The lesson of one refusal is taken once (its call slot took it first, see `_call_slot`)."""
         if self.limits is None:
             return False
+        if (taken := self._lessons.get(id(refusal))) is not None and taken[0] is refusal:
+            return taken[1]
         estimate = estimate_request_tokens(request, self.calibration)
         reserve = completion_reserve(self.limits.effective(), request)
         learned = await self.limits.learn(refusal, estimate, reserve, self.calibration)
+        self._lessons[id(refusal)] = (refusal, learned)
+        while len(self._lessons) > LESSONS_KEPT:
+            del self._lessons[next(iter(self._lessons))]
         return learned
 
     def describe_budget(self) -> str:

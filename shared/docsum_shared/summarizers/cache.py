@@ -6,12 +6,12 @@ is what a task's usage, cost and savings are computed from.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import json
 import time
 from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, replace
 from typing import Any, cast, get_args
 
@@ -110,13 +110,13 @@ async def summarize_cached(
     calibration: TokenCalibration | None = None,
     shared: bool = False,
     mode: Mode = "realtime",
-    calls: asyncio.Semaphore | None = None,
+    slot: AbstractAsyncContextManager[object] | None = None,
 ) -> tuple[SummaryResult, bool]:
     """The backend's answer to `request`, and whether it came from the cache.
 
     A call that goes to the provider first takes its slot from the cluster-wide rate limiter, and is
     sent in `mode`; its ledger line says the tier it was answered at, which is what it is priced at.
-    `calls` bounds the calls in flight: held for the provider's answer only, so that the next call
+    `slot` bounds the calls in flight: held for the provider's answer only, so that the next call
     starts the moment one ends, while the answers before it are stored.
     """
     context = context or CallContext()
@@ -124,9 +124,11 @@ async def summarize_cached(
     if (cached := await cache.lookup(key, request, context)) is not None:
         return cached, True
     estimate = estimate_request_tokens(request)
-    reservation = await limiter.acquire(estimate + COMPLETION_RESERVE) if limiter else None
+    reservation = None
     try:
-        async with calls or contextlib.nullcontext():
+        async with slot or contextlib.nullcontext():
+            # The rate limiter's turn is taken with the slot in hand: the call leaves when its turn comes.
+            reservation = await limiter.acquire(estimate + COMPLETION_RESERVE) if limiter else None
             started = time.monotonic()
             result = replace(await backend.summarize(request, mode), seconds=time.monotonic() - started)
     except RateLimited as exc:
