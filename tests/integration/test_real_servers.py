@@ -49,11 +49,10 @@ async def _summarize(stack: Stack, seed: int) -> dict[str, Any]:
 async def test_llama_cpp_window_read_from_props_and_a_slow_stream_waited_for(
     make_stack: StackFactory, server: FakeLLMServer
 ) -> None:
-    # Every answer streams for longer than the stall timeout in all, but never stalls that long. At 0.12 s
-    # a piece, chunk answers take ~1.1-2.7 s (the longest outlast the 2 s lease: renewed while streaming)
-    # and merges 7-13 s (longer than the 4 s reconcile idle); slower pieces made the test longer for no
-    # more of either.
-    server.llm.configure(dialect="llamacpp", max_prompt_tokens=2_048, latency_s=0.05, token_latency_s=0.12)
+    # Every answer streams for longer than the stall timeout in all, but never stalls that long. At 0.08 s
+    # a piece, the longest chunk answers outlast the 2 s lease (renewed while streaming) and merges the
+    # 4 s reconcile idle; slower pieces made the test longer for no more of either.
+    server.llm.configure(dialect="llamacpp", max_prompt_tokens=2_048, latency_s=0.05, token_latency_s=0.08)
     server.llm.configure(answer_min_tokens=40)
     # Reconcile looks for tasks idle 4 s, every second: each merge lasts longer than that.
     idle = {"DOCSUM_RECONCILE_IDLE_S": "4", "DOCSUM_MAINTENANCE_INTERVAL_S": "1", "DOCSUM_LEASE_TTL_S": "2"}
