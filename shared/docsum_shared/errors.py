@@ -103,6 +103,7 @@ class ContextLimitExceeded(RequestRefused):
         super().__init__(message)
         self.limit = limit
         self.requested = requested
+        self.replan: bool | None = None  # its lesson, once taken (Summarizing.learn): plan again, or cannot
 
 
 # How providers word a context overflow (OpenAI, vLLM, llama.cpp's server, others alike).

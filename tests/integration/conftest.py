@@ -126,16 +126,7 @@ class Stack:
     def stop_all(self, timeout: float = 20.0) -> None:
         """SIGTERM to every process at once, then wait for each (SIGKILL past `timeout`): the processes
         shut down side by side, as they would under an orchestrator, instead of one after another."""
-        processes = [self.processes.pop(name) for name in list(self.processes)]
-        for process in processes:
-            process.terminate()
-        deadline = time.monotonic() + timeout
-        for process in processes:
-            try:
-                process.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_together([self.processes.pop(name) for name in list(self.processes)], timeout)
 
     def kill(self, name: str) -> None:
         """SIGKILL: no clean-up, no commit, no goodbye."""
@@ -216,16 +207,20 @@ class StackFactory:
     def stop_all(self, timeout: float = 5.0) -> None:
         """The session's end: every stack's processes SIGTERMed at once, SIGKILLed past `timeout` (what a
         stop does is the graceful-stop tests' business, not the session's end's)."""
-        processes = [p for stack in self.stacks for p in (stack.processes.pop(n) for n in list(stack.processes))]
-        for process in processes:
-            process.terminate()
-        deadline = time.monotonic() + timeout
-        for process in processes:
-            try:
-                process.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_together([s.processes.pop(name) for s in self.stacks for name in list(s.processes)], timeout)
+
+
+def stop_together(processes: list[subprocess.Popen[bytes]], timeout: float) -> None:
+    """SIGTERM to every one of `processes` at once, then wait for each; SIGKILL past `timeout`."""
+    for process in processes:
+        process.terminate()
+    deadline = time.monotonic() + timeout
+    for process in processes:
+        try:
+            process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 @pytest.fixture(scope="session")

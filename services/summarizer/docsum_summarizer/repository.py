@@ -94,7 +94,7 @@ class ChunkRepository:
         )  # fmt: skip
         taken = {row["id"] for row in rows if row["taken"]}
         claimed: list[Claimed] = []
-        for row in sorted(rows, key=lambda r: r["n"]):
+        for row in rows:  # in the order of the calls
             if row["taken"]:
                 if row["taken_over"]:  # its task is recovering (marked in the same statement)
                     metrics.LEASE_TAKEOVERS.inc()
@@ -269,10 +269,10 @@ _WINDOW = (
 )
 
 
-# Claims, one a row of the arrays $1 (chunk), $2 (holder), $3 (lease seconds): each row of the result
-# says whether its claim was taken (the chunk as leased), and else what held the chunk. Rows are locked
-# in id order (two replicas claiming the same chunks wait for each other, never deadlock); a chunk
-# claimed twice in one round is taken once. A takeover marks its task recovering.
+# Claims, one a row of the arrays $1 (chunk), $2 (holder), $3 (lease seconds): each row of the result,
+# in the same order, says whether its claim was taken (the chunk as leased), and else what held the
+# chunk. Rows are locked in id order (two replicas claiming the same chunks wait for each other, never
+# deadlock); a chunk claimed twice in one round is taken once. A takeover marks its task recovering.
 _CLAIM = (
     "WITH w AS (SELECT * FROM unnest($1::text[], $2::text[], $3::float8[]) WITH ORDINALITY AS w(id, holder, ttl, n)),"
     " old AS MATERIALIZED (SELECT id, status AS was, lease_owner AS held_by FROM chunks"
@@ -298,7 +298,7 @@ _CLAIM = (
     "   taken.units_before, taken.unit_starts,"
     "   f.status AS was, f.retry_at > now() AS deferred,"
     "   EXISTS (SELECT 1 FROM batch_lines b WHERE b.chunk_id = w.id AND b.status = ANY($8::text[])) AS batched"
-    " FROM w LEFT JOIN taken ON taken.n = w.n LEFT JOIN chunks f ON f.id = w.id"
+    " FROM w LEFT JOIN taken ON taken.n = w.n LEFT JOIN chunks f ON f.id = w.id ORDER BY w.n"
 )
 
 # Completions, one a row of the arrays $1 (chunk), $2 (task), $3 (summary), $4 (model), $5 (cut at its

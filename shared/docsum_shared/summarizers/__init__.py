@@ -26,8 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PROBE_AGAIN_S = 60.0
-LESSONS_KEPT = 64  # an endpoint that did not answer the probe is asked again after this long
+PROBE_AGAIN_S = 60.0  # an endpoint that did not answer the probe is asked again after this long
 
 
 def endpoint_key(settings: LLMSettings) -> str:
@@ -54,8 +53,6 @@ class Summarizing:
     _probed_at: float | None = field(default=None, init=False)
     _probing: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
     _calls: asyncio.Semaphore = field(init=False)  # calls in flight in this process, whoever makes them
-    # The lessons of the last refusals as too long, each taken once: (the refusal, plan again).
-    _lessons: dict[int, tuple[ContextLimitExceeded, bool]] = field(default_factory=dict, init=False)
     cache: ResultCache = field(init=False)
 
     def __post_init__(self) -> None:
@@ -180,15 +177,11 @@ class Summarizing:
         The lesson of one refusal is taken once (its call slot took it first, see `_call_slot`)."""
         if self.limits is None:
             return False
-        if (taken := self._lessons.get(id(refusal))) is not None and taken[0] is refusal:
-            return taken[1]
-        estimate = estimate_request_tokens(request, self.calibration)
-        reserve = completion_reserve(self.limits.effective(), request)
-        learned = await self.limits.learn(refusal, estimate, reserve, self.calibration)
-        self._lessons[id(refusal)] = (refusal, learned)
-        while len(self._lessons) > LESSONS_KEPT:
-            del self._lessons[next(iter(self._lessons))]
-        return learned
+        if refusal.replan is None:
+            estimate = estimate_request_tokens(request, self.calibration)
+            reserve = completion_reserve(self.limits.effective(), request)
+            refusal.replan = await self.limits.learn(refusal, estimate, reserve, self.calibration)
+        return refusal.replan
 
     def describe_budget(self) -> str:
         return self.limits.describe() if self.limits else "no known input budget"

@@ -197,9 +197,8 @@ _STORE = (
     f"   $15::jsonb[]) AS w({_LEDGER_COLUMNS}, result, truncated, sentences)),"
     " stored AS (INSERT INTO llm_results (key, model, kind, result, prompt_tokens, completion_tokens, truncated,"
     "   sentences) SELECT cache_key, model, kind, result, prompt_tokens, completion_tokens, truncated, sentences"
-    "   FROM w ON CONFLICT (key) DO NOTHING RETURNING 1),"
-    f" recorded AS (INSERT INTO llm_calls ({_LEDGER_COLUMNS}) SELECT {_LEDGER_COLUMNS} FROM w RETURNING 1)"
-    " SELECT (SELECT count(*) FROM stored), (SELECT count(*) FROM recorded)"
+    "   FROM w ON CONFLICT (key) DO NOTHING)"
+    f" INSERT INTO llm_calls ({_LEDGER_COLUMNS}) SELECT {_LEDGER_COLUMNS} FROM w"
 )
 
 

@@ -185,14 +185,12 @@ class OpenAIBackend(SummarizerBackend):
         """The chat-completions body of `request`, as a batch line carries it (the call `_complete` makes)."""
         asking = self._asking()
         held = self._format(request, asking)
-        return {
-            "model": self.model,
-            "messages": build_messages(request, asking),
-            "temperature": 0,
-            "max_tokens": request.max_tokens or 1024,
-            **({"response_format": held} if held else {}),
-            **self._extra(),
-        }
+        sent = {**({"response_format": held} if held else {}), **self._extra()}
+        return self._body(build_messages(request, asking), request.max_tokens or 1024, sent)
+
+    def _body(self, messages: list[Any], max_tokens: int, extra: Mapping[str, Any]) -> dict[str, Any]:
+        """What a chat-completions call sends (beside its tier and streaming)."""
+        return {"model": self.model, "messages": messages, "temperature": 0, "max_tokens": max_tokens, **extra}
 
     def read_answer(self, body: Mapping[str, Any], request: SummaryRequest) -> SummaryResult:
         """A batch line's chat completion as the answer to `request`, priced at the batch tier; an empty
@@ -414,14 +412,9 @@ class OpenAIBackend(SummarizerBackend):
         # Posted as the JSON it is (messages and schema are plain dicts already): the package's typed
         # `create` would walk every field of them first, about a third of a call's CPU here. Its errors,
         # its retries (none) and its reading of the answer are the same.
-        body = {
-            "model": self.model,
-            "messages": messages,
-            "temperature": 0,
-            "max_tokens": max_tokens,
-            **({"service_tier": "flex"} if tier == "flex" else {}),  # realtime: nothing more is sent
-            **extra,
-        }
+        body = self._body(messages, max_tokens, extra)
+        if tier == "flex":  # realtime: nothing more is sent
+            body["service_tier"] = "flex"
         # read: the whole answer comes at once, so only the ceiling bounds it (not the package's 10 min)
         timeout = httpx2.Timeout(self.timeouts.ceiling_s(prompt_tokens, max_tokens), connect=10.0)
         response = await self._client.post(
