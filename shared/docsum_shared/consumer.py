@@ -540,6 +540,8 @@ class Consumer:
     group_suffix: str = ""  # a second group in the same service (e.g. "-retry")
     # Topics (full names) whose messages are events of another topic, with their own handlers.
     carriers: Mapping[str, tuple[Topic, Handler]] = field(default_factory=dict)
+    # What its handlers hold open (an LLM client's connections), closed once it has stopped.
+    close: Callable[[], Awaitable[None]] | None = None
 
 
 async def serve(
@@ -591,6 +593,9 @@ async def serve(
             watcher.cancel()
             if health is not None:
                 health.cancel()
+            for consumer in consumers:
+                if consumer.close is not None:
+                    await consumer.close()
     finally:
         await pool.close()
         if health_socket is not None:

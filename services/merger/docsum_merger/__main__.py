@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import asyncpg
 
-from docsum_shared.consumer import Background, run_service, serve
-from docsum_shared.events import Topic
-from docsum_shared.handlers import Handler
+from docsum_shared.consumer import Background, Consumer, run_service, serve
 from docsum_shared.summarizers import Summarizing
 
 from .handlers import Deps, handlers
@@ -17,8 +13,9 @@ from .repository import MergeRepository
 from .settings import MergerSettings
 
 
-def consumers(settings: MergerSettings, pool: asyncpg.Pool) -> Mapping[Topic, Handler]:
-    return handlers.bind(Deps(MergeRepository(pool, settings), Summarizing.from_settings(settings, pool), settings))
+def consumers(settings: MergerSettings, pool: asyncpg.Pool) -> list[Consumer]:
+    llm = Summarizing.from_settings(settings, pool)
+    return [Consumer(handlers.bind(Deps(MergeRepository(pool, settings), llm, settings)), close=llm.aclose)]
 
 
 def maintenance(settings: MergerSettings, pool: asyncpg.Pool) -> Background:

@@ -23,15 +23,16 @@ from .settings import SummarizerSettings
 
 
 def consumers(settings: SummarizerSettings, pool: asyncpg.Pool) -> list[Consumer]:
+    llm = Summarizing.from_settings(settings, pool)
     deps = Deps(
         ChunkRepository(pool, reconcile_idle_s=settings.reconcile_idle_s),
-        Summarizing.from_settings(settings, pool),
+        llm,
         settings,
         holder=f"{socket.gethostname()}:{os.getpid()}",
     )
     # Twice as many chunks in hand as calls in flight: while some store their answers and report them,
     # the others are claimed and waiting, and a call ending lets the next one start at once.
-    return [Consumer(handlers.bind(deps), max_inflight=2 * settings.llm_max_inflight)]
+    return [Consumer(handlers.bind(deps), max_inflight=2 * settings.llm_max_inflight, close=llm.aclose)]
 
 
 def background(settings: SummarizerSettings, pool: asyncpg.Pool) -> Background:
@@ -39,11 +40,14 @@ def background(settings: SummarizerSettings, pool: asyncpg.Pool) -> Background:
     backend = make_backend(settings)
 
     async def run(producer: AIOKafkaProducer) -> None:
-        async with asyncio.TaskGroup() as both:
-            both.create_task(schedule_rounds(ChunkRepository(pool), producer, settings))
-            if isinstance(backend, OpenAIBackend):
-                batches = BatchRepository(pool, endpoint_key(settings))
-                both.create_task(BatchDriver(batches, backend, producer, settings).run())
+        try:
+            async with asyncio.TaskGroup() as both:
+                both.create_task(schedule_rounds(ChunkRepository(pool), producer, settings))
+                if isinstance(backend, OpenAIBackend):
+                    batches = BatchRepository(pool, endpoint_key(settings))
+                    both.create_task(BatchDriver(batches, backend, producer, settings).run())
+        finally:
+            await backend.aclose()
 
     return run
 

@@ -74,6 +74,10 @@ class Summarizing:
     def model(self) -> str:
         return self.backend.model
 
+    async def aclose(self) -> None:
+        """Release the backend's connections (at the service's stop)."""
+        await self.backend.aclose()
+
     async def budget(self) -> int | None:
         if self.limits is None:
             return None

@@ -52,6 +52,7 @@ from .base import SummarizerBackend, SummaryRequest, SummaryResult
 from .batch_api import BatchAPI
 from .llm_citations import CitationMode, cited_sentences, claims, numbered, response_format, summary_text
 from .prompts import build_messages
+from .transport import AiohttpTransport
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,13 @@ class OpenAIBackend(SummarizerBackend):
         self.num_ctx: int | None = None  # Ollama's, as /api/show states it
 
         # Retries are ours (the services back off and keep their place), so the client makes one try.
-        self._client = openai.AsyncOpenAI(base_url=base_url, api_key=self.api_key, max_retries=0)
+        # The package's own client settings, over aiohttp (transport.py).
+        http = httpx2.AsyncClient(
+            transport=AiohttpTransport(openai.DEFAULT_CONNECTION_LIMITS),
+            timeout=openai.DEFAULT_TIMEOUT,
+            follow_redirects=True,
+        )
+        self._client = openai.AsyncOpenAI(base_url=base_url, api_key=self.api_key, max_retries=0, http_client=http)
 
     # --- one summary -------------------------------------------------------------------------------
 
@@ -373,7 +380,8 @@ class OpenAIBackend(SummarizerBackend):
                             finish = choice.finish_reason
                     wait_s = self.timeouts.stall_s if pieces else first_token_s
                     deadline.reschedule(loop.time() + wait_s)
-        except TimeoutError as exc:
+        # Ours or the transport's read timeout (no byte for as long: it may fire first), the same stall.
+        except (TimeoutError, openai.APITimeoutError) as exc:
             raise ProviderUnavailable(
                 f"LLM provider stalled: no token for {wait_s:.0f}s (DOCSUM_LLM_STALL_TIMEOUT_S)"
             ) from exc
