@@ -112,8 +112,10 @@ def handler(service: str, log_format: LogFormat, filters: Iterable[logging.Filte
 def configure(
     service: str, log_format: LogFormat = "text", filters: Iterable[logging.Filter] = (), level: int = logging.INFO
 ) -> logging.Handler:
-    """Root logging through one `handler` (replacing any other); aiokafka's chatter held to warnings."""
+    """Root logging through one `handler` (replacing any other); aiokafka's chatter held to warnings, and
+    httpx2's line per request (every LLM call: the ledger and the metrics count them)."""
     out = handler(service, log_format, filters)
     logging.basicConfig(level=level, handlers=[out], force=True)
-    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    for chatty in ("aiokafka", "httpx2"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     return out
