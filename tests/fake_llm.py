@@ -1256,6 +1256,7 @@ class FakeLLMServer:
             lifespan="off",
             access_log=False,
             timeout_graceful_shutdown=5,
+            http="httptools",
         )
         self._server = _Server(config, self.app.state.stopping)
         self._thread: threading.Thread | None = None

@@ -35,6 +35,8 @@ def main() -> None:
         create_app(settings, health_socket),
         log_config=None,
         loop="uvloop",  # as every service's (consumer.run_service)
+        # h11, whatever else is installed: its bound on a request's line and headers (16 KB) holds.
+        http="h11",
         ws_ping_interval=settings.progress_heartbeat_s,  # the progress WebSocket's heartbeat
     )
     uvicorn.Server(config).run(sockets=[api_socket])
