@@ -186,7 +186,7 @@ async def _summarize(event: ChunkCreated, chunk: StoredChunk, holder: str, deps:
 
 async def _completed(event: ChunkCreated, answer: Answer, deps: Deps) -> bool:
     completed = await deps.repo.complete(event.chunk_id, event.task_id, answer)
-    log.debug("chunk %s summarized", event.chunk_id)  # one a chunk: the progress log tells it
+    log.info("chunk %s summarized", event.chunk_id)
     return completed
 
 
