@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import openai
 import pytest
@@ -28,12 +28,12 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def _server(on_connect: Callable[[asyncio.StreamReader, asyncio.StreamWriter], object]) -> AsyncIterator[int]:
+async def _port(after_request: Callable[[asyncio.StreamWriter], Awaitable[None]]) -> AsyncIterator[int]:
+    """A server that reads a request, then does `after_request` with the connection."""
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.read(65536)  # the request
-        outcome = on_connect(reader, writer)
-        if asyncio.iscoroutine(outcome):
-            await outcome
+        await reader.read(65536)
+        await after_request(writer)
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     try:
@@ -42,17 +42,25 @@ async def _server(on_connect: Callable[[asyncio.StreamReader, asyncio.StreamWrit
         server.close()
 
 
+async def _hang_up(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+
+
+async def _say_nothing(_: asyncio.StreamWriter) -> None:
+    await asyncio.sleep(30)
+
+
 @pytest.fixture
 async def closing_port() -> AsyncIterator[int]:
     """A server that reads the request and closes the connection without a word."""
-    async for port in _server(lambda _r, writer: writer.close()):
+    async for port in _port(_hang_up):
         yield port
 
 
 @pytest.fixture
 async def silent_port() -> AsyncIterator[int]:
     """A server that reads the request and never answers."""
-    async for port in _server(lambda _r, _w: asyncio.sleep(30)):
+    async for port in _port(_say_nothing):
         yield port
 
 

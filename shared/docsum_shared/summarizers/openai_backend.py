@@ -140,12 +140,8 @@ class OpenAIBackend(SummarizerBackend):
         self.num_ctx: int | None = None  # Ollama's, as /api/show states it
 
         # Retries are ours (the services back off and keep their place), so the client makes one try.
-        # The package's own client settings, over aiohttp (transport.py).
-        http = httpx2.AsyncClient(
-            transport=AiohttpTransport(openai.DEFAULT_CONNECTION_LIMITS),
-            timeout=openai.DEFAULT_TIMEOUT,
-            follow_redirects=True,
-        )
+        # The package's own client, with its defaults, over aiohttp (transport.py).
+        http = openai.DefaultAsyncHttpxClient(transport=AiohttpTransport(openai.DEFAULT_CONNECTION_LIMITS))
         self._client = openai.AsyncOpenAI(base_url=base_url, api_key=self.api_key, max_retries=0, http_client=http)
 
     # --- one summary -------------------------------------------------------------------------------

@@ -74,10 +74,8 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
             self._session = self._open()
         timeout = request.extensions.get("timeout", {})
         body = await request.aread()  # requests are small (a prompt; a batch file within its cap)
-        # The body goes whole: its length is known, whatever the request had planned to stream.
+        # The body goes whole, its length set by aiohttp, whatever the request had planned to stream.
         headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() != "transfer-encoding"]
-        if body and "content-length" not in request.headers:
-            headers.append(("content-length", str(len(body))))
         try:
             response = await self._session.request(
                 request.method,
