@@ -240,6 +240,12 @@ CHANNEL_NOTES: dict[str, str] = {
         f" system publishes its documents (inline or by URI) on its own topic, `{INTAKE_TOPIC}`: a message in"
         " another form here is dead-lettered, with that reason."
     ),
+    "chunk-created": (
+        "A document's chunks go round the topic's partitions in turn, from one the document's id picks (chunk i"
+        " to partition (crc32(document_id) + i) mod the partition count), not where their keys hash to: each"
+        " member of the summarizer group gets an even share of a long document, and a chunk announced again"
+        " goes where it went the first time."
+    ),
 }
 # The topic each producer of another system publishes on (one per producer, DOCSUM_INTAKE_PRODUCERS).
 INTAKE_CHANNEL = "intake"

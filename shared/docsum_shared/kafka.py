@@ -110,7 +110,8 @@ def make_producer(settings: Settings) -> AIOKafkaProducer:
 async def publish(
     producer: AIOKafkaProducer, settings: Settings, events: Sequence[Event], *, sender: Sender | None
 ) -> None:
-    """Send the events and wait until Kafka has acknowledged every one of them. Each carries the
+    """Send the events and wait until Kafka has acknowledged every one of them. Each goes to the partition
+    its key hashes to, or the one its `spread` picks (a document's chunks, in turn). Each carries the
     current trace context as a W3C `traceparent` header (telemetry.py; none without OpenTelemetry).
     An event Kafka refuses for good (not retriable: too large for its topic, say) raises EventRefused,
     naming the topic, the event and the reason. `sender`: who publishes, checked against what it
@@ -120,8 +121,13 @@ async def publish(
     pending = []
     for event in events:
         topic = settings.topic(TOPIC_OF[type(event)])
+        spread, partition = event.spread(), None
         try:
-            delivery = await producer.send(topic, event.to_bytes(), key=event.key().encode(), headers=headers())
+            if spread is not None:
+                partition = spread % len(await producer.partitions_for(topic))
+            delivery = await producer.send(
+                topic, event.to_bytes(), key=event.key().encode(), partition=partition, headers=headers()
+            )
         except KafkaError as exc:
             _raise_if_refused(exc, topic, event)
             raise

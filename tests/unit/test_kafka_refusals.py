@@ -27,6 +27,9 @@ class _Producer:
     def __init__(self, *, at_send: Exception | None = None, at_delivery: Exception | None = None) -> None:
         self.at_send, self.at_delivery = at_send, at_delivery
 
+    async def partitions_for(self, topic: str) -> set[int]:
+        return set(range(12))
+
     async def send(self, topic: str, value: bytes, **_: Any) -> asyncio.Future[None]:
         if self.at_send is not None:
             raise self.at_send
