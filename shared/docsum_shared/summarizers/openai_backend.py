@@ -32,6 +32,7 @@ What real servers do, and what this backend does about it:
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import re
@@ -141,8 +142,10 @@ class OpenAIBackend(SummarizerBackend):
 
         # Retries are ours (the services back off and keep their place), so the client makes one try.
         # The package's own client, with its defaults, over aiohttp (transport.py).
-        http = openai.DefaultAsyncHttpxClient(transport=AiohttpTransport(openai.DEFAULT_CONNECTION_LIMITS))
-        self._client = openai.AsyncOpenAI(base_url=base_url, api_key=self.api_key, max_retries=0, http_client=http)
+        self._http = openai.DefaultAsyncHttpxClient(transport=AiohttpTransport(openai.DEFAULT_CONNECTION_LIMITS))
+        self._client = openai.AsyncOpenAI(
+            base_url=base_url, api_key=self.api_key, max_retries=0, http_client=self._http
+        )
 
     # --- one summary -------------------------------------------------------------------------------
 
@@ -432,27 +435,27 @@ class OpenAIBackend(SummarizerBackend):
         """Ask the endpoint what it can; None when it says nothing useful (or is not there)."""
         root = _server_root(self.base_url)
         headers = {"Authorization": f"Bearer {self.api_key}"}
-        async with httpx2.AsyncClient(timeout=PROBE_TIMEOUT_S, headers=headers) as http:
-            props = await _json(http, "GET", f"{root}/props")
-            if isinstance(props, dict) and ("default_generation_settings" in props or "n_ctx" in props):
-                settings = props.get("default_generation_settings") or {}
-                n_ctx = _positive(settings.get("n_ctx") or props.get("n_ctx"))
-                self.server = "llama.cpp"
-                return EndpointFacts("llama.cpp", n_ctx, "llama.cpp /props n_ctx")
-            show = await _json(http, "POST", f"{root}/api/show", json={"model": self.model})
-            if isinstance(show, dict) and ("model_info" in show or "parameters" in show):
-                info = show.get("model_info") or {}
-                trained = next((_positive(v) for k, v in info.items() if k.endswith(".context_length")), None)
-                found = re.search(r"^num_ctx\s+(\d+)", str(show.get("parameters") or ""), re.M)
-                num_ctx = int(found.group(1)) if found else OLLAMA_DEFAULT_NUM_CTX
-                self.server, self.num_ctx = "Ollama", num_ctx
-                source = f"Ollama /api/show: num_ctx {num_ctx}{'' if found else ' (its default)'}"
-                return EndpointFacts("Ollama", min(num_ctx, trained or num_ctx), source)
-            models = await _json(http, "GET", f"{(self.base_url or 'https://api.openai.com/v1').rstrip('/')}/models")
-            if isinstance(models, dict):
-                for card in models.get("data") or []:
-                    if isinstance(card, dict) and card.get("id") == self.model and _positive(card.get("max_model_len")):
-                        return EndpointFacts("vLLM", int(card["max_model_len"]), "vLLM /v1/models max_model_len")
+        ask = functools.partial(_json, self._http, headers=headers, timeout=PROBE_TIMEOUT_S)  # the calls' client
+        props = await ask("GET", f"{root}/props")
+        if isinstance(props, dict) and ("default_generation_settings" in props or "n_ctx" in props):
+            settings = props.get("default_generation_settings") or {}
+            n_ctx = _positive(settings.get("n_ctx") or props.get("n_ctx"))
+            self.server = "llama.cpp"
+            return EndpointFacts("llama.cpp", n_ctx, "llama.cpp /props n_ctx")
+        show = await ask("POST", f"{root}/api/show", json={"model": self.model})
+        if isinstance(show, dict) and ("model_info" in show or "parameters" in show):
+            info = show.get("model_info") or {}
+            trained = next((_positive(v) for k, v in info.items() if k.endswith(".context_length")), None)
+            found = re.search(r"^num_ctx\s+(\d+)", str(show.get("parameters") or ""), re.M)
+            num_ctx = int(found.group(1)) if found else OLLAMA_DEFAULT_NUM_CTX
+            self.server, self.num_ctx = "Ollama", num_ctx
+            source = f"Ollama /api/show: num_ctx {num_ctx}{'' if found else ' (its default)'}"
+            return EndpointFacts("Ollama", min(num_ctx, trained or num_ctx), source)
+        models = await ask("GET", f"{(self.base_url or 'https://api.openai.com/v1').rstrip('/')}/models")
+        if isinstance(models, dict):
+            for card in models.get("data") or []:
+                if isinstance(card, dict) and card.get("id") == self.model and _positive(card.get("max_model_len")):
+                    return EndpointFacts("vLLM", int(card["max_model_len"]), "vLLM /v1/models max_model_len")
         return None
 
     async def aclose(self) -> None:

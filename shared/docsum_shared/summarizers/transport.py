@@ -55,17 +55,20 @@ class _Body(httpx2.AsyncByteStream):
 
 
 class AiohttpTransport(httpx2.AsyncBaseTransport):
-    """One aiohttp session (its pool of keep-alive connections), made in the loop of the first request."""
+    """One aiohttp session (its pool of keep-alive connections), made in the loop of the first request.
+    Its TLS context (the system's certificates read, ~0.2 s in a new process) is made with it, at the
+    service's start, not in its first call."""
 
     def __init__(self, limits: httpx2.Limits) -> None:
         self._limits = limits
+        self._ssl = httpx2.create_ssl_context(trust_env=True)
         self._session: aiohttp.ClientSession | None = None
 
     def _open(self) -> aiohttp.ClientSession:
         connector = aiohttp.TCPConnector(
             limit=self._limits.max_connections or 0,
             keepalive_timeout=self._limits.keepalive_expiry,
-            ssl=httpx2.create_ssl_context(trust_env=True),
+            ssl=self._ssl,
         )
         return aiohttp.ClientSession(connector=connector, auto_decompress=False)
 
