@@ -46,8 +46,11 @@ What a request meets, in this order (the first that applies decides):
 8. the answer: one JSON body, or with ``stream: true`` a ``text/event-stream`` of
    ``chat.completion.chunk`` events (the role, the text a few words at a time, the finish reason,
    the usage when ``stream_options.include_usage`` asks for it, then ``data: [DONE]``). Its text is
-   the same either way; `answer_min_tokens` makes it ramble (its sentences repeated up to that many
-   tokens), ``max_tokens`` / ``max_completion_tokens`` cut it (``finish_reason: "length"``).
+   the same either way. A prompt that states its answer's bound ("The answer must fit in N tokens", as
+   docsum's do) is obeyed, as the instruction-following models it stands for mostly do: the answer
+   says as many of its sentences as fit in N tokens. `answer_min_tokens` makes a model that rambles
+   whatever it is told (its sentences repeated up to that many tokens); ``max_tokens`` /
+   ``max_completion_tokens`` cut an answer past them (``finish_reason: "length"``).
    `ignores_stream` makes a server or proxy that does not look at ``stream``: a request with
    ``stream: true`` is answered as if it had not asked (the one JSON body, ``application/json``; never
    the 400 of step 1). The ledger's ``stream`` says what the request asked.
@@ -111,6 +114,7 @@ if TYPE_CHECKING:
 _SECTION = re.compile(r"<(text|part|document)[^>]*>\n(.*?)\n</\1>", re.S)
 _FIRST_SENTENCE = re.compile(r".+?(?:[.!?](?=\s)|[。！？；]|$)", re.S)
 _NUMBERED = re.compile(r"^\[(S\d+)\] (.+)$", re.M)
+_STATED_BOUND = re.compile(r"The answer must fit in (\d+) tokens")
 # Han, kana, Hangul, CJK punctuation and full-width forms: one token each.
 _CJK = re.compile(
     "[\u3000-\u303f\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af"
@@ -182,6 +186,17 @@ def user_text(messages: list[dict[str, Any]]) -> str:
 
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _within(bound: int | None, n: int, answer: Callable[[int], str]) -> str:
+    """`answer(n)` (an answer of its first n sentences), or the longest `answer(k)` whose estimate fits the
+    `bound` the prompt stated (one sentence at least: a model says something)."""
+    if bound is None:
+        return answer(n)
+    k = 1
+    while k < n and estimate_tokens(answer(k + 1)) <= bound:
+        k += 1
+    return answer(k)
 
 
 def _truncate(text: str, max_tokens: int) -> str:
@@ -562,25 +577,26 @@ class FakeLLM:
         section of the last user message (or of the whole message): same request, same answer, same
         language. A prompt of numbered sentences gets an answer that cites them (see the module doc)."""
         user = user_text(messages)
+        stated = _STATED_BOUND.search(prompt_text(messages))
+        bound = int(stated.group(1)) if stated and self.answer_min_tokens is None else None
         sections = [body for _, body in _SECTION.findall(user)] or [user]
         numbered = [_NUMBERED.findall(body) for body in sections]
         if any(numbered):
-            return self._cited_answer([n[0] for n in numbered if n], response_format)
+            return self._cited_answer([n[0] for n in numbered if n], response_format, bound)
         firsts = []
         for body in sections:
             match = _FIRST_SENTENCE.search(body.strip())
             firsts.append((match.group(0) if match else body)[:300].strip())
         digest = hashlib.sha256(user.encode()).hexdigest()[:8]
         sentences = [f for f in firsts if f]
-        text = f"[{digest}] " + " ".join(sentences)
         min_tokens = self.answer_min_tokens
         if min_tokens is not None:  # a rambling model: the same sentences again until it is that long
-            text = _ramble(text, sentences or [f"[{digest}]"], min_tokens)
-        return text
+            return _ramble(f"[{digest}] " + " ".join(sentences), sentences or [f"[{digest}]"], min_tokens)
+        return _within(bound, len(sentences), lambda n: f"[{digest}] " + " ".join(sentences[:n]))
 
-    def _cited_answer(self, firsts: list[tuple[str, str]], response_format: Any) -> str:
+    def _cited_answer(self, firsts: list[tuple[str, str]], response_format: Any, bound: int | None) -> str:
         """Each section's first numbered sentence, its own words, citing its id as asked (or as the
-        `citation_fault` has it)."""
+        `citation_fault` has it); as many as fit the `bound` the prompt states."""
         with self._lock:
             fault, structured, min_tokens = self.citation_fault, self.structured_output, self.answer_min_tokens
         said = [("总之，" if _CJK.match(text) else "In all, ") + _at_most(text, 300) for _, text in firsts]
@@ -594,14 +610,17 @@ class FakeLLM:
             allowed = set(_schema_ids(schema))
             cited = [[] if fault in ("omit", "free") else [i for i in sid if i in allowed] for sid in ids]
             sentences = [{"text": t, "sources": c} for t, c in zip(said, cited, strict=True)]
-            return json.dumps({"sentences": sentences}, ensure_ascii=False)
+            return _within(
+                bound, len(sentences), lambda n: json.dumps({"sentences": sentences[:n]}, ensure_ascii=False)
+            )
         if fault == "free":
-            return " ".join(said)
+            return _within(bound, len(said), lambda n: " ".join(said[:n]))
         if fault == "invent":
             ids = [[f"S{int(sid[0][1:]) + 1000}"] for sid in ids]
-        return "\n".join(
+        lines = [
             t if fault == "omit" else t + " " + "".join(f"[{i}]" for i in sid) for t, sid in zip(said, ids, strict=True)
-        )
+        ]
+        return _within(bound, len(lines), lambda n: "\n".join(lines[:n]))
 
     def context_size(self) -> int | None:
         """The context in force: max_prompt_tokens (openai), n_ctx (llamacpp), num_ctx (ollama)."""

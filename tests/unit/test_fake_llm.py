@@ -23,6 +23,9 @@ from openai.types.chat import (
     ChatCompletionStreamOptionsParam,
 )
 
+from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
+from docsum_shared.summarizers.llm_citations import CitationMode
+from docsum_shared.summarizers.prompts import build_messages
 from tests.fake_llm import FakeLLM, FakeLLMServer, estimate_tokens
 
 MODEL = "stand-in-1"
@@ -111,6 +114,24 @@ def test_max_tokens_truncates(llm: FakeLLM, client: openai.OpenAI) -> None:
     response = ask(client, "<text>\n" + "word " * 200 + ".\n</text>", max_tokens=5)
     assert response.choices[0].finish_reason == "length"
     assert response.usage is not None and response.usage.completion_tokens <= 5
+
+
+@pytest.mark.parametrize("citations", ["text", "off"])
+def test_a_bound_the_prompt_states_is_obeyed_unless_the_model_rambles(
+    llm: FakeLLM, client: openai.OpenAI, citations: CitationMode
+) -> None:
+    parts = tuple(f"Part {i} says something worth keeping about the orchard. More of it." for i in range(60))
+    merge = SummaryRequest(SummaryKind.DOCUMENT, parts, title="orchard.txt", max_tokens=200)
+    messages = build_messages(merge, citations)
+    assert "must fit in 200 tokens" in str(messages)
+    obeyed = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=200)
+    text = obeyed.choices[0].message.content or ""
+    assert obeyed.choices[0].finish_reason == "stop" and obeyed.usage is not None
+    assert 100 < obeyed.usage.completion_tokens <= 200  # as much as fits: the first parts' sentences
+    assert "Part 0 says" in text and "Part 59 says" not in text
+    llm.configure(answer_min_tokens=400)  # a model that rambles whatever it is told
+    rambled = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=200)
+    assert rambled.choices[0].finish_reason == "length"
 
 
 def test_fail_next(llm: FakeLLM, client: openai.OpenAI) -> None:
