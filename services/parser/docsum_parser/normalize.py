@@ -86,4 +86,5 @@ def _normalize_line(line: str) -> str:
     if not body:
         return ""
     indent = len(line) - len(body)
-    return " " * indent + _HSPACE.sub(" ", body).rstrip()
+    # str.split() splits at what `\s` matches (str.isspace: NBSP, ideographic space…): one space between words.
+    return " " * indent + " ".join(body.split())
