@@ -114,13 +114,13 @@ class FakeChunkRepository:
         return sorted((c for d, c in self.state.chunks.values() if d == document_id), key=lambda c: c.index)
 
     @asynccontextmanager
-    async def locked(self, document_id: str) -> AsyncIterator[FakeChunkTransaction]:
+    async def locked(self, document_id: str, *, task: bool = True) -> AsyncIterator[FakeChunkTransaction]:
         async with self._lock:
             self.transactions += 1
             staged = copy.deepcopy(self.state)  # kept only if the block ends without an exception
             doc = staged.documents.get(document_id)
-            task = staged.tasks.get(doc.task_id) if doc is not None else None
-            locked = LockedTask(doc.task_id, task.owner, task.approved) if doc is not None and task else None
+            row = staged.tasks.get(doc.task_id) if doc is not None and task else None
+            locked = LockedTask(doc.task_id, row.owner, row.approved) if doc is not None and row else None
             yield self.transaction(staged, document_id, locked)
             self.state = staged
 

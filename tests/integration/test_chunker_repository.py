@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -86,3 +87,19 @@ class TestChunkRepository(ChunkerRepositoryContract):
             before, inside = chunk_window(starts, row.chunk.start, row.chunk.end)
             assert windows[row.id] == (before, list(inside))
         assert [windows[row.id] for row in bare_rows] == [(None, None), (None, None)]
+
+    async def test_without_the_task_lock_two_documents_of_a_task_are_stored_at_once(self) -> None:
+        """No ceiling, no approval to decide: a document's chunks are stored while another document of its
+        task is being stored, not after it (with the lock, the second would wait for the first's commit)."""
+        task = await self.given_task()
+        first, second = await self.given_document(task), await self.given_document(task)
+        async with self.repo.locked(first, task=False) as tx:
+            assert tx.task is None and await tx.store_chunks(cut_chunks(first, 2))
+            async with asyncio.timeout(30):  # a store that waited for this open transaction would never end
+                async with self.repo.locked(second, task=False) as other:
+                    assert await other.store_chunks(cut_chunks(second, 3))
+        stored = await self.pool.fetch(
+            "SELECT document_id, count(*) AS n FROM chunks WHERE document_id = ANY($1::text[]) GROUP BY document_id",
+            [first, second],
+        )
+        assert {r["document_id"]: r["n"] for r in stored} == {first: 2, second: 3}

@@ -35,7 +35,7 @@ class Transaction(Protocol):
 class Repository(Protocol):
     async def load(self, document_id: str) -> ParsedDocument | None: ...
     async def stored_chunks(self, document_id: str) -> list[StoredChunk]: ...
-    def locked(self, document_id: str) -> AbstractAsyncContextManager[Transaction]: ...
+    def locked(self, document_id: str, *, task: bool = True) -> AbstractAsyncContextManager[Transaction]: ...
     async def fail(self, document_id: str, error: str) -> None: ...
 
 
@@ -76,8 +76,9 @@ async def chunk_document(event: DocumentParsed, deps: Deps) -> list[Event]:
 async def store_chunks(repo: Repository, document_id: str, rows: list[CutChunk], rule: HoldRule | None) -> str | None:
     """Store the document's chunks; with `rule`, the task's plan (every document cut so far) is checked
     against its owner's ceiling and the plan approved before, under the task's row lock, and a task over
-    both is held AWAITING_APPROVAL with the plan it asks for: returns why (None: not held)."""
-    async with repo.locked(document_id) as tx:
+    both is held AWAITING_APPROVAL with the plan it asks for: returns why (None: not held). Without a
+    rule, no lock: the task's documents are stored at once."""
+    async with repo.locked(document_id, task=rule is not None) as tx:
         if not await tx.store_chunks(rows) or rule is None or tx.task is None:
             return None
         cuts = await tx.cuts()
