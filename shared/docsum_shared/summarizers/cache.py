@@ -6,6 +6,7 @@ is what a task's usage, cost and savings are computed from.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -135,6 +136,9 @@ async def summarize_cached(
         if limiter:
             await limiter.refused(exc.retry_after)
         raise
+    # The call that waited for this slot goes out before this answer is stored: when many answers come
+    # at once, the provider is kept busy first.
+    await asyncio.sleep(0)
     if reservation is not None and limiter is not None:
         await limiter.settle(reservation, result.prompt_tokens + result.completion_tokens)
     if calibration is not None:
