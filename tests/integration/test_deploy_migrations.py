@@ -40,6 +40,20 @@ async def test_migrates_an_empty_database_once_and_exits_0(infra: dict[str, str]
             applied = [r["name"] for r in await conn.fetch("SELECT name FROM schema_migrations ORDER BY version")]
             assert applied == files
             assert await conn.fetchval("SELECT to_regclass('tasks') IS NOT NULL")
+            # Large values are compressed with lz4 (Debian's and the postgres image's servers have it).
+            compressed = await conn.fetch(
+                "SELECT attrelid::regclass::text AS t, attname, attcompression::text FROM pg_attribute"
+                " WHERE attrelid IN ('blobs'::regclass, 'document_texts'::regclass, 'chunks'::regclass)"
+                " AND attname IN ('data', 'text', 'position_starts', 'context_before', 'context_after')"
+            )
+            assert {(r["t"], r["attname"], r["attcompression"]) for r in compressed} == {
+                ("blobs", "data", "l"),
+                ("document_texts", "text", "l"),
+                ("document_texts", "position_starts", "l"),
+                ("chunks", "text", "l"),
+                ("chunks", "context_before", "l"),
+                ("chunks", "context_after", "l"),
+            }
         finally:
             await conn.close()
 
