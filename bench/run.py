@@ -36,7 +36,7 @@ from bench import baseline, modes, offline  # noqa: E402
 from bench.profile import Profiles, children  # noqa: E402
 from tests.documents import english_prose, make_pdf  # noqa: E402
 from tests.fake_llm import FakeLLM, FakeLLMServer  # noqa: E402
-from tests.integration.conftest import SERVICES, Stack, StackFactory, start_infra  # noqa: E402
+from tests.integration.conftest import SERVICES, Stack, StackFactory, drop_database, start_infra  # noqa: E402
 from tests.integration.helpers import paid_twice  # noqa: E402
 from tests.shipped import shipped_environment  # noqa: E402
 
@@ -123,6 +123,7 @@ class Bench:
     def close(self) -> None:
         self.factory.stop_all()
         self.llm.__exit__(None, None, None)
+        asyncio.run(drop_database(self.factory.infra["DATABASE_URL"]))
 
     def text(self, chars: int) -> str:
         self.seed += 1

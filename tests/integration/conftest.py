@@ -81,9 +81,12 @@ async def _admin(server_url: str, sql: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def infra() -> dict[str, str]:
-    """Kafka and PostgreSQL; a fresh database and topic prefix for this session."""
-    return start_infra()
+def infra() -> Iterator[dict[str, str]]:
+    """Kafka and PostgreSQL; a fresh database and topic prefix for this session, the database dropped
+    at its end."""
+    started = start_infra()
+    yield started
+    asyncio.run(drop_database(started["DATABASE_URL"]))
 
 
 @pytest.fixture(scope="session")
@@ -259,6 +262,7 @@ async def repository_db(infra: dict[str, str]) -> AsyncIterator[asyncpg.Pool]:
     await migrate(pool)
     yield pool
     await pool.close()
+    await drop_database(url)
 
 
 @pytest_asyncio.fixture(scope="session")
