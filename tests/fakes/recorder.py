@@ -97,11 +97,12 @@ class FakeProgressLog:
         self.heads: dict[str, Head] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
-    async def task_and_chunks(self, task_id: str, chunk_ids: Sequence[str]) -> TaskChunks:
-        return TaskChunks(task_id in self.tasks, {c: self.chunks[c].status for c in chunk_ids if c in self.chunks})
-
-    async def stored_keys(self, task_id: str, keys: Sequence[str]) -> set[str]:
-        return {row.key for row in self.log.get(task_id, ())} & set(keys)
+    async def task_and_chunks(self, task_id: str, chunk_ids: Sequence[str], keys: Sequence[str] = ()) -> TaskChunks:
+        return TaskChunks(
+            task_id in self.tasks,
+            {c: self.chunks[c].status for c in chunk_ids if c in self.chunks},
+            {row.key for row in self.log.get(task_id, ())} & set(keys),
+        )
 
     @asynccontextmanager
     async def locked(self, task_id: str) -> AsyncIterator[FakeLockedLog]:

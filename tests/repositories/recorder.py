@@ -200,8 +200,8 @@ class RecorderRepositoryContract(abc.ABC):
         task_id, other = await self.task(), await self.task()
         await self.append(task_id, entry("a"), entry("b"))
         await self.append(other, entry("c"))
-        assert await self.repo.stored_keys(task_id, ["a", "c", "z"]) == {"a"}
-        assert await self.repo.stored_keys(task_id, []) == set()
+        assert (await self.repo.task_and_chunks(task_id, [], ["a", "c", "z"])).stored_keys == {"a"}
+        assert (await self.repo.task_and_chunks(task_id, [])).stored_keys == set()
 
     # --- pruning ------------------------------------------------------------------------------------
 

@@ -62,8 +62,7 @@ class TaskLog(Protocol):
 class Repository(Protocol):
     """What the handler reads and writes (repository.ProgressLog)."""
 
-    async def task_and_chunks(self, task_id: str, chunk_ids: Sequence[str]) -> TaskChunks: ...
-    async def stored_keys(self, task_id: str, keys: Sequence[str]) -> set[str]: ...
+    async def task_and_chunks(self, task_id: str, chunk_ids: Sequence[str], keys: Sequence[str] = ()) -> TaskChunks: ...
     def locked(self, task_id: str) -> AbstractAsyncContextManager[TaskLog]: ...
 
 
@@ -99,7 +98,9 @@ async def _record(task_id: str, events: list[Event], deps: Deps) -> None:
     if not events:
         return
     chunk_ids = [e.chunk_id for e in events if isinstance(e, ChunkSummarized)]
-    found = await deps.repo.task_and_chunks(task_id, chunk_ids)
+    # The keys the events may give, whatever their chunks' stored status: asked in the same read.
+    asked = {k for e in events for keys in policy.keys_possible(e) for k in keys}
+    found = await deps.repo.task_and_chunks(task_id, chunk_ids, sorted(asked))
     if not found.stored:
         # Not stored (yet): a submission by another system, which the parser registers; the log
         # starts with the task's next event. Nobody can watch a task that is not stored.
@@ -109,7 +110,7 @@ async def _record(task_id: str, events: list[Event], deps: Deps) -> None:
         for e in events
     ]
     if all(keys is not None for keys in told):
-        have = await deps.repo.stored_keys(task_id, sorted({k for keys in told for k in keys or ()}))
+        have = found.stored_keys
         deps.known.add(task_id, have)
         # Nothing new to tell from every chunk-created after the first of a document, and a redelivery.
         events = [e for e, keys in zip(events, told, strict=True) if not set(keys or ()) <= have]

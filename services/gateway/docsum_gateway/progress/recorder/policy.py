@@ -156,6 +156,15 @@ def keys_at_most(event: Event, chunk_status: str | None = None) -> list[str] | N
     return None
 
 
+def keys_possible(event: Event) -> list[list[str]]:
+    """`keys_at_most(event, status)` for every status its chunk can end in (one list for other events;
+    none where that is not known without reading the state)."""
+    if isinstance(event, ChunkSummarized):
+        return [keys for status in (ChunkStatus.COMPLETED, ChunkStatus.FAILED) if (keys := keys_at_most(event, status))]
+    keys = keys_at_most(event)
+    return [keys] if keys is not None else []
+
+
 # What an entry tells of a document: a client keeps the latest it was told of each.
 TOLD_FIELDS = ("status", "percent", "chunks")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import asyncpg
@@ -33,10 +33,12 @@ class Logged:
 
 @dataclass(frozen=True)
 class TaskChunks:
-    """Whether a task is stored, and the status of those of the asked chunks that are stored."""
+    """Whether a task is stored, the status of those of the asked chunks that are stored, and those of the
+    asked keys that have their entry in the task's log."""
 
     stored: bool
     chunk_status: dict[str, str]
+    stored_keys: set[str] = field(default_factory=set)
 
 
 class StreamState(NamedTuple):
@@ -55,23 +57,17 @@ class ProgressLog:
     def __init__(self, pool: asyncpg.Pool, settings: GatewaySettings) -> None:
         self.pool, self.settings = pool, settings
 
-    async def task_and_chunks(self, task_id: str, chunk_ids: Sequence[str]) -> TaskChunks:
+    async def task_and_chunks(self, task_id: str, chunk_ids: Sequence[str], keys: Sequence[str] = ()) -> TaskChunks:
         row = await self.pool.fetchrow(
             "SELECT EXISTS (SELECT 1 FROM tasks WHERE id = $1) AS stored,"
-            " (SELECT coalesce(jsonb_object_agg(id, status), '{}') FROM chunks WHERE id = ANY($2::text[])) AS chunks",
+            " (SELECT coalesce(jsonb_object_agg(id, status), '{}') FROM chunks WHERE id = ANY($2::text[])) AS chunks,"
+            " (SELECT coalesce(array_agg(dedupe_key), '{}') FROM progress_log"
+            "  WHERE task_id = $1 AND dedupe_key = ANY($3::text[])) AS keys",
             task_id,
             list(chunk_ids),
-        )
-        return TaskChunks(bool(row["stored"]), json.loads(row["chunks"]))
-
-    async def stored_keys(self, task_id: str, keys: Sequence[str]) -> set[str]:
-        """Those of `keys` that have their entry in the task's log."""
-        rows = await self.pool.fetch(
-            "SELECT dedupe_key FROM progress_log WHERE task_id = $1 AND dedupe_key = ANY($2::text[])",
-            task_id,
             list(keys),
         )
-        return {r["dedupe_key"] for r in rows}
+        return TaskChunks(bool(row["stored"]), json.loads(row["chunks"]), set(row["keys"]))
 
     @asynccontextmanager
     async def locked(self, task_id: str) -> AsyncIterator[LockedLog]:
