@@ -130,6 +130,7 @@ async def _entries(tx: TaskLog, events: list[Event]) -> list[policy.Entry]:
     if view is None:
         return []
     ended = await tx.chunks_by_id([e.chunk_id for e in events if isinstance(e, ChunkSummarized)])
+    shown = policy.progress(view)  # one view, one progress for all of them
     out: list[policy.Entry] = []
     for event in events:
         if isinstance(event, ChunkSummarized):
@@ -140,5 +141,5 @@ async def _entries(tx: TaskLog, events: list[Event]) -> list[policy.Entry]:
             chunks = await tx.chunks()
         else:
             chunks = []
-        out.extend(policy.entries_for(event, view, chunks))
+        out.extend(policy.entries_for(event, view, chunks, shown))
     return out

@@ -112,10 +112,13 @@ def progress(view: TaskView) -> dict[str, Any]:
     }
 
 
-def entries_for(event: Event, view: TaskView, chunks: Sequence[LoggedChunk] = ()) -> list[Entry]:
+def entries_for(
+    event: Event, view: TaskView, chunks: Sequence[LoggedChunk] = (), shown: dict[str, Any] | None = None
+) -> list[Entry]:
     """The entries `event` adds, milestones it implies first. `chunks`: the stored chunks the event
-    concerns (its chunk; a merged document's chunks; every chunk of a task that ended)."""
-    shown = progress(view)
+    concerns (its chunk; a merged document's chunks; every chunk of a task that ended). `shown`:
+    `progress(view)`, when the caller tells several events of one view."""
+    shown = progress(view) if shown is None else shown
     docs = {d.document_id: d for d in view.documents}
     out: list[Entry] = [_entry(TASK_STARTED, "task", shown)]
 
