@@ -292,3 +292,21 @@ async def test_the_pipelines_views_read_no_sentences(rows: dict[str, Any], monke
     assert await views.task_result(POOL, SETTINGS, "t1") is not None
     with pytest.raises(AssertionError, match="the sentences were read"):
         await views.task_view(POOL, SETTINGS, "alice", "t1")
+
+
+async def test_the_progress_logs_view_reads_no_chunk_nor_the_endpoint(
+    rows: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recorder reads a view at every append: what none of its entries shows (the attempts and
+    interruptions summed over every chunk of the task, the endpoint's budget) it does not read."""
+
+    async def refused(*args: object) -> Any:
+        raise AssertionError("read")
+
+    monkeypatch.setattr(queries, "recovery", refused)
+    monkeypatch.setattr(queries, "learned_budget", refused)
+    view = await views.pipeline_view(POOL, SETTINGS, "t1")
+    assert view is not None and view.llm is None
+    assert view.recovery.model_dump() == {"attempts": 0, "interruptions": 0, "redrives": 2, "calls_saved": 1}
+    with pytest.raises(AssertionError, match="read"):
+        await views.task_result(POOL, SETTINGS, "t1")

@@ -63,12 +63,16 @@ async def task_result(pool: asyncpg.Pool, settings: LLMSettings, task_id: str) -
 
 
 async def pipeline_view(pool: asyncpg.Pool, settings: LLMSettings, task_id: str) -> TaskView | None:
-    """The task's full view, whoever owns it: for the pipeline's own use (the gateway's progress log)."""
+    """The task's view, whoever owns it, as the gateway's progress log tells it (read at each append):
+    everything its entries show, without what none of them does, which takes a read of every chunk of
+    the task or of the endpoint (`recovery`'s attempts and interruptions are 0, `llm` is None)."""
     found = await queries.load_task(pool, task_id)
-    return None if found is None else await _view(pool, settings, *found)
+    return None if found is None else await _view(pool, settings, *found, progress=True)
 
 
-async def _view(pool: asyncpg.Pool, settings: LLMSettings, task: Row, documents: list[Row]) -> TaskView:
+async def _view(
+    pool: asyncpg.Pool, settings: LLMSettings, task: Row, documents: list[Row], *, progress: bool = False
+) -> TaskView:
     task_id = task["id"]
     total, per_document = usage_by_document(settings, await queries.usage_rows(pool, task_id))
     options = resolved(settings, TaskOptions.from_stored(task["options"]))
@@ -92,10 +96,10 @@ async def _view(pool: asyncpg.Pool, settings: LLMSettings, task: Row, documents:
         options=options,
         hold_reason=task.get("hold_reason"),
         truncated=bool(task.get("summary_truncated")) or any(d.get("truncated_parts") for d in documents),
-        llm=await endpoint_view(pool, settings),
+        llm=None if progress else await endpoint_view(pool, settings),
         usage=total,
         estimate=estimate,
-        recovery=recovery_from(task, await queries.recovery(pool, task_id), total),
+        recovery=recovery_from(task, NOTHING_RECOVERED if progress else await queries.recovery(pool, task_id), total),
         documents=[document_view(d, per_document.get(d["id"], Usage())) for d in documents],
         batch=batch,
     )
@@ -269,6 +273,9 @@ def batch_eta_s(rows: Iterable[Row], now: datetime) -> float | None:
         elapsed = max(0.0, (now - r["submitted_at"]).total_seconds())
         left = max(left, elapsed * max(0, r["batch_lines"] - processed) / processed)
     return round(left, 1)
+
+
+NOTHING_RECOVERED: Row = {"attempts": 0, "interruptions": 0}
 
 
 def recovery_from(task: Row, recovered: Row, total: Usage) -> Recovery:
