@@ -304,8 +304,10 @@ _CLAIM = (
 # Completions, one a row of the arrays $1 (chunk), $2 (task), $3 (summary), $4 (model), $5 (cut at its
 # bound), $6 (sentences): the chunks that became COMPLETED, counted on their documents.
 _COMPLETE = (
-    "WITH w AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::jsonb[])"
-    "   AS w(id, task_id, summary, model, truncated, sentences)),"
+    # A chunk completed twice in one round: its first completion only (an UPDATE joined to two rows of
+    # one chunk takes either, which PostgreSQL does not say).
+    "WITH w AS (SELECT DISTINCT ON (id) * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[],"
+    "   $6::jsonb[]) WITH ORDINALITY AS w(id, task_id, summary, model, truncated, sentences, n) ORDER BY id, n),"
     " moved AS (UPDATE chunks c SET status = $7, summary = w.summary, summary_model = w.model, error = NULL,"
     "   summary_truncated = w.truncated, summary_prompt_version = $8, lease_owner = NULL, lease_expires_at = NULL,"
     "   retry_at = NULL, updated_at = now(), summary_sentences = w.sentences"
