@@ -542,6 +542,8 @@ class Consumer:
     carriers: Mapping[str, tuple[Topic, Handler]] = field(default_factory=dict)
     # What its handlers hold open (an LLM client's connections), closed once it has stopped.
     close: Callable[[], Awaitable[None]] | None = None
+    # What runs beside it, with its producer, for as long as it consumes (a service's loops).
+    background: Background | None = None
 
 
 async def serve(
@@ -549,8 +551,6 @@ async def serve(
     stop: asyncio.Event,
     model: type[S],
     build: Callable[[S, asyncpg.Pool], Mapping[Topic, Handler] | list[Consumer]],
-    *,
-    background: Callable[[S, asyncpg.Pool], Background] | None = None,
 ) -> None:
     """Connect to Postgres (migrating it), then consume until `stop` is set.
 
@@ -576,10 +576,10 @@ async def serve(
                 settings,
                 c.handlers,
                 max_inflight=c.max_inflight,
-                background=background(settings, pool) if background and i == 0 else None,
+                background=c.background,
                 carriers=c.carriers,
             )
-            for i, c in enumerate(consumers)
+            for c in consumers
         ]
         watcher = asyncio.create_task(_stop_when(stop, services))
         health = (

@@ -119,12 +119,15 @@ async def publish(
     if sender is not None:
         sender.check(events)
     pending = []
+    counts: dict[str, int] = {}  # partitions per topic, for the events that pick theirs
     for event in events:
         topic = settings.topic(TOPIC_OF[type(event)])
         spread, partition = event.spread(), None
         try:
             if spread is not None:
-                partition = spread % len(await producer.partitions_for(topic))
+                if topic not in counts:
+                    counts[topic] = len(await producer.partitions_for(topic))
+                partition = spread % counts[topic]
             delivery = await producer.send(
                 topic, event.to_bytes(), key=event.key().encode(), partition=partition, headers=headers()
             )

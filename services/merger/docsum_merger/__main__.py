@@ -15,7 +15,8 @@ from .settings import MergerSettings
 
 def consumers(settings: MergerSettings, pool: asyncpg.Pool) -> list[Consumer]:
     llm = Summarizing.from_settings(settings, pool)
-    return [Consumer(handlers.bind(Deps(MergeRepository(pool, settings), llm, settings)), close=llm.aclose)]
+    deps = Deps(MergeRepository(pool, settings), llm, settings)
+    return [Consumer(handlers.bind(deps), close=llm.aclose, background=maintenance(settings, pool))]
 
 
 def maintenance(settings: MergerSettings, pool: asyncpg.Pool) -> Background:
@@ -24,7 +25,7 @@ def maintenance(settings: MergerSettings, pool: asyncpg.Pool) -> Background:
 
 
 def main() -> None:
-    run_service(lambda stop: serve("merger", stop, MergerSettings, consumers, background=maintenance))
+    run_service(lambda stop: serve("merger", stop, MergerSettings, consumers))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from docsum_shared.text import fold_compatibility, without_lone_surrogates
 
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f\ufeff]")  # NUL etc.; keeps \t \n \v \f \r for below
-_HSPACE = re.compile(r"[^\S\n]+")  # any whitespace except newline (incl. NBSP, ideographic space)
 _BLANK_RUNS = re.compile(r"\n{3,}")
 _SOFT_HYPHEN_AT_EOL = re.compile(r"\u00ad[^\S\n]*\n")
 # What the normalization turns into a line break, each match one break.

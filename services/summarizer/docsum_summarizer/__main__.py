@@ -11,7 +11,8 @@ import asyncpg
 from aiokafka import AIOKafkaProducer
 
 from docsum_shared.consumer import Background, Consumer, run_service, serve
-from docsum_shared.summarizers import Summarizing, endpoint_key, make_backend
+from docsum_shared.summarizers import Summarizing, endpoint_key
+from docsum_shared.summarizers.base import SummarizerBackend
 from docsum_shared.summarizers.openai_backend import OpenAIBackend
 
 from .batches.driver import BatchDriver
@@ -32,28 +33,32 @@ def consumers(settings: SummarizerSettings, pool: asyncpg.Pool) -> list[Consumer
     )
     # Twice as many chunks in hand as calls in flight: while some store their answers and report them,
     # the others are claimed and waiting, and a call ending lets the next one start at once.
-    return [Consumer(handlers.bind(deps), max_inflight=2 * settings.llm_max_inflight, close=llm.aclose)]
+    return [
+        Consumer(
+            handlers.bind(deps),
+            max_inflight=2 * settings.llm_max_inflight,
+            close=llm.aclose,
+            background=background(settings, pool, llm.backend),
+        )
+    ]
 
 
-def background(settings: SummarizerSettings, pool: asyncpg.Pool) -> Background:
-    """The round scheduler, and the batch driver where the backend has the provider's Batch API."""
-    backend = make_backend(settings)
+def background(settings: SummarizerSettings, pool: asyncpg.Pool, backend: SummarizerBackend) -> Background:
+    """The round scheduler, and the batch driver where the backend (the handlers' own) has the provider's
+    Batch API."""
 
     async def run(producer: AIOKafkaProducer) -> None:
-        try:
-            async with asyncio.TaskGroup() as both:
-                both.create_task(schedule_rounds(ChunkRepository(pool), producer, settings))
-                if isinstance(backend, OpenAIBackend):
-                    batches = BatchRepository(pool, endpoint_key(settings))
-                    both.create_task(BatchDriver(batches, backend, producer, settings).run())
-        finally:
-            await backend.aclose()
+        async with asyncio.TaskGroup() as both:
+            both.create_task(schedule_rounds(ChunkRepository(pool), producer, settings))
+            if isinstance(backend, OpenAIBackend):
+                batches = BatchRepository(pool, endpoint_key(settings))
+                both.create_task(BatchDriver(batches, backend, producer, settings).run())
 
     return run
 
 
 def main() -> None:
-    run_service(lambda stop: serve("summarizer", stop, SummarizerSettings, consumers, background=background))
+    run_service(lambda stop: serve("summarizer", stop, SummarizerSettings, consumers))
 
 
 if __name__ == "__main__":
