@@ -8,6 +8,9 @@ runs wait for it to end and go together in the next round (at most `most` in one
 one round trip serves many callers and, alone, a call waits for nothing. A round that fails fails
 every call in it with its exception: a round is one statement, all of it or nothing.
 
+With `linger_s`, a round of calls none of which is `urgent` waits up to that long for more calls
+first (an urgent call ends the wait): fewer, larger rounds where a little delay costs nothing.
+
 A caller cancelled before its round starts is left out of it; one cancelled while its round runs
 does not stop the round (its rows are written all the same), as when a process dies after its
 statement committed: what the round wrote must be safe for another to find (a lease expires, an
@@ -17,6 +20,7 @@ answer stored is an answer found).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
@@ -38,16 +42,22 @@ class Together(Generic[A, R]):
         *,
         most: int = MOST,
         idle: Callable[[], object] | None = None,
+        linger_s: float = 0.0,
+        urgent: Callable[[A], bool] = lambda _: False,
     ) -> None:
         self._run = run
         self._most = most
         self._idle = idle  # called when the last round ends and nobody waits
+        self._linger_s, self._urgent = linger_s, urgent
+        self._hurry = asyncio.Event()  # an urgent call waits: a lingering round goes now
         self._waiting: list[tuple[A, asyncio.Future[R]]] = []
         self._rounds: asyncio.Task[None] | None = None
 
     async def __call__(self, argument: A) -> R:
         future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         self._waiting.append((argument, future))
+        if self._linger_s and self._urgent(argument):
+            self._hurry.set()
         if self._rounds is None:
             # Of nobody's context: the rounds serve every caller, not the first one's log ids or trace.
             self._rounds = asyncio.create_task(self._run_rounds(), context=contextvars.Context())
@@ -58,8 +68,13 @@ class Together(Generic[A, R]):
         try:
             await asyncio.sleep(0)  # the calls made in this turn of the loop join the first round
             while self._waiting:
+                if self._linger_s and not self._hurry.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._hurry.wait(), self._linger_s)
                 calls = [(a, f) for a, f in self._waiting[: self._most] if not f.done()]
                 del self._waiting[: self._most]
+                if not any(self._urgent(a) for a, _ in self._waiting):
+                    self._hurry.clear()
                 if not calls:
                     continue
                 try:
@@ -88,16 +103,28 @@ class ByKey(Generic[K, A, R]):
     """Together for each key: the calls of one key made at about the same time go as one round of
     `run(key, arguments)`; calls of different keys never share a round, nor wait for each other's."""
 
-    def __init__(self, run: Callable[[K, list[A]], Awaitable[Sequence[R]]], *, most: int = MOST) -> None:
+    def __init__(
+        self,
+        run: Callable[[K, list[A]], Awaitable[Sequence[R]]],
+        *,
+        most: int = MOST,
+        linger_s: float = 0.0,
+        urgent: Callable[[A], bool] = lambda _: False,
+    ) -> None:
         self._run = run
         self._most = most
+        self._linger_s, self._urgent = linger_s, urgent
         self._of: dict[K, Together[A, R]] = {}
 
     async def __call__(self, key: K, argument: A) -> R:
         together = self._of.get(key)
         if together is None:
             together = self._of[key] = Together(
-                partial(self._run, key), most=self._most, idle=partial(self._forget, key)
+                partial(self._run, key),
+                most=self._most,
+                idle=partial(self._forget, key),
+                linger_s=self._linger_s,
+                urgent=self._urgent,
             )
         return await together(argument)
 

@@ -117,3 +117,24 @@ async def test_by_key_calls_of_one_key_go_together_and_keys_never_share_a_round(
     assert await by_key("a", 4) == "a4"  # a key whose rounds ended starts afresh
     assert rounds[-1] == ("a", [4])
     assert not by_key._of  # nothing kept for keys nobody calls
+
+
+async def test_a_lingering_round_takes_the_calls_made_meanwhile_and_an_urgent_call_ends_the_wait() -> None:
+    rows = Rows()
+    double = Together(rows, linger_s=0.5, urgent=lambda n: n < 0)
+    first = asyncio.create_task(double(1))
+    await asyncio.sleep(0.05)
+    second = asyncio.create_task(double(2))
+    await asyncio.sleep(0.05)
+    assert rows.rounds == []  # both wait for more
+    started = asyncio.get_running_loop().time()
+    assert await asyncio.gather(first, second, double(-3)) == [2, 4, -6]
+    assert asyncio.get_running_loop().time() - started < 0.3  # the urgent call did not wait out the linger
+    assert rows.rounds == [[1, 2, -3]]
+
+
+async def test_a_lingering_round_goes_when_its_time_is_up() -> None:
+    rows = Rows()
+    double = Together(rows, linger_s=0.05, urgent=lambda n: n < 0)
+    assert await asyncio.wait_for(double(1), 2) == 2
+    assert rows.rounds == [[1]]

@@ -42,6 +42,9 @@ class Known:
     def cover(self, task_id: str, keys: Iterable[str] | None) -> bool:
         return keys is not None and all((task_id, key) in self.keys for key in keys)
 
+    def unknown(self, task_id: str, keys: Iterable[str]) -> set[str]:
+        return {key for key in keys if (task_id, key) not in self.keys}
+
     def add(self, task_id: str, keys: Iterable[str]) -> None:
         for key in keys:
             self.keys[(task_id, key)] = None
@@ -66,6 +69,16 @@ class Repository(Protocol):
     def locked(self, task_id: str) -> AbstractAsyncContextManager[TaskLog]: ...
 
 
+# Chunks' starts and ends wait this long to be told together with the next ones (they show in a
+# stream up to this much later; any other event is told at once, and those waiting with it): a task
+# of a thousand fast chunks is a few dozen appends, not hundreds, each reading its task's view.
+CHUNKS_LINGER_S = 0.1
+
+
+def _urgent(call: tuple[list[Event], Deps]) -> bool:
+    return not all(isinstance(event, ChunkSummarized | ChunkCreated) for event in call[0])
+
+
 async def _record_together(task_id: str, calls: list[tuple[list[Event], Deps]]) -> list[None]:
     await _record(task_id, [event for events, _ in calls for event in events], calls[0][1])
     return [None] * len(calls)
@@ -77,7 +90,9 @@ class Deps:
     known: Known = field(default_factory=Known)
     # The events of one task handled at about the same time, in any of the consumer's slots, are told
     # together: a task's appends take its lock one after another anyway.
-    tasks: ByKey[str, tuple[list[Event], Deps], None] = field(default_factory=lambda: ByKey(_record_together))
+    tasks: ByKey[str, tuple[list[Event], Deps], None] = field(
+        default_factory=lambda: ByKey(_record_together, linger_s=CHUNKS_LINGER_S, urgent=_urgent)
+    )
 
 
 @handlers.on_many(DocumentSubmitted, DocumentParsed, ChunkCreated, ChunkSummarized, DocumentMerged, TaskEvent, emits=())
@@ -89,7 +104,9 @@ async def record(events: list[Event], deps: Deps) -> list[Event]:
     for event in events:
         by_task.setdefault(event.task_id, []).append(event)
     for task_id, told in by_task.items():
-        await deps.tasks(task_id, (told, deps))
+        # Nothing to tell: every chunk-created of a document after the first, and a redelivery.
+        if told := [e for e in told if not deps.known.cover(task_id, policy.keys_at_most(e))]:
+            await deps.tasks(task_id, (told, deps))
     return []
 
 
@@ -98,8 +115,10 @@ async def _record(task_id: str, events: list[Event], deps: Deps) -> None:
     if not events:
         return
     chunk_ids = [e.chunk_id for e in events if isinstance(e, ChunkSummarized)]
-    # The keys the events may give, whatever their chunks' stored status: asked in the same read.
-    asked = {k for e in events for keys in policy.keys_possible(e) for k in keys}
+    # The keys the events may give, whatever their chunks' stored status: those not known stored are
+    # asked in the same read.
+    possible = {k for e in events for keys in policy.keys_possible(e) for k in keys}
+    asked = deps.known.unknown(task_id, possible)
     found = await deps.repo.task_and_chunks(task_id, chunk_ids, sorted(asked))
     if not found.stored:
         # Not stored (yet): a submission by another system, which the parser registers; the log
@@ -110,14 +129,15 @@ async def _record(task_id: str, events: list[Event], deps: Deps) -> None:
         for e in events
     ]
     if all(keys is not None for keys in told):
-        have = found.stored_keys
-        deps.known.add(task_id, have)
+        deps.known.add(task_id, found.stored_keys)
+        have = found.stored_keys | (possible - asked)
         # Nothing new to tell from every chunk-created after the first of a document, and a redelivery.
         events = [e for e, keys in zip(events, told, strict=True) if not set(keys or ()) <= have]
         if not events:
             return
     async with deps.repo.locked(task_id) as tx:  # the state each entry shows is read under the task's lock
-        entries = await _entries(tx, events)
+        # Those known stored (the milestones every chunk's end brings along) are neither asked nor sent.
+        entries = [e for e in await _entries(tx, events) if deps.known.unknown(task_id, (e.key,))]
         numbers = await tx.append(entries)
     deps.known.add(task_id, (entry.key for entry in entries))  # stored now, whether new or not
     if numbers:
