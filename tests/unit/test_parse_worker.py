@@ -111,6 +111,21 @@ def test_an_idle_worker_stops_and_the_next_document_starts_another() -> None:
         worker.close()
 
 
+def test_a_worker_started_ahead_stops_when_no_document_comes() -> None:
+    worker = ParseWorker(timeout_s=3.0, memory_bytes=512 * 2**20, idle_s=0.5, run=misbehave)
+    try:
+        worker.start()
+        assert (first := worker._process) is not None and first.is_alive()
+        eventually_blocking(
+            lambda: worker._process is None and not first.is_alive(),
+            timeout=10,
+            interval=0.05,
+            message="the worker started ahead to stop",
+        )
+    finally:
+        worker.close()
+
+
 def test_a_closed_worker_takes_no_more_documents() -> None:
     worker = ParseWorker(timeout_s=3.0, memory_bytes=512 * 2**20)
     worker.close()

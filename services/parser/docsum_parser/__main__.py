@@ -43,7 +43,8 @@ async def service(stop: asyncio.Event) -> None:
         timeout_s=settings.parse_timeout_s,
         memory_bytes=settings.parse_memory_bytes,
         idle_s=settings.parse_worker_idle_s,
-    )  # started by the first document
+    )
+    worker.start()  # while the service connects: the first document finds it ready
     try:
         await serve("parser", stop, ParserSettings, lambda settings, pool: consumers(settings, pool, worker))
     finally:

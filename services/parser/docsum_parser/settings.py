@@ -18,6 +18,7 @@ class ParserSettings(SizeSettings, IntakeSettings):
     # Each document is parsed in a worker process under these limits (wall clock, address space).
     parse_timeout_s: float = Field(120.0, gt=0)
     parse_memory_bytes: int = Field(2**30, ge=256 * 2**20)
-    # The worker starts with the first document and stops after this long without one (0: never), so an
-    # idle parser holds no worker (the PDF and Word libraries, ~90 MB); a document after that waits ~1 s.
+    # The worker starts with the service (~20 MB before its first document) and stops after this long
+    # without a document (0: never), so an idle parser holds no worker (with the PDF and Word libraries,
+    # ~90 MB); the next document starts another and waits for it (~0.1 s, more with those libraries).
     parse_worker_idle_s: float = Field(300.0, ge=0)

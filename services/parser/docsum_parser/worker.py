@@ -3,9 +3,9 @@
 A pathological file (a decompression bomb, a page tree that takes minutes to walk, a library that
 loops) costs at most `parse_timeout_s` seconds and `parse_memory_bytes` of address space (RLIMIT_AS in
 the worker), and fails its document alone: the worker is killed and replaced, the consumer goes on, and
-the parser's own memory never holds more than the bytes in and the text out. One worker, started by
-the first document and kept warm between documents (stopped after `idle_s` without one, so an idle
-parser holds none), takes one document at a time; it retires (and is replaced) after a document that
+the parser's own memory never holds more than the bytes in and the text out. One worker, started with
+the service and kept warm between documents (stopped after `idle_s` without one, so an idle
+parser holds none; the next document starts another), takes one document at a time; it retires (and is replaced) after a document that
 left it holding much more memory than it started with, so that memory goes back to the system.
 
 `run_job` is the extraction itself; `ParseWorker` runs it in the worker. Both take a `Job` and return
@@ -91,10 +91,12 @@ class ParseWorker:
         self._closed = False
 
     def start(self) -> None:
-        """Start the worker now rather than with the first document."""
+        """Start the worker now rather than with the first document (which then pays nothing for its
+        start: a new interpreter and its imports, ~0.1 s); without a document for `idle_s` it stops."""
         with self._lock:
             if self._process is None:
                 self._spawn()
+        self._retire_when_idle()
 
     def __call__(self, job: Job) -> ExtractedText:
         try:
