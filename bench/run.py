@@ -182,6 +182,15 @@ B2_GOAL = 1.15  # wall ÷ the in-process map-reduce
 B3_GOAL = 250  # chunks a second at 0 ms calls
 
 
+@contextlib.contextmanager
+def warmed_up(bench: Bench) -> Iterator[None]:
+    """One untimed one-page task first, outside the measure's CPU table, as B10 and B11 do: the first
+    task after the services start pays for connections, group joins and modules loaded on first use."""
+    bench.llm.llm.configure(latency_s=B1_CALL[0], jitter_s=0.0)
+    bench.run_task([("warm-up.txt", bench.text(3_000).encode())])
+    yield
+
+
 def b1_ideal(bench: Bench, figures: list[Figure]) -> None:
     latency, inflight, chars = B1_CALL
     bench.llm.llm.configure(latency_s=latency, jitter_s=0.0)
@@ -363,13 +372,16 @@ def b7_parser(figures: list[Figure]) -> None:
                           "≤ 1.10", ratio <= 1.10))  # fmt: skip
 
 
-def b8_memory(bench: Bench, figures: list[Figure]) -> None:
+def b8_idle(bench: Bench, figures: list[Figure]) -> None:
     time.sleep(2)
     idle = {name: _rss_mb(p.pid) for name, p in bench.stack.processes.items()}
     worst = max(idle.values())
     shown = ", ".join(f"{n} {mb:.0f}" for n, mb in sorted(idle.items()))
     figures.append(Figure("B8a", "resident memory per service, idle (MB)", worst, f"max {worst:.0f} ({shown})",
                           "≤ 120 MB", worst <= 120))  # fmt: skip
+
+
+def b8_parser_peak(bench: Bench, figures: list[Figure]) -> None:
     pdf = make_pdf([english_prose(2_000, seed=i) for i in range(500)])
     parser = bench.stack.processes["parser"]
     peak = 0.0
@@ -521,7 +533,7 @@ def main() -> None:
         bench = Bench(Path(workdir))
         try:
             steps: list[tuple[str, Callable[[], None]]] = [
-                ("B8", lambda: b8_memory(bench, figures)),  # first: idle means before any work
+                ("B8", lambda: b8_idle(bench, figures)),  # first: idle means before any work
                 ("B1", lambda: b1_ideal(bench, figures)),
                 ("B2", lambda: b2_baseline(bench, figures)),
                 ("curve", lambda: concurrency_curve(bench, plots)),
@@ -532,16 +544,20 @@ def main() -> None:
                 ("B7", lambda: b7_parser(figures)),
                 ("B9", lambda: b9_latency(bench, figures)),
                 ("B10", lambda: b10_offline(bench, figures)),
-                ("B11", lambda: b11_modes(bench, figures)),  # last: it restarts every service twice
+                ("B11", lambda: b11_modes(bench, figures)),  # it restarts every service twice
+                # Last: its 500 pages are cancelled once parsed, and a cut that won the race with the
+                # cancel still sends the summarizer ~500 chunks to skip, which no measure should meet.
+                ("B8b", lambda: b8_parser_peak(bench, figures)),
             ]
             # The services set otherwise for a measure: restarted so (and warmed up) before its CPU is
             # counted, restarted as they were after.
             settings: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
-                "B10": lambda: offline.extractive_services(bench)
+                "B1": lambda: warmed_up(bench),
+                "B10": lambda: offline.extractive_services(bench),
             }
             chunks: dict[str, int] = {}
             for name, step in steps:
-                if name in only:
+                if name in only or (name == "B8b" and "B8" in only):
                     t0 = time.monotonic()
                     with settings.get(name, contextlib.nullcontext)():
                         c0 = bench.chunks_done
