@@ -17,6 +17,7 @@ from docsum_shared.summarizers.openai_backend import (
     OpenAIBackend,
     StreamMode,
     Timeouts,
+    _read_completion,
     _repeats_the_input,
     _server_root,
 )
@@ -75,6 +76,22 @@ def test_an_answer_that_only_repeats_its_input_is_no_summary() -> None:
     assert _repeats_the_input(text.upper(), request)
     assert not _repeats_the_input(text[:150], request)  # short answers are never judged so
     assert not _repeats_the_input("A different summary of the text. " * 10, request)
+
+
+def test_a_completion_is_read_from_its_json_leniently_and_json_that_is_none_fails_the_call() -> None:
+    whole = {
+        "model": "m-1",
+        "service_tier": "flex",
+        "choices": [{"message": {"role": "assistant", "content": "A summary."}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15},
+    }
+    assert _read_completion(json.dumps(whole).encode(), "a request") == ("A summary.", "stop", (12, 3), "m-1", "flex")
+    sparse = {"choices": [{"message": {"content": None}}], "usage": {"prompt_tokens": 12}}
+    assert _read_completion(json.dumps(sparse).encode(), "a request") == ("", None, None, None, None)
+    with pytest.raises(ProviderUnavailable, match="answered a request with unreadable JSON"):
+        _read_completion(b"<html>Bad gateway</html>", "a request")
+    with pytest.raises(ProviderUnavailable, match="JSON that is no chat completion"):
+        _read_completion(b'["a", "list"]', "a request")
 
 
 def test_slow_prompts_and_long_answers_get_more_time() -> None:

@@ -43,7 +43,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
 import openai
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.chat import ChatCompletionChunk
 
 from ..errors import ContextLimitExceeded, ProviderUnavailable, RateLimited, RequestRefused, context_limit_error
 from ..options import Mode
@@ -399,35 +399,30 @@ class OpenAIBackend(SummarizerBackend):
             raise openai.APIConnectionError(request=stream.response.request) from exc
         finally:
             await stream.close()
-        try:
-            body = json.loads(content)
-        except ValueError as exc:
-            raise ProviderUnavailable(f"LLM provider answered a stream request with unreadable JSON: {exc}") from exc
-        if not isinstance(body, dict):
-            raise ProviderUnavailable("LLM provider answered a stream request with JSON that is no chat completion")
+        answer = _read_completion(content, "a stream request")
         if self.streaming:
             log.warning(
                 "%s answers a stream request with one JSON chat completion; plain calls from now on", self.base_url
             )
             self.streaming = False
-        # Built as the package builds a plain call's answer: leniently, without validating it.
-        return _read_completion(ChatCompletion.construct(**body))
+        return answer
 
     async def _plain(
         self, messages: list[Any], max_tokens: int, prompt_tokens: int, extra: dict[str, Any], tier: str
     ) -> _Answer:
         # Posted as the JSON it is (messages and schema are plain dicts already): the package's typed
-        # `create` would walk every field of them first, about a third of a call's CPU here. Its errors,
-        # its retries (none) and its reading of the answer are the same.
+        # `create` would walk every field of them first, about a third of a call's CPU here. Its errors
+        # and its retries (none) are the same; the answer is read from its JSON, not built into the
+        # package's models first (0.92 → 0.72 ms of CPU a call).
         body = self._body(messages, max_tokens, extra)
         if tier == "flex":  # realtime: nothing more is sent
             body["service_tier"] = "flex"
         # read: the whole answer comes at once, so only the ceiling bounds it (not the package's 10 min)
         timeout = httpx2.Timeout(self.timeouts.ceiling_s(prompt_tokens, max_tokens), connect=10.0)
         response = await self._client.post(
-            "/chat/completions", cast_to=ChatCompletion, body=body, options={"timeout": timeout}
+            "/chat/completions", cast_to=httpx2.Response, body=body, options={"timeout": timeout}
         )
-        return _read_completion(response)
+        return _read_completion(response.content, "a request")
 
     # --- what the endpoint can do ----------------------------------------------------------------
 
@@ -467,12 +462,33 @@ def _is_json(response: httpx2.Response) -> bool:
     return response.headers.get("content-type", "").split(";")[0].strip().endswith("json")
 
 
-def _read_completion(completion: ChatCompletion) -> _Answer:
-    """What a whole chat completion answered."""
-    choice = completion.choices[0] if completion.choices else None
-    text = (choice.message.content or "") if choice else ""
-    usage = (completion.usage.prompt_tokens, completion.usage.completion_tokens) if completion.usage else None
-    return text, choice.finish_reason if choice else None, usage, completion.model, completion.service_tier
+def _read_completion(content: bytes, asked: str) -> _Answer:
+    """What a whole chat completion answered, read from its JSON as leniently as the package reads one
+    (nothing validated: what is missing, or not what it should be, is absent). JSON that is not a chat
+    completion at all is the provider's failure, and said so."""
+    try:
+        body = json.loads(content)
+    except ValueError as exc:
+        raise ProviderUnavailable(f"LLM provider answered {asked} with unreadable JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ProviderUnavailable(f"LLM provider answered {asked} with JSON that is no chat completion")
+    choices = body.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    message = choice.get("message")
+    text = message.get("content") if isinstance(message, dict) else None
+    usage = body["usage"] if isinstance(body.get("usage"), dict) else {}
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    return (
+        text if isinstance(text, str) else "",
+        _str_or_none(choice.get("finish_reason")),
+        (prompt, completion) if isinstance(prompt, int) and isinstance(completion, int) else None,
+        _str_or_none(body.get("model")),
+        _str_or_none(body.get("service_tier")),
+    )
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _repeats_the_input(text: str, request: SummaryRequest) -> bool:
