@@ -87,7 +87,7 @@ _LATIN_CHARS_PER_TOKEN = 3.2
 
 
 def estimate_tokens_upper(text: str) -> int:
-    cjk = len(_TOKEN_CJK_RE.findall(text))
+    cjk = 0 if text.isascii() else len(_TOKEN_CJK_RE.findall(text))
     return cjk + math.ceil((len(text) - cjk) / _LATIN_CHARS_PER_TOKEN)
 
 

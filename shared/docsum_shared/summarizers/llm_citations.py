@@ -23,7 +23,7 @@ import functools
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..text import sentence_spans
@@ -47,6 +47,8 @@ class Numbered:
     spans: Mapping[str, Span]
     texts: Mapping[str, str]
     lines: tuple[tuple[tuple[str, str], ...], ...]  # per request text: (id, the gap before it)
+    # What `shown` made, per text: the budget's estimate and the prompt both ask for it.
+    _shown: dict[int, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def ids(self) -> list[str]:
@@ -55,6 +57,11 @@ class Numbered:
     def shown(self, index: int) -> str:
         """Text `index` of the request as the model sees it: a sentence a line, after its id; a
         paragraph break kept as a blank line."""
+        if (made := self._shown.get(index)) is None:
+            made = self._shown[index] = self._show(index)
+        return made
+
+    def _show(self, index: int) -> str:
         out: list[str] = []
         for sid, gap in self.lines[index]:
             if out and "\n\n" in gap.replace("\r", "").replace(" ", "").replace("\t", ""):
