@@ -148,7 +148,8 @@ CONFIG_FIELDS = (
 DIALECTS = ("openai", "llamacpp", "ollama")
 STRUCTURED_OUTPUT = ("enforce", "ignore", "refuse")
 CITATION_FAULTS = ("omit", "invent", "free")
-_POLL_S = 0.02  # how often a waiting request checks for a client that left or a server that stops
+_POLL_S = 0.02  # how often wait_idle looks
+_STOP_POLL_S = 0.1  # how often a waiting request checks for a server that stops (a client that leaves: at once)
 _WORDS_PER_PIECE = 3  # a streamed answer's text arrives this many words (or CJK characters) at a time
 # A word with the whitespace before it; a CJK character is a word of its own; trailing whitespace.
 _WORD = re.compile(f"\\s*(?:{_CJK.pattern}|[^\\s{_CJK.pattern[1:-1]}]+)|\\s+")
@@ -739,14 +740,26 @@ class FakeLLM:
                 return "shutdown"
             return "client_closed" if await request.is_disconnected() else None
 
+        async def client_gone(request: Request) -> None:
+            """Returns when the client closes its connection: the server hears of it (as vLLM's API server
+            listens for it), rather than asking now and then."""
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+
         async def wait(request: Request, seconds: float) -> str | None:
             """Sleep `seconds`; "client_closed" / "shutdown" when interrupted."""
             deadline = time.monotonic() + seconds
-            while (left := deadline - time.monotonic()) > 0:
-                if reason := await interrupted(request):
-                    return reason
-                await asyncio.sleep(min(left, _POLL_S))
-            return None
+            gone = asyncio.ensure_future(client_gone(request))
+            try:
+                while (left := deadline - time.monotonic()) > 0:
+                    if stopping.is_set():
+                        return "shutdown"
+                    await asyncio.wait((gone,), timeout=min(left, _STOP_POLL_S))
+                    if gone.done():
+                        return "client_closed"
+                return None
+            finally:
+                gone.cancel()
 
         def record(entry: LedgerEntry) -> None:
             with self._lock:
