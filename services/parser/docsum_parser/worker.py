@@ -4,9 +4,10 @@ A pathological file (a decompression bomb, a page tree that takes minutes to wal
 loops) costs at most `parse_timeout_s` seconds and `parse_memory_bytes` of address space (RLIMIT_AS in
 the worker), and fails its document alone: the worker is killed and replaced, the consumer goes on, and
 the parser's own memory never holds more than the bytes in and the text out. One worker, started with
-the service and kept warm between documents (stopped after `idle_s` without one, so an idle
-parser holds none; the next document starts another), takes one document at a time; it retires (and is replaced) after a document that
-left it holding much more memory than it started with, so that memory goes back to the system.
+the service and kept warm between documents (stopped after `idle_s` without one, so an idle parser
+holds none; the next document starts another), takes one document at a time; it retires (and is
+replaced) after a document that left it holding much more memory than it started with, so that memory
+goes back to the system.
 
 `run_job` is the extraction itself; `ParseWorker` runs it in the worker. Both take a `Job` and return
 the `ExtractedText` or raise `ParseError`, so the handler's Deps can hold either.
