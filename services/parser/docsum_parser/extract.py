@@ -20,7 +20,7 @@ from typing import Literal
 from docsum_shared.positions import Positions, Unit
 
 from .limits import DEFAULT_LIMITS, Limits, too_many_chars
-from .normalize import newline_ends, normalize_keeping
+from .normalize import break_ends, normalize_keeping
 from .parse_error import ParseError
 from .zips import zip_members
 
@@ -154,8 +154,7 @@ _EDITOR_LINE_BREAK = re.compile(r"\r\n|[\r\n]")
 
 def _line_starts(text: str) -> list[int]:
     """Where each line of the file starts; a final line break ends the last line, it opens none."""
-    ends = newline_ends(text) if "\r" not in text else (m.end() for m in _EDITOR_LINE_BREAK.finditer(text))
-    starts = [0, *ends]
+    starts = [0, *break_ends(text, _EDITOR_LINE_BREAK)]
     if len(starts) > 1 and starts[-1] == len(text):
         starts.pop()
     return starts

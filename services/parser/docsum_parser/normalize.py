@@ -36,7 +36,7 @@ def normalize_keeping(text: str, starts: Sequence[int]) -> tuple[str, list[int]]
     """
     lines = _normalized_lines(text)
     line_offsets = _line_offsets(lines)
-    breaks = newline_ends(text) if _only_newlines(text) else (m.end() for m in _LINE_BREAK.finditer(text))
+    breaks = break_ends(text, _LINE_BREAK)
     line, line_start = 0, 0  # the line whose start was reached last
     mapped = []
     for offset in starts:
@@ -51,33 +51,35 @@ def normalize_keeping(text: str, starts: Sequence[int]) -> tuple[str, list[int]]
     return _joined(lines), mapped
 
 
-def newline_ends(text: str) -> Iterator[int]:
-    """Where each "\\n" of `text` ends, found by `str.find` (a regex takes ~15 times as long on a long text)."""
+def break_ends(text: str, breaks: re.Pattern[str]) -> Iterator[int]:
+    """Where each match of `breaks` ends in `text`: a pattern of line breaks ("\\r\\n", "\\r", "\\n", and
+    "\\f" and "\\v" if it likes). Where "\\n" is the text's only one, `str.find` finds them (a regex takes
+    ~15 times as long on a long text)."""
+    if "\r" in text or "\f" in text or "\v" in text:
+        return (m.end() for m in breaks.finditer(text))
+    return _newline_ends(text)
+
+
+def _newline_ends(text: str) -> Iterator[int]:
     at = text.find("\n")
     while at != -1:
         yield at + 1
         at = text.find("\n", at + 1)
 
 
-def _only_newlines(text: str) -> bool:
-    """Whether "\\n" is the text's only line break."""
-    return "\r" not in text and "\f" not in text and "\v" not in text
-
-
 def _normalized_lines(text: str) -> list[str]:
     """The lines of `text`, each normalized on its own (a blank line becomes ""): one per line break + 1."""
-    # Surrogates, soft hyphens and presentation forms are never ASCII: an ASCII text (the flag is
-    # Python's own, known without a scan) skips the scans for them.
-    ascii = text.isascii()
-    if not ascii:
-        text = without_lone_surrogates(text)
-    text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\f", "\n").replace("\v", "\n")
-    if not ascii:
+    if text.isascii():  # Python's own flag, known without a scan: no surrogate, soft hyphen or ligature
+        text = _CONTROL.sub("", _unix_breaks(text))
+    else:
+        text = _unix_breaks(without_lone_surrogates(text))
         text = _SOFT_HYPHEN_AT_EOL.sub("-\n", text).replace("\u00ad", "")
-    text = _CONTROL.sub("", text)
-    if not ascii:
-        text = fold_compatibility(text)
+        text = fold_compatibility(_CONTROL.sub("", text))
     return [_normalize_line(line) for line in text.expandtabs(4).split("\n")]
+
+
+def _unix_breaks(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n").replace("\f", "\n").replace("\v", "\n")
 
 
 def _joined(lines: list[str]) -> str:
