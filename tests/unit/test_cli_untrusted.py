@@ -1,7 +1,8 @@
 """What the CLI prints that others wrote — file names, error texts, titles, owners, key names, summaries —
 is shown as it is: a name like `[/x].txt` does not crash the CLI (rich's MarkupError), and
-`[link=…]…[/link]` in a name or an error makes no link, on a terminal or off it. Each case goes through
-`docsum`'s own entry point, with the gateway answered by a stand-in client."""
+`[link=…]…[/link]` in a name or an error makes no link, on a terminal or off it; nor does a terminal's own
+escape sequence (OSC 8) in a summary or a name, whose control characters are shown by their codes. Each
+case goes through `docsum`'s own entry point, with the gateway answered by a stand-in client."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ LINK = "[link=https://evil.example/]open[/link].txt"  # a link to somewhere else
 ERROR = "[link=https://evil.example/]see here[/link] [/]"
 TITLE = "[link=https://evil.example/]Q3[/link]"
 SUMMARY = "[bold]Rain[/bold] fell [/x]."
+OSC8 = "\x1b]8;;https://evil.example/\x07here\x1b]8;;\x07"  # a link, as the terminal itself makes one
+OSC8_SHOWN = "\\x1b]8;;https://evil.example/\\x07here\\x1b]8;;\\x07"
 
 
 def _doc(document_id: str, filename: str, status: str) -> dict[str, Any]:
@@ -30,7 +33,7 @@ def _doc(document_id: str, filename: str, status: str) -> dict[str, Any]:
         "document_id": document_id,
         "filename": filename,
         "status": status,
-        "summary": SUMMARY if done else None,
+        "summary": f"{SUMMARY} {OSC8}" if done else None,
         "error": None if done else ERROR,
         "truncated": False,
         "chunks": {"done": 1 if done else 0, "failed": 0 if done else 1, "total": 1},
@@ -50,7 +53,7 @@ def _task() -> dict[str, Any]:
         "summary": None,
         "sentences": None,
         "error": ERROR,
-        "documents": [_doc("d1", CLOSING, "COMPLETED"), _doc("d2", LINK, "FAILED")],
+        "documents": [_doc("d1", CLOSING, "COMPLETED"), _doc("d2", LINK, "FAILED"), _doc("d3", OSC8, "FAILED")],
     }
 
 
@@ -96,10 +99,11 @@ def test_summarize_shows_hostile_names_and_errors_as_they_are(
 ) -> None:
     assert cli.main(["summarize", *gateway]) == 1  # one document failed
     printed = capsys.readouterr()
-    for text in (CLOSING, LINK, ERROR, SUMMARY):
+    for text in (CLOSING, LINK, ERROR, f"{SUMMARY} {OSC8_SHOWN}", f"{OSC8_SHOWN} — FAILED"):
         assert text in printed.out, text
-    for text in (f"{CLOSING}: COMPLETED", f"{LINK}: FAILED"):  # progress, one line per change, on stderr
+    for text in (f"{CLOSING}: COMPLETED", f"{LINK}: FAILED", f"{OSC8_SHOWN}: FAILED"):  # progress, on stderr
         assert text in printed.err, text
+    assert "\x1b" not in printed.out + printed.err
 
 
 def test_progress_bars_on_a_terminal_show_the_names_without_links(
@@ -110,6 +114,7 @@ def test_progress_bars_on_a_terminal_show_the_names_without_links(
     assert cli.main(["summarize", *gateway]) == 1
     drawn = screen.getvalue()
     assert CLOSING in drawn and "open[/link]" in drawn  # a bar's name is cut to its first 40 characters
+    assert OSC8_SHOWN[:40] in drawn
     _no_link(drawn)
 
 
