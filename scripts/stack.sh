@@ -8,7 +8,9 @@
 #                            stack's processes; prints its URL (`down` stops it with the rest)
 #   scripts/stack.sh with-infra CMD...   run CMD with PostgreSQL and Kafka running, then stop whichever of
 #                            the two this started (what ran before keeps running): `make test`
-# Each process writes its pid to .run/<name>.pid and its log to .run/<name>.log (mode 0600). `up` fails
+# Each process writes its pid to .run/<name>.pid and its log to .run/<name>.log (mode 0600). A pid file
+# whose process is gone — killed, a zombie not yet reaped, or its pid reused by another program — is
+# stale: `up` starts that process again, and no signal goes to the pid (runs, alive). `up` fails
 # (exit 1, naming the service and showing what it wrote) when a service it starts dies at start, e.g. on
 # a bad setting, and then stops what it had started. Every process serves /healthz, /readyz and /metrics on
 # 127.0.0.1, from DOCSUM_HEALTH_PORT_BASE (8100) up: parser, chunker, summarizer, merger, gateway, then
@@ -23,7 +25,37 @@ PY=$ROOT/.venv/bin/python
 SERVICES=(parser chunker summarizer merger gateway)
 mkdir -p "$STATE"
 
-alive() { [ -f "$STATE/$1.pid" ] && kill -0 "$(cat "$STATE/$1.pid")" 2>/dev/null; }
+# What the command line of process NAME holds, and no other program's does.
+program() {
+  case $1 in
+    prometheus) echo "--config.file=$STATE/prometheus/prometheus.yml" ;;
+    *) echo "-m docsum_${1%%-*}" ;;
+  esac
+}
+
+# Process PID runs and is ours (its command line holds WANT). kill -0 is not enough: it answers for a
+# process killed a moment ago that its parent has not reaped yet (a zombie: a supervisor that restarts at
+# once meets one), and once reaped, its pid may be given to another program.
+runs() {
+  local pid=$1 want=$2 stat fields cmdline
+  [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
+  [ -d /proc/self ] || return 0  # no /proc (not Linux): kill -0 is all there is to ask
+  stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
+  read -r -a fields <<< "${stat##*)}"  # the state follows the command's name, which may hold spaces and ')'
+  case ${fields[0]:-} in Z | X | x | "") return 1 ;; esac
+  cmdline=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null) || return 1
+  [[ " $cmdline" == *" $want "* ]]
+}
+
+# NAME's process runs. A pid file naming no such process (killed, a zombie, or its pid reused) is stale:
+# it is removed, so `up` starts NAME again instead of waiting on a process that is gone.
+alive() {
+  local pidfile="$STATE/$1.pid"
+  [ -f "$pidfile" ] || return 1
+  runs "$(cat "$pidfile")" "$(program "$1")" && return 0
+  rm -f "$pidfile" "$STATE/$1.health"
+  return 1
+}
 
 service_env() {
   DATABASE_URL=${DATABASE_URL:-$("$ROOT/scripts/postgres.sh" url)}
@@ -224,14 +256,17 @@ check_started() {
   return $ok
 }
 
+# Signals go only to a process that runs and is ours (runs): never to a zombie, nor to another program
+# that got a dead service's pid.
 stop_service() {
-  local name=$1 pid
+  local name=$1 pid want
   [ -f "$STATE/$name.pid" ] || return 0
   pid=$(cat "$STATE/$name.pid")
-  if kill -0 "$pid" 2>/dev/null; then
+  want=$(program "$name")
+  if runs "$pid" "$want"; then
     kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
-    kill -KILL "$pid" 2>/dev/null || true
+    for _ in $(seq 1 60); do runs "$pid" "$want" || break; sleep 0.25; done
+    if runs "$pid" "$want"; then kill -KILL "$pid" 2>/dev/null || true; fi
     echo "stopped $name"
   fi
   rm -f "$STATE/$name.pid" "$STATE/$name.health"

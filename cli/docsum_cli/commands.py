@@ -14,7 +14,10 @@ from rich.table import Table
 
 from .client import KeyAdmin, OwnerClient
 from .footnotes import printable
+from .shown import as_markup, as_text
 
+# File names, titles, errors and summaries are written by others: each is printed through shown.as_markup
+# or shown.as_text, so none is read as markup nor sends the terminal a control sequence.
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True)
 
@@ -62,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
         return _print(keys, args.json, lambda: _keys_table(keys))
     whole = _STORED_KEY.fullmatch(args.key_id)
     revoked = admin.revoke(whole.group(1) if whole else args.key_id)
-    return _print(revoked, args.json, lambda: out.print(f"revoked {revoked['key_id']} ({revoked['owner']})"))
+    said = f"revoked {as_markup(revoked['key_id'])} ({as_markup(revoked['owner'])})"
+    return _print(revoked, args.json, lambda: out.print(said))
 
 
 def _print(value: Any, as_json: bool, human: Any) -> int:
@@ -83,7 +87,7 @@ def _tasks_table(tasks: list[dict[str, Any]]) -> None:
         return
     table = Table("task", "status", "created (UTC)", "title", box=None)
     for t in tasks:
-        table.add_row(t["task_id"], t["status"], _when(t["created_at"]), t.get("title") or "")
+        table.add_row(as_markup(t["task_id"]), t["status"], _when(t["created_at"]), as_markup(t.get("title") or ""))
     out.print(table)
 
 
@@ -116,37 +120,37 @@ def batch_note(task: dict[str, Any]) -> str | None:
 
 def _show_task(task: dict[str, Any]) -> None:
     out.print(
-        f"[bold]Task {task['task_id']}[/] — {task['status']}{mode_note(task)}"
-        + (f"  {task['title']}" if task.get("title") else "")
+        f"[bold]Task {as_markup(task['task_id'])}[/] — {task['status']}{as_markup(mode_note(task))}"
+        + (f"  {as_markup(task['title'])}" if task.get("title") else "")
     )
     out.print(f"created {_when(task['created_at'])}, updated {_when(task['updated_at'])}")
     if task.get("hold_reason"):
-        out.print(f"held: {task['hold_reason']}")
+        out.print(f"held: {as_markup(task['hold_reason'])}")
     if note := batch_note(task):
-        out.print(note)
+        out.print(as_markup(note))
     table = Table("document", "status", "chunks", "", box=None)
     for d in task["documents"]:
         c = d["chunks"]
         chunks = (
             f"{c['done']}/{c['total']}" + (f" ({c['failed']} failed)" if c["failed"] else "") if c["total"] else "-"
         )
-        table.add_row(d["filename"], d["status"], chunks, d.get("error") or "")
+        table.add_row(as_markup(d["filename"]), d["status"], chunks, as_markup(d.get("error") or ""))
     out.print(table)
     for d in task["documents"]:
         if d.get("summary"):
-            out.rule(f"[bold]{d['filename']}[/]")
-            out.print(printable(d["summary"], d.get("sentences")), markup=False)
+            out.rule(f"[bold]{as_markup(d['filename'])}[/]")
+            out.print(as_text(printable(d["summary"], d.get("sentences"))), markup=False)
     if task.get("summary"):
         out.rule("[bold]Task summary[/]")
-        out.print(printable(task["summary"], task.get("sentences")), markup=False)
+        out.print(as_text(printable(task["summary"], task.get("sentences"))), markup=False)
     elif task.get("error"):
         out.rule("[bold]Task summary[/]")
-        out.print(f"[red]{task['error']}[/]")
+        out.print(f"[red]{as_markup(task['error'])}[/]")
 
 
 def _created(made: dict[str, Any]) -> None:
-    out.print(made["key"])
-    err.print(f"key {made['key_id']} for {made['owner']}: shown this once, store it now")
+    out.print(as_text(made["key"]), markup=False)
+    err.print(f"key {as_markup(made['key_id'])} for {as_markup(made['owner'])}: shown this once, store it now")
 
 
 def _keys_table(keys: list[dict[str, Any]]) -> None:
@@ -156,7 +160,8 @@ def _keys_table(keys: list[dict[str, Any]]) -> None:
     table = Table("key id", "owner", "name", "created (UTC)", "last used", "revoked", box=None)
     for k in keys:
         table.add_row(
-            k["key_id"], k["owner"], k.get("name") or "", _when(k["created_at"]), _when(k["last_used_at"]),
+            as_markup(k["key_id"]), as_markup(k["owner"]), as_markup(k.get("name") or ""), _when(k["created_at"]),
+            _when(k["last_used_at"]),
             _when(k["revoked_at"]),
         )  # fmt: skip
     out.print(table)

@@ -15,12 +15,15 @@ from rich.progress import BarColumn, Progress, TextColumn
 from . import commands
 from .client import Gateway, GatewayError, StreamDropped, task_events
 from .footnotes import printable
+from .shown import as_markup, as_text
 
 # How the LLM calls are sent (the gateway's TaskOptions.mode); realtime is the usual one, and unnamed.
 MODES = ("realtime", "flex", "batch")
 FINAL = {"COMPLETED", "COMPLETED_WITH_ERRORS", "FAILED", "CANCELLED", "EXPIRED"}
 DOC_FINAL = {"COMPLETED", "FAILED", "CANCELLED"}
 
+# File names, titles, errors and summaries are written by others: each is printed through shown.as_markup
+# or shown.as_text, so none is read as markup nor sends the terminal a control sequence.
 err = Console(stderr=True)
 out = Console(highlight=False, soft_wrap=True)
 
@@ -48,7 +51,7 @@ def wait(gateway: Gateway, task_id: str, *, quiet: bool, reconnect_s: float = 1.
     """
     live = err.is_terminal and not quiet
     with Progress(
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),  # a file name, shown as it is
         BarColumn(),
         TextColumn("{task.percentage:>3.0f}%"),
         TextColumn("{task.fields[state]}"),
@@ -63,10 +66,11 @@ def wait(gateway: Gateway, task_id: str, *, quiet: bool, reconnect_s: float = 1.
             state = _state({"status": status, "chunks": chunks})
             if live:
                 if document_id not in bars:
-                    bars[document_id] = progress.add_task(names.get(document_id, document_id)[:40], total=100, state="")
+                    name = as_text(names.get(document_id, document_id))[:40]
+                    bars[document_id] = progress.add_task(name, total=100, state="")
                 progress.update(bars[document_id], completed=percent, state=state)
             elif not quiet and last.get(document_id) != status:
-                err.print(f"{names.get(document_id, document_id)}: {state}")
+                err.print(f"{as_markup(names.get(document_id, document_id))}: {state}")
             last[document_id] = status
 
         seen, drops = 0, 0
@@ -75,7 +79,7 @@ def wait(gateway: Gateway, task_id: str, *, quiet: bool, reconnect_s: float = 1.
                 for kind, data in task_events(gateway, task_id, seen):
                     if kind == "snapshot":
                         if not quiet and (note := commands.batch_note(data)):
-                            err.print(note)  # then again each time the batch moves (batch-moved)
+                            err.print(as_markup(note))  # then again each time the batch moves (batch-moved)
                         for doc in data["documents"]:
                             names[doc["document_id"]] = doc["filename"]
                             show_doc(doc["document_id"], doc["status"], _doc_percent(doc), doc["chunks"])
@@ -86,11 +90,11 @@ def wait(gateway: Gateway, task_id: str, *, quiet: bool, reconnect_s: float = 1.
                         if not live and not quiet and data["kind"] in ("paused", "resumed", "cancelled", "expired"):
                             err.print(f"task {data['kind']}")
                         if not quiet and data["kind"] == "batch-moved" and (note := commands.batch_note(data)):
-                            err.print(note)
+                            err.print(as_markup(note))
             except StreamDropped as exc:
                 drops += 1
                 if not quiet:
-                    err.print(f"[yellow]progress stream dropped ({exc}); reconnecting[/]")
+                    err.print(f"[yellow]progress stream dropped ({as_markup(str(exc))}); reconnecting[/]")
                 time.sleep(min(10.0, reconnect_s * drops))
                 continue
             task = gateway.task(task_id)  # the stream ended: the task is over; its summaries
@@ -123,16 +127,16 @@ def printed_json(task: dict[str, Any]) -> dict[str, Any]:
 
 def show(task: dict[str, Any]) -> None:
     for doc in task["documents"]:
-        out.rule(f"[bold]{doc['filename']}[/] — {doc['status']}")
+        out.rule(f"[bold]{as_markup(doc['filename'])}[/] — {doc['status']}")
         if doc["status"] == "COMPLETED":
-            out.print(printable(doc["summary"] or "", doc.get("sentences")), markup=False)
+            out.print(as_text(printable(doc["summary"] or "", doc.get("sentences"))), markup=False)
         else:
-            out.print(f"[red]{doc['error']}[/]")
-    out.rule(f"[bold]Task {task['task_id']}[/] — {task['status']}{commands.mode_note(task)}")
+            out.print(f"[red]{as_markup(doc['error'] or '')}[/]")
+    out.rule(f"[bold]Task {as_markup(task['task_id'])}[/] — {task['status']}{as_markup(commands.mode_note(task))}")
     if task["summary"]:
-        out.print(printable(task["summary"], task.get("sentences")), markup=False)
+        out.print(as_text(printable(task["summary"], task.get("sentences"))), markup=False)
     else:
-        out.print(task.get("error") or "")
+        out.print(as_text(task.get("error") or ""), markup=False)
 
 
 def _finish(task: dict[str, Any], json_output: bool) -> int:
@@ -199,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "summarize":
             missing = [str(p) for p in args.files if not p.is_file()]
             if missing:
-                err.print(f"[red]not a file: {', '.join(missing)}[/]")
+                err.print(f"[red]not a file: {as_markup(', '.join(missing))}[/]")
                 return 2
             options = {"length": args.length, "style": args.style, "strict": str(args.strict).lower()}
             if args.language:
@@ -218,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         task = wait(gateway, task_id, quiet=args.json)
         return _finish(task, args.json)
     except GatewayError as exc:
-        err.print(f"[red]docsum: {exc}[/]")
+        err.print(f"[red]docsum: {as_markup(str(exc))}[/]")
         return 2
     except KeyboardInterrupt:
         return 130

@@ -5,7 +5,7 @@ ports), and which names a producer may have. IntakeSettings reads these; the par
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -38,14 +38,20 @@ class OwnerAccess:
     http_ports: list[int]
     owner: str | None = None  # set: from the owner's own entry of DOCSUM_INTAKE_OWNERS
     own_ports: bool = False  # the entry lists its own ports (else the global DOCSUM_INTAKE_HTTP_PORTS)
+    # The file roots DOCSUM_INTAKE_OWNERS gives to other owners: a file is read only when none of them holds
+    # it more closely than one of file_roots (a global /srv does not open alice's /srv/alice to bob).
+    other_roots: list[str] = field(default_factory=list)
 
     @classmethod
-    def of(cls, owner: str, entry: IntakeAccess | None, settings: IntakeSettings) -> OwnerAccess:
+    def of(cls, owner: str | None, entry: IntakeAccess | None, settings: IntakeSettings) -> OwnerAccess:
+        """`owner`'s access (None: an owner without an entry, with the global lists)."""
+        others = [root for name, e in settings.intake_owners.items() if name != owner for root in e.file_roots]
         if entry is None:
-            return cls(settings.intake_file_roots, settings.intake_http_hosts, settings.intake_http_ports)
+            return cls(settings.intake_file_roots, settings.intake_http_hosts, settings.intake_http_ports, None,
+                       other_roots=others)  # fmt: skip
         own_ports = entry.http_ports is not None
         ports = entry.http_ports if entry.http_ports is not None else settings.intake_http_ports
-        return cls(entry.file_roots, entry.http_hosts, ports, owner, own_ports)
+        return cls(entry.file_roots, entry.http_hosts, ports, owner, own_ports, others)
 
     def setting(self, field: str) -> str:
         """The setting that lists `field` ("file_roots", "http_hosts", "http_ports") for this owner."""

@@ -278,7 +278,8 @@ class IntakeSettings(Settings):
     # All the files of one task together (each file is also held to max_file_bytes), from any producer.
     max_task_bytes: int = Field(256 * 1024 * 1024, ge=1)
     # Where an owner's documents may come from: '{"alice": {"file_roots": [...], "http_hosts": [...]}}'
-    # (an owner listed gets exactly that; the others the global intake_file_roots and intake_http_hosts).
+    # (an owner listed gets exactly that; the others the global intake_file_roots and intake_http_hosts). A
+    # file is read only for the owners of the deepest root holding it (intake_access.OwnerAccess.other_roots).
     intake_owners: dict[str, IntakeAccess] = Field(default_factory=dict)
     # Tasks one owner may create per minute, through the gateway or by a producer on Kafka, counted in
     # PostgreSQL across every replica (docsum_shared.taskrate). 0: no limit.

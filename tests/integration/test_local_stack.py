@@ -7,9 +7,12 @@ infrastructure when DATABASE_URL and KAFKA_BOOTSTRAP_SERVERS are set), with its 
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import random
 import re
+import signal
 import socket
 import subprocess
 import uuid
@@ -95,3 +98,90 @@ def test_up_prints_metrics_that_answer_and_observe_scrapes_them(infra: dict[str,
 
     for port in [*ports, int(env["DOCSUM_GATEWAY_PORT"]), prometheus_port]:
         assert not listening(port), f"127.0.0.1:{port} still listens after down"
+
+
+PR_SET_CHILD_SUBREAPER = 36  # prctl(2): orphaned descendants become this process's children
+
+
+def _subreaper(on: bool) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
+
+def _state_and_parent(pid: int) -> tuple[str, int] | None:
+    """A process's state letter (R, S, Z...) and parent, from /proc; None once it is reaped."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return None
+    return fields[0], int(fields[1])
+
+
+def test_up_right_after_a_kill_9_starts_the_services_again(infra: dict[str, str], tmp_path: Path) -> None:
+    """Every service killed with SIGKILL and `up` run at once, as a supervisor (or a person) restarting
+    does: the killed processes are zombies until their parent reaps them, and kill -0 still answers for
+    them. This test is their parent (a child subreaper, as a supervisor is) and reaps them only after
+    `up`. Besides, one pid file names a live program that is not the service (a reused pid). `up` starts
+    every service again and the gateway answers; neither `up` nor `down` signals the other program."""
+    state = tmp_path / "state"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("DOCSUM_")},
+        **infra,
+        "DOCSUM_STATE_DIR": str(state),
+        "DOCSUM_TOPIC_PREFIX": f"test-{uuid.uuid4().hex[:8]}.",
+        "DOCSUM_GATEWAY_PORT": str(free_port()),
+        "DOCSUM_HEALTH_PORT_BASE": str(free_range(len(SERVICES))),
+    }
+
+    def stack(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([STACK, *args], env=env, capture_output=True, text=True, timeout=240)
+
+    def pids() -> dict[str, int]:
+        return {name: int((state / f"{name}.pid").read_text()) for name in SERVICES}
+
+    other = subprocess.Popen(["sleep", "600"])  # a program that got a dead service's pid
+    ours: set[int] = set()
+    _subreaper(True)
+    try:
+        first = stack("up")
+        assert first.returncode == 0, first.stdout + first.stderr
+        killed = pids()
+        ours |= set(killed.values())
+        assert all((_state_and_parent(pid) or ("", 0))[1] == os.getpid() for pid in killed.values())
+        for pid in killed.values():
+            os.kill(pid, signal.SIGKILL)
+        eventually_blocking(
+            lambda: all((_state_and_parent(pid) or ("",))[0] == "Z" for pid in killed.values()),
+            timeout=30,
+            message="the killed services to be zombies",
+        )
+        (state / "chunker.pid").write_text(f"{other.pid}\n")
+
+        again = stack("up")
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert httpx.get(f"http://127.0.0.1:{env['DOCSUM_GATEWAY_PORT']}/healthz", timeout=5).status_code == 200
+        started = pids()
+        ours |= set(started.values())
+        for name, pid in started.items():
+            assert pid != killed[name] and pid != other.pid, name
+            assert (_state_and_parent(pid) or ("Z",))[0] != "Z", name
+            assert f"docsum_{name}" in Path(f"/proc/{pid}/cmdline").read_text(), name
+        assert not (state / "chunker.pid").read_text().startswith(f"{other.pid}\n")
+    finally:
+        down = stack("down")
+        _subreaper(False)
+        for pid in ours:  # the killed ones, and those `down` stopped: this test's children, reaped here
+            eventually_blocking(functools.partial(_reaped, pid), timeout=30, message=f"process {pid} to end")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert other.poll() is None, "a program that got a service's pid was signalled"
+    other.kill()
+    other.wait()
+
+
+def _reaped(pid: int) -> bool:
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True  # not (or no longer) this process's child
+    return done == pid

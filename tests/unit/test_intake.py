@@ -7,6 +7,7 @@ import base64
 import ipaddress
 import json
 import os
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -204,6 +205,32 @@ def test_public_addresses_pass_and_networks_can_be_listed() -> None:
     assert intake.address_error("h", ipaddress.ip_address("11.0.0.1"), ["10.0.0.0/8"]) is None
 
 
+# Python's is_global says True for these (3.11 to 3.13): the table of intake.NOT_PUBLIC refuses them.
+UNREACHABLE_RANGES = [
+    ("fec0::1", "site-local"),
+    ("feff:ffff::1", "site-local"),  # the last of fec0::/10
+    ("5f00::1", "segment-routing"),
+    ("5f00:ffff::5", "segment-routing"),
+    ("3fff::1", "documentation"),
+    ("3fff:fff:ffff::1", "documentation"),  # the last of 3fff::/20
+]
+
+
+@pytest.mark.parametrize(("address", "kind"), UNREACHABLE_RANGES)
+def test_site_local_srv6_and_documentation_addresses_are_refused_unless_listed(address: str, kind: str) -> None:
+    ip = ipaddress.ip_address(address)
+    problem = intake.address_error("docs.example.com", ip, ["*.example.com", "*"])
+    assert problem is not None and f"resolves to {ip}, a {kind} (" in problem, problem
+    assert "list that address" in problem
+    assert intake.address_error("docs.example.com", ip, [address]) is None  # that very address
+    assert intake.address_error("docs.example.com", ip, ["docs.example.com"]) is None  # the host by its name
+
+
+def test_the_ranges_next_to_the_refused_ones_are_public() -> None:
+    for address in ("3fff:1000::1", "2001:4860:4860::8888"):
+        assert intake.address_error("example.com", ipaddress.ip_address(address), ["*"]) is None, address
+
+
 def test_redirects_are_followed_only_within_the_origin() -> None:
     source = intake.HttpSource("https://docs.example.com/a", "https", "docs.example.com", 443)
     assert intake.redirect_error(source, "/b") is None
@@ -351,6 +378,23 @@ async def test_a_loopback_address_behind_a_wildcard_is_refused_before_connecting
         await _fetch(f"http://{server}/doc.txt", _http(["*"]))
     with pytest.raises(ItemFailed, match="resolves to 127.0.0.1"):
         await _fetch(f"http://localhost:{port}/doc.txt", _http(["*"]))
+
+
+@pytest.mark.parametrize(("address", "kind"), UNREACHABLE_RANGES[::2])
+async def test_an_unreachable_range_is_refused_by_address_and_by_name_before_connecting(
+    address: str, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = _http(["*"])
+    with pytest.raises(ItemFailed, match=f"a {kind} "):
+        await _fetch(f"http://[{address}]:8080/doc.txt", settings)  # the address in the URI
+
+    def resolved(host: str, port: int, *args: object, **kwargs: object) -> list[tuple[object, ...]]:
+        assert host == "docs.example.com"
+        return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", (address, port, 0, 0))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolved)  # what the name's DNS answer says
+    with pytest.raises(ItemFailed, match=f"host docs.example.com resolves to {address}, a {kind} "):
+        await _fetch("https://docs.example.com/doc.txt", settings)
 
 
 async def test_redirects_elsewhere_oversized_bodies_and_errors_fail_the_document(server: str) -> None:

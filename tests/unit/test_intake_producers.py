@@ -169,6 +169,56 @@ async def test_an_owner_with_an_entry_gets_exactly_it(tmp_path: Path) -> None:
     assert intake.parse_uri("https://files.example.com:8443/a.pdf", settings, access)
 
 
+async def _read(owner: str, path: Path, settings: ParserSettings) -> bytes:
+    return await sources.content(_submission(owner=owner, content_base64=None, source_uri=path.as_uri()), settings)
+
+
+async def test_an_owner_without_an_entry_never_reads_inside_another_owners_root(tmp_path: Path) -> None:
+    """The global root holds alice's own root (and a symlink into it): bob, who has no entry, reads the
+    global root's files but none of alice's, however he names them; alice reads hers."""
+    srv = tmp_path / "srv"
+    (srv / "alice" / "deep").mkdir(parents=True)
+    (srv / "alice" / "deep" / "doc.txt").write_bytes(b"alice's contract")
+    (srv / "public.txt").write_bytes(b"for anyone")
+    (srv / "link-to-alice").symlink_to(srv / "alice")
+    settings = ParserSettings(
+        _env_file=None,
+        intake_file_roots=[str(srv)],
+        intake_owners={"alice": {"file_roots": [str(srv / "alice")]}},
+    )
+    assert await _read("bob", srv / "public.txt", settings) == b"for anyone"
+    for named in (srv / "alice" / "deep" / "doc.txt", srv / "link-to-alice" / "deep" / "doc.txt", srv / "alice"):
+        with pytest.raises(ItemFailed, match="in a directory DOCSUM_INTAKE_OWNERS gives to another owner"):
+            await _read("bob", named, settings)
+    assert await _read("alice", srv / "alice" / "deep" / "doc.txt", settings) == b"alice's contract"
+    with pytest.raises(ItemFailed, match=r"not under a directory DOCSUM_INTAKE_OWNERS \(alice: file_roots\)"):
+        await _read("alice", srv / "public.txt", settings)  # alice has exactly her entry
+
+
+async def test_the_deepest_root_says_whose_a_file_is(tmp_path: Path) -> None:
+    """Between owners with entries too: carol's wide root does not open dave's root inside it, and a
+    root both are given is read for both."""
+    (tmp_path / "dave").mkdir()
+    (tmp_path / "dave" / "doc.txt").write_bytes(b"dave's")
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "doc.txt").write_bytes(b"both")
+    settings = ParserSettings(
+        _env_file=None,
+        intake_owners={
+            "carol": {"file_roots": [str(tmp_path)]},
+            "dave": {"file_roots": [str(tmp_path / "dave"), str(tmp_path / "shared")]},
+            "erin": {"file_roots": [str(tmp_path / "shared")]},
+        },
+    )
+    with pytest.raises(ItemFailed, match="gives to another owner"):
+        await _read("carol", tmp_path / "dave" / "doc.txt", settings)
+    assert await _read("dave", tmp_path / "dave" / "doc.txt", settings) == b"dave's"
+    with pytest.raises(ItemFailed, match="gives to another owner"):
+        await _read("carol", tmp_path / "shared" / "doc.txt", settings)  # dave's and erin's, not carol's
+    for owner in ("dave", "erin"):
+        assert await _read(owner, tmp_path / "shared" / "doc.txt", settings) == b"both"
+
+
 # --- the task rate ---------------------------------------------------------------------------------------
 
 

@@ -203,7 +203,7 @@ def task_bytes_error(total_bytes: int, size: int, settings: ParserSettings) -> s
 def global_access(settings: ParserSettings) -> OwnerAccess:
     """The global lists (DOCSUM_INTAKE_FILE_ROOTS, _HTTP_HOSTS, _HTTP_PORTS): an owner's without an entry
     of its own in DOCSUM_INTAKE_OWNERS."""
-    return OwnerAccess(settings.intake_file_roots, settings.intake_http_hosts, settings.intake_http_ports)
+    return OwnerAccess.of(None, None, settings)
 
 
 @dataclass(frozen=True)
@@ -291,8 +291,27 @@ def parse_uri(uri: str, settings: ParserSettings, access: OwnerAccess | None = N
 def under_roots(resolved: str, roots: list[str]) -> bool:
     """`resolved` (a path with its symlinks and .. resolved) is one of the roots or inside one (the roots
     resolved likewise)."""
+    return _closest(resolved, roots) >= 0
+
+
+def _closest(resolved: str, roots: list[str]) -> int:
+    """How deep the deepest of `roots` that holds `resolved` is (in path parts); -1: none holds it."""
     path = PurePosixPath(resolved)
-    return any(path == PurePosixPath(root) or path.is_relative_to(root) for root in roots)
+    held = (PurePosixPath(root) for root in roots)
+    return max((len(root.parts) for root in held if path == root or path.is_relative_to(root)), default=-1)
+
+
+def place_error(path: str, resolved: str, roots: list[str], other_roots: list[str], setting: str) -> str | None:
+    """Why the file `path` (`resolved`: its symlinks and .. resolved) is not read for this owner (None: it
+    is): it is under none of its `roots`, or a root DOCSUM_INTAKE_OWNERS gives another owner (`other_roots`)
+    holds it more closely. The deepest root holding a file says whose it is: a root given to one owner
+    inside a wider one (a global /srv around alice's /srv/alice) is read for that owner alone, and a root
+    two owners are both given is read for both."""
+    if not under_roots(resolved, roots):
+        return f"{path} is not under a directory {setting} allows"
+    if _closest(resolved, other_roots) > _closest(resolved, roots):
+        return f"{path} is in a directory DOCSUM_INTAKE_OWNERS gives to another owner: it is not read for this one"
+    return None
 
 
 def _listed_address(entry: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
@@ -325,6 +344,23 @@ _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052: the IPv4 address in 
 _NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215: a site's own translator, never public
 _IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")  # ::a.b.c.d (deprecated, still routed by some stacks)
 
+# Ranges Python's is_global calls global (3.11 to 3.13) that no public server is reached at: each is
+# refused like a private address, with its reason.
+NOT_PUBLIC: tuple[tuple[ipaddress.IPv6Network, str], ...] = (
+    (ipaddress.IPv6Network("fec0::/10"), "site-local (fec0::/10, deprecated by RFC 3879, still routed in some sites)"),
+    (ipaddress.IPv6Network("5f00::/16"), "segment-routing (SRv6 SID, 5f00::/16, RFC 9602: one operator's network)"),
+    (ipaddress.IPv6Network("3fff::/20"), "documentation (3fff::/20, RFC 9637)"),
+)
+
+
+def not_public(address: Address) -> str | None:
+    """What `address` is when it is in a range of NOT_PUBLIC (None: in none of them)."""
+    if isinstance(address, ipaddress.IPv6Address):
+        for network, kind in NOT_PUBLIC:
+            if address in network:
+                return kind
+    return None
+
 
 def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
     """The IPv4 address an IPv6 address leads to, when it carries one: IPv4-mapped (::ffff:a.b.c.d),
@@ -344,13 +380,14 @@ def address_error(
 ) -> str | None:
     """Why `host` may not be reached at `address` (None: it may). Only a public address is reached
     unless this very address (or a network holding it), or the host by its exact name, is listed: a
-    name allowed by a wildcard never leads to a loopback, link-local or private address. An IPv6
+    name allowed by a wildcard never leads to a loopback, link-local, private or NOT_PUBLIC address. An IPv6
     address that carries an IPv4 one is judged by the IPv4 address."""
     given = address
     if isinstance(address, ipaddress.IPv6Address) and (inner := embedded_ipv4(address)) is not None:
         address = inner  # ::ffff:127.0.0.1, 64:ff9b::7f00:1, 2002:7f00:1:: are 127.0.0.1
     public = not (isinstance(address, ipaddress.IPv6Address) and address in _NAT64_LOCAL)
-    if public and address.is_global and not address.is_multicast:
+    listed_kind = not_public(address)
+    if public and listed_kind is None and address.is_global and not address.is_multicast:
         return None
     for entry in (e.strip().lower() for e in listed):
         network = _listed_address(entry)
@@ -358,7 +395,7 @@ def address_error(
             return None  # the host itself, by name
         if network is not None and (address in network or given in network):
             return None
-    kind = (
+    kind = listed_kind or (
         "loopback"
         if address.is_loopback
         else "link-local"

@@ -44,14 +44,19 @@ async def content(event: DocumentSubmitted, settings: ParserSettings) -> bytes:
 
 
 def read_file(path: str, settings: ParserSettings, access: OwnerAccess | None = None) -> bytes:
-    """The file at `path`, if it is a regular file under one of the roots once every symlink and .. is
-    resolved (checked again on the opened file, so a link swapped in meanwhile leads nowhere)."""
+    """The file at `path`, if it is a regular file under one of the roots, and not in another owner's,
+    once every symlink and .. is resolved (checked again on the opened file, so a link swapped in
+    meanwhile leads nowhere)."""
     access = access or intake.global_access(settings)
     roots = [os.path.realpath(root) for root in access.file_roots]
-    outside = ItemFailed(f"{path} is not under a directory {access.setting('file_roots')} allows")
+    others = [os.path.realpath(root) for root in access.other_roots]
+
+    def check(resolved: str) -> None:
+        if (problem := intake.place_error(path, resolved, roots, others, access.setting("file_roots"))) is not None:
+            raise ItemFailed(problem)
+
     resolved = os.path.realpath(path)
-    if not intake.under_roots(resolved, roots):
-        raise outside
+    check(resolved)
     try:
         fd = os.open(resolved, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -62,8 +67,8 @@ def read_file(path: str, settings: ParserSettings, access: OwnerAccess | None = 
         raise ItemFailed(f"{path} cannot be opened: {exc.strerror or exc}") from None
     try:
         proc_link = f"/proc/self/fd/{fd}"
-        if os.path.exists(proc_link) and not intake.under_roots(os.readlink(proc_link), roots):
-            raise outside
+        if os.path.exists(proc_link):
+            check(os.readlink(proc_link))
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise ItemFailed(f"{path} is not a regular file")

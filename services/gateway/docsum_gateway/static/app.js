@@ -565,10 +565,24 @@ function asJson(task) {
   return result;
 }
 
+// What a model or a person wrote, as Markdown text that shows it as it is: a backslash before each character
+// that could start an image (a fetch to anyone's server when the file is viewed), a link, HTML, an entity, a
+// heading or a code span (CommonMark shows any escaped ASCII punctuation as itself), and before a line of
+// dashes (under a line of text it would make that line a heading). Emphasis and list markers stay: they
+// are the summary's own formatting and lead nowhere.
+function mdText(text) {
+  return String(text).replace(/[\\`[\]<>!#&|~=]/g, "\\$&").replace(/^( {0,3})(-+[ \t]*)$/gm, "$1\\$2");
+}
+
+// The same for a one-line place (a title, a file name, an error): its line breaks become spaces, so it
+// cannot start a block of its own.
+const mdLine = (text) => mdText(String(text).replace(/[\r\n]+/g, " "));
+
 // The summaries as Markdown: each sentence with sources followed by a footnote (`text[^1]`), the notes
-// (`[^1]: report.pdf, p. 3`) after its summary, numbered through the whole file.
+// (`[^1]: report.pdf, p. 3`) after its summary, numbered through the whole file. Every text in it that a
+// model or a person wrote goes through mdText or mdLine.
 function asMarkdown(task) {
-  const lines = [`# ${task.title || "docsum summary"}`, "", `Status: ${label(task.status)}`, ""];
+  const lines = [`# ${task.title ? mdLine(task.title) : "docsum summary"}`, "", `Status: ${label(task.status)}`, ""];
   let numbered = 0;
   const cited = (summary, sentences) => {
     const notes = [];
@@ -579,17 +593,17 @@ function asMarkdown(task) {
       if (places.length) {
         numbered += 1;
         marker = `[^${numbered}]`;
-        notes.push(`[^${numbered}]: ${places.join("; ")}${sentence.support === "cited" ? "" : ` (${sentence.support})`}`);
+        notes.push(`[^${numbered}]: ${mdLine(places.join("; "))}${sentence.support === "cited" ? "" : ` (${sentence.support})`}`);
       } else if (sentence.support === "synthesis") marker = " (synthesis)";
-      text += summary.slice(cursor, end) + marker;
+      text += mdText(summary.slice(cursor, end)) + marker;
       cursor = end;
     }
-    text += summary.slice(cursor);
+    text += mdText(summary.slice(cursor));
     return notes.length ? [text, "", ...notes] : [text];
   };
   if (task.summary) lines.push("## Summary", "", ...cited(task.summary, task.sentences), "");
   for (const d of task.documents) {
-    lines.push(`## ${d.filename}`, "", ...(d.summary ? cited(d.summary, d.sentences) : [d.error ? `_Failed: ${d.error}_` : "_No summary_"]), "");
+    lines.push(`## ${mdLine(d.filename)}`, "", ...(d.summary ? cited(d.summary, d.sentences) : [d.error ? `_Failed: ${mdLine(d.error)}_` : "_No summary_"]), "");
   }
   return lines.join("\n");
 }
