@@ -48,6 +48,11 @@ class GatewaySettings(IntakeSettings, LLMSettings):
     # Signs WebSocket tickets; every replica needs the same one. Unset: derived from the API and admin keys.
     ws_ticket_secret: SecretStr | None = None
 
+    # The largest message the server takes from a WebSocket client; a longer one closes the connection
+    # (1009) before it is read. The progress WebSocket takes none (it closes on any message with 1008):
+    # this bounds what the server buffers before the route sees it (uvicorn's default is 16 MiB a socket).
+    ws_max_message_bytes: int = Field(4 * KiB, ge=125, le=16 * MiB)
+
     # Progress streams (SSE and WebSocket on /v1/tasks/{task_id}/events).
     # An idle stream gets a heartbeat this often (SSE comment line, WebSocket ping), so proxies keep it.
     progress_heartbeat_s: float = Field(15.0, gt=0, le=300)
