@@ -41,8 +41,11 @@ class GatewaySettings(IntakeSettings, LLMSettings):
     upload_spool_bytes: int = Field(64 * KiB, ge=0)
     # The upload bytes one gateway process holds at once (in memory and in temporary files), in all and
     # per owner: beyond, 503 (429 for the owner) with Retry-After. Under the 2 GiB /tmp of the Kubernetes pod.
+    # Booked as the bytes arrive (what a request declares books nothing).
     upload_inflight_bytes: int = Field(1024 * MiB, ge=1)
     upload_inflight_bytes_per_owner: int = Field(512 * MiB, ge=1)
+    # An upload whose body sends nothing for this long is dropped (408) and gives back what it booked.
+    upload_idle_s: float = Field(30.0, gt=0, le=3600)
     # A WebSocket ticket (POST /v1/tasks/{task_id}/ticket) is good for one connection within this time.
     ws_ticket_ttl_s: float = Field(30.0, gt=0, le=3600)
     # Signs WebSocket tickets; every replica needs the same one. Unset: derived from the API and admin keys.
