@@ -9,6 +9,7 @@ complete (every entry is there to be sent at once).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import socket
@@ -21,6 +22,7 @@ import asyncpg
 import httpx
 import pytest
 import websockets
+from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from docsum_gateway.progress.recorder import repository
@@ -331,3 +333,119 @@ async def test_the_log_of_a_task_that_ended_long_ago_is_pruned(make_stack: Stack
 
 async def _positive(db: asyncpg.Pool, query: str, *args: Any) -> bool:
     return bool(await db.fetchval(query, *args))
+
+
+# --------------------------------------------------------------------------------------------------
+# A WebSocket client sends nothing: one that does is closed, and one that leaves frees its stream even
+# when nothing is being sent to it (a paused task)
+
+BIG_MESSAGE = 16 * MiB  # uvicorn's default message limit
+FLOODING_SOCKETS = 20
+
+
+async def _paused_task(stack: Stack) -> str:
+    async with stack.client() as client:
+        task_id = await submit(client, [txt("paused.txt", "Paused at once: nothing is sent on its streams.")])
+        assert (await client.post(f"/v1/tasks/{task_id}/pause")).status_code == 200
+    return task_id
+
+
+async def _stream(stack: Stack, task_id: str, exits: AsyncExitStack) -> ClientConnection | None:
+    """A WebSocket past its snapshot (None: refused, closed with 1013); `exits` closes it."""
+    alice = {"Authorization": f"Bearer {stack.keys['alice']}"}
+    ws = await exits.enter_async_context(websockets.connect(_ws_url(stack, task_id), additional_headers=alice))
+    try:
+        first = await asyncio.wait_for(ws.recv(), 30)
+    except ConnectionClosed as closed:
+        assert closed.rcvd is not None and closed.rcvd.code == 1013, closed
+        return None
+    assert json.loads(first)["status"] == "PAUSED"
+    return ws
+
+
+async def _closing(ws: ClientConnection) -> Any:
+    """The close frame the server sends, past the log's entries (within a bound: the old gateway never
+    closed)."""
+
+    async def until_closed() -> None:
+        while True:
+            await ws.recv()
+
+    with pytest.raises(ConnectionClosed) as closed:
+        await asyncio.wait_for(until_closed(), 30)
+    return closed.value.rcvd
+
+
+async def _opens(stack: Stack, task_id: str, exits: AsyncExitStack) -> ClientConnection:
+    """A stream opened under the per-owner cap, once the places of those that ended are given back."""
+    opened: list[ClientConnection] = []
+
+    async def one() -> bool:
+        ws = await _stream(stack, task_id, exits)
+        if ws is not None:
+            opened.append(ws)
+        return ws is not None
+
+    await eventually(one, timeout=30, interval=0.2, message="a place freed by a stream that ended", stack=stack)
+    return opened[0]
+
+
+async def test_a_websocket_client_that_sends_a_message_is_closed_and_frees_its_stream(
+    make_stack: StackFactory,
+) -> None:
+    stack = make_stack(services=("gateway",), DOCSUM_PROGRESS_STREAMS_PER_OWNER="2")
+    task_id = await _paused_task(stack)
+    async with AsyncExitStack() as exits:
+        big, small = await _stream(stack, task_id, exits), await _stream(stack, task_id, exits)
+        assert big is not None and small is not None
+        assert await _stream(stack, task_id, exits) is None  # the cap is full
+        with contextlib.suppress(ConnectionClosed):
+            await big.send(b"x" * MiB)
+        assert (await _closing(big)).code == 1009  # over DOCSUM_WS_MAX_MESSAGE_BYTES: not even read
+        await small.send("hello")
+        closed = await _closing(small)
+        assert closed.code == 1008 and "this stream only sends" in closed.reason
+        # Both places are free again: two streams open under the cap of two.
+        assert await _opens(stack, task_id, exits) and await _opens(stack, task_id, exits)
+
+
+async def test_a_websocket_client_that_leaves_a_paused_task_frees_its_stream(make_stack: StackFactory) -> None:
+    stack = make_stack(services=("gateway",), DOCSUM_PROGRESS_STREAMS_PER_OWNER="2")
+    task_id = await _paused_task(stack)
+    async with AsyncExitStack() as exits:
+        polite, vanished = await _stream(stack, task_id, exits), await _stream(stack, task_id, exits)
+        assert polite is not None and vanished is not None
+        await polite.close()  # a closing handshake
+        vanished.transport.abort()  # the connection just drops
+        assert await _opens(stack, task_id, exits) and await _opens(stack, task_id, exits)
+
+
+async def test_twenty_websockets_that_each_send_16_mib_grow_the_gateway_by_less_than_64_mb(
+    make_stack: StackFactory,
+) -> None:
+    stack = make_stack(services=("gateway",))  # 20 streams per owner: one each
+    task_id = await _paused_task(stack)
+    pid = stack.processes["gateway"].pid
+    message = b"x" * BIG_MESSAGE  # 16 KB on the wire where the server inflates compressed messages
+    async with AsyncExitStack() as exits:
+        opened = [await _stream(stack, task_id, exits) for _ in range(FLOODING_SOCKETS)]
+        sockets = [ws for ws in opened if ws is not None]
+        assert len(sockets) == FLOODING_SOCKETS
+        before = _rss(pid)
+        for ws in sockets:
+            with contextlib.suppress(ConnectionClosed):
+                await ws.send(message)
+        bound = 64 * MiB
+        peak = before
+        # Until every socket is closed (each message refused at its header), or the gateway has grown past
+        # the bound (the old one inflated and kept every message: 20 x 16 MiB).
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and peak - before < bound:
+            peak = max(peak, _rss(pid))
+            if all(ws.close_code is not None for ws in sockets):
+                break
+            await asyncio.sleep(0.2)
+        print(f"\ngateway RSS: {before / MiB:.0f} MiB before, {peak / MiB:.0f} MiB at most after {FLOODING_SOCKETS}"
+              f" WebSockets sent {BIG_MESSAGE // MiB} MiB each")  # fmt: skip
+        assert peak - before < bound, f"grew by {(peak - before) / MiB:.0f} MiB"
+        assert {ws.close_code for ws in sockets} == {1009}

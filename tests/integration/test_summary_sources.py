@@ -8,14 +8,21 @@ pipeline summarized: what is checked is how they are read and shown.
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
 from typing import Any
 
 import asyncpg
+import httpx
 import pytest
 
 from docsum_gateway.routers.tasks import MAX_QUOTE_CHARS
+from docsum_parser.repository import DocumentRepository
+from docsum_shared.levels import SizeLevel
+from docsum_shared.positions import Positions
+from docsum_shared.readmodel import queries
 from docsum_shared.summarizers.citations import CitedSentence, Source, to_json
-from tests.integration.conftest import Stack
+from tests.integration.conftest import Stack, StackFactory
 from tests.integration.helpers import submit, txt, wait_for_task
 
 pytestmark = pytest.mark.integration
@@ -115,3 +122,69 @@ async def test_a_range_outside_the_text_empty_or_over_the_cap_is_422_saying_why(
         ]
         for invalid in refused:
             assert (await client.get(route, params=invalid)).status_code == 422, invalid
+
+
+# --------------------------------------------------------------------------------------------------
+# A flood of quotes of a large text: each request reads at most its cap from PostgreSQL
+
+MiB = 1024 * 1024
+FLOOD = 40
+BIG_LINES = 240_000  # 19 MB of text, one line a unit
+
+
+def _vm_hwm(pid: int) -> int:
+    """The process's peak resident memory so far (VmHWM in /proc/<pid>/status), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmHWM for process {pid}")
+
+
+async def test_forty_quotes_of_a_19_mb_text_read_no_more_than_their_cap(
+    make_stack: StackFactory, db: asyncpg.Pool
+) -> None:
+    stack = make_stack(services=("gateway",))  # no parser: the text is stored below, as the parser stores it
+    async with stack.client() as client:
+        task_id = await submit(client, [txt("big.txt", "Stays pending: its text is written by the test.")])
+        doc_id = (await client.get(f"/v1/tasks/{task_id}")).json()["documents"][0]["document_id"]
+    lines = [
+        f"Line {i:06d}: the tide came in at dawn and left by noon, as it did every day.\n" for i in range(BIG_LINES)
+    ]
+    starts = [0]
+    for line in lines[:-1]:
+        starts.append(starts[-1] + len(line))
+    text = "".join(lines)
+    await DocumentRepository(db).store_text(doc_id, text, SizeLevel.LARGE, Positions("line", tuple(starts)))
+    del lines
+    route = f"/v1/tasks/{task_id}/documents/{doc_id}/text"
+    tail = {"start": len(text) - MAX_QUOTE_CHARS, "end": len(text)}
+
+    # What the repository hands the gateway: no text for a range over the cap, at most the cap otherwise.
+    everything = await queries.quote(db, "alice", task_id, doc_id, 0, 2**31 - 1, MAX_QUOTE_CHARS)
+    assert everything is not None and everything["text"] is None and everything["text_chars"] == len(text)
+    capped = await queries.quote(db, "alice", task_id, doc_id, 5, 5 + MAX_QUOTE_CHARS, MAX_QUOTE_CHARS)
+    assert capped is not None and capped["text"] == text[5 : 5 + MAX_QUOTE_CHARS]
+
+    pid = stack.processes["gateway"].pid
+    limits = httpx.Limits(max_connections=FLOOD, max_keepalive_connections=FLOOD)
+    headers = {"Authorization": f"Bearer {stack.keys['alice']}"}
+    async with httpx.AsyncClient(base_url=stack.gateway_url, headers=headers, timeout=120, limits=limits) as client:
+        warm = await client.get(route, params=tail)  # the code paths warm before the baseline
+        assert warm.status_code == 200, warm.text
+        before = _vm_hwm(pid)
+        whole = {"start": 0, "end": 2**31 - 1}
+        refused = await asyncio.gather(*(client.get(route, params=whole) for _ in range(FLOOD)))
+        quoted = await asyncio.gather(*(client.get(route, params=tail) for _ in range(FLOOD)))
+    after = _vm_hwm(pid)
+    assert {r.status_code for r in refused} == {422}, refused[0].text
+    assert f"over the limit of {MAX_QUOTE_CHARS:,}" in refused[0].json()["detail"][0]["msg"]
+    assert {r.status_code for r in quoted} == {200}
+    assert quoted[0].json()["text"] == text[-MAX_QUOTE_CHARS:] and quoted[0].json()["last_page"] == BIG_LINES
+    growth = (after - before) / MiB
+    print(f"\ngateway VmHWM: {before / MiB:.0f} MiB before, {after / MiB:.0f} MiB after {FLOOD} quotes of the"
+          f" whole {len(text) / 1e6:.0f} MB text and {FLOOD} of its last {MAX_QUOTE_CHARS:,} characters"
+          f" (+{growth:.0f} MiB)")  # fmt: skip
+    # Reading the text before the range check, 40 requests grew the gateway by ~200 MB; 80 answers of at
+    # most 20,000 characters are a few MB.
+    assert growth < 32, f"the gateway's peak RSS grew by {growth:.0f} MiB"
+    await db.execute("DELETE FROM tasks WHERE id = $1", task_id)

@@ -159,7 +159,7 @@ def test_a_charset_that_is_no_form_encoding_is_400_naming_it(client: TestClient,
 def test_a_name_the_charset_cannot_decode_is_read_as_latin_1() -> None:
     from docsum_gateway.uploads import UploadLimits, _Parser
 
-    parser = _Parser(UploadLimits(1, 1, 1, 1), Upload(), form_charset("idna"))
+    parser = _Parser(UploadLimits(1, 1, 1, 1, 1.0), Upload(), form_charset("idna"))
     assert parser._text(b"a..b") == "a..b"  # the idna codec raises UnicodeError (not a decode error) here
     assert form_charset("UTF8") == "utf-8" and form_charset("gb18030") == "gb18030"
 

@@ -1,7 +1,8 @@
 """The upload bytes a gateway holds at once are capped, in all (503) and per owner (429), with Retry-After:
-a burst of large uploads waits instead of filling the disk they spool to. A request books what its
-Content-Length declares before a byte is read, and a body without one books its blocks as they come; what
-was booked is given back when the request ends, whichever way it ends.
+a burst of large uploads waits instead of filling the disk they spool to. A request books its file bytes as
+they arrive (what its Content-Length declares books nothing: a silent request cannot squat the budget), a
+body that sends nothing for DOCSUM_UPLOAD_IDLE_S is dropped (408), and what was booked is given back when
+the request ends, whichever way it ends.
 
 The application is built for real, without a database or broker: every answer here comes before either.
 """
@@ -12,6 +13,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
+
 from docsum_gateway.app import create_app
 from docsum_gateway.settings import GatewaySettings
 from tests.unit.test_gateway_inputs import Untouchable
@@ -21,12 +24,13 @@ KEYS = {"alice": "a" * 24, "bob": "b" * 24}
 BOUNDARY = b"b0undary"
 
 
-def _app() -> Any:
+def _app(idle_s: float = 30.0) -> Any:
     settings = GatewaySettings(
         api_keys=",".join(f"{owner}={key}" for owner, key in KEYS.items()),
         tasks_per_minute=0,
         upload_inflight_bytes=1024 * KiB,
         upload_inflight_bytes_per_owner=700 * KiB,
+        upload_idle_s=idle_s,
     )
     app = create_app(settings)
     app.state.pool = Untouchable()
@@ -78,24 +82,31 @@ async def _post(app: Any, owner: str, blocks: AsyncIterator[bytes], declared: in
 
 
 class Stall:
-    """A body that stops after its first block: `reached` once the server has taken that block and asks
+    """A body that stops after `after` bytes of its file: `reached` once the server has taken them and asks
     for more, and the body ends when `released` is set."""
 
-    def __init__(self) -> None:
+    def __init__(self, after: int = 64 * KiB) -> None:
+        self.after = after
         self.reached = asyncio.Event()
         self.released = asyncio.Event()
 
 
 async def _file(size: int, stall: Stall | None = None) -> AsyncIterator[bytes]:
-    """One file part of `size` bytes in 64 KiB blocks; with `stall`, the body stalls after its first block
-    until released, and then ends without its closing boundary (a client that gave up)."""
+    """One file part of `size` bytes in 64 KiB blocks; with `stall`, the body stalls after `stall.after`
+    bytes of it until released, and then ends without its closing boundary (a client that gave up)."""
     yield b"--" + BOUNDARY + b'\r\nContent-Disposition: form-data; name="files"; filename="big.bin"\r\n\r\n'
-    for sent in range(0, size, 64 * KiB):
-        yield b"x" * min(64 * KiB, size - sent)
-        if stall is not None:
+    sent = 0
+    while True:
+        if stall is not None and sent >= stall.after:
             stall.reached.set()
             await stall.released.wait()
             return
+        if sent >= size:
+            break
+        block = min(64 * KiB, size - sent)
+        yield b"x" * block
+        sent += block
+    yield b"\r\n--" + BOUNDARY + b"--\r\n"
 
 
 async def _fields_only() -> AsyncIterator[bytes]:
@@ -104,27 +115,53 @@ async def _fields_only() -> AsyncIterator[bytes]:
 
 async def test_uploads_wait_beyond_the_gateways_budget_and_an_owners_share() -> None:
     app = _app()
-    stall = Stall()
-    first = asyncio.create_task(_post(app, "alice", _file(600 * KiB, stall), declared=600 * KiB))
-    await asyncio.wait_for(stall.reached.wait(), 10)  # it has booked its bytes and read its first block
+    stall = Stall(after=600 * KiB)
+    first = asyncio.create_task(_post(app, "alice", _file(600 * KiB, stall), declared=601 * KiB))
+    await asyncio.wait_for(stall.reached.wait(), 10)  # it has read and booked its 600 KiB
     assert app.state.uploads.held == 600 * KiB
 
     mine = await _post(app, "alice", _file(200 * KiB), declared=200 * KiB)  # 800 KiB > alice's 700
-    assert mine.status == 429 and mine.consumed == 0, mine.body
+    assert mine.status == 429 and mine.consumed <= 200 * KiB, mine.body
     assert mine.headers["retry-after"] == "5" and b"DOCSUM_UPLOAD_INFLIGHT_BYTES_PER_OWNER" in mine.body
 
     others = await _post(app, "bob", _file(500 * KiB), declared=500 * KiB)  # 1,100 KiB > the gateway's 1,024
-    assert others.status == 503 and others.consumed == 0, others.body
+    assert others.status == 503 and others.consumed <= 500 * KiB, others.body
     assert others.headers["retry-after"] == "5" and b"DOCSUM_UPLOAD_INFLIGHT_BYTES" in others.body
     assert b"alice" not in others.body and b"600" not in others.body  # nothing told of another's upload
 
-    fits = await _post(app, "bob", _fields_only(), declared=300 * KiB)  # 900 KiB: within both
+    fits = await _post(app, "bob", _fields_only(), declared=300 * KiB)
     assert fits.status == 400 and b"no files" in fits.body  # past the budget, refused for what it is
-    assert app.state.uploads.held == 600 * KiB  # bob's booking given back
+    assert app.state.uploads.held == 600 * KiB  # what the refused ones booked given back
 
     stall.released.set()
     gave_up = await first
     assert gave_up.status == 400
+    assert app.state.uploads.held == 0 and app.state.uploads.by_owner == {}
+
+
+async def test_a_declared_length_books_nothing_until_its_bytes_arrive() -> None:
+    app = _app()
+    silent = [Stall(after=0) for _ in range(4)]
+    squatters = [
+        asyncio.create_task(_post(app, owner, _file(256 * KiB, stall), declared=256 * KiB))
+        for owner, stall in zip(["alice", "alice", "bob", "bob"], silent, strict=True)
+    ]
+    await asyncio.wait_for(asyncio.gather(*(s.reached.wait() for s in silent)), 10)
+    assert app.state.uploads.held == 0  # four requests declaring the whole budget (4 x 256 KiB), none sent
+    with pytest.raises(AssertionError, match="the database or broker was reached"):  # past the budget
+        await _post(app, "bob", _file(60), declared=200)
+    for stall in silent:
+        stall.released.set()
+    assert {s.status for s in await asyncio.gather(*squatters)} == {400}
+    assert app.state.uploads.held == 0
+
+
+async def test_a_body_that_stops_arriving_is_dropped_and_gives_back_what_it_booked() -> None:
+    app = _app(idle_s=0.2)
+    stall = Stall(after=300 * KiB)
+    quiet = await _post(app, "alice", _file(600 * KiB, stall), declared=600 * KiB)  # never released
+    assert quiet.status == 408 and b"DOCSUM_UPLOAD_IDLE_S" in quiet.body, quiet.body
+    assert quiet.headers["connection"] == "close"
     assert app.state.uploads.held == 0 and app.state.uploads.by_owner == {}
 
 

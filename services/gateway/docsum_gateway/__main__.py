@@ -38,6 +38,10 @@ def main() -> None:
         # h11, whatever else is installed: its bound on a request's line and headers (16 KB) holds.
         http="h11",
         ws_ping_interval=settings.progress_heartbeat_s,  # the progress WebSocket's heartbeat
+        ws_max_size=settings.ws_max_message_bytes,
+        # No compression: a client's 16 KB of deflated bytes would inflate to a whole message in the server,
+        # and the progress entries are small.
+        ws_per_message_deflate=False,
     )
     uvicorn.Server(config).run(sockets=[api_socket])
 

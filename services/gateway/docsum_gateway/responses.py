@@ -33,6 +33,7 @@ _DESCRIPTIONS = {
     401: "No valid API key: send `Authorization: Bearer <key>`.",
     404: "No such task. Another owner's task answers the same; so does an id the gateway cannot have made.",
     406: "The request does not accept what the route sends (the progress stream: `Accept: text/event-stream`).",
+    408: "The body stopped arriving: no byte of it for DOCSUM_UPLOAD_IDLE_S. The upload is dropped; send it again.",
     409: "The task's status does not allow this (a finished task cannot be paused, say).",
     413: (
         "Over an upload limit: bytes per file (DOCSUM_MAX_FILE_BYTES), files per task (DOCSUM_MAX_FILES_PER_TASK),"

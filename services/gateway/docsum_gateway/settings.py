@@ -41,12 +41,20 @@ class GatewaySettings(IntakeSettings, LLMSettings):
     upload_spool_bytes: int = Field(64 * KiB, ge=0)
     # The upload bytes one gateway process holds at once (in memory and in temporary files), in all and
     # per owner: beyond, 503 (429 for the owner) with Retry-After. Under the 2 GiB /tmp of the Kubernetes pod.
+    # Booked as the bytes arrive (what a request declares books nothing).
     upload_inflight_bytes: int = Field(1024 * MiB, ge=1)
     upload_inflight_bytes_per_owner: int = Field(512 * MiB, ge=1)
+    # An upload whose body sends nothing for this long is dropped (408) and gives back what it booked.
+    upload_idle_s: float = Field(30.0, gt=0, le=3600)
     # A WebSocket ticket (POST /v1/tasks/{task_id}/ticket) is good for one connection within this time.
     ws_ticket_ttl_s: float = Field(30.0, gt=0, le=3600)
     # Signs WebSocket tickets; every replica needs the same one. Unset: derived from the API and admin keys.
     ws_ticket_secret: SecretStr | None = None
+
+    # The largest message the server takes from a WebSocket client; a longer one closes the connection
+    # (1009) before it is read. The progress WebSocket takes none (it closes on any message with 1008):
+    # this bounds what the server buffers before the route sees it (uvicorn's default is 16 MiB a socket).
+    ws_max_message_bytes: int = Field(4 * KiB, ge=125, le=16 * MiB)
 
     # Progress streams (SSE and WebSocket on /v1/tasks/{task_id}/events).
     # An idle stream gets a heartbeat this often (SSE comment line, WebSocket ping), so proxies keep it.

@@ -10,10 +10,14 @@ about the limit and never the rest of the body.
 Starlette's own parser (`request.form()`) limits the number of files and fields and the size of a text
 field, but not the size of a file, and it spools 1 MiB of each file in memory: hence this module.
 
-What all uploads of the process hold at once is capped too (`SpoolBudget`): each request books the bytes
-its Content-Length declares before it reads any, and every block beyond that as it arrives, and gives them
-back when its files are closed. Beyond the process's budget the answer is 503, beyond an owner's share 429,
-both with Retry-After: a burst of large uploads waits instead of filling the disk they spool to.
+What all uploads of the process hold at once is capped too (`SpoolBudget`): each request books its file
+bytes as they arrive, and gives them back when its files are closed. Beyond the process's budget the answer
+is 503, beyond an owner's share 429, both with Retry-After: a burst of large uploads waits instead of
+filling the disk they spool to. What a request declares (Content-Length) books nothing: four silent
+requests declaring 256 MiB each would otherwise hold the whole budget while sending nothing.
+
+A body that stops arriving is dropped: no byte of it for `idle_s` (DOCSUM_UPLOAD_IDLE_S) answers 408 and
+gives back what it booked, so a client that went quiet holds neither budget nor spool for long.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ class UploadLimits:
     max_file_bytes: int
     max_total_bytes: int  # of all files together
     spool_bytes: int
+    idle_s: float  # the longest wait for the body's next bytes
 
     @property
     def max_body_bytes(self) -> int:
@@ -202,6 +207,16 @@ def bad_request(message: str) -> HTTPException:
     return HTTPException(status.HTTP_400_BAD_REQUEST, message)
 
 
+def timed_out(idle_s: float) -> HTTPException:
+    # Connection: close, as the rest of the body will not be read.
+    return HTTPException(
+        status.HTTP_408_REQUEST_TIMEOUT,
+        f"no bytes of the request body arrived for {idle_s:g} s (DOCSUM_UPLOAD_IDLE_S): the upload was dropped;"
+        " send it again",
+        headers={"Connection": "close"},
+    )
+
+
 class _Parser:
     """python-multipart callbacks that enforce the limits and route each part's data."""
 
@@ -330,7 +345,8 @@ def form_charset(declared: str) -> str:
 
 async def read_upload(request: Request, limits: UploadLimits, claim: Claim | None = None) -> Upload:
     """The request's multipart body, parsed as it streams in; on any error nothing is left spooled. With
-    `claim`, the bytes are booked against the process's upload budget (429/503 beyond it)."""
+    `claim`, the file bytes are booked against the process's upload budget as they arrive (429/503 beyond
+    it). A body that sends nothing for `limits.idle_s` is a 408."""
     content_type, params = parse_options_header(request.headers.get("content-type"))
     if content_type != b"multipart/form-data":
         raise bad_request("expected a multipart/form-data body (files in the field 'files')")
@@ -344,12 +360,18 @@ async def read_upload(request: Request, limits: UploadLimits, claim: Claim | Non
 
     upload = Upload(claim=claim)
     parser = _Parser(limits, upload, charset)
+    blocks = request.stream()
     try:
-        if claim is not None and declared is not None and declared.isdigit():
-            claim.cover(int(declared))  # before a byte is read: a busy gateway says so at once
         multipart = MultipartParser(boundary, parser.callbacks())  # type: ignore[arg-type]
         received = 0
-        async for block in request.stream():
+        while True:
+            try:
+                async with asyncio.timeout(limits.idle_s):
+                    block = await anext(blocks, None)
+            except TimeoutError:
+                raise timed_out(limits.idle_s) from None
+            if block is None:
+                break
             multipart.write(block)  # first: a file or task limit crossed in this block says more
             received += len(block)
             if received > limits.max_body_bytes:

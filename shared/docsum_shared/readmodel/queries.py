@@ -52,15 +52,21 @@ async def sentences(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
 
 
 async def quote(
-    pool: asyncpg.Pool, owner: str, task_id: str, document_id: str, start: int, end: int
+    pool: asyncpg.Pool, owner: str, task_id: str, document_id: str, start: int, end: int, max_chars: int
 ) -> asyncpg.Record | None:
-    """The characters [start, end) of a document's extracted text (as many as it has), its length, and the
-    units the range starts and ends in; None unless `owner` owns the task and the document is in it
-    (`has_text` false: the document has no extracted text yet)."""
+    """The characters [start, end) of a document's extracted text (as many as it has; none unless the
+    range is non-empty and at most `max_chars` long), its length, and the units the range starts and ends
+    in; None unless `owner` owns the task and the document is in it (`has_text` false: the document has
+    no extracted text yet).
+
+    The length is the one the parser stored with the text (documents.text_chars, same transaction), not
+    length(x.text): that would decompress the whole text (48 ms for 19 MB) where substr decompresses only
+    up to the range's end. The unit starts are read whole (width_bucket): 0.1 ms for 280,000 lines."""
     return await pool.fetchrow(
-        "SELECT d.filename, x.document_id IS NOT NULL AS has_text, length(x.text) AS text_chars,"
-        " substr(x.text, $4::int + 1, greatest(0, $5::int - $4::int)) AS text, x.position_unit AS unit,"
-        " width_bucket($4::int, x.position_starts) AS page,"
+        "SELECT d.filename, x.document_id IS NOT NULL AND d.text_chars IS NOT NULL AS has_text, d.text_chars,"
+        " CASE WHEN $4::int < $5::int AND $5::int - $4::int <= $6::int"
+        "  THEN substr(x.text, $4::int + 1, $5::int - $4::int) END AS text,"
+        " x.position_unit AS unit, width_bucket($4::int, x.position_starts) AS page,"
         " width_bucket(greatest($4::int, $5::int - 1), x.position_starts) AS last_page"
         " FROM documents d JOIN tasks t ON t.id = d.task_id AND t.owner = $3"
         " LEFT JOIN document_texts x ON x.document_id = d.id"
@@ -70,6 +76,7 @@ async def quote(
         owner,
         start,
         end,
+        max_chars,
     )
 
 

@@ -11,7 +11,9 @@ that reconnects with the last number it saw loses nothing and repeats nothing. A
 holds only the documents whose state it changed: the snapshot's documents, updated by each entry's,
 are the task's documents now. The stream ends after the task's end (`task-done`, `cancelled`,
 `expired`), or when the key it was opened with (or the ticket's) is revoked. Idle streams get a
-heartbeat every DOCSUM_PROGRESS_HEARTBEAT_S: an SSE comment line, a WebSocket ping.
+heartbeat every DOCSUM_PROGRESS_HEARTBEAT_S: an SSE comment line, a WebSocket ping. A WebSocket client
+sends nothing: one that sends a message is closed (1008; 1009 past DOCSUM_WS_MAX_MESSAGE_BYTES), and one
+that leaves frees its stream at once, though nothing was being sent to it.
 
 Streams are capped per owner and per gateway (DOCSUM_PROGRESS_STREAMS_PER_OWNER, _MAX): beyond, SSE
 answers 429 and a WebSocket is closed with 1013 (try again later), each with the reason. A client
@@ -36,7 +38,7 @@ import functools
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -337,11 +339,38 @@ async def task_events(websocket: WebSocket, task_id: str) -> None:
         await websocket.close(code=status.WS_1013_TRY_AGAIN_LATER, reason=str(exc))
         return
     try:
-        await _serve_websocket(websocket, stream, start, settings.progress_stall_s)
+        await _first_to_end(
+            _serve_websocket(websocket, stream, start, settings.progress_stall_s), _read_client(websocket)
+        )
     finally:
         app.state.progress.close(stream)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(websocket.close(), timeout=1)
+
+
+async def _first_to_end(*work: Coroutine[Any, Any, None]) -> None:
+    """Run `work` side by side until one of them ends (or fails); the others are cancelled."""
+    tasks = [asyncio.ensure_future(w) for w in work]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for task in done:
+        task.result()  # an error of the one that ended is the route's
+
+
+async def _read_client(websocket: WebSocket) -> None:
+    """Returns when the client leaves, or after closing a client that sends a message. The stream only
+    sends; reading the client is how a client that left is noticed while nothing is sent (a paused task,
+    one awaiting approval), and keeps the server from holding a message it queued for the route
+    (DOCSUM_WS_MAX_MESSAGE_BYTES caps it: a longer one closes the connection with 1009)."""
+    message = await websocket.receive()
+    if message["type"] == "websocket.disconnect":
+        return
+    reason = "this stream only sends: send nothing on it (reconnect with ?after= to resume)"
+    await asyncio.wait_for(websocket.close(code=status.WS_1008_POLICY_VIOLATION, reason=reason), 1)
 
 
 async def _serve_websocket(websocket: WebSocket, stream: Stream, start: int, stall_s: float) -> None:
