@@ -68,7 +68,8 @@ async def retry_failed(pool: asyncpg.Pool, task_id: str) -> int:
             return 0
         ids = [r["id"] for r in failed]
         await conn.execute(
-            "UPDATE chunks SET status = $2, attempts = 0, failures = 0, error = NULL, updated_at = now()"
+            "UPDATE chunks SET status = $2, attempts = 0, failures = 0, error = NULL, announced_at = NULL,"
+            " updated_at = now()"
             " WHERE document_id = ANY($1::text[]) AND status = $3",
             ids,
             ChunkStatus.PENDING,

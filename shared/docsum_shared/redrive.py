@@ -4,9 +4,15 @@ Used by resume, retry, reconcile and start-up recovery. It never depends on Kafk
 consumer offsets, and publishing its events twice is harmless: every handler is idempotent.
 
 Harmless is not free: each event is a message a service reads. So a re-drive leaves alone whatever is
-moving — a chunk under a live lease, and for reconcile a task or document active within its idle
-time — and a task is claimed in PostgreSQL before its events are built (`prepare_redrive`): of any number
-of re-drives racing for one task, on any replica, one re-drives it and the others find it active.
+moving — a chunk under a live lease, a chunk whose announcement by an earlier re-drive is still on its
+way (`chunks.announced_at`, cleared by the summarizer's claim when it takes the announcement up), and for
+reconcile a task or document active within its idle time — and a task is claimed in PostgreSQL before
+its events are counted (`prepare_redrive`): of any number of re-drives racing for one task, on any
+replica, one re-drives it and the others find it active.
+
+Nor is memory free: a backlog of a million idle chunks is a million events. A claimed re-drive holds
+only their count; it reads its chunks page by page (keyset on the chunk index) as it publishes, and
+builds the next batch only once the one before is acknowledged (`RedriveEvents.batches`).
 """
 
 from __future__ import annotations
@@ -14,8 +20,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 import asyncpg
 from aiokafka import AIOKafkaProducer
@@ -44,6 +51,16 @@ REDRIVES = Sender(
 
 
 @dataclass(frozen=True)
+class ChunkTally:
+    """A SUMMARIZING document's chunks as counted for a re-drive (their rows are read page by page when
+    it publishes): how many are unfinished, how many of those it announces, and the last one."""
+
+    unfinished: int
+    to_announce: int
+    last: ChunkToRedrive | None
+
+
+@dataclass(frozen=True)
 class DocumentRow:
     id: str
     status: DocumentStatus
@@ -54,6 +71,7 @@ class DocumentRow:
     text_chars: int | None
     size_level: SizeLevel | None
     active: bool = False  # moved within the re-drive's idle time: it is being worked on, leave it
+    chunks: ChunkTally | None = None  # SUMMARIZING, as read from PostgreSQL (`plan` takes the rows instead)
 
 
 @dataclass(frozen=True)
@@ -62,6 +80,10 @@ class ChunkToRedrive:
     index: int
     status: ChunkStatus
     leased: bool = False  # a summarizer holds a live lease on it: its call is running
+    # PENDING, announced by a re-drive less than `redrive_announced_s` ago, and no summarizer has taken
+    # that announcement up yet: it is on its way (queued behind other work), announcing it again adds a
+    # message and nothing else.
+    announced: bool = False
 
 
 def plan(
@@ -71,54 +93,164 @@ def plan(
     chunks: dict[str, list[ChunkToRedrive]],
     expected_documents: int | None = None,
 ) -> list[Event]:
-    """The events that move every unfinished document of the task one step on. `expected_documents`: the
-    number of documents the task will have (another system's task, whose documents arrive one by one);
-    until that many exist, the task is not finished whatever state they are in. An active document and
-    a leased chunk get nothing: they are moving already."""
+    """The events that move every unfinished document of the task one step on, from its rows in memory
+    (a re-drive reads them page by page instead: `RedriveEvents`). `expected_documents`: the number of
+    documents the task will have (another system's task, whose documents arrive one by one); until that
+    many exist, the task is not finished whatever state they are in. An active document, a leased chunk
+    and a chunk whose announcement is on its way get nothing: they are moving already."""
     events: list[Event] = []
     for doc in documents:
         if doc.active:
             continue
-        if doc.status in (DocumentStatus.PENDING, DocumentStatus.PARSING):
-            if doc.blob_sha256 is None or doc.size_bytes is None:
-                continue  # no bytes to parse: its producer publishes it again (after `docsum retry`)
-            events.append(
-                DocumentSubmitted(
-                    task_id=task_id, document_id=doc.id, owner=owner, filename=doc.filename,
-                    content_type=doc.content_type, blob_sha256=doc.blob_sha256, size_bytes=doc.size_bytes,
-                )
-            )  # fmt: skip
-        elif doc.status is DocumentStatus.CHUNKING:
-            text_chars = doc.text_chars or 0
-            # The parser stores the level with the CHUNKING status in one update; the fallback (default
-            # thresholds) only keeps a row without one moving.
-            level = doc.size_level or size_level(text_chars)
-            events.append(DocumentParsed(task_id=task_id, document_id=doc.id, text_chars=text_chars, size_level=level))
-        elif doc.status is DocumentStatus.SUMMARIZING:
+        if doc.status is DocumentStatus.SUMMARIZING:
             rows = chunks.get(doc.id, [])
-            unfinished = [c for c in rows if c.status not in CHUNK_FINAL]
-            for c in (c for c in unfinished if not c.leased):
-                events.append(ChunkCreated(task_id=task_id, document_id=doc.id, chunk_id=c.id, chunk_index=c.index))
-            if rows and not unfinished:  # every chunk final: only the merge is missing
-                last = rows[-1]
-                events.append(
-                    ChunkSummarized(task_id=task_id, document_id=doc.id, chunk_id=last.id, chunk_index=last.index)
-                )
-    complete = len(documents) >= (expected_documents or 1)
-    if complete and all(d.status in DOCUMENT_FINAL for d in documents):  # only the task merge is missing
-        last_doc = documents[-1]
-        outcome = DocumentOutcome.COMPLETED if last_doc.status is DocumentStatus.COMPLETED else DocumentOutcome.FAILED
-        events.append(DocumentMerged(task_id=task_id, document_id=last_doc.id, outcome=outcome))
+            if rows and all(c.status in CHUNK_FINAL for c in rows):
+                events.append(merge_step(task_id, doc.id, rows[-1]))
+            else:
+                events.extend(chunk_steps(task_id, doc.id, rows))
+        elif (event := document_step(task_id, owner, doc)) is not None:
+            events.append(event)
+    if (merged := task_step(task_id, documents, expected_documents)) is not None:
+        events.append(merged)
     return events
+
+
+def document_step(task_id: str, owner: str, doc: DocumentRow) -> Event | None:
+    """The next event of a document that is not summarizing (one of those moves chunk by chunk)."""
+    if doc.status in (DocumentStatus.PENDING, DocumentStatus.PARSING):
+        if doc.blob_sha256 is None or doc.size_bytes is None:
+            return None  # no bytes to parse: its producer publishes it again (after `docsum retry`)
+        return DocumentSubmitted(
+            task_id=task_id, document_id=doc.id, owner=owner, filename=doc.filename,
+            content_type=doc.content_type, blob_sha256=doc.blob_sha256, size_bytes=doc.size_bytes,
+        )  # fmt: skip
+    if doc.status is DocumentStatus.CHUNKING:
+        text_chars = doc.text_chars or 0
+        # The parser stores the level with the CHUNKING status in one update; the fallback (default
+        # thresholds) only keeps a row without one moving.
+        level = doc.size_level or size_level(text_chars)
+        return DocumentParsed(task_id=task_id, document_id=doc.id, text_chars=text_chars, size_level=level)
+    return None
+
+
+def chunk_steps(task_id: str, document_id: str, chunks: Iterable[ChunkToRedrive]) -> Iterator[ChunkCreated]:
+    """An announcement of each unfinished chunk that is neither leased nor announced already, in order."""
+    for c in chunks:
+        if c.status not in CHUNK_FINAL and not c.leased and not c.announced:
+            yield ChunkCreated(task_id=task_id, document_id=document_id, chunk_id=c.id, chunk_index=c.index)
+
+
+def merge_step(task_id: str, document_id: str, last: ChunkToRedrive) -> ChunkSummarized:
+    """Every chunk of the document is final: only its merge is missing."""
+    return ChunkSummarized(task_id=task_id, document_id=document_id, chunk_id=last.id, chunk_index=last.index)
+
+
+def task_step(task_id: str, documents: Sequence[DocumentRow], expected_documents: int | None) -> DocumentMerged | None:
+    """Every document exists and is final: only the task merge is missing."""
+    complete = len(documents) >= (expected_documents or 1)
+    if not complete or not all(d.status in DOCUMENT_FINAL for d in documents):
+        return None
+    last_doc = documents[-1]
+    outcome = DocumentOutcome.COMPLETED if last_doc.status is DocumentStatus.COMPLETED else DocumentOutcome.FAILED
+    return DocumentMerged(task_id=task_id, document_id=last_doc.id, outcome=outcome)
+
+
+def summarizing_done(doc: DocumentRow) -> bool:
+    """A summarizing document whose chunks are all final (and exist): its merge is what it needs."""
+    tally = doc.chunks
+    return tally is not None and tally.last is not None and tally.unfinished == 0
+
+
+def events_of(task_id: str, owner: str, doc: DocumentRow) -> int:
+    """How many events a re-drive publishes for the document (read with its chunks counted)."""
+    if doc.active:
+        return 0
+    if doc.status is DocumentStatus.SUMMARIZING:
+        if summarizing_done(doc):
+            return 1
+        return doc.chunks.to_announce if doc.chunks is not None else 0
+    return int(document_step(task_id, owner, doc) is not None)
+
+
+@dataclass(frozen=True)
+class RedriveEvents:
+    """What a claimed re-drive publishes: counted when it was claimed (`len`), read from PostgreSQL and
+    built a batch at a time when it is published (`batches`), so that the events in memory never
+    outnumber one batch, whatever the backlog (a million idle chunks are a million events)."""
+
+    pool: asyncpg.Pool
+    task_id: str
+    owner: str
+    expected_documents: int | None
+    idle_s: float | None
+    announced_s: float
+    trace_id: str | None
+    counted: int
+
+    def __len__(self) -> int:
+        return self.counted
+
+    async def batches(self, size: int) -> AsyncIterator[list[Event]]:
+        """The events, `size` at a time, each batch built only once the one before was taken."""
+        batch: list[Event] = []
+        async for event in self._events(size):
+            batch.append(event if self.trace_id is None else event.model_copy(update={"trace_id": self.trace_id}))
+            if len(batch) >= size:
+                yield batch
+                batch = []  # the batch yielded is the caller's alone from here
+        if batch:
+            yield batch
+
+    async def _events(self, page: int) -> AsyncIterator[Event]:
+        documents = await _documents(self.pool, self.task_id, self.idle_s, self.announced_s)
+        for doc in documents:
+            if doc.active:
+                continue
+            if doc.status is DocumentStatus.SUMMARIZING:
+                if summarizing_done(doc) and doc.chunks is not None and doc.chunks.last is not None:
+                    yield merge_step(self.task_id, doc.id, doc.chunks.last)
+                    continue
+                after = -1
+                while rows := await _chunk_page(self.pool, doc.id, after, page, self.announced_s):
+                    for announcement in chunk_steps(self.task_id, doc.id, rows):
+                        yield announcement
+                    after = rows[-1].index
+            elif (event := document_step(self.task_id, self.owner, doc)) is not None:
+                yield event
+        if (merged := task_step(self.task_id, documents, self.expected_documents)) is not None:
+            yield merged
+
+    async def announce(self, batch: Sequence[Event]) -> datetime | None:
+        """Mark the batch's chunks announced, just before they are: a later re-drive leaves them alone
+        while their announcement is on its way. The time marked (None: no chunk in the batch)."""
+        ids = [e.chunk_id for e in batch if isinstance(e, ChunkCreated)]
+        if not ids:
+            return None
+        return await self.pool.fetchval(_ANNOUNCED, ids, ChunkStatus.PENDING)
+
+    async def unannounce(self, batch: Sequence[Event], marked: datetime) -> None:
+        """The batch was not published after all: its chunks' marks of `marked` are taken back."""
+        ids = [e.chunk_id for e in batch if isinstance(e, ChunkCreated)]
+        await self.pool.execute(
+            "UPDATE chunks SET announced_at = NULL WHERE id = ANY($1::text[]) AND announced_at = $2", ids, marked
+        )
+
+
+# A re-drive's mark on the chunks it announces (a summarizer's claim clears it when it takes an
+# announcement up, or drops it because the task is held: see the summarizer's repository).
+_ANNOUNCED = (
+    "WITH marked AS (UPDATE chunks SET announced_at = now() WHERE id = ANY($1::text[]) AND status = $2 RETURNING 1)"
+    " SELECT now()"
+)
 
 
 @dataclass(frozen=True)
 class Redrive:
-    """A task claimed for a re-drive and the events it needs, built but not yet published. `context`:
-    the re-drive's own trace (its events carry its id), to publish them in."""
+    """A task claimed for a re-drive and the events it needs, counted but not yet built. `context`: the
+    re-drive's own trace (its events carry its id), to publish them in."""
 
     task_id: str
-    events: list[Event]
+    events: RedriveEvents
     context: contextvars.Context
 
 
@@ -138,8 +270,9 @@ RETURNING owner, expected_documents
 async def prepare_redrive(
     pool: asyncpg.Pool, settings: Settings, task_id: str, *, idle_s: float | None = None, bounded: bool = False
 ) -> Redrive | None:
-    """Claim the task and build what its unfinished work needs; None if it was not claimed (gone, or
+    """Claim the task and count what its unfinished work needs; None if it was not claimed (gone, or
     for a reconcile: finished, or active within `idle_s` — another re-drive may just have taken it).
+    Nothing is built yet: its events are read and built batch by batch when it is published.
 
     `idle_s` (reconcile): documents active within it are left alone too. `bounded` (the merger's
     reconcile): a document found where the previous re-drive left it, `redrive_limit` times in a row, is
@@ -150,69 +283,82 @@ async def prepare_redrive(
         return None
     if bounded:
         await fail_stalled(pool, task_id, settings.redrive_limit)
-    documents = await _documents(pool, task_id, idle_s)
-    chunks = await _chunks(pool, task_id)
+    owner, expected = task["owner"], task["expected_documents"]
+    documents = await _documents(pool, task_id, idle_s, settings.redrive_announced_s)
+    merge = task_step(task_id, documents, expected)
+    counted = sum(events_of(task_id, owner, d) for d in documents) + int(merge is not None)
     # A re-drive starts a trace of its own (linked to what asked for it): its events' trace id is the new one.
     with telemetry.root_span("redrive", {"task_id": task_id}) as trace_id:
-        # Built in a worker thread: thousands of events would otherwise hold the event loop (and every
-        # request the process serves) for as long as they take.
-        events = await asyncio.to_thread(
-            _traced_plan, trace_id, task_id, task["owner"], documents, chunks, task["expected_documents"]
-        )
         context = contextvars.copy_context()
     # The merger's reconcile is a recovery (the work was stuck); a resume, a retry or an owner's
     # reconcile is the owner's wish.
     metrics.REDRIVES.labels("reconcile" if bounded else "requested").inc()
+    events = RedriveEvents(pool, task_id, owner, expected, idle_s, settings.redrive_announced_s, trace_id, counted)
     return Redrive(task_id, events, context)
 
 
-def _traced_plan(
-    trace_id: str | None,
-    task_id: str,
-    owner: str,
-    documents: list[DocumentRow],
-    chunks: dict[str, list[ChunkToRedrive]],
-    expected_documents: int | None,
-) -> list[Event]:
-    events = plan(task_id, owner, documents, chunks, expected_documents)
-    return events if trace_id is None else [event.model_copy(update={"trace_id": trace_id}) for event in events]
+# The task's documents in order, each SUMMARIZING one (not active) with its chunks counted: unfinished,
+# to announce (neither leased nor announced within $5 seconds), and its last.
+_DOCUMENTS = """
+SELECT d.id, d.status, d.filename, d.content_type, d.blob_sha256, d.size_bytes, d.text_chars, d.size_level,
+       ($2::float8 IS NOT NULL AND d.updated_at > now() - make_interval(secs => $2)) AS active,
+       n.unfinished, n.to_announce, l.id AS last_id, l.chunk_index AS last_index, l.status AS last_status
+  FROM documents d
+  LEFT JOIN LATERAL (
+      SELECT count(*) AS unfinished,
+             count(*) FILTER (WHERE NOT coalesce(c.status = $4 AND c.lease_expires_at > now(), false)
+                                AND NOT coalesce(c.status = $6 AND c.announced_at > now() - make_interval(secs => $5),
+                                                 false)) AS to_announce
+        FROM chunks c WHERE c.document_id = d.id AND c.status <> ALL($7::text[])
+  ) n ON d.status = $3
+  LEFT JOIN LATERAL (
+      SELECT c.id, c.chunk_index, c.status FROM chunks c WHERE c.document_id = d.id ORDER BY c.chunk_index DESC LIMIT 1
+  ) l ON d.status = $3
+ WHERE d.task_id = $1 ORDER BY d.position
+"""
 
 
-async def _documents(pool: asyncpg.Pool, task_id: str, idle_s: float | None) -> list[DocumentRow]:
+async def _documents(pool: asyncpg.Pool, task_id: str, idle_s: float | None, announced_s: float) -> list[DocumentRow]:
     rows = await pool.fetch(
-        "SELECT id, status, filename, content_type, blob_sha256, size_bytes, text_chars, size_level,"
-        " ($2::float8 IS NOT NULL AND updated_at > now() - make_interval(secs => $2)) AS active"
-        " FROM documents WHERE task_id = $1 ORDER BY position",
-        task_id,
-        idle_s,
-    )
-    return [
-        DocumentRow(
-            **{
-                **dict(r),
-                "status": DocumentStatus(r["status"]),
-                "size_level": SizeLevel(r["size_level"]) if r["size_level"] else None,
-            }
-        )
-        for r in rows
-    ]
-
-
-async def _chunks(pool: asyncpg.Pool, task_id: str) -> dict[str, list[ChunkToRedrive]]:
-    rows = await pool.fetch(
-        "SELECT c.document_id, c.id, c.chunk_index, c.status,"
-        " (c.status = $3 AND c.lease_expires_at > now()) AS leased"
-        " FROM chunks c JOIN documents d ON d.id = c.document_id"
-        " WHERE d.task_id = $1 AND d.status = $2 ORDER BY c.document_id, c.chunk_index",
-        task_id,
-        DocumentStatus.SUMMARIZING,
-        ChunkStatus.SUMMARIZING,
-    )
-    chunks: dict[str, list[ChunkToRedrive]] = {}
+        _DOCUMENTS, task_id, idle_s, DocumentStatus.SUMMARIZING, ChunkStatus.SUMMARIZING, announced_s,
+        ChunkStatus.PENDING, list(CHUNK_FINAL),
+    )  # fmt: skip
+    documents: list[DocumentRow] = []
     for r in rows:
-        row = ChunkToRedrive(r["id"], r["chunk_index"], ChunkStatus(r["status"]), bool(r["leased"]))
-        chunks.setdefault(r["document_id"], []).append(row)
-    return chunks
+        tally = None
+        if r["last_id"] is not None:
+            last = ChunkToRedrive(r["last_id"], r["last_index"], ChunkStatus(r["last_status"]))
+            tally = ChunkTally(r["unfinished"], r["to_announce"], last)
+        documents.append(
+            DocumentRow(
+                id=r["id"], status=DocumentStatus(r["status"]), filename=r["filename"],
+                content_type=r["content_type"], blob_sha256=r["blob_sha256"], size_bytes=r["size_bytes"],
+                text_chars=r["text_chars"], size_level=SizeLevel(r["size_level"]) if r["size_level"] else None,
+                active=r["active"], chunks=tally,
+            )
+        )  # fmt: skip
+    return documents
+
+
+# One page of a document's chunks to announce, after chunk `$2` in order (keyset: each page is one
+# short query on the (document_id, chunk_index) index, and no transaction stays open while it publishes).
+_CHUNK_PAGE = """
+SELECT c.id, c.chunk_index, c.status FROM chunks c
+ WHERE c.document_id = $1 AND c.chunk_index > $2 AND c.status <> ALL($4::text[])
+   AND NOT coalesce(c.status = $5 AND c.lease_expires_at > now(), false)
+   AND NOT coalesce(c.status = $6 AND c.announced_at > now() - make_interval(secs => $7), false)
+ ORDER BY c.chunk_index LIMIT $3
+"""
+
+
+async def _chunk_page(
+    pool: asyncpg.Pool, document_id: str, after: int, size: int, announced_s: float
+) -> list[ChunkToRedrive]:
+    rows = await pool.fetch(
+        _CHUNK_PAGE, document_id, after, size, list(CHUNK_FINAL), ChunkStatus.SUMMARIZING, ChunkStatus.PENDING,
+        announced_s,
+    )  # fmt: skip
+    return [ChunkToRedrive(r["id"], r["chunk_index"], ChunkStatus(r["status"])) for r in rows]
 
 
 def batches(events: Sequence[Event], size: int) -> list[Sequence[Event]]:
@@ -226,17 +372,26 @@ async def publish_redrives(
     redrives: Sequence[Redrive],
     between_batches: Callable[[], Awaitable[None]] | None = None,
 ) -> int:
-    """Publish the re-drives' events in batches of `redrive_batch_events`, each acknowledged before the
-    next is sent (the producer's buffer and the loop's time stay bounded whatever the backlog), each in
-    its re-drive's trace; `between_batches` runs after each batch. Returns how many were published."""
+    """Publish the re-drives' events in batches of `redrive_batch_events`, each read from PostgreSQL and
+    built only once the batch before it was acknowledged (the events in memory, the producer's buffer
+    and the loop's time stay bounded whatever the backlog), each in its re-drive's trace; each batch's
+    chunks are marked announced as it goes. `between_batches` runs after each batch. Returns how many
+    were published."""
     published = 0
     for redrive in redrives:
-        for batch in batches(redrive.events, settings.redrive_batch_events):
-            # In the re-drive's context: its trace, in the events' traceparent headers.
-            await asyncio.create_task(
-                publish(producer, settings, batch, sender=REDRIVES), context=redrive.context.copy()
-            )
+        async for batch in redrive.events.batches(settings.redrive_batch_events):
+            marked = await redrive.events.announce(batch)
+            try:
+                # In the re-drive's context: its trace, in the events' traceparent headers.
+                await asyncio.create_task(
+                    publish(producer, settings, batch, sender=REDRIVES), context=redrive.context.copy()
+                )
+            except BaseException:
+                if marked is not None:  # not announced after all: the next re-drive announces them
+                    await asyncio.shield(redrive.events.unannounce(batch, marked))
+                raise
             published += len(batch)
+            del batch  # gone before the next one is built
             if between_batches is not None:
                 await between_batches()
     return published

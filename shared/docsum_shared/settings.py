@@ -127,6 +127,11 @@ class Settings(BaseSettings):
     # A re-drive publishes its events in batches of this many, each acknowledged before the next is
     # sent: the producer's buffer and the time a re-drive holds its process stay bounded, whatever the backlog.
     redrive_batch_events: int = Field(500, ge=1)
+    # A chunk a re-drive announced less than this long ago, whose announcement no summarizer has taken up
+    # yet, is on its way (queued behind other work): re-drives (resume, retry, reconcile) leave it alone.
+    # Older, it is announced again: a message can be lost (dead-lettered, or a re-drive that stopped
+    # between marking and publishing). 0: every re-drive announces every unfinished chunk.
+    redrive_announced_s: float = Field(300.0, ge=0)
 
     # The systems that publish documents on Kafka, each on its own topic intake.<producer> (which the
     # broker's ACLs let only that producer write), and the owners each may act for: Kafka does not tell

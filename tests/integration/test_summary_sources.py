@@ -9,6 +9,7 @@ pipeline summarized: what is checked is how they are read and shown.
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,17 @@ import pytest
 from docsum_gateway.routers.tasks import MAX_QUOTE_CHARS
 from docsum_parser.repository import DocumentRepository
 from docsum_shared.levels import SizeLevel
-from docsum_shared.positions import Positions
+from docsum_shared.positions import Positions, position_of
 from docsum_shared.readmodel import queries
-from docsum_shared.summarizers.citations import CitedSentence, Source, to_json
+from docsum_shared.summarizers.base import Span, SummaryResult, SummarySentence
+from docsum_shared.summarizers.citations import (
+    MAX_SOURCES,
+    CitedSentence,
+    Source,
+    chunk_sentences,
+    merged_sentences,
+    to_json,
+)
 from tests.integration.conftest import Stack, StackFactory
 from tests.integration.helpers import submit, txt, wait_for_task
 
@@ -188,3 +197,46 @@ async def test_forty_quotes_of_a_19_mb_text_read_no_more_than_their_cap(
     # most 20,000 characters are a few MB.
     assert growth < 32, f"the gateway's peak RSS grew by {growth:.0f} MiB"
     await db.execute("DELETE FROM tasks WHERE id = $1", task_id)
+def _cited(document_id: str, ranges: list[tuple[int, int]], positions: Positions) -> tuple[CitedSentence, ...]:
+    """A chunk summary of one sentence per range, each citing its range (as chunk_sentences maps it)."""
+    said = [f"S{i}." for i in range(len(ranges))]
+    quoting = tuple(SummarySentence.quoting(t, 0, a, b) for t, (a, b) in zip(said, ranges, strict=True))
+    result = SummaryResult(" ".join(said), "m", sentences=quoting)
+    return chunk_sentences(result, document_id, 0, positions)
+
+
+async def test_a_sentence_citing_thousands_of_ranges_is_shown_with_a_bounded_few(
+    stack: Stack, db: asyncpg.Pool
+) -> None:
+    """A model told to cite every id: the top sentence rests on every sentence of every text it merged.
+    The view shows at most MAX_SOURCES of its ranges, touching ones joined; so does a row stored before
+    sources were bounded (3,000 ranges of 4 items, their last units looked up)."""
+    lines = [f"Line {i:03d} of the long record says a thing of its own here." for i in range(400)]
+    async with stack.client("alice") as client:
+        task = await wait_for_task(client, await submit(client, [txt("record.txt", "\n".join(lines))]), stack)
+    doc_id = task["documents"][0]["document_id"]
+    stored = await _stored_text(db, doc_id)
+    positions = Positions("line", tuple(stored["position_starts"]))
+    assert len(stored["text"]) > 16_000
+
+    touching = _cited(doc_id, [(5 * i, 5 * i + 5) for i in range(2000)], positions)  # [0, 10,000)
+    apart = _cited(doc_id, [(10_005 + 10 * i, 10_005 + 10 * i + 1 + i % 5) for i in range(600)], positions)
+    everything = SummarySentence("It all.", (Span(0, 0, 20_000), Span(1, 0, 20_000)), "cited")
+    [top] = merged_sentences(SummaryResult("It all.", "m", sentences=(everything,)), [touching, apart])
+    await db.execute("UPDATE tasks SET summary_sentences = $2::jsonb WHERE id = $1", task["task_id"], to_json([top]))
+    legacy = [[doc_id, position_of(positions, a), a, b] for a, b in [(10 * i, 10 * i + 3) for i in range(3000)]]
+    old_row = [{"text": "Old.", "support": "synthesis", "at": [0, 4], "sources": legacy}]
+    await db.execute("UPDATE documents SET summary_sentences = $2::jsonb WHERE id = $1", doc_id, json.dumps(old_row))
+
+    async with stack.client("alice") as client:
+        view = (await client.get(f"/v1/tasks/{task['task_id']}")).json()
+    [shown] = view["sentences"]
+    assert len(shown["sources"]) <= MAX_SOURCES  # 2,600 before
+    assert shown["sources"][0] == {
+        "document_id": doc_id, "filename": "record.txt", "unit": "line", "page": 1,
+        "last_page": position_of(positions, 9_999), "start": 0, "end": 10_000,
+    }  # fmt: skip
+    [old] = view["documents"][0]["sentences"]
+    assert len(old["sources"]) == MAX_SOURCES  # 3,000 before
+    for source in old["sources"]:
+        assert source["last_page"] == position_of(positions, source["end"] - 1)

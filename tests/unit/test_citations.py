@@ -20,8 +20,11 @@ from docsum_shared.states import ChunkStatus, DocumentStatus
 from docsum_shared.summarizers.base import Span, SummaryKind, SummaryRequest, SummaryResult, SummarySentence
 from docsum_shared.summarizers.budget import group_to_fit, next_level, part_of
 from docsum_shared.summarizers.citations import (
+    ADJACENT_CHARS,
+    MAX_SOURCES,
     CitedSentence,
     Source,
+    bounded,
     check_sources,
     chunk_sentences,
     from_json,
@@ -69,8 +72,8 @@ def test_a_chunk_sentence_cites_its_range_of_the_document_and_the_page_it_starts
     positions = Positions("page", (0, 15))
     mapped = chunk_sentences(result, "d", chunk_start, positions)
     assert mapped == (
-        CitedSentence("Page two says this.", (Source("d", 2, 15, 34),), "cited", (0, 19)),
-        CitedSentence("And that.", (Source("d", 2, 35, 44),), "cited", (20, 29)),
+        CitedSentence("Page two says this.", (Source("d", 2, 15, 34, 2),), "cited", (0, 19)),
+        CitedSentence("And that.", (Source("d", 2, 35, 44, 2),), "cited", (20, 29)),
     )
     assert all(check_sources(s, {"d": document}) for s in mapped)
     assert [s.sources[0].page for s in chunk_sentences(result, "d", chunk_start, None)] == [None, None]
@@ -84,9 +87,9 @@ def test_a_chunk_sentence_on_several_ranges_cites_each_and_keeps_its_support() -
     result = _result(f"{two.text} {none.text} {aligned.text}", two, none, aligned)
     mapped = chunk_sentences(result, "d", 7, Positions("page", (0, 7)))
     assert mapped == (
-        CitedSentence(two.text, (Source("d", 2, 7, 26), Source("d", 2, 27, 45)), "cited", (0, 37)),
+        CitedSentence(two.text, (Source("d", 2, 7, 26, 2), Source("d", 2, 27, 45, 2)), "cited", (0, 37)),
         CitedSentence(none.text, (), "synthesis", (38, 53)),
-        CitedSentence(aligned.text, (Source("d", 2, 46, 61),), "aligned", (54, 69)),
+        CitedSentence(aligned.text, (Source("d", 2, 46, 61, 2),), "aligned", (54, 69)),
     )
     assert all(check_sources(s, {"d": document}) for s in mapped)
 
@@ -209,6 +212,66 @@ def test_a_cited_sentence_in_other_words_is_checked_lexically_against_its_source
 def test_lexical_support_wants_most_content_words_in_the_quoted_text(sentence: str, supported: bool) -> None:
     quoted = "Kafka stores events in topics, and brokers keep them. 卡夫卡把事件存储在主题中。"
     assert lexically_supported(quoted, sentence) is supported
+
+
+# --- a sentence's sources are bounded -----------------------------------------------------------------------
+
+
+def _cite_every_id() -> tuple[tuple[CitedSentence, ...], tuple[CitedSentence, ...]]:
+    """Two merged texts whose every sentence cites one range, as a model told to cite every id leaves
+    them: 2,000 sentences over touching ranges of "d" (each range 5 characters, on pages of 1,000), and
+    1,000 over ranges of "e" apart from each other, 1 to 5 characters long."""
+    touching = tuple(
+        CitedSentence(f"D{i}.", (Source("d", 1 + 5 * i // 1000, 5 * i, 5 * i + 5, 1 + (5 * i + 4) // 1000),), "cited",
+                      (10 * i, 10 * i + 5))
+        for i in range(2000)
+    )  # fmt: skip
+    apart = tuple(
+        CitedSentence(f"E{i}.", (Source("e", None, 10 * i, 10 * i + 1 + i % 5),), "aligned", (10 * i, 10 * i + 5))
+        for i in range(1000)
+    )
+    return touching, apart
+
+
+def test_a_merge_over_thousands_of_cited_ranges_keeps_at_most_max_sources_joining_touching_ones() -> None:
+    touching, apart = _cite_every_id()
+    everything = SummarySentence("It all.", (Span(0, 0, 20_000), Span(1, 0, 10_000)), "cited")
+    one_child = SummarySentence("Of d.", (Span(0, 0, 20_000),), "cited")
+    result = _result("It all. Of d.", everything, one_child)
+    top, of_d = merged_sentences(result, [touching, apart])
+    # 3,000 ranges before: the touching 2,000 are one range (pages 1 to 10), then the longest of "e".
+    assert len(top.sources) == MAX_SOURCES
+    assert top.sources[0] == Source("d", 1, 0, 10_000, 10)
+    assert top.sources[1:] == tuple(Source("e", None, 10 * i, 10 * i + 5) for i in range(4, 5 * (MAX_SOURCES - 1), 5))
+    assert of_d.sources == (Source("d", 1, 0, 10_000, 10),) and of_d.support == "synthesis"
+
+
+def test_bounded_joins_overlapping_ranges_of_one_document_only_and_keeps_the_first_of_equals() -> None:
+    sources = [Source("d", 1, 0, 10, 1), Source("e", 2, 5, 8, 2), Source("d", 1, 8, 12, 2), Source("d", 1, 12, 14, 2)]
+    assert bounded(sources) == (Source("d", 1, 0, 14, 2), Source("e", 2, 5, 8, 2))
+    assert bounded([Source("d", 1, 0, 10, 1), Source("d", 1, 2, 4, 1)]) == (Source("d", 1, 0, 10, 1),)
+    # A sentence break apart (ADJACENT_CHARS at most) is one passage; further, two.
+    gap = [Source("d", 1, 0, 10, 1), Source("d", 1, 10 + ADJACENT_CHARS, 20, 2), Source("d", 2, 25, 30, 2)]
+    assert bounded(gap) == (Source("d", 1, 0, 20, 2), Source("d", 2, 25, 30, 2))
+    equals = [Source("d", None, 10 * i, 10 * i + 3) for i in range(5)]
+    assert bounded(equals, 2) == tuple(equals[:2])
+
+
+def test_a_chunk_sentence_citing_every_range_keeps_max_sources() -> None:
+    many = SummarySentence("All of it.", tuple(Span(0, 7 * i, 7 * i + 2) for i in range(300)), "cited")
+    [sentence] = chunk_sentences(_result("All of it.", many), "d", 0, None)
+    assert len(sentence.sources) == MAX_SOURCES
+    few = SummarySentence("Two.", (Span(0, 0, 5), Span(0, 5, 9)), "cited")  # few: each as cited
+    [kept] = chunk_sentences(_result("Two.", few), "d", 0, None)
+    assert kept.sources == (Source("d", None, 0, 5), Source("d", None, 5, 9))
+
+
+def test_sources_stored_before_their_last_page_was_read_back_as_unknown() -> None:
+    stored = [{"text": "Old.", "support": "cited", "at": [0, 4], "sources": [["d", 3, 10, 20]]}]
+    assert from_json(json.dumps(stored)) == (CitedSentence("Old.", (Source("d", 3, 10, 20),), "cited", (0, 4)),)
+    assert json.loads(to_json(from_json(json.dumps(stored))))[0]["sources"] == [["d", 3, 10, 20]]  # looked up
+    known = CitedSentence("New.", (Source("d", 3, 10, 20, 4), Source("e", None, 1, 2)), "cited", (0, 4))
+    assert json.loads(to_json([known]))[0]["sources"] == [["d", 3, 10, 20, 4], ["e", None, 1, 2, None]]
 
 
 def test_mapped_sentences_round_trip_through_json() -> None:

@@ -32,6 +32,15 @@ def test_a_chunk_under_a_live_lease_is_not_announced_again() -> None:
     assert [e.chunk_id for e in events if isinstance(e, ChunkCreated)] == ["c1", "c2"]
 
 
+def test_a_chunk_whose_announcement_is_on_its_way_is_not_announced_again() -> None:
+    chunks = [
+        ChunkToRedrive("c0", 0, ChunkStatus.PENDING, announced=True),  # queued, no summarizer took it up yet
+        ChunkToRedrive("c1", 1, ChunkStatus.PENDING),
+    ]
+    events = plan(TASK, OWNER, [_doc("d1", DocumentStatus.SUMMARIZING)], {"d1": chunks})
+    assert [e.chunk_id for e in events if isinstance(e, ChunkCreated)] == ["c1"]
+
+
 def test_a_document_whose_only_unfinished_chunk_is_leased_gets_nothing() -> None:
     """Not even its merge: the leased chunk is unfinished, and it is being summarized."""
     chunks = [

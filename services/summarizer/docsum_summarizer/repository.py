@@ -279,17 +279,23 @@ _CLAIM = (
     "   WHERE id IN (SELECT id FROM w) ORDER BY id FOR UPDATE),"
     " taken AS (UPDATE chunks c SET status = $4, attempts = c.attempts + 1,"
     "   interruptions = c.interruptions + (c.status = $4 AND c.lease_owner IS DISTINCT FROM w.holder)::int,"
-    "   lease_owner = w.holder, lease_expires_at = now() + make_interval(secs => w.ttl), updated_at = now()"
+    "   lease_owner = w.holder, lease_expires_at = now() + make_interval(secs => w.ttl), updated_at = now(),"
+    "   announced_at = NULL"
     "   FROM w, old, documents d JOIN tasks t ON t.id = d.task_id"
     "   WHERE c.id = w.id AND old.id = c.id AND d.id = c.document_id"
     "   AND t.status = ANY($5::text[]) AND d.status <> ALL($7::text[])"  # not paused or ended meanwhile
     "   AND NOT EXISTS (SELECT 1 FROM batch_lines b WHERE b.chunk_id = c.id AND b.status = ANY($8::text[]))"
     "   AND (c.status = $6 AND (c.retry_at IS NULL OR c.retry_at <= now()) OR (c.status = $4"
     "     AND (c.lease_owner = w.holder OR c.lease_expires_at IS NULL OR c.lease_expires_at < now())))"
-    "   RETURNING w.n, d.task_id, (old.was = $4 AND old.held_by IS DISTINCT FROM w.holder) AS taken_over,"
+    "   RETURNING w.n, c.id, d.task_id, (old.was = $4 AND old.held_by IS DISTINCT FROM w.holder) AS taken_over,"
     "     c.status, c.text, c.context_before, c.context_after, c.failures,"
     "     d.status AS document_status, t.status AS task_status, t.options, t.owner,"
     f"    {_LINE}, {_WINDOW}),"
+    # An announcement taken up, whatever came of it (one of a held task is dropped): the next re-drive
+    # announces the chunk again if it still needs it (migration 0028). A chunk taken is cleared by its
+    # own update: one statement must not update a row twice.
+    " consumed AS (UPDATE chunks c SET announced_at = NULL FROM old"
+    "   WHERE c.id = old.id AND c.announced_at IS NOT NULL AND c.id NOT IN (SELECT id FROM taken)),"
     " recovering AS (UPDATE tasks SET recovering_since = coalesce(recovering_since, now())"
     "   WHERE id IN (SELECT task_id FROM taken WHERE taken_over))"
     " SELECT w.n, w.id, taken.n IS NOT NULL AS taken, taken.taken_over, taken.status, taken.text,"

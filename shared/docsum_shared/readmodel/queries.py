@@ -33,22 +33,35 @@ async def sentences(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
     """The stored sentences of the task's summary (`holder` null) and of its documents' (`holder` the
     document), where known, with `places`: for each source of each sentence in order, the filename of
     its document, the unit its text counts and the unit the range ends in (JSON [filename, unit, last],
-    nulls for a source outside the task). One query, for the views that show sentences only."""
-    return await pool.fetch(
-        "SELECT h.holder, h.sentences::text AS sentences, ("
-        "  SELECT coalesce(jsonb_agg(jsonb_build_array(d.filename, x.position_unit,"
-        "    width_bucket(greatest((r.src->>2)::int, (r.src->>3)::int - 1), x.position_starts)) ORDER BY s.i, r.j),"
-        "   '[]')"
-        "  FROM jsonb_array_elements(h.sentences) WITH ORDINALITY s(sentence, i)"
-        "  CROSS JOIN LATERAL jsonb_array_elements(s.sentence->'sources') WITH ORDINALITY r(src, j)"
-        "  LEFT JOIN documents d ON d.id = r.src->>0 AND d.task_id = $1"
-        "  LEFT JOIN document_texts x ON x.document_id = d.id"
-        " )::text AS places"
-        " FROM (SELECT NULL::text AS holder, summary_sentences AS sentences FROM tasks WHERE id = $1"
-        "       UNION ALL SELECT id, summary_sentences FROM documents WHERE task_id = $1) h"
-        " WHERE h.sentences IS NOT NULL",
-        task_id,
-    )
+    nulls for a source outside the task). One query, for the views that show sentences only.
+
+    The filename and unit are read once per document of the task. The unit a range ends in is stored
+    with it (citations.to_json's fifth item); only a source stored before that is looked up in its
+    document's positions, one lookup each."""
+    async with pool.acquire() as conn, conn.transaction():
+        # PostgreSQL guesses 100 rows for each jsonb_array_elements, which puts the lookups' estimate over
+        # jit_above_cost: compiling the query (~50 ms) would cost more than running it (~2 ms).
+        await conn.execute("SET LOCAL jit = off")
+        return await conn.fetch(_SENTENCES, task_id)
+
+
+_SENTENCES = (
+    "WITH docs AS MATERIALIZED (SELECT d.id, d.filename, x.position_unit AS unit FROM documents d"
+    "  LEFT JOIN document_texts x ON x.document_id = d.id WHERE d.task_id = $1)"
+    " SELECT h.holder, h.sentences::text AS sentences, ("
+    "  SELECT coalesce(jsonb_agg(jsonb_build_array(d.filename, d.unit,"
+    "    CASE WHEN jsonb_array_length(r.src) > 4 THEN r.src->4"
+    "     ELSE to_jsonb((SELECT width_bucket(greatest((r.src->>2)::int, (r.src->>3)::int - 1), x.position_starts)"
+    "                    FROM document_texts x WHERE x.document_id = d.id)) END) ORDER BY s.i, r.j),"
+    "   '[]')"
+    "  FROM jsonb_array_elements(h.sentences) WITH ORDINALITY s(sentence, i)"
+    "  CROSS JOIN LATERAL jsonb_array_elements(s.sentence->'sources') WITH ORDINALITY r(src, j)"
+    "  LEFT JOIN docs d ON d.id = r.src->>0"
+    " )::text AS places"
+    " FROM (SELECT NULL::text AS holder, summary_sentences AS sentences FROM tasks WHERE id = $1"
+    "       UNION ALL SELECT id, summary_sentences FROM documents WHERE task_id = $1) h"
+    " WHERE h.sentences IS NOT NULL"
+)
 
 
 async def quote(

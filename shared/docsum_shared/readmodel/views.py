@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -20,7 +21,7 @@ from ..options import TaskOptions
 from ..settings import LLMSettings
 from ..states import BatchState, LineStatus
 from ..summarizers import endpoint_key
-from ..summarizers.citations import from_json
+from ..summarizers.citations import Source, at_most, from_json
 from . import queries
 from .schemas import (
     BatchProgress,
@@ -301,26 +302,32 @@ def with_sentences(view: TaskView, rows: Iterable[Row]) -> TaskView:
 def sentence_views(stored: str, places: str) -> list[SentenceView]:
     """Stored sentences (citations.to_json) as a reader sees them; `places` holds, for each source in
     order, its document's filename, unit and the unit its range ends in. A source whose document is not
-    the task's is left out: nobody could open it."""
+    the task's is left out: nobody could open it. A sentence stored with more than MAX_SOURCES sources
+    (before they were bounded) shows the bounded few (citations.at_most)."""
     where = iter(json.loads(places))
     out: list[SentenceView] = []
     for sentence in from_json(stored):
-        sources: list[SourceView] = []
+        documents: dict[str, tuple[str, Any]] = {}
+        located: list[Source] = []
         for source in sentence.sources:
             filename, unit, last = next(where)
             if filename is None:
                 continue
-            sources.append(
-                SourceView(
-                    document_id=source.document_id,
-                    filename=filename,
-                    unit=cast(Any, unit),
-                    page=source.page,
-                    last_page=(last or None) if source.page is not None else None,
-                    start=source.start,
-                    end=source.end,
-                )
+            documents[source.document_id] = (filename, unit)
+            last_page = (last or None) if source.page is not None else None
+            located.append(replace(source, last_page=last_page))
+        sources = [
+            SourceView(
+                document_id=s.document_id,
+                filename=documents[s.document_id][0],
+                unit=cast(Any, documents[s.document_id][1]),
+                page=s.page,
+                last_page=s.last_page,
+                start=s.start,
+                end=s.end,
             )
+            for s in at_most(located)
+        ]
         out.append(SentenceView(text=sentence.text, support=sentence.support, at=sentence.at, sources=sources))
     return out
 

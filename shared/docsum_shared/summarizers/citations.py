@@ -28,7 +28,7 @@ Above them, the sentences of a chunk's summary are mapped to ranges of their doc
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import cast, get_args
@@ -39,9 +39,13 @@ from .base import SummaryResult, SummarySentence, Support
 from .extractive import _strip_marks, non_prose_line
 
 __all__ = [
+    "ADJACENT_CHARS",
+    "MAX_SOURCES",
     "CitedSentence",
     "Source",
     "Support",
+    "at_most",
+    "bounded",
     "check_sources",
     "chunk_sentences",
     "from_json",
@@ -60,13 +64,25 @@ _STRENGTH = {support: rank for rank, support in enumerate(_SUPPORTS)}
 
 @dataclass(frozen=True)
 class Source:
-    """A range `[start, end)` of a document's extracted text, and the unit (page, paragraph or line)
-    it starts in; None when the document has no positions."""
+    """A range `[start, end)` of a document's extracted text, the unit (page, paragraph or line) it
+    starts in and the one it ends in; None when the document has no positions (or, for `last_page`,
+    when the range was stored before its last unit was: a reader looks it up then)."""
 
     document_id: str
     page: int | None
     start: int
     end: int
+    last_page: int | None = None
+
+
+# The most sources a sentence keeps. A merged sentence takes the sources of every child sentence it
+# rests on, and a model asked to cite may cite every id it was shown: a top sentence then rests on
+# thousands of ranges, which every view of the task and every snapshot of its stream would carry. Past
+# a dozen or so nobody reads them; 16 keeps what a reader can check (`bounded` says which).
+MAX_SOURCES = 16
+# Two ranges of one document this close are one passage: the characters between two sentences of it
+# (a space, a line break, a paragraph's "\r\n\r\n").
+ADJACENT_CHARS = 4
 
 
 @dataclass(frozen=True)
@@ -107,9 +123,12 @@ def chunk_sentences(
             if span.source != 0:
                 raise ValueError(f"a chunk's request has one text; a sentence cites text {span.source}")
             start, end = chunk_start + span.start, chunk_start + span.end
-            page = position_of(positions, start) if positions is not None else None
-            sources.append(Source(document_id, page, start, end))
-        out.append(CitedSentence(sentence.text, tuple(sources), sentence.support, at))
+            if positions is None:
+                sources.append(Source(document_id, None, start, end))
+                continue
+            first, last = position_of(positions, start), position_of(positions, max(start, end - 1))
+            sources.append(Source(document_id, first, start, end, last))
+        out.append(CitedSentence(sentence.text, at_most(sources), sentence.support, at))
     return tuple(out)
 
 
@@ -130,11 +149,50 @@ def merged_sentences(result: SummaryResult, children: Sequence[Sequence[CitedSen
         if len(hits) == 1:
             (hit,) = hits.values()
             support = max(sentence.support, hit.support, key=_STRENGTH.__getitem__)
-            out.append(CitedSentence(sentence.text, hit.sources, support, at))
+            out.append(CitedSentence(sentence.text, at_most(hit.sources), support, at))
             continue
-        sources = tuple(dict.fromkeys(s for hit in hits.values() for s in hit.sources))
+        sources = bounded(s for hit in hits.values() for s in hit.sources)
         out.append(CitedSentence(sentence.text, sources, "synthesis", at))
     return tuple(out)
+
+
+def bounded(sources: Iterable[Source], limit: int = MAX_SOURCES) -> tuple[Source, ...]:
+    """At most `limit` sources that cover what `sources` cover as well as that many can. The ranges of
+    one document that overlap, or lie within ADJACENT_CHARS of each other, are joined into one first
+    (chunks overlap, so the sentences of neighbouring chunks cite overlapping ranges; and a sentence
+    resting on a passage cites its every sentence). If more than `limit` remain, the longest are kept —
+    the most text the sentence rests on; between equals, the first. In order: documents as they first
+    appear, ranges by start."""
+    by_document: dict[str, list[Source]] = {}
+    for source in sources:
+        by_document.setdefault(source.document_id, []).append(source)
+    joined: list[Source] = []
+    for ranges in by_document.values():
+        ranges.sort(key=lambda r: (r.start, r.end))
+        current = ranges[0]
+        for source in ranges[1:]:
+            if source.start <= current.end + ADJACENT_CHARS:
+                current = _joined(current, source)
+            else:
+                joined.append(current)
+                current = source
+        joined.append(current)
+    if len(joined) <= limit:
+        return tuple(joined)
+    longest = sorted(range(len(joined)), key=lambda i: (joined[i].start - joined[i].end, i))[:limit]
+    return tuple(joined[i] for i in sorted(longest))
+
+
+def at_most(sources: Sequence[Source], limit: int = MAX_SOURCES) -> tuple[Source, ...]:
+    """`sources` as they are when they are few enough (each as cited), else `bounded`."""
+    return tuple(sources) if len(sources) <= limit else bounded(sources, limit)
+
+
+def _joined(first: Source, then: Source) -> Source:
+    """One range over two of one document, `then` starting within `first` or right after it."""
+    if then.end <= first.end:
+        return first
+    return Source(first.document_id, first.page, first.start, then.end, then.last_page)
 
 
 def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
@@ -231,7 +289,7 @@ def to_json(sentences: Sequence[CitedSentence]) -> str:
                 "text": s.text,
                 "support": s.support,
                 "at": list(s.at),
-                "sources": [[x.document_id, x.page, x.start, x.end] for x in s.sources],
+                "sources": [_source_json(x) for x in s.sources],
             }
             for s in sentences
         ],
@@ -247,9 +305,25 @@ def from_json(data: str) -> tuple[CitedSentence, ...]:
         if support not in _SUPPORTS:
             raise ValueError(f"unknown support {support!r}")
         start, end = item["at"]
-        sources = tuple(Source(str(d), None if p is None else int(p), int(a), int(b)) for d, p, a, b in item["sources"])
+        sources = tuple(_source(*source) for source in item["sources"])
         out.append(CitedSentence(str(item["text"]), sources, cast(Support, support), (int(start), int(end))))
     return tuple(out)
+
+
+def _source_json(source: Source) -> list[str | int | None]:
+    """[document, page, start, end, last page]: the unit the range ends in is stored with it, so that a
+    view shows it without looking it up in the document's positions; left out (4 items, as in rows
+    stored before it was) only where the range has a page and not its last: a view looks that one up."""
+    out: list[str | int | None] = [source.document_id, source.page, source.start, source.end]
+    return out if source.page is not None and source.last_page is None else [*out, source.last_page]
+
+
+def _source(document_id: str, page: int | None, start: int, end: int, last_page: int | None = None) -> Source:
+    return Source(str(document_id), _unit(page), int(start), int(end), _unit(last_page))
+
+
+def _unit(value: int | None) -> int | None:
+    return None if value is None else int(value)
 
 
 _ELLIPSIS = "…"
