@@ -197,6 +197,8 @@ async def test_forty_quotes_of_a_19_mb_text_read_no_more_than_their_cap(
     # most 20,000 characters are a few MB.
     assert growth < 32, f"the gateway's peak RSS grew by {growth:.0f} MiB"
     await db.execute("DELETE FROM tasks WHERE id = $1", task_id)
+
+
 def _cited(document_id: str, ranges: list[tuple[int, int]], positions: Positions) -> tuple[CitedSentence, ...]:
     """A chunk summary of one sentence per range, each citing its range (as chunk_sentences maps it)."""
     said = [f"S{i}." for i in range(len(ranges))]
