@@ -45,14 +45,15 @@ import httpx2
 import openai
 from openai.types.chat import ChatCompletionChunk
 
+from .. import metrics
 from ..errors import ContextLimitExceeded, ProviderUnavailable, RateLimited, RequestRefused, context_limit_error
 from ..options import Mode
 from ..retry import FLEX, Backoff
 from ..text import estimate_tokens_upper, sentence_spans
 from .base import SummarizerBackend, SummaryRequest, SummaryResult
 from .batch_api import BatchAPI
-from .llm_citations import CitationMode, cited_sentences, claims, numbered, response_format, summary_text
-from .prompts import build_messages
+from .llm_citations import CitationMode, Claim, cited_sentences, claims, numbered, response_format, summary_text
+from .prompts import build_messages, echoes_instructions
 from .transport import AiohttpTransport
 
 log = logging.getLogger(__name__)
@@ -172,10 +173,20 @@ class OpenAIBackend(SummarizerBackend):
         its citations), joined in the style asked for. An answer in which no sentence can be read (JSON
         cut before its first one) is kept as it is, as prose; nothing in it at all: a failed attempt."""
         found = claims(answer.text) or [(answer.text[a:b], ()) for a, b in sentence_spans(answer.text)]
+        found = self._without_echoes(found, request)
         sentences = cited_sentences(found, numbered(request))
         if not sentences:
             raise ProviderUnavailable("LLM provider answered with no sentence")
         return replace(answer, text=summary_text(sentences, request.style), sentences=sentences)
+
+    def _without_echoes(self, found: list[Claim], request: SummaryRequest) -> list[Claim]:
+        """The answer's sentences less those that repeat the prompt (its instructions, the placeholders of
+        its citation format): no summary sentences. Counted: a model that copies its prompt shows there."""
+        kept = [claim for claim in found if not echoes_instructions(claim[0], request)]
+        if len(kept) < len(found):
+            metrics.LLM_ECHOES.labels(self.model).inc(len(found) - len(kept))
+            log.warning("%s repeated its prompt in %d sentence(s): dropped", self.model, len(found) - len(kept))
+        return kept
 
     def _asking(self) -> CitationMode:
         """The citations asked for now: JSON only while the endpoint takes response_format."""
