@@ -54,7 +54,7 @@ from .base import SummarizerBackend, SummaryRequest, SummaryResult
 from .batch_api import BatchAPI
 from .llm_citations import CitationMode, Claim, cited_sentences, claims, numbered, response_format, summary_text
 from .prompts import build_messages, echoes_instructions
-from .transport import AiohttpTransport
+from .transport import KEEPALIVE_EXPIRY_S, AiohttpTransport
 
 log = logging.getLogger(__name__)
 
@@ -142,8 +142,18 @@ class OpenAIBackend(SummarizerBackend):
         self.num_ctx: int | None = None  # Ollama's, as /api/show states it
 
         # Retries are ours (the services back off and keep their place), so the client makes one try.
-        # The package's own client, with its defaults, over aiohttp (transport.py).
-        self._http = openai.DefaultAsyncHttpxClient(transport=AiohttpTransport(openai.DEFAULT_CONNECTION_LIMITS))
+        # The package's own client, with its defaults, over aiohttp (transport.py); idle connections kept
+        # for less time than servers keep theirs.
+        limits = openai.DEFAULT_CONNECTION_LIMITS
+        self._http = openai.DefaultAsyncHttpxClient(
+            transport=AiohttpTransport(
+                httpx2.Limits(
+                    max_connections=limits.max_connections,
+                    max_keepalive_connections=limits.max_keepalive_connections,
+                    keepalive_expiry=min(limits.keepalive_expiry or KEEPALIVE_EXPIRY_S, KEEPALIVE_EXPIRY_S),
+                )
+            )
+        )
         self._client = openai.AsyncOpenAI(
             base_url=base_url, api_key=self.api_key, max_retries=0, http_client=self._http
         )
