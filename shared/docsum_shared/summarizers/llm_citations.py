@@ -6,7 +6,7 @@ each of its sentences comes from:
 
 - `json_schema`: `{"sentences": [{"text": ..., "sources": ["S2", "S5"]}]}`, the ids an enum of this
   request's (`response_format`, which OpenAI, llama.cpp's server and vLLM enforce);
-- `text`: one sentence a line, its ids after it in brackets: `Kafka stores events in topics. [S2][S5]`
+- `text`: one sentence a line, its ids after it in brackets: `<sentence> [S2][S5]`
   (what a 1.5B model follows best);
 - `off`: nothing is asked; the prompt is the plain one.
 

@@ -45,15 +45,16 @@ import httpx2
 import openai
 from openai.types.chat import ChatCompletionChunk
 
+from .. import metrics
 from ..errors import ContextLimitExceeded, ProviderUnavailable, RateLimited, RequestRefused, context_limit_error
 from ..options import Mode
 from ..retry import FLEX, Backoff
 from ..text import estimate_tokens_upper, sentence_spans
 from .base import SummarizerBackend, SummaryRequest, SummaryResult
 from .batch_api import BatchAPI
-from .llm_citations import CitationMode, cited_sentences, claims, numbered, response_format, summary_text
-from .prompts import build_messages
-from .transport import AiohttpTransport
+from .llm_citations import CitationMode, Claim, cited_sentences, claims, numbered, response_format, summary_text
+from .prompts import build_messages, echoes_instructions
+from .transport import KEEPALIVE_EXPIRY_S, AiohttpTransport
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +142,18 @@ class OpenAIBackend(SummarizerBackend):
         self.num_ctx: int | None = None  # Ollama's, as /api/show states it
 
         # Retries are ours (the services back off and keep their place), so the client makes one try.
-        # The package's own client, with its defaults, over aiohttp (transport.py).
-        self._http = openai.DefaultAsyncHttpxClient(transport=AiohttpTransport(openai.DEFAULT_CONNECTION_LIMITS))
+        # The package's own client, with its defaults, over aiohttp (transport.py); idle connections kept
+        # for less time than servers keep theirs.
+        limits = openai.DEFAULT_CONNECTION_LIMITS
+        self._http = openai.DefaultAsyncHttpxClient(
+            transport=AiohttpTransport(
+                httpx2.Limits(
+                    max_connections=limits.max_connections,
+                    max_keepalive_connections=limits.max_keepalive_connections,
+                    keepalive_expiry=min(limits.keepalive_expiry or KEEPALIVE_EXPIRY_S, KEEPALIVE_EXPIRY_S),
+                )
+            )
+        )
         self._client = openai.AsyncOpenAI(
             base_url=base_url, api_key=self.api_key, max_retries=0, http_client=self._http
         )
@@ -172,10 +183,20 @@ class OpenAIBackend(SummarizerBackend):
         its citations), joined in the style asked for. An answer in which no sentence can be read (JSON
         cut before its first one) is kept as it is, as prose; nothing in it at all: a failed attempt."""
         found = claims(answer.text) or [(answer.text[a:b], ()) for a, b in sentence_spans(answer.text)]
+        found = self._without_echoes(found, request)
         sentences = cited_sentences(found, numbered(request))
         if not sentences:
             raise ProviderUnavailable("LLM provider answered with no sentence")
         return replace(answer, text=summary_text(sentences, request.style), sentences=sentences)
+
+    def _without_echoes(self, found: list[Claim], request: SummaryRequest) -> list[Claim]:
+        """The answer's sentences less those that repeat the prompt (its instructions, the placeholders of
+        its citation format): no summary sentences. Counted: a model that copies its prompt shows there."""
+        kept = [claim for claim in found if not echoes_instructions(claim[0], request)]
+        if len(kept) < len(found):
+            metrics.LLM_ECHOES.labels(self.model).inc(len(found) - len(kept))
+            log.warning("%s repeated its prompt in %d sentence(s): dropped", self.model, len(found) - len(kept))
+        return kept
 
     def _asking(self) -> CitationMode:
         """The citations asked for now: JSON only while the endpoint takes response_format."""

@@ -4,17 +4,26 @@ Changing a prompt's wording changes what the model returns, so raise PROMPT_VERS
 version is part of the result cache's key, and a stored answer to an old prompt is not reused.
 
 Unless citations are off, the texts are shown a sentence a line after their ids, and the model is
-asked to say which ids each of its sentences rests on (see llm_citations.py).
+asked to say which ids each of its sentences rests on (see llm_citations.py). The format is shown with
+placeholders, never with an example sentence: a small model copies whatever sentence a prompt shows into
+its summaries (Qwen2.5-Coder-1.5B put the example "Kafka stores events in topics." into the summary of
+every document it was given, none of which mentioned Kafka). A sentence of an answer that repeats the
+instructions or their placeholders is no summary sentence (`echoes_instructions`).
 """
 
 from __future__ import annotations
 
+import functools
+import re
+from dataclasses import dataclass, replace
+
 from openai.types.chat import ChatCompletionMessageParam
 
+from ..text import sentence_spans
 from .base import SummaryKind, SummaryRequest
 from .llm_citations import CitationMode, Numbered, numbered
 
-PROMPT_VERSION = "2026-12-02.1"
+PROMPT_VERSION = "2026-12-05.1"
 
 _SYSTEM = (
     "You summarize documents faithfully. State only what the text says; no preamble, no mention of "
@@ -40,17 +49,25 @@ def _system(request: SummaryRequest) -> str:
     return " ".join(p for p in parts if p)
 
 
-_EXAMPLE = "Kafka stores events in topics."
+# The citation format's placeholders: nothing a summary sentence could be.
+_SENTENCE = "<sentence>"
+_ID = "S<id>"
 _CITE_TEXT = (
     "Each sentence of the {what} starts with its id in brackets, like [S1]. Write each sentence of your "
     "summary on a line of its own and end it with the ids of the sentences it is based on, in brackets, "
-    "like this:\n{example} [S2][S5]\nUse only the ids shown above."
+    f"in this format:\n{{line}} [{_ID}][{_ID}]\nUse only the ids shown above."
 )
 _CITE_JSON = (
     "Each sentence of the {what} starts with its id in brackets, like [S1]. Answer in JSON: "
-    '{{"sentences": [{{"text": "{example}", "sources": ["S2", "S5"]}}]}}, each sentence of your summary '
-    "with the ids of the sentences it is based on."
+    f'{{{{"sentences": [{{{{"text": "{_SENTENCE}", "sources": ["{_ID}", "{_ID}"]}}}}]}}}}, each sentence of '
+    "your summary with the ids of the sentences it is based on."
 )
+# Below this many letters and digits, an answer's sentence is taken for a repetition of the instructions
+# only when it is one of their sentences whole: a short sentence may be part of them by chance ("The
+# text says."); nor is a short instruction ("Write prose.") looked for inside an answer's sentence.
+_ECHO_MIN_CHARS = 20
+# An id ("S12", "S<id>") or the sentence placeholder.
+_MARKS_RE = re.compile(r"\bS(?:\d+|<id>)|<sentence>", re.I)
 
 
 def build_messages(request: SummaryRequest, citations: CitationMode = "text") -> list[ChatCompletionMessageParam]:
@@ -65,30 +82,82 @@ def build_messages(request: SummaryRequest, citations: CitationMode = "text") ->
         parts.append(f"<text>\n{texts[0]}\n</text>")
         if request.context_after:
             parts.append(f"<following_context>\n{request.context_after}\n</following_context>")
-        user = (
-            "Summarize the text between <text> tags in a few sentences. The surrounding context is only "
-            "there to resolve references; do not summarize it.\n\n" + "\n\n".join(parts)
-        )
+        shown = "\n\n".join(parts)
     elif request.kind is SummaryKind.DOCUMENT:
-        sections = "\n\n".join(f"<part n={i + 1}>\n{t}\n</part>" for i, t in enumerate(texts))
-        user = (
-            f"These are summaries of consecutive parts of one document{_titled(request)}. "
-            "Merge them into one coherent summary of the whole document, in order, without repetition.\n\n" + sections
-        )
+        shown = "\n\n".join(f"<part n={i + 1}>\n{t}\n</part>" for i, t in enumerate(texts))
     else:
         labels = request.labels or tuple(f"document {i + 1}" for i in range(len(request.texts)))
-        sections = "\n\n".join(
+        shown = "\n\n".join(
             f'<document name="{label}">\n{t}\n</document>' for label, t in zip(labels, texts, strict=True)
         )
-        user = (
-            f"These are summaries of the documents of one batch{_titled(request)}. Write an overall "
-            "summary of the batch: the main themes first, then what each document adds.\n\n" + sections
-        )
+    user = f"{_ask(request)}\n\n{shown}"
     if numbers is not None:
-        what = "text" if request.kind is SummaryKind.CHUNK else "summaries"
-        example = f"- {_EXAMPLE}" if request.style == "bullets" and citations == "text" else _EXAMPLE
-        user += "\n\n" + (_CITE_JSON if citations == "json_schema" else _CITE_TEXT).format(what=what, example=example)
+        user += "\n\n" + _cite(request, citations)
     return [{"role": "system", "content": _system(request)}, {"role": "user", "content": user}]
+
+
+def _ask(request: SummaryRequest) -> str:
+    """What the user message asks, before the texts it shows."""
+    if request.kind is SummaryKind.CHUNK:
+        return (
+            "Summarize the text between <text> tags in a few sentences. The surrounding context is only "
+            "there to resolve references; do not summarize it."
+        )
+    if request.kind is SummaryKind.DOCUMENT:
+        return (
+            f"These are summaries of consecutive parts of one document{_titled(request)}. "
+            "Merge them into one coherent summary of the whole document, in order, without repetition."
+        )
+    return (
+        f"These are summaries of the documents of one batch{_titled(request)}. Write an overall "
+        "summary of the batch: the main themes first, then what each document adds."
+    )
+
+
+def _cite(request: SummaryRequest, citations: CitationMode) -> str:
+    """How to cite, in the format `citations` asks for (text or JSON)."""
+    what = "text" if request.kind is SummaryKind.CHUNK else "summaries"
+    if citations == "json_schema":
+        return _CITE_JSON.format(what=what)
+    line = f"- {_SENTENCE}" if request.style == "bullets" else _SENTENCE
+    return _CITE_TEXT.format(what=what, line=line)
+
+
+def echoes_instructions(sentence: str, request: SummaryRequest) -> bool:
+    """Whether `sentence`, of an answer to `request`, repeats the prompt instead of summarizing: it holds
+    a placeholder of the citation format, it is one of the instructions' sentences or a long enough part
+    of them, or it holds a long enough one whole. The texts the prompt shows are not instructions (a
+    summary may quote them)."""
+    if _SENTENCE in sentence or _ID.lower() in sentence.lower():
+        return True
+    said = _squash(sentence)
+    # What the prompt tells depends on the request's kind and options, not on the texts it shows.
+    told = _instructions(replace(request, texts=(), context_before="", context_after="", labels=(), title=""))
+    if said in told.sentences:
+        return True
+    return len(said) >= _ECHO_MIN_CHARS and (said in told.whole or any(s in said for s in told.long))
+
+
+@dataclass(frozen=True)
+class _Told:
+    whole: str  # all the prompt tells, squashed
+    sentences: frozenset[str]  # each of its sentences, squashed
+    long: tuple[str, ...]  # those long enough to be looked for inside another sentence
+
+
+@functools.lru_cache(maxsize=64)
+def _instructions(request: SummaryRequest) -> _Told:
+    """Everything the prompt of `request` tells the model, in every citation format (`request` carries
+    no texts)."""
+    text = "\n".join([_system(request), _ask(request), _cite(request, "text"), _cite(request, "json_schema")])
+    sentences = frozenset(_squash(line[a:b]) for line in text.splitlines() for a, b in sentence_spans(line)) - {""}
+    return _Told(_squash(text), sentences, tuple(s for s in sentences if len(s) >= _ECHO_MIN_CHARS))
+
+
+def _squash(text: str) -> str:
+    """Letters and digits only, lower-cased, without ids and placeholders: a repetition is found whatever
+    its spacing and punctuation, and whatever ids a reader took out of it."""
+    return re.sub(r"\W+", "", _MARKS_RE.sub(" ", text).lower())
 
 
 def _shown(request: SummaryRequest, numbers: Numbered | None, index: int) -> str:
