@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..text import sentence_spans
+from ..text import sentence_spans, storable
 from .base import Span, SummaryRequest, SummarySentence
 from .citations import content_words, lexically_supported
 from .extractive import join_sentences
@@ -208,11 +208,16 @@ def _json_claims(answer: str) -> list[Claim] | None:
     out: list[Claim] = []
     for item in items:
         text, sources = (item, []) if isinstance(item, str) else _fields(item)
-        if text.strip():
+        if said := _decoded(text):
             written = [sources] if isinstance(sources, str) else sources if isinstance(sources, list) else []
             ids = [sid for s in written if isinstance(s, str | int) for sid in _ids(str(s))]
-            out.append((" ".join(text.split()), tuple(dict.fromkeys(ids))))
+            out.append((said, tuple(dict.fromkeys(ids))))
     return out
+
+
+def _decoded(text: str) -> str:
+    """A sentence's text as its JSON string decodes, storable: "\\u0000" in the answer decodes to a NUL."""
+    return " ".join(storable(text).split())
 
 
 def _fields(item: object) -> tuple[str, object]:
@@ -234,8 +239,8 @@ def _salvaged(body: str) -> list[Claim]:
             text = json.loads(f'"{escaped}"')
         except ValueError:
             continue
-        if text.strip():
-            claim = (" ".join(text.split()), tuple(dict.fromkeys(_ids(match.group(3) or ""))))
+        if said := _decoded(text):
+            claim = (said, tuple(dict.fromkeys(_ids(match.group(3) or ""))))
             if match.group(2):
                 out.append(claim)
             else:
