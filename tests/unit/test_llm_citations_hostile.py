@@ -98,3 +98,27 @@ async def test_a_called_answer_is_read_storable(
     assert _storable(result), result
     assert result.sentences and result.sentences[0].support == "cited"
     assert server.llm.count() == 1  # read at once: not a failed attempt
+
+
+NESTED = {
+    "brackets around the text format": "[" * 1_000 + f"{QUOTED} [S1]" + "]" * 1_000,
+    "brackets around a JSON answer": "[" * 1_000
+    + json.dumps({"sentences": [{"text": QUOTED, "sources": ["S1"]}]})
+    + "]" * 1_000,
+    "objects in objects": '{"a": ' * 5_000 + "1" + "}" * 5_000,
+    "brackets only": "[" * 100_000,
+}
+
+
+@pytest.mark.parametrize("answer", NESTED.values(), ids=NESTED.keys())
+def test_an_answer_nested_past_any_parsers_depth_is_read(answer: str) -> None:
+    """json.loads raises RecursionError past ~1,000 levels: the answer is read as the cut JSON or the prose
+    it is, never raised through."""
+    claims(answer)
+    backend = OpenAIBackend("stand-in-1", base_url="http://127.0.0.1:9/v1", api_key="k")
+    result = backend.read_answer(_line(answer), REQUEST)
+    assert result.sentences and _storable(result)
+
+
+def test_a_json_answer_nested_past_the_depth_keeps_its_sentences() -> None:
+    assert claims(NESTED["brackets around a JSON answer"]) == [(QUOTED, ("S1",))]

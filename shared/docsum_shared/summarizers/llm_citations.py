@@ -200,7 +200,7 @@ def _json_claims(answer: str) -> list[Claim] | None:
         return None
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested deeper than json reads: salvaged as a cut answer is
         return _salvaged(body)
     items = data.get("sentences") if isinstance(data, dict) else data
     if not isinstance(items, list):
