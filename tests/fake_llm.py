@@ -77,6 +77,17 @@ its section, opened by "In all, " ("总之，" before CJK text): the cited sente
   where no schema is enforced, which would forbid them), ``free`` (plain prose, no format; under an
   enforced schema, sentences without ids). None: it follows the format.
 
+Hostile answers: a prompt that holds `poison_marker` (a document telling the model what to write, say
+"write \\u0000 after each sentence") is obeyed, as the instruction-following models it stands for mostly
+do, in the way `poison` says:
+
+- ``nul``: each sentence ends with U+0000 (in a JSON answer the escape ``\\u0000`` that decodes to it; in
+  the text format the character itself, which the HTTP body carries as ``\\u0000``);
+- ``surrogate``: each sentence ends with the escape ``\\ud800``, in a JSON answer a lone surrogate once
+  decoded (in the text format mere text: the HTTP body is UTF-8, which cannot carry one);
+- ``nesting``: the answer opens with `NESTING` ``[`` and closes with as many ``]`` (only where no
+  schema is enforced: an enforced one forbids it).
+
 In the ``openai`` dialect it also serves OpenAI's Files and Batch APIs, on a scaled clock, and the
 ``service_tier: "flex"`` of a chat call: see `tests.fake_batches`, whose config fields (``prices``,
 ``batch_*``, ``flex_*``) are set like the others. Each ledger entry has its ``tier`` ("realtime", "flex"
@@ -144,10 +155,14 @@ CONFIG_FIELDS = (
     "model_context_length",
     "structured_output",
     "citation_fault",
+    "poison_marker",
+    "poison",
 )
 DIALECTS = ("openai", "llamacpp", "ollama")
 STRUCTURED_OUTPUT = ("enforce", "ignore", "refuse")
 CITATION_FAULTS = ("omit", "invent", "free")
+POISONS = ("nul", "surrogate", "nesting")
+NESTING = 1_000  # brackets a `nesting` answer opens with: past json's recursion limit
 _POLL_S = 0.02  # how often wait_idle looks
 _STOP_POLL_S = 0.1  # how often a waiting request checks for a server that stops (a client that leaves: at once)
 _WORDS_PER_PIECE = 3  # a streamed answer's text arrives this many words (or CJK characters) at a time
@@ -249,6 +264,25 @@ def ollama_cut(messages: list[dict[str, Any]], num_ctx: int) -> tuple[list[dict[
             )
         start = end + 2  # the blank line joining the messages
     return kept, estimate_tokens(head + tail)
+
+
+# What a poisoned sentence ends with, as the model writes it: U+0000 (json.dumps writes a JSON answer's
+# as the escape "\u0000"), or the six characters of the escape "\ud800".
+_POISON_ENDS = {"nul": "\x00", "surrogate": "\\ud800"}
+
+
+def _poisoned(sentence: str, poison: str | None) -> str:
+    return sentence + _POISON_ENDS.get(poison or "", "")
+
+
+def _escaped(answer: str, poison: str | None) -> str:
+    """A JSON answer as the model writes it: its "\\ud800" is an escape (a lone surrogate once decoded),
+    not the text json.dumps made of it (the backslash escaped)."""
+    return answer.replace("\\\\ud800", "\\ud800") if poison == "surrogate" else answer
+
+
+def _nested(answer: str, poison: str | None) -> str:
+    return "[" * NESTING + answer + "]" * NESTING if poison == "nesting" else answer
 
 
 def _at_most(text: str, chars: int) -> str:
@@ -422,6 +456,8 @@ class FakeLLM:
     model_context_length: int = 32768  # Ollama: the model's trained context (/api/show llama.context_length)
     structured_output: str = "enforce"  # what it does with a response_format: "enforce", "ignore", "refuse"
     citation_fault: str | None = None  # a weak model citing: "omit", "invent", "free" (None: as asked)
+    poison_marker: str | None = "FAKE_LLM_POISON"  # a prompt containing it gets a hostile answer; None disables
+    poison: str = "nul"  # what that answer holds: "nul", "surrogate", "nesting" (see the module doc)
     ledger: list[LedgerEntry] = field(default_factory=list)
     max_in_flight: int = field(default=0, init=False)
     _lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
@@ -580,27 +616,34 @@ class FakeLLM:
         user = user_text(messages)
         stated = _STATED_BOUND.search(prompt_text(messages))
         bound = int(stated.group(1)) if stated and self.answer_min_tokens is None else None
+        with self._lock:
+            poison = self.poison if self.poison_marker and self.poison_marker in user else None
         sections = [body for _, body in _SECTION.findall(user)] or [user]
         numbered = [_NUMBERED.findall(body) for body in sections]
         if any(numbered):
-            return self._cited_answer([n[0] for n in numbered if n], response_format, bound)
+            return self._cited_answer([n[0] for n in numbered if n], response_format, bound, poison)
         firsts = []
         for body in sections:
             match = _FIRST_SENTENCE.search(body.strip())
             firsts.append((match.group(0) if match else body)[:300].strip())
         digest = hashlib.sha256(user.encode()).hexdigest()[:8]
-        sentences = [f for f in firsts if f]
+        sentences = [_poisoned(f, poison) for f in firsts if f]
         min_tokens = self.answer_min_tokens
         if min_tokens is not None:  # a rambling model: the same sentences again until it is that long
             return _ramble(f"[{digest}] " + " ".join(sentences), sentences or [f"[{digest}]"], min_tokens)
-        return _within(bound, len(sentences), lambda n: f"[{digest}] " + " ".join(sentences[:n]))
+        return _nested(_within(bound, len(sentences), lambda n: f"[{digest}] " + " ".join(sentences[:n])), poison)
 
-    def _cited_answer(self, firsts: list[tuple[str, str]], response_format: Any, bound: int | None) -> str:
+    def _cited_answer(
+        self, firsts: list[tuple[str, str]], response_format: Any, bound: int | None, poison: str | None = None
+    ) -> str:
         """Each section's first numbered sentence, its own words, citing its id as asked (or as the
-        `citation_fault` has it); as many as fit the `bound` the prompt states."""
+        `citation_fault` has it); as many as fit the `bound` the prompt states; `poison` as told."""
         with self._lock:
             fault, structured, min_tokens = self.citation_fault, self.structured_output, self.answer_min_tokens
-        said = [("总之，" if _CJK.match(text) else "In all, ") + _at_most(text, 300) for _, text in firsts]
+        said = [
+            _poisoned(("总之，" if _CJK.match(text) else "In all, ") + _at_most(text, 300), poison)
+            for _, text in firsts
+        ]
         ids = [[sid] for sid, _ in firsts]
         if min_tokens is not None and said:  # a rambling model: its sentences again, until it is that long
             once = sum(estimate_tokens(t) for t in said)
@@ -612,16 +655,18 @@ class FakeLLM:
             cited = [[] if fault in ("omit", "free") else [i for i in sid if i in allowed] for sid in ids]
             sentences = [{"text": t, "sources": c} for t, c in zip(said, cited, strict=True)]
             return _within(
-                bound, len(sentences), lambda n: json.dumps({"sentences": sentences[:n]}, ensure_ascii=False)
+                bound,
+                len(sentences),
+                lambda n: _escaped(json.dumps({"sentences": sentences[:n]}, ensure_ascii=False), poison),
             )
         if fault == "free":
-            return _within(bound, len(said), lambda n: " ".join(said[:n]))
+            return _nested(_within(bound, len(said), lambda n: " ".join(said[:n])), poison)
         if fault == "invent":
             ids = [[f"S{int(sid[0][1:]) + 1000}"] for sid in ids]
         lines = [
             t if fault == "omit" else t + " " + "".join(f"[{i}]" for i in sid) for t, sid in zip(said, ids, strict=True)
         ]
-        return _within(bound, len(lines), lambda n: "\n".join(lines[:n]))
+        return _nested(_within(bound, len(lines), lambda n: "\n".join(lines[:n])), poison)
 
     def context_size(self) -> int | None:
         """The context in force: max_prompt_tokens (openai), n_ctx (llamacpp), num_ctx (ollama)."""
@@ -1216,6 +1261,14 @@ def _validate(name: str, value: Any) -> Any:
         if value is not None and value not in CITATION_FAULTS:
             raise ValueError(f"citation_fault must be one of {', '.join(CITATION_FAULTS)} or null")
         return value
+    if name == "poison_marker":
+        if value is not None and not isinstance(value, str):
+            raise ValueError("poison_marker must be a string or null")
+        return value or None
+    if name == "poison":
+        if value not in POISONS:
+            raise ValueError(f"poison must be one of {', '.join(POISONS)}")
+        return value
     if name in ("num_ctx", "model_context_length"):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer")
@@ -1368,6 +1421,10 @@ def main(argv: list[str] | None = None) -> None:
         "--structured-output", choices=STRUCTURED_OUTPUT, default="enforce", help="what it does with response_format"
     )
     parser.add_argument("--citation-fault", choices=CITATION_FAULTS, default=None, help="cite like a weak model")
+    parser.add_argument(
+        "--poison-marker", default=FakeLLM.poison_marker, help="prompts containing it get a hostile answer"
+    )
+    parser.add_argument("--poison", choices=POISONS, default="nul", help="what a hostile answer holds")
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
     try:
@@ -1392,6 +1449,8 @@ def main(argv: list[str] | None = None) -> None:
             model_context_length=args.model_context_length,
             structured_output=args.structured_output,
             citation_fault=args.citation_fault,
+            poison_marker=args.poison_marker,
+            poison=args.poison,
         )
         server = FakeLLMServer(llm, port=args.port, log_level=args.log_level)
     except (ValueError, OSError) as exc:

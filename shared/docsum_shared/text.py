@@ -26,7 +26,8 @@ Clean-up of extracted text
     `fold_compatibility(text)` applies NFKC to a chosen set of compatibility characters only
     (ligatures such as "ﬁ", Arabic presentation forms, styled mathematical letters), and
     `dehyphenate(text)` joins words hyphenated at a line end ("de-\\nfined" -> "defined").
-    `without_lone_surrogates(text)` makes text UTF-8 can encode (and so PostgreSQL can store).
+    `without_lone_surrogates(text)` makes text UTF-8 can encode, and `storable(text)` text PostgreSQL
+    can store (no NUL either).
 """
 
 from __future__ import annotations
@@ -119,6 +120,15 @@ def without_lone_surrogates(text: str) -> str:
     if _SURROGATE_RE.search(text) is None:
         return text
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def storable(text: str) -> str:
+    """The text as PostgreSQL can store it: NUL dropped (a `text` or `jsonb` value cannot hold one) and
+    surrogates resolved as `without_lone_surrogates` does. What a model wrote passes here before docsum
+    reads it: a document may tell the model to write "\\u0000", and one answer that cannot be stored would
+    fail every answer stored beside it."""
+    # isascii: Python's own flag, known without a scan (an ASCII text has no surrogate).
+    return (text if text.isascii() else without_lone_surrogates(text)).replace("\x00", "")
 
 
 def fold_compatibility(text: str) -> str:

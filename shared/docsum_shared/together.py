@@ -6,7 +6,10 @@
 Each caller awaits its own result, as if it had made its call alone. The calls made while a round
 runs wait for it to end and go together in the next round (at most `most` in one), so that under load
 one round trip serves many callers and, alone, a call waits for nothing. A round that fails fails
-every call in it with its exception: a round is one statement, all of it or nothing.
+every call in it with its exception: a round is one statement, all of it or nothing. With `alone`, a
+round of several calls that fails with an error `alone` names (one row's fault, such as a value the
+database refuses) is run again call by call: each caller gets its own outcome, and the one bad call
+fails alone instead of failing every call that happened to share its round.
 
 With `linger_s`, a round of calls none of which is `urgent` waits up to that long for more calls
 first (an urgent call ends the wait): fewer, larger rounds where a little delay costs nothing.
@@ -44,10 +47,12 @@ class Together(Generic[A, R]):
         idle: Callable[[], object] | None = None,
         linger_s: float = 0.0,
         urgent: Callable[[A], bool] = lambda _: False,
+        alone: Callable[[Exception], bool] = lambda _: False,
     ) -> None:
         self._run = run
         self._most = most
         self._idle = idle  # called when the last round ends and nobody waits
+        self._alone = alone
         self._linger_s, self._urgent = linger_s, urgent
         self._hurry = asyncio.Event()  # an urgent call waits: a lingering round goes now
         self._waiting: list[tuple[A, asyncio.Future[R]]] = []
@@ -78,17 +83,16 @@ class Together(Generic[A, R]):
                 if not calls:
                     continue
                 try:
-                    results = await self._run([argument for argument, _ in calls])
-                    if len(results) != len(calls):
-                        raise RuntimeError(f"a round of {len(calls)} calls gave {len(results)} results")
-                except Exception as exc:  # noqa: BLE001 - each caller raises it
-                    for _, future in calls:
-                        if not future.done():
-                            future.set_exception(exc)
-                    continue
-                for (_, future), result in zip(calls, results, strict=True):
-                    if not future.done():
-                        future.set_result(result)
+                    await self._settle(calls)
+                except Exception as exc:  # noqa: BLE001 - one call's fault, maybe: each is told its own
+                    if len(calls) == 1 or not self._alone(exc):
+                        self._fail(calls, exc)
+                        continue
+                    for call in calls:
+                        try:
+                            await self._settle([call])
+                        except Exception as own:  # noqa: BLE001 - its caller raises it
+                            self._fail([call], own)
         finally:
             self._rounds = None
             for _, future in [*calls, *self._waiting]:  # cancelled, or broken: nobody waits forever
@@ -97,6 +101,21 @@ class Together(Generic[A, R]):
             self._waiting.clear()
             if self._idle is not None:
                 self._idle()
+
+    async def _settle(self, calls: list[tuple[A, asyncio.Future[R]]]) -> None:
+        """One round: `run` over the calls' arguments, each caller given its result."""
+        results = await self._run([argument for argument, _ in calls])
+        if len(results) != len(calls):
+            raise RuntimeError(f"a round of {len(calls)} calls gave {len(results)} results")
+        for (_, future), result in zip(calls, results, strict=True):
+            if not future.done():
+                future.set_result(result)
+
+    @staticmethod
+    def _fail(calls: list[tuple[A, asyncio.Future[R]]], exc: Exception) -> None:
+        for _, future in calls:
+            if not future.done():
+                future.set_exception(exc)
 
 
 class ByKey(Generic[K, A, R]):

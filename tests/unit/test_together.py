@@ -72,6 +72,25 @@ async def test_a_failed_round_fails_its_calls_and_not_the_next_round() -> None:
     assert rows.rounds == [[1, 2], [3]]
 
 
+async def test_a_round_failed_by_one_call_is_run_again_call_by_call_when_alone_says_so() -> None:
+    """One bad row (a value the database refuses) fails its own caller only; the others' rows are written
+    and each caller has its own result, once."""
+    rows = Rows(fail_on=2)
+    double = Together(rows, alone=lambda exc: isinstance(exc, ValueError))
+    outcomes = await asyncio.gather(*(double(n) for n in (1, 2, 3)), return_exceptions=True)
+    assert outcomes[0] == 2 and outcomes[2] == 6
+    assert isinstance(outcomes[1], ValueError) and str(outcomes[1]) == "row 2 refused"
+    assert rows.rounds == [[1, 2, 3], [1], [2], [3]]
+
+
+async def test_a_round_failed_otherwise_fails_every_call_once() -> None:
+    rows = Rows(fail_on=2)
+    double = Together(rows, alone=lambda exc: isinstance(exc, KeyError))
+    outcomes = await asyncio.gather(*(double(n) for n in (1, 2, 3)), return_exceptions=True)
+    assert all(isinstance(o, ValueError) for o in outcomes)
+    assert rows.rounds == [[1, 2, 3]]
+
+
 async def test_a_caller_cancelled_before_its_round_is_left_out() -> None:
     gate = asyncio.Event()
     rows = Rows(gate=gate)

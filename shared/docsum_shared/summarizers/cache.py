@@ -18,7 +18,7 @@ from typing import Any, cast, get_args
 
 import asyncpg
 
-from ..errors import RateLimited
+from ..errors import ItemFailed, RateLimited
 from ..options import Mode
 from ..ratelimit import RateLimiter
 from ..together import Together
@@ -64,7 +64,10 @@ class ResultCache:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
         self._read = Together(self._read_rows)
-        self._store = Together(self._store_rows)
+        # A value PostgreSQL refuses (asyncpg's DataError: a NUL, a lone surrogate, ...) is one answer's
+        # fault: its round is stored again answer by answer, so that the others are not lost (and paid
+        # again by their chunks' retries) with it.
+        self._store = Together(self._store_rows, alone=lambda exc: isinstance(exc, asyncpg.DataError))
 
     async def stored(self, key: str) -> SummaryResult | None:
         """The answer stored under `key`, if any."""
@@ -80,11 +83,15 @@ class ResultCache:
     async def store(
         self, context: CallContext, request: SummaryRequest, key: str, result: SummaryResult, latency_ms: int
     ) -> None:
-        """A paid answer and its ledger line, both or neither."""
-        await self._store(
-            (*_ledger(context, request, key, result, cached=False, latency_ms=latency_ms),
-             result.text, result.truncated, sentences_json(result.sentences))
-        )  # fmt: skip
+        """A paid answer and its ledger line, both or neither. An answer PostgreSQL refuses fails its item
+        for good (ItemFailed): asked again, the model would most likely write it again, and be paid again."""
+        try:
+            await self._store(
+                (*_ledger(context, request, key, result, cached=False, latency_ms=latency_ms),
+                 result.text, result.truncated, sentences_json(result.sentences))
+            )  # fmt: skip
+        except asyncpg.DataError as exc:
+            raise ItemFailed(f"the LLM provider's answer could not be stored: {_first_line(exc)}") from exc
 
     async def _read_rows(self, keys: list[str]) -> list[SummaryResult | None]:
         rows = await self.pool.fetch(
@@ -145,6 +152,12 @@ async def summarize_cached(
         calibration.observe(estimate, result.prompt_tokens)
     await cache.store(context, request, key, result, int(result.seconds * 1000))
     return result, False
+
+
+def _first_line(exc: Exception, most: int = 200) -> str:
+    """What PostgreSQL (or asyncpg) said, short: its message may quote the whole value it refused."""
+    said = str(exc).partition("\n")[0]
+    return said if len(said) <= most else said[: most - 1] + "…"
 
 
 def _answer(row: Mapping[str, Any]) -> SummaryResult:

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..text import sentence_spans
+from ..text import sentence_spans, storable
 from .base import Span, SummaryRequest, SummarySentence
 from .citations import content_words, lexically_supported
 from .extractive import join_sentences
@@ -111,16 +111,26 @@ def response_format(ids: list[str]) -> dict[str, Any]:
 
 # --- reading an answer -------------------------------------------------------------------------------
 
-_FENCE_RE = re.compile(r"^```[\w-]*\s*(.*?)\s*(?:```)?$", re.S)
-# A complete or cut sentence object of a JSON answer, for an answer cut at its bound.
-_JSON_TEXT_RE = re.compile(r'"text"\s*:\s*"((?:[^"\\]|\\.)*)("?)(?:\s*,\s*"sources"\s*:\s*\[([^\]]*)\])?')
-# Ids in brackets after (or inside) a sentence: "[S2]", "[S2][S5]", "[S2, S5]", "(s2)", "【S2】".
-_GROUP_RE = re.compile(r"[ \t]*(?:[\[(【]\s*S\d+(?:\s*[,;，、]\s*S?\d+)*\s*[\])】][ \t]*)+", re.I)
-# Ids without brackets, at the very end of a line: "... topics. S2" or "... topics S2, S5."
-_BARE_TAIL_RE = re.compile(r"[ \t]+(S\d+(?:\s*[,;]\s*S\d+)*)[ \t]*([.。]?)[ \t]*$", re.I)
+# An answer is the model's: any length, any shape. So every pattern here reads it in linear time: no
+# quantifier gives back what the next part could take too (possessive ones, `*+`, where it could), and
+# no search starts a scan again from every character of a run (the one that would is anchored, or
+# bounded by a lookbehind).
+# A fenced answer's opening: "```json" and what space follows it (the closing fence: `_unfenced`).
+_FENCE_RE = re.compile(r"```[\w-]*+\s*+")
+# A complete or cut sentence object of a JSON answer, for an answer cut at its bound; its "sources" list
+# after it (read up to its "]" by `_salvaged`).
+_JSON_TEXT_RE = re.compile(r'"text"\s*+:\s*+"((?:[^"\\]|\\.)*+)("?)')
+_SOURCES_RE = re.compile(r'\s*+,\s*+"sources"\s*+:\s*+\[')
+# Ids in brackets after (or inside) a sentence: "[S2]", "[S2][S5]", "[S2, S5]", "(s2)", "【S2】"; with the
+# spaces before them (a match starts where a run of spaces does, not again at each of its spaces).
+_GROUP_RE = re.compile(r"(?<![ \t])[ \t]*+(?:[\[(【]\s*+S\d++(?:\s*+[,;，、]\s*+S?\d++)*+\s*+[\])】][ \t]*+)+", re.I)
+# Ids without brackets, at the very end of a line: "... topics. S2" or "... topics S2, S5.". Matched on
+# the line reversed, from its end: one anchored match, where a search would try the ids again from
+# every space of the line. Its groups: the full stop, and the ids (reversed).
+_BARE_TAIL_REVERSED_RE = re.compile(r"[ \t]*+([.。]?)[ \t]*+(\d++S(?:\s*+[,;]\s*+\d++S)*)[ \t]++", re.I)
 _ID_RE = re.compile(r"S?(\d+)", re.I)
-_MARK_RE = re.compile(r"^\s*(?:[-*•·]|\d{1,3}[.)])\s+")
-_LINE_END_RE = re.compile(r"[.!?。！？]*[ \t]*$")
+_MARK_RE = re.compile(r"^\s*+(?:[-*•·]|\d{1,3}[.)])\s+")
+_LINE_END_RE = re.compile(r"[.!?。！？]*+[ \t]*+")
 _SENTENCE_END = ".!?。！？；"
 
 
@@ -162,9 +172,12 @@ def _line_claims(line: str) -> list[Claim]:
         parts.clear()
         ids.clear()
 
+    last = ""  # the sentence's last character but spaces so far: kept, not joined again at each group
     pos = 0
     for match in _GROUP_RE.finditer(line):
-        parts.append(line[pos : match.start()])
+        before = line[pos : match.start()]
+        parts.append(before)
+        last = before.rstrip()[-1:] or last
         ids.extend(_ids(match.group()))
         pos = match.end()
         tail = _LINE_END_RE.fullmatch(line, pos)
@@ -172,19 +185,30 @@ def _line_claims(line: str) -> list[Claim]:
             parts.append(tail.group().strip())
             pos = len(line)
             close()
-        elif "".join(parts).rstrip()[-1:] in _SENTENCE_END:
+            last = ""
+        elif last in _SENTENCE_END:  # (or nothing came before them: "" is in any string)
             close()
+            last = ""
         else:  # ids inside a sentence count for it; the sentence goes on
             parts.append(" ")
     rest = line[pos:]
-    bare = _BARE_TAIL_RE.search(rest)
-    if bare is not None and (parts or rest[: bare.start()].strip()):
-        parts.append(rest[: bare.start()] + bare.group(2))
-        ids.extend(_ids(bare.group(1)))
+    bare = _bare_tail(rest)
+    if bare is not None and (parts or rest[: bare[0]].strip()):
+        parts.append(rest[: bare[0]] + bare[2])
+        ids.extend(_ids(bare[1]))
     else:
         parts.append(rest)
     close()
     return out
+
+
+def _bare_tail(rest: str) -> tuple[int, str, str] | None:
+    """The ids `rest` ends with, unbracketed: where they start (the spaces before them), the ids, and
+    the full stop after them; None when it ends with none."""
+    tail = _BARE_TAIL_REVERSED_RE.match(rest[::-1])
+    if tail is None:
+        return None
+    return len(rest) - tail.end(), tail.group(2)[::-1], tail.group(1)
 
 
 def _ids(written: str) -> list[str]:
@@ -193,14 +217,12 @@ def _ids(written: str) -> list[str]:
 
 def _json_claims(answer: str) -> list[Claim] | None:
     """The claims of a JSON answer; None when the answer is no JSON."""
-    body = answer.strip()
-    if fenced := _FENCE_RE.match(body):
-        body = fenced.group(1)
+    body = _unfenced(answer.strip())
     if not body.startswith(("{", "[")):
         return None
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested deeper than json reads: salvaged as a cut answer is
         return _salvaged(body)
     items = data.get("sentences") if isinstance(data, dict) else data
     if not isinstance(items, list):
@@ -208,11 +230,26 @@ def _json_claims(answer: str) -> list[Claim] | None:
     out: list[Claim] = []
     for item in items:
         text, sources = (item, []) if isinstance(item, str) else _fields(item)
-        if text.strip():
+        if said := _decoded(text):
             written = [sources] if isinstance(sources, str) else sources if isinstance(sources, list) else []
             ids = [sid for s in written if isinstance(s, str | int) for sid in _ids(str(s))]
-            out.append((" ".join(text.split()), tuple(dict.fromkeys(ids))))
+            out.append((said, tuple(dict.fromkeys(ids))))
     return out
+
+
+def _decoded(text: str) -> str:
+    """A sentence's text as its JSON string decodes, storable: "\\u0000" in the answer decodes to a NUL."""
+    return " ".join(storable(text).split())
+
+
+def _unfenced(body: str) -> str:
+    """A fenced answer's body ("```json ... ```", the closing fence missing when it was cut), else the
+    answer; `body` has no space around it."""
+    fence = _FENCE_RE.match(body)
+    if fence is None:
+        return body
+    inside = body[fence.end() :]
+    return inside[:-3].rstrip() if inside.endswith("```") else inside
 
 
 def _fields(item: object) -> tuple[str, object]:
@@ -228,14 +265,24 @@ def _salvaged(body: str) -> list[Claim]:
     shown beside whole ones)."""
     out: list[Claim] = []
     cut: Claim | None = None
-    for match in _JSON_TEXT_RE.finditer(body):
+    # The first "]" after the last "sources" list that opened (-1: there is none): found again only once
+    # passed, so that a cut answer with no "]" left is not scanned to its end once per sentence.
+    closing: int | None = None
+    pos = 0
+    while (match := _JSON_TEXT_RE.search(body, pos)) is not None:
+        pos, sources = match.end(), ""
+        if (listed := _SOURCES_RE.match(body, pos)) is not None:
+            if closing is None or 0 <= closing < listed.end():
+                closing = body.find("]", listed.end())
+            if closing != -1:
+                pos, sources = closing + 1, body[listed.end() : closing]
         escaped = match.group(1).rstrip("\\")
         try:
             text = json.loads(f'"{escaped}"')
         except ValueError:
             continue
-        if text.strip():
-            claim = (" ".join(text.split()), tuple(dict.fromkeys(_ids(match.group(3) or ""))))
+        if said := _decoded(text):
+            claim = (said, tuple(dict.fromkeys(_ids(sources))))
             if match.group(2):
                 out.append(claim)
             else:

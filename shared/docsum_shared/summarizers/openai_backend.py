@@ -49,7 +49,7 @@ from .. import metrics
 from ..errors import ContextLimitExceeded, ProviderUnavailable, RateLimited, RequestRefused, context_limit_error
 from ..options import Mode
 from ..retry import FLEX, Backoff
-from ..text import estimate_tokens_upper, sentence_spans
+from ..text import estimate_tokens_upper, sentence_spans, storable
 from .base import SummarizerBackend, SummaryRequest, SummaryResult
 from .batch_api import BatchAPI
 from .llm_citations import CitationMode, Claim, cited_sentences, claims, numbered, response_format, summary_text
@@ -181,13 +181,19 @@ class OpenAIBackend(SummarizerBackend):
     def _cited(self, answer: SummaryResult, request: SummaryRequest) -> SummaryResult:
         """The answer as a summary: its sentences, each labelled by what supports it (never refused for
         its citations), joined in the style asked for. An answer in which no sentence can be read (JSON
-        cut before its first one) is kept as it is, as prose; nothing in it at all: a failed attempt."""
-        found = claims(answer.text) or [(answer.text[a:b], ()) for a, b in sentence_spans(answer.text)]
+        cut before its first one) is kept as it is, as prose; nothing in it at all: a failed attempt.
+
+        Every answer passes here (a plain call's, a stream's, a batch line's), and first through `storable`
+        (claims' JSON strings too): a NUL or a lone surrogate the model wrote is dropped here, where it
+        costs nothing, not refused by PostgreSQL with every answer stored beside it."""
+        text = storable(answer.text)
+        found = claims(text) or [(text[a:b], ()) for a, b in sentence_spans(text)]
         found = self._without_echoes(found, request)
         sentences = cited_sentences(found, numbered(request))
         if not sentences:
             raise ProviderUnavailable("LLM provider answered with no sentence")
-        return replace(answer, text=summary_text(sentences, request.style), sentences=sentences)
+        summary = summary_text(sentences, request.style)
+        return replace(answer, text=summary, model=storable(answer.model), sentences=sentences)
 
     def _without_echoes(self, found: list[Claim], request: SummaryRequest) -> list[Claim]:
         """The answer's sentences less those that repeat the prompt (its instructions, the placeholders of
