@@ -172,7 +172,7 @@ function showHome(main) {
   const list = el("ul", { class: "files", id: "chosen-files" });
   const submit = el("button", { class: "primary", type: "submit", id: "submit", disabled: true, text: "Summarize" });
   const problem = el("p", { class: "notice hidden", id: "submit-error" });
-  const picker = el("input", { type: "file", id: "file-input", multiple: true, class: "hidden", accept: ".pdf,.docx,.txt,.md,.markdown,text/plain,text/markdown,application/pdf,application/vnd.openxmlformats-officedocument.wordprocessingml.document" });
+  const picker = el("input", { type: "file", id: "file-input", multiple: true, class: "hidden", accept: ".pdf,.docx,.pptx,.html,.htm,.epub,.txt,.md,.markdown,text/plain,text/markdown,text/html,application/pdf,application/vnd.openxmlformats-officedocument.wordprocessingml.document,application/vnd.openxmlformats-officedocument.presentationml.presentation,application/epub+zip" });
   const folder = el("input", { type: "file", id: "folder-input", multiple: true, class: "hidden", webkitdirectory: true });
 
   function refresh() {
@@ -262,7 +262,10 @@ function size(bytes) {
 
 // --- a summary's sentences and their sources ---------------------------------------------------
 
-const UNIT_NAMES = { page: ["p.", "p."], paragraph: ["¶", "¶"], line: ["line", "lines"] };
+const UNIT_NAMES = {
+  page: ["p.", "p."], paragraph: ["¶", "¶"], slide: ["slide", "slides"], section: ["section", "sections"],
+  chapter: ["chapter", "chapters"], line: ["line", "lines"],
+};
 
 // Where a source is: "report.pdf, p. 3", "report.pdf, p. 3–4", "notes.docx, ¶ 12", "a.txt, lines 4–6".
 function place(source, withName = true) {
