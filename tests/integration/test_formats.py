@@ -1,8 +1,16 @@
 """Slides, web pages and e-books through the real services: each completes with a summary whose sentences
 cite the slide, section or chapter they come from; a file that is not what its name says and a zip bomb
-fail alone, with a message saying why."""
+fail alone, with a message saying why. The same formats published on Kafka by another system (inline,
+and by a file:// URI) are taken in and summarized the same way."""
 
 from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import uuid
+from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -12,7 +20,8 @@ from docsum_shared.positions import Positions, position_of
 from tests.documents import Slide, english_prose, make_epub, make_html_page, make_pdf, make_pptx
 from tests.hostile import with_padding_member
 from tests.integration.conftest import StackFactory
-from tests.integration.helpers import submit, wait_for_task
+from tests.integration.helpers import eventually, submit, wait_for_task
+from tests.integration.test_foreign_producers import producers, publish
 
 pytestmark = pytest.mark.integration
 
@@ -78,3 +87,42 @@ async def test_slides_pages_and_books_are_summarized_with_their_units(
             assert source["page"] == position_of(positions[source["document_id"]], source["start"])
             assert place(source).startswith(f"{name}, {unit}")  # "deck.pptx, slide 2"
         print(f"\n{name}: cites {sorted({place(s) for s in sources})}")
+
+
+async def test_slides_pages_and_books_published_on_kafka(make_stack: StackFactory, tmp_path: Path) -> None:
+    root = tmp_path / "crm-docs"
+    root.mkdir()
+    book = make_epub([(f"Chapter {n}", [_prose(200 + n), _prose(210 + n)]) for n in range(1, 4)])
+    (root / "voyage.epub").write_bytes(book)
+    stack = make_stack(
+        DOCSUM_LLM_BACKEND="extractive",
+        DOCSUM_INTAKE_PRODUCERS=producers(crm=["alice"]),
+        DOCSUM_INTAKE_OWNERS=json.dumps({"alice": {"file_roots": [str(root)]}}),
+    )
+    deck = make_pptx([Slide(title=f"Slide {n}", texts=[_prose(220 + n)], notes=_prose(230 + n)) for n in range(3)])
+    page = make_html_page("The harbour dredging", [(f"Part {n}", [_prose(240 + n), _prose(250 + n)]) for n in range(3)])
+    task = str(uuid.uuid4())
+    common: dict[str, Any] = {"task_id": task, "owner": "alice", "task_documents": 3}
+    messages = [
+        {**common, "document_id": f"crm:{uuid.uuid4().hex}", "filename": "deck.pptx", "content_type": PPTX,
+         "content_base64": base64.b64encode(deck).decode()},
+        {**common, "document_id": f"crm:{uuid.uuid4().hex}", "filename": "harbour.html", "content_type": "text/html",
+         "content_base64": base64.b64encode(page).decode()},
+        {**common, "document_id": f"crm:{uuid.uuid4().hex}", "filename": "voyage.epub",
+         "source_uri": (root / "voyage.epub").as_uri()},
+    ]  # fmt: skip
+    await asyncio.to_thread(publish, stack, messages)
+
+    async def created() -> bool:
+        async with stack.client("alice") as client:
+            return (await client.get(f"/v1/tasks/{task}")).status_code == 200
+
+    await eventually(created, timeout=90, message="the task, created on first sight", stack=stack)
+    async with stack.client("alice") as client:
+        view = await wait_for_task(client, task, stack, timeout=120)
+
+    assert view["status"] == "COMPLETED", view
+    units = {"deck.pptx": "slide", "harbour.html": "section", "voyage.epub": "chapter"}
+    for document in view["documents"]:
+        sources = [s for sentence in document["sentences"] for s in sentence["sources"]]
+        assert sources and {s["unit"] for s in sources} == {units[document["filename"]]}, document
