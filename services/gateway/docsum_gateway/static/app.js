@@ -185,7 +185,7 @@ function showHome(main) {
   }
   function add(files) {
     for (const file of files) {
-      if (/\.(pdf|docx|txt|md|markdown|text)$/i.test(file.name) || file.type.startsWith("text/")) chosen.push(file);
+      if (/\.(pdf|docx|pptx|html?|epub|txt|md|markdown|text)$/i.test(file.name) || file.type.startsWith("text/")) chosen.push(file);
     }
     refresh();
   }
@@ -198,7 +198,7 @@ function showHome(main) {
     ondragleave: () => drop.classList.remove("over"),
     ondrop: (e) => { e.preventDefault(); drop.classList.remove("over"); add(e.dataTransfer.files); } },
     el("strong", { text: "Drop files here, or click to choose" }),
-    el("span", { class: "muted small", text: "PDF, Word (.docx), text and Markdown — one summary per file, and one for them all" }));
+    el("span", { class: "muted small", text: "PDF, Word (.docx), PowerPoint (.pptx), web pages (.html), e-books (.epub), text and Markdown — one summary per file, and one for them all" }));
 
   const form = el("form", { class: "card stack", id: "new-task", onsubmit: async (event) => {
     event.preventDefault();
