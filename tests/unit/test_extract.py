@@ -440,6 +440,16 @@ def test_password_protected_docx_says_so() -> None:
     )
 
 
+def test_password_protected_pptx_says_so() -> None:
+    error = parse_error(_encrypted_ooxml(), "deck.pptx")
+
+    assert error.kind == "encrypted"
+    assert str(error) == (
+        "PPTX is password-protected; remove the password in PowerPoint (File > Info > Protect Presentation) and"
+        " try again"
+    )
+
+
 def test_password_protected_office_file_of_another_type() -> None:
     error = parse_error(_encrypted_ooxml(), "budget.xlsx")
 

@@ -43,6 +43,9 @@ MSG_EMPTY = "file is empty"
 MSG_DOCX_PASSWORD = (
     "DOCX is password-protected; remove the password in Word (File > Info > Protect Document) and try again"
 )
+MSG_PPTX_PASSWORD = (
+    "PPTX is password-protected; remove the password in PowerPoint (File > Info > Protect Presentation) and try again"
+)
 MSG_ENCODING = (
     "text file is not in a supported encoding (UTF-8, UTF-16 with BOM, GB18030); save it as UTF-8 and try again"
 )
@@ -94,6 +97,7 @@ _OLE2_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 # "EncryptionInfo" and "EncryptedPackage" streams (MS-OFFCRYPTO); directory entries name them in UTF-16LE.
 _ENCRYPTED_PACKAGE = "EncryptedPackage".encode("utf-16-le")
 _WORD_EXTENSIONS = frozenset({".docx", ".docm", ".dotx", ".dotm"})
+_POWERPOINT_EXTENSIONS = frozenset({".pptx", ".pptm", ".ppsx", ".potx"})
 
 
 def detect_format(data: bytes, filename: str, content_type: str | None, limits: Limits = DEFAULT_LIMITS) -> Format:
@@ -119,6 +123,8 @@ def detect_format(data: bytes, filename: str, content_type: str | None, limits: 
     if data.startswith(_OLE2_MAGIC) and _ENCRYPTED_PACKAGE in data:
         if ext in _WORD_EXTENSIONS or (not ext and _CONTENT_TYPES.get(ctype) == "docx"):
             raise ParseError(MSG_DOCX_PASSWORD, "encrypted")
+        if ext in _POWERPOINT_EXTENSIONS or (not ext and _CONTENT_TYPES.get(ctype) == "pptx"):
+            raise ParseError(MSG_PPTX_PASSWORD, "encrypted")
         what = f"{_label(ext, ctype)} file" if ext or ctype else "file"
         raise ParseError(
             f"{what} is password-protected (an encrypted Office document); remove the password and save it "
