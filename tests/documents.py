@@ -10,11 +10,14 @@ import io
 import random
 import zipfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import cast
 
 import docx
+import pptx
 from fpdf import FPDF
+from pptx.util import Inches
 from pypdf import PdfReader, PdfWriter
 
 # A fixed timestamp keeps generated PDFs/DOCX byte-for-byte reproducible.
@@ -105,6 +108,142 @@ def _fix_zip_timestamps(data: bytes) -> bytes:
             fixed.compress_type = zipfile.ZIP_DEFLATED
             dst.writestr(fixed, src.read(info.filename))
     return out.getvalue()
+
+
+# -------------------------------------------------------------------------------------------- PPTX
+
+
+@dataclass(frozen=True)
+class Slide:
+    """One slide: a title, text boxes, a table (rows of cells), a group of text boxes, speaker notes."""
+
+    title: str = ""
+    texts: Sequence[str] = ()
+    table: Sequence[Sequence[str]] = ()
+    grouped: Sequence[str] = ()
+    notes: str = ""
+
+
+def make_pptx(slides: Sequence[Slide]) -> bytes:
+    """Build a PPTX with python-pptx, one slide (title-only layout) per `Slide`."""
+    presentation = pptx.Presentation()
+    props = presentation.core_properties
+    props.created = props.modified = props.last_printed = FIXED_TIME.replace(tzinfo=None)
+    props.author = props.last_modified_by = "docsum tests"
+    layout = presentation.slide_layouts[5]  # "Title Only"
+    for spec in slides:
+        slide = presentation.slides.add_slide(layout)
+        if spec.title:
+            slide.shapes.title.text = spec.title
+        else:
+            slide.shapes.title._element.getparent().remove(slide.shapes.title._element)
+        top = 1.5
+        for text in spec.texts:
+            slide.shapes.add_textbox(Inches(0.5), Inches(top), Inches(9), Inches(0.8)).text_frame.text = text
+            top += 0.9
+        if spec.table:
+            n_cols = max(len(row) for row in spec.table)
+            frame = slide.shapes.add_table(len(spec.table), n_cols, Inches(0.5), Inches(top), Inches(9), Inches(1))
+            for r, row in enumerate(spec.table):
+                for c, value in enumerate(row):
+                    frame.table.cell(r, c).text = value
+            top += 1.2
+        if spec.grouped:
+            group = slide.shapes.add_group_shape()
+            for i, text in enumerate(spec.grouped):
+                box = group.shapes.add_textbox(Inches(0.5 + 3 * i), Inches(top), Inches(2.8), Inches(0.8))
+                box.text_frame.text = text
+        if spec.notes:
+            slide.notes_slide.notes_text_frame.text = spec.notes
+    out = io.BytesIO()
+    presentation.save(out)
+    return _fix_zip_timestamps(out.getvalue())
+
+
+# -------------------------------------------------------------------------------------------- EPUB
+
+
+def make_epub(chapters: Sequence[tuple[str, Sequence[str]]], *, nav: bool = True) -> bytes:
+    """Build an EPUB 3 with zipfile: one XHTML document per (title, paragraphs) chapter, in spine order,
+    and (with `nav`) a navigation document, which is in the manifest but is not a chapter. The files are
+    listed in the manifest in reverse, so that only the spine gives the reading order."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(_stored("mimetype"), "application/epub+zip")
+        archive.writestr(
+            _stored("META-INF/container.xml"),
+            '<?xml version="1.0"?><container version="1.0" xmlns="urn:oasis:names:tc:opendocument:xmlns:container">'
+            '<rootfiles><rootfile full-path="OEBPS/content.opf" media-type="application/oebps-package+xml"/>'
+            "</rootfiles></container>",
+        )
+        items = []
+        for n, (title, paragraphs) in enumerate(chapters, start=1):
+            body = "".join(f"<p>{p}</p>" for p in paragraphs)
+            archive.writestr(
+                _stored(f"OEBPS/text/chapter {n}.xhtml"),
+                '<?xml version="1.0" encoding="utf-8"?><!DOCTYPE html><html xmlns="http://www.w3.org/1999/xhtml">'
+                f"<head><title>{title}</title><style>p {{ margin: 0 }}</style></head>"
+                f"<body><section><h1>{title}</h1>{body}</section></body></html>",
+            )
+            items.append((f"c{n}", f"text/chapter%20{n}.xhtml"))
+        manifest = "".join(
+            f'<item id="{i}" href="{href}" media-type="application/xhtml+xml"/>' for i, href in reversed(items)
+        )
+        if nav:
+            archive.writestr(
+                _stored("OEBPS/nav.xhtml"),
+                '<html xmlns="http://www.w3.org/1999/xhtml"><body><nav><ol>'
+                + "".join(f"<li>{title}</li>" for title, _ in chapters)
+                + "</ol></nav></body></html>",
+            )
+            manifest += '<item id="nav" href="nav.xhtml" media-type="application/xhtml+xml" properties="nav"/>'
+        spine = ('<itemref idref="nav"/>' if nav else "") + "".join(f'<itemref idref="{i}"/>' for i, _ in items)
+        archive.writestr(
+            _stored("OEBPS/content.opf"),
+            '<?xml version="1.0"?><package xmlns="http://www.idpf.org/2007/opf" version="3.0" unique-identifier="id">'
+            '<metadata xmlns:dc="http://purl.org/dc/elements/1.1/"><dc:identifier id="id">docsum-test</dc:identifier>'
+            "<dc:title>A test book</dc:title></metadata>"
+            f"<manifest>{manifest}</manifest><spine>{spine}</spine></package>",
+        )
+    return out.getvalue()
+
+
+def _stored(name: str) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+    info.compress_type = zipfile.ZIP_STORED if name == "mimetype" else zipfile.ZIP_DEFLATED
+    return info
+
+
+# -------------------------------------------------------------------------------------------- HTML
+
+
+def make_html_page(title: str, sections: Sequence[tuple[str, Sequence[str]]]) -> bytes:
+    """A saved web page: the article (a heading and its paragraphs per section) inside the chrome a real
+    page has (a header with the site's navigation, a sidebar, a footer, scripts, styles, a frame, an
+    image, a cookie banner). CHROME_WORDS are the chrome's words, none of which the article uses."""
+    article = "".join(
+        f"<h2>{heading}</h2>" + "".join(f"<p>{p}</p>" for p in paragraphs) for heading, paragraphs in sections
+    )
+    return (
+        "<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>" + title + " | Harbourside Gazette</title>"
+        "<style>body { font-family: Zebracolour; }</style>"
+        '<script>window.trackVisitor("quokkametrics");</script></head><body>'
+        '<header><a href="/">Harbourside Gazette</a><nav><ul><li><a href="/sport">Sportsdesk</a></li>'
+        '<li><a href="/weather">Weatherwatch</a></li><li><a href="/subscribe">Subscribeplus</a></li></ul></nav>'
+        "</header>"
+        '<div class="cookie-banner">Cookieconsent: accept Cookieconsent to continue.</div>'
+        f'<main><article><h1>{title}</h1>{article}<img src="http://127.0.0.1:9/tracker.png" alt="Pixelbeacon">'
+        '<iframe src="http://127.0.0.1:9/frame.html">Framefallback</iframe></article></main>'
+        '<aside class="sidebar"><h3>Trendingnow</h3><ul><li><a href="/x">Lotterywinner</a></li></ul></aside>'
+        "<footer><p>Copyrightnotice Harbourside Gazette. Privacypolicy.</p></footer>"
+        '<script>document.write("Scriptwritten");</script></body></html>'
+    ).encode()
+
+
+CHROME_WORDS = (
+    "Zebracolour quokkametrics Sportsdesk Weatherwatch Subscribeplus Cookieconsent Pixelbeacon Framefallback"
+    " Trendingnow Lotterywinner Copyrightnotice Privacypolicy Scriptwritten Harbourside"
+).split()
 
 
 # ------------------------------------------------------------------------------------ English prose

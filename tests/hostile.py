@@ -145,3 +145,30 @@ def pdf_with_lone_surrogate(text: str = "A glyph maps to a lone surrogate: A, an
         b"<< /Length %d >>\nstream\n" % len(cmap) + cmap + b"\nendstream",
     ]
     return _pdf(objects)
+
+
+def with_padding_member(document: bytes, name: str, inflated_bytes: int) -> bytes:
+    """`document` (a zip: PPTX, EPUB) with one more member, `name`, of `inflated_bytes` zeros: deflate
+    packs it about 1000:1, so a small file unpacks past a cap."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(document)) as base, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for info in base.infolist():
+            archive.writestr(info, base.read(info.filename))
+        padding = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+        padding.compress_type = zipfile.ZIP_DEFLATED
+        with archive.open(padding, "w") as member:
+            block = bytes(2**20)
+            for _ in range(inflated_bytes // len(block)):
+                member.write(block)
+    return out.getvalue()
+
+
+def with_many_members(document: bytes, folder: str, count: int) -> bytes:
+    """`document` (a zip: PPTX, EPUB) with `count` more empty members under `folder`."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(document)) as base, zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as archive:
+        for info in base.infolist():
+            archive.writestr(info, base.read(info.filename))
+        for n in range(count):
+            archive.writestr(zipfile.ZipInfo(f"{folder}/{n}", date_time=(1980, 1, 1, 0, 0, 0)), b"")
+    return out.getvalue()

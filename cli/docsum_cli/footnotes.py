@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 # How each unit is named before its number, for one unit and for a span of them.
-_UNIT_NAMES = {"page": ("p.", "p."), "paragraph": ("¶", "¶"), "line": ("line", "lines")}
+_UNIT_NAMES = {
+    "page": ("p.", "p."),
+    "paragraph": ("¶", "¶"),
+    "slide": ("slide", "slides"),
+    "section": ("section", "sections"),
+    "chapter": ("chapter", "chapters"),
+    "line": ("line", "lines"),
+}
 
 
 @dataclass(frozen=True)
@@ -44,7 +51,8 @@ class Footnoted:
 
 
 def place(source: dict[str, Any]) -> str:
-    """Where a source is: "report.pdf, p. 3", "report.pdf, p. 3–4", "notes.docx, ¶ 12", "a.txt, lines 4–6"."""
+    """Where a source is: "report.pdf, p. 3", "report.pdf, p. 3–4", "notes.docx, ¶ 12", "deck.pptx, slide 4",
+    "page.html, section 2", "book.epub, chapters 3–4", "a.txt, lines 4–6"."""
     unit, page, last = source.get("unit"), source.get("page"), source.get("last_page")
     if unit not in _UNIT_NAMES or page is None:
         return str(source["filename"])

@@ -1,7 +1,9 @@
 """Where a document's units start in its extracted text: a character offset back to a page number.
 
 The parser stores, beside the text, the offset at which each unit starts: each page of a PDF, each
-paragraph (a table or a text box counts as one) of a Word document, each line of a text file. Units are
+paragraph (a table or a text box counts as one) of a Word document, each slide of a presentation, each
+section (from a heading to the next) of a web page, each chapter (a document of its spine) of an
+e-book, each line of a text file. Units are
 numbered from 1 in the order of `starts`. A unit that left no text (a blank page, an empty line) starts
 where the next unit starts, or at the end of the text: no offset maps to it, and the characters between
 two units (the blank line after a page) belong to the unit before.
@@ -15,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-Unit = Literal["page", "paragraph", "line"]
+Unit = Literal["page", "paragraph", "slide", "section", "chapter", "line"]
 
 
 @dataclass(frozen=True)

@@ -173,6 +173,45 @@ def test_a_sentence_opens_the_passage_it_quotes(make_stack: StackFactory, chromi
         browser.close()
 
 
+def test_slides_pages_and_books_are_offered_and_cited_by_their_units(
+    make_stack: StackFactory, chromium: str, tmp_path: Path
+) -> None:
+    """The file picker offers presentations, web pages and e-books, and a presentation's summary shows
+    each sentence's slide ("slide 2"), in the page and in the passage it opens."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from tests.documents import Slide, english_prose, make_pptx
+
+    deck = tmp_path / "deck.pptx"
+    deck.write_bytes(
+        make_pptx([Slide(title=f"Part {n}", texts=[english_prose(700, seed=260 + n)]) for n in range(1, 4)])
+    )
+    stack = make_stack(DOCSUM_LLM_BACKEND="extractive")
+    with sync_playwright() as p:
+        browser = _launch(p, chromium)
+        page = browser.new_page(viewport={"width": 1180, "height": 1000}, reduced_motion="reduce")
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(stack.gateway_url + "/")
+        page.fill("#api-key", stack.keys["alice"])
+        page.click("#signin-button")
+        expect(page.locator("#sign-out")).to_be_visible()
+        accept = (page.locator("#file-input").get_attribute("accept") or "").split(",")
+        assert {".pptx", ".html", ".htm", ".epub"} <= set(accept), accept
+        page.set_input_files("#file-input", [str(deck)])
+        page.click("#submit")
+        page.wait_for_url("**/tasks/*")
+        expect(page.locator("#task-status")).to_have_text("Done", timeout=120_000)
+
+        expect(page.locator("#documents article .sentence.linked").first).to_be_visible(timeout=20_000)
+        expect(page.locator("#documents article .cite").first).to_have_text(re.compile(r"^slides? \d+"))
+        page.locator("#documents article .sentence.linked").first.click()
+        where = page.locator("#source-dialog .passage .where").first
+        expect(where).to_have_text(re.compile(r"^deck\.pptx, slides? \d+"))
+        assert not errors, errors
+        browser.close()
+
+
 # What a model can be told to write into a summary, and a person into a title or a file name: in the
 # Markdown download each must stay text — no image (fetched from its server when the file is viewed), no
 # link, no HTML, no heading of its own.

@@ -48,6 +48,12 @@ SENTENCES = [
         (_source("page", 3, 4), "report.pdf, p. 3–4"),
         (_source("paragraph", 12, 12, "notes.docx"), "notes.docx, ¶ 12"),
         (_source("paragraph", 12, 14, "notes.docx"), "notes.docx, ¶ 12–14"),
+        (_source("slide", 4, 4, "deck.pptx"), "deck.pptx, slide 4"),
+        (_source("slide", 4, 5, "deck.pptx"), "deck.pptx, slides 4–5"),
+        (_source("section", 2, 2, "page.html"), "page.html, section 2"),
+        (_source("section", 2, 3, "page.html"), "page.html, sections 2–3"),
+        (_source("chapter", 3, 3, "book.epub"), "book.epub, chapter 3"),
+        (_source("chapter", 3, 4, "book.epub"), "book.epub, chapters 3–4"),
         (_source("line", 4, 4, "a.txt"), "a.txt, line 4"),
         (_source("line", 4, 6, "a.txt"), "a.txt, lines 4–6"),
         (_source(None, None, None, "old.txt"), "old.txt"),  # a text stored without positions

@@ -440,12 +440,22 @@ def test_password_protected_docx_says_so() -> None:
     )
 
 
+def test_password_protected_pptx_says_so() -> None:
+    error = parse_error(_encrypted_ooxml(), "deck.pptx")
+
+    assert error.kind == "encrypted"
+    assert str(error) == (
+        "PPTX is password-protected; remove the password in PowerPoint (File > Info > Protect Presentation) and"
+        " try again"
+    )
+
+
 def test_password_protected_office_file_of_another_type() -> None:
     error = parse_error(_encrypted_ooxml(), "budget.xlsx")
 
     assert error.kind == "encrypted"
     assert str(error).startswith("'.xlsx' file is password-protected")
-    assert "supported: PDF, DOCX, TXT, Markdown" in str(error)
+    assert "supported: PDF, DOCX, PPTX, HTML, EPUB, TXT, Markdown" in str(error)
 
 
 # ------------------------------------------------------------------------------------- TXT and MD
@@ -540,11 +550,13 @@ def test_unsupported_types(data: bytes, filename: str) -> None:
 
     assert error.kind == "unsupported"
     assert str(error).startswith("unsupported file type ")
-    assert "supported: PDF, DOCX, TXT, Markdown" in str(error)
+    assert "supported: PDF, DOCX, PPTX, HTML, EPUB, TXT, Markdown" in str(error)
 
 
 def test_unsupported_message_names_the_extension() -> None:
-    assert str(parse_error(b"MZ", "tool.exe")) == ("unsupported file type '.exe'; supported: PDF, DOCX, TXT, Markdown")
+    assert str(parse_error(b"MZ", "tool.exe")) == (
+        "unsupported file type '.exe'; supported: PDF, DOCX, PPTX, HTML, EPUB, TXT, Markdown"
+    )
     assert "'.doc'" in str(parse_error(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(64), "old.doc"))
 
 

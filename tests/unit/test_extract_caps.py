@@ -42,7 +42,13 @@ def pages_read(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 def test_the_defaults_are_the_settings_defaults() -> None:
     assert limits(ParserSettings(_env_file=None)) == Limits()
-    assert Limits() == Limits(max_chars=5_000_000, max_pdf_pages=2_000, max_docx_unzipped_bytes=256 * 2**20)
+    assert Limits() == Limits(
+        max_chars=5_000_000,
+        max_pdf_pages=2_000,
+        max_docx_unzipped_bytes=256 * 2**20,
+        max_zip_entries=10_000,
+        max_html_bytes=16 * 2**20,
+    )
 
 
 # -------------------------------------------------------------------------------------------- PDF

@@ -2,9 +2,10 @@
 can act on).
 
 No IO happens here besides reading the bytes we are given, so everything is unit-testable and the
-service layer only has to map ParseError to a failed-document event. PDF (pdf.py) and Word (word.py)
-are read by their own modules, imported when a file of theirs comes: in the parse worker, so the
-parser's own process never loads pypdf, python-docx or lxml (about 45 MB it would hold for nothing).
+service layer only has to map ParseError to a failed-document event. PDF (pdf.py), Word (word.py),
+PowerPoint (slides.py), web pages (webpage.py) and e-books (ebook.py) are read by their own modules,
+imported when a file of theirs comes: in the parse worker, so the parser's own process never loads
+pypdf, python-docx, python-pptx, trafilatura or lxml (about 45 MB it would hold for nothing).
 What they share with this module lives in modules of its own (limits.py, parse_error.py, normalize.py,
 zips.py), so neither of them imports this one.
 """
@@ -22,23 +23,28 @@ from docsum_shared.positions import Positions, Unit
 from .limits import DEFAULT_LIMITS, Limits, too_many_chars
 from .normalize import break_ends, normalize_keeping
 from .parse_error import ParseError
-from .zips import zip_members
+from .zips import check_entries, zip_members
 
-Format = Literal["pdf", "docx", "text"]
+Format = Literal["pdf", "docx", "pptx", "html", "epub", "text"]
 
 
 @dataclass(frozen=True)
 class ExtractedText:
     text: str
     format: Format
-    positions: Positions  # where each page (PDF), paragraph (DOCX) or line (text) starts in `text`
+    # where each page (PDF), paragraph (DOCX), slide (PPTX), section (HTML), chapter (EPUB) or line (text)
+    # starts in `text`
+    positions: Positions
     pages: int | None = None  # PDFs only
 
 
-SUPPORTED = "PDF, DOCX, TXT, Markdown"
+SUPPORTED = "PDF, DOCX, PPTX, HTML, EPUB, TXT, Markdown"
 MSG_EMPTY = "file is empty"
 MSG_DOCX_PASSWORD = (
     "DOCX is password-protected; remove the password in Word (File > Info > Protect Document) and try again"
+)
+MSG_PPTX_PASSWORD = (
+    "PPTX is password-protected; remove the password in PowerPoint (File > Info > Protect Presentation) and try again"
 )
 MSG_ENCODING = (
     "text file is not in a supported encoding (UTF-8, UTF-16 with BOM, GB18030); save it as UTF-8 and try again"
@@ -46,12 +52,29 @@ MSG_ENCODING = (
 MSG_NO_TEXT = {
     "pdf": "no extractable text: the PDF seems to contain only scanned images; run OCR first",
     "docx": "no extractable text: the Word document has no text in its body (images, headers and footers are not read)",
+    "pptx": "no extractable text: the presentation's slides and notes have no text (pictures and charts are not read)",
+    "html": "no extractable text: the web page has no main text (navigation, scripts and styles are not read)",
+    "epub": "no extractable text: the e-book's chapters have no text (pictures are not read)",
     "text": "no extractable text: the text file contains only whitespace",
+}
+# What a file of each format is, in a message that says a file is not what its name claims.
+_NAMES: dict[Format, str] = {
+    "pdf": "a PDF",
+    "docx": "a Word document (DOCX)",
+    "pptx": "a PowerPoint presentation (PPTX)",
+    "html": "a web page (HTML)",
+    "epub": "an e-book (EPUB)",
+    "text": "a text file",
 }
 
 _EXTENSIONS: dict[str, Format] = {
     ".pdf": "pdf",
     ".docx": "docx",
+    ".pptx": "pptx",
+    ".html": "html",
+    ".htm": "html",
+    ".xhtml": "html",
+    ".epub": "epub",
     ".txt": "text",
     ".text": "text",
     ".md": "text",
@@ -60,6 +83,10 @@ _EXTENSIONS: dict[str, Format] = {
 _CONTENT_TYPES: dict[str, Format] = {
     "application/pdf": "pdf",
     "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
+    "application/vnd.openxmlformats-officedocument.presentationml.presentation": "pptx",
+    "text/html": "html",
+    "application/xhtml+xml": "html",
+    "application/epub+zip": "epub",
     "text/plain": "text",
     "text/markdown": "text",
     "text/x-markdown": "text",
@@ -70,21 +97,34 @@ _OLE2_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 # "EncryptionInfo" and "EncryptedPackage" streams (MS-OFFCRYPTO); directory entries name them in UTF-16LE.
 _ENCRYPTED_PACKAGE = "EncryptedPackage".encode("utf-16-le")
 _WORD_EXTENSIONS = frozenset({".docx", ".docm", ".dotx", ".dotm"})
+_POWERPOINT_EXTENSIONS = frozenset({".pptx", ".pptm", ".ppsx", ".potx"})
 
 
-def detect_format(data: bytes, filename: str, content_type: str | None) -> Format:
-    """Decide how to parse: magic bytes beat the extension, which beats the (client-supplied) type."""
+def detect_format(data: bytes, filename: str, content_type: str | None, limits: Limits = DEFAULT_LIMITS) -> Format:
+    """Decide how to parse: magic bytes beat the extension, which beats the (client-supplied) type.
+
+    A file named (or typed) as a presentation, a web page, an e-book or a Word document whose bytes are
+    another of the formats read here fails, saying what it is: its name is the user's claim, and
+    reading it as something else would surprise them."""
     ext = PurePosixPath((filename or "").replace("\\", "/")).suffix.lower()
     ctype = (content_type or "").split(";")[0].strip().lower()
+    claimed = _EXTENSIONS.get(ext) if ext else _CONTENT_TYPES.get(ctype)
 
-    if data[:1024].lstrip().startswith(b"%PDF-"):
-        return "pdf"
-    if data.startswith(b"PK\x03\x04") and "word/document.xml" in (zip_members(data) or ()):
-        return "docx"
+    sniffed = _sniff(data, claimed, limits)
+    if sniffed is not None and claimed is not None and claimed in _CLAIMS_CHECKED and sniffed != claimed:
+        raise ParseError(
+            f"the file is named as {_NAMES[claimed]} ({_label(ext, ctype)}) but it is {_NAMES[sniffed]}; "
+            f"rename it to its real type, or save it again as {_NAMES[claimed]}, and try again",
+            "mismatch",
+        )
+    if sniffed is not None:
+        return sniffed
     # Any other zip (xlsx, odt, a damaged docx) is judged by its name: .docx gets the DOCX error.
     if data.startswith(_OLE2_MAGIC) and _ENCRYPTED_PACKAGE in data:
         if ext in _WORD_EXTENSIONS or (not ext and _CONTENT_TYPES.get(ctype) == "docx"):
             raise ParseError(MSG_DOCX_PASSWORD, "encrypted")
+        if ext in _POWERPOINT_EXTENSIONS or (not ext and _CONTENT_TYPES.get(ctype) == "pptx"):
+            raise ParseError(MSG_PPTX_PASSWORD, "encrypted")
         what = f"{_label(ext, ctype)} file" if ext or ctype else "file"
         raise ParseError(
             f"{what} is password-protected (an encrypted Office document); remove the password and save it "
@@ -111,7 +151,7 @@ def extract_text(
     ParseError with a user-facing message on any failure, including a document over one of `limits`."""
     if not data:
         raise ParseError(MSG_EMPTY, "empty")
-    fmt = detect_format(data, filename, content_type)
+    fmt = detect_format(data, filename, content_type, limits)
     pages: int | None = None
     if fmt == "pdf":
         from .pdf import extract_pdf
@@ -122,6 +162,18 @@ def extract_text(
         from .word import extract_docx
 
         text, starts = extract_docx(data, limits)
+    elif fmt == "pptx":
+        from .slides import extract_pptx
+
+        text, starts = extract_pptx(data, limits)
+    elif fmt == "html":
+        from .webpage import extract_html
+
+        text, starts = extract_html(data, limits)
+    elif fmt == "epub":
+        from .ebook import extract_epub
+
+        text, starts = extract_epub(data, limits)
     else:
         text = _decode_text(data, limits)
         starts = _line_starts(text)
@@ -134,7 +186,41 @@ def extract_text(
     return ExtractedText(text=text, format=fmt, positions=Positions(_UNITS[fmt], tuple(starts)), pages=pages)
 
 
-_UNITS: dict[Format, Unit] = {"pdf": "page", "docx": "paragraph", "text": "line"}
+_UNITS: dict[Format, Unit] = {
+    "pdf": "page",
+    "docx": "paragraph",
+    "pptx": "slide",
+    "html": "section",
+    "epub": "chapter",
+    "text": "line",
+}
+# A name (or type) that claims one of these, on bytes of another format, is refused rather than read.
+_CLAIMS_CHECKED: frozenset[Format | None] = frozenset({"docx", "pptx", "html", "epub"})
+_HTML_START = re.compile(
+    rb"\s*(?:<\?xml[^>]*>\s*)?(?:<!--.*?-->\s*)*<(?:!doctype\s+html|html)[\s>]", re.IGNORECASE | re.DOTALL
+)
+_ZIP_NAMES: dict[Format | None, str] = {"docx": "DOCX", "pptx": "PPTX", "epub": "EPUB"}
+
+
+def _sniff(data: bytes, claimed: Format | None, limits: Limits) -> Format | None:
+    """The format the bytes themselves show (None: they show none of them)."""
+    if data[:1024].lstrip().startswith(b"%PDF-"):
+        return "pdf"
+    if data.startswith(b"PK\x03\x04"):
+        # zipfile builds an object per entry: count them (by the archive's end record) first.
+        check_entries(data, _ZIP_NAMES.get(claimed, "zip archive"), limits)
+        members = zip_members(data) or {}
+        if "word/document.xml" in members:
+            return "docx"
+        if "ppt/presentation.xml" in members:
+            return "pptx"
+        if "META-INF/container.xml" in members and "mimetype" in members:  # what OpenDocument files lack
+            return "epub"
+        return None
+    # A text file may well hold HTML (a snippet, a Markdown page): only a whole page is one.
+    if claimed != "text" and _HTML_START.match(data[:4096].removeprefix(codecs.BOM_UTF8)):
+        return "html"
+    return None
 
 
 # ---------------------------------------------------------------------------------------- helpers

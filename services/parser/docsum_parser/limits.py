@@ -15,13 +15,17 @@ class Limits:
 
     `max_chars`: characters of text (as extracted, and again once normalized); extraction stops as
     soon as it is passed. `max_pdf_pages`: pages of a PDF, checked before any text is extracted.
-    `max_docx_unzipped_bytes`: the bytes all parts of a DOCX really inflate to, counted while
-    inflating them (the sizes a zip declares are not trusted). The defaults are the settings'.
+    `max_docx_unzipped_bytes`: the bytes all parts of a zip-based document (DOCX, PPTX, EPUB) really
+    inflate to, counted while inflating them (the sizes a zip declares are not trusted); `max_zip_entries`:
+    the files such an archive may hold, counted before any is inflated. `max_html_bytes`: the size of a
+    web page's HTML, checked before it is parsed. The defaults are the settings'.
     """
 
     max_chars: int = 5_000_000
     max_pdf_pages: int = 2_000
     max_docx_unzipped_bytes: int = 256 * 2**20
+    max_zip_entries: int = 10_000
+    max_html_bytes: int = 16 * 2**20
 
 
 DEFAULT_LIMITS = Limits()

@@ -102,6 +102,8 @@ def limits(settings: ParserSettings) -> Limits:
         max_chars=settings.max_document_chars,
         max_pdf_pages=settings.max_pdf_pages,
         max_docx_unzipped_bytes=settings.max_docx_unzipped_bytes,
+        max_zip_entries=settings.max_zip_entries,
+        max_html_bytes=settings.max_html_bytes,
     )
 
 

@@ -10,11 +10,14 @@ from docsum_shared.settings import IntakeSettings, SizeSettings
 class ParserSettings(SizeSettings, IntakeSettings):
     # Caps on what one document may expand into
     # A document over one FAILS, with a message naming it: text extracted (characters), pages of a PDF
-    # (counted before any text is read), and the bytes a DOCX's parts really inflate to (counted while
-    # inflating). The chunks a document may be cut into are the chunker's cap.
+    # (counted before any text is read), the bytes a DOCX's, PPTX's or EPUB's parts really inflate to
+    # (counted while inflating), the files such an archive holds (counted before inflating any), and the
+    # bytes of a web page's HTML. The chunks a document may be cut into are the chunker's cap.
     max_document_chars: int = Field(5_000_000, ge=1_000)
     max_pdf_pages: int = Field(2_000, ge=1)
     max_docx_unzipped_bytes: int = Field(256 * 2**20, ge=2**20)
+    max_zip_entries: int = Field(10_000, ge=100)
+    max_html_bytes: int = Field(16 * 2**20, ge=2**16)
     # Each document is parsed in a worker process under these limits (wall clock, address space).
     parse_timeout_s: float = Field(120.0, gt=0)
     parse_memory_bytes: int = Field(2**30, ge=256 * 2**20)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import io
 import re
 import zipfile
@@ -15,9 +14,9 @@ from docx.opc.exceptions import OpcError
 from docx.text.paragraph import Paragraph
 from lxml import etree
 
-from .limits import SPLIT_IT, Limits, size_label, too_many_chars
+from .limits import Limits, too_many_chars
 from .parse_error import ParseError, short_reason
-from .zips import zip_members
+from .zips import check_archive, zip_members
 
 _HEADING_STYLE = re.compile(r"heading ([1-9])", re.IGNORECASE)
 # Damaged members surface from zipfile/zlib (bad CRC, unknown compression), bad XML from lxml.
@@ -51,7 +50,7 @@ def extract_docx(data: bytes, limits: Limits) -> tuple[str, list[int]]:
     if "word/document.xml" not in members:
         raise _invalid_docx("the archive has no word/document.xml")
     # python-docx inflates every part in memory: first make sure they really fit.
-    _check_unzipped_size(data, limits.max_docx_unzipped_bytes)
+    check_archive(data, "DOCX", limits, _invalid_docx)
     blocks: list[str] = []
     chars = 0
     try:
@@ -71,38 +70,6 @@ def extract_docx(data: bytes, limits: Limits) -> tuple[str, list[int]]:
         starts.append(start)
         start += len(block) + 2
     return "\n\n".join(blocks), starts
-
-
-_INFLATE_BLOCK = 2**20
-
-
-def _check_unzipped_size(data: bytes, limit: int) -> None:
-    """Inflate every member in blocks, counting the bytes that really come out, and stop as soon as
-    they pass `limit`. The sizes in the zip's headers are whatever the file's author wrote there."""
-    total = 0
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            for info in archive.infolist():
-                if info.is_dir():
-                    continue
-                if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-                    # Word writes only these two; zipfile inflates the others without a bound per read.
-                    raise _invalid_docx(f"{info.filename} is compressed with an unsupported method")
-                # zipfile stops reading at the declared size (and then checks the CRC): declare more
-                # than can be read before the count passes the limit.
-                probe = copy.copy(info)
-                probe.file_size = limit + 2 * _INFLATE_BLOCK
-                with archive.open(probe) as member:
-                    while block := member.read(_INFLATE_BLOCK):
-                        total += len(block)
-                        if total > limit:
-                            raise ParseError(
-                                f"the DOCX unpacks to more than the limit of {size_label(limit)} "
-                                f"(DOCSUM_MAX_DOCX_UNZIPPED_BYTES); {SPLIT_IT}",
-                                "too_large",
-                            )
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, ValueError, RuntimeError) as exc:
-        raise _invalid_docx(short_reason(exc)) from exc
 
 
 # We walk the body XML ourselves: python-docx's paragraphs and tables skip content controls (w:sdt,

@@ -88,8 +88,9 @@ class SourceView(BaseModel):
 
     document_id: str
     filename: str
-    unit: Literal["page", "paragraph", "line"] | None = Field(
-        description="What `page` counts: PDF pages, DOCX paragraphs, lines of text; null: the text has no positions."
+    unit: Literal["page", "paragraph", "slide", "section", "chapter", "line"] | None = Field(
+        description="What `page` counts: PDF pages, DOCX paragraphs, PPTX slides, sections of a web page (one per"
+        " heading), EPUB chapters, lines of text; null: the text has no positions."
     )
     page: int | None = Field(description="The unit (from 1) the range starts in; null: not known.")
     last_page: int | None = Field(description="The unit the range ends in (page when it spans none).")

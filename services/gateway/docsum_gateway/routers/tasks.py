@@ -106,7 +106,9 @@ UPLOAD_BODY: dict[str, Any] = {
                         "type": "array",
                         "items": {"type": "string", "format": "binary"},
                         "minItems": 1,
-                        "description": "the documents to summarize (PDF, DOCX, text, Markdown), one part each",
+                        "description": (
+                            "the documents to summarize (PDF, DOCX, PPTX, HTML, EPUB, text, Markdown), one part each"
+                        ),
                     },
                     "title": {"type": "string", "maxLength": 500, "pattern": _NO_NUL},
                     "strict": {"type": "boolean", "default": False,

@@ -172,7 +172,7 @@ function showHome(main) {
   const list = el("ul", { class: "files", id: "chosen-files" });
   const submit = el("button", { class: "primary", type: "submit", id: "submit", disabled: true, text: "Summarize" });
   const problem = el("p", { class: "notice hidden", id: "submit-error" });
-  const picker = el("input", { type: "file", id: "file-input", multiple: true, class: "hidden", accept: ".pdf,.docx,.txt,.md,.markdown,text/plain,text/markdown,application/pdf,application/vnd.openxmlformats-officedocument.wordprocessingml.document" });
+  const picker = el("input", { type: "file", id: "file-input", multiple: true, class: "hidden", accept: ".pdf,.docx,.pptx,.html,.htm,.epub,.txt,.md,.markdown,text/plain,text/markdown,text/html,application/pdf,application/vnd.openxmlformats-officedocument.wordprocessingml.document,application/vnd.openxmlformats-officedocument.presentationml.presentation,application/epub+zip" });
   const folder = el("input", { type: "file", id: "folder-input", multiple: true, class: "hidden", webkitdirectory: true });
 
   function refresh() {
@@ -185,7 +185,7 @@ function showHome(main) {
   }
   function add(files) {
     for (const file of files) {
-      if (/\.(pdf|docx|txt|md|markdown|text)$/i.test(file.name) || file.type.startsWith("text/")) chosen.push(file);
+      if (/\.(pdf|docx|pptx|html?|epub|txt|md|markdown|text)$/i.test(file.name) || file.type.startsWith("text/")) chosen.push(file);
     }
     refresh();
   }
@@ -198,7 +198,7 @@ function showHome(main) {
     ondragleave: () => drop.classList.remove("over"),
     ondrop: (e) => { e.preventDefault(); drop.classList.remove("over"); add(e.dataTransfer.files); } },
     el("strong", { text: "Drop files here, or click to choose" }),
-    el("span", { class: "muted small", text: "PDF, Word (.docx), text and Markdown — one summary per file, and one for them all" }));
+    el("span", { class: "muted small", text: "PDF, Word (.docx), PowerPoint (.pptx), web pages (.html), e-books (.epub), text and Markdown — one summary per file, and one for them all" }));
 
   const form = el("form", { class: "card stack", id: "new-task", onsubmit: async (event) => {
     event.preventDefault();
@@ -262,7 +262,10 @@ function size(bytes) {
 
 // --- a summary's sentences and their sources ---------------------------------------------------
 
-const UNIT_NAMES = { page: ["p.", "p."], paragraph: ["¶", "¶"], line: ["line", "lines"] };
+const UNIT_NAMES = {
+  page: ["p.", "p."], paragraph: ["¶", "¶"], slide: ["slide", "slides"], section: ["section", "sections"],
+  chapter: ["chapter", "chapters"], line: ["line", "lines"],
+};
 
 // Where a source is: "report.pdf, p. 3", "report.pdf, p. 3–4", "notes.docx, ¶ 12", "a.txt, lines 4–6".
 function place(source, withName = true) {
