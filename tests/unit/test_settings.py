@@ -53,6 +53,7 @@ ENVIRONMENT = {
     "DOCSUM_HEALTH_PORT": "8181",
     "DOCSUM_REDRIVE_LIMIT": "11",
     "DOCSUM_REDRIVE_BATCH_EVENTS": "250",
+    "DOCSUM_REDRIVE_ANNOUNCED_S": "120",
     "DOCSUM_INTAKE_PRODUCERS": '{"crm": ["alice"]}',
     "DOCSUM_LOG_FORMAT": "json",
     "DOCSUM_TRACE_FILE": "/tmp/spans.jsonl",
