@@ -71,13 +71,14 @@ def input_line(custom_id: str, body: Mapping[str, Any]) -> bytes:
 
 
 def read_lines(content: bytes) -> list[LineResult]:
-    """The lines of an output or error file; a line that cannot be read is skipped (its request is then
-    missing from both files, which is how a line the provider never ran is treated)."""
+    """The lines of an output or error file; a line that cannot be read (not JSON, or nested deeper than
+    the parser recurses) is skipped (its request is then missing from both files, which is how a line
+    the provider never ran is treated)."""
     results = []
     for raw in content.splitlines():
         try:
             line = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if not isinstance(line, dict) or not isinstance(line.get("custom_id"), str):
             continue

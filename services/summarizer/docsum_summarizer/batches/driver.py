@@ -16,13 +16,15 @@ One process drives at a time (a lock in PostgreSQL, let go when its connection c
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
 from docsum_shared import metrics
-from docsum_shared.errors import ProviderUnavailable, RateLimited, RequestRefused
+from docsum_shared.errors import RequestRefused
 from docsum_shared.events import ChunkCreated, TaskEvent
 from docsum_shared.handlers import Sender
 from docsum_shared.kafka import publish
@@ -40,6 +42,8 @@ from .policy import (
     LineStatus,
     ending,
     must_finish_now,
+    passes,
+    reason,
     request_from,
     will_miss,
 )
@@ -74,15 +78,30 @@ class BatchDriver:
             if not leading:
                 return
             for task in await self.repo.queued_tasks(self.settings.llm_batch_gather_s):
-                await self._gather(task)
+                await self._isolated(f"task {task.task_id}", self._gather(task), self._gathering_failed(task))
             for batch in await self.repo.open_batches():
-                try:
-                    await self._advance(batch)
-                except (ProviderUnavailable, RateLimited) as exc:  # next time
-                    log.warning("batch %s: %s; trying again in %.0fs", batch.id, exc, self.settings.llm_batch_poll_s)
+                await self._isolated(f"batch {batch.id}", self._advance(batch), self._failed(batch))
             await self._announce()
             await self._tell()
             await self.repo.keep_waiting_tasks_active()
+
+    async def _isolated(self, what: str, step: Awaitable[None], failed: Callable[[str], Awaitable[None]]) -> None:
+        """The one rule of a round: each task's gathering and each batch's step stands alone. What passes
+        (the provider or the database away, a rate limit) leaves it for the next poll; anything else ends
+        that one, with its reason, and the round goes on for the others: one bad item never stops the
+        batches of every owner."""
+        try:
+            await step
+        except Exception as exc:  # noqa: BLE001 - sorted by `passes`; either way the round goes on
+            if passes(exc):
+                log.warning("%s: %s; trying again in %.0fs", what, exc, self.settings.llm_batch_poll_s)
+                return
+            why = reason(exc)
+            log.error("%s failed: %s", what, why, exc_info=exc)
+            try:
+                await failed(why)
+            except Exception as second:  # noqa: BLE001 - the database away: the next poll fails it again
+                log.warning("%s: could not record its failure (%s); again at the next poll", what, second)
 
     # --- gathering ---------------------------------------------------------------------------------
 
@@ -97,6 +116,14 @@ class BatchDriver:
         made = await self.repo.gather(task, self.settings.llm_batch_max_lines)
         if made:
             log.info("task %s: %d batches recorded", task.task_id, len(made))
+
+    def _gathering_failed(self, task: QueuedTask) -> Callable[[str], Awaitable[None]]:
+        async def failed(why: str) -> None:
+            """Its queued lines go realtime, each saying why: the task still finishes."""
+            sent = await self.repo.settle_queued(task.task_id, LineStatus.REALTIME, f"not sent as a batch: {why}")
+            metrics.BATCH_LINES.labels("unanswered").inc(sent)
+
+        return failed
 
     # --- one batch, one step -----------------------------------------------------------------------
 
@@ -114,6 +141,25 @@ class BatchDriver:
             await self._adopt_or_create(batch)
         elif batch.state is BatchState.SUBMITTED:
             await self._poll(batch)
+
+    def _failed(self, batch: OpenBatch) -> Callable[[str], Awaitable[None]]:
+        async def failed(why: str) -> None:
+            """The batch ends FAILED with `why`. Running at the provider, it is cancelled, so that no line
+            that now goes realtime is also paid in it; the lines it answered keep their stored answers,
+            the others go back to their chunks (realtime) with the reason."""
+            if batch.provider_id is not None:
+                try:
+                    await self.api.cancel(batch.provider_id)
+                except Exception as exc:  # noqa: BLE001 - cancelling is a courtesy; the batch fails anyway
+                    log.warning("batch %s: could not cancel %s (%s)", batch.id, batch.provider_id, reason(exc))
+            back = await self.repo.sent_back(batch.id, None, f"its batch failed: {why}")
+            await self.repo.end(batch.id, Ending.FAILED, why)
+            self._moved[batch.task_id] = str(Ending.FAILED)
+            metrics.BATCHES.labels(Ending.FAILED).inc()
+            metrics.BATCH_LINES.labels("unanswered").inc(back)
+            log.warning("batch %s failed (%s): %d lines back to their chunks", batch.id, why, back)
+
+        return failed
 
     async def _upload(self, batch: OpenBatch) -> None:
         requests = await self.repo.requests(batch.id)
@@ -175,10 +221,10 @@ class BatchDriver:
         if provider.ended:
             await self._ingest(batch, provider)
             return
-        reason = self._cancel_reason(batch, provider)
-        if reason and provider.status != "cancelling" and batch.cancel_reason is None:
-            log.info("batch %s: cancelling it (%s)", batch.id, reason)
-            await self.repo.cancelling(batch.id, reason)
+        why = self._cancel_reason(batch, provider)
+        if why and provider.status != "cancelling" and batch.cancel_reason is None:
+            log.info("batch %s: cancelling it (%s)", batch.id, why)
+            await self.repo.cancelling(batch.id, why)
             await self.api.cancel(provider.id)
 
     def _cancel_reason(self, batch: OpenBatch, provider: ProviderBatch) -> str | None:
@@ -197,16 +243,15 @@ class BatchDriver:
                 request = requests.get(line.custom_id)
                 if request is None:
                     continue  # not ours: nothing to store
-                if line.answered and line.body is not None:
-                    try:
-                        result = self.backend.read_answer(line.body, request_from(request))
-                    except ProviderUnavailable as exc:
-                        failed += await self.repo.sent_back(batch.id, [line.custom_id], str(exc))
-                        continue
-                    answered += await self.repo.answered(batch.id, line.custom_id, result, str(request["kind"]))
-                elif line.code != "batch_expired":
-                    said = line.error or f"HTTP {line.status_code}"
-                    failed += await self.repo.sent_back(batch.id, [line.custom_id], f"the batch line failed: {said}")
+                if not (line.answered and line.body is not None):
+                    if line.code != "batch_expired":
+                        said = line.error or f"HTTP {line.status_code}"
+                        failed += await self.repo.sent_back(
+                            batch.id, [line.custom_id], f"the batch line failed: {said}"
+                        )
+                    continue
+                took, back = await self._take(batch, line.custom_id, line.body, request)
+                answered, failed = answered + took, failed + back
         outcome = ending(provider.status, provider.errors, batch.lines)
         unanswered = 0
         if outcome is Ending.SPLIT:
@@ -224,6 +269,26 @@ class BatchDriver:
         log.info(
             "batch %s %s: %d lines answered, %d failed, %d unanswered", batch.id, outcome, answered, failed, unanswered
         )
+
+    async def _take(
+        self, batch: OpenBatch, custom_id: str, body: dict[str, Any], request: dict[str, Any]
+    ) -> tuple[int, int]:
+        """A line's answer read and stored: (1, 0); else its lines sent back with why: (0, their count).
+        Reading is pure: whatever it raises (an empty answer, a shape no provider should send, JSON
+        nested too deep) is that line's alone, as is an answer PostgreSQL refuses to store. The
+        database away passes: the batch is read again at the next poll (what is stored stays)."""
+        try:
+            result = self.backend.read_answer(body, request_from(request))
+        except Exception as exc:  # noqa: BLE001 - the line fails alone, with the reason
+            why = f"the batch's answer could not be read: {reason(exc)}"
+        else:
+            try:
+                return int(await self.repo.answered(batch.id, custom_id, result, str(request["kind"]))), 0
+            except Exception as exc:
+                if passes(exc):
+                    raise
+                why = f"the batch's answer could not be stored: {reason(exc)}"
+        return 0, await self.repo.sent_back(batch.id, [custom_id], why)
 
     async def _unsent(self, batch: OpenBatch, outcome: Ending, why: str) -> None:
         """A batch ended before the provider ran it: its lines back to their chunks."""

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from docsum_shared.errors import Kind, LLMError, classify
 from docsum_shared.options import Mode
 from docsum_shared.states import LINE_LIVE as LIVE
 from docsum_shared.states import BatchState, LineStatus
@@ -98,8 +99,10 @@ def halves(custom_ids: list[str]) -> tuple[list[str], list[str]]:
 
 
 def must_finish_now(now: datetime, deadline: datetime | None, margin: timedelta) -> bool:
-    """Whether what is left must go realtime now to end before the deadline."""
-    return deadline is not None and now >= deadline - margin
+    """Whether what is left must go realtime now to end before the deadline. Compared as the time left:
+    `deadline - margin` falls before year 1 for a deadline there (OverflowError), the time between
+    two instants never does."""
+    return deadline is not None and deadline - now <= margin
 
 
 def will_miss(
@@ -113,5 +116,28 @@ def will_miss(
         return True
     if submitted_at is None or done <= 0 or total <= done:
         return False
-    projected = now + (now - submitted_at) * ((total - done) / done)
-    return projected > deadline - margin
+    still_needs = (now - submitted_at) * ((total - done) / done)
+    return still_needs > (deadline - now) - margin
+
+
+# --- what a failure means for a batch, a task's gathering or a line -----------------------------------
+
+# The longest reason stored on a batch or a line: enough to read, never a whole provider page.
+REASON_CHARS = 500
+
+
+def passes(exc: BaseException) -> bool:
+    """Whether a step that raised `exc` is tried again at the next poll (the provider or the database
+    away, the provider's rate limit): anything else is the item's own and ends it, alone."""
+    return classify(exc) in (Kind.RETRIABLE, Kind.RATE_LIMITED)
+
+
+def reason(exc: BaseException) -> str:
+    """`exc` in words a user can read, storable: no NUL nor lone surrogate (PostgreSQL's text takes
+    neither), at most REASON_CHARS. docsum's own errors speak for themselves; another (a bug, a shape
+    the provider should not have sent) is named by its type."""
+    said = str(exc) or type(exc).__name__
+    if not isinstance(exc, LLMError):
+        said = f"{type(exc).__name__}: {said}"
+    clean = said.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
+    return clean if len(clean) <= REASON_CHARS else clean[: REASON_CHARS - 1] + "…"

@@ -68,9 +68,15 @@ class Announcement:
 
 
 def _deadline(options: Any) -> datetime | None:
+    """The task's deadline; None when it has none, or one that is no instant (stored before intake
+    checked it): such a task runs without a deadline rather than stopping the driver at each round."""
     stored = json.loads(options) if isinstance(options, str) else (options or {})
-    value = stored.get("deadline")
-    return datetime.fromisoformat(value) if isinstance(value, str) else None
+    value = stored.get("deadline") if isinstance(stored, dict) else None
+    try:
+        deadline = datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+    return deadline if deadline is not None and deadline.utcoffset() is not None else None
 
 
 def new_batch_id() -> str:
@@ -106,18 +112,20 @@ class BatchRepository:
         )  # fmt: skip
         return [QueuedTask(r["id"], r["owner"], r["takes_work"], _deadline(r["options"])) for r in rows]
 
-    async def settle_queued(self, task_id: str, status: LineStatus) -> int:
-        """The task's queued lines, never sent, to `status` (realtime for a deadline near, dropped for a
-        task paused or ended); announced again when realtime."""
+    async def settle_queued(self, task_id: str, status: LineStatus, error: str | None = None) -> int:
+        """The task's queued lines, never sent, to `status` (realtime for a deadline near or a gathering
+        that failed, with why; dropped for a task paused or ended); announced again when realtime."""
         return int(
             await self.pool.fetchval(
-                "WITH moved AS (UPDATE batch_lines SET status = $3, announce = ($3 = $4), updated_at = now()"
-                " WHERE task_id = $1 AND status = $2 AND endpoint = $5 RETURNING 1) SELECT count(*) FROM moved",
+                "WITH moved AS (UPDATE batch_lines SET status = $3, announce = ($3 = $4), error = $6,"
+                " updated_at = now() WHERE task_id = $1 AND status = $2 AND endpoint = $5 RETURNING 1)"
+                " SELECT count(*) FROM moved",
                 task_id,
                 LineStatus.QUEUED,
                 status,
                 LineStatus.REALTIME,
                 self.endpoint,
+                error,
             )  # fmt: skip
         )
 
