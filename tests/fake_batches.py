@@ -13,6 +13,9 @@ It serves what OpenAI's Batch API serves, in the shapes of the `openai` package'
   ``24h``, up to 16 ``metadata`` pairs), ``GET /v1/batches/{id}``, ``GET /v1/batches`` (newest first,
   ``after`` / ``limit`` pagination, the metadata listed back), ``POST /v1/batches/{id}/cancel``.
 
+Files and batches belong to the account that made them (the API key of the request, as OpenAI scopes them
+to an organization and project): another key is answered 404 for them and lists none of them.
+
 A batch moves validating -> in_progress -> finalizing -> completed (or failed, expired, cancelling ->
 cancelled) on a scaled clock: its durations are provider seconds (`batch_validating_s`, `batch_line_s`
 per line, or `batch_in_progress_s` for all its lines, `batch_finalizing_s`, `batch_cancelling_s`, the
@@ -285,6 +288,7 @@ class StoredFile:
     purpose: str
     content: bytes
     created_at: int
+    account: str = ""  # the API key that made it: only that key sees it
 
     def as_object(self) -> dict[str, Any]:
         """The ``FileObject``."""
@@ -343,6 +347,7 @@ class StoredBatch:
     output_file_id: str | None = None
     error_file_id: str | None = None
     order: list[int] = field(default_factory=list)  # the lines in the order they ran
+    account: str = ""  # the API key that made it: only that key sees it (and its files)
 
     def as_object(self) -> dict[str, Any]:
         """The ``Batch``."""
@@ -586,8 +591,8 @@ class BatchDesk:
 
     # -- files -------------------------------------------------------------------------------------
 
-    def add_file(self, filename: str, purpose: str, content: bytes) -> StoredFile:
-        stored = StoredFile(_new_id("file-"), filename, purpose, content, int(time.time()))
+    def add_file(self, filename: str, purpose: str, content: bytes, account: str = "") -> StoredFile:
+        stored = StoredFile(_new_id("file-"), filename, purpose, content, int(time.time()), account)
         with self.llm._lock:
             self.files[stored.id] = stored
         return stored
@@ -597,6 +602,7 @@ class BatchDesk:
     def create(
         self, input_file: StoredFile, endpoint: str, window: str, metadata: dict[str, str] | None
     ) -> StoredBatch:
+        """A batch of `input_file`'s requests, the file's account's."""
         now = time.time()
         with self.llm._lock:
             self.tick(now)
@@ -634,6 +640,7 @@ class BatchDesk:
                 lines=[] if errors else schedule(requests, validated, knobs),
                 errors=errors,
                 knobs=knobs,
+                account=input_file.account,
             )
             self.batches[batch.id] = batch
             return batch
@@ -643,6 +650,12 @@ class BatchDesk:
         with self.llm._lock:
             lines = batch.lines if batch is not None else []
             return any(marker in _prompt_of(line.body) for line in lines)
+
+    def batch(self, batch_id: str, account: str) -> StoredBatch | None:
+        """The account's batch `batch_id` (None: no such batch, or another account's)."""
+        with self.llm._lock:
+            batch = self.batches.get(batch_id)
+            return batch if batch is not None and batch.account == account else None
 
     def batch_of_file(self, file_id: str) -> StoredBatch | None:
         """The batch whose output or error file `file_id` is."""
@@ -833,15 +846,17 @@ class BatchDesk:
             name = f"batch_{batch.id}_output.jsonl"
             verbatim = "".join(text.replace("{custom_id}", custom_id) + "\n" for custom_id, text in raw.items())
             content = jsonl(answered) + verbatim.encode("utf-8", "surrogatepass")
-            batch.output_file_id = self.add_file(name, "batch_output", content).id
+            batch.output_file_id = self.add_file(name, "batch_output", content, batch.account).id
         if failed:
-            batch.error_file_id = self.add_file(f"batch_{batch.id}_error.jsonl", "batch_output", jsonl(failed)).id
+            name = f"batch_{batch.id}_error.jsonl"
+            batch.error_file_id = self.add_file(name, "batch_output", jsonl(failed), batch.account).id
 
-    def listing(self, after: str | None, limit: int) -> dict[str, Any]:
-        """``GET /v1/batches``: newest first, the page after the batch `after`."""
+    def listing(self, after: str | None, limit: int, account: str = "") -> dict[str, Any]:
+        """``GET /v1/batches``: the account's, newest first, the page after the batch `after`."""
         with self.llm._lock:
             self.tick()
-            ordered = sorted(self.batches.values(), key=lambda b: b.created, reverse=True)
+            ours = [b for b in self.batches.values() if b.account == account]
+            ordered = sorted(ours, key=lambda b: b.created, reverse=True)
             ids = [b.id for b in ordered]
             start = ids.index(after) + 1 if after in ids else 0
             page = [b.as_object() for b in ordered[start : start + limit]]
@@ -898,6 +913,10 @@ def mount(app: FastAPI, llm: FakeLLM) -> None:
     def no_batch(batch_id: str) -> JSONResponse:
         return _invalid(f"No batch found with id '{batch_id}'.", "id", 404)
 
+    def account(request: Request) -> str:
+        """Whose request it is: its API key (``Authorization: Bearer <key>``)."""
+        return request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+
     def refused(point: str, batch: StoredBatch | None = None) -> JSONResponse | None:
         """The 4xx `batch_refuse` answers at `point` (about `batch`), if a rule says so."""
         for rule in desk.config()["batch_refuse"]:
@@ -944,18 +963,19 @@ def mount(app: FastAPI, llm: FakeLLM) -> None:
             return _invalid(message, "file")
         if (instead := await hold("upload", request)) is not None:
             return instead
-        stored = desk.add_file(upload.filename or "upload.jsonl", str(purpose), content)
+        stored = desk.add_file(upload.filename or "upload.jsonl", str(purpose), content, account(request))
         return JSONResponse(stored.as_object())
 
-    def find_file(file_id: str) -> StoredFile | None:
+    def find_file(file_id: str, request: Request) -> StoredFile | None:
         with llm._lock:
             desk.tick()
-            return desk.files.get(file_id)
+            stored = desk.files.get(file_id)
+            return stored if stored is not None and stored.account == account(request) else None
 
-    async def get_file(file_id: str) -> Response:
+    async def get_file(file_id: str, request: Request) -> Response:
         if not served():
             return not_found()
-        stored = find_file(file_id)
+        stored = find_file(file_id, request)
         return JSONResponse(stored.as_object()) if stored else no_file(file_id)
 
     async def file_content(file_id: str, request: Request) -> Response:
@@ -965,15 +985,16 @@ def mount(app: FastAPI, llm: FakeLLM) -> None:
             return instead
         if (instead := refused("content", desk.batch_of_file(file_id))) is not None:
             return instead
-        stored = find_file(file_id)
+        stored = find_file(file_id, request)
         return Response(stored.content, media_type="application/octet-stream") if stored else no_file(file_id)
 
-    async def delete_file(file_id: str) -> Response:
+    async def delete_file(file_id: str, request: Request) -> Response:
         if not served():
             return not_found()
         with llm._lock:
-            if desk.files.pop(file_id, None) is None:
+            if find_file(file_id, request) is None:
                 return no_file(file_id)
+            desk.files.pop(file_id)
         return JSONResponse({"id": file_id, "object": "file", "deleted": True})
 
     async def create_batch(request: Request) -> Response:
@@ -996,7 +1017,7 @@ def mount(app: FastAPI, llm: FakeLLM) -> None:
             return _invalid("Invalid value for 'completion_window': supported values are: '24h'.", "completion_window")
         if (problem := _check_metadata(data.get("metadata"))) is not None:
             return _invalid(problem, "metadata")
-        stored = find_file(data["input_file_id"])
+        stored = find_file(data["input_file_id"], request)
         if stored is None:
             return _invalid(f"No such File object: {data['input_file_id']}", "input_file_id", 404)
         if stored.purpose != "batch":
@@ -1020,26 +1041,26 @@ def mount(app: FastAPI, llm: FakeLLM) -> None:
             return not_found()
         if (instead := await hold("retrieve", request)) is not None:
             return instead
-        if (instead := refused("retrieve", desk.batches.get(batch_id))) is not None:
+        if (instead := refused("retrieve", desk.batch(batch_id, account(request)))) is not None:
             return instead
         with llm._lock:
             desk.tick()
-            batch = desk.batches.get(batch_id)
+            batch = desk.batch(batch_id, account(request))
             return JSONResponse(batch.as_object()) if batch else no_batch(batch_id)
 
-    async def list_batches(after: str | None = None, limit: int = 20) -> Response:
+    async def list_batches(request: Request, after: str | None = None, limit: int = 20) -> Response:
         if not served():
             return not_found()
         if not 1 <= limit <= 100:
             return _invalid("Invalid 'limit': expected an integer between 1 and 100.", "limit")
         if (instead := refused("list")) is not None:
             return instead
-        return JSONResponse(desk.listing(after, limit))
+        return JSONResponse(desk.listing(after, limit, account(request)))
 
-    async def cancel_batch(batch_id: str) -> Response:
+    async def cancel_batch(batch_id: str, request: Request) -> Response:
         if not served():
             return not_found()
-        batch = desk.batches.get(batch_id)
+        batch = desk.batch(batch_id, account(request))
         if batch is None:
             return no_batch(batch_id)
         if (problem := desk.cancel(batch)) is not None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
+import openai
 import pytest
 from aiokafka import AIOKafkaProducer
 
@@ -24,7 +25,7 @@ from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
 from docsum_shared.summarizers.openai_backend import OpenAIBackend
 from docsum_summarizer.batches.driver import BatchDriver
-from docsum_summarizer.batches.policy import LineStatus, request_json
+from docsum_summarizer.batches.policy import LineStatus, batch_endpoint, request_json
 from docsum_summarizer.batches.repository import BatchRepository
 from docsum_summarizer.settings import SummarizerSettings
 from tests.fake_llm import FakeLLM, FakeLLMServer
@@ -241,18 +242,106 @@ async def test_a_batch_the_provider_refuses_to_show_fails_alone(
     assert all(_readable(r["error"]) and "its batch failed" in r["error"] for r in lines), lines
 
 
+async def _creating(driver: BatchDriver, db: asyncpg.Pool, task_id: str) -> str:
+    """Rounds until the task's batch waits to be found (its create performed, the answer lost); its id."""
+
+    async def creating() -> str | None:
+        await driver.drive_once()
+        row = await db.fetchrow("SELECT id, state FROM llm_batches WHERE task_id = $1", task_id)
+        return row["id"] if row is not None and row["state"] == "creating" else None
+
+    found: str = await eventually(creating, timeout=30, interval=0.05, message="the batch waiting to be found")
+    return found
+
+
 async def test_a_batch_whose_search_the_provider_refuses_fails_alone(
     driver: BatchDriver, fake: FakeLLM, repository_db: asyncpg.Pool
 ) -> None:
     db, endpoint = repository_db, driver.repo.endpoint
-    bob = await _task(db, endpoint, "bob")  # gathered first, created first: its create's answer is lost
+    bob = await _task(db, endpoint, "bob")
+    fake.configure(batch_lose_create_next=1)  # created at the provider, its answer lost: it is looked for
+    await _creating(driver, db, bob.task_id)
     alice = await _task(db, endpoint, "alice")
-    await db.execute(
-        "UPDATE batch_lines SET created_at = created_at - interval '1 minute' WHERE task_id = $1", bob.task_id
-    )
-    fake.configure(batch_lose_create_next=1, batch_refuse=[{"point": "list", "status": 400, "marker": None}])
+    fake.configure(batch_refuse=[{"point": "list", "status": 400, "marker": None}])
     await _drive_until_settled(driver, db, alice.task_id, bob.task_id)
     await _alice_completed(fake, db, alice)
     [batch] = await _batches(db, bob.task_id)
     assert (batch["state"], batch["outcome"]) == ("ended", "failed") and "400" in batch["error"], batch
     assert [r["status"] for r in await _lines(db, bob.task_id)] == [LineStatus.REALTIME] * LINES
+
+
+# --- whose batches a driver drives ---------------------------------------------------------------------
+
+
+async def test_two_accounts_on_one_url_each_drive_only_their_own_batches(
+    fake: FakeLLM,
+    repository_db: asyncpg.Pool,
+    settings: SummarizerSettings,
+    producer: AIOKafkaProducer,
+    provider: FakeLLMServer,
+) -> None:
+    # The provider shows an account only its own batches (another key is answered 404): a driver that
+    # polled the other account's batch would find it lost and send its lines again, paid twice.
+    db, drivers, seeded = repository_db, [], []
+    for owner in ("alice", "bob"):
+        key = f"key-of-{owner}-{uuid.uuid4().hex[:6]}"
+        theirs = settings.model_copy(update={"openai_api_key": key})
+        endpoint = batch_endpoint(theirs)
+        assert key not in endpoint  # a hash of the key names the account, never the key
+        backend = OpenAIBackend(MODEL, base_url=provider.base_url, api_key=key)
+        drivers.append(BatchDriver(BatchRepository(db, endpoint), backend, producer, theirs))
+        seeded.append(await _task(db, endpoint, owner))
+    assert drivers[0].repo.endpoint != drivers[1].repo.endpoint
+    try:
+
+        async def settled() -> bool:
+            for driver in drivers:
+                await driver.drive_once()
+            live = await db.fetchval(
+                "SELECT count(*) FROM batch_lines WHERE task_id = ANY($1::text[]) AND status = ANY($2::text[])",
+                [s.task_id for s in seeded], [LineStatus.QUEUED, LineStatus.SUBMITTED],
+            )  # fmt: skip
+            return live == 0
+
+        await eventually(settled, timeout=60, interval=0.05, message="both accounts' lines answered")
+    finally:
+        for driver in drivers:
+            await driver.backend.aclose()
+    for task in seeded:
+        await _alice_completed(fake, db, task)  # each account's batch completed, each line paid once
+
+
+async def test_a_batch_found_by_its_metadata_is_adopted_only_when_made_of_its_input_file(
+    driver: BatchDriver, fake: FakeLLM, repository_db: asyncpg.Pool, provider: FakeLLMServer
+) -> None:
+    db = repository_db
+    alice = await _task(db, driver.repo.endpoint, "alice")
+    fake.configure(batch_lose_create_next=1)  # created at the provider, its answer lost: it is looked for
+    ours = await _creating(driver, db, alice.task_id)
+    # Someone else's batch, newer, whose metadata names ours: metadata is anyone's to write.
+    async with openai.AsyncOpenAI(base_url=provider.base_url, api_key="test-key", max_retries=0) as other:
+        line = {"custom_id": "not-ours", "method": "POST", "url": "/v1/chat/completions"}
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "Another text."}]}
+        content = (json.dumps({**line, "body": body}) + "\n").encode()
+        uploaded = await other.files.create(file=("other.jsonl", content), purpose="batch")
+        decoy = await other.batches.create(
+            input_file_id=uploaded.id,
+            endpoint="/v1/chat/completions",
+            completion_window="24h",
+            metadata={"docsum_batch": ours},
+        )
+    await _drive_until_settled(driver, db, alice.task_id)
+    provider_id = await db.fetchval("SELECT provider_id FROM llm_batches WHERE id = $1", ours)
+    assert provider_id is not None and provider_id != decoy.id
+    await _alice_completed(fake, db, alice)  # the batch made of its file adopted: no line paid twice
+
+
+async def test_batches_recorded_before_the_endpoint_named_the_account_are_taken_over(
+    driver: BatchDriver, fake: FakeLLM, repository_db: asyncpg.Pool
+) -> None:
+    earlier = f"{driver.repo.endpoint}-as-before"  # base_url|model, as it was recorded before
+    alice = await _task(repository_db, earlier, "alice")
+    driver.earlier_endpoint = earlier
+    await _drive_until_settled(driver, repository_db, alice.task_id)
+    await _alice_completed(fake, repository_db, alice)
+    assert await repository_db.fetchval("SELECT count(*) FROM llm_batches WHERE endpoint = $1", earlier) == 0

@@ -616,3 +616,23 @@ def test_requests_about_a_marked_batch_or_its_files_or_the_listing_are_refused(
     for bad in ([{"point": "create", "status": 400}], [{"point": "list", "status": 500}], {"list": 400}):
         with pytest.raises(ValueError, match="batch_refuse"):
             llm.configure(batch_refuse=bad)
+
+
+def test_files_and_batches_belong_to_the_api_key_that_made_them(
+    llm: FakeLLM, client: openai.OpenAI, server: FakeLLMServer
+) -> None:
+    batch = submit(client, lines(2), metadata={"docsum_batch": "dsb_1"})
+    done = poll(client, batch.id, terminal)[-1]
+    with openai.OpenAI(base_url=server.base_url, api_key="another-account", max_retries=0, timeout=5) as other:
+        with pytest.raises(openai.NotFoundError):
+            other.batches.retrieve(batch.id)
+        with pytest.raises(openai.NotFoundError):
+            other.files.content(done.output_file_id or "")
+        with pytest.raises(openai.NotFoundError):
+            other.batches.cancel(batch.id)
+        assert list(other.batches.list(limit=100)) == []
+        with pytest.raises(openai.NotFoundError):  # nor can it make a batch of another account's file
+            other.batches.create(
+                input_file_id=batch.input_file_id, endpoint="/v1/chat/completions", completion_window="24h"
+            )
+    assert [b.id for b in client.batches.list(limit=100)] == [batch.id]

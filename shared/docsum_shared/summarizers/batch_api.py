@@ -141,14 +141,16 @@ class BatchAPI:
         except RequestRefused:  # ended meanwhile: it cannot be cancelled any more
             return await self.retrieve(batch_id)
 
-    async def find(self, key: str, value: str, since: float) -> ProviderBatch | None:
-        """The batch whose metadata says `key`: `value`, among those created since `since` (epoch
-        seconds; the list is newest first, so the search stops at the first one older)."""
+    async def find(self, key: str, value: str, input_file_id: str, since: float) -> ProviderBatch | None:
+        """The batch whose metadata says `key`: `value` and made of `input_file_id`, among those created
+        since `since` (epoch seconds; the list is newest first, so the search stops at the first one
+        older). A batch whose metadata says so but made of another file is not ours: metadata is anyone's
+        to write."""
         try:
             async for batch in self._client.batches.list(limit=100):
                 if batch.created_at < since - FIND_SLACK_S:
                     return None
-                if (batch.metadata or {}).get(key) == value:
+                if (batch.metadata or {}).get(key) == value and batch.input_file_id == input_file_id:
                     return _batch(batch)
         except openai.APIError as exc:
             translated = _translated(exc)

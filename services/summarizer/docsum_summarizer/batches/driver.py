@@ -61,8 +61,11 @@ class BatchDriver:
         backend: OpenAIBackend,
         producer: AIOKafkaProducer,
         settings: SummarizerSettings,
+        *,
+        earlier_endpoint: str | None = None,
     ) -> None:
         self.repo = repo
+        self.earlier_endpoint = earlier_endpoint  # batches recorded under it are taken over, once
         self.backend = backend
         self.api: BatchAPI = backend.batch_api()
         self.producer = producer
@@ -77,6 +80,10 @@ class BatchDriver:
         async with self.repo.leading() as leading:
             if not leading:
                 return
+            if self.earlier_endpoint is not None and self.earlier_endpoint != self.repo.endpoint:
+                if taken := await self.repo.take_over(self.earlier_endpoint):
+                    log.info("%d batches recorded before their endpoint named the account: taken over", taken)
+                self.earlier_endpoint = None
             for task in await self.repo.queued_tasks(self.settings.llm_batch_gather_s):
                 await self._isolated(f"task {task.task_id}", self._gather(task), self._gathering_failed(task))
             for batch in await self.repo.open_batches():
@@ -191,7 +198,8 @@ class BatchDriver:
         await self._submitted(batch, created, "submitted")
 
     async def _adopt_or_create(self, batch: OpenBatch) -> None:
-        found = await self.api.find(BATCH_KEY, batch.id, since=batch.created_at.timestamp())
+        assert batch.input_file_id is not None
+        found = await self.api.find(BATCH_KEY, batch.id, batch.input_file_id, since=batch.created_at.timestamp())
         if found is None:
             log.info("batch %s: its create was never performed; creating it", batch.id)
             await self._create(batch)

@@ -3,15 +3,27 @@
 from __future__ import annotations
 
 import enum
+import hashlib
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from docsum_shared.errors import Kind, LLMError, classify
 from docsum_shared.options import Mode
+from docsum_shared.settings import LLMSettings
 from docsum_shared.states import LINE_LIVE as LIVE
 from docsum_shared.states import BatchState, LineStatus
 from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
+
+
+def batch_endpoint(settings: LLMSettings) -> str:
+    """The endpoint a batch and its lines belong to: the provider's URL, the model and the account. Two
+    accounts on one URL see only their own batches at the provider, so each has its own batches, lock
+    and driver here. The account is named by a hash of its API key: the key itself is never stored nor
+    logged. (A new key is a new account here: a batch made with the old one is polled with the old.)"""
+    account = hashlib.sha256((settings.openai_api_key or "").encode()).hexdigest()[:16]
+    return f"{settings.openai_base_url or 'openai'}|{settings.llm_model}|{account}"
+
 
 # The metadata key that names our batch at the provider: a batch created but not recorded is found by it.
 BATCH_KEY = "docsum_batch"

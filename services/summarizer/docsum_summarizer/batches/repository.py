@@ -91,6 +91,21 @@ class BatchRepository:
         self.pool = pool
         self.endpoint = endpoint
 
+    async def take_over(self, earlier: str) -> int:
+        """The batches and lines recorded under `earlier` (the endpoint's key before it named the account)
+        become this endpoint's, so that a batch running at the provider across the upgrade is still polled
+        and ingested, not left to be paid again in realtime; how many batches."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute("UPDATE batch_lines SET endpoint = $1 WHERE endpoint = $2", self.endpoint, earlier)
+            return int(
+                await conn.fetchval(
+                    "WITH moved AS (UPDATE llm_batches SET endpoint = $1 WHERE endpoint = $2 RETURNING 1)"
+                    " SELECT count(*) FROM moved",
+                    self.endpoint,
+                    earlier,
+                )  # fmt: skip
+            )
+
     @contextlib.asynccontextmanager
     async def leading(self) -> AsyncIterator[bool]:
         """Whether this process drives the batches now: the lock is held while the block runs, and let
