@@ -83,7 +83,9 @@ async def driver(
     # An endpoint of its own per test: no other test's batches are in its rounds.
     backend = OpenAIBackend(MODEL, base_url=provider.base_url, api_key="test-key")
     repo = BatchRepository(repository_db, f"{provider.base_url}|{MODEL}|{uuid.uuid4().hex[:8]}")
-    yield BatchDriver(repo, backend, producer, settings)
+    driver = BatchDriver(repo, backend, producer, settings)
+    yield driver
+    await driver.aclose()
     await backend.aclose()
 
 
@@ -306,6 +308,7 @@ async def test_two_accounts_on_one_url_each_drive_only_their_own_batches(
         await eventually(settled, timeout=60, interval=0.05, message="both accounts' lines answered")
     finally:
         for driver in drivers:
+            await driver.aclose()
             await driver.backend.aclose()
     for task in seeded:
         await _alice_completed(fake, db, task)  # each account's batch completed, each line paid once

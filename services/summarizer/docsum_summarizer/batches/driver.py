@@ -11,17 +11,23 @@ moment leaves a state the next driver resumes from:
   result cache's key) in one statement with its ledger line, guarded by the line's status: reading the
   same output again pays and books nothing twice.
 One process drives at a time (a lock in PostgreSQL, let go when its connection closes).
+
+A batch is never held whole (a summarizer has 768 MiB): its input file is written to a temporary file
+from its requests read a page at a time, and uploaded from there; its output is read line by line as
+it arrives and stored a page at a time.
 """
 
 from __future__ import annotations
 
 import logging
+import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+from asyncpg import Connection
 
 from docsum_shared import metrics
 from docsum_shared.errors import RequestRefused
@@ -30,7 +36,7 @@ from docsum_shared.handlers import Sender
 from docsum_shared.kafka import publish
 from docsum_shared.retry import keep_running
 from docsum_shared.states import TaskStatus
-from docsum_shared.summarizers.batch_api import BatchAPI, ProviderBatch, input_line, read_lines
+from docsum_shared.summarizers.batch_api import BatchAPI, LineResult, ProviderBatch, input_line
 from docsum_shared.summarizers.openai_backend import OpenAIBackend
 
 from ..settings import SummarizerSettings
@@ -43,6 +49,7 @@ from .policy import (
     ending,
     must_finish_now,
     passes,
+    readable,
     reason,
     request_from,
     will_miss,
@@ -52,6 +59,9 @@ from .repository import BatchRepository, OpenBatch, QueuedTask
 log = logging.getLogger(__name__)
 BATCH_DRIVER = Sender("the summarizer's batch driver", emits=(ChunkCreated, TaskEvent))
 ANNOUNCE_AT_ONCE = 500
+# Requests read at once to write an input file, and output lines stored at once (one transaction).
+REQUESTS_AT_ONCE = 500
+LINES_AT_ONCE = 500
 
 
 class BatchDriver:
@@ -67,14 +77,20 @@ class BatchDriver:
         self.repo = repo
         self.earlier_endpoint = earlier_endpoint  # batches recorded under it are taken over, once
         self.backend = backend
-        self.api: BatchAPI = backend.batch_api()
+        self.api = BatchAPI.connect(backend.base_url, backend.api_key)
         self.producer = producer
         self.settings = settings
         self.margin = timedelta(seconds=settings.llm_batch_deadline_margin_s)
         self._moved: dict[str, str] = {}  # tasks whose batches moved this round: what happened
 
     async def run(self) -> None:
-        await keep_running("batch driver", self.drive_once, every_s=self.settings.llm_batch_poll_s)
+        try:
+            await keep_running("batch driver", self.drive_once, every_s=self.settings.llm_batch_poll_s)
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        await self.api.aclose()
 
     async def drive_once(self) -> None:
         async with self.repo.leading() as leading:
@@ -169,21 +185,22 @@ class BatchDriver:
         return failed
 
     async def _upload(self, batch: OpenBatch) -> None:
-        requests = await self.repo.requests(batch.id)
-        content = b"".join(
-            input_line(custom_id, self.backend.chat_body(request_from(request)))
-            for custom_id, request in requests.items()
-        )
-        if len(content) > self.settings.llm_batch_max_bytes and len(requests) > 1:
-            made = await self.repo.split(batch)
-            await self.repo.end(batch.id, Ending.SPLIT, f"{len(content)} bytes: over DOCSUM_LLM_BATCH_MAX_BYTES")
-            log.info("batch %s: %d bytes, split in %d", batch.id, len(content), len(made))
-            return
-        try:
-            file_id = await self.api.upload(f"{batch.id}.jsonl", content)
-        except RequestRefused as exc:
-            await self._unsent(batch, Ending.FAILED, f"the provider refused its input file: {exc}")
-            return
+        with tempfile.TemporaryFile() as spool:
+            size = 0
+            async for page in self.repo.request_pages(batch.id, REQUESTS_AT_ONCE):
+                for custom_id, request in page:
+                    size += spool.write(input_line(custom_id, self.backend.chat_body(request_from(request))))
+            if size > self.settings.llm_batch_max_bytes and batch.lines > 1:
+                made = await self.repo.split(batch)
+                await self.repo.end(batch.id, Ending.SPLIT, f"{size} bytes: over DOCSUM_LLM_BATCH_MAX_BYTES")
+                log.info("batch %s: %d bytes, split in %d", batch.id, size, len(made))
+                return
+            spool.seek(0)
+            try:
+                file_id = await self.api.upload(f"{batch.id}.jsonl", spool)
+            except RequestRefused as exc:
+                await self._unsent(batch, Ending.FAILED, f"the provider refused its input file: {reason(exc)}")
+                return
         await self.repo.move(batch.id, BatchState.UPLOADED, input_file_id=file_id)
 
     async def _create(self, batch: OpenBatch) -> None:
@@ -193,7 +210,7 @@ class BatchDriver:
         try:
             created = await self.api.create(batch.input_file_id, {BATCH_KEY: batch.id, TASK_KEY: batch.task_id})
         except RequestRefused as exc:
-            await self._unsent(batch, Ending.FAILED, f"the provider refused the batch: {exc}")
+            await self._unsent(batch, Ending.FAILED, f"the provider refused the batch: {reason(exc)}")
             return
         await self._submitted(batch, created, "submitted")
 
@@ -243,32 +260,27 @@ class BatchDriver:
         return None
 
     async def _ingest(self, batch: OpenBatch, provider: ProviderBatch) -> None:
-        requests = await self.repo.requests(batch.id)
         answered = failed = 0
         for file_id in (provider.output_file_id, provider.error_file_id):
-            content = await self.api.content(file_id) if file_id else None
-            for line in read_lines(content or b""):
-                request = requests.get(line.custom_id)
-                if request is None:
-                    continue  # not ours: nothing to store
-                if not (line.answered and line.body is not None):
-                    if line.code != "batch_expired":
-                        said = line.error or f"HTTP {line.status_code}"
-                        failed += await self.repo.sent_back(
-                            batch.id, [line.custom_id], f"the batch line failed: {said}"
-                        )
-                    continue
-                took, back = await self._take(batch, line.custom_id, line.body, request)
-                answered, failed = answered + took, failed + back
+            if not file_id:
+                continue
+            page: list[LineResult] = []
+            async for line in self.api.lines(file_id):
+                page.append(line)
+                if len(page) == LINES_AT_ONCE:
+                    took, back = await self._ingest_page(batch, page)
+                    answered, failed, page = answered + took, failed + back, []
+            took, back = await self._ingest_page(batch, page)
+            answered, failed = answered + took, failed + back
         outcome = ending(provider.status, provider.errors, batch.lines)
         unanswered = 0
         if outcome is Ending.SPLIT:
             made = await self.repo.split(batch)
             log.info("batch %s: over the provider's enqueued-token cap; split in %d", batch.id, len(made))
         else:
-            why = provider.error_text or f"its batch {provider.status}"
+            why = readable(provider.error_text) or f"its batch {provider.status}"
             unanswered = await self.repo.sent_back(batch.id, None, f"not answered by the provider's batch: {why}")
-        await self.repo.end(batch.id, outcome, provider.error_text)
+        await self.repo.end(batch.id, outcome, readable(provider.error_text))
         self._moved[batch.task_id] = str(outcome)
         metrics.BATCHES.labels(outcome).inc()
         metrics.BATCH_LINES.labels("answered").inc(answered)
@@ -278,25 +290,47 @@ class BatchDriver:
             "batch %s %s: %d lines answered, %d failed, %d unanswered", batch.id, outcome, answered, failed, unanswered
         )
 
+    async def _ingest_page(self, batch: OpenBatch, page: list[LineResult]) -> tuple[int, int]:
+        """A page of output lines stored in one transaction: (lines answered, lines sent back)."""
+        if not page:
+            return 0, 0
+        requests = await self.repo.requests_of(batch.id, [line.custom_id for line in page])
+        answered = failed = 0
+        async with self.repo.page() as conn:
+            for line in page:
+                request = requests.get(line.custom_id)
+                if request is None:
+                    continue  # not ours: nothing to store
+                if not (line.answered and line.body is not None):
+                    if line.code != "batch_expired":
+                        said = line.error or f"HTTP {line.status_code}"
+                        why = f"the batch line failed: {readable(said)}"
+                        failed += await self.repo.sent_back(batch.id, [line.custom_id], why, conn)
+                    continue
+                took, back = await self._take(conn, batch, line.custom_id, line.body, request)
+                answered, failed = answered + took, failed + back
+        return answered, failed
+
     async def _take(
-        self, batch: OpenBatch, custom_id: str, body: dict[str, Any], request: dict[str, Any]
+        self, conn: Connection, batch: OpenBatch, custom_id: str, body: dict[str, Any], request: dict[str, Any]
     ) -> tuple[int, int]:
         """A line's answer read and stored: (1, 0); else its lines sent back with why: (0, their count).
         Reading is pure: whatever it raises (an empty answer, a shape no provider should send, JSON
-        nested too deep) is that line's alone, as is an answer PostgreSQL refuses to store. The
-        database away passes: the batch is read again at the next poll (what is stored stays)."""
+        nested too deep) is that line's alone, as is an answer PostgreSQL refuses to store (its savepoint
+        rolled back). The database away passes: the batch is read again at the next poll (what is
+        stored stays)."""
         try:
             result = self.backend.read_answer(body, request_from(request))
         except Exception as exc:  # noqa: BLE001 - the line fails alone, with the reason
             why = f"the batch's answer could not be read: {reason(exc)}"
         else:
             try:
-                return int(await self.repo.answered(batch.id, custom_id, result, str(request["kind"]))), 0
+                return int(await self.repo.answered(conn, batch.id, custom_id, result, str(request["kind"]))), 0
             except Exception as exc:
                 if passes(exc):
                     raise
                 why = f"the batch's answer could not be stored: {reason(exc)}"
-        return 0, await self.repo.sent_back(batch.id, [custom_id], why)
+        return 0, await self.repo.sent_back(batch.id, [custom_id], why, conn)
 
     async def _unsent(self, batch: OpenBatch, outcome: Ending, why: str) -> None:
         """A batch ended before the provider ran it: its lines back to their chunks."""

@@ -149,7 +149,10 @@ def reason(exc: BaseException) -> str:
     neither), at most REASON_CHARS. docsum's own errors speak for themselves; another (a bug, a shape
     the provider should not have sent) is named by its type."""
     said = str(exc) or type(exc).__name__
-    if not isinstance(exc, LLMError):
-        said = f"{type(exc).__name__}: {said}"
+    return readable(said if isinstance(exc, LLMError) else f"{type(exc).__name__}: {said}")
+
+
+def readable(said: str) -> str:
+    """What a provider said (an error line's message, a batch's errors), storable: as `reason`."""
     clean = said.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
     return clean if len(clean) <= REASON_CHARS else clean[: REASON_CHARS - 1] + "…"

@@ -201,12 +201,29 @@ class BatchRepository:
             for r in rows
         ]
 
-    async def requests(self, batch_id: str) -> dict[str, dict[str, Any]]:
-        """The batch's distinct requests, by custom_id."""
+    async def request_pages(self, batch_id: str, size: int) -> AsyncIterator[list[tuple[str, dict[str, Any]]]]:
+        """The batch's distinct requests (custom_id, request), `size` at a time in custom_id order: a
+        batch's requests are never all in memory at once."""
+        after = ""
+        while True:
+            rows = await self.pool.fetch(
+                "SELECT DISTINCT ON (custom_id) custom_id, request FROM batch_lines"
+                " WHERE batch_id = $1 AND custom_id > $2 ORDER BY custom_id LIMIT $3",
+                batch_id, after, size,
+            )  # fmt: skip
+            if rows:
+                yield [(r["custom_id"], _json(r["request"])) for r in rows]
+            if len(rows) < size:
+                return
+            after = rows[-1]["custom_id"]
+
+    async def requests_of(self, batch_id: str, custom_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The batch's requests among `custom_ids`, by custom_id (a page of its output)."""
         rows = await self.pool.fetch(
-            "SELECT DISTINCT ON (custom_id) custom_id, request FROM batch_lines WHERE batch_id = $1 ORDER BY custom_id",
-            batch_id,
-        )
+            "SELECT DISTINCT ON (custom_id) custom_id, request FROM batch_lines"
+            " WHERE batch_id = $1 AND custom_id = ANY($2::text[]) ORDER BY custom_id",
+            batch_id, list(custom_ids),
+        )  # fmt: skip
         return {r["custom_id"]: _json(r["request"]) for r in rows}
 
     async def move(self, batch_id: str, to: BatchState, **columns: Any) -> None:
@@ -236,11 +253,29 @@ class BatchRepository:
 
     # --- ingest ------------------------------------------------------------------------------------
 
-    async def answered(self, batch_id: str, custom_id: str, result: SummaryResult, kind: str) -> bool:
+    @contextlib.asynccontextmanager
+    async def page(self) -> AsyncIterator[asyncpg.Connection]:
+        """A page of ingest in one transaction: its lines stored with one commit (a commit per line is a
+        write-ahead-log flush per line), each answer in a savepoint of its own (`answered`), so that one
+        PostgreSQL refuses rolls back that line alone. The database gone midway: the page is rolled back
+        and read again at the next poll, the pages before it stay stored."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            yield conn
+
+    async def answered(
+        self, conn: asyncpg.Connection, batch_id: str, custom_id: str, result: SummaryResult, kind: str
+    ) -> bool:
         """The batch answered `custom_id`: its answer into the result cache, its lines answered (and
         announced), and the line in the ledger at the batch tier, all in one statement guarded by the
-        lines' status, so ingesting the same output again stores and books nothing twice."""
-        moved = await self.pool.fetchval(
+        lines' status, so ingesting the same output again stores and books nothing twice. Run on a
+        page's connection (`page`), in a savepoint of its own."""
+        async with conn.transaction():
+            return await self._answered(conn, batch_id, custom_id, result, kind)
+
+    async def _answered(
+        self, conn: asyncpg.Connection, batch_id: str, custom_id: str, result: SummaryResult, kind: str
+    ) -> bool:
+        moved = await conn.fetchval(
             "WITH moved AS (UPDATE batch_lines SET status = $3, announce = true, error = NULL, updated_at = now()"
             "   WHERE batch_id = $1 AND custom_id = $2 AND status = $4 RETURNING chunk_id, task_id),"
             " first AS (SELECT m.chunk_id, m.task_id, c.document_id FROM moved m JOIN chunks c ON c.id = m.chunk_id"
@@ -258,23 +293,34 @@ class BatchRepository:
         )  # fmt: skip
         return bool(moved)
 
-    async def sent_back(self, batch_id: str, custom_ids: Sequence[str] | None, error: str) -> int:
+    async def sent_back(
+        self, batch_id: str, custom_ids: Sequence[str] | None, error: str, conn: asyncpg.Connection | None = None
+    ) -> int:
         """Lines the batch did not answer (`custom_ids`; None: all it has not answered) back to their
         chunks: a realtime call, or dropped when the task no longer takes work. A line of another task
-        that joined this batch is queued again for a batch of its own task."""
-        rows = await self.pool.fetch(
-            "UPDATE batch_lines l SET updated_at = now(), error = $4,"
-            "   status = CASE WHEN l.task_id <> b.task_id THEN $5 WHEN t.status = ANY($6::text[]) THEN $7 ELSE $8 END,"
-            "   batch_id = CASE WHEN l.task_id <> b.task_id THEN NULL ELSE l.batch_id END,"
-            "   announce = l.task_id = b.task_id AND t.status = ANY($6::text[])"
-            " FROM llm_batches b, tasks t"
-            " WHERE b.id = $1 AND l.batch_id = $1 AND t.id = l.task_id AND l.status = $2"
-            "   AND ($3::text[] IS NULL OR l.custom_id = ANY($3::text[]))"
-            " RETURNING l.status",
-            batch_id, LineStatus.SUBMITTED, None if custom_ids is None else list(custom_ids), error,
-            LineStatus.QUEUED, TAKES_WORK, unrun_status(True), unrun_status(False),
-        )  # fmt: skip
-        return len(rows)
+        that joined this batch is queued again for a batch of its own task. On a page's connection when
+        given; counted in PostgreSQL (a batch's lines are never all read here)."""
+        return int(
+            await (conn or self.pool).fetchval(
+                "WITH moved AS (UPDATE batch_lines l SET updated_at = now(), error = $4,"
+                "   status = CASE WHEN l.task_id <> b.task_id THEN $5"
+                "     WHEN t.status = ANY($6::text[]) THEN $7 ELSE $8 END,"
+                "   batch_id = CASE WHEN l.task_id <> b.task_id THEN NULL ELSE l.batch_id END,"
+                "   announce = l.task_id = b.task_id AND t.status = ANY($6::text[])"
+                " FROM llm_batches b, tasks t"
+                " WHERE b.id = $1 AND l.batch_id = $1 AND t.id = l.task_id AND l.status = $2"
+                "   AND ($3::text[] IS NULL OR l.custom_id = ANY($3::text[]))"
+                " RETURNING 1) SELECT count(*) FROM moved",
+                batch_id,
+                LineStatus.SUBMITTED,
+                None if custom_ids is None else list(custom_ids),
+                error,
+                LineStatus.QUEUED,
+                TAKES_WORK,
+                unrun_status(True),
+                unrun_status(False),
+            )  # fmt: skip
+        )
 
     async def requeue(self, batch_id: str) -> int:
         """A batch the provider lost: its lines queued again, for a new batch."""
