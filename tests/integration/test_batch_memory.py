@@ -1,5 +1,5 @@
-"""What the batch driver holds of a batch is bounded by its pages, not by the batch: uploading and
-ingesting a 20,000-line batch takes no more memory (tracemalloc's peak, in this process) than a 2,000-line
+"""What the batch driver holds of a batch is bounded by its pages, not by the batch: gathering, uploading
+and ingesting a 20,000-line batch takes no more memory (tracemalloc's peak, in this process) than a 2,000-line
 one. The driver runs here on the real PostgreSQL and Kafka; the stand-in provider runs in a process of its
 own, so that the files it keeps are not counted as the driver's."""
 
@@ -24,7 +24,7 @@ from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
 from docsum_shared.summarizers.openai_backend import OpenAIBackend
 from docsum_summarizer.batches.driver import BatchDriver
 from docsum_summarizer.batches.policy import LineStatus, request_json
-from docsum_summarizer.batches.repository import BatchRepository, QueuedTask
+from docsum_summarizer.batches.repository import BatchRepository
 from docsum_summarizer.settings import SummarizerSettings
 from tests.integration.conftest import ROOT
 from tests.integration.helpers import eventually
@@ -105,21 +105,22 @@ async def _seed(db: asyncpg.Pool, endpoint: str, lines: int) -> str:
 async def _peak_while_driving(
     db: asyncpg.Pool, provider: str, producer: tuple[AIOKafkaProducer, SummarizerSettings], lines: int
 ) -> int:
-    """tracemalloc's peak while the driver uploads one batch of `lines` requests, polls it and ingests
-    its answers (the batch is gathered before: that is rows in PostgreSQL)."""
+    """tracemalloc's peak while the driver gathers `lines` queued requests into one batch, uploads it,
+    polls it and ingests its answers."""
     kafka, settings = producer
     endpoint = f"{provider}|{MODEL}|{uuid.uuid4().hex[:8]}"
     task_id = await _seed(db, endpoint, lines)
     repo = BatchRepository(db, endpoint)
-    await repo.gather(QueuedTask(task_id, "alice", True, None), lines)  # one batch of them all
     backend = OpenAIBackend(MODEL, base_url=provider, api_key="test-key")
-    driver = BatchDriver(repo, backend, kafka, settings.model_copy(update={"llm_batch_max_lines": lines}))
+    driver = BatchDriver(repo, backend, kafka, settings.model_copy(update={"llm_batch_max_lines": lines}))  # one batch
 
     async def ingested() -> bool:
         await driver.drive_once()
         return bool(
             await db.fetchval(
-                "SELECT count(*) = 0 FROM batch_lines WHERE task_id = $1 AND status = $2", task_id, LineStatus.SUBMITTED
+                "SELECT count(*) = 0 FROM batch_lines WHERE task_id = $1 AND status = ANY($2::text[])",
+                task_id,
+                [LineStatus.QUEUED, LineStatus.SUBMITTED],
             )
         )
 

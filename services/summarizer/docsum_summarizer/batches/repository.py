@@ -147,15 +147,15 @@ class BatchRepository:
     async def gather(self, task: QueuedTask, max_lines: int) -> list[str]:
         """Gather the task's queued lines into batches of at most `max_lines` requests, recorded before
         anything is sent; the new batches' ids. A request already answered (the result cache) is not
-        sent: its line is answered. One already in a running batch joins it: never paid twice."""
+        sent: its line is answered. One already in a running batch joins it: never paid twice. The
+        lines stay in PostgreSQL: at most one batch's keys are read here at a time."""
         async with self.pool.acquire() as conn, conn.transaction():
-            lines = await conn.fetch(
-                "SELECT chunk_id, custom_id FROM batch_lines WHERE task_id = $1 AND status = $2 AND endpoint = $3"
-                " ORDER BY created_at, chunk_id FOR UPDATE",
+            locked = await conn.fetchval(
+                "SELECT count(*) FROM (SELECT 1 FROM batch_lines WHERE task_id = $1 AND status = $2"
+                " AND endpoint = $3 FOR UPDATE) queued",
                 task.task_id, LineStatus.QUEUED, self.endpoint,
             )  # fmt: skip
-            keys = sorted({r["custom_id"] for r in lines})
-            if not keys:
+            if not locked:
                 return []
             await conn.execute(
                 "UPDATE batch_lines l SET status = $3, announce = true, updated_at = now()"
@@ -166,21 +166,26 @@ class BatchRepository:
             await conn.execute(
                 "UPDATE batch_lines l SET status = $3, batch_id = running.batch_id, updated_at = now()"
                 " FROM (SELECT DISTINCT ON (custom_id) custom_id, batch_id FROM batch_lines"
-                "       WHERE status = $3 AND custom_id = ANY($4::text[]) AND batch_id IS NOT NULL"
-                "       AND endpoint = $5) running"
-                " WHERE l.task_id = $1 AND l.status = $2 AND l.endpoint = $5 AND l.custom_id = running.custom_id",
-                task.task_id, LineStatus.QUEUED, LineStatus.SUBMITTED, keys, self.endpoint,
+                "       WHERE status = $3 AND batch_id IS NOT NULL AND endpoint = $4 AND custom_id IN"
+                "       (SELECT custom_id FROM batch_lines WHERE task_id = $1 AND status = $2 AND endpoint = $4)"
+                "      ) running"
+                " WHERE l.task_id = $1 AND l.status = $2 AND l.endpoint = $4 AND l.custom_id = running.custom_id",
+                task.task_id, LineStatus.QUEUED, LineStatus.SUBMITTED, self.endpoint,
             )  # fmt: skip
-            left = await conn.fetch(
-                "SELECT DISTINCT custom_id FROM batch_lines WHERE task_id = $1 AND status = $2 AND endpoint = $3"
-                " ORDER BY custom_id",
-                task.task_id, LineStatus.QUEUED, self.endpoint,
-            )  # fmt: skip
-            left_keys = [r["custom_id"] for r in left]
-            return [
-                await self._record(conn, task.task_id, task.owner, left_keys[i : i + max_lines], from_status=QUEUED)
-                for i in range(0, len(left_keys), max_lines)
-            ]
+            made = []
+            while keys := [
+                r["custom_id"]
+                for r in await conn.fetch(
+                    "SELECT DISTINCT custom_id FROM batch_lines WHERE task_id = $1 AND status = $2 AND endpoint = $3"
+                    " ORDER BY custom_id LIMIT $4",
+                    task.task_id,
+                    LineStatus.QUEUED,
+                    self.endpoint,
+                    max_lines,
+                )  # fmt: skip
+            ]:
+                made.append(await self._record(conn, task.task_id, task.owner, keys, from_status=QUEUED))
+            return made
 
     # --- the batches ----------------------------------------------------------------------------
 
