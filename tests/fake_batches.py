@@ -13,6 +13,9 @@ It serves what OpenAI's Batch API serves, in the shapes of the `openai` package'
   ``24h``, up to 16 ``metadata`` pairs), ``GET /v1/batches/{id}``, ``GET /v1/batches`` (newest first,
   ``after`` / ``limit`` pagination, the metadata listed back), ``POST /v1/batches/{id}/cancel``.
 
+Files and batches belong to the account that made them (the API key of the request, as OpenAI scopes them
+to an organization and project): another key is answered 404 for them and lists none of them.
+
 A batch moves validating -> in_progress -> finalizing -> completed (or failed, expired, cancelling ->
 cancelled) on a scaled clock: its durations are provider seconds (`batch_validating_s`, `batch_line_s`
 per line, or `batch_in_progress_s` for all its lines, `batch_finalizing_s`, `batch_cancelling_s`, the
@@ -48,6 +51,17 @@ a batch keeps the values in force when it was created):
   (``GET /v1/files/{id}/content``). A request whose client leaves while it waits ends there (499): nothing
   is stored or created for it (a ``"created"`` batch stays). ``FakeLLM.held()`` (``GET /_held``) counts
   the requests waiting at each point; ``FakeLLM.wait_held(point)`` waits, bounded, until they are there.
+- `batch_answer_text`: {marker: text}: a line whose prompt holds the marker is answered 200 with that
+  assistant text, as sent (a model can answer a NUL, ``"\\u0000"``, or half a surrogate pair,
+  ``"\\ud800"``: the file is JSON, and JSON escapes carry both).
+- `batch_answer_line`: {marker: raw line}: that line of the output file, verbatim (``{custom_id}`` in it
+  replaced by the line's): a line of a shape no provider should send (``"message": "x"``,
+  ``"usage": []``) or nested deeper than a JSON parser recurses.
+- `batch_refuse`: [{"point", "status", "marker"}]: requests at that point answered that 4xx with
+  OpenAI's error body (a batch of another project, 403; a file not downloadable, 400): ``"retrieve"``
+  (``GET /v1/batches/{id}``) and ``"content"`` (``GET /v1/files/{id}/content``, its output and error
+  files) for a batch with a line whose prompt holds the marker (any batch without one), ``"list"``
+  (``GET /v1/batches``). Read when asked, not when the batch was created.
 - `flex_unavailable_rate`: that share of flex calls (1.0: all) is refused 429 "resource unavailable"
   (decided per prompt and attempt, like `fail_rate`); nothing is billed for them.
 - `flex_known`: false stands for a server without a flex tier: every flex call is refused 400, naming
@@ -66,7 +80,7 @@ import secrets
 import time
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
@@ -84,6 +98,7 @@ CHAT_ENDPOINT = "/v1/chat/completions"
 WINDOW_S = {"24h": 24 * 3600}  # the completion windows OpenAI accepts, in provider seconds
 MAX_METADATA_PAIRS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 16, 64, 512
 HOLD_POINTS = ("upload", "create", "created", "retrieve", "content")  # where `batch_hold` can keep a request
+REFUSE_POINTS = ("retrieve", "content", "list")  # where `batch_refuse` can refuse a request
 FILE_PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")
 BATCH_FILE_LIFETIME_S = 30 * 24 * 3600  # files with purpose=batch expire after 30 days
 ORGANIZATION = "org-fakellm"
@@ -120,6 +135,9 @@ DEFAULTS: dict[str, Any] = {
     "batch_enqueued_token_limit": None,  # per model: prompt tokens of active batches; beyond -> failed
     "batch_lose_create_next": 0,  # the next n creates are performed but their response is cut off
     "batch_hold": [],  # the HOLD_POINTS where requests wait while listed
+    "batch_answer_text": {},  # {marker: text}: lines whose prompt holds the marker answer that text
+    "batch_answer_line": {},  # {marker: raw line}: their output line, verbatim ({custom_id} filled in)
+    "batch_refuse": [],  # [{point, status, marker}]: those requests answered that 4xx
     "batch_max_lines": 50_000,  # OpenAI's limit on the requests of one input file
     "batch_max_file_bytes": 200 * 1024 * 1024,  # OpenAI's limit on the size of a batch input file
 }
@@ -179,6 +197,27 @@ def validate(name: str, value: Any) -> Any:
         if isinstance(value, str) or not isinstance(value, list | tuple) or not all(isinstance(c, str) for c in value):
             raise ValueError("batch_fail_custom_ids must be a list of custom_ids")
         return list(value)
+    if name in ("batch_answer_text", "batch_answer_line"):
+        markers = value.items() if isinstance(value, dict) else None
+        if markers is None or not all(isinstance(k, str) and k and isinstance(v, str) for k, v in markers):
+            raise ValueError(f"{name} must map markers (non-empty strings) to strings")
+        return dict(value)
+    if name == "batch_refuse":
+        rules = value if isinstance(value, list | tuple) else None
+        if rules is None or not all(
+            isinstance(r, dict)
+            and set(r) <= {"point", "status", "marker"}
+            and r.get("point") in REFUSE_POINTS
+            and isinstance(r.get("status"), int)
+            and not isinstance(r.get("status"), bool)
+            and 400 <= r["status"] < 500
+            and isinstance(r.get("marker"), str | None)
+            for r in rules
+        ):
+            raise ValueError(
+                f"batch_refuse must be a list of {{point ({', '.join(REFUSE_POINTS)}), status (4xx), marker}}"
+            )
+        return [{"point": r["point"], "status": r["status"], "marker": r.get("marker")} for r in rules]
     if name == "batch_hold":
         if isinstance(value, str) or not isinstance(value, list | tuple) or not all(p in HOLD_POINTS for p in value):
             raise ValueError(f"batch_hold must be a list of points among {', '.join(HOLD_POINTS)}")
@@ -249,6 +288,7 @@ class StoredFile:
     purpose: str
     content: bytes
     created_at: int
+    account: str = ""  # the API key that made it: only that key sees it
 
     def as_object(self) -> dict[str, Any]:
         """The ``FileObject``."""
@@ -277,6 +317,7 @@ class Line:
     output: dict[str, Any] | None = None  # its line of the output or the error file, once it ran
     answered: bool = False  # answered 200 (output file), else the error file
     usage: tuple[int, int] = (0, 0)
+    raw: str | None = None  # its output line as `batch_answer_line` writes it, verbatim
 
 
 @dataclass
@@ -306,6 +347,7 @@ class StoredBatch:
     output_file_id: str | None = None
     error_file_id: str | None = None
     order: list[int] = field(default_factory=list)  # the lines in the order they ran
+    account: str = ""  # the API key that made it: only that key sees it (and its files)
 
     def as_object(self) -> dict[str, Any]:
         """The ``Batch``."""
@@ -351,6 +393,16 @@ class StoredBatch:
             },
             "metadata": self.metadata,
         }
+
+
+def _prompt_of(body: dict[str, Any]) -> str:
+    messages = body.get("messages")
+    return prompt_text(messages) if isinstance(messages, list) and all(isinstance(m, dict) for m in messages) else ""
+
+
+def _marked(by_marker: dict[str, str], prompt: str) -> str | None:
+    """What a knob keyed by markers says for the line whose prompt is `prompt` (None: nothing)."""
+    return next((value for marker, value in by_marker.items() if marker in prompt), None)
 
 
 def _line_error(line: int | None, code: str, message: str, param: str | None = None) -> dict[str, Any]:
@@ -539,8 +591,8 @@ class BatchDesk:
 
     # -- files -------------------------------------------------------------------------------------
 
-    def add_file(self, filename: str, purpose: str, content: bytes) -> StoredFile:
-        stored = StoredFile(_new_id("file-"), filename, purpose, content, int(time.time()))
+    def add_file(self, filename: str, purpose: str, content: bytes, account: str = "") -> StoredFile:
+        stored = StoredFile(_new_id("file-"), filename, purpose, content, int(time.time()), account)
         with self.llm._lock:
             self.files[stored.id] = stored
         return stored
@@ -550,6 +602,7 @@ class BatchDesk:
     def create(
         self, input_file: StoredFile, endpoint: str, window: str, metadata: dict[str, str] | None
     ) -> StoredBatch:
+        """A batch of `input_file`'s requests, the file's account's."""
         now = time.time()
         with self.llm._lock:
             self.tick(now)
@@ -587,9 +640,27 @@ class BatchDesk:
                 lines=[] if errors else schedule(requests, validated, knobs),
                 errors=errors,
                 knobs=knobs,
+                account=input_file.account,
             )
             self.batches[batch.id] = batch
             return batch
+
+    def marked(self, batch: StoredBatch | None, marker: str) -> bool:
+        """Whether a line of `batch` has `marker` in its prompt."""
+        with self.llm._lock:
+            lines = batch.lines if batch is not None else []
+            return any(marker in _prompt_of(line.body) for line in lines)
+
+    def batch(self, batch_id: str, account: str) -> StoredBatch | None:
+        """The account's batch `batch_id` (None: no such batch, or another account's)."""
+        with self.llm._lock:
+            batch = self.batches.get(batch_id)
+            return batch if batch is not None and batch.account == account else None
+
+    def batch_of_file(self, file_id: str) -> StoredBatch | None:
+        """The batch whose output or error file `file_id` is."""
+        with self.llm._lock:
+            return next((b for b in self.batches.values() if file_id in (b.output_file_id, b.error_file_id)), None)
 
     def take_lost_create(self) -> bool:
         """Whether this create's response is to be lost (counts down `batch_lose_create_next`)."""
@@ -703,6 +774,8 @@ class BatchDesk:
             line.output = self._output(line, decision.status, request_id, decision.body or {})
         else:
             reply = llm._reply(messages, body, tokens, llm.dialect, context)
+            if (text := _marked(knobs["batch_answer_text"], prompt)) is not None:
+                reply = replace(reply, text=text)
             entry.truncated_to = reply.truncated_to
             entry.completion_tokens, entry.finish_reason = reply.completion_tokens, reply.finish_reason
             usage = {
@@ -729,6 +802,7 @@ class BatchDesk:
             }
             line.output = self._output(line, 200, request_id, answer)
             line.answered, line.usage = True, (reply.prompt_tokens, reply.completion_tokens)
+            line.raw = _marked(knobs["batch_answer_line"], prompt)
         llm.ledger.append(entry)
 
     def _record_refusal(self, batch: StoredBatch, line: Line, model: str, status: int, error: str) -> None:
@@ -762,19 +836,27 @@ class BatchDesk:
         failed += [self._error_line(line, unrun_code, unrun_message) for line in batch.lines if not line.ran]
 
         def jsonl(rows: list[dict[str, Any]]) -> bytes:
-            return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows).encode()
+            # ASCII, escaped: a lone surrogate in an answer is JSON ("\ud800"), never UTF-8.
+            return "".join(json.dumps(row) + "\n" for row in rows).encode()
 
-        if answered:
+        raw = {line.custom_id: line.raw for line in ran if line.raw is not None}
+        if raw:  # lines written as the knob says, verbatim
+            answered = [row for row in answered if row["custom_id"] not in raw]
+        if answered or raw:
             name = f"batch_{batch.id}_output.jsonl"
-            batch.output_file_id = self.add_file(name, "batch_output", jsonl(answered)).id
+            verbatim = "".join(text.replace("{custom_id}", custom_id) + "\n" for custom_id, text in raw.items())
+            content = jsonl(answered) + verbatim.encode("utf-8", "surrogatepass")
+            batch.output_file_id = self.add_file(name, "batch_output", content, batch.account).id
         if failed:
-            batch.error_file_id = self.add_file(f"batch_{batch.id}_error.jsonl", "batch_output", jsonl(failed)).id
+            name = f"batch_{batch.id}_error.jsonl"
+            batch.error_file_id = self.add_file(name, "batch_output", jsonl(failed), batch.account).id
 
-    def listing(self, after: str | None, limit: int) -> dict[str, Any]:
-        """``GET /v1/batches``: newest first, the page after the batch `after`."""
+    def listing(self, after: str | None, limit: int, account: str = "") -> dict[str, Any]:
+        """``GET /v1/batches``: the account's, newest first, the page after the batch `after`."""
         with self.llm._lock:
             self.tick()
-            ordered = sorted(self.batches.values(), key=lambda b: b.created, reverse=True)
+            ours = [b for b in self.batches.values() if b.account == account]
+            ordered = sorted(ours, key=lambda b: b.created, reverse=True)
             ids = [b.id for b in ordered]
             start = ids.index(after) + 1 if after in ids else 0
             page = [b.as_object() for b in ordered[start : start + limit]]
@@ -831,6 +913,19 @@ def mount(app: FastAPI, llm: FakeLLM) -> None:
     def no_batch(batch_id: str) -> JSONResponse:
         return _invalid(f"No batch found with id '{batch_id}'.", "id", 404)
 
+    def account(request: Request) -> str:
+        """Whose request it is: its API key (``Authorization: Bearer <key>``)."""
+        return request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+
+    def refused(point: str, batch: StoredBatch | None = None) -> JSONResponse | None:
+        """The 4xx `batch_refuse` answers at `point` (about `batch`), if a rule says so."""
+        for rule in desk.config()["batch_refuse"]:
+            if rule["point"] == point and (rule["marker"] is None or desk.marked(batch, rule["marker"])):
+                status = rule["status"]
+                kind = {401: "authentication_error", 403: "permission_error"}.get(status, "invalid_request_error")
+                return JSONResponse(_error_body(f"The request was refused ({status}).", kind, None), status)
+        return None
+
     async def hold(point: str, request: Request) -> Response | None:
         """Keeps the request at `point` while `batch_hold` lists it. None: it goes on; else what it gets
         instead, its client having left (499: nothing more happens for it) or the server stopping (503)."""
@@ -868,18 +963,19 @@ def mount(app: FastAPI, llm: FakeLLM) -> None:
             return _invalid(message, "file")
         if (instead := await hold("upload", request)) is not None:
             return instead
-        stored = desk.add_file(upload.filename or "upload.jsonl", str(purpose), content)
+        stored = desk.add_file(upload.filename or "upload.jsonl", str(purpose), content, account(request))
         return JSONResponse(stored.as_object())
 
-    def find_file(file_id: str) -> StoredFile | None:
+    def find_file(file_id: str, request: Request) -> StoredFile | None:
         with llm._lock:
             desk.tick()
-            return desk.files.get(file_id)
+            stored = desk.files.get(file_id)
+            return stored if stored is not None and stored.account == account(request) else None
 
-    async def get_file(file_id: str) -> Response:
+    async def get_file(file_id: str, request: Request) -> Response:
         if not served():
             return not_found()
-        stored = find_file(file_id)
+        stored = find_file(file_id, request)
         return JSONResponse(stored.as_object()) if stored else no_file(file_id)
 
     async def file_content(file_id: str, request: Request) -> Response:
@@ -887,15 +983,18 @@ def mount(app: FastAPI, llm: FakeLLM) -> None:
             return not_found()
         if (instead := await hold("content", request)) is not None:
             return instead
-        stored = find_file(file_id)
+        if (instead := refused("content", desk.batch_of_file(file_id))) is not None:
+            return instead
+        stored = find_file(file_id, request)
         return Response(stored.content, media_type="application/octet-stream") if stored else no_file(file_id)
 
-    async def delete_file(file_id: str) -> Response:
+    async def delete_file(file_id: str, request: Request) -> Response:
         if not served():
             return not_found()
         with llm._lock:
-            if desk.files.pop(file_id, None) is None:
+            if find_file(file_id, request) is None:
                 return no_file(file_id)
+            desk.files.pop(file_id)
         return JSONResponse({"id": file_id, "object": "file", "deleted": True})
 
     async def create_batch(request: Request) -> Response:
@@ -918,7 +1017,7 @@ def mount(app: FastAPI, llm: FakeLLM) -> None:
             return _invalid("Invalid value for 'completion_window': supported values are: '24h'.", "completion_window")
         if (problem := _check_metadata(data.get("metadata"))) is not None:
             return _invalid(problem, "metadata")
-        stored = find_file(data["input_file_id"])
+        stored = find_file(data["input_file_id"], request)
         if stored is None:
             return _invalid(f"No such File object: {data['input_file_id']}", "input_file_id", 404)
         if stored.purpose != "batch":
@@ -942,22 +1041,26 @@ def mount(app: FastAPI, llm: FakeLLM) -> None:
             return not_found()
         if (instead := await hold("retrieve", request)) is not None:
             return instead
+        if (instead := refused("retrieve", desk.batch(batch_id, account(request)))) is not None:
+            return instead
         with llm._lock:
             desk.tick()
-            batch = desk.batches.get(batch_id)
+            batch = desk.batch(batch_id, account(request))
             return JSONResponse(batch.as_object()) if batch else no_batch(batch_id)
 
-    async def list_batches(after: str | None = None, limit: int = 20) -> Response:
+    async def list_batches(request: Request, after: str | None = None, limit: int = 20) -> Response:
         if not served():
             return not_found()
         if not 1 <= limit <= 100:
             return _invalid("Invalid 'limit': expected an integer between 1 and 100.", "limit")
-        return JSONResponse(desk.listing(after, limit))
+        if (instead := refused("list")) is not None:
+            return instead
+        return JSONResponse(desk.listing(after, limit, account(request)))
 
-    async def cancel_batch(batch_id: str) -> Response:
+    async def cancel_batch(batch_id: str, request: Request) -> Response:
         if not served():
             return not_found()
-        batch = desk.batches.get(batch_id)
+        batch = desk.batch(batch_id, account(request))
         if batch is None:
             return no_batch(batch_id)
         if (problem := desk.cancel(batch)) is not None:

@@ -96,8 +96,19 @@ def deadline_from(text: str, now: datetime) -> datetime:
             raise ValueError(f"{given!r} is not {_FORMS}") from None
         if instant.tzinfo is None or instant.utcoffset() is None:
             raise ValueError(f"{given} has no zone: add Z (UTC) or an offset such as +01:00")
-        if instant - now > DEADLINE_HORIZON:
-            raise ValueError(f"{given} is more than {DEADLINE_HORIZON.days} days away; give an earlier instant")
-    if instant <= now:
-        raise ValueError(f"{given} is not in the future; give a later instant or a duration from now (6h)")
+    if (problem := deadline_error(instant, now)) is not None:
+        hint = "" if instant > now else " or a duration from now (6h)"
+        raise ValueError(f"{given} {problem}{hint}")
     return instant.astimezone(UTC)
+
+
+def deadline_error(instant: datetime, now: datetime) -> str | None:
+    """Why the aware `instant` cannot be a deadline set at `now` (None: it can), what to give instead
+    following: not after `now`, or more than DEADLINE_HORIZON after it. The gateway's rule, and the
+    intake's for a task published on Kafka (whose deadline no gateway saw): a time between two instants
+    is always a date, so an instant at the calendar's ends is judged like any other."""
+    if instant - now > DEADLINE_HORIZON:
+        return f"is more than {DEADLINE_HORIZON.days} days away; give an earlier instant"
+    if instant <= now:
+        return "is not in the future; give a later instant"
+    return None

@@ -16,7 +16,9 @@ from typing import Any
 import asyncpg
 import pytest
 
+from docsum_summarizer.batches.policy import batch_endpoint
 from docsum_summarizer.batches.repository import BatchRepository
+from docsum_summarizer.settings import SummarizerSettings
 from tests.fake_batches import cost_by_tier
 from tests.fake_llm import FakeLLM, FakeLLMServer, LedgerEntry
 from tests.integration.conftest import SERVICES, Stack, StackFactory
@@ -350,7 +352,10 @@ async def test_a_batch_belongs_to_its_endpoint_and_no_other_driver_touches_it(
     async with stack.client("alice") as client:
         task_id = await submit(client, [txt("m.txt", marked_text(3_000, 103, marker))], mode="batch")
     await eventually(lambda: _batches_in(db, task_id, "submitted"), timeout=60)
-    ours = BatchRepository(db, f"{server.base_url}|stand-in-1")
-    another = BatchRepository(db, "http://another-provider/v1|stand-in-1")
+    here = SummarizerSettings(OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="test-key", llm_model="stand-in-1")
+    ours = BatchRepository(db, batch_endpoint(here))
+    another = BatchRepository(db, batch_endpoint(here.model_copy(update={"openai_base_url": "http://another/v1"})))
+    another_account = BatchRepository(db, batch_endpoint(here.model_copy(update={"openai_api_key": "another-key"})))
     assert task_id in [b.task_id for b in await ours.open_batches()]
     assert task_id not in [b.task_id for b in await another.open_batches()]
+    assert task_id not in [b.task_id for b in await another_account.open_batches()]

@@ -273,7 +273,10 @@ async def test_documents_published_by_another_kafka_client(
     recount = {**good[0], "task_documents": 4, "document_id": f"crm:{uuid.uuid4().hex}"}
     bad_id = {**good[0], "task_id": "crm task with spaces", "document_id": f"crm:{uuid.uuid4().hex}"}
     hijack = {**good[1], "task_id": str(uuid.uuid4()), "task_documents": 1}  # a document of task A, elsewhere
-    poison = {m["document_id"]: m for m in (intruder, recount, bad_id, hijack)}
+    # a new task whose deadline the gateway would refuse (in year 1, minus any margin, it is no date)
+    year_one = {**good[0], "task_id": str(uuid.uuid4()), "task_documents": 1, "document_id": f"crm:{uuid.uuid4().hex}",
+                "options": {"mode": "batch", "deadline": "0001-01-01T00:00:00Z"}}  # fmt: skip
+    poison = {m["document_id"]: m for m in (intruder, recount, bad_id, hijack, year_one)}
     await asyncio.to_thread(publish, stack, [*good, bad, *refused, *poison.values()])
     # alice's own document, on the pipeline's topic instead of crm's: refused, whoever wrote it
     await asyncio.to_thread(publish, stack, [elsewhere], "document-submitted")
@@ -289,6 +292,7 @@ async def test_documents_published_by_another_kafka_client(
     assert "task_documents is 4, but" in reasons[recount["document_id"]]
     assert "task_id 'crm task with spaces' is not 1-64 characters" in reasons[bad_id["document_id"]]
     assert "already exists under another task or owner" in reasons[hijack["document_id"]]
+    assert "options.deadline 0001-01-01T00:00:00+00:00 is not in the future" in reasons[year_one["document_id"]]
     [internal] = (
         await eventually(
             lambda: dead_lettered("document-submitted", {elsewhere["document_id"]}), timeout=60, message="its DLQ"

@@ -1,13 +1,16 @@
 """Batch mode's policy: how a leased chunk is summarized, the mode of a call a batch sent back, a line's
-request as stored, how an ended batch ends, and whether a deadline forces what is left to go realtime."""
+request as stored, how an ended batch ends, whether a deadline forces what is left to go realtime, and
+what a failure means for a batch (tried again at the next poll, or ended alone with a readable reason)."""
 
 from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
 
+import asyncpg
 import pytest
 
+from docsum_shared.errors import ProviderUnavailable, RateLimited, RequestRefused
 from docsum_shared.options import Mode
 from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
 from docsum_summarizer.batches.policy import (
@@ -19,6 +22,8 @@ from docsum_summarizer.batches.policy import (
     ending,
     halves,
     must_finish_now,
+    passes,
+    reason,
     request_from,
     request_json,
     route,
@@ -204,3 +209,46 @@ def test_a_batch_with_nothing_done_yet_has_no_pace_to_judge() -> None:
 
 def test_a_batch_with_every_line_done_is_in_time() -> None:
     assert will_miss(NOW, NOW + 2 * HOUR, NO_MARGIN, NOW - 10 * HOUR, done=3, total=3) is False
+
+
+def test_deadlines_at_the_calendars_ends_are_compared_without_overflow() -> None:
+    # deadline - margin is no date for a deadline in year 1 (OverflowError): the time left always is.
+    first, last = datetime.min.replace(tzinfo=UTC), datetime.max.replace(tzinfo=UTC)
+    margin = timedelta(seconds=900)
+    assert must_finish_now(NOW, first, margin) is True and must_finish_now(NOW, last, margin) is False
+    assert will_miss(NOW, first, margin, NOW - HOUR, done=1, total=1_000) is True
+    assert will_miss(NOW, last, margin, NOW - HOUR, done=1, total=50_000) is False
+
+
+# --- failures ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("exc", "again"),
+    [
+        (ProviderUnavailable("LLM provider error 503"), True),
+        (RateLimited("LLM provider rate limit"), True),
+        (asyncpg.PostgresConnectionError("the database went away"), True),
+        (ConnectionResetError(), True),
+        (RequestRefused("LLM provider rejected the request (403)"), False),
+        (AttributeError("'str' object has no attribute 'get'"), False),
+        (RecursionError("maximum recursion depth exceeded"), False),
+        (OverflowError("date value out of range"), False),
+        (asyncpg.CharacterNotInRepertoireError("invalid byte sequence for encoding UTF8: 0x00"), False),
+    ],
+)
+def test_only_what_passes_is_tried_again_at_the_next_poll(exc: Exception, again: bool) -> None:
+    assert passes(exc) is again
+
+
+def test_a_reason_is_readable_and_storable() -> None:
+    assert reason(RequestRefused("LLM provider rejected the request (403): no")) == (
+        "LLM provider rejected the request (403): no"
+    )
+    assert reason(AttributeError("'str' object has no attribute 'get'")) == (
+        "AttributeError: 'str' object has no attribute 'get'"
+    )
+    assert reason(KeyError()) == "KeyError: KeyError"
+    said = reason(ValueError("a\x00b \ud800 " + "x" * 2_000))
+    assert "\x00" not in said and said.encode("utf-8") and len(said) == 500
+    assert said.startswith("ValueError: ab ? x")

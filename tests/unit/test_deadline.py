@@ -1,8 +1,10 @@
 """A task's deadline: how it is written (a duration from now or an instant with its zone), what is refused
-and why, how it is stored and carried (UTC, ISO 8601), and how the form, the CLI and the task view show it."""
+and why, how it is stored and carried (UTC, ISO 8601), how the form, the CLI and the task view show it,
+and how the intake of a task published on Kafka holds it to the gateway's rule."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from datetime import UTC, datetime, timedelta, timezone
@@ -16,6 +18,10 @@ from pydantic import ValidationError
 from docsum_cli import commands
 from docsum_cli import main as cli
 from docsum_gateway.routers.tasks import _DEADLINE_DURATION, _form
+from docsum_parser import handlers as parser
+from docsum_parser.intake import ExistingDocument, StoredTask
+from docsum_parser.settings import ParserSettings
+from docsum_shared.errors import Poison
 from docsum_shared.events import DocumentSubmitted, Topic, decode
 from docsum_shared.options import DEADLINE_HORIZON, TaskOptions, deadline_from
 from docsum_shared.readmodel import views
@@ -222,3 +228,69 @@ def test_the_cli_says_why_a_deadline_was_refused(tmp_path: Path) -> None:
     doc.write_text("text")
     with pytest.raises(GatewayError, match=r"gateway answered 422: deadline: 8d is more than 7 days away"):
         gateway.submit([doc], title=None, options={"deadline": "8d"})
+
+
+# --- the intake of a task published on Kafka ----------------------------------------------------------------
+
+
+class _Intake:
+    """The parser's rows, as intake sees them: no document yet, the task stored or not."""
+
+    def __init__(self, task: StoredTask | None) -> None:
+        self.task, self.taken = task, 0
+
+    async def find_document(self, document_id: str) -> ExistingDocument | None:
+        return None
+
+    async def load_intake_task(self, task_id: str) -> StoredTask | None:
+        return self.task
+
+    async def take_in(self, event: DocumentSubmitted, data: bytes | None, error: str | None, settings: object) -> None:
+        self.taken += 1
+        raise _TakenIn()  # far enough: what follows reads the rows this stand-in does not keep
+
+
+class _TakenIn(Exception):
+    pass
+
+
+CRM = ParserSettings(_env_file=None, intake_producers={"crm": ["crm"]})
+
+
+def _published(deadline: str) -> DocumentSubmitted:
+    message = {
+        "task_id": "crm:t-1",
+        "document_id": "crm:t-1:1",
+        "owner": "crm",
+        "filename": "a.txt",
+        "task_documents": 1,
+        "content_base64": base64.b64encode(b"Some text.").decode(),
+        "options": {"mode": "batch", "deadline": deadline},
+    }
+    return DocumentSubmitted.model_validate(message, context={"submission_forms": "lenient"})
+
+
+@pytest.mark.parametrize(
+    ("deadline", "says"),
+    [
+        ("0001-01-01T00:00:00Z", "is not in the future"),  # minus any margin: no date (the batch driver's crash)
+        ("2020-01-01T00:00:00Z", "is not in the future"),
+        ("9999-12-31T23:59:59Z", "is more than 7 days away"),
+    ],
+)
+async def test_a_published_task_whose_deadline_the_gateway_would_refuse_is_refused_with_the_reason(
+    deadline: str, says: str
+) -> None:
+    repo = _Intake(task=None)
+    with pytest.raises(Poison, match=f"options.deadline {re.escape(deadline[:4])}.* {says}"):
+        await parser.handle(_published(deadline), parser.Deps(repo, CRM, producer="crm"))  # type: ignore[arg-type]
+    assert repo.taken == 0  # no task, no document: the message goes to the dead-letter topic with the reason
+
+
+async def test_a_published_deadline_is_judged_once_by_the_message_that_creates_its_task() -> None:
+    soon = (datetime.now(UTC) + timedelta(hours=6)).isoformat()
+    for deadline, task in [(soon, None), ("2020-01-01T00:00:00Z", StoredTask("crm", 1, 0, 0))]:
+        repo = _Intake(task)  # a good deadline; a passed one on a task already stored (a replay, a later message)
+        with pytest.raises(_TakenIn):
+            await parser.handle(_published(deadline), parser.Deps(repo, CRM, producer="crm"))  # type: ignore[arg-type]
+        assert repo.taken == 1

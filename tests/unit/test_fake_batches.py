@@ -572,3 +572,67 @@ def test_batch_hold_names_known_points_only(llm: FakeLLM, server: FakeLLMServer)
     with pytest.raises(ValueError, match="no hold point"):
         llm.wait_held("nowhere")
     assert llm.configure(batch_hold=list(HOLD_POINTS))["batch_hold"] == list(HOLD_POINTS)
+
+
+def test_an_answer_can_hold_what_a_model_may_write_escaped_in_the_file(llm: FakeLLM, client: openai.OpenAI) -> None:
+    llm.configure(batch_answer_text={"number 1 of": "A NUL \x00 and half a pair \ud800."})
+    done = poll(client, submit(client, lines(3)).id, terminal)[-1]
+    content = client.files.content(done.output_file_id or "").content
+    assert content.isascii() and b"\\u0000" in content and b"\\ud800" in content  # JSON escapes, valid UTF-8
+    by_id = {o["custom_id"]: o["response"]["body"] for o in read_jsonl(client, done.output_file_id)}
+    assert by_id["doc-1"]["choices"][0]["message"]["content"] == "A NUL \x00 and half a pair \ud800."
+    assert "\x00" not in by_id["doc-0"]["choices"][0]["message"]["content"]
+
+
+def test_an_output_line_can_be_written_verbatim(llm: FakeLLM, client: openai.OpenAI) -> None:
+    deep = '{"custom_id": "{custom_id}", "response": {"status_code": 200, "body": ' + "[" * 1000 + "]" * 1000 + "}}"
+    llm.configure(batch_answer_line={"number 2 of": deep})
+    done = poll(client, submit(client, lines(3)).id, terminal)[-1]
+    rows = client.files.content(done.output_file_id or "").text.splitlines()
+    assert len(rows) == 3 and rows.count(deep.replace("{custom_id}", "doc-2")) == 1
+    assert done.request_counts is not None and done.request_counts.completed == 3
+
+
+def test_requests_about_a_marked_batch_or_its_files_or_the_listing_are_refused(
+    llm: FakeLLM, client: openai.OpenAI
+) -> None:
+    marked, other = submit(client, lines(2, "marked")), submit(client, lines(2, "other"))
+    done = poll(client, marked.id, terminal)[-1]
+    llm.configure(
+        batch_refuse=[
+            {"point": "retrieve", "status": 403, "marker": "of marked."},
+            {"point": "content", "status": 400, "marker": "of marked."},
+        ]
+    )
+    with pytest.raises(openai.PermissionDeniedError):
+        client.batches.retrieve(marked.id)
+    with pytest.raises(openai.BadRequestError):
+        client.files.content(done.output_file_id or "")
+    assert client.batches.retrieve(other.id).id == other.id  # another batch is answered as usual
+    assert list(client.batches.list(limit=10))
+    llm.configure(batch_refuse=[{"point": "list", "status": 400}])
+    with pytest.raises(openai.BadRequestError):
+        client.batches.list(limit=10)
+    for bad in ([{"point": "create", "status": 400}], [{"point": "list", "status": 500}], {"list": 400}):
+        with pytest.raises(ValueError, match="batch_refuse"):
+            llm.configure(batch_refuse=bad)
+
+
+def test_files_and_batches_belong_to_the_api_key_that_made_them(
+    llm: FakeLLM, client: openai.OpenAI, server: FakeLLMServer
+) -> None:
+    batch = submit(client, lines(2), metadata={"docsum_batch": "dsb_1"})
+    done = poll(client, batch.id, terminal)[-1]
+    with openai.OpenAI(base_url=server.base_url, api_key="another-account", max_retries=0, timeout=5) as other:
+        with pytest.raises(openai.NotFoundError):
+            other.batches.retrieve(batch.id)
+        with pytest.raises(openai.NotFoundError):
+            other.files.content(done.output_file_id or "")
+        with pytest.raises(openai.NotFoundError):
+            other.batches.cancel(batch.id)
+        assert list(other.batches.list(limit=100)) == []
+        with pytest.raises(openai.NotFoundError):  # nor can it make a batch of another account's file
+            other.batches.create(
+                input_file_id=batch.input_file_id, endpoint="/v1/chat/completions", completion_window="24h"
+            )
+    assert [b.id for b in client.batches.list(limit=100)] == [batch.id]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Protocol
 
 from docsum_shared.errors import Fail, ItemFailed
@@ -97,7 +98,10 @@ async def take_in(event: DocumentSubmitted, deps: Deps) -> None:
     intake.check_document(event, existing)
     if existing is not None and not existing.needs_bytes:
         return
-    intake.check_task(event, await deps.repo.load_intake_task(event.task_id), new_document=existing is None)
+    task = await deps.repo.load_intake_task(event.task_id)
+    intake.check_task(event, task, new_document=existing is None)
+    if task is None:
+        intake.check_deadline(event, datetime.now(UTC))
     data: bytes | None = None
     error: str | None = None
     try:

@@ -13,6 +13,7 @@ import binascii
 import ipaddress
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import PurePosixPath
 from typing import Literal
 from urllib.parse import unquote, urlsplit
@@ -20,6 +21,7 @@ from urllib.parse import unquote, urlsplit
 from docsum_shared.errors import ItemFailed, Poison, RateLimited
 from docsum_shared.events import ID_PATTERN, DocumentSubmitted, intake_topic
 from docsum_shared.intake_access import OwnerAccess
+from docsum_shared.options import deadline_error
 from docsum_shared.taskrate import Admission
 
 from .settings import ParserSettings
@@ -123,6 +125,16 @@ def check_task(event: DocumentSubmitted, task: StoredTask | None, *, new_documen
         )
     if new_document and task.documents >= task.expected_documents:
         raise Poison(f"task {event.task_id} already has its {task.expected_documents} documents")
+
+
+def check_deadline(event: DocumentSubmitted, now: datetime) -> None:
+    """The deadline of a task this message creates, by the gateway's rule: after `now` and at most
+    DEADLINE_HORIZON ahead (one in year 1, or 9999, would otherwise reach the batch driver). Judged once,
+    by the message that creates the task: its other messages' options are not read, and a replay finds
+    the task stored."""
+    deadline = event.options.deadline if event.options is not None else None
+    if deadline is not None and (problem := deadline_error(deadline, now)) is not None:
+        raise Poison(f"options.deadline {deadline.isoformat()} {problem}, as an ISO 8601 instant with its zone")
 
 
 # --- waits: retried later, through the consumer's retry path ------------------------------------------

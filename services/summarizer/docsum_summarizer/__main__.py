@@ -16,6 +16,7 @@ from docsum_shared.summarizers.base import SummarizerBackend
 from docsum_shared.summarizers.openai_backend import OpenAIBackend
 
 from .batches.driver import BatchDriver
+from .batches.policy import batch_endpoint
 from .batches.repository import BatchRepository
 from .handlers import Deps, handlers
 from .repository import ChunkRepository
@@ -51,8 +52,9 @@ def background(settings: SummarizerSettings, pool: asyncpg.Pool, backend: Summar
         async with asyncio.TaskGroup() as both:
             both.create_task(schedule_rounds(ChunkRepository(pool), producer, settings))
             if isinstance(backend, OpenAIBackend):
-                batches = BatchRepository(pool, endpoint_key(settings))
-                both.create_task(BatchDriver(batches, backend, producer, settings).run())
+                batches = BatchRepository(pool, batch_endpoint(settings))
+                driver = BatchDriver(batches, backend, producer, settings, earlier_endpoint=endpoint_key(settings))
+                both.create_task(driver.run())
 
     return run
 

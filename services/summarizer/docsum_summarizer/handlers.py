@@ -18,11 +18,10 @@ from docsum_shared.errors import ContextLimitExceeded, ItemFailed, Kind, LLMErro
 from docsum_shared.events import ChunkCreated, ChunkSummarized, Event
 from docsum_shared.handlers import Handlers, required
 from docsum_shared.retry import PROVIDER, Backoff, NextRound, Tally, Wait, after_failure, for_chunks, obey, retry_until
-from docsum_shared.summarizers import endpoint_key
 from docsum_shared.summarizers.base import SummaryRequest, SummaryResult
 from docsum_shared.summarizers.cache import CallContext
 
-from .batches.policy import Route, call_mode, request_json, route
+from .batches.policy import Route, batch_endpoint, call_mode, request_json, route
 from .policy import Answer, Step, StoredChunk, answer_of, cannot_fit, next_step, offsets_of, request_for
 from .repository import Claim, Claimed
 from .settings import SummarizerSettings
@@ -204,7 +203,7 @@ async def _queue_line(
     key = deps.llm.cache_key(parts[0], context)
     await deps.repo.queue_line(
         event.chunk_id, holder, event.task_id, chunk.owner, key, request_json(parts[0]),
-        endpoint=endpoint_key(deps.settings),
+        endpoint=batch_endpoint(deps.settings),
     )  # fmt: skip
     log.info("chunk %s queued for the provider's batch", event.chunk_id)
     return False

@@ -18,10 +18,12 @@ class SummarizerSettings(LLMSettings, ReconcileSettings):
     lease_ttl_s: float = Field(15.0, ge=1)
     # Batch mode: how often the batch driver looks at the provider's batches; how long a task's queued
     # lines must have stopped arriving before they are sent as a batch; the most requests and bytes
-    # of one batch (the provider's limits: 50,000 and 200 MB); how long before a task's deadline what
-    # is left goes realtime (a running batch is cancelled, its answered lines kept).
+    # of one batch (the provider's limits: 50,000 and 200 MB; 5,000 requests by default, so that a
+    # batch failing or expiring sends back a tenth of what it could, and more batches run side by
+    # side); how long before a task's deadline what is left goes realtime (a running batch is
+    # cancelled, its answered lines kept).
     llm_batch_poll_s: float = Field(30.0, gt=0)
     llm_batch_gather_s: float = Field(10.0, ge=0)
-    llm_batch_max_lines: int = Field(50_000, ge=1, le=50_000)
+    llm_batch_max_lines: int = Field(5_000, ge=1, le=50_000)
     llm_batch_max_bytes: int = Field(200 * 1024 * 1024, ge=1024, le=200 * 1024 * 1024)
     llm_batch_deadline_margin_s: float = Field(900.0, ge=0)

@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 import enum
+import hashlib
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from docsum_shared.errors import Kind, LLMError, classify
 from docsum_shared.options import Mode
+from docsum_shared.settings import LLMSettings
 from docsum_shared.states import LINE_LIVE as LIVE
 from docsum_shared.states import BatchState, LineStatus
 from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
+
+
+def batch_endpoint(settings: LLMSettings) -> str:
+    """The endpoint a batch and its lines belong to: the provider's URL, the model and the account. Two
+    accounts on one URL see only their own batches at the provider, so each has its own batches, lock
+    and driver here. The account is named by a hash of its API key: the key itself is never stored nor
+    logged. (A new key is a new account here: a batch made with the old one is polled with the old.)"""
+    account = hashlib.sha256((settings.openai_api_key or "").encode()).hexdigest()[:16]
+    return f"{settings.openai_base_url or 'openai'}|{settings.llm_model}|{account}"
+
 
 # The metadata key that names our batch at the provider: a batch created but not recorded is found by it.
 BATCH_KEY = "docsum_batch"
@@ -98,8 +111,10 @@ def halves(custom_ids: list[str]) -> tuple[list[str], list[str]]:
 
 
 def must_finish_now(now: datetime, deadline: datetime | None, margin: timedelta) -> bool:
-    """Whether what is left must go realtime now to end before the deadline."""
-    return deadline is not None and now >= deadline - margin
+    """Whether what is left must go realtime now to end before the deadline. Compared as the time left:
+    `deadline - margin` falls before year 1 for a deadline there (OverflowError), the time between
+    two instants never does."""
+    return deadline is not None and deadline - now <= margin
 
 
 def will_miss(
@@ -113,5 +128,31 @@ def will_miss(
         return True
     if submitted_at is None or done <= 0 or total <= done:
         return False
-    projected = now + (now - submitted_at) * ((total - done) / done)
-    return projected > deadline - margin
+    still_needs = (now - submitted_at) * ((total - done) / done)
+    return still_needs > (deadline - now) - margin
+
+
+# --- what a failure means for a batch, a task's gathering or a line -----------------------------------
+
+# The longest reason stored on a batch or a line: enough to read, never a whole provider page.
+REASON_CHARS = 500
+
+
+def passes(exc: BaseException) -> bool:
+    """Whether a step that raised `exc` is tried again at the next poll (the provider or the database
+    away, the provider's rate limit): anything else is the item's own and ends it, alone."""
+    return classify(exc) in (Kind.RETRIABLE, Kind.RATE_LIMITED)
+
+
+def reason(exc: BaseException) -> str:
+    """`exc` in words a user can read, storable: no NUL nor lone surrogate (PostgreSQL's text takes
+    neither), at most REASON_CHARS. docsum's own errors speak for themselves; another (a bug, a shape
+    the provider should not have sent) is named by its type."""
+    said = str(exc) or type(exc).__name__
+    return readable(said if isinstance(exc, LLMError) else f"{type(exc).__name__}: {said}")
+
+
+def readable(said: str) -> str:
+    """What a provider said (an error line's message, a batch's errors), storable: as `reason`."""
+    clean = said.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
+    return clean if len(clean) <= REASON_CHARS else clean[: REASON_CHARS - 1] + "…"

@@ -68,9 +68,15 @@ class Announcement:
 
 
 def _deadline(options: Any) -> datetime | None:
+    """The task's deadline; None when it has none, or one that is no instant (stored before intake
+    checked it): such a task runs without a deadline rather than stopping the driver at each round."""
     stored = json.loads(options) if isinstance(options, str) else (options or {})
-    value = stored.get("deadline")
-    return datetime.fromisoformat(value) if isinstance(value, str) else None
+    value = stored.get("deadline") if isinstance(stored, dict) else None
+    try:
+        deadline = datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+    return deadline if deadline is not None and deadline.utcoffset() is not None else None
 
 
 def new_batch_id() -> str:
@@ -84,6 +90,21 @@ class BatchRepository:
     def __init__(self, pool: asyncpg.Pool, endpoint: str) -> None:
         self.pool = pool
         self.endpoint = endpoint
+
+    async def take_over(self, earlier: str) -> int:
+        """The batches and lines recorded under `earlier` (the endpoint's key before it named the account)
+        become this endpoint's, so that a batch running at the provider across the upgrade is still polled
+        and ingested, not left to be paid again in realtime; how many batches."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute("UPDATE batch_lines SET endpoint = $1 WHERE endpoint = $2", self.endpoint, earlier)
+            return int(
+                await conn.fetchval(
+                    "WITH moved AS (UPDATE llm_batches SET endpoint = $1 WHERE endpoint = $2 RETURNING 1)"
+                    " SELECT count(*) FROM moved",
+                    self.endpoint,
+                    earlier,
+                )  # fmt: skip
+            )
 
     @contextlib.asynccontextmanager
     async def leading(self) -> AsyncIterator[bool]:
@@ -106,33 +127,35 @@ class BatchRepository:
         )  # fmt: skip
         return [QueuedTask(r["id"], r["owner"], r["takes_work"], _deadline(r["options"])) for r in rows]
 
-    async def settle_queued(self, task_id: str, status: LineStatus) -> int:
-        """The task's queued lines, never sent, to `status` (realtime for a deadline near, dropped for a
-        task paused or ended); announced again when realtime."""
+    async def settle_queued(self, task_id: str, status: LineStatus, error: str | None = None) -> int:
+        """The task's queued lines, never sent, to `status` (realtime for a deadline near or a gathering
+        that failed, with why; dropped for a task paused or ended); announced again when realtime."""
         return int(
             await self.pool.fetchval(
-                "WITH moved AS (UPDATE batch_lines SET status = $3, announce = ($3 = $4), updated_at = now()"
-                " WHERE task_id = $1 AND status = $2 AND endpoint = $5 RETURNING 1) SELECT count(*) FROM moved",
+                "WITH moved AS (UPDATE batch_lines SET status = $3, announce = ($3 = $4), error = $6,"
+                " updated_at = now() WHERE task_id = $1 AND status = $2 AND endpoint = $5 RETURNING 1)"
+                " SELECT count(*) FROM moved",
                 task_id,
                 LineStatus.QUEUED,
                 status,
                 LineStatus.REALTIME,
                 self.endpoint,
+                error,
             )  # fmt: skip
         )
 
     async def gather(self, task: QueuedTask, max_lines: int) -> list[str]:
         """Gather the task's queued lines into batches of at most `max_lines` requests, recorded before
         anything is sent; the new batches' ids. A request already answered (the result cache) is not
-        sent: its line is answered. One already in a running batch joins it: never paid twice."""
+        sent: its line is answered. One already in a running batch joins it: never paid twice. The
+        lines stay in PostgreSQL: at most one batch's keys are read here at a time."""
         async with self.pool.acquire() as conn, conn.transaction():
-            lines = await conn.fetch(
-                "SELECT chunk_id, custom_id FROM batch_lines WHERE task_id = $1 AND status = $2 AND endpoint = $3"
-                " ORDER BY created_at, chunk_id FOR UPDATE",
+            locked = await conn.fetchval(
+                "SELECT count(*) FROM (SELECT 1 FROM batch_lines WHERE task_id = $1 AND status = $2"
+                " AND endpoint = $3 FOR UPDATE) queued",
                 task.task_id, LineStatus.QUEUED, self.endpoint,
             )  # fmt: skip
-            keys = sorted({r["custom_id"] for r in lines})
-            if not keys:
+            if not locked:
                 return []
             await conn.execute(
                 "UPDATE batch_lines l SET status = $3, announce = true, updated_at = now()"
@@ -143,21 +166,26 @@ class BatchRepository:
             await conn.execute(
                 "UPDATE batch_lines l SET status = $3, batch_id = running.batch_id, updated_at = now()"
                 " FROM (SELECT DISTINCT ON (custom_id) custom_id, batch_id FROM batch_lines"
-                "       WHERE status = $3 AND custom_id = ANY($4::text[]) AND batch_id IS NOT NULL"
-                "       AND endpoint = $5) running"
-                " WHERE l.task_id = $1 AND l.status = $2 AND l.endpoint = $5 AND l.custom_id = running.custom_id",
-                task.task_id, LineStatus.QUEUED, LineStatus.SUBMITTED, keys, self.endpoint,
+                "       WHERE status = $3 AND batch_id IS NOT NULL AND endpoint = $4 AND custom_id IN"
+                "       (SELECT custom_id FROM batch_lines WHERE task_id = $1 AND status = $2 AND endpoint = $4)"
+                "      ) running"
+                " WHERE l.task_id = $1 AND l.status = $2 AND l.endpoint = $4 AND l.custom_id = running.custom_id",
+                task.task_id, LineStatus.QUEUED, LineStatus.SUBMITTED, self.endpoint,
             )  # fmt: skip
-            left = await conn.fetch(
-                "SELECT DISTINCT custom_id FROM batch_lines WHERE task_id = $1 AND status = $2 AND endpoint = $3"
-                " ORDER BY custom_id",
-                task.task_id, LineStatus.QUEUED, self.endpoint,
-            )  # fmt: skip
-            left_keys = [r["custom_id"] for r in left]
-            return [
-                await self._record(conn, task.task_id, task.owner, left_keys[i : i + max_lines], from_status=QUEUED)
-                for i in range(0, len(left_keys), max_lines)
-            ]
+            made = []
+            while keys := [
+                r["custom_id"]
+                for r in await conn.fetch(
+                    "SELECT DISTINCT custom_id FROM batch_lines WHERE task_id = $1 AND status = $2 AND endpoint = $3"
+                    " ORDER BY custom_id LIMIT $4",
+                    task.task_id,
+                    LineStatus.QUEUED,
+                    self.endpoint,
+                    max_lines,
+                )  # fmt: skip
+            ]:
+                made.append(await self._record(conn, task.task_id, task.owner, keys, from_status=QUEUED))
+            return made
 
     # --- the batches ----------------------------------------------------------------------------
 
@@ -178,12 +206,29 @@ class BatchRepository:
             for r in rows
         ]
 
-    async def requests(self, batch_id: str) -> dict[str, dict[str, Any]]:
-        """The batch's distinct requests, by custom_id."""
+    async def request_pages(self, batch_id: str, size: int) -> AsyncIterator[list[tuple[str, dict[str, Any]]]]:
+        """The batch's distinct requests (custom_id, request), `size` at a time in custom_id order: a
+        batch's requests are never all in memory at once."""
+        after = ""
+        while True:
+            rows = await self.pool.fetch(
+                "SELECT DISTINCT ON (custom_id) custom_id, request FROM batch_lines"
+                " WHERE batch_id = $1 AND custom_id > $2 ORDER BY custom_id LIMIT $3",
+                batch_id, after, size,
+            )  # fmt: skip
+            if rows:
+                yield [(r["custom_id"], _json(r["request"])) for r in rows]
+            if len(rows) < size:
+                return
+            after = rows[-1]["custom_id"]
+
+    async def requests_of(self, batch_id: str, custom_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The batch's requests among `custom_ids`, by custom_id (a page of its output)."""
         rows = await self.pool.fetch(
-            "SELECT DISTINCT ON (custom_id) custom_id, request FROM batch_lines WHERE batch_id = $1 ORDER BY custom_id",
-            batch_id,
-        )
+            "SELECT DISTINCT ON (custom_id) custom_id, request FROM batch_lines"
+            " WHERE batch_id = $1 AND custom_id = ANY($2::text[]) ORDER BY custom_id",
+            batch_id, list(custom_ids),
+        )  # fmt: skip
         return {r["custom_id"]: _json(r["request"]) for r in rows}
 
     async def move(self, batch_id: str, to: BatchState, **columns: Any) -> None:
@@ -213,11 +258,29 @@ class BatchRepository:
 
     # --- ingest ------------------------------------------------------------------------------------
 
-    async def answered(self, batch_id: str, custom_id: str, result: SummaryResult, kind: str) -> bool:
+    @contextlib.asynccontextmanager
+    async def page(self) -> AsyncIterator[asyncpg.Connection]:
+        """A page of ingest in one transaction: its lines stored with one commit (a commit per line is a
+        write-ahead-log flush per line), each answer in a savepoint of its own (`answered`), so that one
+        PostgreSQL refuses rolls back that line alone. The database gone midway: the page is rolled back
+        and read again at the next poll, the pages before it stay stored."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            yield conn
+
+    async def answered(
+        self, conn: asyncpg.Connection, batch_id: str, custom_id: str, result: SummaryResult, kind: str
+    ) -> bool:
         """The batch answered `custom_id`: its answer into the result cache, its lines answered (and
         announced), and the line in the ledger at the batch tier, all in one statement guarded by the
-        lines' status, so ingesting the same output again stores and books nothing twice."""
-        moved = await self.pool.fetchval(
+        lines' status, so ingesting the same output again stores and books nothing twice. Run on a
+        page's connection (`page`), in a savepoint of its own."""
+        async with conn.transaction():
+            return await self._answered(conn, batch_id, custom_id, result, kind)
+
+    async def _answered(
+        self, conn: asyncpg.Connection, batch_id: str, custom_id: str, result: SummaryResult, kind: str
+    ) -> bool:
+        moved = await conn.fetchval(
             "WITH moved AS (UPDATE batch_lines SET status = $3, announce = true, error = NULL, updated_at = now()"
             "   WHERE batch_id = $1 AND custom_id = $2 AND status = $4 RETURNING chunk_id, task_id),"
             " first AS (SELECT m.chunk_id, m.task_id, c.document_id FROM moved m JOIN chunks c ON c.id = m.chunk_id"
@@ -235,23 +298,34 @@ class BatchRepository:
         )  # fmt: skip
         return bool(moved)
 
-    async def sent_back(self, batch_id: str, custom_ids: Sequence[str] | None, error: str) -> int:
+    async def sent_back(
+        self, batch_id: str, custom_ids: Sequence[str] | None, error: str, conn: asyncpg.Connection | None = None
+    ) -> int:
         """Lines the batch did not answer (`custom_ids`; None: all it has not answered) back to their
         chunks: a realtime call, or dropped when the task no longer takes work. A line of another task
-        that joined this batch is queued again for a batch of its own task."""
-        rows = await self.pool.fetch(
-            "UPDATE batch_lines l SET updated_at = now(), error = $4,"
-            "   status = CASE WHEN l.task_id <> b.task_id THEN $5 WHEN t.status = ANY($6::text[]) THEN $7 ELSE $8 END,"
-            "   batch_id = CASE WHEN l.task_id <> b.task_id THEN NULL ELSE l.batch_id END,"
-            "   announce = l.task_id = b.task_id AND t.status = ANY($6::text[])"
-            " FROM llm_batches b, tasks t"
-            " WHERE b.id = $1 AND l.batch_id = $1 AND t.id = l.task_id AND l.status = $2"
-            "   AND ($3::text[] IS NULL OR l.custom_id = ANY($3::text[]))"
-            " RETURNING l.status",
-            batch_id, LineStatus.SUBMITTED, None if custom_ids is None else list(custom_ids), error,
-            LineStatus.QUEUED, TAKES_WORK, unrun_status(True), unrun_status(False),
-        )  # fmt: skip
-        return len(rows)
+        that joined this batch is queued again for a batch of its own task. On a page's connection when
+        given; counted in PostgreSQL (a batch's lines are never all read here)."""
+        return int(
+            await (conn or self.pool).fetchval(
+                "WITH moved AS (UPDATE batch_lines l SET updated_at = now(), error = $4,"
+                "   status = CASE WHEN l.task_id <> b.task_id THEN $5"
+                "     WHEN t.status = ANY($6::text[]) THEN $7 ELSE $8 END,"
+                "   batch_id = CASE WHEN l.task_id <> b.task_id THEN NULL ELSE l.batch_id END,"
+                "   announce = l.task_id = b.task_id AND t.status = ANY($6::text[])"
+                " FROM llm_batches b, tasks t"
+                " WHERE b.id = $1 AND l.batch_id = $1 AND t.id = l.task_id AND l.status = $2"
+                "   AND ($3::text[] IS NULL OR l.custom_id = ANY($3::text[]))"
+                " RETURNING 1) SELECT count(*) FROM moved",
+                batch_id,
+                LineStatus.SUBMITTED,
+                None if custom_ids is None else list(custom_ids),
+                error,
+                LineStatus.QUEUED,
+                TAKES_WORK,
+                unrun_status(True),
+                unrun_status(False),
+            )  # fmt: skip
+        )
 
     async def requeue(self, batch_id: str) -> int:
         """A batch the provider lost: its lines queued again, for a new batch."""
