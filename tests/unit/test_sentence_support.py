@@ -4,13 +4,23 @@ the text (and of the merges above) for a task asking for `support` "strict"."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pytest
+from fastapi.exceptions import RequestValidationError
+
+from docsum_cli import main as cli
 from docsum_cli.footnotes import printable
+from docsum_gateway.routers.tasks import _form
 from docsum_merger.policy import ChunkState, DocumentState, MergeChunks, decide_document
+from docsum_shared.events import DocumentSubmitted, Topic, decode
 from docsum_shared.options import TaskOptions
 from docsum_shared.states import ChunkStatus, DocumentStatus
 from docsum_shared.summarizers.base import Span, SummaryKind, SummaryRequest, SummaryResult, SummarySentence
 from docsum_shared.summarizers.citations import CitedSentence, Source, merged_sentences, without_unsupported
 from docsum_shared.summarizers.llm_citations import cited_sentences, numbered
+from tests.cli_doubles import recording_gateway
 
 CHUNK = SummaryRequest(
     SummaryKind.CHUNK,
@@ -115,3 +125,23 @@ def test_the_cli_marks_an_unsupported_sentence() -> None:
 def _place(page: int) -> dict[str, object]:
     return {"document_id": "d", "filename": "report.pdf", "unit": "page", "page": page, "last_page": page,
             "start": 0, "end": 9}  # fmt: skip
+
+
+def test_support_is_asked_by_the_cli_the_form_and_intake_and_is_all_unless_asked(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    sent = recording_gateway(monkeypatch)
+    doc = tmp_path / "a.txt"
+    doc.write_text("text")
+    assert cli.main(["summarize", "--no-wait", "--support", "strict", str(doc)]) == 0
+    assert cli.main(["summarize", "--no-wait", str(doc)]) == 0
+    assert sent[0]["support"] == "strict" and "support" not in sent[1]  # the default is the gateway's
+    assert _form({"support": ["strict"]}).support == "strict" and _form({}).support == "all"
+    with pytest.raises(RequestValidationError):
+        _form({"support": ["some"]})
+    message = {"task_id": "crm:1", "document_id": "crm:1:1", "owner": "crm", "filename": "a.txt", "task_documents": 1}
+    strict = decode(Topic.DOCUMENT_SUBMITTED, json.dumps({**message, "options": {"support": "strict"}}).encode())
+    assert isinstance(strict, DocumentSubmitted) and strict.options is not None and strict.options.support == "strict"
+    older = decode(Topic.DOCUMENT_SUBMITTED, json.dumps({**message, "options": {"style": "bullets"}}).encode())
+    assert isinstance(older, DocumentSubmitted) and older.options is not None and older.options.support == "all"
+    assert TaskOptions.from_stored('{"strict": true}').support == "all"  # a task stored before it was asked
