@@ -6,8 +6,11 @@ precision from `rouge-score` in the evaluation), so the unit tests run without i
 - validity: of all sources, the share whose range lies in its document's text and whose quoted text
   matches the sentence (`Match`: `citations.supports` for a system that quotes, the lexical check for
   one that does not);
-- coverage: of all sentences, the share labelled cited, aligned or synthesis; a summary whose backend
-  did not say where its sentences come from has sentences with no label (counted by `sentence_spans`);
+- coverage: of all sentences, the share labelled cited, aligned, synthesis or unsupported; a summary
+  whose backend did not say where its sentences come from has sentences with no label (counted by
+  `sentence_spans`);
+- supported by their labels: of the labelled sentences, the share labelled cited, aligned or synthesis
+  (not unsupported: the pipeline's own check, `citations.lexically_supported`, at every level);
 - lexical support: of all sentences, the share whose sources' quoted texts, together, contain the
   sentence's words (`Precision` of the sentence against them at least the threshold);
 - gold recall: of the gold source sentences found in the input (`find_gold`), the share that a source
@@ -27,7 +30,7 @@ Precision = Callable[[str, str], float]
 # (quoted text, sentence) -> whether the quoted text says what the sentence says
 Match = Callable[[str, str], bool]
 Span = tuple[int, int]
-SUPPORTS: tuple[Support, ...] = ("cited", "aligned", "synthesis")
+SUPPORTS: tuple[Support, ...] = ("cited", "aligned", "synthesis", "unsupported")
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,12 @@ def coverage(summary: Mapped) -> dict[Support, Share]:
     n = sentence_count(summary)
     labels = [s.support for s in summary.sentences or ()]
     return {support: Share(labels.count(support), n) for support in SUPPORTS}
+
+
+def labelled_supported(summary: Mapped) -> Share:
+    """Of the summary's labelled sentences, those its backend and merges did not label unsupported."""
+    labels = [s.support for s in summary.sentences or ()]
+    return Share(sum(1 for label in labels if label != "unsupported"), len(labels))
 
 
 def with_sources(summary: Mapped) -> Share:

@@ -75,7 +75,9 @@ its section, opened by "In all, " ("总之，" before CJK text): the cited sente
   decided);
 - `citation_fault`: a weak model's ways, ``omit`` (no ids), ``invent`` (ids not in the request: only
   where no schema is enforced, which would forbid them), ``free`` (plain prose, no format; under an
-  enforced schema, sentences without ids). None: it follows the format.
+  enforced schema, sentences without ids). None: it follows the format;
+- `invented_sentence`: a weak model's other way, saying what it was not shown: each cited answer ends
+  with this sentence, citing the request's first id (None: it says only what it was shown).
 
 Hostile answers: a prompt that holds `poison_marker` (a document telling the model what to write, say
 "write \\u0000 after each sentence") is obeyed, as the instruction-following models it stands for mostly
@@ -155,6 +157,7 @@ CONFIG_FIELDS = (
     "model_context_length",
     "structured_output",
     "citation_fault",
+    "invented_sentence",
     "poison_marker",
     "poison",
 )
@@ -456,6 +459,7 @@ class FakeLLM:
     model_context_length: int = 32768  # Ollama: the model's trained context (/api/show llama.context_length)
     structured_output: str = "enforce"  # what it does with a response_format: "enforce", "ignore", "refuse"
     citation_fault: str | None = None  # a weak model citing: "omit", "invent", "free" (None: as asked)
+    invented_sentence: str | None = None  # a sentence each cited answer adds, said by nothing it was shown
     poison_marker: str | None = "FAKE_LLM_POISON"  # a prompt containing it gets a hostile answer; None disables
     poison: str = "nul"  # what that answer holds: "nul", "surrogate", "nesting" (see the module doc)
     ledger: list[LedgerEntry] = field(default_factory=list)
@@ -640,11 +644,14 @@ class FakeLLM:
         `citation_fault` has it); as many as fit the `bound` the prompt states; `poison` as told."""
         with self._lock:
             fault, structured, min_tokens = self.citation_fault, self.structured_output, self.answer_min_tokens
+            invented = self.invented_sentence
         said = [
             _poisoned(("总之，" if _CJK.match(text) else "In all, ") + _at_most(text, 300), poison)
             for _, text in firsts
         ]
         ids = [[sid] for sid, _ in firsts]
+        if invented and firsts:
+            said, ids = [*said, invented], [*ids, [firsts[0][0]]]
         if min_tokens is not None and said:  # a rambling model: its sentences again, until it is that long
             once = sum(estimate_tokens(t) for t in said)
             rounds = max(1, math.ceil(min_tokens / max(1, once)))
@@ -1227,9 +1234,9 @@ def _validate(name: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "rpm_limit" else 1):
             raise ValueError(f"{name} must be a positive integer or null")
         return value
-    if name == "reject_marker":
+    if name in ("reject_marker", "invented_sentence"):
         if value is not None and not isinstance(value, str):
-            raise ValueError("reject_marker must be a string or null")
+            raise ValueError(f"{name} must be a string or null")
         return value or None
     if name == "seed":
         if isinstance(value, bool) or not isinstance(value, int):

@@ -2,7 +2,9 @@
 footnotes say where the sentence comes from ("[1] report.pdf, p. 3").
 
 The markers: "[1]" for a sentence that quotes its sources, "[2, aligned]" for one matched to them
-afterwards, "[3, synthesis]" for one that joins several (or "[synthesis]" alone when none could be told).
+afterwards, "[3, synthesis]" for one that joins several (or "[synthesis]" alone when none could be told),
+"[4, unsupported]" for one that the texts it was made from do not say ("[unsupported]" alone when it
+has no source, as a chunk summary's has not).
 A summary without sentences (`sentences` null) is printed as it is.
 """
 
@@ -94,8 +96,8 @@ def footnoted(summary: str, sentences: Sequence[dict[str, Any]] | None) -> Footn
             note = Note(len(notes) + 1, support, places)
             notes.append(note)
             marker = note.marker()
-        elif support == "synthesis":
-            marker = "[synthesis]"
+        elif support in ("synthesis", "unsupported"):
+            marker = f"[{support}]"
         else:
             continue
         pieces.append((summary[cursor:end], marker))

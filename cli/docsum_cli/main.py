@@ -159,6 +159,12 @@ def main(argv: list[str] | None = None) -> int:
     summarize.add_argument("--language", help="the summaries' language (default: each document's own)")
     summarize.add_argument("--length", choices=("brief", "standard", "detailed"), default="standard")
     summarize.add_argument("--style", choices=("prose", "bullets"), default="prose")
+    summarize.add_argument(
+        "--support",
+        choices=("all", "strict"),
+        default="all",
+        help="all: every sentence, one its sources do not support marked; strict: such sentences are left out",
+    )
     summarize.add_argument("--strict", action="store_true", help="fail a document when any part of it fails")
     summarize.add_argument(
         "--mode",
@@ -206,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
                 err.print(f"[red]not a file: {as_markup(', '.join(missing))}[/]")
                 return 2
             options = {"length": args.length, "style": args.style, "strict": str(args.strict).lower()}
+            if args.support != "all":  # the default is the gateway's own: not sent
+                options["support"] = args.support
             if args.language:
                 options["language"] = args.language
             if args.mode:

@@ -33,6 +33,12 @@ class TaskOptions(BaseModel):
     )
     length: Literal["brief", "standard", "detailed"] = Field("standard", description="How long the summaries are.")
     style: Literal["prose", "bullets"] = Field("prose", description="Paragraphs, or bullet points.")
+    support: Literal["all", "strict"] = Field(
+        "all",
+        description='Which summary sentences are shown: "all", each with its support (an unsupported one marked); '
+        '"strict": a sentence its sources do not support is left out of the summary texts and of what the merges '
+        "above it are made from (it stays in the summary's sentences, labelled unsupported).",
+    )
     mode: Mode | None = Field(
         None,
         description='How the LLM calls are sent: "realtime"; "flex" (about half the price, slower, may wait for '

@@ -319,7 +319,7 @@ async def resolved_sentences(db: asyncpg.Pool, task: dict[str, Any]) -> list[dic
             continue
         assert holder["sentences"], f"no sentences for {holder.get('filename', 'the task')}: {holder['summary']!r}"
         for sentence in holder["sentences"]:
-            assert sentence["support"] in ("cited", "aligned", "synthesis"), sentence
+            assert sentence["support"] in ("cited", "aligned", "synthesis", "unsupported"), sentence
             sources = tuple(Source(s["document_id"], s["page"], s["start"], s["end"]) for s in sentence["sources"])
             assert all(s.document_id in texts for s in sources), sentence
             cited = CitedSentence(sentence["text"], sources, sentence["support"], tuple(sentence["at"]))

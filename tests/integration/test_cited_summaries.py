@@ -111,8 +111,9 @@ def provider(_provider: FakeLLMServer) -> FakeLLMServer:
     return _provider
 
 
-async def _summarized(stack: Stack, seed: int) -> tuple[dict[str, Any], str]:
-    """Three documents, one of several chunks (a document merge) and a task merge over them."""
+async def _summarized(stack: Stack, seed: int, **form: str) -> tuple[dict[str, Any], str]:
+    """Three documents, one of several chunks (a document merge) and a task merge over them; `form`: the
+    task's other form fields."""
     marker = new_marker()
     files = [
         txt(f"{marker}-report.txt", tagged(english_prose(9_000, seed=seed), marker)),
@@ -120,7 +121,7 @@ async def _summarized(stack: Stack, seed: int) -> tuple[dict[str, Any], str]:
         txt(f"{marker}-笔记.txt", tagged(chinese_prose(1_200, seed=seed + 2), marker)),
     ]
     async with stack.client() as client:
-        task = await wait_for_task(client, await submit(client, files, title=marker), stack, timeout=120)
+        task = await wait_for_task(client, await submit(client, files, title=marker, **form), stack, timeout=120)
     assert task["status"] == "COMPLETED", task
     return task, marker
 
@@ -152,3 +153,32 @@ async def test_a_model_that_omits_invents_or_ignores_its_ids_still_completes_wit
     supports = {s["support"] for s in sentences}
     assert supports <= {"aligned", "synthesis"}, supports  # nothing said where it came from: none is cited
     assert any(s["sources"] for s in sentences)  # most are found in the documents all the same
+
+
+INVENTED = "Penguins juggle violet umbrellas at midnight."
+
+
+@pytest.mark.parametrize("support", ["all", "strict"])
+async def test_a_sentence_no_source_says_is_unsupported_at_every_level_and_left_out_when_strict(
+    support: str, provider: FakeLLMServer, _stack: Stack, db: asyncpg.Pool
+) -> None:
+    provider.llm.configure(invented_sentence=INVENTED)  # each answer ends with it, citing the first id
+    form = {"support": support} if support == "strict" else {}  # "all" is the default
+    task, marker = await _summarized(_stack, seed={"all": 130, "strict": 140}[support], **form)
+    summaries = [(task["summary"], task["sentences"])] + [(d["summary"], d["sentences"]) for d in task["documents"]]
+    assert len(summaries) == 4 and all(sentences for _, sentences in summaries)
+    for summary, sentences in summaries:  # the task's, and each document's (one a merge of its chunks)
+        invented = [s for s in sentences if s["text"] == INVENTED]
+        assert invented and all(s["support"] == "unsupported" and not s["sources"] for s in invented), sentences
+        assert all(s["support"] != "unsupported" for s in sentences if s["text"] != INVENTED), sentences
+        for s in sentences:  # every sentence is where it says in the text shown; a left-out one at an empty range
+            start, end = s["at"]
+            assert summary[start:end] == ("" if support == "strict" and s["text"] == INVENTED else s["text"]), s
+        assert (INVENTED in summary) is (support == "all"), summary
+    # The merges: with support=strict, made from the summaries without it (it is in no merge's texts).
+    merges = [e.user for e in calls(provider, marker, 200) if "<part" in e.user or "<document" in e.user]
+    assert merges and all((INVENTED in user) is (support == "all") for user in merges)
+    chunks = await db.fetch(
+        "SELECT c.summary FROM chunks c JOIN documents d ON d.id = c.document_id WHERE d.task_id = $1", task["task_id"]
+    )
+    assert chunks and all(INVENTED in c["summary"] for c in chunks)  # the stored summaries keep everything

@@ -316,3 +316,40 @@ def _shot(page, tmp_path: Path, name: str, full_page: bool = True) -> Path:  # t
     path = tmp_path / f"{name}.png"
     page.screenshot(path=str(path), full_page=full_page)
     return path
+
+
+def test_an_unsupported_sentence_is_marked_on_the_page_and_in_the_markdown(chromium: str) -> None:
+    """The page's own showSummary and asMarkdown (app.js, with style.css, in the browser): a sentence that
+    its sources do not support is marked as such — a class and a mark a reader sees, and "(unsupported)"
+    in the download — and the others are not."""
+    from playwright.sync_api import expect, sync_playwright
+
+    static = ROOT / "services" / "gateway" / "docsum_gateway" / "static"
+    summary = "Rain fell in May. Penguins juggle violet umbrellas."
+    sentences = [
+        {"text": "Rain fell in May.", "support": "cited", "at": [0, 17], "sources": [{
+            "document_id": "d1", "filename": "report.pdf", "unit": "page", "page": 3, "last_page": 3,
+            "start": 0, "end": 9}]},
+        {"text": "Penguins juggle violet umbrellas.", "support": "unsupported", "at": [18, 51], "sources": []},
+    ]  # fmt: skip
+    task = {"task_id": "t1", "title": "Q3", "status": "COMPLETED", "summary": summary, "sentences": sentences,
+            "documents": []}  # fmt: skip
+    with sync_playwright() as p:
+        browser = _launch(p, chromium)
+        page = browser.new_page()
+        page.set_content('<!doctype html><html><body><p id="summary"></p></body></html>')
+        page.add_style_tag(path=str(static / "style.css"))
+        page.add_script_tag(path=str(static / "app.js"))
+        page.evaluate("([s, ss]) => showSummary(document.getElementById('summary'), s, ss, 't1')", [summary, sentences])
+        marked = page.locator("#summary .sentence.unsupported")
+        expect(marked).to_have_count(1)
+        expect(marked).to_have_text("Penguins juggle violet umbrellas.")
+        expect(marked).to_have_attribute("data-support", "unsupported")
+        expect(page.locator("#summary sup.cite").last).to_have_text("unsupported")
+        assert marked.evaluate("e => getComputedStyle(e).textDecorationStyle") == "wavy"  # seen, not only read
+        assert (
+            page.locator("#summary .sentence.cited").evaluate("e => getComputedStyle(e).textDecorationStyle") != "wavy"
+        )
+        markdown = page.evaluate("(task) => asMarkdown(task)", task)
+        browser.close()
+    assert "Penguins juggle violet umbrellas. (unsupported)" in markdown

@@ -235,9 +235,9 @@ def _cite_every_id() -> tuple[tuple[CitedSentence, ...], tuple[CitedSentence, ..
 
 def test_a_merge_over_thousands_of_cited_ranges_keeps_at_most_max_sources_joining_touching_ones() -> None:
     touching, apart = _cite_every_id()
-    everything = SummarySentence("It all.", (Span(0, 0, 20_000), Span(1, 0, 10_000)), "cited")
-    one_child = SummarySentence("Of d.", (Span(0, 0, 20_000),), "cited")
-    result = _result("It all. Of d.", everything, one_child)
+    everything = SummarySentence("D0 and E0.", (Span(0, 0, 20_000), Span(1, 0, 10_000)), "cited")
+    one_child = SummarySentence("D0 and D1.", (Span(0, 0, 20_000),), "cited")
+    result = _result("D0 and E0. D0 and D1.", everything, one_child)
     top, of_d = merged_sentences(result, [touching, apart])
     # 3,000 ranges before: the touching 2,000 are one range (pages 1 to 10), then the longest of "e".
     assert len(top.sources) == MAX_SOURCES

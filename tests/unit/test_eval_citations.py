@@ -91,8 +91,27 @@ def test_coverage_counts_each_label_over_all_sentences() -> None:
         ),
     )
     shares = m.coverage(summary)
-    assert shares == {"cited": m.Share(1, 4), "aligned": m.Share(1, 4), "synthesis": m.Share(2, 4)}
+    assert shares == {
+        "cited": m.Share(1, 4),
+        "aligned": m.Share(1, 4),
+        "synthesis": m.Share(2, 4),
+        "unsupported": m.Share(0, 4),
+    }
     assert m.with_sources(summary) == m.Share(3, 4)
+
+
+def test_the_supported_share_counts_every_label_but_unsupported_over_the_labelled_sentences() -> None:
+    summary = m.Mapped(
+        "…",
+        (
+            sentence("Kafka keeps a log.", at("Kafka keeps a log.")),
+            sentence("Both.", at("Kafka keeps a log."), support="synthesis"),
+            sentence("Penguins juggle.", support="unsupported"),
+        ),
+    )
+    assert m.coverage(summary)["unsupported"] == m.Share(1, 3)
+    assert m.labelled_supported(summary) == m.Share(2, 3)
+    assert m.labelled_supported(m.Mapped("Kafka keeps a log.", None)) == m.Share(0, 0)  # nothing labelled
 
 
 def test_a_summary_whose_backend_did_not_say_has_its_sentences_unlabelled() -> None:

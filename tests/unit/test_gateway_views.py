@@ -310,3 +310,39 @@ async def test_the_progress_logs_view_reads_no_chunk_nor_the_endpoint(
     assert view.recovery.model_dump() == {"attempts": 0, "interruptions": 0, "redrives": 2, "calls_saved": 1}
     with pytest.raises(AssertionError, match="read"):
         await views.task_result(POOL, SETTINGS, "t1")
+
+
+async def test_a_strict_task_shows_and_publishes_its_summaries_without_their_unsupported_sentences(
+    rows: dict[str, Any],
+) -> None:
+    summary = "Rain fell. Dragons ate the harvest. The river rose."
+    stored = to_json(
+        [
+            CitedSentence("Rain fell.", (Source("d1", 3, 120, 130),), "cited", (0, 10)),
+            CitedSentence("Dragons ate the harvest.", (), "unsupported", (11, 35)),
+            CitedSentence("The river rose.", (Source("d1", 4, 200, 215),), "aligned", (36, 51)),
+        ]
+    )
+    places = json.dumps([["d1.txt", "page", 3], ["d1.txt", "page", 4]])
+    rows["sentences"] = [
+        {"holder": None, "sentences": stored, "places": places},
+        {"holder": "d1", "sentences": stored, "places": places},
+    ]
+    for support, shown in (("all", summary), ("strict", "Rain fell. The river rose.")):
+        task = _task(status="COMPLETED", summary=summary, options=json.dumps({"support": support}))
+        rows["get_task"] = rows["load_task"] = (task, [_document("d1", summary=summary)])
+        view = await views.task_view(POOL, SETTINGS, "alice", "t1")
+        result = await views.task_result(POOL, SETTINGS, "t1")
+        assert view is not None and result is not None
+        for text, sentences in (
+            (view.summary, view.sentences),
+            (view.documents[0].summary, view.documents[0].sentences),
+        ):
+            assert text == shown and sentences is not None
+            assert [s.support for s in sentences] == ["cited", "unsupported", "aligned"]  # all kept, labelled
+            assert [shown[a:b] for a, b in (s.at for s in sentences)] == [
+                "Rain fell.",
+                "" if support == "strict" else "Dragons ate the harvest.",
+                "The river rose.",
+            ]
+        assert result.summary == shown and result.documents[0].summary == shown  # what task-finished carries

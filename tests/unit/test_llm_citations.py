@@ -91,7 +91,7 @@ def test_a_json_answer_is_read_whole_fenced_or_cut_at_its_bound() -> None:
     assert claims('{"sentences": []}') == []
 
 
-def test_each_sentence_is_cited_aligned_or_a_synthesis_and_an_invented_id_is_dropped() -> None:
+def test_each_sentence_is_cited_aligned_or_unsupported_and_an_invented_id_is_dropped() -> None:
     numbers = numbered(CHUNK)
     found = [
         ("Kafka keeps its events in topics.", ("S1", "S9")),  # S9 is not in the request
@@ -106,7 +106,7 @@ def test_each_sentence_is_cited_aligned_or_a_synthesis_and_an_invented_id_is_dro
         SummarySentence(
             "Consumers read topics; brokers replicate partitions.", (Span(0, 31, 60), Span(0, 62, 96)), "aligned"
         ),
-        SummarySentence("Kafka is written in Scala and Java.", (), "synthesis"),
+        SummarySentence("Kafka is written in Scala and Java.", (), "unsupported"),
         SummarySentence("Brokers replicate partitions.", (Span(0, 31, 60),), "aligned"),
     )
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -15,7 +15,7 @@ from docsum_shared.events import ChunkSummarized, DocumentMerged, DocumentOutcom
 from docsum_shared.options import TaskOptions
 from docsum_shared.retry import Backoff
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
-from docsum_shared.summarizers.base import SummaryKind, SummaryRequest, SummaryResult
+from docsum_shared.summarizers.base import SummaryKind, SummaryRequest, SummaryResult, SummarySentence
 from docsum_shared.summarizers.cache import CallContext
 from docsum_shared.summarizers.citations import check_sources, chunk_sentences
 from docsum_shared.summarizers.extractive import ExtractiveBackend
@@ -244,3 +244,46 @@ async def test_a_backend_that_says_nothing_of_its_sentences_stores_none() -> Non
     repo, llm = _repo(), FakeLLM()  # its answers have no sentences
     await handle(SUMMARIZED, _deps(repo, llm))
     assert repo.documents["d"].status is DocumentStatus.COMPLETED and repo.documents["d"].summary_sentences is None
+
+
+INVENTED = "Penguins juggle violet umbrellas at midnight."
+
+
+async def test_a_strict_tasks_merges_build_on_no_unsupported_sentence_at_any_level_and_keep_them_stored() -> None:
+    """Each answer, the chunks' and every merge's, starts with a sentence nothing shown says. With support
+    strict, no merge request (a level of a hierarchical merge, the document's, the task's) holds it; the
+    stored summaries and merge nodes keep it, labelled unsupported."""
+    backend = ExtractiveBackend()
+
+    def answer(request: SummaryRequest) -> SummaryResult:
+        quoted = backend.summarize_sync(request)
+        sentence = SummarySentence(INVENTED, (), "unsupported")
+        # First: a text cut to fit a merge's budget loses its end.
+        return replace(quoted, text=f"{INVENTED} {quoted.text}", sentences=(sentence, *quoted.sentences))
+
+    texts = {"d": english_prose(9_000, seed=31), "e": english_prose(9_000, seed=32)}
+    repo = FakeMergeRepository()
+    repo.add_task("t", options=TaskOptions(support="strict"))
+    for position, (document_id, text) in enumerate(texts.items()):
+        chunks = []
+        for index, (start, piece) in enumerate(_cut(text, 700)):
+            result = answer(SummaryRequest(SummaryKind.CHUNK, (piece,)))
+            sentences = chunk_sentences(result, document_id, start, None)
+            chunks.append(ChunkState(index, ChunkStatus.COMPLETED, result.text, None, sentences))
+        repo.add_document(document_id, "t", filename=f"{document_id}.txt", position=position, chunks=chunks)
+    llm = FakeLLM(answer=answer, window=600)
+    for document_id in texts:
+        event = ChunkSummarized(task_id="t", document_id=document_id, chunk_id=f"{document_id}-c", chunk_index=0)
+        await handle(event, _deps(repo, llm))
+    await handle(DocumentMerged(task_id="t", document_id="e", outcome=DocumentOutcome.COMPLETED), _deps(repo, llm))
+    assert repo.tasks["t"].status is TaskStatus.COMPLETED
+    assert {scope for scope, level, _ in repo.nodes if level > 0} >= set(texts)  # trees of 2+ levels
+    assert llm.calls and not [r for r in llm.calls if any(INVENTED in t for t in r.texts)]
+    stored = [*repo.documents.values()]
+    for summary, cited in [
+        *((d.summary, d.summary_sentences) for d in stored),
+        *((n.summary, n.sentences) for n in repo.nodes.values()),
+        (repo.tasks["t"].summary, repo.tasks["t"].summary_sentences),
+    ]:
+        assert summary and INVENTED in summary and cited is not None
+        assert [s.support for s in cited if s.text == INVENTED] == ["unsupported"]

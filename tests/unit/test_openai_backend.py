@@ -366,5 +366,5 @@ def test_a_batch_line_is_held_to_the_schema_and_its_answer_read_the_same_way() -
     assert result.tier == "batch" and result.text == f"{quoted} Unrelated words entirely."
     assert result.sentences == (
         SummarySentence(quoted, (numbered(request).spans["S2"],), "cited"),
-        SummarySentence("Unrelated words entirely.", (), "synthesis"),
+        SummarySentence("Unrelated words entirely.", (), "unsupported"),
     )

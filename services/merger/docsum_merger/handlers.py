@@ -108,6 +108,7 @@ async def merge_document(event: ChunkSummarized, deps: Deps) -> list[Event]:
                         f"document {doc.id}",
                         lambda: deps.repo.record_document_merge_failure(doc.id),
                         deps,
+                        leave_out=loaded.options.support == "strict",
                     )
                 merged = replace(merged, text=merged.text + decision.note())  # after the sentences: none cites it
                 await deps.repo.complete_document(doc.id, merged, decision.coverage, list(decision.failed_indexes))
@@ -141,6 +142,7 @@ async def finish_task(event: DocumentMerged, deps: Deps) -> list[Event]:
                     f"task {event.task_id}",
                     lambda: deps.repo.record_task_merge_failure(event.task_id),
                     deps,
+                    leave_out=task.options.support == "strict",
                 )
             except ItemFailed as exc:
                 decision = with_failed_merge(decision, str(exc))
@@ -169,6 +171,8 @@ async def _merged(
     what: str,
     record_failure: Callable[[], Awaitable[int]],
     deps: Deps,
+    *,
+    leave_out: bool = False,
 ) -> Merged:
     """The merged summary of `what` ("document <id>" or "task <id>") from `request`'s texts, whose
     sentences are `children`; ItemFailed when the provider refused it or kept failing. While it runs,
@@ -192,7 +196,9 @@ async def _merged(
 
     bounded = await deps.llm.bounded(request)
     async with _active(context.task_id, deps):
-        return await retry_until(lambda: tree.merge(deps.llm, deps.repo, bounded, context, scope_id, children), decide)
+        return await retry_until(
+            lambda: tree.merge(deps.llm, deps.repo, bounded, context, scope_id, children, leave_out=leave_out), decide
+        )
 
 
 @contextlib.asynccontextmanager

@@ -12,7 +12,7 @@ from docsum_shared.errors import Fail
 from docsum_shared.options import TaskOptions
 from docsum_shared.states import CHUNK_FINAL, DOCUMENT_FINAL, ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
-from docsum_shared.summarizers.citations import CitedSentence
+from docsum_shared.summarizers.citations import CitedSentence, without_unsupported
 
 # A stored summary's sentences with their sources; None where they are not known (a summary stored
 # before they were kept, or by a backend that does not say where its sentences come from).
@@ -109,11 +109,23 @@ def decide_document(
         )
     coverage = len(done) / len(chunks)
     failed_indexes = tuple(c.index for c in failed)
-    cited = tuple(c.sentences for c in done)
-    if len(done) == 1:
-        return MergeChunks(None, done[0].summary or "", coverage, failed_indexes, cited)
-    request = SummaryRequest(kind=SummaryKind.DOCUMENT, texts=tuple(c.summary or "" for c in done), title=doc.filename)
+    if len(done) == 1:  # stored as it is: a view leaves its unsupported sentences out (strict)
+        return MergeChunks(None, done[0].summary or "", coverage, failed_indexes, (done[0].sentences,))
+    texts, cited = merged_from([(c.summary or "", c.sentences) for c in done], options)
+    request = SummaryRequest(kind=SummaryKind.DOCUMENT, texts=texts, title=doc.filename)
     return MergeChunks(request.asked(options), None, coverage, failed_indexes, cited)
+
+
+def merged_from(summaries: list[tuple[str, Cited]], options: TaskOptions) -> tuple[tuple[str, ...], tuple[Cited, ...]]:
+    """The texts a merge is made from and their sentences. A task asking for `support` "strict" merges
+    its summaries without their unsupported sentences: a merge does not build on what its sources do
+    not say (a summary whose sentences are not known is merged whole)."""
+    if options.support != "strict":
+        return tuple(text for text, _ in summaries), tuple(sentences for _, sentences in summaries)
+    shown: list[tuple[str, Cited]] = [
+        (text, None) if sentences is None else without_unsupported(text, sentences) for text, sentences in summaries
+    ]
+    return tuple(text for text, _ in shown), tuple(sentences for _, sentences in shown)
 
 
 # --- task stage -----------------------------------------------------------------------------------
@@ -158,12 +170,12 @@ def decide_task(
     if partial:
         problems.append(f"{len(partial)} of {len(docs)} documents summarized in part")
     error = "; ".join(problems) or None
-    cited = tuple(d.sentences for d in completed)
     if len(completed) == 1:
-        return FinishTask(status, None, completed[0].summary, error, cited)
+        return FinishTask(status, None, completed[0].summary, error, (completed[0].sentences,))
+    texts, cited = merged_from([(d.summary or "", d.sentences) for d in completed], options)
     request = SummaryRequest(
         kind=SummaryKind.TASK,
-        texts=tuple(d.summary or "" for d in completed),
+        texts=texts,
         title=title or "",
         labels=tuple(d.filename for d in completed),
     )

@@ -22,7 +22,7 @@ from docsum_shared.errors import ContextLimitExceeded, ItemFailed
 from docsum_shared.summarizers.base import SummaryRequest, SummaryResult
 from docsum_shared.summarizers.budget import TokenCalibration, fits, group_to_fit, next_level, part_of, trim_to_fit
 from docsum_shared.summarizers.cache import CallContext
-from docsum_shared.summarizers.citations import merged_sentences
+from docsum_shared.summarizers.citations import merged_sentences, without_unsupported
 
 from .policy import Cited
 
@@ -105,15 +105,18 @@ async def merge(
     children: Sequence[Cited],
     *,
     parallel: int = 4,
+    leave_out: bool = False,
 ) -> Merged:
     """The merged summary of `request`'s texts (whose sentences are `children`, one per text), within
-    the endpoint's budget. ItemFailed when the provider refuses even what cannot be made any smaller."""
+    the endpoint's budget; with `leave_out` (a task asking for `support` "strict"), a level above
+    another is made from its nodes' summaries without their unsupported sentences (each node is stored
+    whole). ItemFailed when the provider refuses even what cannot be made any smaller."""
     if len(children) != len(request.texts):
         raise ValueError(f"{len(children)} texts' sentences for a merge of {len(request.texts)}")
     for _ in range(MAX_REPLANS):
         try:
             return await _merge_under(
-                await llm.budget(), llm, nodes, request, tuple(children), context, scope_id, parallel
+                await llm.budget(), llm, nodes, request, tuple(children), context, scope_id, parallel, leave_out
             )
         except _Refused as refused:
             if not await llm.learn(refused.refusal, refused.request):
@@ -134,6 +137,7 @@ async def _merge_under(
     context: CallContext,
     scope_id: str,
     parallel: int,
+    leave_out: bool = False,
 ) -> Merged:
     slots = asyncio.Semaphore(parallel)
     calibration = llm.calibration
@@ -153,6 +157,8 @@ async def _merge_under(
         sentences = cited(result, below)
         key = llm.cache_key(part, context)
         await nodes.store_node(MergeNode(scope_id, level, position, len(below), key, result.text, sentences))
+        if leave_out and sentences is not None:
+            return without_unsupported(result.text, sentences)
         return result.text, sentences
 
     level = 0

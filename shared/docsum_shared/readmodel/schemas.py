@@ -102,11 +102,15 @@ class SentenceView(BaseModel):
     """A sentence of a summary, and the ranges of documents it rests on."""
 
     text: str
-    support: Literal["cited", "aligned", "synthesis"] = Field(
+    support: Literal["cited", "aligned", "synthesis", "unsupported"] = Field(
         description='"cited": it quotes its sources; "aligned": it was matched to them afterwards; "synthesis": it '
-        "joins several sources, or none could be told."
+        'joins several sources, which support it together, or none could be told; "unsupported": most of its content '
+        "words are in none of the texts it was made from (it has no source of its own)."
     )
-    at: tuple[int, int] = Field(description="Where it is in the summary's text: [start, end), in characters.")
+    at: tuple[int, int] = Field(
+        description="Where it is in the summary's text: [start, end), in characters; an unsupported sentence of a "
+        'task asking for `support` "strict" is left out of the text, at the empty range where it was.'
+    )
     sources: list[SourceView]
 
 

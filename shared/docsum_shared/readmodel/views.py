@@ -21,7 +21,7 @@ from ..options import TaskOptions
 from ..settings import LLMSettings
 from ..states import BatchState, LineStatus
 from ..summarizers import endpoint_key
-from ..summarizers.citations import Source, at_most, from_json
+from ..summarizers.citations import CitedSentence, Source, at_most, from_json, without_unsupported
 from . import queries
 from .schemas import (
     BatchProgress,
@@ -60,7 +60,12 @@ async def task_view(pool: asyncpg.Pool, settings: LLMSettings, owner: str, task_
 async def task_result(pool: asyncpg.Pool, settings: LLMSettings, task_id: str) -> TaskResult | None:
     """The task's result as published on task-finished (the pipeline's own read: no owner check)."""
     found = await queries.load_task(pool, task_id)
-    return None if found is None else TaskResult.of(await _view(pool, settings, *found))
+    if found is None:
+        return None
+    view = await _view(pool, settings, *found)
+    if view.options.support == "strict":  # its summaries shown without their unsupported sentences
+        view = with_sentences(view, await queries.sentences(pool, task_id))
+    return TaskResult.of(view)
 
 
 async def pipeline_view(pool: asyncpg.Pool, settings: LLMSettings, task_id: str) -> TaskView | None:
@@ -290,13 +295,28 @@ def recovery_from(task: Row, recovered: Row, total: Usage) -> Recovery:
 
 def with_sentences(view: TaskView, rows: Iterable[Row]) -> TaskView:
     """The view with the sentences of its summaries (rows: queries.sentences); a summary without a row
-    keeps null."""
+    keeps null. A task asking for `support` "strict" shows each summary without its unsupported
+    sentences (`shown`)."""
     by_holder = {r["holder"]: sentence_views(r["sentences"], r["places"]) for r in rows}
+    strict = view.options.support == "strict"
+
+    def update(summary: str | None, sentences: list[SentenceView] | None) -> dict[str, Any]:
+        if strict and summary is not None and sentences is not None:
+            summary, sentences = shown(summary, sentences)
+        return {"summary": summary, "sentences": sentences}
+
     documents = [
-        d.model_copy(update={"sentences": by_holder[d.document_id]}) if d.document_id in by_holder else d
+        d.model_copy(update=update(d.summary, by_holder[d.document_id])) if d.document_id in by_holder else d
         for d in view.documents
     ]
-    return view.model_copy(update={"documents": documents, "sentences": by_holder.get(None)})
+    return view.model_copy(update={"documents": documents, **update(view.summary, by_holder.get(None))})
+
+
+def shown(summary: str, sentences: list[SentenceView]) -> tuple[str, list[SentenceView]]:
+    """A summary without its unsupported sentences (citations.without_unsupported), and all of its
+    sentences placed in what is left."""
+    text, placed = without_unsupported(summary, [CitedSentence(s.text, (), s.support, s.at) for s in sentences])
+    return text, [s.model_copy(update={"at": p.at}) for s, p in zip(sentences, placed, strict=True)]
 
 
 def sentence_views(stored: str, places: str) -> list[SentenceView]:

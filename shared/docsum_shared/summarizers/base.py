@@ -55,9 +55,11 @@ class SummaryRequest:
 
 
 # cited: the sentence is what the text it cites says. aligned: the backend did not say where it comes
-# from, and docsum matched it to the text afterwards. synthesis: it joins several sources, or none
-# could be told.
-Support = Literal["cited", "aligned", "synthesis"]
+# from, and docsum matched it to the text afterwards. synthesis: it joins several sources, which support
+# it together (or, above a summary whose sentences are not known, none could be told). unsupported: the
+# texts it was made from do not say it: most of its content words are in none of them (see
+# llm_citations and citations.merged_sentences for the rule at each level).
+Support = Literal["cited", "aligned", "synthesis", "unsupported"]
 
 
 @dataclass(frozen=True)
@@ -71,8 +73,8 @@ class Span:
 
 @dataclass(frozen=True)
 class SummarySentence:
-    """A sentence of a summary and the ranges of its request's texts it rests on (none: nothing could
-    be told, and it is a synthesis)."""
+    """A sentence of a summary and the ranges of its request's texts it rests on (none: it is unsupported,
+    or nothing could be told)."""
 
     text: str
     spans: tuple[Span, ...]

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import cast, get_args
 
@@ -55,6 +55,7 @@ __all__ = [
     "placed",
     "supports",
     "to_json",
+    "without_unsupported",
 ]
 
 _SUPPORTS: tuple[str, ...] = get_args(Support)
@@ -135,8 +136,10 @@ def chunk_sentences(
 def merged_sentences(result: SummaryResult, children: Sequence[Sequence[CitedSentence]]) -> tuple[CitedSentence, ...]:
     """A merge's sentences, given `children[i]`: the mapped sentences of the summary that was the
     merge's text i. A sentence takes the sources of the child sentences its ranges overlap: of one,
-    that one's support too (or its own, when weaker); of several, or of none, it is a synthesis. No
-    source is made up here."""
+    that one's support too (or its own, when weaker); of several, it is a synthesis when the supported
+    ones among them (all but the unsupported) support it together (`lexically_supported`), else
+    unsupported; of none, a synthesis (nothing could be told: the texts' sentences are not known). A
+    sentence its backend found unsupported by the merge's texts stays so. No source is made up here."""
     out: list[CitedSentence] = []
     for sentence, at in placed(result):
         hits: dict[tuple[int, int], CitedSentence] = {}
@@ -152,8 +155,71 @@ def merged_sentences(result: SummaryResult, children: Sequence[Sequence[CitedSen
             out.append(CitedSentence(sentence.text, at_most(hit.sources), support, at))
             continue
         sources = bounded(s for hit in hits.values() for s in hit.sources)
-        out.append(CitedSentence(sentence.text, sources, "synthesis", at))
+        out.append(CitedSentence(sentence.text, sources, _merged_support(sentence, list(hits.values())), at))
     return tuple(out)
+
+
+def _merged_support(sentence: SummarySentence, hits: Sequence[CitedSentence]) -> Support:
+    """The support of a merge's sentence that rests on several child sentences, or on none."""
+    if sentence.support == "unsupported":
+        return "unsupported"
+    if not hits:
+        return "synthesis"
+    together = "\n".join(hit.text for hit in hits if hit.support != "unsupported")
+    return "synthesis" if lexically_supported(together, sentence.text) else "unsupported"
+
+
+def without_unsupported(text: str, sentences: Sequence[CitedSentence]) -> tuple[str, tuple[CitedSentence, ...]]:
+    """`text` without its unsupported sentences (what a task asking for `support` "strict" shows, and what
+    its merges are made from), and every sentence placed in what is left: an unsupported one at the
+    empty range where it was. A sentence goes with the spaces after it (before it, at the text's end),
+    and a bullet's line with its mark; one not where its `at` says is kept, and its text with it."""
+    cuts: list[tuple[int, int]] = []
+    for sentence in sentences:
+        start, end = sentence.at
+        if sentence.support == "unsupported" and start < end and text[start:end] == sentence.text:
+            cuts.append(_cut(text, start, end))
+    if not cuts:
+        return text, tuple(sentences)
+    kept: list[str] = []
+    cursor = 0
+    for start, end in cuts:
+        kept.append(text[cursor:start])
+        cursor = max(cursor, end)
+    kept.append(text[cursor:])
+
+    def moved(offset: int) -> int:
+        """Where a character of `text` is once the cuts are made (one inside a cut: where the cut was)."""
+        removed = 0
+        for start, end in cuts:
+            if offset <= start:
+                break
+            removed += min(offset, end) - start
+        return offset - removed
+
+    placed_ = tuple(replace(s, at=(moved(s.at[0]), moved(s.at[1]))) for s in sentences)
+    return "".join(kept), placed_
+
+
+def _cut(text: str, start: int, end: int) -> tuple[int, int]:
+    """What leaving out the sentence `text[start:end]` removes: its bullet line whole, when it is all of
+    one; else the sentence and the spaces after it, or, when nothing follows it, the spaces before it."""
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", end)
+    line_end = len(text) if line_end < 0 else line_end
+    if text[line_start:start].strip() in ("-", "*", "•") and not text[end:line_end].strip():
+        if line_end < len(text):
+            return line_start, line_end + 1
+        return max(0, line_start - 1), line_end
+    after = end
+    while after < len(text) and text[after] in " \t":
+        after += 1
+    if after < len(text) and text[after] not in "\r\n":
+        return start, after
+    before = start
+    while before > 0 and text[before - 1] in " \t":
+        before -= 1
+    return before, after
 
 
 def bounded(sources: Iterable[Source], limit: int = MAX_SOURCES) -> tuple[Source, ...]:

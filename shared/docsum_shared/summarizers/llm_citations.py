@@ -13,8 +13,11 @@ each of its sentences comes from:
 Whatever was asked, the answer is read leniently (`claims`): JSON, or lines with ids in any of the
 usual shapes, or plain prose. Then each sentence is labelled (`cited_sentences`): an id not in this
 request is dropped; a sentence that the text of its remaining ids supports (`lexically_supported`) is
-"cited"; else it is matched to the request's best sentence, or best two ("aligned"); else it is a
-"synthesis" that rests on nothing shown. An answer is never refused for its citations.
+"cited"; else it is matched to the request's best sentence, or best two ("aligned"); else, when the
+request's sentences support it together (its content words, at least `LEXICAL_SUPPORT` of them, are
+found across them), it is a "synthesis" of the fewest that do, picked greedily; else it is
+"unsupported": most of its content words are in nothing the model was shown, and it has no source.
+An answer is never refused for its citations.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Any, Literal
 
 from ..text import sentence_spans, storable
 from .base import Span, SummaryRequest, SummarySentence
-from .citations import content_words, lexically_supported
+from .citations import LEXICAL_SUPPORT, content_words, lexically_supported
 from .extractive import join_sentences
 
 CitationMode = Literal["json_schema", "text", "off"]
@@ -295,7 +298,8 @@ def _salvaged(body: str) -> list[Claim]:
 
 def cited_sentences(found: list[Claim], numbers: Numbered) -> tuple[SummarySentence, ...]:
     """Each claim as a summary sentence: cited by its ids (those of this request) when their text
-    supports it, else aligned to the request's best sentence or two, else a synthesis."""
+    supports it, else aligned to the request's best sentence or two, else a synthesis of several that
+    support it together, else unsupported."""
     words: dict[str, set[str]] = {}  # the request's sentences' content words, once one is aligned
     out: list[SummarySentence] = []
     for text, given in found:
@@ -308,9 +312,27 @@ def cited_sentences(found: list[Claim], numbers: Numbered) -> tuple[SummarySente
         best = _aligned(text, numbers, words)
         if best:
             out.append(SummarySentence(text, tuple(numbers.spans[sid] for sid in best), "aligned"))
+        elif several := _together(text, numbers, words):
+            out.append(SummarySentence(text, tuple(numbers.spans[sid] for sid in several), "synthesis"))
         else:
-            out.append(SummarySentence(text, (), "synthesis"))
+            out.append(SummarySentence(text, (), "unsupported"))
     return tuple(out)
+
+
+def _together(text: str, numbers: Numbered, words: Mapping[str, set[str]]) -> list[str]:
+    """The request's sentences that support `text` together, in the request's order: each next one the
+    one that adds most of its content words not yet found, until `LEXICAL_SUPPORT` of them are; none
+    when all of the request's sentences together do not."""
+    wanted = content_words(text)
+    found: set[str] = set()
+    chosen: list[str] = []
+    while wanted and len(found) < LEXICAL_SUPPORT * len(wanted):
+        best = max(numbers.texts, key=lambda sid: len((words[sid] & wanted) - found), default=None)
+        if best is None or not (words[best] & wanted) - found:
+            return []
+        found |= words[best] & wanted
+        chosen.append(best)
+    return sorted(chosen, key=numbers.ids.index)
 
 
 def _aligned(text: str, numbers: Numbered, words: Mapping[str, set[str]]) -> list[str]:

@@ -82,6 +82,7 @@ class TaskForm(BaseModel):
     language: Annotated[StoredText, Field(max_length=40)] | None = None  # summary language; default: the document's
     length: Literal["brief", "standard", "detailed"] = "standard"
     style: Literal["prose", "bullets"] = "prose"
+    support: Literal["all", "strict"] = "all"  # strict: sentences their sources do not support are left out
     mode: Mode | None = None  # how the LLM calls are sent; default: DOCSUM_LLM_MODE
     deadline: Annotated[datetime | None, BeforeValidator(_form_deadline)] = None  # when the task must be finished
 
@@ -117,6 +118,9 @@ UPLOAD_BODY: dict[str, Any] = {
                                  "description": "summary language; default: the document's"},
                     "length": {"type": "string", "enum": ["brief", "standard", "detailed"], "default": "standard"},
                     "style": {"type": "string", "enum": ["prose", "bullets"], "default": "prose"},
+                    "support": {"type": "string", "enum": ["all", "strict"], "default": "all",
+                                "description": "all: every sentence, an unsupported one marked; strict: a sentence "
+                                               "its sources do not support is left out of the summaries"},
                     "mode": {"type": "string", "enum": list(MODES),
                              "description": "how the LLM calls are sent (flex: about half the price, slower); "
                                             "default: the deployment's (DOCSUM_LLM_MODE)"},
@@ -183,7 +187,7 @@ def _form(fields: dict[str, list[str]]) -> TaskForm:
     dependencies=[Depends(within_task_rate)],
     openapi_extra={"requestBody": UPLOAD_BODY},
     description="Multipart: one or more `files`, and optionally `title`, `strict`, `language`, `length`, `style`,"
-    " `mode`, `deadline`."
+    " `support`, `mode`, `deadline`."
     " The upload streams: each file is spooled and hashed as it arrives, and a request over a limit is"
     " answered 413 as soon as it crosses it; a body that sends nothing for DOCSUM_UPLOAD_IDLE_S is a 408.",
 )
@@ -204,6 +208,7 @@ async def create_task(
             language=form.language,
             length=form.length,
             style=form.style,
+            support=form.support,
             mode=form.mode,
             deadline=form.deadline,
         )

@@ -310,7 +310,8 @@ function showSummary(node, summary, sentences, taskId) {
     const places = [...new Set(sentence.sources.map((s) => place(s, false)))];
     const note = places.join(", ") + (sentence.support === "cited" ? "" : (places.length ? " · " : "") + sentence.support);
     if (!sentence.sources.length) {
-      node.append(el("span", { class: "sentence", text: sentence.text }), note ? el("sup", { class: "cite", text: note }) : null);
+      node.append(el("span", { class: "sentence " + sentence.support, "data-support": sentence.support, text: sentence.text }),
+        note ? el("sup", { class: "cite", text: note }) : null);
     } else {
       const open = () => showSources(taskId, sentence);
       node.append(el("span", { class: "sentence linked " + sentence.support, role: "button", tabindex: 0, "data-support": sentence.support,
@@ -597,7 +598,7 @@ function asMarkdown(task) {
         numbered += 1;
         marker = `[^${numbered}]`;
         notes.push(`[^${numbered}]: ${mdLine(places.join("; "))}${sentence.support === "cited" ? "" : ` (${sentence.support})`}`);
-      } else if (sentence.support === "synthesis") marker = " (synthesis)";
+      } else if (sentence.support === "synthesis" || sentence.support === "unsupported") marker = ` (${sentence.support})`;
       text += mdText(summary.slice(cursor, end)) + marker;
       cursor = end;
     }
