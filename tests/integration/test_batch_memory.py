@@ -1,7 +1,8 @@
 """What the batch driver holds of a batch is bounded by its pages, not by the batch: gathering, uploading
 and ingesting a 5,000-line batch takes no more memory (tracemalloc's peak, in this process) than a 500-line
-one (before pages, 20,000 lines peaked at 321.5 MiB, 2,000 at 31.9). The driver runs here on the real PostgreSQL and Kafka; the stand-in provider runs in a process of its
-own, so that the files it keeps are not counted as the driver's."""
+one (before pages, 20,000 lines peaked at 321.5 MiB, 2,000 at 31.9). The driver runs here on the real
+PostgreSQL and Kafka; the stand-in provider runs in a process of its own, so that the files it keeps are not
+counted as the driver's."""
 
 from __future__ import annotations
 
