@@ -21,7 +21,7 @@ def consumers(settings: MergerSettings, pool: asyncpg.Pool) -> list[Consumer]:
 
 def maintenance(settings: MergerSettings, pool: asyncpg.Pool) -> Background:
     """Expiry and reconcile run beside the merger (one process at a time, under a database lock)."""
-    return lambda producer: maintain_forever(pool, producer, settings)
+    return lambda publish: maintain_forever(pool, publish, settings)
 
 
 def main() -> None:

@@ -8,9 +8,9 @@ import os
 import socket
 
 import asyncpg
-from aiokafka import AIOKafkaProducer
 
 from docsum_shared.consumer import Background, Consumer, run_service, serve
+from docsum_shared.handlers import Publish
 from docsum_shared.summarizers import Summarizing, endpoint_key
 from docsum_shared.summarizers.base import SummarizerBackend
 from docsum_shared.summarizers.openai_backend import OpenAIBackend
@@ -48,12 +48,12 @@ def background(settings: SummarizerSettings, pool: asyncpg.Pool, backend: Summar
     """The round scheduler, and the batch driver where the backend (the handlers' own) has the provider's
     Batch API."""
 
-    async def run(producer: AIOKafkaProducer) -> None:
+    async def run(publish: Publish) -> None:
         async with asyncio.TaskGroup() as both:
-            both.create_task(schedule_rounds(ChunkRepository(pool), producer, settings))
+            both.create_task(schedule_rounds(ChunkRepository(pool), publish, settings))
             if isinstance(backend, OpenAIBackend):
                 batches = BatchRepository(pool, batch_endpoint(settings))
-                driver = BatchDriver(batches, backend, producer, settings, earlier_endpoint=endpoint_key(settings))
+                driver = BatchDriver(batches, backend, publish, settings, earlier_endpoint=endpoint_key(settings))
                 both.create_task(driver.run())
 
     return run
