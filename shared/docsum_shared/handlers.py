@@ -9,8 +9,8 @@ What it sends is declared too (`emits=`) and checked on every handling; a part o
 publishes outside any handler (the gateway, the re-drives, the round scheduler) declares a `Sender`
 and passes it to the `Publish` port it is given (Kafka's: `kafka.KafkaPublish`), never to a producer:
 the same loop runs whichever runner hands it the port. The contract documents' topic table (who
-sends, who receives, with which consumer group) is built from these declarations
-(contracts/generate.py), never written by hand.
+sends, who receives, with which consumer group) is built from these declarations as the pipeline's
+plan lists them (docsum_shared.pipeline.plan, read by contracts/generate.py), never written by hand.
 
 `handlers.handle(event, deps)` dispatches on the event's type; the consumer shell gets
 `handlers.bind(deps)`, one callable per topic. A unit test calls `handle` with in-memory fakes.
