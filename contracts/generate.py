@@ -15,9 +15,10 @@ security schemes, one channel per topic and per dead-letter topic (with the Kafk
 replicas, the message key), each message's payload (the topic's JSON Schema, inlined under
 components.schemas) with an example built from the model, and what docsum sends and receives on each.
 
-Who sends and who receives each topic is found in the code, not written here (`found_roles`): every
-consumer group's `Handlers` registry says what it receives and, per handler, what it emits; every
-other part that publishes declares a `Sender`. Only the words for what each does are written here
+Who sends and who receives each topic is found in the code, not written here (`found_roles`): the
+pipeline's plan (docsum_shared.pipeline.plan) names each stage, whose `Handlers` registry says what
+it receives and, per handler, what it emits, and whose `Sender`s say what else it publishes. Only
+the words for what each does are written here
 (SENDS, RECEIVES), and generation fails while the code and the words disagree.
 scripts/asyncapi.sh validates it with the AsyncAPI parser (tests/integration/test_contract_asyncapi.py).
 """
@@ -26,9 +27,7 @@ from __future__ import annotations
 
 import argparse
 import copy
-import importlib
 import json
-import pkgutil
 import sys
 import tomllib
 import traceback
@@ -43,6 +42,7 @@ from pydantic import BaseModel, ValidationError
 from docsum_shared.events import EVENT_TYPES, INTAKE_TOPIC, TOPIC_OF, Topic, decode
 from docsum_shared.handlers import Handlers, Sender
 from docsum_shared.kafka import DLQ_SUFFIX, topic_partitions
+from docsum_shared.pipeline.plan import stages
 from docsum_shared.settings import Settings, env_name
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -183,25 +183,15 @@ RECEIVES: dict[tuple[str, str], str] = {
 }
 # A topic of events.py that no part of docsum declares it sends (yet): published as sent by docsum.
 UNDECLARED = (("docsum", "(no handler or sender declares this topic yet)"),)
-# The packages whose modules declare handlers and senders.
-PACKAGES = ("docsum_shared", "docsum_parser", "docsum_chunker", "docsum_summarizer", "docsum_merger", "docsum_gateway")
 
 
 def declarations() -> tuple[list[Handlers[Any]], list[Sender]]:
-    """Every consumer group's registry and every sender, as the modules of docsum declare them."""
-    registries: dict[int, Handlers[Any]] = {}
-    senders: dict[int, Sender] = {}
-    for name in PACKAGES:
-        package = importlib.import_module(name)
-        for info in pkgutil.walk_packages(package.__path__, name + "."):
-            if info.name.endswith("__main__"):
-                continue  # runs the service
-            for value in vars(importlib.import_module(info.name)).values():
-                if isinstance(value, Handlers) and value.group is not None:
-                    registries[id(value)] = value
-                elif isinstance(value, Sender):
-                    senders[id(value)] = value
-    return list(registries.values()), list(senders.values())
+    """Every consumer group's registry and every sender, as the pipeline's plan names them: a topic's
+    owner before the readers beside it (the gateway's progress recorder), each in pipeline order."""
+    plan = stages()
+    registries = sorted((stage.handlers for stage in plan), key=lambda registry: not registry.dead_letters)
+    senders = list(dict.fromkeys(sender for stage in plan for sender in stage.senders))
+    return registries, senders
 
 
 def found_roles() -> dict[str, Roles]:

@@ -33,23 +33,24 @@ from typing import Any
 
 import asyncpg
 import uvloop
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 from pydantic import ValidationError
 
 from . import logs, metrics, telemetry
 from .db import connect_pool, migrate
 from .errors import Fail, Kind, classify
 from .events import TOPIC_OF, Event, Topic, decode
-from .handlers import Bound, Handler
+from .handlers import Bound, Handler, Publish
 from .health import Ready, database_ready, listen, serve_health
-from .kafka import DLQ_SUFFIX, client_options, ensure_topics, make_producer, publish
+from .kafka import DLQ_SUFFIX, KafkaPublish, client_options, ensure_topics, make_producer, publish
 from .retry import MESSAGES, Stopped, Tally, after_failure, for_messages, retry_until
 from .settings import S, Settings, service_settings
 
 log = logging.getLogger(__name__)
 
-# Work a service runs beside its consumer (the merger's maintenance loop), given the producer.
-Background = Callable[[AIOKafkaProducer], Coroutine[Any, Any, None]]
+# Work a service runs beside its consumer (the merger's maintenance loop), given the port it publishes
+# through (here Kafka's, on the consumer's producer).
+Background = Callable[[Publish], Coroutine[Any, Any, None]]
 
 # A message is handled again while its failure passes (retry.py's rule for messages): a bug gets a
 # few tries, what is the message's own fault goes to the dead-letter topic at once.
@@ -204,9 +205,8 @@ class ConsumerService:
         await self._wait_for_topics()
         self.consumer.subscribe(list(self.handlers), listener=_Rebalance(self))
         log.info("%s consuming %s (%d in flight)", self.name, ", ".join(self.handlers), self.max_inflight)
-        beside: asyncio.Task[None] | None = (
-            asyncio.create_task(self.background(self.producer)) if self.background else None
-        )
+        port = KafkaPublish(self.producer, self.settings)
+        beside: asyncio.Task[None] | None = asyncio.create_task(self.background(port)) if self.background else None
         loop = asyncio.get_running_loop()
         try:
             while not self._stopping.is_set():
@@ -542,7 +542,7 @@ class Consumer:
     carriers: Mapping[str, tuple[Topic, Handler]] = field(default_factory=dict)
     # What its handlers hold open (an LLM client's connections), closed once it has stopped.
     close: Callable[[], Awaitable[None]] | None = None
-    # What runs beside it, with its producer, for as long as it consumes (a service's loops).
+    # What runs beside it, with its publishing port, for as long as it consumes (a service's loops).
     background: Background | None = None
 
 

@@ -7,8 +7,10 @@
 
 What it sends is declared too (`emits=`) and checked on every handling; a part of docsum that
 publishes outside any handler (the gateway, the re-drives, the round scheduler) declares a `Sender`
-and passes it to `kafka.publish`. The contract documents' topic table (who sends, who receives, with
-which consumer group) is built from these declarations (contracts/generate.py), never written by hand.
+and passes it to the `Publish` port it is given (Kafka's: `kafka.KafkaPublish`), never to a producer:
+the same loop runs whichever runner hands it the port. The contract documents' topic table (who
+sends, who receives, with which consumer group) is built from these declarations as the pipeline's
+plan lists them (docsum_shared.pipeline.plan, read by contracts/generate.py), never written by hand.
 
 `handlers.handle(event, deps)` dispatches on the event's type; the consumer shell gets
 `handlers.bind(deps)`, one callable per topic. A unit test calls `handle` with in-memory fakes.
@@ -25,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from .errors import Poison
 from .events import TOPIC_OF, Event, Topic
@@ -46,6 +48,13 @@ class Sender:
         stray = sorted({type(e).__name__ for e in events if type(e) not in self.emits})
         if stray:
             raise TypeError(f"{self.who} published {', '.join(stray)}, which it does not declare")
+
+
+class Publish(Protocol):
+    """The port a background loop or a route publishes through: done once every event is acknowledged
+    (by Kafka, for `kafka.KafkaPublish`). `sender`: who publishes, checked against what it declares."""
+
+    async def __call__(self, events: Sequence[Event], *, sender: Sender) -> None: ...
 
 
 class Handlers(Generic[D]):

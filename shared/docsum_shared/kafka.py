@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -141,6 +142,17 @@ async def publish(
         except KafkaError as exc:
             _raise_if_refused(exc, topic, event)
             raise
+
+
+@dataclass(frozen=True)
+class KafkaPublish:
+    """The `Publish` port on Kafka: `publish` through this producer, with every guarantee it gives."""
+
+    producer: AIOKafkaProducer
+    settings: Settings
+
+    async def __call__(self, events: Sequence[Event], *, sender: Sender) -> None:
+        await publish(self.producer, self.settings, events, sender=sender)
 
 
 def _raise_if_refused(exc: KafkaError, topic: str, event: Event) -> None:

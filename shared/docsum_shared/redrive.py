@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import asyncpg
-from aiokafka import AIOKafkaProducer
 
 from . import metrics, telemetry
 from .events import (
@@ -37,8 +36,7 @@ from .events import (
     DocumentSubmitted,
     Event,
 )
-from .handlers import Sender
-from .kafka import publish
+from .handlers import Publish, Sender
 from .levels import SizeLevel, size_level
 from .settings import Settings
 from .states import CHUNK_FINAL, DOCUMENT_FINAL, LINE_LIVE, TASK_TAKES_WORK, ChunkStatus, DocumentStatus
@@ -367,7 +365,7 @@ def batches(events: Sequence[Event], size: int) -> list[Sequence[Event]]:
 
 
 async def publish_redrives(
-    producer: AIOKafkaProducer,
+    publish: Publish,
     settings: Settings,
     redrives: Sequence[Redrive],
     between_batches: Callable[[], Awaitable[None]] | None = None,
@@ -383,9 +381,7 @@ async def publish_redrives(
             marked = await redrive.events.announce(batch)
             try:
                 # In the re-drive's context: its trace, in the events' traceparent headers.
-                await asyncio.create_task(
-                    publish(producer, settings, batch, sender=REDRIVES), context=redrive.context.copy()
-                )
+                await asyncio.create_task(publish(batch, sender=REDRIVES), context=redrive.context.copy())
             except BaseException:
                 if marked is not None:  # not announced after all: the next re-drive announces them
                     await asyncio.shield(redrive.events.unannounce(batch, marked))
@@ -399,7 +395,7 @@ async def publish_redrives(
 
 async def redrive_task(
     pool: asyncpg.Pool,
-    producer: AIOKafkaProducer,
+    publish: Publish,
     settings: Settings,
     task_id: str,
     *,
@@ -411,7 +407,7 @@ async def redrive_task(
     redrive = await prepare_redrive(pool, settings, task_id, idle_s=idle_s, bounded=bounded)
     if redrive is None:
         return 0
-    return await publish_redrives(producer, settings, [redrive])
+    return await publish_redrives(publish, settings, [redrive])
 
 
 # A document's progress, as a re-drive sees it: its status, its chunks done and failed, its merge

@@ -19,7 +19,7 @@ import openai
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from docsum_shared.kafka import ensure_topics, make_producer
+from docsum_shared.kafka import KafkaPublish, ensure_topics, make_producer
 from docsum_shared.options import TaskOptions
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
@@ -83,7 +83,7 @@ async def driver(
     # An endpoint of its own per test: no other test's batches are in its rounds.
     backend = OpenAIBackend(MODEL, base_url=provider.base_url, api_key="test-key")
     repo = BatchRepository(repository_db, f"{provider.base_url}|{MODEL}|{uuid.uuid4().hex[:8]}")
-    driver = BatchDriver(repo, backend, producer, settings)
+    driver = BatchDriver(repo, backend, KafkaPublish(producer, settings), settings)
     yield driver
     await driver.aclose()
     await backend.aclose()
@@ -291,7 +291,7 @@ async def test_two_accounts_on_one_url_each_drive_only_their_own_batches(
         endpoint = batch_endpoint(theirs)
         assert key not in endpoint  # a hash of the key names the account, never the key
         backend = OpenAIBackend(MODEL, base_url=provider.base_url, api_key=key)
-        drivers.append(BatchDriver(BatchRepository(db, endpoint), backend, producer, theirs))
+        drivers.append(BatchDriver(BatchRepository(db, endpoint), backend, KafkaPublish(producer, theirs), theirs))
         seeded.append(await _task(db, endpoint, owner))
     assert drivers[0].repo.endpoint != drivers[1].repo.endpoint
     try:

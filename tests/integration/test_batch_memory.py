@@ -18,7 +18,7 @@ import httpx
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from docsum_shared.kafka import ensure_topics, make_producer
+from docsum_shared.kafka import KafkaPublish, ensure_topics, make_producer
 from docsum_shared.options import TaskOptions
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
@@ -113,7 +113,8 @@ async def _peak_while_driving(
     task_id = await _seed(db, endpoint, lines)
     repo = BatchRepository(db, endpoint)
     backend = OpenAIBackend(MODEL, base_url=provider, api_key="test-key")
-    driver = BatchDriver(repo, backend, kafka, settings.model_copy(update={"llm_batch_max_lines": lines}))  # one batch
+    one_batch = settings.model_copy(update={"llm_batch_max_lines": lines})
+    driver = BatchDriver(repo, backend, KafkaPublish(kafka, one_batch), one_batch)
 
     async def ingested() -> bool:
         await driver.drive_once()

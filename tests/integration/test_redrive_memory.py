@@ -26,9 +26,10 @@ from aiokafka import AIOKafkaProducer
 
 from docsum_gateway.routers import maintenance
 from docsum_gateway.settings import GatewaySettings
+from docsum_shared import kafka as kafka_module
 from docsum_shared import lifecycle, redrive
 from docsum_shared.events import ChunkCreated, Event
-from docsum_shared.kafka import ensure_topics, make_producer
+from docsum_shared.kafka import KafkaPublish, ensure_topics, make_producer
 from docsum_summarizer.repository import ChunkRepository, Claim
 from tests.integration.conftest import StackFactory
 from tests.integration.helpers import kafka_settings
@@ -54,7 +55,7 @@ class Counted:
 @pytest.fixture
 def counted(monkeypatch: pytest.MonkeyPatch) -> Counted:
     seen = Counted(set())
-    real = redrive.publish
+    real = kafka_module.publish
 
     async def counting(producer: AIOKafkaProducer, settings: Any, events: Sequence[Event], **kw: Any) -> None:
         seen.sizes.append(len(events))
@@ -62,7 +63,7 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> Counted:
         seen.most_alive = max(seen.most_alive, seen.alive())
         await real(producer, settings, events, **kw)
 
-    monkeypatch.setattr(redrive, "publish", counting)
+    monkeypatch.setattr(kafka_module, "publish", counting)  # what KafkaPublish calls
     return seen
 
 
@@ -116,7 +117,7 @@ async def test_a_reconcile_of_a_large_backlog_holds_one_batch_of_events_at_a_tim
         backlog += ids
     settings = GatewaySettings(_env_file=None, **kafka, redrive_batch_events=BATCH, redrive_idle_s=30)
 
-    answer = await maintenance.reconcile(owner, repository_db, producer, settings)
+    answer = await maintenance.reconcile(owner, repository_db, KafkaPublish(producer, settings), settings)
     assert sorted(answer.tasks) == sorted(counted.tasks)
     assert answer.redriven_events == len(backlog)
     await asyncio.gather(*maintenance._publishing)
@@ -143,7 +144,7 @@ async def test_a_resume_announces_only_chunks_whose_announcement_is_not_on_its_w
         counted.announced.clear()
         claimed = await redrive.prepare_redrive(repository_db, settings, task_id)
         assert claimed is not None
-        published = await redrive.publish_redrives(producer, settings, [claimed])
+        published = await redrive.publish_redrives(KafkaPublish(producer, settings), settings, [claimed])
         assert published == len(claimed.events) == len(counted.announced)
         return counted.announced
 

@@ -16,8 +16,8 @@ from pydantic import ValidationError
 
 from docsum_parser import handlers as parser
 from docsum_parser import intake, sources
-from docsum_parser.__main__ import intake_carriers
 from docsum_parser.settings import ParserSettings
+from docsum_parser.stage import intake_carriers
 from docsum_shared.errors import ItemFailed, Kind, Poison, classify
 from docsum_shared.events import DocumentSubmitted, Topic
 from docsum_shared.kafka import DLQ_SUFFIX, topic_partitions

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import replace
 
 import pytest
 
 from docsum_shared.errors import Poison, ProviderUnavailable, RateLimited, RequestRefused
-from docsum_shared.events import ChunkCreated, ChunkSummarized
+from docsum_shared.events import ChunkCreated, ChunkSummarized, Event
+from docsum_shared.handlers import Sender
 from docsum_shared.options import Mode, TaskOptions
 from docsum_shared.positions import Positions, position_of
 from docsum_shared.positions import window as positions_window
@@ -22,6 +24,7 @@ from docsum_summarizer.batches.policy import ChunkLine, LineStatus, request_from
 from docsum_summarizer.handlers import Deps, handle
 from docsum_summarizer.policy import Answer, StoredChunk, request_for
 from docsum_summarizer.repository import Claim, Claimed
+from docsum_summarizer.rounds import announce_due
 from docsum_summarizer.settings import SummarizerSettings
 from tests.documents import chinese_prose, english_prose
 from tests.fakes.llm import FakeLLM
@@ -177,6 +180,33 @@ async def test_passing_failures_are_retried_in_place_then_later_then_fail_when_a
     [out] = await handle(EVENT, deps)  # the stored count goes on: one more failure is the third
     assert isinstance(out, ChunkSummarized) and row.status is ChunkStatus.FAILED
     assert "gave up after 3 attempts" in (row.error or "") and len(llm.calls) == 3
+
+
+class Published(list[tuple[Event, str]]):
+    """The Publish port as a list: what was published, and by whom (no producer, no broker)."""
+
+    async def __call__(self, events: Sequence[Event], *, sender: Sender) -> None:
+        sender.check(events)
+        self.extend((event, sender.who) for event in events)
+
+
+async def test_a_chunk_waiting_for_its_round_is_announced_through_the_port_when_due() -> None:
+    down = ProviderUnavailable("LLM provider error 503")
+    repo, llm = FakeChunkRepository(c=_chunk()), FakeLLM(script=[down, down])
+    settings = SETTINGS.model_copy(update={"llm_retry_delay_s": 30.0})
+    deps, published = _deps(repo, llm, settings), Published()
+    assert await handle(EVENT, deps) == []  # two tries in place: it waits for its next round
+    await announce_due(repo, published, settings)
+    assert published == []  # not due yet
+    repo.advance(30.0)
+    await announce_due(repo, published, settings)
+    [(announced, who)] = published
+    assert isinstance(announced, ChunkCreated) and announced.chunk_id == "c" and announced.chunk_index == 0
+    assert who == "the summarizer's round scheduler" and repo.rows["c"].retry_at is None
+    await announce_due(repo, published, settings)
+    assert len(published) == 1  # announced once
+    [out] = await handle(announced, deps)  # the announcement, handled: the third try answers
+    assert isinstance(out, ChunkSummarized) and repo.rows["c"].status is ChunkStatus.COMPLETED
 
 
 async def test_a_redriven_chunk_continues_its_stored_attempt_count() -> None:

@@ -1,4 +1,4 @@
-"""Dependencies of the routes: settings, the pool, the producer, the calling owner and the task id."""
+"""Dependencies of the routes: settings, the pool, the publishing port, the calling owner and the task id."""
 
 from __future__ import annotations
 
@@ -6,9 +6,11 @@ import hmac
 from typing import Annotated
 
 import asyncpg
-from aiokafka import AIOKafkaProducer
 from fastapi import Depends, HTTPException, Request, Security, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from docsum_shared.handlers import Publish
+from docsum_shared.kafka import KafkaPublish
 
 from . import keystore
 from .inputs import task_id_path
@@ -35,8 +37,9 @@ def get_pool(request: Request) -> asyncpg.Pool:
     return request.app.state.pool
 
 
-def get_producer(request: Request) -> AIOKafkaProducer:
-    return request.app.state.producer
+def get_publish(request: Request) -> Publish:
+    """The routes publish through the port, on the application's producer."""
+    return KafkaPublish(request.app.state.producer, request.app.state.settings)
 
 
 def _unauthorized(what: str = "a valid API key") -> HTTPException:
@@ -74,7 +77,7 @@ def require_admin(request: Request, _: Annotated[HTTPAuthorizationCredentials | 
 
 SettingsDep = Annotated[GatewaySettings, Depends(get_settings)]
 PoolDep = Annotated[asyncpg.Pool, Depends(get_pool)]
-ProducerDep = Annotated[AIOKafkaProducer, Depends(get_producer)]
+PublishDep = Annotated[Publish, Depends(get_publish)]
 OwnerDep = Annotated[str, Depends(get_owner)]
 # After OwnerDep in a signature: a caller without a key learns nothing about ids.
 TaskIdDep = Annotated[str, Depends(task_id_path)]

@@ -13,12 +13,10 @@ from __future__ import annotations
 import logging
 
 import asyncpg
-from aiokafka import AIOKafkaProducer
 
 from docsum_shared import metrics
 from docsum_shared.events import TaskEvent
-from docsum_shared.handlers import Sender
-from docsum_shared.kafka import publish
+from docsum_shared.handlers import Publish, Sender
 from docsum_shared.lifecycle import UNFINISHED, expire_idle, idle_unfinished
 from docsum_shared.redrive import redrive_task
 from docsum_shared.retry import keep_running
@@ -33,7 +31,7 @@ EXPIRY = Sender("the merger's maintenance", emits=(TaskEvent,))
 _MAINTENANCE_LOCK_ID = 0x646F6373756E  # any constant shared by every process of the deployment
 
 
-async def maintain_once(pool: asyncpg.Pool, producer: AIOKafkaProducer, settings: MergerSettings) -> tuple[int, int]:
+async def maintain_once(pool: asyncpg.Pool, publish: Publish, settings: MergerSettings) -> tuple[int, int]:
     """Expire idle tasks, then re-drive unfinished tasks nobody moved for a while. (expired, re-driven)."""
     async with pool.acquire() as conn:
         if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", _MAINTENANCE_LOCK_ID):
@@ -42,14 +40,12 @@ async def maintain_once(pool: asyncpg.Pool, producer: AIOKafkaProducer, settings
             expired = await expire_idle(pool, settings.task_ttl_s)
             for task_id in expired:
                 log.info("task %s expired after %.0fs idle", task_id, settings.task_ttl_s)
-            await publish(
-                producer, settings, [TaskEvent(task_id=t, status=TaskStatus.EXPIRED) for t in expired], sender=EXPIRY
-            )
+            await publish([TaskEvent(task_id=t, status=TaskStatus.EXPIRED) for t in expired], sender=EXPIRY)
             stuck = await idle_unfinished(pool, settings.reconcile_idle_s)
             for task_id in stuck:
                 # Claimed only if still idle: an owner's re-drive of it meanwhile is not repeated.
                 published = await redrive_task(
-                    pool, producer, settings, task_id, idle_s=settings.reconcile_idle_s, bounded=True
+                    pool, publish, settings, task_id, idle_s=settings.reconcile_idle_s, bounded=True
                 )
                 log.info("reconcile: task %s idle, re-drove %d events", task_id, published)
             return len(expired), len(stuck)
@@ -78,9 +74,9 @@ SELECT coalesce(max(extract(epoch FROM now() - greatest(
 """
 
 
-async def maintain_forever(pool: asyncpg.Pool, producer: AIOKafkaProducer, settings: MergerSettings) -> None:
+async def maintain_forever(pool: asyncpg.Pool, publish: Publish, settings: MergerSettings) -> None:
     async def one_round() -> None:
         await count_tasks(pool)
-        await maintain_once(pool, producer, settings)
+        await maintain_once(pool, publish, settings)
 
     await keep_running("maintenance round", one_round, every_s=settings.maintenance_interval_s)

@@ -19,15 +19,15 @@ from datetime import datetime
 from typing import Any
 
 import asyncpg
-from aiokafka import AIOKafkaProducer
 from fastapi import APIRouter, HTTPException, status
 from pydantic import BaseModel
 
+from docsum_shared.handlers import Publish
 from docsum_shared.lifecycle import idle_unfinished
 from docsum_shared.redrive import Redrive, prepare_redrive, publish_redrives
 
 from .. import policy
-from ..deps import OwnerDep, PoolDep, ProducerDep, SettingsDep
+from ..deps import OwnerDep, PoolDep, PublishDep, SettingsDep
 from ..responses import ErrorBody, errors
 from ..settings import GatewaySettings
 
@@ -124,13 +124,13 @@ _publishing: set[asyncio.Task[None]] = set()
 
 
 def publish_after_answer(
-    pool: asyncpg.Pool, producer: AIOKafkaProducer, settings: GatewaySettings, gate: Gate, redrives: list[Redrive]
+    pool: asyncpg.Pool, publish: Publish, settings: GatewaySettings, gate: Gate, redrives: list[Redrive]
 ) -> None:
     """Publish the re-drives' events in batches once the request is answered, then release the gate."""
 
     async def run() -> None:
         try:
-            await publish_redrives(producer, settings, redrives, lambda: renew_gate(pool, gate))
+            await publish_redrives(publish, settings, redrives, lambda: renew_gate(pool, gate))
         except Exception as exc:  # the claimed tasks stay idle: the merger's reconcile takes them up
             log.warning("re-drive of %s's tasks stopped before its end: %s", gate.owner, exc)
         finally:
@@ -145,7 +145,7 @@ def publish_after_answer(
 
 
 @router.post("/reconcile", response_model=ReconcileResult, responses={**errors(401), **REDRIVE_REFUSED})
-async def reconcile(owner: OwnerDep, pool: PoolDep, producer: ProducerDep, settings: SettingsDep) -> ReconcileResult:
+async def reconcile(owner: OwnerDep, pool: PoolDep, publish: PublishDep, settings: SettingsDep) -> ReconcileResult:
     """Re-drive your unfinished tasks that nothing moved for DOCSUM_REDRIVE_IDLE_S: their events are
     published after the answer (`redriven_events` says how many). Work that is moving (a chunk being
     summarized, a document or task active within that time) is left alone."""
@@ -159,5 +159,5 @@ async def reconcile(owner: OwnerDep, pool: PoolDep, producer: ProducerDep, setti
     except BaseException:
         await release_gate(pool, gate)
         raise
-    publish_after_answer(pool, producer, settings, gate, redrives)
+    publish_after_answer(pool, publish, settings, gate, redrives)
     return ReconcileResult(tasks=[r.task_id for r in redrives], redriven_events=sum(len(r.events) for r in redrives))

@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import asyncpg
-from aiokafka import AIOKafkaProducer
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, status
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
@@ -18,8 +17,7 @@ from pydantic_core import PydanticCustomError
 from docsum_shared import lifecycle, logs, telemetry
 from docsum_shared.errors import Kind, classify
 from docsum_shared.events import DocumentSubmitted, TaskEvent
-from docsum_shared.handlers import Sender
-from docsum_shared.kafka import publish
+from docsum_shared.handlers import Publish, Sender
 from docsum_shared.options import MODES, Mode, TaskOptions, deadline_from
 from docsum_shared.readmodel import queries, views
 from docsum_shared.readmodel.schemas import FailureView, TaskListItem, TaskView
@@ -28,7 +26,7 @@ from docsum_shared.retry import retry_until, until_deadline
 from docsum_shared.states import TaskStatus
 
 from .. import repository
-from ..deps import OwnerDep, PoolDep, ProducerDep, SettingsDep, TaskIdDep, within_task_rate
+from ..deps import OwnerDep, PoolDep, PublishDep, SettingsDep, TaskIdDep, within_task_rate
 from ..inputs import StoredText, check_text, echo, invalid, is_task_id
 from ..responses import errors
 from ..schemas import CreatedDocument, LifecycleResult, QuotedText, TaskCreated
@@ -192,7 +190,7 @@ def _form(fields: dict[str, list[str]]) -> TaskForm:
     " answered 413 as soon as it crosses it; a body that sends nothing for DOCSUM_UPLOAD_IDLE_S is a 408.",
 )
 async def create_task(
-    request: Request, owner: OwnerDep, settings: SettingsDep, pool: PoolDep, producer: ProducerDep
+    request: Request, owner: OwnerDep, settings: SettingsDep, pool: PoolDep, publish: PublishDep
 ) -> TaskCreated:
     upload = await read_upload(request, upload_limits(settings), request.app.state.uploads.claim(owner))
     try:
@@ -231,9 +229,7 @@ async def create_task(
         for d in documents
     ]
     try:
-        await retry_until(
-            lambda: publish(producer, settings, submitted, sender=GATEWAY), until_deadline(PUBLISH_WAIT_S, _waiting)
-        )
+        await retry_until(lambda: publish(submitted, sender=GATEWAY), until_deadline(PUBLISH_WAIT_S, _waiting))
     except Exception as exc:
         if classify(exc) is not Kind.RETRIABLE:
             raise
@@ -366,14 +362,14 @@ _CONTROLS = {
 
 def _control_route(action: str, control: _Control) -> None:
     async def route(
-        owner: OwnerDep, task_id: TaskIdDep, pool: PoolDep, producer: ProducerDep, settings: SettingsDep
+        owner: OwnerDep, task_id: TaskIdDep, pool: PoolDep, publish: PublishDep, settings: SettingsDep
     ) -> LifecycleResult:
         await _owned(pool, owner, task_id)
         if control.redrive:
-            return await _move_and_redrive(action, control, task_id, owner, pool, producer, settings)
+            return await _move_and_redrive(action, control, task_id, owner, pool, publish, settings)
         if not await control.move(pool, task_id):
             raise await _conflict(pool, task_id, control.verb)
-        await publish(producer, settings, [TaskEvent(task_id=task_id, status=control.status)], sender=GATEWAY)
+        await publish([TaskEvent(task_id=task_id, status=control.status)], sender=GATEWAY)
         return LifecycleResult(task_id=task_id, status=control.status)
 
     codes = errors(401, 404, 409, 422)
@@ -389,7 +385,7 @@ async def _move_and_redrive(
     task_id: str,
     owner: str,
     pool: asyncpg.Pool,
-    producer: AIOKafkaProducer,
+    publish: Publish,
     settings: GatewaySettings,
 ) -> LifecycleResult:
     """Resume or retry: through the owner's re-drive gate (429 before anything moves), the transition,
@@ -399,18 +395,13 @@ async def _move_and_redrive(
         if not await control.move(pool, task_id):
             raise await _conflict(pool, task_id, control.verb)
         # Said on task-events first (the progress log's "resumed"/"retried"), then the work re-driven.
-        await publish(
-            producer,
-            settings,
-            [TaskEvent(task_id=task_id, status=control.status, detail={"action": action})],
-            sender=GATEWAY,
-        )
+        await publish([TaskEvent(task_id=task_id, status=control.status, detail={"action": action})], sender=GATEWAY)
         redrive = await prepare_redrive(pool, settings, task_id)
     except BaseException:
         await release_gate(pool, gate)
         raise
     redrives = [redrive] if redrive is not None else []
-    publish_after_answer(pool, producer, settings, gate, redrives)
+    publish_after_answer(pool, publish, settings, gate, redrives)
     events = sum(len(r.events) for r in redrives)
     return LifecycleResult(task_id=task_id, status=control.status, redriven_events=events)
 

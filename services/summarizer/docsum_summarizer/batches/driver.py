@@ -26,14 +26,12 @@ from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
 from asyncpg import Connection
 
 from docsum_shared import metrics
 from docsum_shared.errors import RequestRefused
 from docsum_shared.events import ChunkCreated, TaskEvent
-from docsum_shared.handlers import Sender
-from docsum_shared.kafka import publish
+from docsum_shared.handlers import Publish, Sender
 from docsum_shared.retry import keep_running
 from docsum_shared.states import TaskStatus
 from docsum_shared.summarizers.batch_api import BatchAPI, LineResult, ProviderBatch, input_line
@@ -69,7 +67,7 @@ class BatchDriver:
         self,
         repo: BatchRepository,
         backend: OpenAIBackend,
-        producer: AIOKafkaProducer,
+        publish: Publish,
         settings: SummarizerSettings,
         *,
         earlier_endpoint: str | None = None,
@@ -78,7 +76,7 @@ class BatchDriver:
         self.earlier_endpoint = earlier_endpoint  # batches recorded under it are taken over, once
         self.backend = backend
         self.api = BatchAPI.connect(backend.base_url, backend.api_key)
-        self.producer = producer
+        self.publish = publish
         self.settings = settings
         self.margin = timedelta(seconds=settings.llm_batch_deadline_margin_s)
         self._moved: dict[str, str] = {}  # tasks whose batches moved this round: what happened
@@ -352,14 +350,14 @@ class BatchDriver:
                 TaskEvent(task_id=task_id, status=TaskStatus.PROCESSING, detail={"batch": what})
                 for task_id, what in moved.items()
             ]
-            await publish(self.producer, self.settings, events, sender=BATCH_DRIVER)
+            await self.publish(events, sender=BATCH_DRIVER)
 
     async def _announce(self) -> None:
         """Announce again each chunk whose line was answered or sent back (a crash between the two
         announces it again: harmless, its claim decides)."""
         while due := await self.repo.announcements(ANNOUNCE_AT_ONCE):
             events = [ChunkCreated(**asdict(a)) for a in due]
-            await publish(self.producer, self.settings, events, sender=BATCH_DRIVER)
+            await self.publish(events, sender=BATCH_DRIVER)
             await self.repo.announced([a.chunk_id for a in due])
             if len(due) < ANNOUNCE_AT_ONCE:
                 return

@@ -20,9 +20,9 @@ from docsum_shared.retry import keep_running
 from docsum_shared.states import TASK_FINAL
 
 from ...settings import GatewaySettings
+from ...stage import STAGE
 from . import repository
-from .handlers import Deps, handlers
-from .repository import ProgressLog
+from .handlers import handlers
 
 log = logging.getLogger(__name__)
 GROUP = "gateway-progress"
@@ -30,7 +30,7 @@ GROUP = "gateway-progress"
 
 def recorder(settings: GatewaySettings, pool: asyncpg.Pool) -> ConsumerService:
     return ConsumerService(
-        GROUP, settings, handlers.bind(Deps(ProgressLog(pool, settings))), dead_letters=handlers.dead_letters
+        GROUP, settings, handlers.bind(STAGE.deps(settings, pool)), dead_letters=handlers.dead_letters
     )
 
 

@@ -1,0 +1,33 @@
+"""The merger's stage of the pipeline: chunk-summarized, document-merged and task-events in, the
+summaries merged and the task finished; expiry and reconcile beside it (maintenance.py)."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from docsum_shared.consumer import Background
+from docsum_shared.pipeline.stage import Stage
+from docsum_shared.redrive import REDRIVES
+from docsum_shared.summarizers import Summarizing
+
+from .handlers import Deps, handlers
+from .maintenance import EXPIRY, maintain_forever
+from .repository import MergeRepository
+from .settings import MergerSettings
+
+
+def deps(settings: MergerSettings, pool: asyncpg.Pool) -> Deps:
+    return Deps(MergeRepository(pool, settings), Summarizing.from_settings(settings, pool), settings)
+
+
+def maintenance(settings: MergerSettings, pool: asyncpg.Pool, deps: Deps) -> Background:
+    """Expiry and reconcile run beside the merger (one process at a time, under a database lock)."""
+    return lambda publish: maintain_forever(pool, publish, settings)
+
+
+async def close(deps: Deps) -> None:
+    if isinstance(deps.llm, Summarizing):  # the LLM client `deps` built: its connections
+        await deps.llm.aclose()
+
+
+STAGE = Stage("merger", MergerSettings, handlers, deps, loops=maintenance, senders=(EXPIRY, REDRIVES), close=close)

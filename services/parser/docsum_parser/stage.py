@@ -1,0 +1,49 @@
+"""The parser's stage of the pipeline: document-submitted in (the pipeline's own topic, and each
+configured producer's intake topic), the document's plain text stored and announced."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+import asyncpg
+
+from docsum_shared.events import Topic
+from docsum_shared.handlers import Handler
+from docsum_shared.kafka import intake_topics
+from docsum_shared.pipeline.stage import Stage
+
+from . import logfilter
+from .handlers import Deps, handlers
+from .repository import DocumentRepository
+from .settings import ParserSettings
+from .worker import ParseWorker
+
+
+def deps(settings: ParserSettings, pool: asyncpg.Pool) -> Deps:
+    """The handlers' dependencies, with the parse worker started (the first document finds it ready)."""
+    logfilter.redact_uris()  # serve() has configured logging by now
+    worker = ParseWorker(
+        timeout_s=settings.parse_timeout_s,
+        memory_bytes=settings.parse_memory_bytes,
+        idle_s=settings.parse_worker_idle_s,
+    )
+    worker.start()
+    return Deps(DocumentRepository(pool), settings, worker)
+
+
+def intake_carriers(deps: Deps) -> Mapping[str, tuple[Topic, Handler]]:
+    """intake.<producer> → its messages are document-submitted events, handled knowing the producer:
+    one consumer group reads them all."""
+    return {
+        topic: (Topic.DOCUMENT_SUBMITTED, handlers.bind(replace(deps, producer=producer))[Topic.DOCUMENT_SUBMITTED])
+        for topic, producer in intake_topics(deps.settings).items()
+    }
+
+
+async def close(deps: Deps) -> None:
+    if isinstance(deps.extract, ParseWorker):
+        deps.extract.close()
+
+
+STAGE = Stage("parser", ParserSettings, handlers, deps, close=close, carriers=intake_carriers)

@@ -1,0 +1,72 @@
+"""The summarizer's stage of the pipeline: chunk-created in, each chunk summarized; the round
+scheduler (rounds.py) and, with the provider's Batch API, batch mode's driver (batches/) beside it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+
+import asyncpg
+
+from docsum_shared.consumer import Background
+from docsum_shared.handlers import Publish
+from docsum_shared.pipeline.stage import Stage
+from docsum_shared.summarizers import Summarizing, endpoint_key
+from docsum_shared.summarizers.openai_backend import OpenAIBackend
+
+from .batches.driver import BATCH_DRIVER, BatchDriver
+from .batches.policy import batch_endpoint
+from .batches.repository import BatchRepository
+from .handlers import Deps, handlers
+from .repository import ChunkRepository
+from .rounds import ROUND_SCHEDULER, schedule_rounds
+from .settings import SummarizerSettings
+
+
+def deps(settings: SummarizerSettings, pool: asyncpg.Pool) -> Deps:
+    return Deps(
+        ChunkRepository(pool, reconcile_idle_s=settings.reconcile_idle_s),
+        Summarizing.from_settings(settings, pool),
+        settings,
+        holder=f"{socket.gethostname()}:{os.getpid()}",
+    )
+
+
+def loops(settings: SummarizerSettings, pool: asyncpg.Pool, deps: Deps) -> Background:
+    """The round scheduler, and the batch driver where the backend (the handlers' own) has the provider's
+    Batch API."""
+    backend = deps.llm.backend if isinstance(deps.llm, Summarizing) else None
+
+    async def run(publish: Publish) -> None:
+        async with asyncio.TaskGroup() as both:
+            both.create_task(schedule_rounds(ChunkRepository(pool), publish, settings))
+            if isinstance(backend, OpenAIBackend):
+                batches = BatchRepository(pool, batch_endpoint(settings))
+                driver = BatchDriver(batches, backend, publish, settings, earlier_endpoint=endpoint_key(settings))
+                both.create_task(driver.run())
+
+    return run
+
+
+def max_inflight(settings: SummarizerSettings) -> int:
+    # Twice as many chunks in hand as calls in flight: while some store their answers and report them,
+    # the others are claimed and waiting, and a call ending lets the next one start at once.
+    return 2 * settings.llm_max_inflight
+
+
+async def close(deps: Deps) -> None:
+    if isinstance(deps.llm, Summarizing):  # the LLM client `deps` built: its connections
+        await deps.llm.aclose()
+
+
+STAGE = Stage(
+    "summarizer",
+    SummarizerSettings,
+    handlers,
+    deps,
+    loops=loops,
+    senders=(ROUND_SCHEDULER, BATCH_DRIVER),
+    max_inflight=max_inflight,
+    close=close,
+)
