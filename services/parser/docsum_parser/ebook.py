@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import posixpath
 import zipfile
-import zlib
 from collections.abc import Iterator
 from urllib.parse import unquote
 
@@ -20,7 +19,7 @@ from lxml import etree
 
 from .limits import Limits, too_many_chars
 from .parse_error import ParseError, short_reason
-from .zips import check_archive, zip_members
+from .zips import DAMAGED, check_archive, zip_members
 
 CONTAINER = "META-INF/container.xml"
 EPUB_MIMETYPE = b"application/epub+zip"
@@ -30,7 +29,7 @@ _XHTML_TYPES = frozenset({"application/xhtml+xml", "text/html"})
 # No DTD loaded, no entity expanded, nothing fetched: the files are the book author's.
 _XML_PARSER = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False)
 _HTML_PARSER = lxml.html.HTMLParser(no_network=True, remove_comments=True, huge_tree=False)
-_EPUB_ERRORS = (KeyError, ValueError, zipfile.BadZipFile, zlib.error, EOFError, RecursionError, etree.LxmlError)
+
 
 # Not text: skipped with what they hold.
 _SKIPPED = frozenset({"script", "style", "head", "title", "nav", "svg", "math", "object", "iframe", "template"})
@@ -78,7 +77,7 @@ def extract_epub(data: bytes, limits: Limits) -> tuple[str, list[int]]:
                     length += len(text) + 2
                     if length > limits.max_chars:
                         raise too_many_chars(limits)
-    except _EPUB_ERRORS as exc:
+    except DAMAGED as exc:
         raise invalid_epub(short_reason(exc)) from exc
     if not starts:
         raise invalid_epub("its spine lists no chapter")

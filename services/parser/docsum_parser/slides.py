@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import io
-import zipfile
-import zlib
 from collections.abc import Iterable, Iterator
 
 import pptx
-from lxml import etree
 from pptx.exc import PythonPptxError
 from pptx.shapes.base import BaseShape
 from pptx.shapes.group import GroupShape
@@ -16,23 +13,10 @@ from pptx.slide import Slide
 
 from .limits import Limits, too_many_chars
 from .parse_error import ParseError, short_reason
-from .zips import check_archive, zip_members
+from .zips import DAMAGED, check_archive, zip_members
 
 PRESENTATION_PART = "ppt/presentation.xml"
-# Damaged members surface from zipfile/zlib (bad CRC), bad XML from lxml, missing parts as KeyError.
-_PPTX_ERRORS = (
-    PythonPptxError,
-    KeyError,
-    ValueError,
-    AttributeError,
-    TypeError,
-    zipfile.BadZipFile,
-    zlib.error,
-    EOFError,
-    NotImplementedError,
-    RecursionError,
-    etree.LxmlError,
-)
+_PPTX_ERRORS = (PythonPptxError, AttributeError, TypeError, *DAMAGED)
 
 
 def invalid_pptx(reason: str) -> ParseError:

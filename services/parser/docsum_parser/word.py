@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import io
 import re
-import zipfile
-import zlib
 from collections.abc import Iterator
 
 import docx
@@ -16,22 +14,10 @@ from lxml import etree
 
 from .limits import Limits, too_many_chars
 from .parse_error import ParseError, short_reason
-from .zips import check_archive, zip_members
+from .zips import DAMAGED, check_archive, zip_members
 
 _HEADING_STYLE = re.compile(r"heading ([1-9])", re.IGNORECASE)
-# Damaged members surface from zipfile/zlib (bad CRC, unknown compression), bad XML from lxml.
-_DOCX_ERRORS = (
-    PythonDocxError,
-    OpcError,
-    KeyError,
-    ValueError,
-    zipfile.BadZipFile,
-    zlib.error,
-    EOFError,
-    NotImplementedError,
-    RecursionError,
-    etree.LxmlError,
-)
+_DOCX_ERRORS = (PythonDocxError, OpcError, *DAMAGED)
 
 
 def _invalid_docx(reason: str) -> ParseError:

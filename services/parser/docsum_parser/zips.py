@@ -10,9 +10,23 @@ import zipfile
 import zlib
 from collections.abc import Callable
 
+from lxml import etree
+
 from .limits import SPLIT_IT, Limits, size_label
 from .parse_error import ParseError, short_reason
 
+# How a damaged member of any zip-based document surfaces while its library reads it: a bad CRC or an unknown
+# compression from zipfile/zlib, bad XML from lxml, a missing part as KeyError. Each reader adds its library's own.
+DAMAGED = (
+    KeyError,
+    ValueError,
+    zipfile.BadZipFile,
+    zlib.error,
+    EOFError,
+    NotImplementedError,
+    RecursionError,
+    etree.LxmlError,
+)
 _EOCD = b"PK\x05\x06"
 _EOCD_SIZE = 22
 _ZIP64_LOCATOR = b"PK\x06\x07"
