@@ -19,7 +19,7 @@ from lxml import etree
 
 from .limits import Limits, too_many_chars
 from .parse_error import ParseError, short_reason
-from .zips import DAMAGED, check_archive, zip_members
+from .zips import DAMAGED, check_archive
 
 CONTAINER = "META-INF/container.xml"
 EPUB_MIMETYPE = b"application/epub+zip"
@@ -57,12 +57,7 @@ def extract_epub(data: bytes, limits: Limits) -> tuple[str, list[int]]:
     """The book's text, chapter after chapter in spine order, and where each chapter starts in it. A
     chapter's blocks (headings as Markdown heading lines, paragraphs, list items, table rows) are joined
     by a blank line. A chapter without text still counts, so that chapter numbers follow the spine."""
-    members = zip_members(data)
-    if members is None:
-        raise invalid_epub("it is not a readable zip archive; it may be truncated or another format")
-    if CONTAINER not in members:
-        raise invalid_epub(f"the archive has no {CONTAINER}")
-    check_archive(data, "EPUB", limits, invalid_epub)
+    check_archive(data, "EPUB", CONTAINER, limits, invalid_epub)
     parts: list[str] = []
     starts: list[int] = []
     length = 0

@@ -13,7 +13,7 @@ from pptx.slide import Slide
 
 from .limits import Limits, too_many_chars
 from .parse_error import ParseError, short_reason
-from .zips import DAMAGED, check_archive, zip_members
+from .zips import DAMAGED, check_archive
 
 PRESENTATION_PART = "ppt/presentation.xml"
 _PPTX_ERRORS = (PythonPptxError, AttributeError, TypeError, *DAMAGED)
@@ -35,13 +35,8 @@ def extract_pptx(data: bytes, limits: Limits) -> tuple[str, list[int]]:
     groups), then its speaker notes. Blocks are joined by a blank line; a slide without text still counts,
     so that slide numbers stay those PowerPoint shows. Pictures, charts and SmartArt are not read.
     """
-    members = zip_members(data)
-    if members is None:
-        raise invalid_pptx("it is not a readable zip archive; it may be truncated or another format")
-    if PRESENTATION_PART not in members:
-        raise invalid_pptx(f"the archive has no {PRESENTATION_PART}")
     # python-pptx inflates every part (pictures too) in memory: first make sure they really fit.
-    check_archive(data, "PPTX", limits, invalid_pptx)
+    check_archive(data, "PPTX", PRESENTATION_PART, limits, invalid_pptx)
     parts: list[str] = []
     starts: list[int] = []
     length = 0

@@ -76,12 +76,18 @@ def check_entries(data: bytes, what: str, limits: Limits) -> None:
 _INFLATE_BLOCK = 2**20
 
 
-def check_archive(data: bytes, what: str, limits: Limits, invalid: Callable[[str], ParseError]) -> None:
-    """Refuse an archive over a cap before a library unpacks it in memory: more files than
+def check_archive(data: bytes, what: str, required: str, limits: Limits, invalid: Callable[[str], ParseError]) -> None:
+    """Refuse what is no readable zip, or lacks its format's `required` part, and an archive over a cap
+    before a library unpacks it in memory: more files than
     `max_zip_entries`, or parts that inflate to more than `max_docx_unzipped_bytes`. Every member is
     inflated in blocks, counting the bytes that really come out, and the count stops as soon as it
     passes the limit: the sizes in the zip's headers are whatever the file's author wrote there.
     `what` names the format in the message ("DOCX"); `invalid` makes the error of a damaged archive."""
+    members = zip_members(data)
+    if members is None:
+        raise invalid("it is not a readable zip archive; it may be truncated or another format")
+    if required not in members:
+        raise invalid(f"the archive has no {required}")
     check_entries(data, what, limits)
     limit = limits.max_docx_unzipped_bytes
     total = 0
