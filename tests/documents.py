@@ -100,12 +100,12 @@ def _scanned_page(text: str, chinese: bool, size_in: tuple[float, float], dpi: i
     margin = round(0.5 * dpi)
     page = Image.new("L", (width, height), 255)
     draw = ImageDraw.Draw(page)
-    y = margin
-    for line in _wrapped(text, font, width - 2 * margin, chinese):
-        draw.text((margin, y), line, font=font, fill=0)
-        y += round(font.size * 1.5)
-        if y > height - margin:
-            raise ValueError("the text does not fit on one scanned page: give less per page")
+    lines = _wrapped(text, font, width - 2 * margin, chinese)
+    step = round(font.size * 1.5)
+    if margin + step * len(lines) > height - margin // 2:
+        raise ValueError("the text does not fit on one scanned page: give less per page")
+    for number, line in enumerate(lines):
+        draw.text((margin, margin + number * step), line, font=font, fill=0)
     return page
 
 
