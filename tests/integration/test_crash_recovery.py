@@ -627,7 +627,7 @@ def pages_read(stack: Stack, document_id: str, since: int = 0) -> list[int]:
 async def test_kill_9_parser_mid_scan_resumes_at_the_next_page(fast: Stack, db: asyncpg.Pool) -> None:
     """SIGKILL the parser while it reads a 40-page scan by OCR, restart it: it reads only the pages not
     stored before the kill (the one in flight again, at most), the document completes with every page's
-    text in page order, and while it was read the task's view said which page."""
+    text in page order, and while it was read the task's view and its progress stream said which page."""
     marker = new_marker()
     stack = fast
     part, pages = scanned_pdf(f"{marker}-scan.pdf", marker)
@@ -661,6 +661,14 @@ async def test_kill_9_parser_mid_scan_resumes_at_the_next_page(fast: Stack, db: 
 
         assert task["status"] == "COMPLETED", task
         assert [d["reading"] for d in task["documents"]] == [None, None]
+        # The stream told the pages as they were read (the progress log it is read from).
+        told = await db.fetch(
+            "SELECT body->>'document_id' AS document_id, body->>'reading' AS reading FROM progress_log"
+            " WHERE task_id = $1 AND kind = 'document-reading' ORDER BY seq",
+            task_id,
+        )
+        assert told and all(row["document_id"] == scan_id for row in told), told
+        assert all(re.fullmatch(rf"reading page \d+ of {SCAN_PAGES} \(OCR\)", row["reading"]) for row in told), told
         text = await db.fetchrow(
             "SELECT text, position_unit, position_starts FROM document_texts WHERE document_id = $1", scan_id
         )

@@ -145,3 +145,11 @@ async def test_a_scan_over_the_ocr_cap_fails_alone_saying_which_setting_raises_i
     assert reading.pages == []  # failed before any page was read
     error = repo.documents["d"].error or ""
     assert "3 scanned pages" in error and "over the limit of 2 (DOCSUM_MAX_OCR_PAGES)" in error
+
+
+def test_a_blank_scan_fails_saying_ocr_read_nothing() -> None:
+    data = make_scanned_pdf([""])
+    texts = {0: run_job(job(data, ocr_page=0)).text}
+    with pytest.raises(ParseError) as failed:
+        run_job(job(data, ocr_texts=texts))
+    assert failed.value.kind == "no_text" and "OCR read none" in str(failed.value)

@@ -55,7 +55,11 @@ MSG_ENCODING = (
     "text file is not in a supported encoding (UTF-8, UTF-16 with BOM, GB18030); save it as UTF-8 and try again"
 )
 MSG_NO_TEXT = {
-    "pdf": "no extractable text: the PDF seems to contain only scanned images; run OCR first",
+    "pdf": (
+        "no extractable text: the PDF's pages have no text, and OCR read none from their images (a blank or"
+        " unreadable scan, or text drawn as shapes); scan it again at 300 dpi, or export it with its text, and"
+        " try again"
+    ),
     "docx": "no extractable text: the Word document has no text in its body (images, headers and footers are not read)",
     "pptx": "no extractable text: the presentation's slides and notes have no text (pictures and charts are not read)",
     "html": "no extractable text: the web page has no main text (navigation, scripts and styles are not read)",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -31,6 +31,7 @@ from .policy import (
     parsed,
     text_refused,
 )
+from .progress import ReadingProgress
 from .settings import ParserSettings
 from .worker import Job, run_job
 
@@ -60,6 +61,8 @@ class Deps:
     # The producer whose intake topic the message came on (intake.<producer>); None: document-submitted,
     # the pipeline's own topic.
     producer: str | None = None
+    # The pages being read, for the progress stream (the stage's loop publishes them).
+    progress: ReadingProgress = field(default_factory=ReadingProgress)
 
 
 handlers = Handlers[Deps]("parser")
@@ -121,7 +124,9 @@ async def read_scanned(event: DocumentSubmitted, job: Job, extracted: ExtractedT
     for page in extracted.scanned:
         if page in texts:
             continue
-        await deps.repo.reading(event.document_id, policy.reading_note(page, pages))
+        note = policy.reading_note(page, pages)
+        await deps.repo.reading(event.document_id, note)
+        deps.progress.note(event.task_id, event.document_id, note)
         read_page = await asyncio.to_thread(deps.extract, replace(job, ocr_page=page))
         texts[page] = await deps.repo.store_ocr_page(event.document_id, page, read_page.text)
         log.info("document %s (%s): page %d of %d read by OCR", event.document_id, event.filename, page + 1, pages)

@@ -96,7 +96,7 @@ def extract_pdf(data: bytes, limits: Limits, ocr_texts: Mapping[int, str] | None
             return PdfText("", [], tuple(scanned), len(page_texts))
         if not any(t.strip() for t in page_texts):
             # extract_text() swallows some errors and returns "", which would turn a damaged file
-            # into a misleading "run OCR" message; make sure the page content is really there.
+            # into a misleading "no text" message; make sure the page content is really there.
             _check_page_contents(reader)
     except _PDF_ERRORS as exc:
         raise _damaged(short_reason(exc)) from exc
