@@ -22,11 +22,11 @@ import asyncpg
 from fastapi import APIRouter, HTTPException, status
 from pydantic import BaseModel
 
+from docsum_shared import taskrate
 from docsum_shared.handlers import Publish
 from docsum_shared.lifecycle import idle_unfinished
 from docsum_shared.redrive import Redrive, prepare_redrive, publish_redrives
 
-from .. import policy
 from ..deps import OwnerDep, PoolDep, PublishDep, SettingsDep
 from ..responses import ErrorBody, errors
 from ..settings import GatewaySettings
@@ -62,11 +62,9 @@ class Gate:
     claimed_at: datetime
 
 
-# The owner's row, locked; `running`: another re-drive holds the gate and its lease is live.
-_GATE_ROW = """
-SELECT tat, extract(epoch FROM clock_timestamp())::float8 AS now,
-       coalesce(running_until > clock_timestamp(), false) AS running
-  FROM redrive_gates WHERE owner = $1 FOR UPDATE
+# The owner's row, locked: whether another re-drive holds the gate and its lease is live.
+_GATE_RUNNING = """
+SELECT coalesce(running_until > clock_timestamp(), false) FROM redrive_gates WHERE owner = $1 FOR UPDATE
 """
 
 
@@ -74,20 +72,16 @@ async def claim_gate(pool: asyncpg.Pool, owner: str, settings: GatewaySettings) 
     """Take the owner's re-drive gate, or answer 429 (another re-drive of the owner runs, or the rate)."""
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute("INSERT INTO redrive_gates (owner) VALUES ($1) ON CONFLICT (owner) DO NOTHING", owner)
-        row = await conn.fetchrow(_GATE_ROW, owner)
-        if row["running"]:
+        if await conn.fetchval(_GATE_RUNNING, owner):
             raise _refused("another re-drive of your tasks is running", RUNNING_RETRY_AFTER_S)
-        tat = row["tat"]
         if settings.redrives_per_minute:
-            decision = policy.admit_task(row["tat"], row["now"], settings.redrives_per_minute)
+            decision = await taskrate.book(conn, "redrive_gates", owner, settings.redrives_per_minute)
             if not decision.allowed:
                 raise _refused(f"over {settings.redrives_per_minute} re-drives a minute", decision.retry_after_s)
-            tat = decision.tat
         claimed_at = await conn.fetchval(
-            "UPDATE redrive_gates SET tat = $2, claimed_at = clock_timestamp(),"
-            " running_until = clock_timestamp() + make_interval(secs => $3) WHERE owner = $1 RETURNING claimed_at",
+            "UPDATE redrive_gates SET claimed_at = clock_timestamp(),"
+            " running_until = clock_timestamp() + make_interval(secs => $2) WHERE owner = $1 RETURNING claimed_at",
             owner,
-            tat,
             GATE_LEASE_S,
         )
     return Gate(owner, claimed_at)
