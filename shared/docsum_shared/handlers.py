@@ -34,7 +34,6 @@ from .events import TOPIC_OF, Event, Topic
 
 D = TypeVar("D")
 T = TypeVar("T")
-Handler = Callable[[Event], Awaitable[list[Event]]]
 
 
 @dataclass(frozen=True)
@@ -137,8 +136,9 @@ class Handlers(Generic[D]):
         """Handle events that `together` said go together."""
         return self._checked(type(events[0]), await self._many[type(events[0])](events, deps))
 
-    def bind(self, deps: D, *types: type[Event]) -> Mapping[Topic, Handler]:
-        """The consumer shell's view: topic → handler, for `types` (default: every registered type)."""
+    def bind(self, deps: D, *types: type[Event]) -> Mapping[Topic, Bound[D]]:
+        """What a runner calls: topic → the handlers bound to `deps`, for `types` (default: every
+        registered type)."""
         bound = Bound(self, deps)
         return {TOPIC_OF[t]: bound for t in types or tuple(self._by_type)}
 

@@ -25,6 +25,7 @@ import pytest_asyncio
 
 from docsum_shared.db import migrate
 from tests.fake_llm import FakeLLM, FakeLLMServer, free_port
+from tests.inprocess import InProcessStack
 from tests.integration.helpers import eventually_blocking
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -170,9 +171,28 @@ class StackFactory:
         self, infra: dict[str, str], llm: FakeLLMServer, logs: pytest.TempPathFactory, python: str = sys.executable
     ) -> None:
         self.infra, self.llm, self.logs, self.python = infra, llm, logs, python
-        self.stacks: list[Stack] = []
+        self.stacks: list[Stack | InProcessStack] = []
 
     def __call__(self, services: tuple[str, ...] = SERVICES, **overrides: str) -> Stack:
+        env, keys, port = self.environment(**overrides)
+        stack = Stack(env, f"http://127.0.0.1:{port}", keys, self.logs.mktemp("logs"), python=self.python)
+        self.stacks.append(stack)
+        for name in services:
+            stack.start(name)
+        if "gateway" in services:
+            stack.wait_ready()
+        return stack
+
+    def in_process(self, *, twice: bool = False, **overrides: str) -> InProcessStack:
+        """The pipeline with these settings in this process (tests/inprocess.py): for a test about what a
+        setting does, not about processes or the broker."""
+        env, keys, _ = self.environment(**overrides)
+        stack = InProcessStack(env, keys, self.logs.mktemp("logs"), twice=twice)
+        self.stacks.append(stack)
+        return stack.start()
+
+    def environment(self, **overrides: str) -> tuple[dict[str, str], dict[str, str], int]:
+        """A stack's environment (its own topic prefix and keys), its owners' keys, its gateway's port."""
         keys = {"alice": secrets.token_urlsafe(24), "bob": secrets.token_urlsafe(24)}
         port = free_port()
         env = {
@@ -199,18 +219,17 @@ class StackFactory:
             "DOCSUM_REDRIVE_IDLE_S": "0",
             **overrides,
         }
-        stack = Stack(env, f"http://127.0.0.1:{port}", keys, self.logs.mktemp("logs"), python=self.python)
-        self.stacks.append(stack)
-        for name in services:
-            stack.start(name)
-        if "gateway" in services:
-            stack.wait_ready()
-        return stack
+        return env, keys, port
 
     def stop_all(self, timeout: float = 5.0) -> None:
         """The session's end: every stack's processes SIGTERMed at once, SIGKILLed past `timeout` (what a
-        stop does is the graceful-stop tests' business, not the session's end's)."""
-        stop_together([s.processes.pop(name) for s in self.stacks for name in list(s.processes)], timeout)
+        stop does is the graceful-stop tests' business, not the session's end's); the in-process ones
+        stopped."""
+        stacks = [s for s in self.stacks if isinstance(s, Stack)]
+        stop_together([s.processes.pop(name) for s in stacks for name in list(s.processes)], timeout)
+        for stack in self.stacks:
+            if isinstance(stack, InProcessStack):
+                stack.stop_all()
 
 
 def stop_together(processes: list[subprocess.Popen[bytes]], timeout: float) -> None:

@@ -9,7 +9,7 @@ from dataclasses import replace
 import asyncpg
 
 from docsum_shared.events import Topic
-from docsum_shared.handlers import Handler
+from docsum_shared.handlers import Bound
 from docsum_shared.kafka import intake_topics
 from docsum_shared.pipeline.stage import Stage
 
@@ -32,7 +32,7 @@ def deps(settings: ParserSettings, pool: asyncpg.Pool) -> Deps:
     return Deps(DocumentRepository(pool), settings, worker)
 
 
-def intake_carriers(deps: Deps) -> Mapping[str, tuple[Topic, Handler]]:
+def intake_carriers(deps: Deps) -> Mapping[str, tuple[Topic, Bound[Deps]]]:
     """intake.<producer> → its messages are document-submitted events, handled knowing the producer:
     one consumer group reads them all."""
     return {
