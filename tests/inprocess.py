@@ -17,13 +17,12 @@ from collections.abc import Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import httpx
 import uvloop
 
 from docsum_shared.pipeline import plan
-from docsum_shared.pipeline.inprocess import Bus, run_in_process
+from docsum_shared.pipeline.inprocess import Bus, BusRecord, run_in_process
 from docsum_shared.settings import Settings
 
 _ENVIRON = threading.Lock()  # os.environ is the process's: one stack's settings are read at a time
@@ -72,6 +71,7 @@ class InProcessStack:
     keys: dict[str, str]  # owner -> API key
     logs: Path
     twice: bool = False  # deliver every event twice
+    services: tuple[str, ...] | None = None  # the stages to run (None: the whole plan)
     gateway_url: str = ""
     bus: Bus | None = None
     _thread: threading.Thread | None = None
@@ -86,7 +86,10 @@ class InProcessStack:
         async def main() -> None:
             self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
             try:
-                async with run_in_process(lambda stage: settings[stage.name], twice=self.twice) as running:
+                stages = [s for s in plan.stages() if self.services is None or s.name in self.services]
+                async with run_in_process(
+                    lambda stage: settings[stage.name], stages=stages, twice=self.twice, keep=True
+                ) as running:
                     self.bus = running.bus
                     started.set_result(running.url or "")
                     await self._stop.wait()
@@ -127,12 +130,16 @@ class InProcessStack:
         with contextlib.suppress(RuntimeError):  # its loop ended already
             loop.call_soon_threadsafe(stop.set)
         self._thread.join(timeout)
-        self._ended.result(0 if not self._thread.is_alive() else None)
+        if self._thread.is_alive():
+            raise TimeoutError(f"the in-process pipeline did not stop within {timeout}s:\n{self.log_tail()}")
+        self._ended.result()
 
     def log_tail(self, lines: int = 40) -> str:
         path = self.logs / "pipeline.log"
         text = path.read_text(errors="replace") if path.exists() else ""
         return "--- pipeline (in-process)\n" + "\n".join(text.splitlines()[-lines:])
 
-    def dead_letters(self) -> list[Any]:
-        return list(self.bus.dead_letters) if self.bus is not None else []
+    async def read_topics(self, topics: list[str]) -> list[BusRecord]:
+        """Every message published on `topics` (full names; `<topic>.dlq` for dead letters), in order."""
+        kept = self.bus.kept if self.bus is not None else None
+        return [record for record in list(kept or []) if record.topic in topics]

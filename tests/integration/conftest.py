@@ -17,6 +17,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
@@ -26,7 +27,7 @@ import pytest_asyncio
 from docsum_shared.db import migrate
 from tests.fake_llm import FakeLLM, FakeLLMServer, free_port
 from tests.inprocess import InProcessStack
-from tests.integration.helpers import eventually_blocking
+from tests.integration.helpers import eventually_blocking, read_topics
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("parser", "chunker", "summarizer", "merger", "gateway")
@@ -154,6 +155,10 @@ class Stack:
             base_url=self.gateway_url, headers={"Authorization": f"Bearer {self.keys[owner]}"}, timeout=60
         )
 
+    async def read_topics(self, topics: list[str]) -> list[Any]:
+        """Every record now on `topics` (full names; `<topic>.dlq` for dead letters), from the beginning."""
+        return await read_topics(self.env, topics)
+
     def log_tail(self, lines: int = 40) -> str:
         parts = []
         for path in sorted(self.logs.glob("*.log")):
@@ -161,6 +166,10 @@ class Stack:
             if path.exists():
                 parts.append(f"--- {name}\n" + "\n".join(path.read_text(errors="replace").splitlines()[-lines:]))
         return "\n".join(parts)
+
+
+# A test about what a setting does runs on either: the same environment, gateway, keys and topics.
+AnyStack = Stack | InProcessStack
 
 
 class StackFactory:
@@ -183,11 +192,13 @@ class StackFactory:
             stack.wait_ready()
         return stack
 
-    def in_process(self, *, twice: bool = False, **overrides: str) -> InProcessStack:
-        """The pipeline with these settings in this process (tests/inprocess.py): for a test about what a
-        setting does, not about processes or the broker."""
+    def in_process(
+        self, services: tuple[str, ...] | None = None, *, twice: bool = False, **overrides: str
+    ) -> InProcessStack:
+        """The pipeline (`services`' stages: all by default) with these settings in this process
+        (tests/inprocess.py): for a test about what a setting does, not about processes or the broker."""
         env, keys, _ = self.environment(**overrides)
-        stack = InProcessStack(env, keys, self.logs.mktemp("logs"), twice=twice)
+        stack = InProcessStack(env, keys, self.logs.mktemp("logs"), twice=twice, services=services)
         self.stacks.append(stack)
         return stack.start()
 
@@ -268,8 +279,15 @@ def _stacks_end_with_their_test(make_stack: StackFactory) -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def stack(make_stack: StackFactory) -> Stack:
-    """The stack most tests share: default settings, never killed."""
+    """The stack of processes on Kafka that tests about processes and the broker share: default settings,
+    never killed."""
     return make_stack()
+
+
+@pytest.fixture(scope="session")
+def pipeline(make_stack: StackFactory) -> InProcessStack:
+    """The in-process pipeline that tests about what docsum does share: default settings."""
+    return make_stack.in_process()
 
 
 @pytest_asyncio.fixture(scope="session")

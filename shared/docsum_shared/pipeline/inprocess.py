@@ -34,6 +34,7 @@ import asyncpg
 from ..db import connect_pool, migrate
 from ..events import TOPIC_OF, Event, Topic
 from ..handlers import Bound, Publish, Sender
+from ..kafka import DLQ_SUFFIX
 from ..settings import Settings
 from . import plan
 from .handling import Handling, Message, Routes
@@ -120,11 +121,14 @@ class Bus:
     """Kafka's place in the in-process runner: the events published, handed to every group that reads
     their topic. Also the `Publish` port the stages' loops and the gateway's routes are given."""
 
-    def __init__(self, settings: Settings, *, twice: bool = False) -> None:
+    def __init__(self, settings: Settings, *, twice: bool = False, keep: bool = False) -> None:
         self.settings = settings  # for the topics' full names
         self.twice = twice
         self.readers: dict[str, list[_Group]] = collections.defaultdict(list)
         self.dead_letters: list[DeadLetter] = []
+        # Every message published, dead letters on `<topic>.dlq` included, in order: what a test reads
+        # off the topics (`keep`; a topic on a broker keeps them too, but this one is in memory).
+        self.kept: list[BusRecord] | None = [] if keep else None
         self.published = 0
         self._offsets = itertools.count()
         self.stopping = asyncio.Event()
@@ -137,6 +141,12 @@ class Bus:
                 log.error("%s: dead-lettering %s@%d: %s", name, record.topic, record.offset, reason)
                 assert isinstance(record, BusRecord)
                 self.dead_letters.append(DeadLetter(name, record, reason))
+                if self.kept is not None:
+                    headers = [("error", reason[:4000].encode()), ("source-topic", record.topic.encode()),
+                               ("service", name.encode())]  # fmt: skip
+                    self.kept.append(
+                        BusRecord(record.topic + DLQ_SUFFIX, next(self._offsets), record.key, record.value, 0, headers)
+                    )
             else:
                 log.warning("%s: skipping %s@%d: %s", name, record.topic, record.offset, reason)
 
@@ -154,6 +164,8 @@ class Bus:
             topic = self.settings.topic(TOPIC_OF[type(event)])
             record = BusRecord(topic, next(self._offsets), event.key().encode(), event.to_bytes())
             self.published += 1
+            if self.kept is not None:
+                self.kept.append(record)
             for group in self.readers.get(topic, ()):
                 group.put(record)
                 if self.twice:
@@ -187,12 +199,14 @@ async def run_in_process(
     host: str = "127.0.0.1",
     port: int | None = 0,
     twice: bool = False,
+    keep: bool = False,
 ) -> AsyncIterator[Running]:
     """Run `stages` (default: the whole plan) in this event loop until the context ends. The gateway's
-    application, when it is among them, listens on `host`:`port` (0: a free port; None: not mounted)."""
+    application, when it is among them, listens on `host`:`port` (0: a free port; None: not mounted).
+    `twice`: every event delivered twice; `keep`: the bus keeps every message (Bus.kept)."""
     stages = list(plan.stages() if stages is None else stages)
     first = settings_of(stages[0])
-    bus = Bus(first, twice=twice)
+    bus = Bus(first, twice=twice, keep=keep)
     async with AsyncExitStack() as stack:
         running = Running(bus, None)
         migrated = False
