@@ -79,7 +79,9 @@ async def test_a_window_too_small_for_a_part_fails_that_chunk_and_nothing_is_red
     # for only about 60 Chinese characters:
     # English chunks go in parts, a Chinese chunk cannot be cut into parts of a useful size.
     server.llm.configure(max_prompt_tokens=381)
-    stack = make_stack.in_process(OPENAI_BASE_URL=server.base_url, DOCSUM_RECONCILE_IDLE_S="2", DOCSUM_MAINTENANCE_INTERVAL_S="1")
+    stack = make_stack.in_process(
+        OPENAI_BASE_URL=server.base_url, DOCSUM_RECONCILE_IDLE_S="2", DOCSUM_MAINTENANCE_INTERVAL_S="1"
+    )
     mixed = english_prose(6_000, seed=21) + "\n\n" + chinese_prose(2_500, seed=22)
     files = [("mixed.txt", mixed.encode(), "text/plain"), ("short.txt", b"A short note.", "text/plain")]
     lenient, strict = await asyncio.gather(_run(stack, files), _run(stack, files, strict="true"))
