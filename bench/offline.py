@@ -4,7 +4,7 @@ extractive backend (no LLM), beside raw pypdf extracting the text of the same pa
 The PDF is GnuTLS's manual (texinfo), which eval/real_pdfs.py fetches from Debian's gnutls-doc
 (`apt-get download`, cached in .run/eval/pdfs), cut to its first 200 pages in memory. The pipeline runs
 in the bench's process for the measure, every stage of the plan set to the extractive backend (the
-in-process runner, on the bench's PostgreSQL: what `python -m docsum_shared.pipeline` runs), while the
+in-process runner, on the bench's PostgreSQL: what `python -m docsum_pipeline` runs), while the
 stack of processes the other measures use stays as it is; a one-page PDF goes through it untimed first.
 """
 
