@@ -20,9 +20,9 @@ from pathlib import Path
 
 import httpx
 import uvloop
+from docsum_pipeline import plan
+from docsum_pipeline.inprocess import Bus, BusRecord, run_in_process
 
-from docsum_shared.pipeline import plan
-from docsum_shared.pipeline.inprocess import Bus, BusRecord, run_in_process
 from docsum_shared.settings import Settings
 
 _ENVIRON = threading.Lock()  # os.environ is the process's: one stack's settings are read at a time

@@ -38,9 +38,9 @@ from .db import connect_pool, migrate
 from .errors import Kind, classify
 from .events import TOPIC_OF, Event, Topic
 from .handlers import Bound, Publish
+from .handling import Handling, Message
 from .health import Ready, database_ready, listen, serve_health
 from .kafka import DLQ_SUFFIX, KafkaPublish, client_options, ensure_topics, make_producer, publish
-from .pipeline.handling import Handling, Message
 from .retry import MESSAGES, Tally, retry_until
 from .settings import S, Settings, service_settings
 

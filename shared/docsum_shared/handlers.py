@@ -10,7 +10,7 @@ publishes outside any handler (the gateway, the re-drives, the round scheduler) 
 and passes it to the `Publish` port it is given (Kafka's: `kafka.KafkaPublish`), never to a producer:
 the same loop runs whichever runner hands it the port. The contract documents' topic table (who
 sends, who receives, with which consumer group) is built from these declarations as the pipeline's
-plan lists them (docsum_shared.pipeline.plan, read by contracts/generate.py), never written by hand.
+plan lists them (docsum_pipeline.plan, read by contracts/generate.py), never written by hand.
 
 `handlers.handle(event, deps)` dispatches on the event's type; the consumer shell gets
 `handlers.bind(deps)`, one callable per topic. A unit test calls `handle` with in-memory fakes.

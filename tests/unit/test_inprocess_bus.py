@@ -8,11 +8,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from docsum_pipeline.inprocess import Bus
 
 from docsum_shared.errors import Poison
 from docsum_shared.events import ChunkSummarized, DocumentMerged, DocumentOutcome, Event, TaskEvent
 from docsum_shared.handlers import Handlers, Sender
-from docsum_shared.pipeline.inprocess import Bus
 from docsum_shared.settings import Settings
 from docsum_shared.states import TaskStatus
 

@@ -22,7 +22,7 @@ from docsum_shared.db import connect_pool, migrate
 from docsum_shared.handlers import Publish
 from docsum_shared.health import database_ready, listen, serve_health
 from docsum_shared.kafka import KafkaPublish, ensure_topics, make_producer
-from docsum_shared.pipeline.stage import Attach
+from docsum_shared.stage import Attach
 
 from . import settings as gateway_settings
 from .progress.recorder.consumer import record_until
@@ -77,7 +77,7 @@ def server(settings: GatewaySettings, app: FastAPI, **options: Any) -> uvicorn.C
 
 
 def serving(settings: GatewaySettings, attach: Attach) -> uvicorn.Config:
-    """The gateway stage's front (Stage.front): the application reaching the pipeline through `attach`,
+    """The gateway stage's front (docsum_pipeline.plan.FRONTS): the application reaching the pipeline through `attach`,
     served as `__main__` serves it."""
     return server(settings, create_app(settings, attach=attach))
 

@@ -2,7 +2,7 @@
 submitted, task-events, and their re-drives); its progress recorder reads every pipeline topic into
 each task's progress log (progress/recorder/), whose old entries its loop prunes. Its front is the
 application (app.py): served by `__main__` with the recorder on Kafka, or mounted by the in-process
-runner on its bus."""
+runner on its bus (the plan names it: the application wires this stage, not the other way)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import asyncpg
 
 from docsum_shared.consumer import Background
 from docsum_shared.handlers import Publish
-from docsum_shared.pipeline.stage import Stage
 from docsum_shared.redrive import REDRIVES
+from docsum_shared.stage import Stage
 
 from .progress.recorder.handlers import Deps, handlers
 from .progress.recorder.pruning import prune_until
@@ -40,5 +40,4 @@ STAGE = Stage(
     deps,
     loops=loops,
     senders=(GATEWAY, REDRIVES),
-    front="docsum_gateway.app:serving",
 )

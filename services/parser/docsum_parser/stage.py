@@ -11,7 +11,7 @@ import asyncpg
 from docsum_shared.events import Topic
 from docsum_shared.handlers import Bound
 from docsum_shared.kafka import intake_topics
-from docsum_shared.pipeline.stage import Stage
+from docsum_shared.stage import Stage
 
 from . import logfilter
 from .handlers import Deps, handlers

@@ -6,7 +6,8 @@
 Every stage of the plan is wired as the Kafka runner wires it (`Stage.consumer`: its dependencies, its
 handlers bound to them, its loops beside), on the given PostgreSQL; its handlers are called by the same
 `Handling` (decode, handle, publish what they return, the retry rule for messages, dead letters). The
-gateway's application is mounted through `create_app(settings)`, its routes publishing onto the bus.
+gateway's application is mounted as its `__main__` serves it (the plan's FRONTS), its routes publishing
+onto the bus.
 
 The bus keeps what the handlers rely on of Kafka: each event is carried as the bytes Kafka would carry
 and decoded again, every consumer group that reads its topic gets it, one key's events reach a group in
@@ -31,14 +32,15 @@ from typing import Any
 
 import asyncpg
 
-from ..db import connect_pool, migrate
-from ..events import TOPIC_OF, Event, Topic
-from ..handlers import Bound, Publish, Sender
-from ..kafka import DLQ_SUFFIX
-from ..settings import Settings
+from docsum_shared.db import connect_pool, migrate
+from docsum_shared.events import TOPIC_OF, Event, Topic
+from docsum_shared.handlers import Bound, Publish, Sender
+from docsum_shared.handling import Handling, Message, Routes
+from docsum_shared.kafka import DLQ_SUFFIX
+from docsum_shared.settings import Settings
+from docsum_shared.stage import Attach, Stage
+
 from . import plan
-from .handling import Handling, Message, Routes
-from .stage import Attach, Stage
 
 log = logging.getLogger(__name__)
 
@@ -218,10 +220,11 @@ async def run_in_process(
             if not migrated:
                 await migrate(pool)
                 migrated = True
-            if stage.front is not None:
+            front = plan.FRONTS.get(stage.name)
+            if front is not None:
                 if port is None:
                     continue
-                config = stage.served(settings, _attach(bus, stage))
+                config = front(settings, _attach(bus, stage))
                 running.url = await stack.enter_async_context(_served(config, host, port))
                 continue
             _wire(bus, stage, settings, pool, stack)

@@ -17,12 +17,12 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from .. import logs, telemetry
-from ..errors import Fail, classify
-from ..events import Event, Topic, decode
-from ..handlers import Bound
-from ..retry import Stopped, Tally, after_failure, for_messages, retry_until
-from ..settings import Settings
+from . import logs, telemetry
+from .errors import Fail, classify
+from .events import Event, Topic, decode
+from .handlers import Bound
+from .retry import Stopped, Tally, after_failure, for_messages, retry_until
+from .settings import Settings
 
 log = logging.getLogger(__name__)
 

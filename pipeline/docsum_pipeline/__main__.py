@@ -1,4 +1,4 @@
-"""The whole pipeline in one process: `python -m docsum_shared.pipeline`.
+"""The whole pipeline in one process: `python -m docsum_pipeline`.
 
 Every stage of the plan, run by the in-process runner, each with its settings read from the environment
 as its service reads them; the gateway answers on DOCSUM_GATEWAY_HOST:DOCSUM_GATEWAY_PORT. One process
@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from .. import logs
-from ..consumer import run_service
-from ..settings import service_settings
+from docsum_shared import logs
+from docsum_shared.consumer import run_service
+from docsum_shared.settings import service_settings
+
 from . import plan
 from .inprocess import run_in_process
 

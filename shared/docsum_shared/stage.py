@@ -1,4 +1,5 @@
-"""One stage of the pipeline, as its service declares it in its `stage` module: what it consumes (its
+"""One stage of the pipeline, as its service declares it in its `stage` module (the plan, docsum_pipeline,
+lists them): what it consumes (its
 handlers' registry, which says what each handler sends), how its dependencies are built, the loops
 that run beside its consumer, and what it publishes outside its handlers (its `Sender`s).
 
@@ -10,7 +11,6 @@ with the `Publish` port they publish through.
 from __future__ import annotations
 
 import asyncio
-import importlib
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -18,10 +18,10 @@ from typing import Any, Generic, TypeVar
 
 import asyncpg
 
-from ..consumer import Background, Consumer, serve
-from ..events import Topic
-from ..handlers import Bound, Handlers, Publish, Sender
-from ..settings import Settings
+from .consumer import Background, Consumer, serve
+from .events import Topic
+from .handlers import Bound, Handlers, Publish, Sender
+from .settings import Settings
 
 S = TypeVar("S", bound=Settings)
 D = TypeVar("D")
@@ -29,7 +29,8 @@ D = TypeVar("D")
 
 # How a stage's front (the gateway's application) reaches the rest of the pipeline: given its settings
 # and pool, an async context that runs the stage's own consumer meanwhile and yields the port it
-# publishes through. Kafka's is the gateway's own (app.on_kafka); the in-process runner's, its bus.
+# publishes through. Kafka's is the gateway's own (app.on_kafka); the in-process runner's, its bus
+# (docsum_pipeline.inprocess).
 Attach = Callable[[Any, asyncpg.Pool], AbstractAsyncContextManager[Publish]]
 
 
@@ -53,18 +54,6 @@ class Stage(Generic[S, D]):
     close: Callable[[D], Awaitable[None]] | None = None  # what its dependencies hold open
     # Topics (full names) whose messages are events of another topic, with handlers of their own.
     carriers: Callable[[D], Mapping[str, tuple[Topic, Bound[D]]]] | None = None
-    # What it serves to users: "module:function" of (settings, Attach) → its server's uvicorn.Config (the
-    # gateway's application, reaching the pipeline through the `Attach` given). Named by module, as the
-    # plan names stages: the front wires its stage, so the stage cannot import it. A stage with a front
-    # runs inside it, not beside a consumer.
-    front: str | None = None
-
-    def served(self, settings: S, attach: Attach) -> Any:
-        """The front's server, for `settings`, reaching the pipeline through `attach`."""
-        if self.front is None:
-            raise ValueError(f"the {self.name} stage serves nothing")
-        module, _, function = self.front.partition(":")
-        return getattr(importlib.import_module(module), function)(settings, attach)
 
     def consumer(self, settings: S, pool: asyncpg.Pool) -> Consumer:
         """The stage wired: its dependencies built, its handlers bound to them, its loops beside."""
