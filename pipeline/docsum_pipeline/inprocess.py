@@ -45,6 +45,7 @@ from . import plan
 log = logging.getLogger(__name__)
 
 SettingsOf = Callable[[Stage[Any, Any]], Settings]  # each stage's settings
+GRACE_S = 5.0  # how long the gateway's server waits for requests in flight when the runner stops
 
 
 @dataclass(frozen=True)
@@ -272,6 +273,10 @@ async def _served(config: Any, host: str, port: int) -> AsyncIterator[str]:
     import uvicorn  # the gateway's server: only a runner that mounts the gateway needs it
 
     sock = socket.create_server((host, port))
+    # A stream left open (a progress stream a client never closed) must not hold the runner's end: it
+    # waits this long for requests in flight, then closes what is left.
+    if config.timeout_graceful_shutdown is None:
+        config.timeout_graceful_shutdown = GRACE_S
     server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:

@@ -5,13 +5,14 @@ delivering every event twice changes nothing either (the handlers are idempotent
 
 from __future__ import annotations
 
+import asyncio
 import mimetypes
 from typing import Any
 
 import pytest
 
 from tests.integration.conftest import ROOT, StackFactory
-from tests.integration.helpers import Logs, submit, wait_for_task
+from tests.integration.helpers import Logs, submit, txt, wait_for_task
 
 EXAMPLES = sorted((ROOT / "examples").iterdir())
 
@@ -67,3 +68,15 @@ async def test_the_examples_end_the_same_through_either_runner(make_stack: Stack
     assert in_process == on_kafka
     assert twice == on_kafka
 
+
+
+@pytest.mark.asyncio
+async def test_a_stream_left_open_does_not_hold_the_in_process_runners_end(make_stack: StackFactory) -> None:
+    # The gateway alone: the task never moves, so its progress stream stays open until the server ends it.
+    stack = make_stack.in_process(("gateway",))
+    async with stack.client() as client:
+        task_id = await submit(client, [txt("note.txt", "A short note.")])
+        headers = {"Accept": "text/event-stream"}
+        async with client.stream("GET", f"/v1/tasks/{task_id}/events", headers=headers) as response:
+            assert response.status_code == 200
+            await asyncio.to_thread(stack.stop_all, 20.0)  # TimeoutError if the open stream held it
