@@ -46,8 +46,8 @@ test-unit: setup deploy-tools
 # a whole run).
 lint: setup
 	.venv/bin/ruff check .
-	.venv/bin/ruff format --check shared services cli
-	.venv/bin/mypy --cache-dir .run/mypy-lint shared/docsum_shared services/*/docsum_* cli/docsum_cli tests
+	.venv/bin/ruff format --check shared services pipeline cli
+	.venv/bin/mypy --cache-dir .run/mypy-lint shared/docsum_shared services/*/docsum_* pipeline/docsum_pipeline cli/docsum_cli tests
 	.venv/bin/python contracts/generate.py --check
 	.venv/bin/python deploy/generate.py --check
 

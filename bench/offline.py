@@ -2,20 +2,19 @@
 extractive backend (no LLM), beside raw pypdf extracting the text of the same pages.
 
 The PDF is GnuTLS's manual (texinfo), which eval/real_pdfs.py fetches from Debian's gnutls-doc
-(`apt-get download`, cached in .run/eval/pdfs), cut to its first 200 pages in memory. The services
-that read the backend setting are restarted with the extractive one for the measure, a one-page PDF
-goes through them untimed, and they are restarted as they were after it.
+(`apt-get download`, cached in .run/eval/pdfs), cut to its first 200 pages in memory. The pipeline runs
+in the bench's process for the measure, every stage of the plan set to the extractive backend (the
+in-process runner, on the bench's PostgreSQL: what `python -m docsum_pipeline` runs), while the
+stack of processes the other measures use stays as it is; a one-page PDF goes through it untimed first.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import io
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,11 +30,6 @@ EVAL = Path(__file__).resolve().parents[1] / "eval"
 PACKAGE = "gnutls-doc"  # its manual has ~790 pages
 PAGES = 200
 RAW_RUNS = 3  # raw pypdf's figure is the best of these
-# Who reads DOCSUM_LLM_BACKEND: the summarizer and the merger summarize with it, the chunker decides by
-# it whether a task's calls are paid for (cost holds), the gateway whether to show an endpoint. Not the
-# parser.
-BACKEND_READERS = ("gateway", "chunker", "summarizer", "merger")
-OFFLINE_ENV = {"DOCSUM_LLM_BACKEND": "extractive"}
 
 
 @dataclass(frozen=True)
@@ -82,11 +76,11 @@ class OfflineRun:
         raw = ", ".join(f"{s:.2f}" for s in self.raw_seconds)
         return (
             f"{self.sample.name} from Debian's {PACKAGE} ({self.sample.pages_in_whole} pages), its first {PAGES}"
-            f" pages ({len(self.sample.data) / 2**20:.2f} MB), submitted as one task to the services restarted"
-            f" with `DOCSUM_LLM_BACKEND=extractive` ({', '.join(BACKEND_READERS)}): {self.chunks} chunks,"
+            f" pages ({len(self.sample.data) / 2**20:.2f} MB), submitted as one task to the whole pipeline in the"
+            f" bench's process (the in-process runner) with `DOCSUM_LLM_BACKEND=extractive`: {self.chunks} chunks,"
             f" {self.status} in {self.seconds:.1f} s. Raw pypdf, `PdfReader(...).pages[i].extract_text()` over"
             f" the same {PAGES} pages in the bench's process: {raw} s (the best counts). The CPU table's"
-            ' "stand-in + client" holds these runs.'
+            ' "stand-in + client" holds these runs, the pipeline\'s included.'
         )
 
 
@@ -131,36 +125,17 @@ def raw_pypdf_seconds(data: bytes, runs: int = RAW_RUNS) -> tuple[float, ...]:
     return tuple(spent)
 
 
-@contextlib.contextmanager
-def extractive_services(bench: Bench) -> Iterator[None]:
-    """The backend's readers restarted with the extractive backend and a one-page PDF summarized untimed
-    (the first task after a start pays for connections and group joins, the parser's first PDF for
-    starting its worker); then restarted as they were. Nothing is restarted without a sample."""
-    if isinstance(sample(), str):
-        yield
-        return
-    _restart(bench, OFFLINE_ENV)
-    try:
-        bench.run_task([("warm-up.pdf", make_pdf([bench.text(1_800)]))])
-        yield
-    finally:
-        _restart(bench, {})
-
-
-def _restart(bench: Bench, env: dict[str, str]) -> None:
-    stack = bench.stack
-    for name in BACKEND_READERS:
-        stack.stop(name)
-    for name in BACKEND_READERS:
-        stack.start(name, **env)
-    bench.wait_ready(stack, iter(BACKEND_READERS))
-
-
 def measure(bench: Bench) -> OfflineRun | str:
-    """The sample through the services (set by `extractive_services`), then through raw pypdf; a string
-    says why there is no sample."""
+    """The sample through the pipeline in this process with the extractive backend (a one-page PDF
+    first, untimed: the first task pays for connections and the parser's worker), then through raw
+    pypdf; a string says why there is no sample."""
     found = sample()
     if isinstance(found, str):
         return found
-    seconds, task = bench.run_task([(found.name, found.data)])
+    pipeline = bench.factory.in_process(DOCSUM_LLM_BACKEND="extractive")
+    try:
+        bench.run_task([("warm-up.pdf", make_pdf([bench.text(1_800)]))], stack=pipeline)
+        seconds, task = bench.run_task([(found.name, found.data)], stack=pipeline)
+    finally:
+        pipeline.stop_all()
     return OfflineRun(found, seconds, task["status"], bench.chunks_of(task), raw_pypdf_seconds(found.data))

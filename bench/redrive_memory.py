@@ -27,7 +27,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from docsum_gateway.routers import maintenance  # noqa: E402
 from docsum_gateway.settings import GatewaySettings  # noqa: E402
-from docsum_shared import redrive  # noqa: E402
 from docsum_shared.db import migrate  # noqa: E402
 from docsum_shared.events import ChunkCreated  # noqa: E402
 from tests.integration.conftest import create_database, drop_database, start_infra  # noqa: E402
@@ -68,16 +67,15 @@ async def main(server_url: str, chunks: int, tasks: int, batch: int) -> None:
         sizes: list[int] = []
         alive: list[int] = []
 
-        async def counting(producer: Any, settings: Any, events: Any, **kw: Any) -> None:
+        async def counting(events: Any, *, sender: Any) -> None:  # the Publish port the route is given
             sizes.append(len(events))
             alive.append(sum(1 for o in gc.get_objects() if type(o) is ChunkCreated))
 
-        redrive.publish = counting  # type: ignore[assignment]
         settings = GatewaySettings(_env_file=None, redrive_batch_events=batch, redrives_per_minute=0)
         gc.collect()
         tracemalloc.start()
         started = time.monotonic()
-        answer = await maintenance.reconcile(owner, pool, None, settings)  # type: ignore[arg-type]
+        answer = await maintenance.reconcile(owner, pool, counting, settings)
         await asyncio.gather(*maintenance._publishing)
         elapsed = time.monotonic() - started
         _, peak = tracemalloc.get_traced_memory()

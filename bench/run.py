@@ -42,7 +42,7 @@ from tests.documents import (  # noqa: E402
     make_scanned_pdf,
 )
 from tests.fake_llm import FakeLLM, FakeLLMServer  # noqa: E402
-from tests.integration.conftest import SERVICES, Stack, StackFactory, drop_database, start_infra  # noqa: E402
+from tests.integration.conftest import SERVICES, AnyStack, Stack, StackFactory, drop_database, start_infra  # noqa: E402
 from tests.integration.helpers import paid_twice  # noqa: E402
 from tests.shipped import shipped_environment  # noqa: E402
 
@@ -138,7 +138,7 @@ class Bench:
     # --- one task, timed ----------------------------------------------------------------------
 
     def run_task(
-        self, files: list[tuple[str, bytes]], *, stack: Stack | None = None, options: dict[str, str] | None = None
+        self, files: list[tuple[str, bytes]], *, stack: AnyStack | None = None, options: dict[str, str] | None = None
     ) -> tuple[float, dict]:
         """Seconds from the submit request to COMPLETED as `docsum` sees it (the CLI's own submit and
         wait: it follows the task's progress stream), and the task."""
@@ -473,8 +473,8 @@ def b9_latency(bench: Bench, figures: list[Figure]) -> None:
 
 
 def b10_offline(bench: Bench, figures: list[Figure]) -> None:
-    """A real 200-page PDF through the services with the extractive backend (bench/offline.py; the
-    services set by `offline.extractive_services`), beside raw pypdf on the same pages."""
+    """A real 200-page PDF through the pipeline with the extractive backend (bench/offline.py: the
+    in-process runner), beside raw pypdf on the same pages."""
     run = offline.measure(bench)
     measure = f"offline extractive end to end, {offline.PAGES}-page PDF (pages/s)"
     if isinstance(run, str):  # no PDF to measure: said in the figure
@@ -603,7 +603,6 @@ def main() -> None:
             # counted, restarted as they were after.
             settings: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
                 "B1": lambda: warmed_up(bench),
-                "B10": lambda: offline.extractive_services(bench),
             }
             chunks: dict[str, int] = {}
             for name, step in steps:

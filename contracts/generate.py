@@ -16,7 +16,7 @@ replicas, the message key), each message's payload (the topic's JSON Schema, inl
 components.schemas) with an example built from the model, and what docsum sends and receives on each.
 
 Who sends and who receives each topic is found in the code, not written here (`found_roles`): the
-pipeline's plan (docsum_shared.pipeline.plan) names each stage, whose `Handlers` registry says what
+pipeline's plan (docsum_pipeline.plan) names each stage, whose `Handlers` registry says what
 it receives and, per handler, what it emits, and whose `Sender`s say what else it publishes. Only
 the words for what each does are written here
 (SENDS, RECEIVES), and generation fails while the code and the words disagree.
@@ -37,12 +37,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from docsum_pipeline.plan import stages
 from pydantic import BaseModel, ValidationError
 
 from docsum_shared.events import EVENT_TYPES, INTAKE_TOPIC, TOPIC_OF, Topic, decode
 from docsum_shared.handlers import Handlers, Sender
 from docsum_shared.kafka import DLQ_SUFFIX, topic_partitions
-from docsum_shared.pipeline.plan import stages
 from docsum_shared.settings import Settings, env_name
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"

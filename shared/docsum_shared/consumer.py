@@ -25,25 +25,23 @@ import itertools
 import logging
 import signal
 import sys
-import traceback
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import asyncpg
 import uvloop
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
-from pydantic import ValidationError
 
 from . import logs, metrics, telemetry
 from .db import connect_pool, migrate
-from .errors import Fail, Kind, classify
-from .events import TOPIC_OF, Event, Topic, decode
-from .handlers import Bound, Handler, Publish
+from .errors import Kind, classify
+from .events import TOPIC_OF, Event, Topic
+from .handlers import Bound, Publish
+from .handling import Handling, Message
 from .health import Ready, database_ready, listen, serve_health
 from .kafka import DLQ_SUFFIX, KafkaPublish, client_options, ensure_topics, make_producer, publish
-from .retry import MESSAGES, Stopped, Tally, after_failure, for_messages, retry_until
+from .retry import MESSAGES, Tally, retry_until
 from .settings import S, Settings, service_settings
 
 log = logging.getLogger(__name__)
@@ -52,9 +50,6 @@ log = logging.getLogger(__name__)
 # through (here Kafka's, on the consumer's producer).
 Background = Callable[[Publish], Coroutine[Any, Any, None]]
 
-# A message is handled again while its failure passes (retry.py's rule for messages): a bug gets a
-# few tries, what is the message's own fault goes to the dead-letter topic at once.
-LIMITS = for_messages()
 POLL_MS = 200
 # Messages held per in-flight slot, waiting in their key's lane included: bounds the memory a run of
 # one key's messages can take while that key is busy.
@@ -64,8 +59,6 @@ LAG_EVERY_S = 5.0  # how often the consumer lag gauges are refreshed
 # stop): a crash redelivers at most this much finished work, which the idempotent handlers absorb;
 # a commit per message would be a broker round trip per message.
 COMMIT_EVERY_S = 1.0
-# At most this many messages of one key go to a handler that takes them together (Handlers.on_many).
-MAX_TOGETHER = 64
 
 
 @dataclass
@@ -148,12 +141,12 @@ class ConsumerService:
         self,
         name: str,
         settings: Settings,
-        handlers: Mapping[Topic, Handler],
+        handlers: Mapping[Topic, Bound[Any]],
         *,
         max_inflight: int | None = None,
         background: Background | None = None,
         dead_letters: bool = True,
-        carriers: Mapping[str, tuple[Topic, Handler]] | None = None,
+        carriers: Mapping[str, tuple[Topic, Bound[Any]]] | None = None,
     ) -> None:
         self.background = background
         # False for a reader beside the topic's owner (the gateway's progress recorder): a message it
@@ -163,7 +156,7 @@ class ConsumerService:
         self.settings = settings
         for handler in handlers.values():
             # The contract documents name each registry's group: the one it runs in must be that one.
-            if isinstance(handler, Bound) and handler.handlers.group not in (None, name):
+            if handler.handlers.group not in (None, name):
                 raise ValueError(f"handlers of group {handler.handlers.group!r} run in consumer group {name!r}")
         self.handlers = {settings.topic(topic): (topic, handler) for topic, handler in handlers.items()}
         # Topics (full names) that carry the events of another topic, each with a handler of its own: the
@@ -181,6 +174,7 @@ class ConsumerService:
             max_poll_interval_ms=settings.max_poll_interval_ms,
         )
         self._stopping = asyncio.Event()
+        self._handling = Handling(name, settings, self.handlers, self._emit, self._dead_letter, self._stopping)
         self._progress: dict[TopicPartition, _PartitionProgress] = {}
         self._tasks: dict[Lane, asyncio.Task[None]] = {}  # one per lane being handled
         self._lanes = _Lanes()
@@ -289,13 +283,12 @@ class ConsumerService:
         """Handle the messages of one key in offset order, in one slot, until none waits (several at
         once where the topic's handler takes them together)."""
         partition = lane[0]
-        _, handler = self.handlers[partition.topic]
-        most = MAX_TOGETHER if isinstance(handler, Bound) and handler.takes_many else 1
+        most = self._handling.most(partition.topic)
         self._in_flight.inc()
         try:
             while records := self._lanes.leading(lane, most):
                 with metrics.HANDLER_SECONDS.labels(self.name, partition.topic).time():
-                    handled = await self._process_leading(records)
+                    handled = await self._handling.leading(records)
                 if not handled:
                     return  # asked to stop: the rest of the lane is handed back too
                 for record in records[:handled]:
@@ -345,104 +338,13 @@ class ConsumerService:
         for tp in partitions if partitions is not None else list(self._progress):
             self._progress.pop(tp, None)
 
-    # --- one message, or several of one key ----------------------------------------------------
-
-    async def _process_leading(self, records: list[ConsumerRecord]) -> int:
-        """Handle the first of `records`, or as many of them as the handler takes together; how many are
-        done (handled or dead-lettered), 0 if handed back."""
-        topic, handler = self.handlers[records[0].topic]
-        try:
-            head = decode(topic, records[0].value)
-        except ValidationError:
-            return int(await self._process(records[0]))  # dead-lettered there, with the reason
-        if len(records) < 2 or not isinstance(handler, Bound) or not handler.together([head]):
-            return int(await self._process(records[0], head))
-        events = [head]
-        for record in records[1:]:
-            try:
-                events.append(decode(topic, record.value))
-            except ValidationError:
-                break  # a malformed one is dead-lettered on its own, when its turn comes
-        events = events[: handler.together(events)]
-        if len(events) < 2:
-            return int(await self._process(records[0], head))
-        return await self._handle_together(records[: len(events)], handler, events)
-
-    async def _handle_together(self, records: list[ConsumerRecord], handler: Bound[Any], events: list[Event]) -> int:
-        """Several events of one key in one call: retried as one message would be; past a failure that
-        is not passing, each is handled on its own (so one bad message is dead-lettered alone)."""
-        ids = {**_log_ids(events[0]), "chunk_id": None}  # the key's ids: one document's, one task's
-        what = f"{records[0].topic}@{records[0].offset}..{records[-1].offset}"
-        topic = self.handlers[records[0].topic][0]
-        with (
-            logs.bound(**ids),
-            telemetry.consumer_span(self.name, topic, records[0], ids, self.settings.group(self.name)),
-        ):
-            try:
-                await self._attempt(what, lambda: handler.many(events))
-                return len(records)
-            except Stopped:
-                return 0
-            except Exception as exc:  # noqa: BLE001 - each is tried on its own next, and logged there
-                log.warning("%s: %s failed together (%s); handling each alone", self.name, what, exc)
-        for done, (record, event) in enumerate(zip(records, events, strict=True)):
-            if not await self._process(record, event):
-                return done
-        return len(records)
-
-    async def _process(self, record: ConsumerRecord, event: Event | None = None) -> bool:
-        """Handle one message (`event`, when decoded already); True once it is done (handled or
-        dead-lettered), False if handed back."""
-        topic, handler = self.handlers[record.topic]
-        if event is None:
-            try:
-                event = decode(topic, record.value)
-            except ValidationError as exc:
-                with telemetry.consumer_span(self.name, topic, record, {}):
-                    await self._dead_letter(record, f"malformed {topic} event: {exc.errors(include_url=False)}")
-                return True
-        # Every log line of the handler carries these ids; its span continues the trace of the record's
-        # traceparent header, and the events it publishes carry the span's.
-        ids = _log_ids(event)
-        with logs.bound(**ids), telemetry.consumer_span(self.name, topic, record, ids, self.settings.group(self.name)):
-            try:
-                await self._attempt(f"{record.topic}@{record.offset}", partial(handler, event))
-            except Stopped:
-                return False  # asked to stop: hand the message back
-            except Exception as exc:
-                await self._dead_letter(record, "".join(traceback.format_exception_only(exc)).strip())
-            return True
-
-    async def _attempt(self, what: str, handle: Callable[[], Awaitable[list[Event]]]) -> None:
-        """Handle and publish what the handler returns, tried again while the failure passes; raises
-        Stopped when asked to stop, and the failure once it is the message's (or an unexpected one
-        persists), to be dead-lettered."""
-
-        async def attempt() -> None:
-            await self._emit(await handle())
-
-        def decide(exc: Exception, tally: Tally) -> float | None:
-            kind = classify(exc)
-            step = after_failure(kind, 0, tally[kind], LIMITS, retry_after=getattr(exc, "retry_after", None))
-            if isinstance(step, Fail):
-                if kind is None:
-                    log.exception("%s: giving up on %s", self.name, what, exc_info=exc)
-                return None  # the message's own fault (an item failure the handler did not take, too): dead-letter it
-            log.warning(
-                "%s: %s: %s on %s (attempt %d); retrying in %.1fs",
-                self.name, type(exc).__name__, exc, what, tally.total(), step.seconds,
-            )  # fmt: skip
-            return step.seconds
-
-        await retry_until(attempt, decide, stop=self._stopping)
-
     async def _emit(self, events: list[Event]) -> None:
         """Publish what a handler returned; done once Kafka has acknowledged every event."""
         await publish(self.producer, self.settings, events, sender=None)  # checked by the handlers' registry
         for event in events:
             metrics.PRODUCED.labels(self.name, self.settings.topic(TOPIC_OF[type(event)])).inc()
 
-    async def _dead_letter(self, record: ConsumerRecord, reason: str) -> None:
+    async def _dead_letter(self, record: Message, reason: str) -> None:
         if not self.dead_letters:
             log.warning("skipping %s[%d]@%d: %s", record.topic, record.partition, record.offset, reason)
             return
@@ -480,15 +382,6 @@ class ConsumerService:
                 lambda exc, tally: MESSAGES.delay(tally.total()),
             )
         metrics.DEAD_LETTERED.labels(self.name, record.topic).inc()
-
-
-def _log_ids(event: Event) -> dict[str, str | None]:
-    return {
-        "task_id": event.task_id,
-        "document_id": getattr(event, "document_id", None),
-        "chunk_id": getattr(event, "chunk_id", None),
-        "trace_id": event.trace_id,
-    }
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -535,11 +428,11 @@ def _service_of_main() -> str:
 class Consumer:
     """One consumer group of a service: its handlers and how many messages it handles at once."""
 
-    handlers: Mapping[Topic, Handler]
+    handlers: Mapping[Topic, Bound[Any]]
     max_inflight: int | None = None
     group_suffix: str = ""  # a second group in the same service (e.g. "-retry")
     # Topics (full names) whose messages are events of another topic, with their own handlers.
-    carriers: Mapping[str, tuple[Topic, Handler]] = field(default_factory=dict)
+    carriers: Mapping[str, tuple[Topic, Bound[Any]]] = field(default_factory=dict)
     # What its handlers hold open (an LLM client's connections), closed once it has stopped.
     close: Callable[[], Awaitable[None]] | None = None
     # What runs beside it, with its publishing port, for as long as it consumes (a service's loops).
@@ -550,7 +443,7 @@ async def serve(
     name: str,
     stop: asyncio.Event,
     model: type[S],
-    build: Callable[[S, asyncpg.Pool], Mapping[Topic, Handler] | list[Consumer]],
+    build: Callable[[S, asyncpg.Pool], Mapping[Topic, Bound[Any]] | list[Consumer]],
 ) -> None:
     """Connect to Postgres (migrating it), then consume until `stop` is set.
 

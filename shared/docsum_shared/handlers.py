@@ -10,7 +10,7 @@ publishes outside any handler (the gateway, the re-drives, the round scheduler) 
 and passes it to the `Publish` port it is given (Kafka's: `kafka.KafkaPublish`), never to a producer:
 the same loop runs whichever runner hands it the port. The contract documents' topic table (who
 sends, who receives, with which consumer group) is built from these declarations as the pipeline's
-plan lists them (docsum_shared.pipeline.plan, read by contracts/generate.py), never written by hand.
+plan lists them (docsum_pipeline.plan, read by contracts/generate.py), never written by hand.
 
 `handlers.handle(event, deps)` dispatches on the event's type; the consumer shell gets
 `handlers.bind(deps)`, one callable per topic. A unit test calls `handle` with in-memory fakes.
@@ -34,7 +34,6 @@ from .events import TOPIC_OF, Event, Topic
 
 D = TypeVar("D")
 T = TypeVar("T")
-Handler = Callable[[Event], Awaitable[list[Event]]]
 
 
 @dataclass(frozen=True)
@@ -137,8 +136,9 @@ class Handlers(Generic[D]):
         """Handle events that `together` said go together."""
         return self._checked(type(events[0]), await self._many[type(events[0])](events, deps))
 
-    def bind(self, deps: D, *types: type[Event]) -> Mapping[Topic, Handler]:
-        """The consumer shell's view: topic → handler, for `types` (default: every registered type)."""
+    def bind(self, deps: D, *types: type[Event]) -> Mapping[Topic, Bound[D]]:
+        """What a runner calls: topic → the handlers bound to `deps`, for `types` (default: every
+        registered type)."""
         bound = Bound(self, deps)
         return {TOPIC_OF[t]: bound for t in types or tuple(self._by_type)}
 

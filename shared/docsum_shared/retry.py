@@ -19,9 +19,11 @@ By kind (`Limits` gives the numbers; `None` means no end):
 - None (an unexpected failure, a bug): Wait, up to `unexpected` times.
 
 Who uses which limits: `for_chunks` (the summarizer), `for_merges` (the merger), `for_messages` (the
-consumer shell). `retry_until` runs an attempt until it returns, asking a `decide` function after each
-failure; `keep_running` is every background loop of the services (start again after a failure, with
-back-off); `until_deadline` waits for infrastructure at start-up.
+consumer shell), `for_flex` (a flex call refused for lack of capacity, in the OpenAI backend),
+`for_claims` (a chunk another handling holds, in the summarizer). `retry_until` runs an attempt until it
+returns, asking a `decide` function after each failure: `llm_retry` is the one for an item's LLM call
+(a chunk's summary, a merge); `keep_running` is every background loop of the services (start again
+after a failure, with back-off); `until_deadline` waits for infrastructure at start-up.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from .errors import Fail, ItemFailed, Kind, classify
+from .errors import Fail, ItemFailed, Kind, LLMError, classify
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -134,6 +136,19 @@ def for_messages(backoff: Backoff = MESSAGES) -> Limits:
     return Limits(backoff, unexpected=3)
 
 
+def for_flex(tries: int, backoff: Backoff = FLEX) -> Limits:
+    """A flex call refused for lack of flex capacity (not our rate limit): waited out as a rate limit,
+    up to `tries` refusals in a row; the Fail after that sends it at the default tier, so that a task
+    never stalls on flex capacity."""
+    return Limits(backoff, rate_limit_waits=tries)
+
+
+def for_claims(every_s: float) -> Limits:
+    """A chunk another handling holds under its lease: claimed again every `every_s`, without end and
+    without counting an attempt (the holder's call is the attempt; its lease's expiry the backstop)."""
+    return Limits(Backoff(base_s=every_s, cap_s=every_s, jitter=0.0))
+
+
 class NextRound(Exception):
     """A Later step raised out of `retry_until`: the item waits `seconds` for its next round."""
 
@@ -142,9 +157,9 @@ class NextRound(Exception):
         self.seconds = seconds
 
 
-def obey(step: Step, exc: Exception) -> float:
+def obey(step: Step, exc: Exception | None = None) -> float:
     """A step as `retry_until`'s `decide` gives it: the seconds of a Wait; a Later raises NextRound and
-    a Fail raises ItemFailed (from `exc`)."""
+    a Fail raises ItemFailed (from `exc`, the failure that led to it, if any)."""
     if isinstance(step, Wait):
         return step.seconds
     if isinstance(step, Later):
@@ -184,6 +199,35 @@ async def retry_until(attempt: Callable[[], Awaitable[T]], decide: Decide, *, st
                 raise
         if not await _waited(delay, stop):
             raise Stopped()
+
+
+# What an item does with the step of its failed LLM call before the step is obeyed (store the failure,
+# log it): the failure, its kind, the step, and the item's failed attempts stored (0 for a rate limit).
+Then = Callable[[Exception, Kind, Step, int], Awaitable[None]]
+
+
+def llm_retry(
+    limits: Limits, stored_attempts: Callable[[Tally], Awaitable[int]], then: Then
+) -> Callable[[Exception, Tally], Awaitable[float | None]]:
+    """The `decide` of an item's LLM call (a chunk's summary, a merge) for `retry_until`.
+
+    A failure that is no LLMError (infrastructure, a bug: the consumer shell's), or an LLMError that is
+    neither passing nor a rate limit (a refusal: it fails the item as ItemFailed), is raised as it is.
+    The others get `after_failure`'s step: `stored_attempts(tally)` gives the item's failed attempts
+    stored, this one included (asked of a passing failure only: a rate limit never counts); `then` sees
+    the step; then it is obeyed (Wait: its seconds; Later: NextRound; Fail: ItemFailed)."""
+
+    async def decide(exc: Exception, tally: Tally) -> float | None:
+        kind = classify(exc)
+        if not isinstance(exc, LLMError) or kind not in (Kind.RETRIABLE, Kind.RATE_LIMITED):
+            return None
+        failures = await stored_attempts(tally) if kind is Kind.RETRIABLE else 0
+        retry_after = getattr(exc, "retry_after", None)
+        step = after_failure(kind, failures, tally[kind], limits, retry_after=retry_after, said=str(exc))
+        await then(exc, kind, step, failures)
+        return obey(step, exc)
+
+    return decide
 
 
 async def keep_running(

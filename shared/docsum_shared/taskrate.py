@@ -1,12 +1,16 @@
 """The per-owner limit on new tasks (DOCSUM_TASKS_PER_MINUTE), one for every way a task is created: the
 gateway's POST /v1/tasks and a producer's first message of a task on Kafka. Counted in PostgreSQL
 (table task_rate_limits), so every gateway and parser replica shares it.
+
+The same gate counts an owner's re-drives (DOCSUM_REDRIVES_PER_MINUTE, table redrive_gates): `book`
+takes the table.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import asyncpg
 
@@ -33,17 +37,27 @@ def admit_task(tat: float | None, now: float, per_minute: int) -> Admission:
     return Admission(True, start + interval, 0)
 
 
-async def book_task(conn: asyncpg.Connection, owner: str, per_minute: int) -> Admission:
-    """Book one task creation for `owner`, on the database's clock, with the owner's row locked while
+# The tables an owner's rate is counted in: each has `owner text PRIMARY KEY` and `tat float8 NOT NULL`.
+RateTable = Literal["task_rate_limits", "redrive_gates"]
+
+
+async def book(conn: asyncpg.Connection, table: RateTable, owner: str, per_minute: int) -> Admission:
+    """Book one arrival for `owner` in `table`, on the database's clock, with the owner's row locked while
     the decision is made. Call it inside a transaction: the booking commits (or rolls back) with it, so a
-    caller that books and then creates the task in the same transaction counts exactly the tasks made."""
-    await conn.execute("INSERT INTO task_rate_limits (owner, tat) VALUES ($1, 0) ON CONFLICT (owner) DO NOTHING", owner)
+    caller that books and then does what it booked in the same transaction counts exactly what was done."""
+    if table not in get_args(RateTable):  # the name goes into the SQL: only the known tables
+        raise ValueError(f"no rate is counted in {table!r}")
+    await conn.execute(f"INSERT INTO {table} (owner, tat) VALUES ($1, 0) ON CONFLICT (owner) DO NOTHING", owner)
     row = await conn.fetchrow(
-        "SELECT tat, extract(epoch FROM clock_timestamp())::float8 AS now FROM task_rate_limits"
-        " WHERE owner = $1 FOR UPDATE",
+        f"SELECT tat, extract(epoch FROM clock_timestamp())::float8 AS now FROM {table} WHERE owner = $1 FOR UPDATE",
         owner,
     )
     decision = admit_task(row["tat"], row["now"], per_minute)
     if decision.allowed:
-        await conn.execute("UPDATE task_rate_limits SET tat = $2 WHERE owner = $1", owner, decision.tat)
+        await conn.execute(f"UPDATE {table} SET tat = $2 WHERE owner = $1", owner, decision.tat)
     return decision
+
+
+async def book_task(conn: asyncpg.Connection, owner: str, per_minute: int) -> Admission:
+    """Book one task creation for `owner` (see `book`)."""
+    return await book(conn, "task_rate_limits", owner, per_minute)

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from docsum_chunker.policy import CutChunk, StoredChunk
+from docsum_chunker.policy import ChunkRef, CutChunk
 from docsum_chunker.repository import HOLDS_FROM, LockedTask, ParsedDocument, TaskCuts, token_estimate
 from docsum_shared.approval import Approved, Hold
 from docsum_shared.states import DocumentStatus, TaskStatus
@@ -38,7 +38,7 @@ class DocumentRow:
 class ChunkerState:
     tasks: dict[str, TaskRow] = field(default_factory=dict)
     documents: dict[str, DocumentRow] = field(default_factory=dict)
-    chunks: dict[str, tuple[str, StoredChunk]] = field(default_factory=dict)  # chunk id -> its document, itself
+    chunks: dict[str, tuple[str, ChunkRef]] = field(default_factory=dict)  # chunk id -> its document, itself
 
 
 class FakeChunkTransaction:
@@ -54,7 +54,7 @@ class FakeChunkTransaction:
         doc.status, doc.chunk_total = DocumentStatus.SUMMARIZING, len(rows)
         doc.prompt_tokens = sum(token_estimate(r) for r in rows)
         for r in rows:
-            self._state.chunks.setdefault(r.id, (self._document_id, StoredChunk(r.id, r.index)))
+            self._state.chunks.setdefault(r.id, (self._document_id, ChunkRef(r.id, r.index)))
         return True
 
     async def cuts(self) -> TaskCuts:
@@ -90,7 +90,7 @@ class FakeChunkRepository:
         repo.state.documents[document_id] = DocumentRow("t", doc.status, doc.text)
         return repo
 
-    def add_chunks(self, document_id: str, chunks: Sequence[StoredChunk]) -> None:
+    def add_chunks(self, document_id: str, chunks: Sequence[ChunkRef]) -> None:
         for chunk in chunks:
             self.state.chunks[chunk.id] = (document_id, chunk)
 
@@ -110,7 +110,7 @@ class FakeChunkRepository:
             return None
         return ParsedDocument(doc.status, doc.text, self.state.tasks[doc.task_id].status)
 
-    async def stored_chunks(self, document_id: str) -> list[StoredChunk]:
+    async def stored_chunks(self, document_id: str) -> list[ChunkRef]:
         return sorted((c for d, c in self.state.chunks.values() if d == document_id), key=lambda c: c.index)
 
     @asynccontextmanager

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
@@ -25,7 +26,8 @@ import pytest_asyncio
 
 from docsum_shared.db import migrate
 from tests.fake_llm import FakeLLM, FakeLLMServer, free_port
-from tests.integration.helpers import eventually_blocking
+from tests.inprocess import InProcessStack
+from tests.integration.helpers import eventually_blocking, read_topics
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("parser", "chunker", "summarizer", "merger", "gateway")
@@ -153,6 +155,10 @@ class Stack:
             base_url=self.gateway_url, headers={"Authorization": f"Bearer {self.keys[owner]}"}, timeout=60
         )
 
+    async def read_topics(self, topics: list[str]) -> list[Any]:
+        """Every record now on `topics` (full names; `<topic>.dlq` for dead letters), from the beginning."""
+        return await read_topics(self.env, topics)
+
     def log_tail(self, lines: int = 40) -> str:
         parts = []
         for path in sorted(self.logs.glob("*.log")):
@@ -160,6 +166,10 @@ class Stack:
             if path.exists():
                 parts.append(f"--- {name}\n" + "\n".join(path.read_text(errors="replace").splitlines()[-lines:]))
         return "\n".join(parts)
+
+
+# A test about what a setting does runs on either: the same environment, gateway, keys and topics.
+AnyStack = Stack | InProcessStack
 
 
 class StackFactory:
@@ -170,9 +180,30 @@ class StackFactory:
         self, infra: dict[str, str], llm: FakeLLMServer, logs: pytest.TempPathFactory, python: str = sys.executable
     ) -> None:
         self.infra, self.llm, self.logs, self.python = infra, llm, logs, python
-        self.stacks: list[Stack] = []
+        self.stacks: list[Stack | InProcessStack] = []
 
     def __call__(self, services: tuple[str, ...] = SERVICES, **overrides: str) -> Stack:
+        env, keys, port = self.environment(**overrides)
+        stack = Stack(env, f"http://127.0.0.1:{port}", keys, self.logs.mktemp("logs"), python=self.python)
+        self.stacks.append(stack)
+        for name in services:
+            stack.start(name)
+        if "gateway" in services:
+            stack.wait_ready()
+        return stack
+
+    def in_process(
+        self, services: tuple[str, ...] | None = None, *, twice: bool = False, **overrides: str
+    ) -> InProcessStack:
+        """The pipeline (`services`' stages: all by default) with these settings in this process
+        (tests/inprocess.py): for a test about what a setting does, not about processes or the broker."""
+        env, keys, _ = self.environment(**overrides)
+        stack = InProcessStack(env, keys, self.logs.mktemp("logs"), twice=twice, services=services)
+        self.stacks.append(stack)
+        return stack.start()
+
+    def environment(self, **overrides: str) -> tuple[dict[str, str], dict[str, str], int]:
+        """A stack's environment (its own topic prefix and keys), its owners' keys, its gateway's port."""
         keys = {"alice": secrets.token_urlsafe(24), "bob": secrets.token_urlsafe(24)}
         port = free_port()
         env = {
@@ -199,18 +230,17 @@ class StackFactory:
             "DOCSUM_REDRIVE_IDLE_S": "0",
             **overrides,
         }
-        stack = Stack(env, f"http://127.0.0.1:{port}", keys, self.logs.mktemp("logs"), python=self.python)
-        self.stacks.append(stack)
-        for name in services:
-            stack.start(name)
-        if "gateway" in services:
-            stack.wait_ready()
-        return stack
+        return env, keys, port
 
     def stop_all(self, timeout: float = 5.0) -> None:
         """The session's end: every stack's processes SIGTERMed at once, SIGKILLed past `timeout` (what a
-        stop does is the graceful-stop tests' business, not the session's end's)."""
-        stop_together([s.processes.pop(name) for s in self.stacks for name in list(s.processes)], timeout)
+        stop does is the graceful-stop tests' business, not the session's end's); the in-process ones
+        stopped."""
+        stacks = [s for s in self.stacks if isinstance(s, Stack)]
+        stop_together([s.processes.pop(name) for s in stacks for name in list(s.processes)], timeout)
+        for stack in self.stacks:
+            if isinstance(stack, InProcessStack):
+                stack.stop_all()
 
 
 def stop_together(processes: list[subprocess.Popen[bytes]], timeout: float) -> None:
@@ -249,8 +279,15 @@ def _stacks_end_with_their_test(make_stack: StackFactory) -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def stack(make_stack: StackFactory) -> Stack:
-    """The stack most tests share: default settings, never killed."""
+    """The stack of processes on Kafka that tests about processes and the broker share: default settings,
+    never killed."""
     return make_stack()
+
+
+@pytest.fixture(scope="session")
+def pipeline(make_stack: StackFactory) -> InProcessStack:
+    """The in-process pipeline that tests about what docsum does share: default settings."""
+    return make_stack.in_process()
 
 
 @pytest_asyncio.fixture(scope="session")

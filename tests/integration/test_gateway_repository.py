@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from docsum_gateway.repository import TaskRepository
+from docsum_gateway.repository import RedriveGates, TaskRepository
 from docsum_shared.options import TaskOptions
-from tests.repositories.gateway import GatewayRepositoryContract, StoredDocument, StoredTask
+from tests.repositories.gateway import GatewayRepositoryContract, RedriveGatesContract, StoredDocument, StoredTask
 
 pytestmark = pytest.mark.integration
 
@@ -38,3 +38,13 @@ class TestTaskRepository(GatewayRepositoryContract):
 
     async def tasks_of(self, owner: str) -> list[str]:
         return [r["id"] for r in await self.db.fetch("SELECT id FROM tasks WHERE owner = $1", owner)]
+
+
+class TestRedriveGates(RedriveGatesContract):
+    @pytest.fixture(autouse=True)
+    async def _gates(self, repository_db: asyncpg.Pool) -> None:
+        self.db = repository_db
+        self.gates = RedriveGates(repository_db)
+
+    async def stored_tat(self, owner: str) -> float | None:
+        return await self.db.fetchval("SELECT tat FROM redrive_gates WHERE owner = $1", owner)

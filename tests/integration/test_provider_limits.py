@@ -4,7 +4,8 @@ A stand-in whose context window is small, with no DOCSUM_LLM_CONTEXT_TOKENS set:
 window from the first refusals (stored in Postgres for every replica) and plans every request under
 it. A window too small for a part of a chunk fails that chunk with a message naming the setting. A
 merge refused for another reason fails its document with the provider's message. Each test runs its
-own stand-in, so its learned window and its ledger are its own.
+own stand-in, so its learned window and its ledger are its own, and the pipeline in-process (what is
+tested is what the settings and the provider's answers do, not processes or the broker).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import pytest
 
 from tests.documents import chinese_prose, english_prose, make_pdf
 from tests.fake_llm import FakeLLM, FakeLLMServer
-from tests.integration.conftest import Stack, StackFactory
-from tests.integration.helpers import dlq_names, read_topics, wait_for_task
+from tests.integration.conftest import AnyStack, StackFactory
+from tests.integration.helpers import dlq_names, wait_for_task
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +31,7 @@ def server() -> Iterator[FakeLLMServer]:
         yield server
 
 
-async def _run(stack: Stack, files: list[tuple[str, bytes, str]], **form: str) -> dict[str, Any]:
+async def _run(stack: AnyStack, files: list[tuple[str, bytes, str]], **form: str) -> dict[str, Any]:
     async with stack.client() as client:
         created = await client.post("/v1/tasks", files=[("files", f) for f in files], data=form or None)
         assert created.status_code == 201, created.text
@@ -49,7 +50,7 @@ async def test_a_small_window_is_learned_and_every_document_completes(
     make_stack: StackFactory, server: FakeLLMServer, db: asyncpg.Pool
 ) -> None:
     server.llm.configure(max_prompt_tokens=2_000)
-    stack = make_stack(OPENAI_BASE_URL=server.base_url)
+    stack = make_stack.in_process(OPENAI_BASE_URL=server.base_url)
     pages = [english_prose(1_100, seed=1000 + i) for i in range(200)]
     files = [
         ("report.pdf", make_pdf(pages), "application/pdf"),
@@ -78,7 +79,9 @@ async def test_a_window_too_small_for_a_part_fails_that_chunk_and_nothing_is_red
     # for only about 60 Chinese characters:
     # English chunks go in parts, a Chinese chunk cannot be cut into parts of a useful size.
     server.llm.configure(max_prompt_tokens=381)
-    stack = make_stack(OPENAI_BASE_URL=server.base_url, DOCSUM_RECONCILE_IDLE_S="2", DOCSUM_MAINTENANCE_INTERVAL_S="1")
+    stack = make_stack.in_process(
+        OPENAI_BASE_URL=server.base_url, DOCSUM_RECONCILE_IDLE_S="2", DOCSUM_MAINTENANCE_INTERVAL_S="1"
+    )
     mixed = english_prose(6_000, seed=21) + "\n\n" + chinese_prose(2_500, seed=22)
     files = [("mixed.txt", mixed.encode(), "text/plain"), ("short.txt", b"A short note.", "text/plain")]
     lenient, strict = await asyncio.gather(_run(stack, files), _run(stack, files, strict="true"))
@@ -106,7 +109,7 @@ async def test_a_merge_refused_for_another_reason_fails_its_document_and_the_tas
 ) -> None:
     # The provider refuses every document merge (their prompts share these words); chunks pass.
     server.llm.configure(reject_marker="summaries of consecutive parts")
-    stack = make_stack(OPENAI_BASE_URL=server.base_url)
+    stack = make_stack.in_process(OPENAI_BASE_URL=server.base_url)
     files = [
         ("long.txt", english_prose(20_000, seed=31).encode(), "text/plain"),
         ("short.txt", english_prose(1_500, seed=32).encode(), "text/plain"),
@@ -120,4 +123,4 @@ async def test_a_merge_refused_for_another_reason_fails_its_document_and_the_tas
     assert _by_name(task)["short.txt"]["status"] == "COMPLETED"
     refused = [e for e in server.llm.entries(status=400) if "summaries of consecutive parts" in e.prompt]
     assert len(refused) == 1  # a refusal is final: not retried, not re-driven
-    assert await read_topics(stack.env, dlq_names(stack.env)) == []
+    assert await stack.read_topics(dlq_names(stack.env)) == []

@@ -16,7 +16,7 @@ import pytest
 
 from docsum_chunker.chunking import Chunk
 from docsum_chunker.handlers import Repository
-from docsum_chunker.policy import CutChunk, StoredChunk
+from docsum_chunker.policy import ChunkRef, CutChunk
 from docsum_chunker.repository import LockedTask, ParsedDocument, TaskCuts
 from docsum_shared.approval import Approved, Hold
 from docsum_shared.states import DocumentStatus, TaskStatus
@@ -88,7 +88,7 @@ class ChunkerRepositoryContract(ABC):
         async with self.repo.locked(document) as tx:
             assert await tx.store_chunks(list(reversed(rows))) is True
         assert (await self.repo.load(document) or _missing()).status is DocumentStatus.SUMMARIZING
-        assert await self.repo.stored_chunks(document) == [StoredChunk(r.id, r.index) for r in rows]
+        assert await self.repo.stored_chunks(document) == [ChunkRef(r.id, r.index) for r in rows]
 
     async def test_chunks_are_stored_once_a_second_cut_changes_nothing(self) -> None:
         document = await self.given_document(await self.given_task())
@@ -97,7 +97,7 @@ class ChunkerRepositoryContract(ABC):
             assert await tx.store_chunks(first)
         async with self.repo.locked(document) as tx:
             assert await tx.store_chunks(cut_chunks(document, 5)) is False
-        assert await self.repo.stored_chunks(document) == [StoredChunk(r.id, r.index) for r in first]
+        assert await self.repo.stored_chunks(document) == [ChunkRef(r.id, r.index) for r in first]
 
     @pytest.mark.parametrize("status", NOT_CHUNKING)
     async def test_no_chunk_is_stored_for_a_document_that_is_not_chunking(self, status: DocumentStatus) -> None:

@@ -3,6 +3,9 @@ its owner's, stored whole or not at all, as TaskRepository keeps them on Postgre
 
 A subclass gives `repo` and reads back what it stored (no load of the gateway's returns it: the read
 side is docsum_shared.readmodel).
+
+And the owners' re-drive gates (RedriveGatesContract): one claim at a time per owner, held under a
+lease only its own claim renews or releases, at most so many claims a minute, a refusal spending nothing.
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ from typing import Protocol
 import asyncpg
 import pytest
 
-from docsum_gateway.repository import NewDocument, new_id
+from docsum_gateway.repository import Gate, NewDocument, Running, new_id
 from docsum_gateway.uploads import Spool, UploadedFile
 from docsum_shared.options import TaskOptions
 from docsum_shared.states import DocumentStatus, TaskStatus
+from docsum_shared.taskrate import Admission
 
 
 class TaskStore(Protocol):
@@ -27,6 +31,12 @@ class TaskStore(Protocol):
         self, owner: str, title: str | None, documents: list[NewDocument], options: TaskOptions
     ) -> str: ...
     async def task_status(self, task_id: str) -> str | None: ...
+
+
+class GateStore(Protocol):
+    async def claim(self, owner: str, per_minute: int, lease_s: float) -> Gate | Running | Admission: ...
+    async def renew(self, gate: Gate, lease_s: float) -> None: ...
+    async def release(self, gate: Gate) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -147,3 +157,77 @@ class GatewayRepositoryContract(abc.ABC):
 
     async def test_the_status_of_no_such_task_is_none(self) -> None:
         assert await self.repo.task_status(new_id()) is None
+
+
+LEASE_S = 60.0  # a lease that outlives every case
+OVER = 0.0  # a lease over as soon as it is taken: the next claim finds the gate open
+
+
+async def _gate(store: GateStore, owner: str, per_minute: int = 0, lease_s: float = LEASE_S) -> Gate:
+    claimed = await store.claim(owner, per_minute, lease_s)
+    assert isinstance(claimed, Gate), claimed
+    return claimed
+
+
+class RedriveGatesContract(abc.ABC):
+    gates: GateStore
+
+    @abc.abstractmethod
+    async def stored_tat(self, owner: str) -> float | None:
+        """The owner's theoretical arrival time as stored (None: no row)."""
+
+    async def test_a_claim_holds_the_gate_until_it_is_released(self) -> None:
+        owner = _owner()
+        gate = await _gate(self.gates, owner)
+        assert gate.owner == owner
+        assert await self.gates.claim(owner, 0, LEASE_S) == Running()
+        assert isinstance(await self.gates.claim(_owner(), 0, LEASE_S), Gate)  # another owner's gate is its own
+        await self.gates.release(gate)
+        again = await _gate(self.gates, owner)
+        assert again.claimed_at != gate.claimed_at  # a new token
+
+    async def test_a_gate_whose_lease_ran_out_is_claimed_again(self) -> None:
+        owner = _owner()
+        await _gate(self.gates, owner, lease_s=OVER)
+        assert isinstance(await self.gates.claim(owner, 0, LEASE_S), Gate)
+
+    async def test_renewing_holds_the_gate_past_its_first_lease(self) -> None:
+        owner = _owner()
+        gate = await _gate(self.gates, owner, lease_s=OVER)
+        await self.gates.renew(gate, LEASE_S)
+        assert await self.gates.claim(owner, 0, LEASE_S) == Running()
+
+    async def test_a_stale_claim_neither_renews_nor_releases_a_newer_one(self) -> None:
+        owner = _owner()
+        stale = await _gate(self.gates, owner, lease_s=OVER)
+        await _gate(self.gates, owner)  # its lease ran out: a newer claim holds the gate
+        await self.gates.release(stale)
+        assert await self.gates.claim(owner, 0, LEASE_S) == Running()
+        await self.gates.renew(stale, OVER)  # would end the newer lease, were it the stale claim's
+        assert await self.gates.claim(owner, 0, LEASE_S) == Running()
+
+    async def test_claims_are_counted_per_owner_at_the_rate(self) -> None:
+        owner = _owner()
+        for _ in range(2):
+            await self.gates.release(await _gate(self.gates, owner, per_minute=2))
+        tat = await self.stored_tat(owner)
+        refused = await self.gates.claim(owner, 2, LEASE_S)
+        assert isinstance(refused, Admission) and not refused.allowed
+        assert 1 <= refused.retry_after_s <= 30  # the next slot: 60/2 s after the burst of 2
+        assert await self.stored_tat(owner) == tat  # a refusal books nothing
+        assert isinstance(await self.gates.claim(_owner(), 2, LEASE_S), Gate)  # another owner's rate is its own
+
+    async def test_a_claim_refused_as_running_spends_no_rate(self) -> None:
+        owner = _owner()
+        gate = await _gate(self.gates, owner, per_minute=2)
+        tat = await self.stored_tat(owner)
+        assert await self.gates.claim(owner, 2, LEASE_S) == Running()
+        assert await self.stored_tat(owner) == tat
+        await self.gates.release(gate)
+        assert isinstance(await self.gates.claim(owner, 2, LEASE_S), Gate)  # the second of two a minute
+
+    async def test_no_rate_books_nothing(self) -> None:
+        owner = _owner()
+        for _ in range(3):
+            await self.gates.release(await _gate(self.gates, owner, per_minute=0))
+        assert await self.stored_tat(owner) == 0.0

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from docsum_chunker.policy import CutChunk, StoredChunk
+from docsum_chunker.policy import ChunkRef, CutChunk
 from docsum_shared.approval import Approved, Hold
 from docsum_shared.states import DocumentStatus, TaskStatus
 from tests.fakes.chunker import DocumentRow, FakeChunkRepository, FakeChunkTransaction, TaskRow
@@ -50,7 +50,7 @@ class CutsTwice(FakeChunkTransaction):
             return False
         doc.status, doc.chunk_total = DocumentStatus.SUMMARIZING, len(rows)
         for r in rows:
-            self._state.chunks[r.id] = (self._document_id, StoredChunk(r.id, r.index))
+            self._state.chunks[r.id] = (self._document_id, ChunkRef(r.id, r.index))
         return True
 
 

@@ -31,7 +31,7 @@ TASK_ID = "0b0e4d6c-2f49-4f3a-9a57-1d5f7c1e2a10"
 
 
 class Untouchable:
-    """A pool or producer that must not be used."""
+    """A pool or publishing port that must not be used."""
 
     def __getattr__(self, name: str) -> Any:
         raise AssertionError(f"the database or broker was reached ({name})")
@@ -41,7 +41,7 @@ def _app(**settings: Any) -> Any:
     # No task rate limit: it is booked in PostgreSQL (tests/integration/test_gateway_keys.py).
     app = create_app(GatewaySettings(api_keys=f"alice={KEY}", **{"tasks_per_minute": 0, **settings}))
     app.state.pool = Untouchable()
-    app.state.producer = Untouchable()
+    app.state.publish = Untouchable()
     return app
 
 

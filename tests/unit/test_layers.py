@@ -14,6 +14,7 @@ PACKAGES = [
     ROOT / "shared" / "docsum_shared",
     ROOT / "cli" / "docsum_cli",
     *sorted((ROOT / "services").glob("*/docsum_*")),
+    ROOT / "pipeline" / "docsum_pipeline",
 ]
 # Libraries that open sockets, files or processes: a consumer of the contract must not need them.
 IO_LIBRARIES = {"asyncpg", "aiokafka", "openai", "httpx", "fastapi", "uvicorn", "prometheus_client", "opentelemetry"}

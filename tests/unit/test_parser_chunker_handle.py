@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from docsum_chunker import handlers as chunker
-from docsum_chunker.policy import StoredChunk
+from docsum_chunker.policy import ChunkRef
 from docsum_chunker.repository import ParsedDocument
 from docsum_chunker.settings import ChunkerSettings
 from docsum_parser import handlers as parser
@@ -94,7 +94,7 @@ async def test_chunker_stores_every_chunk_then_announces_each() -> None:
 
 async def test_chunker_replay_announces_stored_chunks_again_without_cutting() -> None:
     repo = FakeChunkRepository.holding("d", ParsedDocument(DocumentStatus.SUMMARIZING, "text", TaskStatus.PROCESSING))
-    repo.add_chunks("d", [StoredChunk("d-c00000", 0), StoredChunk("d-c00001", 1)])
+    repo.add_chunks("d", [ChunkRef("d-c00000", 0), ChunkRef("d-c00001", 1)])
     out = await chunker.handle(PARSED, chunker.Deps(repo, CHUNKER))
     assert repo.transactions == 0 and [e.chunk_id for e in out if isinstance(e, ChunkCreated)] == [
         "d-c00000",

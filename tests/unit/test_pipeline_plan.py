@@ -4,8 +4,12 @@ the event contract, as the stages' handlers and senders declare it."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
+from docsum_pipeline.plan import stages
+
 from docsum_shared.events import EVENT_TYPES, TOPIC_OF, Topic
-from docsum_shared.pipeline.plan import stages
+from docsum_shared.handlers import Publish
 
 # The design's table, by topic: (the stages whose handlers send it, the stage that owns its consumption).
 # The gateway's progress recorder reads every topic beside its owner; task-finished is for other systems.
@@ -65,3 +69,24 @@ def test_every_topic_is_produced_where_the_table_says() -> None:
         assert sent == by_handlers, topic
         beside = {s.name for s in plan for sender in s.senders if any(TOPIC_OF[out] is topic for out in sender.emits)}
         assert beside == SENT_BESIDE[topic], topic
+
+
+def test_the_gateway_is_served_through_its_front_as_its_main_serves_it() -> None:
+    from contextlib import asynccontextmanager
+
+    from docsum_pipeline.plan import FRONTS
+    from fastapi import FastAPI
+
+    from docsum_gateway.settings import GatewaySettings
+
+    @asynccontextmanager
+    async def attach(settings: object, pool: object) -> AsyncIterator[Publish]:
+        raise AssertionError("not started here")
+        yield
+
+    settings = GatewaySettings(api_keys="alice=" + "k" * 24)
+    config = FRONTS["gateway"](settings, attach)
+    assert set(FRONTS) == {"gateway"}
+    assert isinstance(config.app, FastAPI)
+    served = (config.http, config.ws_per_message_deflate, config.ws_max_size)
+    assert served == ("h11", False, settings.ws_max_message_bytes)

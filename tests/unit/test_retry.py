@@ -11,14 +11,18 @@ from docsum_shared.retry import (
     Backoff,
     Later,
     NextRound,
+    Step,
     Stopped,
     Tally,
     Wait,
     after_failure,
     for_chunks,
+    for_claims,
+    for_flex,
     for_merges,
     for_messages,
     keep_running,
+    llm_retry,
     obey,
     retry_until,
     until_deadline,
@@ -64,6 +68,66 @@ def test_what_is_the_items_or_the_messages_own_fails_at_once_and_a_bug_is_tried_
     assert after_failure(None, 0, 2, limits) == Wait(0.0)
     assert after_failure(None, 0, 3, limits, said="bug") == Fail("bug")
     assert after_failure(Kind.RETRIABLE, 10_000, 10_000, limits) == Wait(0.0)  # infrastructure: no end
+
+
+def test_a_flex_refusal_is_waited_out_as_a_rate_limit_then_given_up() -> None:
+    limits = for_flex(tries=3, backoff=NOW)
+    assert after_failure(Kind.RATE_LIMITED, 0, 2, limits, retry_after=0.0) == Wait(0.0)
+    assert isinstance(after_failure(Kind.RATE_LIMITED, 0, 3, limits), Fail)  # the default tier, from here on
+
+
+def test_a_held_chunk_is_claimed_again_at_a_steady_pace_without_end() -> None:
+    limits = for_claims(0.5)
+    assert after_failure(Kind.RETRIABLE, 0, 1, limits) == Wait(0.5)
+    assert after_failure(Kind.RETRIABLE, 0, 10_000, limits) == Wait(0.5)  # no jitter, no growth, no end
+    assert obey(after_failure(Kind.RETRIABLE, 0, 3, limits)) == 0.5
+
+
+class _Item:
+    """An item's side of `llm_retry`: one failed attempt stored before this run, the steps it saw."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+        self.seen: list[tuple[Kind, Step, int]] = []
+
+    async def stored_attempts(self, tally: Tally) -> int:
+        self.asked += 1
+        return 1 + tally[Kind.RETRIABLE]
+
+    async def then(self, exc: Exception, kind: Kind, step: Step, failures: int) -> None:
+        self.seen.append((kind, step, failures))
+
+
+async def test_an_items_llm_call_waits_out_rate_limits_without_counting_them() -> None:
+    item = _Item()
+    decide = llm_retry(for_chunks(5, 2, 30.0, backoff=NOW), item.stored_attempts, item.then)
+    assert await decide(RateLimited("429", retry_after=2.0), Tally({Kind.RATE_LIMITED: 1})) == 2.0
+    assert item.asked == 0 and item.seen == [(Kind.RATE_LIMITED, Wait(2.0), 0)]
+
+
+async def test_an_items_llm_call_tries_in_place_then_waits_for_its_round_then_fails() -> None:
+    item = _Item()
+    decide = llm_retry(for_chunks(4, 2, 30.0, backoff=NOW), item.stored_attempts, item.then)
+    failure = ProviderUnavailable("503")
+    assert await decide(failure, Tally({Kind.RETRIABLE: 1})) == 0.0
+    with pytest.raises(NextRound) as later:
+        await decide(failure, Tally({Kind.RETRIABLE: 2}))
+    assert later.value.seconds == 30.0
+    with pytest.raises(ItemFailed, match="gave up after 4 attempts: 503"):
+        await decide(failure, Tally({Kind.RETRIABLE: 3}))
+    assert item.seen == [
+        (Kind.RETRIABLE, Wait(0.0), 2),
+        (Kind.RETRIABLE, Later(30.0), 3),
+        (Kind.RETRIABLE, Fail("gave up after 4 attempts: 503"), 4),
+    ]
+
+
+async def test_an_items_llm_call_leaves_refusals_infrastructure_and_bugs_to_their_own_rules() -> None:
+    item = _Item()
+    decide = llm_retry(for_merges(3, backoff=NOW), item.stored_attempts, item.then)
+    for exc in (RequestRefused("400"), ConnectionResetError("the database went away"), KeyError("bug")):
+        assert await decide(exc, Tally({classify(exc): 1})) is None  # raised as it is
+    assert item.asked == 0 and item.seen == []
 
 
 def test_obey_turns_a_step_into_a_wait_or_the_exception_that_ends_it() -> None:

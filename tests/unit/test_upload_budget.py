@@ -34,7 +34,7 @@ def _app(idle_s: float = 30.0) -> Any:
     )
     app = create_app(settings)
     app.state.pool = Untouchable()
-    app.state.producer = Untouchable()
+    app.state.publish = Untouchable()
     return app
 
 

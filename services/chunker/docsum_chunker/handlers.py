@@ -15,7 +15,7 @@ from docsum_shared.events import ChunkCreated, DocumentMerged, DocumentParsed, E
 from docsum_shared.handlers import Handlers, required
 from docsum_shared.states import DocumentStatus, TaskStatus, takes_work
 
-from .policy import CutChunk, HoldRule, StoredChunk, announce, cut, failed, hold_rule, should_announce_again
+from .policy import ChunkRef, CutChunk, HoldRule, announce, cut, failed, hold_rule, should_announce_again
 from .repository import LockedTask, ParsedDocument, TaskCuts
 from .settings import ChunkerSettings
 
@@ -34,7 +34,7 @@ class Transaction(Protocol):
 
 class Repository(Protocol):
     async def load(self, document_id: str) -> ParsedDocument | None: ...
-    async def stored_chunks(self, document_id: str) -> list[StoredChunk]: ...
+    async def stored_chunks(self, document_id: str) -> list[ChunkRef]: ...
     def locked(self, document_id: str, *, task: bool = True) -> AbstractAsyncContextManager[Transaction]: ...
     async def fail(self, document_id: str, error: str) -> None: ...
 

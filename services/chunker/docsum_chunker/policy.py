@@ -24,8 +24,8 @@ class CutChunk:
 
 
 @dataclass(frozen=True)
-class StoredChunk:
-    """A chunk row as stored: what announcing it takes."""
+class ChunkRef:
+    """A stored chunk, by its id and index: what announcing it takes (its text stays in its row)."""
 
     id: str
     index: int
@@ -60,7 +60,7 @@ def failed(event: DocumentParsed) -> DocumentMerged:
     return event.next(DocumentMerged, document_id=event.document_id, outcome=DocumentOutcome.FAILED)
 
 
-def announce(event: DocumentParsed, rows: Sequence[StoredChunk | CutChunk]) -> list[ChunkCreated]:
+def announce(event: DocumentParsed, rows: Sequence[ChunkRef | CutChunk]) -> list[ChunkCreated]:
     return [event.next(ChunkCreated, document_id=event.document_id, chunk_id=r.id, chunk_index=r.index) for r in rows]
 
 

@@ -13,7 +13,7 @@ from docsum_shared.positions import chunk_window
 from docsum_shared.states import DocumentStatus, TaskStatus
 from docsum_shared.text import estimate_tokens_upper
 
-from .policy import CutChunk, StoredChunk
+from .policy import ChunkRef, CutChunk
 
 
 @dataclass(frozen=True)
@@ -148,11 +148,11 @@ class ChunkRepository:
             status=DocumentStatus(row["status"]), text=row["text"], task_status=TaskStatus(row["task_status"])
         )
 
-    async def stored_chunks(self, document_id: str) -> list[StoredChunk]:
+    async def stored_chunks(self, document_id: str) -> list[ChunkRef]:
         rows = await self.pool.fetch(
             "SELECT id, chunk_index FROM chunks WHERE document_id = $1 ORDER BY chunk_index", document_id
         )
-        return [StoredChunk(r["id"], r["chunk_index"]) for r in rows]
+        return [ChunkRef(r["id"], r["chunk_index"]) for r in rows]
 
     @asynccontextmanager
     async def locked(self, document_id: str, *, task: bool = True) -> AsyncIterator[ChunkTransaction]:

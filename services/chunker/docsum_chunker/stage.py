@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from docsum_shared.pipeline.stage import Stage
+from docsum_shared.stage import Stage
 
 from .handlers import Deps, handlers
 from .repository import ChunkRepository

@@ -10,7 +10,7 @@ from docsum_shared import telemetry
 from docsum_shared.health import listen
 
 from . import logs
-from .app import create_app
+from .app import create_app, server
 from .settings import ConfigError, load_settings
 
 
@@ -31,18 +31,7 @@ def main() -> None:
     admin_key = [settings.admin_key.get_secret_value()] if settings.admin_key else []
     logs.configure(secrets=[*api_keys, *admin_key], log_format=settings.log_format)
     telemetry.setup("gateway", settings.trace_file)
-    config = uvicorn.Config(
-        create_app(settings, health_socket),
-        log_config=None,
-        loop="uvloop",  # as every service's (consumer.run_service)
-        # h11, whatever else is installed: its bound on a request's line and headers (16 KB) holds.
-        http="h11",
-        ws_ping_interval=settings.progress_heartbeat_s,  # the progress WebSocket's heartbeat
-        ws_max_size=settings.ws_max_message_bytes,
-        # No compression: a client's 16 KB of deflated bytes would inflate to a whole message in the server,
-        # and the progress entries are small.
-        ws_per_message_deflate=False,
-    )
+    config = server(settings, create_app(settings, health_socket), loop="uvloop")  # uvloop: as every service's
     uvicorn.Server(config).run(sockets=[api_socket])
 
 

@@ -1,4 +1,5 @@
-"""The gateway's FastAPI application."""
+"""The gateway's FastAPI application, and the server that serves it (`server`: the same for `__main__` and
+for the in-process runner)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import asyncio
 import re
 import socket
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
+import asyncpg
+import uvicorn
 from fastapi import FastAPI, Request, Response, status
 from fastapi.exception_handlers import http_exception_handler
 from prometheus_fastapi_instrumentator import Instrumentator
@@ -16,8 +19,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from docsum_shared import telemetry
 from docsum_shared.db import connect_pool, migrate
+from docsum_shared.handlers import Publish
 from docsum_shared.health import database_ready, listen, serve_health
-from docsum_shared.kafka import ensure_topics, make_producer
+from docsum_shared.kafka import KafkaPublish, ensure_topics, make_producer
+from docsum_shared.stage import Attach
 
 from . import settings as gateway_settings
 from .progress.recorder.consumer import record_until
@@ -25,10 +30,63 @@ from .progress.streams import ProgressFeed
 from .routers import keys, maintenance, progress, tasks, web
 from .security import Tickets, ticket_secret
 from .settings import GatewaySettings
+from .stage import STAGE
 from .uploads import SpoolBudget
 
 
-def create_app(settings: GatewaySettings | None = None, health_socket: socket.socket | None = None) -> FastAPI:
+@asynccontextmanager
+async def on_kafka(settings: GatewaySettings, pool: asyncpg.Pool) -> AsyncIterator[Publish]:
+    """How the application reaches the pipeline unless a runner attaches it otherwise (Attach): the
+    routes publish with a producer of their own, the progress recorder reads every topic, and the
+    stage's loop prunes the log beside it."""
+    await ensure_topics(settings)
+    producer = make_producer(settings)
+    await producer.start()
+    port = KafkaPublish(producer, settings)
+    loops = STAGE.consumer(settings, pool).background
+    pruning = asyncio.create_task(loops(port)) if loops is not None else None
+    stop_recording = asyncio.Event()
+    recording = asyncio.create_task(record_until(stop_recording, settings, pool))
+    try:
+        yield port
+    finally:
+        if pruning is not None:
+            pruning.cancel()
+        stop_recording.set()
+        try:
+            await asyncio.wait_for(recording, settings.drain_timeout_s + 5)
+        except Exception:  # noqa: BLE001 - stopping anyway; what it did not commit is redelivered
+            recording.cancel()
+        await producer.stop()
+
+
+def server(settings: GatewaySettings, app: FastAPI, **options: Any) -> uvicorn.Config:
+    """How the application is served, wherever it runs."""
+    return uvicorn.Config(
+        app,
+        log_config=None,
+        # h11, whatever else is installed: its bound on a request's line and headers (16 KB) holds.
+        http="h11",
+        ws_ping_interval=settings.progress_heartbeat_s,  # the progress WebSocket's heartbeat
+        ws_max_size=settings.ws_max_message_bytes,
+        # No compression: a client's 16 KB of deflated bytes would inflate to a whole message in the server,
+        # and the progress entries are small.
+        ws_per_message_deflate=False,
+        **options,
+    )
+
+
+def serving(settings: GatewaySettings, attach: Attach) -> uvicorn.Config:
+    """The gateway stage's front (docsum_pipeline.plan.FRONTS): the application reaching the pipeline through `attach`,
+    served as `__main__` serves it."""
+    return server(settings, create_app(settings, attach=attach))
+
+
+def create_app(
+    settings: GatewaySettings | None = None,
+    health_socket: socket.socket | None = None,
+    attach: Attach = on_kafka,
+) -> FastAPI:
     """The application; a ConfigError (naming the setting) if the settings cannot work. The health port
     is served on `health_socket` when `__main__` bound it already, else bound at start-up."""
     if settings is None:
@@ -38,41 +96,26 @@ def create_app(settings: GatewaySettings | None = None, health_socket: socket.so
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.pool = await connect_pool(settings.database_url, max_size=settings.db_pool_max)
-        await migrate(app.state.pool)
-        await ensure_topics(settings)
-        app.state.producer = make_producer(settings)
-        await app.state.producer.start()
-        app.state.progress = ProgressFeed(
-            settings.database_url,
-            app.state.pool,
-            poll_s=settings.progress_poll_s,
-            heartbeat_s=settings.progress_heartbeat_s,
-        )
-        app.state.progress.start()
-        stop_recording = asyncio.Event()
-        recording = asyncio.create_task(record_until(stop_recording, settings, app.state.pool))
-        health_sock = health_socket
-        if health_sock is None and settings.health_port is not None:
-            health_sock = listen(settings.health_host, settings.health_port, "DOCSUM_HEALTH_PORT", "gateway")
-        health = (
-            asyncio.create_task(serve_health(health_sock, database_ready(app.state.pool)))
-            if health_sock is not None
-            else None
-        )
-        try:
+        async with AsyncExitStack() as running:  # what it started, stopped in the reverse order
+            app.state.pool = await connect_pool(settings.database_url, max_size=settings.db_pool_max)
+            running.push_async_callback(app.state.pool.close)
+            await migrate(app.state.pool)
+            app.state.publish = await running.enter_async_context(attach(settings, app.state.pool))
+            app.state.progress = ProgressFeed(
+                settings.database_url,
+                app.state.pool,
+                poll_s=settings.progress_poll_s,
+                heartbeat_s=settings.progress_heartbeat_s,
+            )
+            app.state.progress.start()
+            running.push_async_callback(app.state.progress.stop)
+            health_sock = health_socket
+            if health_sock is None and settings.health_port is not None:
+                health_sock = listen(settings.health_host, settings.health_port, "DOCSUM_HEALTH_PORT", "gateway")
+            if health_sock is not None:
+                health = asyncio.create_task(serve_health(health_sock, database_ready(app.state.pool)))
+                running.callback(health.cancel)
             yield
-        finally:
-            if health is not None:
-                health.cancel()
-            stop_recording.set()
-            try:
-                await asyncio.wait_for(recording, settings.drain_timeout_s + 5)
-            except Exception:  # noqa: BLE001 - stopping anyway; what it did not commit is redelivered
-                recording.cancel()
-            await app.state.progress.stop()
-            await app.state.producer.stop()
-            await app.state.pool.close()
 
     app = FastAPI(title="docsum", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings

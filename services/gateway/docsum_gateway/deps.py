@@ -10,7 +10,6 @@ from fastapi import Depends, HTTPException, Request, Security, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from docsum_shared.handlers import Publish
-from docsum_shared.kafka import KafkaPublish
 
 from . import keystore
 from .inputs import task_id_path
@@ -38,8 +37,9 @@ def get_pool(request: Request) -> asyncpg.Pool:
 
 
 def get_publish(request: Request) -> Publish:
-    """The routes publish through the port, on the application's producer."""
-    return KafkaPublish(request.app.state.producer, request.app.state.settings)
+    """The routes publish through the port the application was given (app.Attach)."""
+    publish: Publish = request.app.state.publish
+    return publish
 
 
 def _unauthorized(what: str = "a valid API key") -> HTTPException:

@@ -1,4 +1,5 @@
-"""The gateway's SQL: registering tasks and their documents (the read side is docsum_shared.readmodel)."""
+"""The gateway's SQL: registering tasks and their documents (the read side is docsum_shared.readmodel), and
+each owner's re-drive gate."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import struct
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import datetime
 
 import asyncpg
 
+from docsum_shared import taskrate
 from docsum_shared.blobs import lock_blobs
 from docsum_shared.options import TaskOptions
 from docsum_shared.states import DocumentStatus, TaskStatus
@@ -105,3 +108,68 @@ class TaskRepository:
     async def task_status(self, task_id: str) -> str | None:
         """The task's status (None: no such task)."""
         return await self.pool.fetchval("SELECT status FROM tasks WHERE id = $1", task_id)
+
+
+@dataclass(frozen=True)
+class Gate:
+    """An owner's claim on re-driving: `claimed_at` is its token (a stale holder cannot release a newer one)."""
+
+    owner: str
+    claimed_at: datetime
+
+
+@dataclass(frozen=True)
+class Running:
+    """The gate is held: another re-drive of the owner runs, and its lease is live."""
+
+
+# The owner's row, locked: whether another re-drive holds the gate and its lease is live.
+_GATE_RUNNING = """
+SELECT coalesce(running_until > clock_timestamp(), false) FROM redrive_gates WHERE owner = $1 FOR UPDATE
+"""
+
+
+class RedriveGates:
+    """Each owner's re-drive gate (table redrive_gates): one re-drive at a time across every gateway
+    replica, held under a lease its re-drive renews while it publishes, and at most `per_minute` claims a
+    minute (docsum_shared.taskrate's gate)."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def claim(self, owner: str, per_minute: int, lease_s: float) -> Gate | Running | taskrate.Admission:
+        """The owner's gate, held for `lease_s`; else why not: Running, or the refused Admission when
+        `per_minute` (0: no limit) is spent. A refusal changes nothing stored."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute("INSERT INTO redrive_gates (owner) VALUES ($1) ON CONFLICT (owner) DO NOTHING", owner)
+            if await conn.fetchval(_GATE_RUNNING, owner):
+                return Running()
+            if per_minute:
+                admission = await taskrate.book(conn, "redrive_gates", owner, per_minute)
+                if not admission.allowed:
+                    return admission
+            claimed_at = await conn.fetchval(
+                "UPDATE redrive_gates SET claimed_at = clock_timestamp(),"
+                " running_until = clock_timestamp() + make_interval(secs => $2) WHERE owner = $1 RETURNING claimed_at",
+                owner,
+                lease_s,
+            )
+        return Gate(owner, claimed_at)
+
+    async def renew(self, gate: Gate, lease_s: float) -> None:
+        """Hold the gate `lease_s` from now, if it is still this claim's."""
+        await self.pool.execute(
+            "UPDATE redrive_gates SET running_until = clock_timestamp() + make_interval(secs => $3)"
+            " WHERE owner = $1 AND claimed_at = $2",
+            gate.owner,
+            gate.claimed_at,
+            lease_s,
+        )
+
+    async def release(self, gate: Gate) -> None:
+        """Open the gate, if it is still this claim's."""
+        await self.pool.execute(
+            "UPDATE redrive_gates SET running_until = NULL WHERE owner = $1 AND claimed_at = $2",
+            gate.owner,
+            gate.claimed_at,
+        )

@@ -1,15 +1,22 @@
 """The gateway's stage of the pipeline: its routes publish what users submit and ask for (document-
 submitted, task-events, and their re-drives); its progress recorder reads every pipeline topic into
-each task's progress log (progress/recorder/). Served by the application (app.py), beside the API."""
+each task's progress log (progress/recorder/), whose old entries its loop prunes. Its front is the
+application (app.py): served by `__main__` with the recorder on Kafka, or mounted by the in-process
+runner on its bus (the plan names it: the application wires this stage, not the other way)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import asyncpg
 
-from docsum_shared.pipeline.stage import Stage
+from docsum_shared.consumer import Background
+from docsum_shared.handlers import Publish
 from docsum_shared.redrive import REDRIVES
+from docsum_shared.stage import Stage
 
 from .progress.recorder.handlers import Deps, handlers
+from .progress.recorder.pruning import prune_until
 from .progress.recorder.repository import ProgressLog
 from .routers.tasks import GATEWAY
 from .settings import GatewaySettings
@@ -19,4 +26,18 @@ def deps(settings: GatewaySettings, pool: asyncpg.Pool) -> Deps:
     return Deps(ProgressLog(pool, settings))
 
 
-STAGE = Stage("gateway", GatewaySettings, handlers, deps, senders=(GATEWAY, REDRIVES))
+def loops(settings: GatewaySettings, pool: asyncpg.Pool, deps: Deps) -> Background:
+    async def run(publish: Publish) -> None:  # publishes nothing: ends when cancelled
+        await prune_until(asyncio.Event(), pool, settings.progress_retain_s)
+
+    return run
+
+
+STAGE = Stage(
+    "gateway",
+    GatewaySettings,
+    handlers,
+    deps,
+    loops=loops,
+    senders=(GATEWAY, REDRIVES),
+)

@@ -19,11 +19,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from docsum_shared.errors import Fail, ItemFailed, Kind, LLMError, classify
+from docsum_shared.errors import Fail, ItemFailed, Kind
 from docsum_shared.events import ChunkSummarized, DocumentMerged, DocumentOutcome, Event, TaskEvent, TaskFinished
 from docsum_shared.handlers import Handlers, required
 from docsum_shared.readmodel.schemas import TaskResult
-from docsum_shared.retry import PROVIDER, Backoff, Tally, after_failure, for_merges, obey, retry_until
+from docsum_shared.retry import PROVIDER, Backoff, Step, Tally, for_merges, llm_retry, retry_until
 from docsum_shared.states import DOCUMENT_FINAL, TASK_FINAL, TASK_HELD, DocumentStatus, TaskStatus, takes_work
 from docsum_shared.summarizers.base import SummaryRequest
 from docsum_shared.summarizers.cache import CallContext
@@ -180,24 +180,20 @@ async def _merged(
     scope_id = what.rpartition(" ")[2]
     limits = for_merges(deps.settings.llm_max_attempts, deps.backoff)
 
-    async def decide(exc: Exception, tally: Tally) -> float | None:
-        kind = classify(exc)
-        if not isinstance(exc, LLMError) or kind not in (Kind.RETRIABLE, Kind.RATE_LIMITED):
-            return None  # fails the merge (ItemFailed), or infrastructure and bugs for the consumer shell
-        failures = await record_failure() if kind is Kind.RETRIABLE else 0  # rate limits never count
-        step = after_failure(
-            kind, failures, tally[kind], limits, retry_after=getattr(exc, "retry_after", None), said=str(exc)
-        )
+    async def stored_attempts(_: Tally) -> int:
+        return await record_failure()
+
+    async def then(exc: Exception, kind: Kind, step: Step, failures: int) -> None:
         if isinstance(step, Fail):
             log.warning("the merge of %s gave up after %d attempts: %s", what, failures, exc)
         else:
             log.warning("the merge of %s failed (attempt %d): %s", what, failures, exc)
-        return obey(step, exc)
 
     bounded = await deps.llm.bounded(request)
     async with _active(context.task_id, deps):
         return await retry_until(
-            lambda: tree.merge(deps.llm, deps.repo, bounded, context, scope_id, children, leave_out=leave_out), decide
+            lambda: tree.merge(deps.llm, deps.repo, bounded, context, scope_id, children, leave_out=leave_out),
+            llm_retry(limits, stored_attempts, then),
         )
 
 

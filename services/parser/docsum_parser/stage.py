@@ -10,9 +10,9 @@ import asyncpg
 
 from docsum_shared.consumer import Background
 from docsum_shared.events import Topic
-from docsum_shared.handlers import Handler
+from docsum_shared.handlers import Bound
 from docsum_shared.kafka import intake_topics
-from docsum_shared.pipeline.stage import Stage
+from docsum_shared.stage import Stage
 
 from . import logfilter
 from .handlers import Deps, handlers
@@ -34,7 +34,7 @@ def deps(settings: ParserSettings, pool: asyncpg.Pool) -> Deps:
     return Deps(DocumentRepository(pool), settings, worker)
 
 
-def intake_carriers(deps: Deps) -> Mapping[str, tuple[Topic, Handler]]:
+def intake_carriers(deps: Deps) -> Mapping[str, tuple[Topic, Bound[Deps]]]:
     """intake.<producer> → its messages are document-submitted events, handled knowing the producer:
     one consumer group reads them all."""
     return {

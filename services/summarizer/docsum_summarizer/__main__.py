@@ -4,7 +4,7 @@ the round scheduler in rounds.py, batch mode's driver in batches/)."""
 from __future__ import annotations
 
 from docsum_shared.consumer import run_service
-from docsum_shared.pipeline.stage import serve_stage
+from docsum_shared.stage import serve_stage
 
 from .stage import STAGE
 

@@ -14,10 +14,23 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from docsum_shared.errors import ContextLimitExceeded, ItemFailed, Kind, LLMError, classify
+from docsum_shared.errors import ContextLimitExceeded, ItemFailed, Kind
 from docsum_shared.events import ChunkCreated, ChunkSummarized, Event
 from docsum_shared.handlers import Handlers, required
-from docsum_shared.retry import PROVIDER, Backoff, NextRound, Tally, Wait, after_failure, for_chunks, obey, retry_until
+from docsum_shared.retry import (
+    PROVIDER,
+    Backoff,
+    NextRound,
+    Tally,
+    Wait,
+    after_failure,
+    for_chunks,
+    for_claims,
+    llm_retry,
+    obey,
+    retry_until,
+)
+from docsum_shared.retry import Step as RetryStep
 from docsum_shared.summarizers.base import SummaryRequest, SummaryResult
 from docsum_shared.summarizers.cache import CallContext
 
@@ -90,6 +103,8 @@ async def summarize_chunk(event: ChunkCreated, deps: Deps) -> list[Event]:
     # re-drive beside a redelivery) exclude each other as two processes would.
     holder = f"{deps.holder}:{uuid.uuid4().hex[:12]}"
     ttl = deps.settings.lease_ttl_s
+    claims = for_claims(min(2.0, ttl / 4))
+    held = 0  # times another handling held it
     while True:
         # The claim comes first: it takes the chunk only if it is unfinished and its task and document
         # still want it (next_step's SUMMARIZE), and gives it as stored; anything else reads it.
@@ -108,7 +123,8 @@ async def summarize_chunk(event: ChunkCreated, deps: Deps) -> list[Event]:
             return [_reported(event)]
         # Another process is on it (or it changed between the two reads): claim again in a moment,
         # its holder may be gone by then.
-        await asyncio.sleep(min(2.0, ttl / 4))
+        held += 1
+        await asyncio.sleep(obey(after_failure(Kind.RETRIABLE, 0, held, claims)))  # waits: no end
 
 
 def _reported(event: ChunkCreated) -> ChunkSummarized:
@@ -156,22 +172,19 @@ async def _summarize(event: ChunkCreated, chunk: StoredChunk, holder: str, deps:
         settings.llm_max_attempts, settings.llm_inplace_attempts, settings.llm_retry_delay_s, deps.backoff
     )
 
-    async def decide(exc: Exception, tally: Tally) -> float | None:
-        kind = classify(exc)
-        if not isinstance(exc, LLMError) or kind not in (Kind.RETRIABLE, Kind.RATE_LIMITED):
-            return None  # fails the item (ItemFailed), or infrastructure and bugs for the consumer shell
-        failures = chunk.failures + tally[Kind.RETRIABLE]  # rate limits never count as attempts
-        step = after_failure(
-            kind, failures, tally[kind], limits, retry_after=getattr(exc, "retry_after", None), said=str(exc)
-        )
+    async def stored_attempts(tally: Tally) -> int:
+        return chunk.failures + tally[Kind.RETRIABLE]  # rate limits never count as attempts
+
+    async def then(exc: Exception, kind: Kind, step: RetryStep, failures: int) -> None:
         if kind is Kind.RETRIABLE:
             await deps.repo.record_failure(event.chunk_id, str(exc), retry_now=isinstance(step, Wait))
-        delay = obey(step, exc)
-        log.info("chunk %s: %s; retrying in %.1fs", event.chunk_id, exc, delay)
-        return delay
+        if isinstance(step, Wait):
+            log.info("chunk %s: %s; retrying in %.1fs", event.chunk_id, exc, step.seconds)
 
     try:
-        parts = await retry_until(lambda: _summarize_within_budget(request, context, deps), decide)
+        parts = await retry_until(
+            lambda: _summarize_within_budget(request, context, deps), llm_retry(limits, stored_attempts, then)
+        )
     except NextRound as later:
         log.info("chunk %s: next round in %.0fs", event.chunk_id, later.seconds)
         await deps.repo.release(event.chunk_id, holder, retry_in_s=later.seconds)

@@ -17,6 +17,9 @@ from .batches.policy import ChunkLine
 
 @dataclass(frozen=True)
 class StoredChunk:
+    """A chunk as the summarizer reads it: its text and context, its attempts, and whether its document
+    and task still want it."""
+
     status: ChunkStatus
     text: str
     context_before: str

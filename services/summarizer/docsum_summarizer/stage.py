@@ -11,7 +11,7 @@ import asyncpg
 
 from docsum_shared.consumer import Background
 from docsum_shared.handlers import Publish
-from docsum_shared.pipeline.stage import Stage
+from docsum_shared.stage import Stage
 from docsum_shared.summarizers import Summarizing, endpoint_key
 from docsum_shared.summarizers.openai_backend import OpenAIBackend
 

@@ -5,7 +5,7 @@ The extractive backend changes a quoted range in few ways only, and `supports` a
 
 - page furniture (a page number, "Page 3 of 9", a copyright line: see `non_prose_line`) on a line of
   its own inside the range is dropped, with its line break;
-- a bullet, list number, footnote mark or stray closing bracket in front (`_strip_marks`), and the
+- a bullet, list number, footnote mark or stray closing bracket in front (`strip_marks`), and the
   "#" marks around a heading, are dropped;
 - a word hyphenated at a line end ("de-\\nfined", lower-case letters on both sides) is joined, with
   or without its hyphen (see `dehyphenate`);
@@ -36,7 +36,7 @@ from typing import cast, get_args
 from ..positions import Positions, position_of
 from ..text import is_cjk_char, words
 from .base import SummaryResult, SummarySentence, Support
-from .extractive import _strip_marks, non_prose_line
+from .extractive import non_prose_line, strip_marks
 
 __all__ = [
     "ADJACENT_CHARS",
@@ -416,7 +416,7 @@ def _readings(quoted: str) -> list[str]:
     out: list[str] = []
     for base in bases:
         text = base.strip()
-        unmarked = _strip_marks(text).strip()
+        unmarked = strip_marks(text).strip()
         out.extend((text, unmarked, unmarked.strip("# \t")))
     return out
 

@@ -15,9 +15,9 @@ whole sentences of the input, with their original wording, in the order they had
 2. The rest is cut into sentences (`docsum_shared.text.sentence_spans`: English abbreviations and
    decimals, Chinese 。！？；), with title lines at a sentence's start split off ("1 Introduction") and
    a Chinese clause ending in "；" joined to the rest of its sentence (up to 300 characters). A bullet,
-   list number or footnote mark in front ("- ", "3. ", "[2] ") and stray closing brackets are dropped,
-   words hyphenated at a line end are joined, and exact repeats (after normalising case, spaces and
-   punctuation) are dropped, keeping the first.
+   list number or footnote mark in front ("- ", "3. ", "[2] ") and stray closing brackets are dropped
+   (`strip_marks`), words hyphenated at a line end are joined, and exact repeats (after normalising
+   case, spaces and punctuation) are dropped, keeping the first.
 3. A sentence is a candidate (`_is_candidate`) when it ends like a sentence (. ! ? 。 ！ ？ ； …, not
    ":" - that introduces a list or code), has at least three words/characters, is not a heading
    (``# ...``) or table row, and is none of: a table-of-contents line, mostly digits and punctuation,
@@ -368,7 +368,7 @@ _STRAY_CLOSERS = ")]）】》」』〕"
 _LIST_MARK_RE = re.compile(r"(?:[-*+•·▪◦●■►▶][ \t]+|\[\d{1,3}\][ \t]*|\(\d{1,2}\)[ \t]+|\d{1,2}[.)][ \t]+(?=[^\W\d_]))")
 
 
-def _strip_marks(sentence: str) -> str:
+def strip_marks(sentence: str) -> str:
     """Drop what a sentence may open with but is not part of it: closing brackets (the rest of the
     previous sentence's parenthesis), a bullet, a list number, a footnote mark."""
     for _ in range(3):
@@ -890,7 +890,7 @@ class ExtractiveBackend(SummarizerBackend):
         for source, text in enumerate(texts):
             masked = _mask(text)
             for position, (s, e, opens) in enumerate(_clauses_joined(masked.text)):
-                raw = _strip_marks(masked.text[s:e].strip())
+                raw = strip_marks(masked.text[s:e].strip())
                 # `raw` is what the sentence ends with: marks go only from the front.
                 end = s + len(masked.text[s:e].rstrip())
                 place = _Place(masked, source, end - len(raw), end)
@@ -916,7 +916,7 @@ class ExtractiveBackend(SummarizerBackend):
             for source, text in enumerate(texts):
                 unmasked = _Masked(text, text, (0,), (0,))
                 for s, e in sentence_spans(text):
-                    raw = _strip_marks(text[s:e].strip())
+                    raw = strip_marks(text[s:e].strip())
                     end = s + len(text[s:e].rstrip())
                     all_sentences.append((raw, _Place(unmasked, source, end - len(raw), end, unwrapped=False)))
         return candidates, all_sentences
@@ -1045,7 +1045,7 @@ class ExtractiveBackend(SummarizerBackend):
         the texts themselves; cut to `_FALLBACK_CHARS`."""
         stripped: list[tuple[str, int, _Place]] = []  # each sentence, and where it starts without its marks
         for sentence, place in sentences:
-            rest = _strip_marks(sentence).lstrip()  # marks go only from the front
+            rest = strip_marks(sentence).lstrip()  # marks go only from the front
             stripped.append((sentence, len(sentence) - len(rest), place))
         for sentence, lead, place in stripped:
             kept = sentence[lead:].rstrip()
@@ -1070,7 +1070,7 @@ def _fallback_texts(texts: list[str]) -> list[SummarySentence]:
     """The texts joined, their marks dropped, cut to `_FALLBACK_CHARS`: a sentence of each text the
     part kept reaches into (one text, nearly always)."""
     joined = " ".join(t.strip() for t in texts)
-    rest = _strip_marks(joined)
+    rest = strip_marks(joined)
     shown, start, end = _cut(rest, _FALLBACK_CHARS)
     start += len(joined) - len(rest)
     end += len(joined) - len(rest)

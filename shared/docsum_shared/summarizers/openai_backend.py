@@ -46,9 +46,16 @@ import openai
 from openai.types.chat import ChatCompletionChunk
 
 from .. import metrics
-from ..errors import ContextLimitExceeded, ProviderUnavailable, RateLimited, RequestRefused, context_limit_error
+from ..errors import (
+    ContextLimitExceeded,
+    Kind,
+    ProviderUnavailable,
+    RateLimited,
+    RequestRefused,
+    context_limit_error,
+)
 from ..options import Mode
-from ..retry import FLEX, Backoff
+from ..retry import FLEX, Backoff, Wait, after_failure, for_flex
 from ..text import estimate_tokens_upper, sentence_spans, storable
 from .base import SummarizerBackend, SummaryRequest, SummaryResult
 from .batch_api import BatchAPI
@@ -259,13 +266,15 @@ class OpenAIBackend(SummarizerBackend):
         max_tokens = request.max_tokens or 1024
         extra = self._extra()
         refused = 0  # flex refusals in a row, for lack of capacity
+        flex_limits = for_flex(self.flex_tries, self.flex_backoff)
+        flex_spent = False  # refused too often: the default tier from here on
         while True:
             asking = self._asking()
             messages = build_messages(request, asking)
             prompt_tokens = sum(estimate_tokens_upper(str(m.get("content", ""))) for m in messages)
             held = self._format(request, asking)
             # A batch task's calls made here (its merges) go flex too: the Batch API takes only its chunks.
-            flex = mode in ("flex", "batch") and self.flex and refused < self.flex_tries
+            flex = mode in ("flex", "batch") and self.flex and not flex_spent
             tier = "flex" if flex else "realtime"
             try:
                 text, finish, usage, model, tier = await self._send(
@@ -274,7 +283,10 @@ class OpenAIBackend(SummarizerBackend):
                 break
             except _NoFlexCapacity as exc:
                 refused += 1
-                if refused >= self.flex_tries:
+                # Waited out as a rate limit, up to `flex_tries` refusals; then given up (for_flex).
+                step = after_failure(Kind.RATE_LIMITED, 0, refused, flex_limits, retry_after=exc.retry_after)
+                if not isinstance(step, Wait):
+                    flex_spent = True
                     log.warning(
                         "%s refused a flex call %d times in a row for lack of capacity; sending it at the "
                         "default tier (DOCSUM_LLM_FLEX_TRIES)",
@@ -284,8 +296,7 @@ class OpenAIBackend(SummarizerBackend):
                     continue
                 # Never longer than the back-off's cap, even when the provider says more: the default
                 # tier is the way out.
-                wait_s = self.flex_backoff.delay(refused, exc.retry_after)
-                await asyncio.sleep(min(wait_s, self.flex_backoff.cap_s))
+                await asyncio.sleep(min(step.seconds, self.flex_backoff.cap_s))
             except _NoFlexTier as exc:
                 log.warning("%s has no flex tier (%s); the default tier from now on", self.base_url, exc)
                 self.flex = False

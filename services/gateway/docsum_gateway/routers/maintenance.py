@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -25,9 +23,10 @@ from pydantic import BaseModel
 from docsum_shared.handlers import Publish
 from docsum_shared.lifecycle import idle_unfinished
 from docsum_shared.redrive import Redrive, prepare_redrive, publish_redrives
+from docsum_shared.taskrate import Admission
 
-from .. import policy
 from ..deps import OwnerDep, PoolDep, PublishDep, SettingsDep
+from ..repository import Gate, RedriveGates, Running
 from ..responses import ErrorBody, errors
 from ..settings import GatewaySettings
 
@@ -54,43 +53,14 @@ class ReconcileResult(BaseModel):
     redriven_events: int  # the events their re-drive publishes, in the background after this answer
 
 
-@dataclass(frozen=True)
-class Gate:
-    """An owner's claim on re-driving: `claimed_at` is its token (a stale holder cannot release a newer one)."""
-
-    owner: str
-    claimed_at: datetime
-
-
-# The owner's row, locked; `running`: another re-drive holds the gate and its lease is live.
-_GATE_ROW = """
-SELECT tat, extract(epoch FROM clock_timestamp())::float8 AS now,
-       coalesce(running_until > clock_timestamp(), false) AS running
-  FROM redrive_gates WHERE owner = $1 FOR UPDATE
-"""
-
-
 async def claim_gate(pool: asyncpg.Pool, owner: str, settings: GatewaySettings) -> Gate:
     """Take the owner's re-drive gate, or answer 429 (another re-drive of the owner runs, or the rate)."""
-    async with pool.acquire() as conn, conn.transaction():
-        await conn.execute("INSERT INTO redrive_gates (owner) VALUES ($1) ON CONFLICT (owner) DO NOTHING", owner)
-        row = await conn.fetchrow(_GATE_ROW, owner)
-        if row["running"]:
-            raise _refused("another re-drive of your tasks is running", RUNNING_RETRY_AFTER_S)
-        tat = row["tat"]
-        if settings.redrives_per_minute:
-            decision = policy.admit_task(row["tat"], row["now"], settings.redrives_per_minute)
-            if not decision.allowed:
-                raise _refused(f"over {settings.redrives_per_minute} re-drives a minute", decision.retry_after_s)
-            tat = decision.tat
-        claimed_at = await conn.fetchval(
-            "UPDATE redrive_gates SET tat = $2, claimed_at = clock_timestamp(),"
-            " running_until = clock_timestamp() + make_interval(secs => $3) WHERE owner = $1 RETURNING claimed_at",
-            owner,
-            tat,
-            GATE_LEASE_S,
-        )
-    return Gate(owner, claimed_at)
+    claimed = await RedriveGates(pool).claim(owner, settings.redrives_per_minute, GATE_LEASE_S)
+    if isinstance(claimed, Running):
+        raise _refused("another re-drive of your tasks is running", RUNNING_RETRY_AFTER_S)
+    if isinstance(claimed, Admission):
+        raise _refused(f"over {settings.redrives_per_minute} re-drives a minute", claimed.retry_after_s)
+    return claimed
 
 
 def _refused(why: str, retry_after_s: int) -> HTTPException:
@@ -101,22 +71,8 @@ def _refused(why: str, retry_after_s: int) -> HTTPException:
     )
 
 
-async def renew_gate(pool: asyncpg.Pool, gate: Gate) -> None:
-    await pool.execute(
-        "UPDATE redrive_gates SET running_until = clock_timestamp() + make_interval(secs => $3)"
-        " WHERE owner = $1 AND claimed_at = $2",
-        gate.owner,
-        gate.claimed_at,
-        GATE_LEASE_S,
-    )
-
-
 async def release_gate(pool: asyncpg.Pool, gate: Gate) -> None:
-    await pool.execute(
-        "UPDATE redrive_gates SET running_until = NULL WHERE owner = $1 AND claimed_at = $2",
-        gate.owner,
-        gate.claimed_at,
-    )
+    await RedriveGates(pool).release(gate)
 
 
 # Re-drives publishing after their answer: referenced here so that the loop does not drop them.
@@ -130,7 +86,7 @@ def publish_after_answer(
 
     async def run() -> None:
         try:
-            await publish_redrives(publish, settings, redrives, lambda: renew_gate(pool, gate))
+            await publish_redrives(publish, settings, redrives, lambda: RedriveGates(pool).renew(gate, GATE_LEASE_S))
         except Exception as exc:  # the claimed tasks stay idle: the merger's reconcile takes them up
             log.warning("re-drive of %s's tasks stopped before its end: %s", gate.owner, exc)
         finally:

@@ -1,4 +1,5 @@
-"""One stage of the pipeline, as its service declares it in its `stage` module: what it consumes (its
+"""One stage of the pipeline, as its service declares it in its `stage` module (the plan, docsum_pipeline,
+lists them): what it consumes (its
 handlers' registry, which says what each handler sends), how its dependencies are built, the loops
 that run beside its consumer, and what it publishes outside its handlers (its `Sender`s).
 
@@ -11,18 +12,26 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import asyncpg
 
-from ..consumer import Background, Consumer, serve
-from ..events import Topic
-from ..handlers import Handler, Handlers, Sender
-from ..settings import Settings
+from .consumer import Background, Consumer, serve
+from .events import Topic
+from .handlers import Bound, Handlers, Publish, Sender
+from .settings import Settings
 
 S = TypeVar("S", bound=Settings)
 D = TypeVar("D")
+
+
+# How a stage's front (the gateway's application) reaches the rest of the pipeline: given its settings
+# and pool, an async context that runs the stage's own consumer meanwhile and yields the port it
+# publishes through. Kafka's is the gateway's own (app.on_kafka); the in-process runner's, its bus
+# (docsum_pipeline.inprocess).
+Attach = Callable[[Any, asyncpg.Pool], AbstractAsyncContextManager[Publish]]
 
 
 def _no_bound(settings: Any) -> int | None:
@@ -44,7 +53,7 @@ class Stage(Generic[S, D]):
     max_inflight: Callable[[S], int | None] = _no_bound
     close: Callable[[D], Awaitable[None]] | None = None  # what its dependencies hold open
     # Topics (full names) whose messages are events of another topic, with handlers of their own.
-    carriers: Callable[[D], Mapping[str, tuple[Topic, Handler]]] | None = None
+    carriers: Callable[[D], Mapping[str, tuple[Topic, Bound[D]]]] | None = None
 
     def consumer(self, settings: S, pool: asyncpg.Pool) -> Consumer:
         """The stage wired: its dependencies built, its handlers bound to them, its loops beside."""
