@@ -6,6 +6,8 @@ The character error rate is the edit distance from the text the page was drawn f
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from dataclasses import replace
 
 import pytest
@@ -15,9 +17,11 @@ from docsum_parser.extract import ExtractedText, extract_text
 from docsum_parser.limits import Limits
 from docsum_parser.parse_error import ParseError
 from docsum_parser.policy import StoredDocument
+from docsum_parser.progress import ReadingProgress
 from docsum_parser.settings import ParserSettings
 from docsum_parser.worker import Job, run_job
-from docsum_shared.events import DocumentMerged, DocumentOutcome, DocumentParsed, DocumentSubmitted
+from docsum_shared.events import DocumentMerged, DocumentOutcome, DocumentParsed, DocumentSubmitted, Event, TaskEvent
+from docsum_shared.handlers import Sender
 from docsum_shared.states import DocumentStatus
 from tests.documents import (
     character_error_rate,
@@ -153,3 +157,33 @@ def test_a_blank_scan_fails_saying_ocr_read_nothing() -> None:
     with pytest.raises(ParseError) as failed:
         run_job(job(data, ocr_texts=texts))
     assert failed.value.kind == "no_text" and "OCR read none" in str(failed.value)
+
+
+# --- the progress stream: one note per document waits, the latest ------------------------------------
+
+
+async def test_reading_progress_holds_one_note_per_document_and_publishes_the_latest() -> None:
+    progress = ReadingProgress()
+    for page in range(1, 1_001):  # pages read faster than the broker takes them
+        progress.note("t", "d1", f"reading page {page} of 1,000 (OCR)")
+        progress.note("t", "d2", f"reading page {page} of 1,000 (OCR)")
+    assert progress.waiting == 2  # bounded by the documents being read, not by the pages
+
+    published: list[TaskEvent] = []
+    sent = asyncio.Event()
+
+    async def publish(events: Sequence[Event], *, sender: Sender) -> None:
+        sender.check(events)
+        published.extend(e for e in events if isinstance(e, TaskEvent))
+        sent.set()
+
+    loop = asyncio.create_task(progress.run(publish))
+    try:
+        await asyncio.wait_for(sent.wait(), 10)
+    finally:
+        loop.cancel()
+    assert [(e.task_id, e.detail["reading"]) for e in published] == [
+        ("t", {"document_id": "d1", "note": "reading page 1000 of 1,000 (OCR)"}),
+        ("t", {"document_id": "d2", "note": "reading page 1000 of 1,000 (OCR)"}),
+    ]
+    assert progress.waiting == 0
