@@ -3,9 +3,13 @@ SHELL := /bin/bash
 UV := .run/bootstrap/bin/uv
 VENV := .venv/.synced
 
-.PHONY: setup run up down observe test test-unit lint contracts deploy-manifests deploy-tools deploy-check bench eval clean
+.PHONY: setup ocr-data run up down observe test test-unit lint contracts deploy-manifests deploy-tools deploy-check bench eval clean
 
-setup: $(VENV)
+setup: $(VENV) ocr-data
+
+# Tesseract's English and Chinese data for OCR of scanned PDF pages (Debian's packages; the engine is in a wheel).
+ocr-data:
+	scripts/tesseract.sh >/dev/null
 
 # uv comes from PyPI into a private bootstrap environment; it then builds .venv from uv.lock.
 $(UV):

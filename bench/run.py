@@ -2,7 +2,7 @@
 
 Starts its own stack (the project's broker and PostgreSQL, a database and topic prefix of its own, the
 five services as processes) and its own OpenAI-compatible stand-in (tests/fake_llm.py: latency, jitter
-and concurrency as parameters), measures B1–B11 (bench/README.md says what each is and why), and writes
+and concurrency as parameters), measures B1–B11 and B16 (bench/README.md says what each is and why), and writes
 bench/results/latest.md (each figure, its goal, pass or miss) with PNG plots beside it. Every figure
 is a ratio or a rate measured within this run: absolute times on a shared 2-core machine drift.
 
@@ -34,7 +34,13 @@ sys.path.insert(0, str(ROOT))
 
 from bench import baseline, modes, offline  # noqa: E402
 from bench.profile import Profiles, children  # noqa: E402
-from tests.documents import english_prose, make_pdf  # noqa: E402
+from tests.documents import (  # noqa: E402
+    character_error_rate,
+    chinese_prose,
+    english_prose,
+    make_pdf,
+    make_scanned_pdf,
+)
 from tests.fake_llm import FakeLLM, FakeLLMServer  # noqa: E402
 from tests.integration.conftest import SERVICES, AnyStack, Stack, StackFactory, drop_database, start_infra  # noqa: E402
 from tests.integration.helpers import paid_twice  # noqa: E402
@@ -373,6 +379,48 @@ def b7_parser(figures: list[Figure]) -> None:
                           "≤ 1.10", ratio <= 1.10))  # fmt: skip
 
 
+# B16's scan set: generated prose on A4 pages at 150 dpi (what an office scanner's default makes), 11 pt.
+OCR_PAGES = 4  # per language
+A4_IN = (8.27, 11.69)
+
+
+def b16_ocr(figures: list[Figure]) -> None:
+    """OCR in the parse worker's own steps (render, read), page by page as the parser does it, on
+    generated English and Chinese scans; beside the same English pages read born-digital."""
+    from dataclasses import replace
+
+    from docsum_parser.extract import extract_text
+    from docsum_parser.limits import Limits
+    from docsum_parser.worker import Job, run_job
+
+    def read(pages: list[str], chinese: bool) -> tuple[float, list[float]]:
+        data = make_scanned_pdf(pages, chinese=chinese, size_in=A4_IN)
+        job = Job(data, "scan.pdf", None, Limits(), "bench")
+        run_job(replace(job, ocr_page=0))  # untimed: the worker loads the languages' data once
+        started = time.perf_counter()
+        texts = [run_job(replace(job, ocr_page=page)).text for page in run_job(job).scanned]
+        seconds = time.perf_counter() - started
+        return seconds, [character_error_rate(page, text) for page, text in zip(pages, texts, strict=True)]
+
+    english = [english_prose(2_000, seed=n) for n in range(OCR_PAGES)]
+    chinese = [chinese_prose(800, seed=n) for n in range(OCR_PAGES)]
+    en_s, en_cer = read(english, False)
+    zh_s, zh_cer = read(chinese, True)
+    rate = 2 * OCR_PAGES / (en_s + zh_s)
+    digital = make_pdf(english)
+    started = time.perf_counter()
+    digital_text = extract_text(digital, "digital.pdf").text
+    digital_rate = OCR_PAGES / (time.perf_counter() - started)
+    digital_cer = character_error_rate("\n\n".join(english), digital_text)
+    worst = max(en_cer + zh_cer)
+    figures.append(Figure(
+        "B16", f"OCR pages/s and character error, {2 * OCR_PAGES} generated A4 scans at 150 dpi (English, Chinese)",
+        worst, f"{rate:.2f} pages/s (English {OCR_PAGES / en_s:.2f}, Chinese {OCR_PAGES / zh_s:.2f}); character error"
+        f" at most {max(en_cer):.1%} (English), {max(zh_cer):.1%} (Chinese); the English pages born-digital:"
+        f" {digital_rate:.0f} pages/s, {digital_cer:.1%}", "≤ 3% character error", worst <= 0.03,
+    ))  # fmt: skip
+
+
 def b8_idle(bench: Bench, figures: list[Figure]) -> None:
     time.sleep(2)
     idle = {name: _rss_mb(p.pid) for name, p in bench.stack.processes.items()}
@@ -515,7 +563,7 @@ why a missed goal is missed).
     return out
 
 
-MEASURES = ("B1", "B2", "curve", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B10", "B11")
+MEASURES = ("B1", "B2", "curve", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B10", "B11", "B16")
 
 
 def main() -> None:
@@ -546,6 +594,7 @@ def main() -> None:
                 ("B9", lambda: b9_latency(bench, figures)),
                 ("B10", lambda: b10_offline(bench, figures)),
                 ("B11", lambda: b11_modes(bench, figures)),  # it restarts every service twice
+                ("B16", lambda: b16_ocr(figures)),  # in this process: the worker's own steps
                 # Last: its 500 pages are cancelled once parsed, and a cut that won the race with the
                 # cancel still sends the summarizer ~500 chunks to skip, which no measure should meet.
                 ("B8b", lambda: b8_parser_peak(bench, figures)),

@@ -160,6 +160,7 @@ SENDS: dict[tuple[str, str], str] = {
     ("the gateway", "task-events"): "on pause, resume, retry and cancel",
     ("the summarizer's batch driver", "task-events"): "when a task's batch is submitted, gets lines done, or ends",
     ("the chunker", "task-events"): "when a task awaits its owner's approval",
+    ("the parser's reading progress", "task-events"): "as each scanned page of a document is read by OCR",
     ("the merger", "task-events"): "when a task finishes",
     ("the merger's maintenance", "task-events"): "when a task expires",
     ("the merger", "task-finished"): (

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import io
 import random
+import re
+import unicodedata
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,8 +19,10 @@ from typing import cast
 import docx
 import pptx
 from fpdf import FPDF
+from PIL import Image, ImageDraw, ImageFont
 from pptx.util import Inches
 from pypdf import PdfReader, PdfWriter
+from rapidfuzz.distance import Levenshtein
 
 # A fixed timestamp keeps generated PDFs/DOCX byte-for-byte reproducible.
 FIXED_TIME = datetime(2024, 1, 1, tzinfo=UTC)
@@ -57,6 +61,86 @@ def make_encrypted_pdf(text: str, user_password: str = "secret", owner_password:
     out = io.BytesIO()
     writer.write(out)
     return out.getvalue()
+
+
+# Scans: text drawn on a white page image, the pages put in a PDF as images only (no text layer), as a
+# scanner's software writes them. DejaVu Serif for Latin text; WenQuanYi Micro Hei (installed by
+# scripts/chromium.sh, which `make test` runs) for Chinese.
+SCAN_DPI = 150
+_SCAN_FONTS = {
+    False: "/usr/share/fonts/truetype/dejavu/DejaVuSerif.ttf",
+    True: "/usr/share/fonts/truetype/wqy/wqy-microhei.ttc",
+}
+
+
+def make_scanned_pdf(
+    pages: Sequence[str], *, chinese: bool = False, size_in: tuple[float, float] = (5.8, 8.3), dpi: int = SCAN_DPI
+) -> bytes:
+    """One scanned page (an 8-bit grey image, 11 pt text) per string, A5 by default; paragraphs are separated
+    by blank lines. No text layer: only OCR reads it."""
+    images = [_scanned_page(text, chinese, size_in, dpi) for text in pages]
+    out = io.BytesIO()
+    images[0].save(out, "PDF", save_all=True, append_images=images[1:], resolution=dpi)
+    return out.getvalue()
+
+
+def scanned_and_digital_pdf(scanned: str, digital: str) -> bytes:
+    """A PDF of one scanned page (no text) followed by one born-digital page (a text layer)."""
+    writer = PdfWriter()
+    for data in (make_scanned_pdf([scanned]), make_pdf([digital])):
+        writer.append(PdfReader(io.BytesIO(data)))
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def _scanned_page(text: str, chinese: bool, size_in: tuple[float, float], dpi: int) -> Image.Image:
+    width, height = int(size_in[0] * dpi), int(size_in[1] * dpi)
+    font = ImageFont.truetype(_SCAN_FONTS[chinese], round(11 / 72 * dpi))
+    margin = round(0.5 * dpi)
+    page = Image.new("L", (width, height), 255)
+    draw = ImageDraw.Draw(page)
+    lines = _wrapped(text, font, width - 2 * margin, chinese)
+    step = round(font.size * 1.5)
+    if margin + step * len(lines) > height - margin // 2:
+        raise ValueError("the text does not fit on one scanned page: give less per page")
+    for number, line in enumerate(lines):
+        draw.text((margin, margin + number * step), line, font=font, fill=0)
+    return page
+
+
+def _wrapped(text: str, font: ImageFont.FreeTypeFont, width: int, chinese: bool) -> list[str]:
+    """The text's lines as drawn: words (Chinese: characters) to the width, a blank line between paragraphs."""
+    lines: list[str] = []
+    sep = "" if chinese else " "
+    for paragraph in text.split("\n\n"):
+        line = ""
+        for token in list(paragraph) if chinese else paragraph.split():
+            wider = line + sep + token if line else token
+            if line and font.getlength(wider) > width:
+                lines.append(line)
+                line = token
+            else:
+                line = wider
+        lines.extend([line, ""])
+    return lines[:-1]
+
+
+def character_error_rate(reference: str, read: str) -> float:
+    """Edits (insertions, deletions, substitutions) from `reference` to `read` per character of `reference`.
+    Both sides are compared with each run of whitespace as one space (OCR cannot know where a line was
+    broken) and none beside a Chinese character (Chinese has no spaces between words), full-width forms
+    folded (NFKC: an OCR'd "!" for "！" ends the same sentence). A space lost between two English words
+    counts."""
+    ref, got = (_compared(s) for s in (reference, read))
+    return Levenshtein.distance(ref, got) / len(ref)
+
+
+_SPACE_BY_CJK = re.compile(r" (?=[\u3000-\u9fff])|(?<=[\u3000-\u9fff]) ")
+
+
+def _compared(text: str) -> str:
+    return _SPACE_BY_CJK.sub("", " ".join(unicodedata.normalize("NFKC", text).split()))
 
 
 def truncate(data: bytes, fraction: float = 0.5) -> bytes:

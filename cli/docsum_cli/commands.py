@@ -134,7 +134,10 @@ def _show_task(task: dict[str, Any]) -> None:
         chunks = (
             f"{c['done']}/{c['total']}" + (f" ({c['failed']} failed)" if c["failed"] else "") if c["total"] else "-"
         )
-        table.add_row(as_markup(d["filename"]), d["status"], chunks, as_markup(d.get("error") or ""))
+        # While a scan is read by OCR, the page being read ("reading page 41 of 300 (OCR)").
+        table.add_row(
+            as_markup(d["filename"]), d["status"], chunks, as_markup(d.get("error") or d.get("reading") or "")
+        )
     out.print(table)
     for d in task["documents"]:
         if d.get("summary"):

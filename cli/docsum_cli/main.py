@@ -73,6 +73,13 @@ def wait(gateway: Gateway, task_id: str, *, quiet: bool, reconnect_s: float = 1.
                 err.print(f"{as_markup(names.get(document_id, document_id))}: {state}")
             last[document_id] = status
 
+        def show_reading(document_id: str, note: str) -> None:
+            """A page of a scan being read by OCR: the bar's state, or a line of its own."""
+            if live and document_id in bars:
+                progress.update(bars[document_id], state=note)
+            elif not live:
+                err.print(f"{as_markup(names.get(document_id, document_id))}: {as_markup(note)}")
+
         seen, drops = 0, 0
         while True:
             try:
@@ -91,6 +98,8 @@ def wait(gateway: Gateway, task_id: str, *, quiet: bool, reconnect_s: float = 1.
                             err.print(f"task {data['kind']}")
                         if not quiet and data["kind"] == "batch-moved" and (note := commands.batch_note(data)):
                             err.print(as_markup(note))
+                        if not quiet and data["kind"] == "document-reading":
+                            show_reading(data["document_id"], str(data.get("reading", "")))
             except StreamDropped as exc:
                 drops += 1
                 if not quiet:

@@ -48,6 +48,8 @@ class ParserState:
     documents: dict[str, DocumentRow] = field(default_factory=dict)
     blobs: dict[str, bytes] = field(default_factory=dict)
     texts: dict[str, str] = field(default_factory=dict)
+    ocr_pages: dict[tuple[str, int], str] = field(default_factory=dict)  # (document, page from 0) -> its text
+    reading: dict[str, str | None] = field(default_factory=dict)  # what is being read now, per document
     positions: dict[str, Positions] = field(default_factory=dict)  # stored with the text
     task_rate: dict[str, float] = field(default_factory=dict)  # owner -> the theoretical arrival time of tasks
 
@@ -110,6 +112,7 @@ class FakeParserRepository:
         if doc is None or doc.status not in NEEDS_PARSE:
             return
         doc.status, doc.size_level, doc.text_chars = DocumentStatus.CHUNKING, size_level, len(text)
+        self.state.reading[document_id] = None
         self.state.texts[document_id] = text
         self.state.positions[document_id] = positions
 
@@ -117,6 +120,20 @@ class FakeParserRepository:
         doc = self.state.documents.get(document_id)
         if doc is not None and doc.status in NEEDS_PARSE:
             doc.status, doc.error = DocumentStatus.FAILED, error
+            self.state.reading[document_id] = None
+
+    async def ocr_texts(self, document_id: str) -> dict[int, str]:
+        return {page: text for (doc, page), text in self.state.ocr_pages.items() if doc == document_id}
+
+    async def reading(self, document_id: str, note: str) -> None:
+        doc = self.state.documents.get(document_id)
+        if doc is not None and doc.status in NEEDS_PARSE:
+            self.state.reading[document_id] = note
+
+    async def store_ocr_page(self, document_id: str, page: int, text: str) -> str:
+        if _refused(text):
+            raise TextRefused("DataError")
+        return self.state.ocr_pages.setdefault((document_id, page), text)
 
     async def find_document(self, document_id: str) -> intake.ExistingDocument | None:
         return _existing(self.state, document_id)

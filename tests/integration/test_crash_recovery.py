@@ -22,7 +22,14 @@ import asyncpg
 import httpx
 import pytest
 
-from tests.documents import chinese_prose, english_prose, make_docx, make_pdf
+from tests.documents import (
+    character_error_rate,
+    chinese_prose,
+    english_prose,
+    make_docx,
+    make_pdf,
+    make_scanned_pdf,
+)
 from tests.fake_llm import FakeLLM, FakeLLMServer, LedgerEntry
 from tests.integration.conftest import SERVICES, Stack, StackFactory
 from tests.integration.helpers import (
@@ -31,6 +38,7 @@ from tests.integration.helpers import (
     chunks_of,
     clear_forced,
     eventually,
+    get_task,
     new_marker,
     paid_twice,
     resolved_sentences,
@@ -588,3 +596,95 @@ async def test_kill_9_amid_claims_and_stores_of_many_chunks_at_once(
         task_id,
     )
     assert not booked_twice, "a stored answer was booked as paid twice"
+
+
+# --- 5. kill -9 the parser in the middle of a scanned PDF ----------------------------------------
+
+SCAN_PAGES = 40
+_OCR_READ = r"document {document} \(.*?\): page (\d+) of \d+ read by OCR"
+
+
+def scanned_pdf(name: str, marker: str) -> tuple[tuple[str, tuple[str, bytes, str]], list[str]]:
+    """A scan of SCAN_PAGES small pages (a few lines each: OCR takes a fraction of a second a page), and
+    the text drawn on each."""
+    pages = [f"Page {n} of the scan. {english_prose(110, seed=n)}" for n in range(1, SCAN_PAGES + 1)]
+    return ("files", (name, make_scanned_pdf(pages, size_in=(5.8, 2.0)), "application/pdf")), pages
+
+
+async def ocr_pages(db: asyncpg.Pool, document_id: str) -> dict[int, str]:
+    rows = await db.fetch("SELECT page, text FROM document_ocr_pages WHERE document_id = $1", document_id)
+    return {row["page"] + 1: row["text"] for row in rows}
+
+
+def pages_read(stack: Stack, document_id: str, since: int = 0) -> list[int]:
+    """The pages (from 1) the parser's log says it read by OCR and stored, from byte `since` of the log on."""
+    with (stack.logs / "parser.log").open("rb") as log:
+        log.seek(since)
+        text = log.read().decode(errors="replace")
+    return [int(n) for n in re.findall(_OCR_READ.format(document=document_id), text)]
+
+
+async def test_kill_9_parser_mid_scan_resumes_at_the_next_page(fast: Stack, db: asyncpg.Pool) -> None:
+    """SIGKILL the parser while it reads a 40-page scan by OCR, restart it: it reads only the pages not
+    stored before the kill (the one in flight again, at most), the document completes with every page's
+    text in page order, and while it was read the task's view and its progress stream said which page."""
+    marker = new_marker()
+    stack = fast
+    part, pages = scanned_pdf(f"{marker}-scan.pdf", marker)
+    digital = pdf(f"{marker}-digital.pdf", [tagged(english_prose(900, seed=5), marker)])
+    async with stack.client() as client:
+        task_id = await submit(client, [part, digital], title=marker)
+        view = await get_task(client, task_id)
+        scan_id, digital_id = (d["document_id"] for d in view["documents"])
+        shown: list[str] = []
+
+        async def midway() -> bool:
+            note = (await get_task(client, task_id))["documents"][0]["reading"]
+            if note:
+                shown.append(note)
+            return len(await ocr_pages(db, scan_id)) >= 8 and bool(shown)
+
+        await eventually(midway, timeout=180, interval=LOOK_S, message="8 pages of the scan read", stack=stack)
+        stack.kill("parser")
+        stored_before = set(await ocr_pages(db, scan_id))
+        log_size = (stack.logs / "parser.log").stat().st_size
+        stack.start("parser")
+        task = await wait_for_task(client, task_id, stack, timeout=240)
+
+        assert 8 <= len(stored_before) < SCAN_PAGES, "the kill was meant to land mid-scan"
+        assert all(re.fullmatch(rf"reading page \d+ of {SCAN_PAGES} \(OCR\)", note) for note in shown), shown
+        read_after = pages_read(stack, scan_id, since=log_size)
+        # Resumed at the next page: none stored before the kill read again, every other one read once.
+        assert sorted(read_after) == sorted(set(range(1, SCAN_PAGES + 1)) - stored_before)
+        stored = await ocr_pages(db, scan_id)
+        assert sorted(stored) == list(range(1, SCAN_PAGES + 1))
+
+        assert task["status"] == "COMPLETED", task
+        assert [d["reading"] for d in task["documents"]] == [None, None]
+        # The stream told the pages as they were read (the progress log it is read from).
+        told = await db.fetch(
+            "SELECT body->>'document_id' AS document_id, body->>'reading' AS reading FROM progress_log"
+            " WHERE task_id = $1 AND kind = 'document-reading' ORDER BY seq",
+            task_id,
+        )
+        assert told and all(row["document_id"] == scan_id for row in told), told
+        assert all(re.fullmatch(rf"reading page \d+ of {SCAN_PAGES} \(OCR\)", row["reading"]) for row in told), told
+        text = await db.fetchrow(
+            "SELECT text, position_unit, position_starts FROM document_texts WHERE document_id = $1", scan_id
+        )
+        starts = [*text["position_starts"], len(text["text"])]
+        assert text["position_unit"] == "page" and len(starts) == SCAN_PAGES + 1
+        for number, page in enumerate(pages):
+            assert character_error_rate(page, text["text"][starts[number] : starts[number + 1]]) <= 0.03, number
+
+        # A sentence of the scan's summary cites a page of it; its quote says the page was read by OCR,
+        # the digital document's does not.
+        quoted = {}
+        for doc_id in (scan_id, digital_id):
+            [doc] = [d for d in task["documents"] if d["document_id"] == doc_id]
+            source = next(s for sentence in doc["sentences"] for s in sentence["sources"] if s["document_id"] == doc_id)
+            assert source["unit"] == "page" and source["page"] >= 1
+            route = f"/v1/tasks/{task_id}/documents/{doc_id}/text"
+            quoted[doc_id] = (await client.get(route, params={"start": source["start"], "end": source["end"]})).json()
+        assert quoted[scan_id]["ocr"] is True and quoted[scan_id]["text"]
+        assert quoted[digital_id]["ocr"] is False

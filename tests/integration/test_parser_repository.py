@@ -69,6 +69,9 @@ class TestDocumentRepository(ParserRepositoryContract):
     async def text_of(self, document_id: str) -> str | None:
         return await self.pool.fetchval("SELECT text FROM document_texts WHERE document_id = $1", document_id)
 
+    async def reading_of(self, document_id: str) -> str | None:
+        return await self.pool.fetchval("SELECT reading FROM documents WHERE id = $1", document_id)
+
     async def positions_of(self, document_id: str) -> Positions | None:
         row = await self.pool.fetchrow(
             "SELECT position_unit, position_starts FROM document_texts WHERE document_id = $1", document_id

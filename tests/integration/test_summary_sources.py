@@ -101,7 +101,7 @@ async def test_sentences_show_their_files_and_units_and_quote_their_text(stack: 
             assert quoted.status_code == 200, quoted.text
             assert quoted.json() == {
                 "document_id": doc_id, "filename": "valley.txt", "unit": "line", "page": first, "last_page": last,
-                "start": start, "end": end, "text": text[start:end],
+                "start": start, "end": end, "text": text[start:end], "ocr": False,
             }  # fmt: skip
         # The whole text, to its last character.
         whole = await client.get(

@@ -162,6 +162,38 @@ class ParserRepositoryContract(ABC):
 
     # --- a document failed: PENDING | PARSING -> FAILED ---------------------------------------------
 
+    # --- scanned pages: each OCR'd page stored as it is read, the first reading kept ------------------
+
+    async def test_each_ocr_page_is_stored_once_and_its_first_reading_stays(self) -> None:
+        document = await self.given_document(await self.given_task(), data=new_bytes())
+        other = await self.given_document(await self.given_task(), data=new_bytes())
+        assert await self.repo.ocr_texts(document) == {}
+        assert await self.repo.store_ocr_page(document, 0, "Page one.") == "Page one."
+        assert await self.repo.store_ocr_page(document, 2, "Page three.") == "Page three."
+        # read again (a second delivery raced the first): the stored reading is the page's
+        assert await self.repo.store_ocr_page(document, 0, "Page one, read again.") == "Page one."
+        await self.repo.store_ocr_page(other, 0, "Another document's page.")
+        assert await self.repo.ocr_texts(document) == {0: "Page one.", 2: "Page three."}
+
+    async def test_an_ocr_page_the_database_cannot_hold_is_refused(self) -> None:
+        document = await self.given_document(await self.given_task(), data=new_bytes())
+        with pytest.raises(TextRefused):
+            await self.repo.store_ocr_page(document, 0, "a NUL \x00 character")
+        assert await self.repo.ocr_texts(document) == {}
+
+    @abstractmethod
+    async def reading_of(self, document_id: str) -> str | None:
+        """What the document's view says is being read now."""
+
+    async def test_what_is_being_read_is_shown_until_the_text_is_stored(self) -> None:
+        document = await self.given_document(await self.given_task(), data=new_bytes())
+        await self.repo.reading(document, "reading page 1 of 2 (OCR)")
+        assert await self.reading_of(document) == "reading page 1 of 2 (OCR)"
+        await self.repo.store_text(document, "The text.", SizeLevel.SMALL, ONE_LINE)
+        assert await self.reading_of(document) is None
+        await self.repo.reading(document, "reading page 2 of 2 (OCR)")  # late: the parse is stored
+        assert await self.reading_of(document) is None
+
     @pytest.mark.parametrize("status", NEEDS_PARSE)
     async def test_a_document_that_needs_its_parse_fails_with_its_error(self, status: DocumentStatus) -> None:
         document = await self.given_document(await self.given_task(), status=status, data=new_bytes())

@@ -1,12 +1,16 @@
-"""The CLI's line for a task waiting on the provider's batch: `docsum show`, and while it waits."""
+"""The CLI's line for a task waiting on the provider's batch (`docsum show`, and while it waits), and for a
+scan being read by OCR."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from docsum_cli import commands
+from docsum_cli import main as cli
 
 
 def _task(**batch: Any) -> dict[str, Any]:
@@ -61,3 +65,39 @@ def test_show_prints_the_note(capsys: pytest.CaptureFixture[str]) -> None:
     assert "waiting for the provider's batch: 3 of 10 lines done" in capsys.readouterr().out
     commands._show_task(_task(state="done"))
     assert "provider's batch" not in capsys.readouterr().out
+
+
+def test_show_prints_the_page_a_scan_is_read_at(capsys: pytest.CaptureFixture[str]) -> None:
+    task = _task(state="done")
+    task["documents"] = [
+        {"filename": "scan.pdf", "status": "PARSING", "chunks": {"done": 0, "failed": 0, "total": None},
+         "error": None, "reading": "reading page 41 of 300 (OCR)"},
+    ]  # fmt: skip
+    commands._show_task(task)
+    assert "reading page 41 of 300 (OCR)" in capsys.readouterr().out
+
+
+def test_wait_prints_each_page_a_scan_is_read_at(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scan = {"document_id": "d1", "filename": "scan.pdf", "status": "PARSING", "percent": 0.0,
+            "chunks": {"done": 0, "failed": 0, "total": None}}  # fmt: skip
+    done = {**scan, "status": "COMPLETED", "percent": 100.0}
+
+    def events(gateway: Any, task_id: str, after: int = 0) -> Iterator[tuple[str, dict[str, Any]]]:
+        yield "snapshot", {**_task(state="done"), "documents": [scan]}
+        for page in (1, 2):
+            note = f"reading page {page} of 2 (OCR)"
+            yield "progress", {"seq": page, "kind": "document-reading", "document_id": "d1", "reading": note,
+                               "documents": []}  # fmt: skip
+        yield "progress", {"seq": 3, "kind": "task-done", "documents": [done]}
+
+    class Gateway:
+        def task(self, task_id: str) -> dict[str, Any]:
+            return {**_task(state="done"), "status": "COMPLETED", "documents": [done]}
+
+    monkeypatch.setattr(cli, "task_events", events)
+    monkeypatch.setattr(cli, "err", Console(stderr=True, width=400))  # off a terminal: a line per change
+    cli.wait(Gateway(), "t1", quiet=False)  # type: ignore[arg-type]
+    printed = capsys.readouterr().err
+    assert "scan.pdf: reading page 1 of 2 (OCR)" in printed and "scan.pdf: reading page 2 of 2 (OCR)" in printed

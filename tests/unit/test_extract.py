@@ -15,7 +15,7 @@ from fpdf import FPDF
 from pypdf import PdfReader, PdfWriter
 
 from docsum_parser import extract
-from docsum_parser.extract import ExtractedText, detect_format, extract_text
+from docsum_parser.extract import MSG_NO_TEXT, ExtractedText, detect_format, extract_text
 from docsum_parser.normalize import normalize
 from docsum_parser.parse_error import ParseError
 from docsum_shared.positions import Positions
@@ -131,12 +131,12 @@ def test_file_named_pdf_that_is_not_a_pdf_is_damaged() -> None:
 def test_pdf_with_only_a_drawing_has_no_extractable_text() -> None:
     pdf = FPDF()
     pdf.add_page()
-    pdf.rect(20, 20, 120, 60, style="F")  # like a scanned page: something visible, no text
+    pdf.rect(20, 20, 120, 60, style="F")  # something visible, no text and no image
 
     error = parse_error(bytes(pdf.output()), "scan.pdf")
 
     assert error.kind == "no_text"
-    assert str(error) == "no extractable text: the PDF seems to contain only scanned images; run OCR first"
+    assert str(error) == MSG_NO_TEXT["pdf"]  # no image: nothing for OCR to read either
 
 
 def test_pdf_words_hyphenated_at_line_ends_are_joined() -> None:

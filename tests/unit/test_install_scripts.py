@@ -54,6 +54,8 @@ PACKAGES: dict[str, dict[str, str]] = {
     },
     "chromium": {"chromium": ""},
     "fonts-wqy-microhei": {"wqy-microhei.ttc": ""},
+    "tesseract-ocr-eng": {"eng.traineddata": ""},
+    "tesseract-ocr-chi-sim": {"chi_sim.traineddata": ""},
 }
 
 
@@ -77,10 +79,12 @@ class Sandbox:
         self.pg_lib = tmp / "usr-lib-postgresql"
         self.chromium = tmp / "usr-bin" / "chromium"
         self.font = tmp / "fonts" / "wqy-microhei.ttc"
+        self.tessdata = tmp / "tessdata"
         # Where each package's files go: Debian's postgresql puts its programs under
         # /usr/lib/postgresql/15/bin, not in PATH; the rest land in PATH unless the script looks elsewhere.
         destinations = {"postgresql": self.pg_lib / "15" / "bin", "chromium": self.chromium.parent,
-                        "fonts-wqy-microhei": self.font.parent}  # fmt: skip
+                        "fonts-wqy-microhei": self.font.parent, "tesseract-ocr-eng": self.tessdata,
+                        "tesseract-ocr-chi-sim": self.tessdata}  # fmt: skip
         # Staged packages: apt-get copies stage/NAME/* to the folder named in stage/NAME.dest.
         self.stage = tmp / "stage"
         for package, programs in PACKAGES.items():
@@ -108,6 +112,7 @@ class Sandbox:
             "DOCSUM_PG_LIB_ROOT": str(self.pg_lib),
             "DOCSUM_CHROMIUM": str(self.chromium),
             "DOCSUM_CJK_FONT": str(self.font),
+            "DOCSUM_OCR_TESSDATA": str(self.tessdata),
         }
         return subprocess.run(
             [str(self.root / "scripts" / script), *args], env=env, capture_output=True, text=True, timeout=60
@@ -136,6 +141,14 @@ def test_prometheus_bin_prints_only_the_path(sandbox: Sandbox) -> None:
 
 def test_chromium_prints_only_the_browser(sandbox: Sandbox) -> None:
     assert sandbox.lines("chromium.sh") == [str(sandbox.chromium)]
+
+
+def test_tesseract_installs_both_languages_and_prints_only_their_folder(sandbox: Sandbox) -> None:
+    assert sandbox.lines("tesseract.sh") == [str(sandbox.tessdata)]
+    assert sorted(p.name for p in sandbox.tessdata.iterdir()) == ["chi_sim.traineddata", "eng.traineddata"]
+    # Installed now: the second call installs nothing and prints the same.
+    again = sandbox.run("tesseract.sh")
+    assert again.stdout.splitlines() == [str(sandbox.tessdata)] and "InRelease" not in again.stderr
 
 
 def test_postgres_install_prints_nothing(sandbox: Sandbox) -> None:

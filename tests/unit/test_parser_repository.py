@@ -48,6 +48,9 @@ class TestFakeParserRepository(ParserRepositoryContract):
     async def positions_of(self, document_id: str) -> Positions | None:
         return self.fake.state.positions.get(document_id)
 
+    async def reading_of(self, document_id: str) -> str | None:
+        return self.fake.state.reading.get(document_id)
+
 
 class FakeThatParsesTwice(FakeParserRepository):
     """Forgets that only a document still needing its parse takes its text: a redelivery overwrites it."""

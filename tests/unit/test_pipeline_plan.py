@@ -32,7 +32,7 @@ SENT_BESIDE: dict[Topic, set[str]] = {
     Topic.CHUNK_CREATED: {"gateway", "merger", "summarizer"},  # and the summarizer's rounds and batch mode
     Topic.CHUNK_SUMMARIZED: {"gateway", "merger"},
     Topic.DOCUMENT_MERGED: {"gateway", "merger"},
-    Topic.TASK_EVENTS: {"gateway", "merger", "summarizer"},  # lifecycle; expiry; batch mode
+    Topic.TASK_EVENTS: {"gateway", "parser", "merger", "summarizer"},  # lifecycle; OCR pages; expiry; batch mode
     Topic.TASK_FINISHED: set(),
 }
 

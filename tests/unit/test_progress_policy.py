@@ -123,6 +123,21 @@ def test_each_move_of_a_tasks_batch_is_its_own_entry_carrying_the_batch() -> Non
     assert [e.kind for e in entries_for(moved, _view(_doc("d1")))] == ["task-started"]
 
 
+def test_each_page_being_read_is_its_own_entry_while_its_document_is_read() -> None:
+    def read(page: int) -> TaskEvent:
+        note = {"document_id": "d1", "note": f"reading page {page} of 9 (OCR)"}
+        return TaskEvent(task_id="t1", status=TaskStatus.PROCESSING, detail={"reading": note})
+
+    reading = _doc("d1", status="PARSING", total=None).model_copy(update={"text_chars": None, "reading": "x"})
+    *_, first = entries_for(read(3), _view(reading))
+    *_, later = entries_for(read(4), _view(reading))
+    assert first.kind == later.kind == "document-reading" and first.key != later.key
+    assert first.body["reading"] == "reading page 3 of 9 (OCR)" and first.body["document_id"] == "d1"
+    # Told after the text was stored (nothing is being read any more): nothing new, and no resume either.
+    kinds = [e.kind for e in entries_for(read(9), _view(_doc("d1")))]
+    assert "document-reading" not in kinds and "resumed" not in kinds
+
+
 def test_a_document_end_that_no_longer_holds_adds_nothing() -> None:
     merged = DocumentMerged(task_id="t1", document_id="d1", outcome=DocumentOutcome.FAILED)
     kinds = [e.kind for e in entries_for(merged, _view(_doc("d1", "SUMMARIZING")))]  # retried since

@@ -28,3 +28,7 @@ class QuotedText(SourceView):
     """A range of a document's extracted text: what a summary sentence's source quotes."""
 
     text: str = Field(description="The document's extracted text from `start` to `end` (characters, end excluded).")
+    ocr: bool = Field(
+        False,
+        description="The range is on a scanned page whose text was read by OCR: a word may be misread.",
+    )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import codecs
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Literal
@@ -36,6 +37,10 @@ class ExtractedText:
     # starts in `text`
     positions: Positions
     pages: int | None = None  # PDFs only
+    # PDF pages (from 0) drawn from images without text, to be read by OCR before the text is known: the
+    # text is then empty (see pdf.PdfText.scanned).
+    scanned: tuple[int, ...] = ()
+    ocr_pages: tuple[int, ...] = ()  # PDF pages (from 0) whose text was read by OCR
 
 
 SUPPORTED = "PDF, DOCX, PPTX, HTML, EPUB, TXT, Markdown"
@@ -50,7 +55,11 @@ MSG_ENCODING = (
     "text file is not in a supported encoding (UTF-8, UTF-16 with BOM, GB18030); save it as UTF-8 and try again"
 )
 MSG_NO_TEXT = {
-    "pdf": "no extractable text: the PDF seems to contain only scanned images; run OCR first",
+    "pdf": (
+        "no extractable text: the PDF's pages have no text, and OCR read none from their images (a blank or"
+        " unreadable scan, or text drawn as shapes); scan it again at 300 dpi, or export it with its text, and"
+        " try again"
+    ),
     "docx": "no extractable text: the Word document has no text in its body (images, headers and footers are not read)",
     "pptx": "no extractable text: the presentation's slides and notes have no text (pictures and charts are not read)",
     "html": "no extractable text: the web page has no main text (navigation, scripts and styles are not read)",
@@ -145,19 +154,30 @@ def detect_format(data: bytes, filename: str, content_type: str | None, limits: 
 
 
 def extract_text(
-    data: bytes, filename: str, content_type: str | None = None, limits: Limits = DEFAULT_LIMITS
+    data: bytes,
+    filename: str,
+    content_type: str | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+    ocr_texts: Mapping[int, str] | None = None,
 ) -> ExtractedText:
     """Extract normalized plain text and where each of its pages, paragraphs or lines starts; raises
-    ParseError with a user-facing message on any failure, including a document over one of `limits`."""
+    ParseError with a user-facing message on any failure, including a document over one of `limits`.
+    A PDF with scanned pages not among `ocr_texts` (their OCR'd text, by page from 0) comes back with
+    no text and those pages in `scanned`."""
     if not data:
         raise ParseError(MSG_EMPTY, "empty")
     fmt = detect_format(data, filename, content_type, limits)
     pages: int | None = None
+    ocr_pages: tuple[int, ...] = ()
     if fmt == "pdf":
         from .pdf import extract_pdf
 
-        text, starts = extract_pdf(data, limits)
+        read = extract_pdf(data, limits, ocr_texts)
+        if read.scanned:
+            return ExtractedText("", fmt, Positions("page", (0,)), pages=read.pages, scanned=read.scanned)
+        text, starts = read.text, read.starts
         pages = len(starts)
+        ocr_pages = tuple(sorted(ocr_texts or ()))
     elif fmt == "docx":
         from .word import extract_docx
 
@@ -183,7 +203,9 @@ def extract_text(
         raise ParseError(MSG_NO_TEXT[fmt], "no_text")
     if len(text) > limits.max_chars:  # normalizing can expand (tabs, ligatures)
         raise too_many_chars(limits)
-    return ExtractedText(text=text, format=fmt, positions=Positions(_UNITS[fmt], tuple(starts)), pages=pages)
+    return ExtractedText(
+        text=text, format=fmt, positions=Positions(_UNITS[fmt], tuple(starts)), pages=pages, ocr_pages=ocr_pages
+    )
 
 
 _UNITS: dict[Format, Unit] = {

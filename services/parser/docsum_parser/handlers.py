@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -14,8 +14,11 @@ from docsum_shared.handlers import Handlers, required
 from docsum_shared.levels import SizeLevel
 from docsum_shared.positions import Positions
 
-from . import intake, sources
+from . import intake, policy, sources
+from .extract import ExtractedText
+from .parse_error import ParseError
 from .policy import (
+    Decision,
     Extractor,
     StoredDocument,
     StoreText,
@@ -24,11 +27,13 @@ from .policy import (
     check_belongs,
     check_stored_bytes,
     needs_parse,
-    parse,
+    parse_failed,
+    parsed,
     text_refused,
 )
+from .progress import ReadingProgress
 from .settings import ParserSettings
-from .worker import run_job
+from .worker import Job, run_job
 
 log = logging.getLogger("docsum_parser")
 
@@ -38,6 +43,9 @@ class Repository(Protocol):
     async def load_bytes(self, sha256: str) -> bytes | None: ...
     async def store_text(self, document_id: str, text: str, size_level: SizeLevel, positions: Positions) -> None: ...
     async def fail(self, document_id: str, error: str) -> None: ...
+    async def ocr_texts(self, document_id: str) -> dict[int, str]: ...
+    async def reading(self, document_id: str, note: str) -> None: ...
+    async def store_ocr_page(self, document_id: str, page: int, text: str) -> str: ...
     async def find_document(self, document_id: str) -> intake.ExistingDocument | None: ...
     async def load_intake_task(self, task_id: str) -> intake.StoredTask | None: ...
     async def take_in(
@@ -53,6 +61,8 @@ class Deps:
     # The producer whose intake topic the message came on (intake.<producer>); None: document-submitted,
     # the pipeline's own topic.
     producer: str | None = None
+    # The pages being read, for the progress stream (the stage's loop publishes them).
+    progress: ReadingProgress = field(default_factory=ReadingProgress)
 
 
 handlers = Handlers[Deps]("parser")
@@ -72,9 +82,10 @@ async def parse_document(event: DocumentSubmitted, deps: Deps) -> list[Event]:
     # Only ever the row's own bytes: a hash in the message could name another owner's.
     sha256 = doc.blob_sha256
     data = required(await deps.repo.load_bytes(sha256) if sha256 else None, f"the stored bytes of {event.document_id}")
-    # Parsing is CPU-bound (or waits for the worker): keep the event loop (and the consumer's heartbeat)
-    # responsive.
-    decision = await asyncio.to_thread(parse, event, data, deps.settings, deps.extract)
+    try:
+        decision = await read(event, data, deps)
+    except TextRefused as refused:  # an OCR'd page's text
+        decision = text_refused(event, refused)
     del data  # not held while the text is stored
     if isinstance(stored := decision.write, StoreText):
         try:
@@ -87,6 +98,39 @@ async def parse_document(event: DocumentSubmitted, deps: Deps) -> list[Event]:
         await deps.repo.fail(event.document_id, decision.write.error)
         log.info("document %s (%s) failed: %s", event.document_id, event.filename, decision.write.error)
     return decision.emit
+
+
+async def read(event: DocumentSubmitted, data: bytes, deps: Deps) -> Decision:
+    """The document's text, or why there is none. A PDF's scanned pages are read by OCR one at a time
+    first, each stored as soon as it is read: a parser killed midway resumes at the next page, and no page
+    stored is read again."""
+    job = policy.job(event, data, deps.settings)
+    try:
+        # Parsing is CPU-bound (or waits for the worker): keep the event loop (and the consumer's heartbeat)
+        # responsive.
+        extracted = await asyncio.to_thread(deps.extract, job)
+        if extracted.scanned:
+            texts = await read_scanned(event, job, extracted, deps)
+            extracted = await asyncio.to_thread(deps.extract, replace(job, ocr_texts=texts))
+    except ParseError as exc:
+        return parse_failed(event, exc)
+    return parsed(event, extracted, deps.settings)
+
+
+async def read_scanned(event: DocumentSubmitted, job: Job, extracted: ExtractedText, deps: Deps) -> dict[int, str]:
+    """The OCR'd text of every scanned page: those stored before, then each other one read and stored."""
+    texts = await deps.repo.ocr_texts(event.document_id)
+    pages = extracted.pages or 0
+    for page in extracted.scanned:
+        if page in texts:
+            continue
+        note = policy.reading_note(page, pages)
+        await deps.repo.reading(event.document_id, note)
+        deps.progress.note(event.task_id, event.document_id, note)
+        read_page = await asyncio.to_thread(deps.extract, replace(job, ocr_page=page))
+        texts[page] = await deps.repo.store_ocr_page(event.document_id, page, read_page.text)
+        log.info("document %s (%s): page %d of %d read by OCR", event.document_id, event.filename, page + 1, pages)
+    return texts
 
 
 async def take_in(event: DocumentSubmitted, deps: Deps) -> None:

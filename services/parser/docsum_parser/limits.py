@@ -13,12 +13,13 @@ SPLIT_IT = "split it into smaller files and try again"
 class Limits:
     """How far one document may expand; each is checked as early as it can be measured.
 
-    `max_chars`: characters of text (as extracted, and again once normalized); extraction stops as
-    soon as it is passed. `max_pdf_pages`: pages of a PDF, checked before any text is extracted.
-    `max_docx_unzipped_bytes`: the bytes all parts of a zip-based document (DOCX, PPTX, EPUB) really
-    inflate to, counted while inflating them (the sizes a zip declares are not trusted); `max_zip_entries`:
-    the files such an archive may hold, counted before any is inflated. `max_html_bytes`: the size of a
-    web page's HTML, checked before it is parsed. The defaults are the settings'.
+        `max_chars`: characters of text (as extracted, and again once normalized); extraction stops as
+        soon as it is passed. `max_pdf_pages`: pages of a PDF, checked before any text is extracted.
+        `max_docx_unzipped_bytes`: the bytes all parts of a zip-based document (DOCX, PPTX, EPUB) really
+        inflate to, counted while inflating them (the sizes a zip declares are not trusted); `max_zip_entries`:
+        the files such an archive may hold, counted before any is inflated. `max_html_bytes`: the size of a
+        web page's HTML, checked before it is parsed. `max_ocr_pages`: the pages of a PDF without text that are
+    read by OCR, counted before the first is read. The defaults are the settings'.
     """
 
     max_chars: int = 5_000_000
@@ -26,6 +27,15 @@ class Limits:
     max_docx_unzipped_bytes: int = 256 * 2**20
     max_zip_entries: int = 10_000
     max_html_bytes: int = 16 * 2**20
+    max_ocr_pages: int = 500
+
+
+@dataclass(frozen=True)
+class OcrConfig:
+    """Where Tesseract's trained data is, and which of them a scanned page is read with."""
+
+    tessdata: str = "/usr/share/tesseract-ocr/5/tessdata"
+    languages: str = "eng+chi_sim"
 
 
 DEFAULT_LIMITS = Limits()

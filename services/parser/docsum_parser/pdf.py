@@ -7,8 +7,10 @@ import re
 import struct
 import zlib
 from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
 
-from pypdf import PasswordType, PdfReader
+from pypdf import PageObject, PasswordType, PdfReader
 from pypdf.errors import PyPdfError
 from pypdf.generic import DictionaryObject, NullObject
 
@@ -44,9 +46,25 @@ def _damaged(reason: str) -> ParseError:
     return ParseError(f"PDF is damaged or truncated: {reason}; re-export it and try again", "damaged")
 
 
-def extract_pdf(data: bytes, limits: Limits) -> tuple[str, list[int]]:
-    """The PDF's text, its pages joined by a blank line, and where each page starts in it (a page left
-    without text starts where the next page with text does, or at the end)."""
+@dataclass(frozen=True)
+class PdfText:
+    text: str  # the pages joined by a blank line
+    starts: list[int]  # where each page starts (a page left without text: where the next page with text does)
+    # Pages (from 0) drawn from images with (almost) no text, not among the OCR'd texts given: to be read
+    # by OCR first; `text` and `starts` are then not the document's.
+    scanned: tuple[int, ...] = ()
+    pages: int = 0  # the PDF's pages (with `scanned`)
+
+
+# A page with fewer characters than this besides whitespace (a page number, a stamp's date) that shows an
+# image is a scan: OCR reads it.
+SCANNED_MAX_CHARS = 16
+
+
+def extract_pdf(data: bytes, limits: Limits, ocr_texts: Mapping[int, str] | None = None) -> PdfText:
+    """The PDF's text, its pages joined by a blank line, and where each page starts in it. `ocr_texts`:
+    the OCR'd text of its scanned pages (by page, from 0), read in place of their text layer."""
+    ocr_texts = ocr_texts or {}
     if b"%PDF-" not in data[:1024]:
         raise _damaged("it does not start with a %PDF header")
     # pypdf searches the *whole* file backwards for %%EOF, so a cut-off file that contains an
@@ -62,15 +80,23 @@ def extract_pdf(data: bytes, limits: Limits) -> tuple[str, list[int]]:
             _decrypt_with_empty_password(reader)
         _check_page_count(reader, limits)
         page_texts = []
+        scanned = []
         chars = 0
-        for page in reader.pages:
+        for number, page in enumerate(reader.pages):
             page_texts.append(page.extract_text() or "")
+            if number in ocr_texts:
+                page_texts[-1] = ocr_texts[number]
+            elif _scanned(page, page_texts[-1]):
+                scanned.append(number)
             chars += len(page_texts[-1])
             if chars > limits.max_chars:
                 raise too_many_chars(limits)
+        if scanned:
+            _check_ocr_pages(len(scanned) + len(ocr_texts), limits)
+            return PdfText("", [], tuple(scanned), len(page_texts))
         if not any(t.strip() for t in page_texts):
             # extract_text() swallows some errors and returns "", which would turn a damaged file
-            # into a misleading "run OCR" message; make sure the page content is really there.
+            # into a misleading "no text" message; make sure the page content is really there.
             _check_page_contents(reader)
     except _PDF_ERRORS as exc:
         raise _damaged(short_reason(exc)) from exc
@@ -78,7 +104,18 @@ def extract_pdf(data: bytes, limits: Limits) -> tuple[str, list[int]]:
     pages = [normalize(p) for p in page_texts]
     if len(pages) >= _RUNNING_MIN_PAGES:
         pages = _drop_running_lines(pages)
-    return _joined([dehyphenate(p) for p in pages])
+    return PdfText(*_joined([dehyphenate(p) for p in pages]))
+
+
+def _scanned(page: PageObject, text: str) -> bool:
+    """Almost no text, and an image (or a form drawing one) on the page: a scanned page."""
+    if len("".join(text.split())) >= SCANNED_MAX_CHARS:
+        return False
+    resources = page.get("/Resources")
+    resources = resources.get_object() if resources is not None else None
+    xobjects = resources.get("/XObject") if isinstance(resources, DictionaryObject) else None
+    xobjects = xobjects.get_object() if xobjects is not None else None
+    return isinstance(xobjects, DictionaryObject) and len(xobjects) > 0
 
 
 def _joined(pages: list[str]) -> tuple[str, list[int]]:
@@ -159,6 +196,17 @@ def _check_page_count(reader: PdfReader, limits: Limits) -> None:
         raise ParseError(
             f"the PDF has {count:,} pages, over the limit of {limits.max_pdf_pages:,} (DOCSUM_MAX_PDF_PAGES); "
             f"{SPLIT_IT}",
+            "too_large",
+        )
+
+
+def _check_ocr_pages(count: int, limits: Limits) -> None:
+    """Before the first scanned page is read: the pages OCR would read."""
+    if count > limits.max_ocr_pages:
+        raise ParseError(
+            f"the PDF has {count:,} scanned pages (images without text) to read by OCR, over the limit of "
+            f"{limits.max_ocr_pages:,} (DOCSUM_MAX_OCR_PAGES); split it into smaller files, or submit a copy with"
+            " a text layer (most scanners' software can add one), and try again",
             "too_large",
         )
 

@@ -12,7 +12,7 @@ from docsum_shared.positions import Positions
 from docsum_shared.states import DocumentStatus, TaskStatus, takes_work
 
 from .extract import ExtractedText
-from .limits import Limits
+from .limits import Limits, OcrConfig
 from .parse_error import ParseError
 from .settings import ParserSettings
 from .worker import Job, run_job
@@ -104,21 +104,43 @@ def limits(settings: ParserSettings) -> Limits:
         max_docx_unzipped_bytes=settings.max_docx_unzipped_bytes,
         max_zip_entries=settings.max_zip_entries,
         max_html_bytes=settings.max_html_bytes,
+        max_ocr_pages=settings.max_ocr_pages,
     )
+
+
+def job(event: DocumentSubmitted, data: bytes, settings: ParserSettings) -> Job:
+    """What the worker is given to read the document's bytes (its scanned pages, one by one, after)."""
+    ocr = OcrConfig(tessdata=settings.ocr_tessdata, languages=settings.ocr_languages)
+    return Job(data, event.filename, event.content_type, limits(settings), event.document_id, ocr=ocr)
+
+
+def reading_note(page: int, pages: int) -> str:
+    """What the task's view says while page `page` (from 0) of a scanned PDF of `pages` pages is read."""
+    return f"reading page {page + 1:,} of {pages:,} (OCR)"
 
 
 def parse(event: DocumentSubmitted, data: bytes, settings: ParserSettings, extract: Extractor = run_job) -> Decision:
     """Extract the document's text from its bytes; a bad file, or one over a limit, fails this document only."""
     try:
-        extracted = extract(Job(data, event.filename, event.content_type, limits(settings), event.document_id))
+        extracted = extract(job(event, data, settings))
     except ParseError as exc:
-        return Decision(Fail(str(exc)), [_failed(event)])
+        return parse_failed(event, exc)
+    return parsed(event, extracted, settings)
+
+
+def parsed(event: DocumentSubmitted, extracted: ExtractedText, settings: ParserSettings) -> Decision:
+    """The text read: stored, and announced with its size level."""
     chars = len(extracted.text)
     level = size_level(chars, small_max=settings.small_max_chars, medium_max=settings.medium_max_chars)
     return Decision(
         StoreText(extracted.text, level, extracted.positions),
         [event.next(DocumentParsed, document_id=event.document_id, text_chars=chars, size_level=level)],
     )
+
+
+def parse_failed(event: DocumentSubmitted, exc: ParseError) -> Decision:
+    """A bad file, or one over a limit, fails this document only, with what to do."""
+    return Decision(Fail(str(exc)), [_failed(event)])
 
 
 def text_refused(event: DocumentSubmitted, refused: TextRefused) -> Decision:

@@ -55,7 +55,7 @@ class DocumentRepository:
     async def _store_text(self, document_id: str, text: str, size_level: SizeLevel, positions: Positions) -> None:
         async with self.pool.acquire() as conn, conn.transaction():
             moved = await conn.fetchval(
-                "UPDATE documents SET status = $2, size_level = $3, text_chars = $4, updated_at = now()"
+                "UPDATE documents SET status = $2, size_level = $3, text_chars = $4, reading = NULL, updated_at = now()"
                 " WHERE id = $1 AND status = ANY($5::text[]) RETURNING id",
                 document_id,
                 DocumentStatus.CHUNKING,
@@ -75,9 +75,39 @@ class DocumentRepository:
                     list(positions.starts),
                 )
 
+    async def ocr_texts(self, document_id: str) -> dict[int, str]:
+        """The text of each of the document's scanned pages read so far, by page (from 0)."""
+        rows = await self.pool.fetch("SELECT page, text FROM document_ocr_pages WHERE document_id = $1", document_id)
+        return {row["page"]: row["text"] for row in rows}
+
+    async def reading(self, document_id: str, note: str) -> None:
+        """What is being read now, shown in the task's view, while the document still needs its parse."""
+        await self.pool.execute(
+            "UPDATE documents SET reading = $2, updated_at = now() WHERE id = $1 AND status = ANY($3::text[])",
+            document_id,
+            note,
+            list(NEEDS_PARSE),
+        )
+
+    async def store_ocr_page(self, document_id: str, page: int, text: str) -> str:
+        """Store a scanned page's text as soon as it is read; a page already stored keeps its first reading,
+        which is returned (a delivery of the same document elsewhere may have read it meanwhile)."""
+        try:
+            return await self.pool.fetchval(
+                "WITH added AS (INSERT INTO document_ocr_pages (document_id, page, text) VALUES ($1, $2, $3)"
+                " ON CONFLICT (document_id, page) DO NOTHING RETURNING text)"
+                " SELECT text FROM added UNION ALL"
+                " SELECT text FROM document_ocr_pages WHERE document_id = $1 AND page = $2 LIMIT 1",
+                document_id,
+                page,
+                text,
+            )
+        except _REFUSED_TEXT as exc:
+            raise TextRefused(type(exc).__name__) from exc
+
     async def fail(self, document_id: str, error: str) -> None:
         await self.pool.execute(
-            "UPDATE documents SET status = $2, error = $3, updated_at = now()"
+            "UPDATE documents SET status = $2, error = $3, reading = NULL, updated_at = now()"
             " WHERE id = $1 AND status = ANY($4::text[])",
             document_id,
             DocumentStatus.FAILED,

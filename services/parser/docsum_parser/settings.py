@@ -18,6 +18,13 @@ class ParserSettings(SizeSettings, IntakeSettings):
     max_docx_unzipped_bytes: int = Field(256 * 2**20, ge=2**20)
     max_zip_entries: int = Field(10_000, ge=100)
     max_html_bytes: int = Field(16 * 2**20, ge=2**16)
+    # Pages of a PDF drawn from images without text (scans) are read by OCR (Tesseract), each stored as it
+    # is read; a PDF with more such pages than this FAILS before the first is read.
+    max_ocr_pages: int = Field(500, ge=1)
+    # Where Tesseract's trained data is (Debian's, installed by scripts/tesseract.sh), and the languages a
+    # scanned page is read in ("+" between two).
+    ocr_tessdata: str = "/usr/share/tesseract-ocr/5/tessdata"
+    ocr_languages: str = Field("eng+chi_sim", pattern=r"^[a-z_]+(\+[a-z_]+)*$")
     # Each document is parsed in a worker process under these limits (wall clock, address space).
     parse_timeout_s: float = Field(120.0, gt=0)
     parse_memory_bytes: int = Field(2**30, ge=256 * 2**20)

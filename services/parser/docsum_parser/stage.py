@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import asyncpg
 
+from docsum_shared.consumer import Background
 from docsum_shared.events import Topic
 from docsum_shared.handlers import Bound
 from docsum_shared.kafka import intake_topics
@@ -15,6 +16,7 @@ from docsum_shared.stage import Stage
 
 from . import logfilter
 from .handlers import Deps, handlers
+from .progress import READING
 from .repository import DocumentRepository
 from .settings import ParserSettings
 from .worker import ParseWorker
@@ -41,9 +43,23 @@ def intake_carriers(deps: Deps) -> Mapping[str, tuple[Topic, Bound[Deps]]]:
     }
 
 
+def loops(settings: ParserSettings, pool: asyncpg.Pool, deps: Deps) -> Background:
+    """The reading progress's publisher: the pages the handler notes, on task-events."""
+    return deps.progress.run
+
+
 async def close(deps: Deps) -> None:
     if isinstance(deps.extract, ParseWorker):
         deps.extract.close()
 
 
-STAGE = Stage("parser", ParserSettings, handlers, deps, close=close, carriers=intake_carriers)
+STAGE = Stage(
+    "parser",
+    ParserSettings,
+    handlers,
+    deps,
+    loops=loops,
+    senders=(READING,),
+    close=close,
+    carriers=intake_carriers,
+)

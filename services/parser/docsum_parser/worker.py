@@ -25,15 +25,17 @@ import resource
 import signal
 import threading
 import traceback
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from docsum_shared.positions import Positions
+
 from . import logfilter
 from .extract import ExtractedText, extract_text
-from .limits import Limits, size_label
+from .limits import Limits, OcrConfig, size_label
 from .parse_error import ParseError
 
 log = logging.getLogger("docsum_parser.worker")
@@ -54,13 +56,22 @@ class Job:
     content_type: str | None
     limits: Limits
     document: str  # the document id, for log lines
+    ocr: OcrConfig = OcrConfig()
+    # The OCR'd text of a PDF's scanned pages (by page, from 0), read in place of their text layer.
+    ocr_texts: Mapping[int, str] = field(default_factory=dict)
+    # A scanned page (from 0) to read by OCR, alone: its text is the job's (positions, format: none meant).
+    ocr_page: int | None = None
 
 
 def run_job(job: Job) -> ExtractedText:
-    """Extract the job's text in this process, with the libraries' warnings collapsed."""
+    """Extract the job's text in this process (or OCR its one page), with the libraries' warnings collapsed."""
     logfilter.install()
     with logfilter.one_document(job.document):
-        return extract_text(job.data, job.filename, job.content_type, job.limits)
+        if job.ocr_page is not None:
+            from .ocr import read_page
+
+            return ExtractedText(read_page(job.data, job.ocr_page, job.ocr), "pdf", Positions("page", (0,)))
+        return extract_text(job.data, job.filename, job.content_type, job.limits, job.ocr_texts)
 
 
 class WorkerClosed(RuntimeError):

@@ -23,7 +23,7 @@ async def _documents(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
     return await pool.fetch(
         "SELECT d.id, d.filename, d.status, d.size_level, d.text_chars, d.chunk_total, d.summary,"
         " d.summary_model, d.error, d.coverage, d.failed_chunks, d.truncated_parts,"
-        " d.chunks_completed AS chunks_done, d.chunks_failed"
+        " d.chunks_completed AS chunks_done, d.chunks_failed, d.reading"
         " FROM documents d WHERE d.task_id = $1 ORDER BY d.position",
         task_id,
     )
@@ -74,16 +74,19 @@ async def quote(
 
     The length is the one the parser stored with the text (documents.text_chars, same transaction), not
     length(x.text): that would decompress the whole text (48 ms for 19 MB) where substr decompresses only
-    up to the range's end. The unit starts are read whole (width_bucket): 0.1 ms for 280,000 lines."""
+    up to the range's end. The unit starts are read whole (width_bucket): 0.1 ms for 280,000 lines.
+    `ocr`: a page the range is on was read by OCR (document_ocr_pages counts pages from 0)."""
     return await pool.fetchrow(
-        "SELECT d.filename, x.document_id IS NOT NULL AND d.text_chars IS NOT NULL AS has_text, d.text_chars,"
+        "SELECT q.*, q.unit = 'page' AND EXISTS (SELECT 1 FROM document_ocr_pages o WHERE o.document_id = $2"
+        "  AND o.page + 1 BETWEEN q.page AND q.last_page) AS ocr FROM ("
+        " SELECT d.filename, x.document_id IS NOT NULL AND d.text_chars IS NOT NULL AS has_text, d.text_chars,"
         " CASE WHEN $4::int < $5::int AND $5::int - $4::int <= $6::int"
         "  THEN substr(x.text, $4::int + 1, $5::int - $4::int) END AS text,"
         " x.position_unit AS unit, width_bucket($4::int, x.position_starts) AS page,"
         " width_bucket(greatest($4::int, $5::int - 1), x.position_starts) AS last_page"
         " FROM documents d JOIN tasks t ON t.id = d.task_id AND t.owner = $3"
         " LEFT JOIN document_texts x ON x.document_id = d.id"
-        " WHERE d.id = $2 AND d.task_id = $1",
+        " WHERE d.id = $2 AND d.task_id = $1) q",
         task_id,
         document_id,
         owner,

@@ -134,6 +134,11 @@ class DocumentView(BaseModel):
     truncated: bool = False  # some answer behind this summary was cut at its bound, even asked shorter
     usage: Usage
     sentences: list[SentenceView] | None = Field(None, description=SENTENCES)
+    reading: str | None = Field(
+        None,
+        description='What the parser is reading now, page by page: "reading page 41 of 300 (OCR)" while a scanned'
+        " PDF's pages are read by OCR; null otherwise.",
+    )
 
 
 class TaskView(BaseModel):

@@ -367,4 +367,5 @@ def document_view(d: Row, usage: Usage) -> DocumentView:
         failed_chunks=d["failed_chunks"] or [],
         truncated=bool(d.get("truncated_parts")),
         usage=usage,
+        reading=d.get("reading"),
     )

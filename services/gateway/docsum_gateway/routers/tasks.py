@@ -332,6 +332,7 @@ async def get_document_text(
         start=start,
         end=end,
         text=found["text"],
+        ocr=bool(found["ocr"]),
     )
 
 

@@ -471,7 +471,7 @@ function showTask(main, taskId) {
   function applyEntry(entry) {
     lastSeq = Math.max(lastSeq, entry.seq);
     const name = entry.document_id && bars.get(entry.document_id) ? bars.get(entry.document_id).filename : entry.filename;
-    const what = (KIND_TEXT[entry.kind] || entry.kind) + (name ? " — " + name : "") + (entry.chunk_index !== undefined ? " (part " + (entry.chunk_index + 1) + ")" : "");
+    const what = (entry.reading || KIND_TEXT[entry.kind] || entry.kind) + (name ? " — " + name : "") + (entry.chunk_index !== undefined ? " (part " + (entry.chunk_index + 1) + ")" : "");
     log.prepend(el("li", { "data-seq": entry.seq, text: `#${entry.seq} ${what} · ${pct(entry.percent)}` }));
     while (log.children.length > 200) log.lastElementChild.remove();
     if (!task || entry.seq <= snapshotSeq) return;  // already in the snapshot: history for the activity list only

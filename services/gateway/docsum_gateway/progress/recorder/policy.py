@@ -46,6 +46,7 @@ RETRIED = "retried"
 CANCELLED = "cancelled"
 EXPIRED = "expired"
 BATCH_MOVED = "batch-moved"  # the provider's batch of the task moved on (batch mode)
+DOCUMENT_READING = "document-reading"  # a page of a document is being read ("reading page 4 of 9 (OCR)")
 # After one of these the task is final: a stream ends with it (unless a retry revives the task).
 TERMINAL_KINDS = frozenset({TASK_DONE, CANCELLED, EXPIRED})
 
@@ -206,6 +207,8 @@ def _task_event(
             return []
         b = view.batch  # one entry per state of the batch the log has not told yet
         return [_entry(BATCH_MOVED, f"batch:{b.state}:{b.done}:{b.waiting}:{b.sent_back}:{b.batches}", shown)]
+    if status == TaskStatus.PROCESSING and "reading" in event.detail:
+        return _reading(event.detail["reading"], shown, document)
     if status == TaskStatus.PROCESSING:
         kind = RETRIED if event.detail.get("action") == "retry" else RESUMED
         return [_entry(kind, f"{kind}:{event.event_id}", told)]
@@ -222,6 +225,17 @@ def _task_event(
         return [*ends, _entry(EXPIRED, "expired", told)]
     # A retry ends the task again: the re-drive count tells that end from the previous one.
     return [*ends, _entry(TASK_DONE, f"done:{status}:{view.recovery.redrives}", told, error=view.error)]
+
+
+def _reading(reading: Any, shown: dict[str, Any], document: Any) -> list[Entry]:
+    """The page being read, while its document is still read: a note that comes after the text was stored
+    (its view says nothing is being read) tells nothing new."""
+    if not isinstance(reading, dict) or not isinstance(note := reading.get("note"), str):
+        return []
+    doc = document(str(reading.get("document_id")))
+    if doc is None or doc.reading is None:
+        return []
+    return [_entry(DOCUMENT_READING, f"reading:{doc.document_id}:{note}", shown, doc=doc, reading=note)]
 
 
 def _milestones(doc: DocumentView, shown: dict[str, Any]) -> list[Entry]:
