@@ -86,6 +86,23 @@ def test_an_answer_that_copies_the_format_or_the_instructions_loses_those_senten
     assert _answered(json.dumps(json_answer)) == (["The river rose overnight."], 1)
 
 
+@pytest.mark.parametrize(
+    ("sentence", "request_"),
+    [
+        ("<text>", CHUNK),  # SmolLM2-135M's whole answer to a one-chunk PDF, aligned to a source saying "text"
+        ("</text>", CHUNK),
+        ("<previous_context> </previous_context>", CHUNK),
+        ("<part n=2>", REQUESTS[2]),
+        ('<document name="a.txt">', REQUESTS[3]),
+    ],
+)
+def test_an_answer_sentence_that_is_only_a_tag_of_the_prompt_is_dropped(
+    sentence: str, request_: SummaryRequest
+) -> None:
+    assert echoes_instructions(sentence, request_)
+    assert _answered(f"The river rose overnight. [S1]\n{sentence} [S1]", request_) == (["The river rose overnight."], 1)
+
+
 def test_an_answer_that_is_only_the_format_is_a_failed_attempt_not_a_summary() -> None:
     # The one-page document whose summary was the example sentence alone: now no summary at all, and the
     # call is tried again as any failed attempt is.

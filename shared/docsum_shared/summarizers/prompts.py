@@ -68,6 +68,8 @@ _CITE_JSON = (
 _ECHO_MIN_CHARS = 20
 # An id ("S12", "S<id>") or the sentence placeholder.
 _MARKS_RE = re.compile(r"\bS(?:\d+|<id>)|<sentence>", re.I)
+# The tags the prompt puts around the texts it shows (`build_messages`).
+_TAGS_RE = re.compile(r"</?(?:text|previous_context|following_context|part|document)\b[^<>]*>", re.I)
 
 
 def build_messages(request: SummaryRequest, citations: CitationMode = "text") -> list[ChatCompletionMessageParam]:
@@ -125,10 +127,14 @@ def _cite(request: SummaryRequest, citations: CitationMode) -> str:
 
 def echoes_instructions(sentence: str, request: SummaryRequest) -> bool:
     """Whether `sentence`, of an answer to `request`, repeats the prompt instead of summarizing: it holds
-    a placeholder of the citation format, it is one of the instructions' sentences or a long enough part
-    of them, or it holds a long enough one whole. The texts the prompt shows are not instructions (a
-    summary may quote them)."""
+    a placeholder of the citation format, it is only tags the prompt puts around its texts, it is one of
+    the instructions' sentences or a long enough part of them, or it holds a long enough one whole. The
+    texts the prompt shows are not instructions (a summary may quote them)."""
     if _SENTENCE in sentence or _ID.lower() in sentence.lower():
+        return True
+    # A tag of the prompt with nothing else ("<text>", SmolLM2-135M's whole answer to a one-chunk PDF):
+    # too short for the checks below, and its one word may be in the source it is then aligned to.
+    if _TAGS_RE.search(sentence) and not _squash(_TAGS_RE.sub(" ", sentence)):
         return True
     said = _squash(sentence)
     # What the prompt tells depends on the request's kind and options, not on the texts it shows.
