@@ -29,7 +29,7 @@ from the settings as the services build it: DOCSUM_LLM_*), by default Qwen2.5-Co
 (eval/local_model.py: its GGUF file joined from the eval group's data wheels and checked; `--local-model
 smollm2`: SmolLM2-135M-Instruct, quick and weak) served by llama.cpp's own server (`xllamacpp`) on
 loopback, on the `--model-papers` shortest papers of ACLSum's test split (1: the model on one CPU thread
-takes 3 to 7 minutes a chunk on a busy machine), its window (n_ctx) the input budget.
+takes 5 to 13 minutes a chunk on a busy machine), its window (n_ctx) the input budget.
 
 The examples (examples/), in a section of their own: the extractive backend on every file, the model on
 `--model-examples` (the English PDF and the Chinese text; the DOCX is 77 chunks, hours for the model),
