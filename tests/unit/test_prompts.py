@@ -16,7 +16,7 @@ from docsum_shared.errors import ProviderUnavailable
 from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
 from docsum_shared.summarizers.llm_citations import CitationMode, claims
 from docsum_shared.summarizers.openai_backend import OpenAIBackend
-from docsum_shared.summarizers.prompts import build_messages, echoes_instructions
+from docsum_shared.summarizers.prompts import build_messages, echoes_instructions, text_language
 
 MODEL = "prompt-copier-1"
 CHUNK = SummaryRequest(SummaryKind.CHUNK, ("The river rose overnight. The bridge held until noon.",))
@@ -86,6 +86,23 @@ def test_an_answer_that_copies_the_format_or_the_instructions_loses_those_senten
     assert _answered(json.dumps(json_answer)) == (["The river rose overnight."], 1)
 
 
+@pytest.mark.parametrize(
+    ("sentence", "request_"),
+    [
+        ("<text>", CHUNK),  # SmolLM2-135M's whole answer to a one-chunk PDF, aligned to a source saying "text"
+        ("</text>", CHUNK),
+        ("<previous_context> </previous_context>", CHUNK),
+        ("<part n=2>", REQUESTS[2]),
+        ('<document name="a.txt">', REQUESTS[3]),
+    ],
+)
+def test_an_answer_sentence_that_is_only_a_tag_of_the_prompt_is_dropped(
+    sentence: str, request_: SummaryRequest
+) -> None:
+    assert echoes_instructions(sentence, request_)
+    assert _answered(f"The river rose overnight. [S1]\n{sentence} [S1]", request_) == (["The river rose overnight."], 1)
+
+
 def test_an_answer_that_is_only_the_format_is_a_failed_attempt_not_a_summary() -> None:
     # The one-page document whose summary was the example sentence alone: now no summary at all, and the
     # call is tried again as any failed attempt is.
@@ -108,3 +125,47 @@ def test_an_answer_that_is_only_the_format_is_a_failed_attempt_not_a_summary() -
 def test_a_summary_sentence_that_shares_words_with_the_instructions_is_kept(sentence: str) -> None:
     assert not echoes_instructions(sentence, CHUNK)
     assert _answered(f"{sentence} [S1]") == ([sentence], 0)
+
+
+ESSAY = "我出生的城市沿着一条河展开。小时候，我以为所有的城市都应该有一条河。河流是城市最早的道路。"
+
+
+@pytest.mark.parametrize("citations", ["text", "json_schema", "off"])
+@pytest.mark.parametrize(
+    "request_",
+    [
+        SummaryRequest(SummaryKind.CHUNK, (ESSAY,), context_before="Rain fell."),
+        SummaryRequest(SummaryKind.DOCUMENT, (ESSAY, "河流是城市最早的道路。"), title="essay.txt"),
+    ],
+    ids=["chunk", "document"],
+)
+def test_a_chinese_text_asked_in_no_language_is_asked_for_a_chinese_summary_by_name_last(
+    request_: SummaryRequest, citations: CitationMode
+) -> None:
+    # Qwen2.5-Coder-1.5B, told in English to write "in the same language as the text", summarized the
+    # Chinese example essay in English.
+    system, user = (str(m["content"]) for m in build_messages(request_, citations))
+    assert "Write in Chinese." in system
+    assert user.endswith("\n\nWrite your summary in Chinese.")
+    # An answer that repeats that line is no summary sentence.
+    assert echoes_instructions("Write your summary in Chinese.", request_)
+    assert not echoes_instructions("河流是城市最早的道路。", request_)
+
+
+@pytest.mark.parametrize(
+    ("texts", "language"),
+    [
+        ((ESSAY,), "Chinese"),
+        (("東京は日本の首都です。ここには多くの人が住んでいます。",), "Japanese"),
+        (("서울은 한국의 수도입니다.",), "Korean"),
+        (("The river rose overnight.", "河流"), ""),  # mostly Latin letters: left to the model
+        (("La rivière a monté pendant la nuit.",), ""),
+    ],
+)
+def test_the_language_named_is_the_one_of_the_texts_script(texts: tuple[str, ...], language: str) -> None:
+    assert text_language(texts) == language
+    system, user = (str(m["content"]) for m in build_messages(SummaryRequest(SummaryKind.CHUNK, texts)))
+    assert user.endswith(f"Write your summary in {language}.") == bool(language)
+    # A language the submitter asked for is the one named, whatever the text's.
+    asked = build_messages(SummaryRequest(SummaryKind.CHUNK, texts, language="French"))
+    assert str(asked[1]["content"]).endswith("Write your summary in French.")

@@ -19,11 +19,11 @@ from dataclasses import dataclass, replace
 
 from openai.types.chat import ChatCompletionMessageParam
 
-from ..text import sentence_spans
+from ..text import cjk_ratio, is_cjk_char, sentence_spans
 from .base import SummaryKind, SummaryRequest
 from .llm_citations import CitationMode, Numbered, numbered
 
-PROMPT_VERSION = "2026-12-05.1"
+PROMPT_VERSION = "2026-12-05.2"
 
 _SYSTEM = (
     "You summarize documents faithfully. State only what the text says; no preamble, no mention of "
@@ -36,6 +36,28 @@ _LENGTH = {
     "detailed": "Be detailed: cover every main point, with the key facts and figures.",
 }
 _STYLE = {"": "Write prose.", "bullets": "Write a bulleted list, one point per line starting with '- '."}
+# A text's own language, named when the submitter asked for none and its script tells it: a small model
+# told in English to write "in the same language as the text" answers in English (Qwen2.5-Coder-1.5B
+# summarized a Chinese essay in English); told the language by name, and last, it writes in it.
+_KANA_RE = re.compile(r"[\u3040-\u30ff]")
+_HANGUL_RE = re.compile(r"[\u1100-\u11ff\uac00-\ud7af]")
+
+
+def text_language(texts: tuple[str, ...]) -> str:
+    """The language of `texts` when most of their letters are CJK: Korean (mostly Hangul), Japanese (some
+    kana) or Chinese; "" otherwise (any other language is left to the model to tell)."""
+    text = "\n".join(texts)
+    if cjk_ratio(text) < 0.5:
+        return ""
+    cjk = sum(1 for c in text if is_cjk_char(c))
+    if len(_HANGUL_RE.findall(text)) * 2 >= cjk:
+        return "Korean"
+    return "Japanese" if len(_KANA_RE.findall(text)) * 10 >= cjk else "Chinese"
+
+
+def _named(request: SummaryRequest) -> SummaryRequest:
+    """`request` with its texts' language named when none was asked for and their script tells it."""
+    return request if request.language else replace(request, language=text_language(request.texts))
 
 
 def _system(request: SummaryRequest) -> str:
@@ -68,11 +90,14 @@ _CITE_JSON = (
 _ECHO_MIN_CHARS = 20
 # An id ("S12", "S<id>") or the sentence placeholder.
 _MARKS_RE = re.compile(r"\bS(?:\d+|<id>)|<sentence>", re.I)
+# The tags the prompt puts around the texts it shows (`build_messages`).
+_TAGS_RE = re.compile(r"</?(?:text|previous_context|following_context|part|document)\b[^<>]*>", re.I)
 
 
 def build_messages(request: SummaryRequest, citations: CitationMode = "text") -> list[ChatCompletionMessageParam]:
     """The messages of `request`, asking for the citations `citations` says (the default, the text
     format, is also what the token budget counts)."""
+    request = _named(request)
     numbers = numbered(request) if citations != "off" else None
     texts = [_shown(request, numbers, i) for i in range(len(request.texts))]
     if request.kind is SummaryKind.CHUNK:
@@ -93,7 +118,14 @@ def build_messages(request: SummaryRequest, citations: CitationMode = "text") ->
     user = f"{_ask(request)}\n\n{shown}"
     if numbers is not None:
         user += "\n\n" + _cite(request, citations)
+    if request.language:
+        user += "\n\n" + _written_in(request)
     return [{"role": "system", "content": _system(request)}, {"role": "user", "content": user}]
+
+
+def _written_in(request: SummaryRequest) -> str:
+    """The last line of a request that names its language: what a small model reads last, it follows."""
+    return f"Write your summary in {request.language}." if request.language else ""
 
 
 def _ask(request: SummaryRequest) -> str:
@@ -125,14 +157,18 @@ def _cite(request: SummaryRequest, citations: CitationMode) -> str:
 
 def echoes_instructions(sentence: str, request: SummaryRequest) -> bool:
     """Whether `sentence`, of an answer to `request`, repeats the prompt instead of summarizing: it holds
-    a placeholder of the citation format, it is one of the instructions' sentences or a long enough part
-    of them, or it holds a long enough one whole. The texts the prompt shows are not instructions (a
-    summary may quote them)."""
+    a placeholder of the citation format, it is only tags the prompt puts around its texts, it is one of
+    the instructions' sentences or a long enough part of them, or it holds a long enough one whole. The
+    texts the prompt shows are not instructions (a summary may quote them)."""
     if _SENTENCE in sentence or _ID.lower() in sentence.lower():
+        return True
+    # A tag of the prompt with nothing else ("<text>", SmolLM2-135M's whole answer to a one-chunk PDF):
+    # too short for the checks below, and its one word may be in the source it is then aligned to.
+    if _TAGS_RE.search(sentence) and not _squash(_TAGS_RE.sub(" ", sentence)):
         return True
     said = _squash(sentence)
     # What the prompt tells depends on the request's kind and options, not on the texts it shows.
-    told = _instructions(replace(request, texts=(), context_before="", context_after="", labels=(), title=""))
+    told = _instructions(replace(_named(request), texts=(), context_before="", context_after="", labels=(), title=""))
     if said in told.sentences:
         return True
     return len(said) >= _ECHO_MIN_CHARS and (said in told.whole or any(s in said for s in told.long))
@@ -149,7 +185,14 @@ class _Told:
 def _instructions(request: SummaryRequest) -> _Told:
     """Everything the prompt of `request` tells the model, in every citation format (`request` carries
     no texts)."""
-    text = "\n".join([_system(request), _ask(request), _cite(request, "text"), _cite(request, "json_schema")])
+    parts = [
+        _system(request),
+        _ask(request),
+        _cite(request, "text"),
+        _cite(request, "json_schema"),
+        _written_in(request),
+    ]
+    text = "\n".join(parts)
     sentences = frozenset(_squash(line[a:b]) for line in text.splitlines() for a, b in sentence_spans(line)) - {""}
     return _Told(_squash(text), sentences, tuple(s for s in sentences if len(s) >= _ECHO_MIN_CHARS))
 
