@@ -81,7 +81,6 @@ from citation_metrics import (
 )
 from evaluate import Paper, papers
 from local_model import MODELS, Counted, Resent, echoes_dropped, server
-from pipeline import DocumentSummary, Port, Summary, summarize_document, summarize_task
 from real_pdfs import MIN_FOUND
 from real_pdfs import render as render_pdfs
 from real_pdfs import run as run_pdfs
@@ -94,6 +93,7 @@ from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
 from docsum_shared.summarizers.citations import supports
 from docsum_shared.summarizers.extractive import ExtractiveBackend
 from docsum_shared.summarizers.prompts import echoes_instructions
+from pipeline import DocumentSummary, Port, Summary, summarize_document, summarize_task
 
 HERE = Path(__file__).resolve().parent
 REPORT = HERE / "citations.md"
