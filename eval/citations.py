@@ -74,15 +74,15 @@ from citation_metrics import (
     with_sources,
 )
 from evaluate import Paper, papers
-from pipeline import DocumentSummary, Port, Summary, summarize_document, summarize_task
 from real_pdfs import MIN_FOUND
 from real_pdfs import render as render_pdfs
 from real_pdfs import run as run_pdfs
 
+from docsum_llm import make_backend
+from docsum_llm.citations import supports
+from docsum_llm.extractive import ExtractiveBackend
 from docsum_shared.settings import LLMSettings
-from docsum_shared.summarizers import make_backend
-from docsum_shared.summarizers.citations import supports
-from docsum_shared.summarizers.extractive import ExtractiveBackend
+from pipeline import DocumentSummary, Port, Summary, summarize_document, summarize_task
 
 HERE = Path(__file__).resolve().parent
 REPORT = HERE / "citations.md"

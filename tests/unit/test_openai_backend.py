@@ -8,12 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from docsum_shared.errors import ContextLimitExceeded, ProviderUnavailable
-from docsum_shared.settings import LLMSettings
-from docsum_shared.summarizers.base import SummaryKind, SummaryRequest, SummaryResult, SummarySentence
-from docsum_shared.summarizers.cache import cache_key
-from docsum_shared.summarizers.llm_citations import CitationMode, numbered
-from docsum_shared.summarizers.openai_backend import (
+from docsum_llm.base import SummaryKind, SummaryRequest, SummaryResult, SummarySentence
+from docsum_llm.cache import cache_key
+from docsum_llm.openai.citations import CitationMode, numbered
+from docsum_llm.openai.client import (
     OpenAIBackend,
     StreamMode,
     Timeouts,
@@ -21,6 +19,8 @@ from docsum_shared.summarizers.openai_backend import (
     _repeats_the_input,
     _server_root,
 )
+from docsum_shared.errors import ContextLimitExceeded, ProviderUnavailable
+from docsum_shared.settings import LLMSettings
 from tests.documents import english_prose
 from tests.fake_llm import FakeLLM, FakeLLMServer, LedgerEntry
 from tests.integration.helpers import eventually

@@ -23,7 +23,7 @@ What real servers do, and what this backend does about it:
   rate limit. It is sent again after a short wait, and after `flex_tries` such refusals in a row at the
   default tier, so a task never stalls on flex capacity. An endpoint that does not know the flex tier
   (a 400 naming service_tier) gets the default tier from then on.
-- Citations (llm_citations.py): by default the answer is held to a JSON schema (`response_format`),
+- Citations (citations.py): by default the answer is held to a JSON schema (`response_format`),
   which OpenAI, llama.cpp's server and vLLM enforce. An endpoint that refuses it (a 400 naming
   response_format or json_schema) is asked for the text format from then on; one that ignores it
   answers as it likes, and is read leniently all the same.
@@ -45,8 +45,8 @@ import httpx2
 import openai
 from openai.types.chat import ChatCompletionChunk
 
-from .. import metrics
-from ..errors import (
+from docsum_shared import metrics
+from docsum_shared.errors import (
     ContextLimitExceeded,
     Kind,
     ProviderUnavailable,
@@ -54,12 +54,13 @@ from ..errors import (
     RequestRefused,
     context_limit_error,
 )
-from ..options import Mode
-from ..retry import FLEX, Backoff, Wait, after_failure, for_flex
-from ..text import estimate_tokens_upper, sentence_spans, storable
-from .base import SummarizerBackend, SummaryRequest, SummaryResult
-from .batch_api import BatchAPI
-from .llm_citations import CitationMode, Claim, cited_sentences, claims, numbered, response_format, summary_text
+from docsum_shared.options import Mode
+from docsum_shared.retry import FLEX, Backoff, Wait, after_failure, for_flex
+from docsum_shared.text import estimate_tokens_upper, sentence_spans, storable
+
+from ..base import SummarizerBackend, SummaryRequest, SummaryResult
+from ..batch_api import BatchAPI
+from .citations import CitationMode, Claim, cited_sentences, claims, numbered, response_format, summary_text
 from .prompts import build_messages, echoes_instructions
 from .transport import KEEPALIVE_EXPIRY_S, AiohttpTransport
 
