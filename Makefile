@@ -16,7 +16,7 @@ $(UV):
 	python3 -m venv .run/bootstrap
 	.run/bootstrap/bin/pip install --quiet --disable-pip-version-check uv
 
-$(VENV): $(UV) uv.lock pyproject.toml shared/pyproject.toml services/*/pyproject.toml cli/pyproject.toml
+$(VENV): $(UV) uv.lock pyproject.toml shared/pyproject.toml llm/pyproject.toml services/*/pyproject.toml cli/pyproject.toml
 	$(UV) sync --locked --quiet
 	touch $@
 
@@ -46,8 +46,8 @@ test-unit: setup deploy-tools
 # a whole run).
 lint: setup
 	.venv/bin/ruff check .
-	.venv/bin/ruff format --check shared services pipeline cli
-	.venv/bin/mypy --cache-dir .run/mypy-lint shared/docsum_shared services/*/docsum_* pipeline/docsum_pipeline cli/docsum_cli tests
+	.venv/bin/ruff format --check shared llm services pipeline cli
+	.venv/bin/mypy --cache-dir .run/mypy-lint shared/docsum_shared llm/docsum_llm services/*/docsum_* pipeline/docsum_pipeline cli/docsum_cli tests
 	.venv/bin/python contracts/generate.py --check
 	.venv/bin/python deploy/generate.py --check
 

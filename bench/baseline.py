@@ -18,9 +18,9 @@ from openai import AsyncOpenAI
 
 from docsum_chunker.policy import cut
 from docsum_chunker.settings import ChunkerSettings
+from docsum_llm.base import SummaryKind, SummaryRequest
+from docsum_llm.openai.prompts import build_messages
 from docsum_shared.errors import Fail
-from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
-from docsum_shared.summarizers.prompts import build_messages
 
 
 def chunk_requests(text: str, settings: ChunkerSettings | None = None) -> list[SummaryRequest]:

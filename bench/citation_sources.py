@@ -25,11 +25,12 @@ import asyncpg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from docsum_llm.base import Span, SummaryResult, SummarySentence  # noqa: E402
+from docsum_llm.citations import chunk_sentences, merged_sentences  # noqa: E402
+from docsum_shared.cited import CitedSentence, to_json  # noqa: E402
 from docsum_shared.db import migrate  # noqa: E402
 from docsum_shared.positions import Positions  # noqa: E402
 from docsum_shared.readmodel import queries, views  # noqa: E402
-from docsum_shared.summarizers.base import Span, SummaryResult, SummarySentence  # noqa: E402
-from docsum_shared.summarizers.citations import CitedSentence, chunk_sentences, merged_sentences, to_json  # noqa: E402
 from tests.integration.conftest import create_database, drop_database, start_infra  # noqa: E402
 
 CHUNK_CHARS, LINE_CHARS = 2_000, 50

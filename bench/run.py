@@ -266,7 +266,7 @@ def b4_growth(bench: Bench, figures: list[Figure], plots: dict[str, Any]) -> Non
     plots["growth"] = per_chunk
 
 
-# What a chunk's request says (docsum_shared/summarizers/prompts.py): tells chunk calls from merges.
+# What a chunk's request says (docsum_llm/openai/prompts.py): tells chunk calls from merges.
 CHUNK_PROMPT = "Summarize the text between <text> tags"
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from docsum_shared.summarizers.citations import CitedSentence, Source, Support
+from docsum_shared.cited import CitedSentence, Source, Support
 from docsum_shared.text import sentence_spans
 
 # (sentence, quoted text) -> the share of the sentence's words found in the quoted text

@@ -85,14 +85,14 @@ from real_pdfs import MIN_FOUND
 from real_pdfs import render as render_pdfs
 from real_pdfs import run as run_pdfs
 
+from docsum_llm import make_backend
+from docsum_llm.base import SummaryKind, SummaryRequest
+from docsum_llm.citations import supports
+from docsum_llm.extractive import ExtractiveBackend
+from docsum_llm.openai.prompts import echoes_instructions
 from docsum_parser.extract import extract_text
 from docsum_shared.positions import Positions, span_units
 from docsum_shared.settings import LLMSettings
-from docsum_shared.summarizers import make_backend
-from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
-from docsum_shared.summarizers.citations import supports
-from docsum_shared.summarizers.extractive import ExtractiveBackend
-from docsum_shared.summarizers.prompts import echoes_instructions
 from pipeline import DocumentSummary, Port, Summary, summarize_document, summarize_task
 
 HERE = Path(__file__).resolve().parent

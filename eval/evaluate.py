@@ -38,10 +38,9 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from pipeline import document_summary
-
-from docsum_shared.summarizers.extractive import ExtractiveBackend
+from docsum_llm.extractive import ExtractiveBackend
 from docsum_shared.text import split_sentences
+from pipeline import document_summary
 
 HERE = Path(__file__).resolve().parent
 BEFORE = HERE / "data" / "before.jsonl"

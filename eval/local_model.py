@@ -29,8 +29,8 @@ from typing import Any
 import openai
 from prometheus_client import REGISTRY
 
+from docsum_llm.base import SummarizerBackend, SummaryRequest, SummaryResult
 from docsum_shared.options import Mode
-from docsum_shared.summarizers.base import SummarizerBackend, SummaryRequest, SummaryResult
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS_DIR = ROOT / ".run" / "eval" / "models"
@@ -214,7 +214,7 @@ class Resent(logging.Handler):
 
     @contextlib.contextmanager
     def attached(self) -> Iterator[Resent]:
-        logger = logging.getLogger("docsum_shared.summarizers.transport")
+        logger = logging.getLogger("docsum_llm.openai.transport")
         level = logger.level
         logger.setLevel(logging.DEBUG)
         logger.addHandler(self)

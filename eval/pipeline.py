@@ -25,17 +25,17 @@ from pathlib import Path
 
 from docsum_chunker.policy import cut
 from docsum_chunker.settings import ChunkerSettings
+from docsum_llm.base import SummarizerBackend, SummaryKind, SummaryRequest, SummaryResult
+from docsum_llm.budget import TokenCalibration, plan_chunk
+from docsum_llm.cache import CallContext, cache_key
+from docsum_llm.extractive import ExtractiveBackend
 from docsum_merger.tree import MergeNode, merge
 from docsum_parser.extract import extract_text
+from docsum_shared.cited import CitedSentence
 from docsum_shared.errors import ContextLimitExceeded, Fail
 from docsum_shared.positions import Positions
 from docsum_shared.settings import LLMSettings
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
-from docsum_shared.summarizers.base import SummarizerBackend, SummaryKind, SummaryRequest, SummaryResult
-from docsum_shared.summarizers.budget import TokenCalibration, plan_chunk
-from docsum_shared.summarizers.cache import CallContext, cache_key
-from docsum_shared.summarizers.citations import CitedSentence
-from docsum_shared.summarizers.extractive import ExtractiveBackend
 from docsum_summarizer.policy import StoredChunk, answer_of, offsets_of
 
 Cited = tuple[CitedSentence, ...] | None

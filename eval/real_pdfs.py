@@ -30,13 +30,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline import DocumentSummary, Port, Summary, summarize_document, summarize_task
-
+from docsum_llm.citations import check_sources
+from docsum_llm.extractive import ExtractiveBackend
 from docsum_parser.extract import extract_text
 from docsum_parser.parse_error import ParseError
+from docsum_shared.cited import CitedSentence, Source
 from docsum_shared.positions import Positions, position_of
-from docsum_shared.summarizers.citations import CitedSentence, Source, check_sources
-from docsum_shared.summarizers.extractive import ExtractiveBackend
+from pipeline import DocumentSummary, Port, Summary, summarize_document, summarize_task
 
 CACHE = Path(__file__).resolve().parent.parent / ".run" / "eval" / "pdfs"
 MIN_FOUND = 4

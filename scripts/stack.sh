@@ -106,7 +106,7 @@ all_names() {
 # service whose code or environment (DOCSUM_*, OPENAI_*, DATABASE_URL, KAFKA_*) changed.
 code_hash() {
   {
-    (cd "$ROOT" && find shared services -name '*.py' -o -name '*.sql' | sort | xargs cat)
+    (cd "$ROOT" && find shared llm services -name '*.py' -o -name '*.sql' | sort | xargs cat)
     env | grep -E '^(DOCSUM_|OPENAI_|DATABASE_URL=|KAFKA_)' | grep -vE '^DOCSUM_(API_KEY|GATEWAY_URL)=' | sort
   } | cksum | cut -d' ' -f1
 }

@@ -177,7 +177,7 @@ class ReconcileSettings(Settings):
 
 class LLMSettings(Settings):
     """The LLM: the backend and its limits, what answers may cost and what a task may spend. Read by
-    whoever calls it (summarizers/, for the summarizer and the merger), plans its calls (the chunker) or
+    whoever calls it (docsum_llm, for the summarizer and the merger), plans its calls (the chunker) or
     shows its usage (readmodel/views.py, for the gateway and the merger's results)."""
 
     llm_backend: Literal["extractive", "openai"] = "extractive"
@@ -262,6 +262,11 @@ class LLMSettings(Settings):
         prompt_price, completion_price = self.llm_prices.get(model, (0.0, 0.0))
         factor = {"flex": self.llm_flex_price_factor, "batch": self.llm_batch_price_factor}.get(tier, 1.0)
         return (prompt_tokens * prompt_price + completion_tokens * completion_price) * factor / 1_000_000
+
+
+def endpoint_key(settings: LLMSettings) -> str:
+    """The endpoint and model the rate limit and the learned budget belong to."""
+    return f"{settings.openai_base_url or 'openai'}|{settings.llm_model}"
 
 
 class IntakeSettings(Settings):

@@ -9,16 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from docsum_llm.base import SummaryRequest, SummaryResult
+from docsum_llm.budget import TokenCalibration, completion_reserve, estimate_request_tokens, lowered_budget, plan_chunk
+from docsum_llm.cache import CallContext, cache_key
 from docsum_shared.errors import ContextLimitExceeded
-from docsum_shared.summarizers.base import SummaryRequest, SummaryResult
-from docsum_shared.summarizers.budget import (
-    TokenCalibration,
-    completion_reserve,
-    estimate_request_tokens,
-    lowered_budget,
-    plan_chunk,
-)
-from docsum_shared.summarizers.cache import CallContext, cache_key
 
 Answer = Callable[[SummaryRequest], SummaryResult]
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from docsum_shared.cited import CitedSentence
 from docsum_shared.options import TaskOptions
 from docsum_shared.positions import Positions, chunk_window, window
 from docsum_shared.states import DOCUMENT_FINAL, ChunkStatus, DocumentStatus, TaskStatus, takes_work
-from docsum_shared.summarizers.citations import CitedSentence
 from docsum_summarizer.batches.policy import LIVE, ChunkLine, LineStatus
 from docsum_summarizer.policy import Answer, StoredChunk
 from docsum_summarizer.repository import Claim, Claimed, DueRound

@@ -308,7 +308,8 @@ async def resolved_sentences(db: asyncpg.Pool, task: dict[str, Any]) -> list[dic
     once it is checked that each is labelled, that each source is a range of the extracted text of a
     document of the task, and that a cited sentence is what its sources say (citations.check_sources).
     A summary without sentences fails."""
-    from docsum_shared.summarizers.citations import CitedSentence, Source, check_sources
+    from docsum_llm.citations import check_sources
+    from docsum_shared.cited import CitedSentence, Source
 
     ids = [d["document_id"] for d in task["documents"]]
     rows = await db.fetch("SELECT document_id, text FROM document_texts WHERE document_id = ANY($1::text[])", ids)

@@ -18,11 +18,11 @@ import httpx
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from docsum_llm.base import SummaryKind, SummaryRequest
+from docsum_llm.openai.client import OpenAIBackend
 from docsum_shared.kafka import KafkaPublish, ensure_topics, make_producer
 from docsum_shared.options import TaskOptions
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
-from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
-from docsum_shared.summarizers.openai_backend import OpenAIBackend
 from docsum_summarizer.batches.driver import BatchDriver
 from docsum_summarizer.batches.policy import LineStatus, request_json
 from docsum_summarizer.batches.repository import BatchRepository

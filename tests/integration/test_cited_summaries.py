@@ -18,8 +18,9 @@ from typing import Any
 import asyncpg
 import pytest
 
+from docsum_llm.citations import check_sources
+from docsum_shared.cited import CitedSentence, Source
 from docsum_shared.positions import Positions, position_of
-from docsum_shared.summarizers.citations import CitedSentence, Source, check_sources
 from tests.documents import chinese_prose, english_prose, make_pdf
 from tests.fake_llm import FakeLLM, FakeLLMServer
 from tests.integration.conftest import ROOT, SERVICES, Stack, StackFactory

@@ -59,7 +59,7 @@ FAST = {
 MERGE_PROMPT = "summaries of consecutive parts"
 LOOK_S = 0.05  # between two looks at a condition: a kill moment is caught within a few tenths of a second
 _TEXT_SECTION = re.compile(r"<text>\n(.*?)\n</text>", re.S)
-_SENTENCE_ID = re.compile(r"^\[S\d+\] ", re.M)  # a numbered sentence of a prompt (llm_citations.py)
+_SENTENCE_ID = re.compile(r"^\[S\d+\] ", re.M)  # a numbered sentence of a prompt (docsum_llm/openai/citations.py)
 
 
 # --- documents ----------------------------------------------------------------------------------

@@ -13,9 +13,9 @@ from docsum_merger.policy import DEFAULT_OPTIONS, ChunkState, Cited
 from docsum_merger.repository import MergeRepository
 from docsum_merger.settings import MergerSettings
 from docsum_merger.tree import MergeNode
+from docsum_shared.cited import from_json, to_json
 from docsum_shared.options import TaskOptions
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
-from docsum_shared.summarizers.citations import from_json, to_json
 from tests.repositories.merger import MergerRepositoryContract, new_id
 
 pytestmark = pytest.mark.integration

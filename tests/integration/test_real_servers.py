@@ -27,9 +27,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from docsum_llm.openai.client import OpenAIBackend, StreamMode
+from docsum_llm.openai.transport import KEEPALIVE_EXPIRY_S
 from docsum_shared.errors import ProviderUnavailable
-from docsum_shared.summarizers.openai_backend import OpenAIBackend, StreamMode
-from docsum_shared.summarizers.transport import KEEPALIVE_EXPIRY_S
 from tests.documents import chinese_prose, english_prose
 from tests.fake_llm import FakeLLM, FakeLLMServer, free_port
 from tests.integration.conftest import SERVICES, Stack, StackFactory

@@ -9,9 +9,9 @@ import uuid
 import asyncpg
 import pytest
 
+from docsum_llm.base import SummaryKind, SummaryRequest, SummaryResult, SummarySentence
+from docsum_llm.cache import CallContext, ResultCache
 from docsum_shared.errors import ItemFailed
-from docsum_shared.summarizers.base import SummaryKind, SummaryRequest, SummaryResult, SummarySentence
-from docsum_shared.summarizers.cache import CallContext, ResultCache
 
 pytestmark = pytest.mark.integration
 

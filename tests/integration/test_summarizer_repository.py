@@ -10,10 +10,10 @@ from typing import Any
 import asyncpg
 import pytest
 
+from docsum_shared.cited import from_json
 from docsum_shared.options import TaskOptions
 from docsum_shared.positions import Positions, chunk_window, position_of
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
-from docsum_shared.summarizers.citations import from_json
 from docsum_summarizer.batches.policy import LineStatus
 from docsum_summarizer.repository import ChunkRepository
 from tests.repositories.summarizer import ChunkFacts, DocumentCounts, SummarizerRepositoryContract

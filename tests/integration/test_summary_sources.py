@@ -18,19 +18,13 @@ import httpx
 import pytest
 
 from docsum_gateway.routers.tasks import MAX_QUOTE_CHARS
+from docsum_llm.base import Span, SummaryResult, SummarySentence
+from docsum_llm.citations import chunk_sentences, merged_sentences
 from docsum_parser.repository import DocumentRepository
+from docsum_shared.cited import MAX_SOURCES, CitedSentence, Source, to_json
 from docsum_shared.levels import SizeLevel
 from docsum_shared.positions import Positions, position_of
 from docsum_shared.readmodel import queries
-from docsum_shared.summarizers.base import Span, SummaryResult, SummarySentence
-from docsum_shared.summarizers.citations import (
-    MAX_SOURCES,
-    CitedSentence,
-    Source,
-    chunk_sentences,
-    merged_sentences,
-    to_json,
-)
 from tests.integration.conftest import Stack, StackFactory
 from tests.integration.helpers import submit, txt, wait_for_task
 

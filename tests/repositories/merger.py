@@ -16,9 +16,9 @@ from datetime import datetime
 from docsum_merger.handlers import Repository
 from docsum_merger.policy import AWAITED, DEFAULT_OPTIONS, ChunkState, Cited
 from docsum_merger.tree import Merged, MergeNode
+from docsum_shared.cited import CitedSentence, Source
 from docsum_shared.options import TaskOptions
 from docsum_shared.states import TASK_TAKES_WORK, ChunkStatus, DocumentStatus, TaskStatus
-from docsum_shared.summarizers.citations import CitedSentence, Source
 
 NOT_SUMMARIZING = (
     DocumentStatus.CHUNKING,

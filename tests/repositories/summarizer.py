@@ -17,11 +17,11 @@ from typing import Any, Protocol
 
 import pytest
 
+from docsum_llm.base import SummaryKind, SummaryRequest
+from docsum_shared.cited import CitedSentence, Source
 from docsum_shared.options import TaskOptions
 from docsum_shared.positions import Positions, position_of
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
-from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
-from docsum_shared.summarizers.citations import CitedSentence, Source
 from docsum_summarizer.batches.policy import ChunkLine, LineStatus, request_from, request_json
 from docsum_summarizer.handlers import Repository
 from docsum_summarizer.policy import Answer, StoredChunk

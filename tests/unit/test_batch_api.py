@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from docsum_llm import batch_api
+from docsum_llm.batch_api import BatchAPI, input_line
 from docsum_shared.errors import RequestRefused
-from docsum_shared.summarizers import batch_api
-from docsum_shared.summarizers.batch_api import BatchAPI, input_line
 from tests.fake_llm import FakeLLM, FakeLLMServer
 
 MODEL = "stand-in-1"

@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
+from docsum_llm.base import SummaryKind, SummaryRequest
 from docsum_shared.errors import ProviderUnavailable, RateLimited, RequestRefused
 from docsum_shared.options import Mode
-from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
 from docsum_summarizer.batches.policy import (
     ChunkLine,
     Ending,

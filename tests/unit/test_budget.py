@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
-from docsum_shared.summarizers.budget import (
+from docsum_llm.base import SummaryKind, SummaryRequest
+from docsum_llm.budget import (
     MIN_PART_CHARS,
     TokenCalibration,
     completion_reserve,

@@ -9,9 +9,9 @@ from typing import Any, cast
 import asyncpg
 import pytest
 
-from docsum_shared.summarizers.base import Span, SummaryKind, SummaryRequest, SummarySentence
-from docsum_shared.summarizers.cache import ResultCache, sentences_from_json, sentences_json, summarize_cached
-from docsum_shared.summarizers.extractive import ExtractiveBackend
+from docsum_llm.base import Span, SummaryKind, SummaryRequest, SummarySentence
+from docsum_llm.cache import ResultCache, sentences_from_json, sentences_json, summarize_cached
+from docsum_llm.extractive import ExtractiveBackend
 from tests.documents import english_prose
 
 

@@ -13,28 +13,22 @@ import pytest
 
 from docsum_chunker.policy import CutChunk, cut
 from docsum_chunker.settings import ChunkerSettings
-from docsum_merger.policy import ChunkState, DocumentState, MergeChunks, decide_document, decide_task
-from docsum_parser.extract import extract_text
-from docsum_shared.positions import Positions
-from docsum_shared.states import ChunkStatus, DocumentStatus
-from docsum_shared.summarizers.base import Span, SummaryKind, SummaryRequest, SummaryResult, SummarySentence
-from docsum_shared.summarizers.budget import group_to_fit, next_level, part_of
-from docsum_shared.summarizers.citations import (
-    ADJACENT_CHARS,
-    MAX_SOURCES,
-    CitedSentence,
-    Source,
-    bounded,
+from docsum_llm.base import Span, SummaryKind, SummaryRequest, SummaryResult, SummarySentence
+from docsum_llm.budget import group_to_fit, next_level, part_of
+from docsum_llm.citations import (
     check_sources,
     chunk_sentences,
-    from_json,
     lexical_support_rate,
     lexically_supported,
     merged_sentences,
     placed,
-    to_json,
 )
-from docsum_shared.summarizers.extractive import ExtractiveBackend
+from docsum_llm.extractive import ExtractiveBackend
+from docsum_merger.policy import ChunkState, DocumentState, MergeChunks, decide_document, decide_task
+from docsum_parser.extract import extract_text
+from docsum_shared.cited import ADJACENT_CHARS, MAX_SOURCES, CitedSentence, Source, bounded, from_json, to_json
+from docsum_shared.positions import Positions
+from docsum_shared.states import ChunkStatus, DocumentStatus
 from tests.documents import chinese_prose, english_prose
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

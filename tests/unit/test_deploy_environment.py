@@ -18,7 +18,7 @@ import pytest
 
 from tests.shipped import SERVICES, shipped_environment
 
-PACKAGES = ("docsum_shared", *(f"docsum_{name}" for name in SERVICES))
+PACKAGES = ("docsum_shared", "docsum_llm", *(f"docsum_{name}" for name in SERVICES))
 # Development tools inside the packages, which no service imports: `make contracts` writes contracts/
 # with this one (and the development environment's PyYAML).
 DEVELOPMENT_ONLY: tuple[str, ...] = ()

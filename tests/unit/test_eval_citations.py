@@ -8,10 +8,11 @@ from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 
+from docsum_llm.citations import check_sources, supports
+from docsum_llm.extractive import ExtractiveBackend
 from docsum_parser.extract import extract_text
+from docsum_shared.cited import CitedSentence, Source, Support
 from docsum_shared.positions import Positions, position_of
-from docsum_shared.summarizers.citations import CitedSentence, Source, Support, check_sources, supports
-from docsum_shared.summarizers.extractive import ExtractiveBackend
 from tests.documents import english_prose, make_pdf
 from tests.generators import ROOT
 

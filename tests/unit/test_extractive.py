@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from docsum_shared.summarizers.base import SummaryKind, SummaryRequest, SummaryResult
-from docsum_shared.summarizers.extractive import ExtractiveBackend, _is_candidate, non_prose_line, textrank
+from docsum_llm.base import SummaryKind, SummaryRequest, SummaryResult
+from docsum_llm.extractive import ExtractiveBackend, _is_candidate, non_prose_line, textrank
 from docsum_shared.text import cjk_ratio, split_sentences, tokens_for_similarity
 
 ENGLISH_CHUNK = """# Kafka basics
@@ -105,8 +105,8 @@ def test_deterministic_within_and_across_processes(backend: ExtractiveBackend) -
     assert run(ExtractiveBackend(), SummaryKind.CHUNK, ENGLISH_CHUNK) == first
     # String hashing differs between processes; the result must not.
     code = (
-        "from docsum_shared.summarizers.extractive import ExtractiveBackend\n"
-        "from docsum_shared.summarizers.base import SummaryKind, SummaryRequest\n"
+        "from docsum_llm.extractive import ExtractiveBackend\n"
+        "from docsum_llm.base import SummaryKind, SummaryRequest\n"
         "import sys\n"
         "text = sys.stdin.read()\n"
         "print(ExtractiveBackend().summarize_sync(SummaryRequest(SummaryKind.DOCUMENT, (text,))).text)\n"
@@ -711,7 +711,7 @@ def test_mmr_does_not_take_a_sentence_that_says_the_same_again() -> None:
 
 @pytest.mark.parametrize("seed", range(4))
 def test_no_two_sentences_of_a_summary_say_the_same(seed: int) -> None:
-    from docsum_shared.summarizers.extractive import _TfIdf
+    from docsum_llm.extractive import _TfIdf
 
     backend = ExtractiveBackend()
     # overlapping chunk summaries: every part repeats a sentence of the previous one, reworded

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from docsum_llm.base import Span, SummaryKind, SummaryRequest, SummaryResult, SummarySentence
+from docsum_llm.citations import supports
+from docsum_llm.extractive import ExtractiveBackend
 from docsum_parser.extract import extract_text
-from docsum_shared.summarizers.base import Span, SummaryKind, SummaryRequest, SummaryResult, SummarySentence
-from docsum_shared.summarizers.citations import supports
-from docsum_shared.summarizers.extractive import ExtractiveBackend
 from tests.documents import chinese_prose, english_prose
 from tests.unit.test_extractive import CHINESE_CHUNK, CHINESE_TECHNICAL, ENGLISH_CHUNK, LATEX_PDF
 

@@ -23,9 +23,9 @@ from openai.types.chat import (
     ChatCompletionStreamOptionsParam,
 )
 
-from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
-from docsum_shared.summarizers.llm_citations import CitationMode
-from docsum_shared.summarizers.prompts import build_messages
+from docsum_llm.base import SummaryKind, SummaryRequest
+from docsum_llm.openai.citations import CitationMode
+from docsum_llm.openai.prompts import build_messages
 from tests.fake_llm import FakeLLM, FakeLLMServer, estimate_tokens
 
 MODEL = "stand-in-1"

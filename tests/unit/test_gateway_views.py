@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from docsum_cli.main import as_json, printed_json
+from docsum_shared.cited import CitedSentence, Source, to_json
 from docsum_shared.readmodel import queries, views
 from docsum_shared.readmodel.schemas import Usage
 from docsum_shared.settings import LLMSettings
-from docsum_shared.summarizers.citations import CitedSentence, Source, to_json
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 SETTINGS = LLMSettings(llm_model="m1", llm_prices={"m1": (1.0, 2.0), "m2": (10.0, 20.0)})

@@ -6,6 +6,7 @@ import pytest
 
 from docsum_chunker.policy import announce, chunk_id, cut, should_announce_again
 from docsum_chunker.settings import ChunkerSettings
+from docsum_llm.base import SummaryKind
 from docsum_merger.policy import ChunkState, DocumentState, MergeChunks, decide_document, decide_task
 from docsum_parser.policy import StoredDocument, StoreText, already_done, parse
 from docsum_parser.settings import ParserSettings
@@ -26,7 +27,6 @@ from docsum_shared.handlers import Bound, Handlers
 from docsum_shared.levels import SizeLevel
 from docsum_shared.options import TaskOptions
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
-from docsum_shared.summarizers.base import SummaryKind
 from docsum_summarizer.policy import Step, StoredChunk, next_step
 from tests.documents import english_prose
 

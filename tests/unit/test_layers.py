@@ -12,6 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = [
     ROOT / "shared" / "docsum_shared",
+    ROOT / "llm" / "docsum_llm",
     ROOT / "cli" / "docsum_cli",
     *sorted((ROOT / "services").glob("*/docsum_*")),
     ROOT / "pipeline" / "docsum_pipeline",

@@ -7,15 +7,9 @@ import json
 
 import pytest
 
-from docsum_shared.summarizers.base import Span, SummaryKind, SummaryRequest, SummarySentence
-from docsum_shared.summarizers.llm_citations import (
-    cited_sentences,
-    claims,
-    numbered,
-    response_format,
-    summary_text,
-)
-from docsum_shared.summarizers.prompts import build_messages
+from docsum_llm.base import Span, SummaryKind, SummaryRequest, SummarySentence
+from docsum_llm.openai.citations import cited_sentences, claims, numbered, response_format, summary_text
+from docsum_llm.openai.prompts import build_messages
 
 CHUNK = SummaryRequest(
     SummaryKind.CHUNK,

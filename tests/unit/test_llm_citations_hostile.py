@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from docsum_shared.summarizers.base import SummaryKind, SummaryRequest, SummaryResult
-from docsum_shared.summarizers.llm_citations import claims, numbered
-from docsum_shared.summarizers.openai_backend import OpenAIBackend, StreamMode
+from docsum_llm.base import SummaryKind, SummaryRequest, SummaryResult
+from docsum_llm.openai.citations import claims, numbered
+from docsum_llm.openai.client import OpenAIBackend, StreamMode
 from docsum_shared.text import storable
 from tests.fake_llm import FakeLLM, FakeLLMServer
 

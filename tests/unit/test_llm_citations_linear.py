@@ -16,7 +16,7 @@ import re
 
 import pytest
 
-from docsum_shared.summarizers.llm_citations import Claim, _decoded, _fields, _ids, _is_preamble, claims
+from docsum_llm.openai.citations import Claim, _decoded, _fields, _ids, _is_preamble, claims
 from docsum_shared.text import sentence_spans
 
 N = 256 * 1024  # characters of each hostile answer

@@ -1,4 +1,4 @@
-"""The openai package over aiohttp (summarizers/transport.py): what a failing network looks like to the
+"""The openai package over aiohttp (docsum_llm/openai/transport.py): what a failing network looks like to the
 backend is what it was over httpx2's own transport — a refused or dropped connection is a connection
 error, a silent server a timeout — and the backend's stop closes its connections. Real sockets: a port
 nobody listens on, a server that closes every connection it takes, one that never answers, and one that
@@ -17,10 +17,10 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion
 
+from docsum_llm.base import SummaryKind, SummaryRequest
+from docsum_llm.openai.client import OpenAIBackend, StreamMode, Timeouts
+from docsum_llm.openai.transport import KEEPALIVE_EXPIRY_S
 from docsum_shared.errors import ProviderUnavailable
-from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
-from docsum_shared.summarizers.openai_backend import OpenAIBackend, StreamMode, Timeouts
-from docsum_shared.summarizers.transport import KEEPALIVE_EXPIRY_S
 from tests.fake_llm import FakeLLM, FakeLLMServer
 
 REQUEST = SummaryRequest(SummaryKind.CHUNK, ("The river rose overnight. The bridge held until noon.",))

@@ -7,6 +7,10 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
+from docsum_llm.base import SummaryKind, SummaryRequest, SummaryResult, SummarySentence
+from docsum_llm.cache import CallContext
+from docsum_llm.citations import check_sources, chunk_sentences
+from docsum_llm.extractive import ExtractiveBackend
 from docsum_merger.handlers import Deps, handle
 from docsum_merger.policy import ChunkState, Cited
 from docsum_merger.settings import MergerSettings
@@ -15,10 +19,6 @@ from docsum_shared.events import ChunkSummarized, DocumentMerged, DocumentOutcom
 from docsum_shared.options import TaskOptions
 from docsum_shared.retry import Backoff
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
-from docsum_shared.summarizers.base import SummaryKind, SummaryRequest, SummaryResult, SummarySentence
-from docsum_shared.summarizers.cache import CallContext
-from docsum_shared.summarizers.citations import check_sources, chunk_sentences
-from docsum_shared.summarizers.extractive import ExtractiveBackend
 from tests.documents import english_prose
 from tests.fakes.llm import FakeLLM
 from tests.fakes.merger import FakeMergeRepository

@@ -15,14 +15,14 @@ from pydantic import ValidationError
 from docsum_cli import commands
 from docsum_cli import main as cli
 from docsum_gateway.routers.tasks import _form
+from docsum_llm.base import SummaryKind, SummaryRequest
+from docsum_llm.openai.client import OpenAIBackend
 from docsum_shared.errors import RateLimited
 from docsum_shared.events import DocumentSubmitted, Topic, decode
 from docsum_shared.options import MODES, TaskOptions
 from docsum_shared.readmodel import views
 from docsum_shared.retry import Backoff
 from docsum_shared.settings import LLMSettings
-from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
-from docsum_shared.summarizers.openai_backend import OpenAIBackend
 from tests.cli_doubles import recording_gateway
 from tests.documents import english_prose
 from tests.fake_llm import FakeLLM, FakeLLMServer, LedgerEntry

@@ -8,12 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from docsum_shared.errors import ContextLimitExceeded, ProviderUnavailable
-from docsum_shared.settings import LLMSettings
-from docsum_shared.summarizers.base import SummaryKind, SummaryRequest, SummaryResult, SummarySentence
-from docsum_shared.summarizers.cache import cache_key
-from docsum_shared.summarizers.llm_citations import CitationMode, numbered
-from docsum_shared.summarizers.openai_backend import (
+from docsum_llm.base import SummaryKind, SummaryRequest, SummaryResult, SummarySentence
+from docsum_llm.cache import cache_key
+from docsum_llm.openai.citations import CitationMode, numbered
+from docsum_llm.openai.client import (
+    EndpointFeatures,
     OpenAIBackend,
     StreamMode,
     Timeouts,
@@ -21,6 +20,8 @@ from docsum_shared.summarizers.openai_backend import (
     _repeats_the_input,
     _server_root,
 )
+from docsum_shared.errors import ContextLimitExceeded, ProviderUnavailable
+from docsum_shared.settings import LLMSettings
 from tests.documents import english_prose
 from tests.fake_llm import FakeLLM, FakeLLMServer, LedgerEntry
 from tests.integration.helpers import eventually
@@ -331,6 +332,15 @@ async def test_an_endpoint_that_refuses_response_format_is_asked_in_text_from_th
     assert not backend.structured
     assert all(s.support == "cited" for s in (*first.sentences, *second.sentences))
     assert "response_format" not in backend.chat_body(_chunk())
+
+
+async def test_a_refusal_replaces_what_the_endpoint_takes_whole(server: FakeLLMServer) -> None:
+    """What the endpoint takes is one state: a refusal replaces it, and the state read before is unchanged."""
+    server.llm.configure(structured_output="refuse")
+    backend = _citing(server, "json_schema")
+    before = backend.features
+    await backend.summarize(_chunk())
+    assert before == EndpointFeatures() and backend.features == EndpointFeatures(structured=False)
 
 
 @pytest.mark.parametrize("fault", ["omit", "invent", "free"])

@@ -12,11 +12,11 @@ import re
 import pytest
 from prometheus_client import REGISTRY
 
+from docsum_llm.base import SummaryKind, SummaryRequest
+from docsum_llm.openai.citations import CitationMode, claims
+from docsum_llm.openai.client import OpenAIBackend
+from docsum_llm.openai.prompts import build_messages, echoes_instructions, text_language
 from docsum_shared.errors import ProviderUnavailable
-from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
-from docsum_shared.summarizers.llm_citations import CitationMode, claims
-from docsum_shared.summarizers.openai_backend import OpenAIBackend
-from docsum_shared.summarizers.prompts import build_messages, echoes_instructions, text_language
 
 MODEL = "prompt-copier-1"
 CHUNK = SummaryRequest(SummaryKind.CHUNK, ("The river rose overnight. The bridge held until noon.",))

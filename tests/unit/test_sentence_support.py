@@ -13,13 +13,14 @@ from fastapi.exceptions import RequestValidationError
 from docsum_cli import main as cli
 from docsum_cli.footnotes import printable
 from docsum_gateway.routers.tasks import _form
+from docsum_llm.base import Span, SummaryKind, SummaryRequest, SummaryResult, SummarySentence
+from docsum_llm.citations import merged_sentences
+from docsum_llm.openai.citations import cited_sentences, numbered
 from docsum_merger.policy import ChunkState, DocumentState, MergeChunks, decide_document
+from docsum_shared.cited import CitedSentence, Source, without_unsupported
 from docsum_shared.events import DocumentSubmitted, Topic, decode
 from docsum_shared.options import TaskOptions
 from docsum_shared.states import ChunkStatus, DocumentStatus
-from docsum_shared.summarizers.base import Span, SummaryKind, SummaryRequest, SummaryResult, SummarySentence
-from docsum_shared.summarizers.citations import CitedSentence, Source, merged_sentences, without_unsupported
-from docsum_shared.summarizers.llm_citations import cited_sentences, numbered
 from tests.cli_doubles import recording_gateway
 
 CHUNK = SummaryRequest(

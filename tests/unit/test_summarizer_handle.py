@@ -8,6 +8,10 @@ from dataclasses import replace
 
 import pytest
 
+from docsum_llm.base import SummaryResult
+from docsum_llm.cache import cache_key
+from docsum_llm.citations import check_sources
+from docsum_llm.extractive import ExtractiveBackend
 from docsum_shared.errors import Poison, ProviderUnavailable, RateLimited, RequestRefused
 from docsum_shared.events import ChunkCreated, ChunkSummarized, Event
 from docsum_shared.handlers import Sender
@@ -16,10 +20,6 @@ from docsum_shared.positions import Positions, position_of
 from docsum_shared.positions import window as positions_window
 from docsum_shared.retry import Backoff
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
-from docsum_shared.summarizers.base import SummaryResult
-from docsum_shared.summarizers.cache import cache_key
-from docsum_shared.summarizers.citations import check_sources
-from docsum_shared.summarizers.extractive import ExtractiveBackend
 from docsum_summarizer.batches.policy import ChunkLine, LineStatus, request_from
 from docsum_summarizer.handlers import Deps, handle
 from docsum_summarizer.policy import Answer, StoredChunk, request_for

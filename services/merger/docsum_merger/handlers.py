@@ -19,14 +19,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from docsum_llm.base import SummaryRequest
+from docsum_llm.cache import CallContext
 from docsum_shared.errors import Fail, ItemFailed, Kind
 from docsum_shared.events import ChunkSummarized, DocumentMerged, DocumentOutcome, Event, TaskEvent, TaskFinished
 from docsum_shared.handlers import Handlers, required
 from docsum_shared.readmodel.schemas import TaskResult
 from docsum_shared.retry import PROVIDER, Backoff, Step, Tally, for_merges, llm_retry, retry_until
 from docsum_shared.states import DOCUMENT_FINAL, TASK_FINAL, TASK_HELD, DocumentStatus, TaskStatus, takes_work
-from docsum_shared.summarizers.base import SummaryRequest
-from docsum_shared.summarizers.cache import CallContext
 
 from . import tree
 from .policy import (

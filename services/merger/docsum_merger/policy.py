@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from docsum_llm.base import SummaryKind, SummaryRequest
+from docsum_shared.cited import CitedSentence, without_unsupported
 from docsum_shared.errors import Fail
 from docsum_shared.options import TaskOptions
 from docsum_shared.states import CHUNK_FINAL, DOCUMENT_FINAL, ChunkStatus, DocumentStatus, TaskStatus
-from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
-from docsum_shared.summarizers.citations import CitedSentence, without_unsupported
 
 # A stored summary's sentences with their sources; None where they are not known (a summary stored
 # before they were kept, or by a backend that does not say where its sentences come from).

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncpg
 
+from docsum_llm.openai.prompts import PROMPT_VERSION
 from docsum_shared import metrics
+from docsum_shared.cited import from_json, to_json
 from docsum_shared.options import TaskOptions
 from docsum_shared.readmodel import views
 from docsum_shared.readmodel.schemas import TaskResult
 from docsum_shared.states import TASK_TAKES_WORK, ChunkStatus, DocumentStatus, TaskStatus
-from docsum_shared.summarizers.citations import from_json, to_json
-from docsum_shared.summarizers.prompts import PROMPT_VERSION
 
 from .policy import ChunkState, Cited, DocumentState, DocumentWithTask, TaskWithDocuments, with_awaited
 from .settings import MergerSettings

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncpg
 
+from docsum_llm import Summarizing
 from docsum_shared.consumer import Background
 from docsum_shared.redrive import REDRIVES
 from docsum_shared.stage import Stage
-from docsum_shared.summarizers import Summarizing
 
 from .handlers import Deps, handlers
 from .maintenance import EXPIRY, maintain_forever

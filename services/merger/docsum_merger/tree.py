@@ -18,11 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from docsum_llm.base import SummaryRequest, SummaryResult
+from docsum_llm.budget import TokenCalibration, fits, group_to_fit, next_level, part_of, trim_to_fit
+from docsum_llm.cache import CallContext
+from docsum_llm.citations import merged_sentences
+from docsum_shared.cited import without_unsupported
 from docsum_shared.errors import ContextLimitExceeded, ItemFailed
-from docsum_shared.summarizers.base import SummaryRequest, SummaryResult
-from docsum_shared.summarizers.budget import TokenCalibration, fits, group_to_fit, next_level, part_of, trim_to_fit
-from docsum_shared.summarizers.cache import CallContext
-from docsum_shared.summarizers.citations import merged_sentences, without_unsupported
 
 from .policy import Cited
 
@@ -71,7 +72,7 @@ class Nodes(Protocol):
 
 
 class LLM(Protocol):
-    """What a merge needs of the LLM port (docsum_shared.summarizers.Summarizing)."""
+    """What a merge needs of the LLM port (docsum_llm.Summarizing)."""
 
     calibration: TokenCalibration
 

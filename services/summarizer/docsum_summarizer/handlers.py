@@ -14,6 +14,8 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from docsum_llm.base import SummaryRequest, SummaryResult
+from docsum_llm.cache import CallContext
 from docsum_shared.errors import ContextLimitExceeded, ItemFailed, Kind
 from docsum_shared.events import ChunkCreated, ChunkSummarized, Event
 from docsum_shared.handlers import Handlers, required
@@ -31,8 +33,6 @@ from docsum_shared.retry import (
     retry_until,
 )
 from docsum_shared.retry import Step as RetryStep
-from docsum_shared.summarizers.base import SummaryRequest, SummaryResult
-from docsum_shared.summarizers.cache import CallContext
 
 from .batches.policy import Route, batch_endpoint, call_mode, request_json, route
 from .policy import Answer, Step, StoredChunk, answer_of, cannot_fit, next_step, offsets_of, request_for
@@ -68,7 +68,7 @@ class Repository(Protocol):
 
 
 class LLM(Protocol):
-    """The LLM port (docsum_shared.summarizers.Summarizing)."""
+    """The LLM port (docsum_llm.Summarizing)."""
 
     async def summarize(
         self, request: SummaryRequest, context: CallContext | None = None

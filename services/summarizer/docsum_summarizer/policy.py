@@ -6,11 +6,12 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from docsum_llm.base import SummaryKind, SummaryRequest, SummaryResult
+from docsum_llm.citations import chunk_sentences
+from docsum_shared.cited import CitedSentence
 from docsum_shared.options import TaskOptions
 from docsum_shared.positions import Positions
 from docsum_shared.states import CHUNK_FINAL, DOCUMENT_FINAL, ChunkStatus, DocumentStatus, TaskStatus, takes_work
-from docsum_shared.summarizers.base import SummaryKind, SummaryRequest, SummaryResult
-from docsum_shared.summarizers.citations import CitedSentence, chunk_sentences
 
 from .batches.policy import ChunkLine
 

@@ -9,12 +9,12 @@ from typing import Any
 
 import asyncpg
 
+from docsum_llm.openai.prompts import PROMPT_VERSION
 from docsum_shared import metrics
+from docsum_shared.cited import to_json
 from docsum_shared.options import TaskOptions
 from docsum_shared.positions import window
 from docsum_shared.states import DOCUMENT_FINAL, TASK_TAKES_WORK, ChunkStatus, DocumentStatus, TaskStatus
-from docsum_shared.summarizers.citations import to_json
-from docsum_shared.summarizers.prompts import PROMPT_VERSION
 from docsum_shared.together import Together
 
 from .batches.policy import LIVE, ChunkLine, LineStatus

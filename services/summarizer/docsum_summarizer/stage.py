@@ -9,11 +9,12 @@ import socket
 
 import asyncpg
 
+from docsum_llm import Summarizing
+from docsum_llm.openai.client import OpenAIBackend
 from docsum_shared.consumer import Background
 from docsum_shared.handlers import Publish
+from docsum_shared.settings import endpoint_key
 from docsum_shared.stage import Stage
-from docsum_shared.summarizers import Summarizing, endpoint_key
-from docsum_shared.summarizers.openai_backend import OpenAIBackend
 
 from .batches.driver import BATCH_DRIVER, BatchDriver
 from .batches.policy import batch_endpoint

@@ -17,11 +17,10 @@ from typing import Any, cast
 
 import asyncpg
 
+from ..cited import CitedSentence, Source, at_most, from_json, without_unsupported
 from ..options import TaskOptions
-from ..settings import LLMSettings
+from ..settings import LLMSettings, endpoint_key
 from ..states import BatchState, LineStatus
-from ..summarizers import endpoint_key
-from ..summarizers.citations import CitedSentence, Source, at_most, from_json, without_unsupported
 from . import queries
 from .schemas import (
     BatchProgress,

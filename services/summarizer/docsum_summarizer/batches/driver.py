@@ -28,14 +28,14 @@ from typing import Any
 
 from asyncpg import Connection
 
+from docsum_llm.batch_api import BatchAPI, LineResult, ProviderBatch, input_line
+from docsum_llm.openai.client import OpenAIBackend
 from docsum_shared import metrics
 from docsum_shared.errors import RequestRefused
 from docsum_shared.events import ChunkCreated, TaskEvent
 from docsum_shared.handlers import Publish, Sender
 from docsum_shared.retry import keep_running
 from docsum_shared.states import TaskStatus
-from docsum_shared.summarizers.batch_api import BatchAPI, LineResult, ProviderBatch, input_line
-from docsum_shared.summarizers.openai_backend import OpenAIBackend
 
 from ..settings import SummarizerSettings
 from .policy import (

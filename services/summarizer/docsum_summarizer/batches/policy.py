@@ -8,12 +8,12 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from docsum_llm.base import SummaryKind, SummaryRequest
 from docsum_shared.errors import Kind, LLMError, classify
 from docsum_shared.options import Mode
 from docsum_shared.settings import LLMSettings
 from docsum_shared.states import LINE_LIVE as LIVE
 from docsum_shared.states import BatchState, LineStatus
-from docsum_shared.summarizers.base import SummaryKind, SummaryRequest
 
 
 def batch_endpoint(settings: LLMSettings) -> str:

@@ -12,9 +12,9 @@ from typing import Any
 
 import asyncpg
 
+from docsum_llm.base import SummaryResult
+from docsum_llm.cache import sentences_json
 from docsum_shared.states import LINE_LIVE, TASK_TAKES_WORK
-from docsum_shared.summarizers.base import SummaryResult
-from docsum_shared.summarizers.cache import sentences_json
 
 from .policy import BatchState, Ending, LineStatus, halves, unrun_status
 

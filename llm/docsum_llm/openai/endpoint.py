@@ -12,8 +12,9 @@ import time
 
 import asyncpg
 
-from ..errors import ContextLimitExceeded
-from .budget import TokenCalibration, lowered_budget
+from docsum_shared.errors import ContextLimitExceeded
+
+from ..budget import TokenCalibration, lowered_budget
 
 log = logging.getLogger(__name__)
 

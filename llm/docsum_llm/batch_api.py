@@ -23,7 +23,7 @@ from typing import IO, Any, Final
 import httpx2
 import openai
 
-from ..errors import ProviderUnavailable, RateLimited, RequestRefused
+from docsum_shared.errors import ProviderUnavailable, RateLimited, RequestRefused
 
 CHAT_URL: Final = "/v1/chat/completions"
 COMPLETION_WINDOW: Final = "24h"

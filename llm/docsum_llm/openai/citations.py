@@ -29,10 +29,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..text import sentence_spans, storable
-from .base import Span, SummaryRequest, SummarySentence
-from .citations import LEXICAL_SUPPORT, content_words, lexically_supported
-from .extractive import join_sentences
+from docsum_shared.text import sentence_spans, storable
+
+from ..base import Span, SummaryRequest, SummarySentence
+from ..citations import LEXICAL_SUPPORT, content_words, lexically_supported
+from ..extractive import join_sentences
 
 CitationMode = Literal["json_schema", "text", "off"]
 CITATION_MODES: tuple[CitationMode, ...] = ("json_schema", "text", "off")

@@ -81,8 +81,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ..options import Mode
-from ..text import (
+from docsum_shared.options import Mode
+from docsum_shared.text import (
     CJK_SENTENCE_END,
     STOPWORDS,
     cjk_ratio,
@@ -92,6 +92,7 @@ from ..text import (
     sentence_spans,
     tokens_for_similarity,
 )
+
 from .base import SummarizerBackend, SummaryKind, SummaryRequest, SummaryResult, SummarySentence
 
 MODEL = "extractive-textrank-v2"

@@ -23,7 +23,7 @@ What real servers do, and what this backend does about it:
   rate limit. It is sent again after a short wait, and after `flex_tries` such refusals in a row at the
   default tier, so a task never stalls on flex capacity. An endpoint that does not know the flex tier
   (a 400 naming service_tier) gets the default tier from then on.
-- Citations (llm_citations.py): by default the answer is held to a JSON schema (`response_format`),
+- Citations (citations.py): by default the answer is held to a JSON schema (`response_format`),
   which OpenAI, llama.cpp's server and vLLM enforce. An endpoint that refuses it (a 400 naming
   response_format or json_schema) is asked for the text format from then on; one that ignores it
   answers as it likes, and is read leniently all the same.
@@ -45,8 +45,8 @@ import httpx2
 import openai
 from openai.types.chat import ChatCompletionChunk
 
-from .. import metrics
-from ..errors import (
+from docsum_shared import metrics
+from docsum_shared.errors import (
     ContextLimitExceeded,
     Kind,
     ProviderUnavailable,
@@ -54,12 +54,13 @@ from ..errors import (
     RequestRefused,
     context_limit_error,
 )
-from ..options import Mode
-from ..retry import FLEX, Backoff, Wait, after_failure, for_flex
-from ..text import estimate_tokens_upper, sentence_spans, storable
-from .base import SummarizerBackend, SummaryRequest, SummaryResult
-from .batch_api import BatchAPI
-from .llm_citations import CitationMode, Claim, cited_sentences, claims, numbered, response_format, summary_text
+from docsum_shared.options import Mode
+from docsum_shared.retry import FLEX, Backoff, Wait, after_failure, for_flex
+from docsum_shared.text import estimate_tokens_upper, sentence_spans, storable
+
+from ..base import SummarizerBackend, SummaryRequest, SummaryResult
+from ..batch_api import BatchAPI
+from .citations import CitationMode, Claim, cited_sentences, claims, numbered, response_format, summary_text
 from .prompts import build_messages, echoes_instructions
 from .transport import KEEPALIVE_EXPIRY_S, AiohttpTransport
 
@@ -104,6 +105,26 @@ class EndpointFacts:
 
 
 @dataclass(frozen=True)
+class EndpointFeatures:
+    """What of the chat-completions API the endpoint takes, as far as its answers have shown. Each starts
+    taken and, once the endpoint refuses it, is left off for good: a refusal replaces the whole state
+    (never changes it in place), so a call reads one consistent state from start to end."""
+
+    structured: bool = True  # `response_format` (a JSON schema for the citations), until a 400 names it
+    streaming: bool = True  # `stream`, until a 400 names it or a stream request is answered in one piece
+    flex: bool = True  # `service_tier: "flex"`, until a 400 names it
+
+    def without_structured_output(self) -> EndpointFeatures:
+        return replace(self, structured=False)
+
+    def without_streams(self) -> EndpointFeatures:
+        return replace(self, streaming=False)
+
+    def without_flex(self) -> EndpointFeatures:
+        return replace(self, flex=False)
+
+
+@dataclass(frozen=True)
 class Timeouts:
     stall_s: float = 60.0  # no token for this long: the call failed
     min_prompt_tps: float = 10.0  # the slowest prompt reading we wait for before the first token
@@ -136,13 +157,12 @@ class OpenAIBackend(SummarizerBackend):
         if citations == "off":  # another prompt: its answers are not the citing prompt's
             self.sampling["citations"] = "off"
         self.citations = citations
-        self.structured = citations == "json_schema"  # until the endpoint refuses response_format
+        # JSON citations only when asked for; every feature until the endpoint refuses it.
+        self.features = EndpointFeatures(structured=citations == "json_schema")
         self.base_url = base_url
         self.api_key = api_key or "not-needed"
         self.timeouts = timeouts
         self.stream = stream
-        self.streaming = True  # until the endpoint says it cannot
-        self.flex = True  # until the endpoint says it has no flex tier
         self.flex_tries = flex_tries
         self.flex_backoff = flex_backoff
         self.server: str | None = None  # what probe() found
@@ -164,6 +184,21 @@ class OpenAIBackend(SummarizerBackend):
         self._client = openai.AsyncOpenAI(
             base_url=base_url, api_key=self.api_key, max_retries=0, http_client=self._http
         )
+
+    @property
+    def structured(self) -> bool:
+        """Whether calls hold the answer to the JSON schema (`response_format`)."""
+        return self.features.structured
+
+    @property
+    def streaming(self) -> bool:
+        """Whether the endpoint takes streams (`stream` decides which calls do)."""
+        return self.features.streaming
+
+    @property
+    def flex(self) -> bool:
+        """Whether the endpoint knows the flex tier."""
+        return self.features.flex
 
     # --- one summary -------------------------------------------------------------------------------
 
@@ -213,7 +248,7 @@ class OpenAIBackend(SummarizerBackend):
 
     def _asking(self) -> CitationMode:
         """The citations asked for now: JSON only while the endpoint takes response_format."""
-        return "json_schema" if self.structured else "off" if self.citations == "off" else "text"
+        return "json_schema" if self.features.structured else "off" if self.citations == "off" else "text"
 
     def _format(self, request: SummaryRequest, asking: CitationMode) -> dict[str, Any] | None:
         ids = numbered(request).ids if asking == "json_schema" else []
@@ -274,7 +309,7 @@ class OpenAIBackend(SummarizerBackend):
             prompt_tokens = sum(estimate_tokens_upper(str(m.get("content", ""))) for m in messages)
             held = self._format(request, asking)
             # A batch task's calls made here (its merges) go flex too: the Batch API takes only its chunks.
-            flex = mode in ("flex", "batch") and self.flex and not flex_spent
+            flex = mode in ("flex", "batch") and self.features.flex and not flex_spent
             tier = "flex" if flex else "realtime"
             try:
                 text, finish, usage, model, tier = await self._send(
@@ -299,12 +334,12 @@ class OpenAIBackend(SummarizerBackend):
                 await asyncio.sleep(min(step.seconds, self.flex_backoff.cap_s))
             except _NoFlexTier as exc:
                 log.warning("%s has no flex tier (%s); the default tier from now on", self.base_url, exc)
-                self.flex = False
+                self.features = self.features.without_flex()
             except _NoStructuredOutput as exc:
                 log.warning(
                     "%s refuses response_format (%s); citations in the text format from now on", self.base_url, exc
                 )
-                self.structured = False
+                self.features = self.features.without_structured_output()
         text = text.strip()
         if not text:
             raise ProviderUnavailable("LLM provider returned an empty answer")
@@ -333,7 +368,7 @@ class OpenAIBackend(SummarizerBackend):
                         if "stream" not in exc.message.lower():
                             raise
                         log.warning("%s cannot stream (%s); plain calls from now on", self.base_url, exc.message)
-                        self.streaming = False
+                        self.features = self.features.without_streams()
                 if answer is None:
                     answer = await self._plain(messages, max_tokens, prompt_tokens, extra, tier)
         except TimeoutError as exc:
@@ -370,7 +405,7 @@ class OpenAIBackend(SummarizerBackend):
     def _streams(self) -> bool:
         """Whether the next call streams: as `stream` says ("auto": to the servers that may stall), while
         the endpoint takes streams."""
-        if not self.streaming or self.stream == "never":
+        if not self.features.streaming or self.stream == "never":
             return False
         return self.stream == "always" or self.server in SLOW_SERVERS
 
@@ -438,11 +473,11 @@ class OpenAIBackend(SummarizerBackend):
         finally:
             await stream.close()
         answer = _read_completion(content, "a stream request")
-        if self.streaming:
+        if self.features.streaming:
             log.warning(
                 "%s answers a stream request with one JSON chat completion; plain calls from now on", self.base_url
             )
-            self.streaming = False
+            self.features = self.features.without_streams()
         return answer
 
     async def _plain(

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Literal
 
-from ..options import Mode, TaskOptions
+from docsum_shared.cited import Support
+from docsum_shared.options import Mode, TaskOptions
 
 
 class SummaryKind(StrEnum):
@@ -52,14 +52,6 @@ class SummaryRequest:
             length="" if options.length == "standard" else options.length,
             style="" if options.style == "prose" else options.style,
         )
-
-
-# cited: the sentence is what the text it cites says. aligned: the backend did not say where it comes
-# from, and docsum matched it to the text afterwards. synthesis: it joins several sources, which support
-# it together (or, above a summary whose sentences are not known, none could be told). unsupported: the
-# texts it was made from do not say it: most of its content words are in none of them (see
-# llm_citations and citations.merged_sentences for the rule at each level).
-Support = Literal["cited", "aligned", "synthesis", "unsupported"]
 
 
 @dataclass(frozen=True)

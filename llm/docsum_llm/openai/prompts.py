@@ -4,7 +4,7 @@ Changing a prompt's wording changes what the model returns, so raise PROMPT_VERS
 version is part of the result cache's key, and a stored answer to an old prompt is not reused.
 
 Unless citations are off, the texts are shown a sentence a line after their ids, and the model is
-asked to say which ids each of its sentences rests on (see llm_citations.py). The format is shown with
+asked to say which ids each of its sentences rests on (see citations.py). The format is shown with
 placeholders, never with an example sentence: a small model copies whatever sentence a prompt shows into
 its summaries (Qwen2.5-Coder-1.5B put the example "Kafka stores events in topics." into the summary of
 every document it was given, none of which mentioned Kafka). A sentence of an answer that repeats the
@@ -19,9 +19,10 @@ from dataclasses import dataclass, replace
 
 from openai.types.chat import ChatCompletionMessageParam
 
-from ..text import cjk_ratio, is_cjk_char, sentence_spans
-from .base import SummaryKind, SummaryRequest
-from .llm_citations import CitationMode, Numbered, numbered
+from docsum_shared.text import cjk_ratio, is_cjk_char, sentence_spans
+
+from ..base import SummaryKind, SummaryRequest
+from .citations import CitationMode, Numbered, numbered
 
 PROMPT_VERSION = "2026-12-05.2"
 

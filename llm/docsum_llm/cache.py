@@ -18,13 +18,14 @@ from typing import Any, cast, get_args
 
 import asyncpg
 
-from ..errors import ItemFailed, RateLimited
-from ..options import Mode
-from ..ratelimit import RateLimiter
-from ..together import Together
+from docsum_shared.errors import ItemFailed, RateLimited
+from docsum_shared.options import Mode
+from docsum_shared.ratelimit import RateLimiter
+from docsum_shared.together import Together
+
 from .base import Span, SummarizerBackend, SummaryRequest, SummaryResult, SummarySentence, Support
 from .budget import COMPLETION_RESERVE, TokenCalibration, estimate_request_tokens
-from .prompts import PROMPT_VERSION
+from .openai.prompts import PROMPT_VERSION
 
 
 @dataclass(frozen=True)

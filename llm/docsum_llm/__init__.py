@@ -12,26 +12,22 @@ from typing import TYPE_CHECKING
 
 import asyncpg
 
-from .. import metrics
-from ..errors import ContextLimitExceeded, RateLimited
-from ..ratelimit import RateLimiter
-from ..settings import LLMSettings
+from docsum_shared import metrics
+from docsum_shared.errors import ContextLimitExceeded, RateLimited
+from docsum_shared.ratelimit import RateLimiter
+from docsum_shared.settings import LLMSettings, endpoint_key
+
 from .base import SummarizerBackend, SummaryRequest, SummaryResult
 from .budget import TokenCalibration, completion_reserve, estimate_request_tokens, fits, plan_chunk
 from .cache import CallContext, ResultCache, cache_key, summarize_cached
-from .endpoint import EndpointLimits
+from .openai.endpoint import EndpointLimits
 
 if TYPE_CHECKING:
-    from .openai_backend import OpenAIBackend
+    from .openai.client import OpenAIBackend
 
 log = logging.getLogger(__name__)
 
 PROBE_AGAIN_S = 60.0  # an endpoint that did not answer the probe is asked again after this long
-
-
-def endpoint_key(settings: LLMSettings) -> str:
-    """The endpoint and model the rate limit and the learned budget belong to."""
-    return f"{settings.openai_base_url or 'openai'}|{settings.llm_model}"
 
 
 class StalePlan(ContextLimitExceeded):
@@ -164,7 +160,7 @@ class Summarizing:
     @property
     def batching(self) -> OpenAIBackend | None:
         """The backend, when it can send requests as lines of the provider's batches."""
-        from .openai_backend import OpenAIBackend
+        from .openai.client import OpenAIBackend
 
         return self.backend if isinstance(self.backend, OpenAIBackend) else None
 
@@ -212,7 +208,7 @@ def _measured(result: SummaryResult, kind: str, cached: bool, settings: LLMSetti
 
 def make_backend(settings: LLMSettings) -> SummarizerBackend:
     if settings.llm_backend == "openai":
-        from .openai_backend import OpenAIBackend, Timeouts
+        from .openai.client import OpenAIBackend, Timeouts
 
         return OpenAIBackend(
             settings.llm_model,

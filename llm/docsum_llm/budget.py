@@ -13,9 +13,10 @@ import math
 import threading
 from dataclasses import replace
 
-from ..text import estimate_tokens_upper, sentence_spans
+from docsum_shared.text import estimate_tokens_upper, sentence_spans
+
 from .base import SummaryKind, SummaryRequest
-from .prompts import build_messages
+from .openai.prompts import build_messages
 
 _PER_MESSAGE = 4  # role and framing tokens of the chat format
 # What a summary answer costs at most, reserved in the budget and the rate limiter (a quarter of a
