@@ -134,6 +134,10 @@ class InProcessStack:
             raise TimeoutError(f"the in-process pipeline did not stop within {timeout}s:\n{self.log_tail()}")
         self._ended.result()
 
+    def log_of(self, service: str) -> Path:
+        """Where `service`'s lines are logged: every stage's, in the one file of this stack's thread."""
+        return self.logs / "pipeline.log"
+
     def log_tail(self, lines: int = 40) -> str:
         path = self.logs / "pipeline.log"
         text = path.read_text(errors="replace") if path.exists() else ""

@@ -159,6 +159,10 @@ class Stack:
         """Every record now on `topics` (full names; `<topic>.dlq` for dead letters), from the beginning."""
         return await read_topics(self.env, topics)
 
+    def log_of(self, service: str) -> Path:
+        """Where process `service` ("gateway", "summarizer-2") logs."""
+        return self.logs / f"{service}.log"
+
     def log_tail(self, lines: int = 40) -> str:
         parts = []
         for path in sorted(self.logs.glob("*.log")):

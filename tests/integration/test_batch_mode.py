@@ -4,7 +4,10 @@ create answer is lost is adopted, not paid twice; the summarizer killed -9 at ea
 ends with every chunk done and no line paid twice; an expired batch keeps its answered lines and the rest
 finish in realtime; cancelling a task cancels its batch.
 
-The tests run their own stand-in provider, so its ledger belongs to them alone."""
+The tests run their own stand-in provider, so its ledger belongs to them alone, and the pipeline
+in-process (what is tested is what batch mode does, not processes or the broker), except the kills: they
+run the services as processes on Kafka, with a stand-in of their own (a batch belongs to its endpoint, so
+neither stack's driver touches the other's batches)."""
 
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from docsum_summarizer.batches.repository import BatchRepository
 from docsum_summarizer.settings import SummarizerSettings
 from tests.fake_batches import cost_by_tier
 from tests.fake_llm import FakeLLM, FakeLLMServer, LedgerEntry
-from tests.integration.conftest import SERVICES, Stack, StackFactory
+from tests.integration.conftest import SERVICES, AnyStack, Stack, StackFactory
 from tests.integration.helpers import (
     calls,
     chunk_calls,
@@ -56,35 +59,58 @@ def _provider() -> Iterator[FakeLLMServer]:
 
 
 @pytest.fixture(scope="module")
-def _stack(make_stack: StackFactory, _provider: FakeLLMServer) -> Iterator[Stack]:
-    """One stack for the module (a stack start is ~10 s): each test uses new text (its marker), so no
-    answer is cached across tests, and its own knobs of the module's stand-in."""
-    stack = make_stack(SERVICES, **{**BATCH_ENV, "OPENAI_BASE_URL": _provider.base_url})
+def stack(make_stack: StackFactory, _provider: FakeLLMServer) -> Iterator[AnyStack]:
+    """One pipeline for the module: each test uses new text (its marker), so no answer is cached across
+    tests, and its own knobs of the module's stand-in."""
+    stack = make_stack.in_process(None, twice=False, **BATCH_ENV, OPENAI_BASE_URL=_provider.base_url)
+    yield stack
+    stack.stop_all()
+
+
+def _configured(provider: FakeLLMServer) -> Iterator[FakeLLMServer]:
+    provider.llm.reset(config=True)
+    provider.llm.configure(prices=PRICES, batch_time_scale=SCALE)
+    yield provider
+    provider.llm.configure(batch_hold=[])  # nothing stays held for the next test
+
+
+@pytest.fixture
+def server(_provider: FakeLLMServer) -> Iterator[FakeLLMServer]:
+    yield from _configured(_provider)
+
+
+@pytest.fixture(scope="module")
+def _processes_provider() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer(FakeLLM()) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def _processes(make_stack: StackFactory, _processes_provider: FakeLLMServer) -> Iterator[Stack]:
+    """The services as processes on Kafka, for the tests that kill one (a stack start is ~10 s)."""
+    stack = make_stack(SERVICES, **{**BATCH_ENV, "OPENAI_BASE_URL": _processes_provider.base_url})
     yield stack
     stack.stop_all()
 
 
 @pytest.fixture
-def server(_provider: FakeLLMServer) -> Iterator[FakeLLMServer]:
-    _provider.llm.reset(config=True)
-    _provider.llm.configure(prices=PRICES, batch_time_scale=SCALE)
-    yield _provider
-    _provider.llm.configure(batch_hold=[])  # nothing stays held for the next test
+def processes_server(_processes_provider: FakeLLMServer) -> Iterator[FakeLLMServer]:
+    yield from _configured(_processes_provider)
 
 
 @pytest.fixture
-def stack(_stack: Stack) -> Stack:
-    """The module's stack, every service running (a test may have killed one)."""
+def processes(_processes: Stack) -> Stack:
+    """The module's stack of processes, every service running (a test may have killed one)."""
     for name in SERVICES:
-        process = _stack.processes.get(name)
+        process = _processes.processes.get(name)
         if process is None or process.poll() is not None:
-            _stack.processes.pop(name, None)
-            _stack.start(name)
-    _stack.wait_ready()
-    return _stack
+            _processes.processes.pop(name, None)
+            _processes.start(name)
+    _processes.wait_ready()
+    return _processes
 
 
-async def _batch_task(stack: Stack, *files: Any, **form: str) -> dict[str, Any]:
+async def _batch_task(stack: AnyStack, *files: Any, **form: str) -> dict[str, Any]:
     """Alice's task of `files` in batch mode, once it ended."""
     async with stack.client("alice") as client:
         return await wait_for_task(client, await submit(client, list(files), mode="batch", **form), stack)
@@ -105,7 +131,7 @@ async def _batches_in(db: asyncpg.Pool, task_id: str, state: str) -> int:
 
 
 async def test_batch_mode_ends_as_realtime_does_for_at_most_056_of_its_price(
-    stack: Stack, server: FakeLLMServer, db: asyncpg.Pool
+    stack: AnyStack, server: FakeLLMServer, db: asyncpg.Pool
 ) -> None:
     provider = server.llm
     marker = new_marker()
@@ -137,7 +163,7 @@ async def test_batch_mode_ends_as_realtime_does_for_at_most_056_of_its_price(
 
 
 async def test_a_batch_whose_create_answer_was_lost_is_adopted_not_created_again(
-    stack: Stack, server: FakeLLMServer, db: asyncpg.Pool
+    stack: AnyStack, server: FakeLLMServer, db: asyncpg.Pool
 ) -> None:
     provider = server.llm
     provider.configure(batch_lose_create_next=1)
@@ -152,9 +178,9 @@ async def test_a_batch_whose_create_answer_was_lost_is_adopted_not_created_again
 
 @pytest.mark.parametrize("point", ["upload", "create", "created", "retrieve", "content"])
 async def test_the_summarizer_killed_at_each_step_of_a_batch_pays_no_line_twice(
-    stack: Stack, server: FakeLLMServer, point: str
+    processes: Stack, processes_server: FakeLLMServer, point: str
 ) -> None:
-    provider = server.llm
+    stack, provider = processes, processes_server.llm
     marker = new_marker()
     provider.configure(batch_hold=[point])
     async with stack.client("alice") as client:
@@ -171,7 +197,7 @@ async def test_the_summarizer_killed_at_each_step_of_a_batch_pays_no_line_twice(
 
 
 async def test_an_expired_batch_keeps_its_answered_lines_and_the_rest_finish_in_realtime(
-    stack: Stack, server: FakeLLMServer
+    stack: AnyStack, server: FakeLLMServer
 ) -> None:
     provider = server.llm
     # Two lines run, then nothing until the window's end: a 24 h window lasts 2.4 s on this clock.
@@ -187,7 +213,7 @@ async def test_an_expired_batch_keeps_its_answered_lines_and_the_rest_finish_in_
 
 
 async def test_cancelling_a_batch_task_cancels_its_batch_and_no_later_line_is_paid(
-    stack: Stack, server: FakeLLMServer, db: asyncpg.Pool
+    stack: AnyStack, server: FakeLLMServer, db: asyncpg.Pool
 ) -> None:
     provider = server.llm
     provider.configure(batch_in_progress_s=3600 * 2)  # two provider hours: ~2 s for all its lines
@@ -223,7 +249,7 @@ async def test_cancelling_a_batch_task_cancels_its_batch_and_no_later_line_is_pa
 
 
 async def test_a_batch_that_would_miss_the_deadline_is_cancelled_and_the_rest_finish_in_realtime_before_it(
-    stack: Stack, server: FakeLLMServer, db: asyncpg.Pool
+    stack: AnyStack, server: FakeLLMServer, db: asyncpg.Pool
 ) -> None:
     provider = server.llm
     # All its lines take 60 provider hours: a minute here, at the pace of its first lines far past the
@@ -249,7 +275,7 @@ async def test_a_batch_that_would_miss_the_deadline_is_cancelled_and_the_rest_fi
 
 
 async def test_failed_lines_are_called_in_realtime_and_the_answered_ones_kept(
-    stack: Stack, server: FakeLLMServer
+    stack: AnyStack, server: FakeLLMServer
 ) -> None:
     provider = server.llm
     provider.configure(batch_fail_rate=0.5)
@@ -265,7 +291,7 @@ async def test_failed_lines_are_called_in_realtime_and_the_answered_ones_kept(
 
 
 async def test_a_batch_over_the_enqueued_token_cap_is_split_and_sent_again(
-    stack: Stack, server: FakeLLMServer, db: asyncpg.Pool
+    stack: AnyStack, server: FakeLLMServer, db: asyncpg.Pool
 ) -> None:
     provider = server.llm
     provider.configure(batch_enqueued_token_limit=2_500)
@@ -281,7 +307,7 @@ async def test_a_batch_over_the_enqueued_token_cap_is_split_and_sent_again(
 
 
 async def test_pausing_a_batch_task_cancels_its_batch_and_resuming_finishes_it(
-    stack: Stack, server: FakeLLMServer, db: asyncpg.Pool
+    stack: AnyStack, server: FakeLLMServer, db: asyncpg.Pool
 ) -> None:
     provider = server.llm
     provider.configure(batch_in_progress_s=3600 * 120)  # two minutes here: it is still running when paused
@@ -305,7 +331,7 @@ async def test_pausing_a_batch_task_cancels_its_batch_and_resuming_finishes_it(
 
 
 async def test_the_same_request_is_one_line_and_a_cached_answer_never_enters_a_batch(
-    stack: Stack, server: FakeLLMServer, db: asyncpg.Pool
+    stack: AnyStack, server: FakeLLMServer, db: asyncpg.Pool
 ) -> None:
     provider = server.llm
     marker = new_marker()
@@ -324,7 +350,7 @@ async def test_the_same_request_is_one_line_and_a_cached_answer_never_enters_a_b
 
 
 async def test_a_batch_the_provider_lost_has_its_lines_sent_again(
-    stack: Stack, server: FakeLLMServer, db: asyncpg.Pool
+    stack: AnyStack, server: FakeLLMServer, db: asyncpg.Pool
 ) -> None:
     provider = server.llm
     provider.configure(batch_in_progress_s=3600 * 120)  # still running when the provider loses it
@@ -344,7 +370,7 @@ async def test_a_batch_the_provider_lost_has_its_lines_sent_again(
 
 
 async def test_a_batch_belongs_to_its_endpoint_and_no_other_driver_touches_it(
-    stack: Stack, server: FakeLLMServer, db: asyncpg.Pool
+    stack: AnyStack, server: FakeLLMServer, db: asyncpg.Pool
 ) -> None:
     provider = server.llm
     provider.configure(batch_in_progress_s=3600 * 120)  # still running while the test looks

@@ -2,7 +2,8 @@
 
 The rows are written directly into a database of the module's own, served by a gateway alone: every stack
 of the session shares the session's database, and a batch driver there would take up a batch it finds
-open (poll it, find it lost, queue its lines again) while the test reads it."""
+open (poll it, find it lost, queue its lines again) while the test reads it. The gateway runs in-process
+(what is tested is what its route shows, not a process)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
-from tests.integration.conftest import Stack, StackFactory, create_database, drop_database
+from tests.integration.conftest import AnyStack, StackFactory, create_database, drop_database
 from tests.integration.helpers import get_task
 
 pytestmark = pytest.mark.integration
@@ -31,14 +32,14 @@ def database(infra: dict[str, str]) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def gateway(make_stack: StackFactory, database: str) -> Iterator[Stack]:
-    stack = make_stack(("gateway",), DATABASE_URL=database)
+def gateway(make_stack: StackFactory, database: str) -> Iterator[AnyStack]:
+    stack = make_stack.in_process(("gateway",), DATABASE_URL=database)
     yield stack
     stack.stop_all()
 
 
 @pytest_asyncio.fixture
-async def pool(database: str, gateway: Stack) -> AsyncIterator[asyncpg.Pool]:
+async def pool(database: str, gateway: AnyStack) -> AsyncIterator[asyncpg.Pool]:
     """The module's database, once its gateway has started (and so migrated it)."""
     pool = await asyncpg.create_pool(database, min_size=1, max_size=2)
     yield pool
@@ -75,7 +76,7 @@ async def _line(pool: asyncpg.Pool, chunk_id: str, task_id: str, status: str, ba
     )  # fmt: skip
 
 
-async def test_a_task_waiting_on_its_batch_shows_it(pool: asyncpg.Pool, gateway: Stack) -> None:
+async def test_a_task_waiting_on_its_batch_shows_it(pool: asyncpg.Pool, gateway: AnyStack) -> None:
     deadline = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=6)
     submitted_at = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
     task_id, chunks = await _task(pool, {"mode": "batch", "deadline": deadline.isoformat()}, 7)
@@ -115,7 +116,7 @@ async def test_a_task_waiting_on_its_batch_shows_it(pool: asyncpg.Pool, gateway:
     assert 3600 <= task["estimate"]["eta_s"] < 2 * 3600
 
 
-async def test_a_task_without_batch_lines_has_no_batch(pool: asyncpg.Pool, gateway: Stack) -> None:
+async def test_a_task_without_batch_lines_has_no_batch(pool: asyncpg.Pool, gateway: AnyStack) -> None:
     task_id, _ = await _task(pool, {"mode": "realtime"}, 2)
     async with gateway.client("alice") as client:
         task = await get_task(client, task_id)

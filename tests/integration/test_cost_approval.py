@@ -1,5 +1,6 @@
 """A task over its owner's ceiling never pays first and asks later: it waits, AWAITING_APPROVAL, with its
-estimate shown, before any LLM call; resume approves it, cancel drops it."""
+estimate shown, before any LLM call; resume approves it, cancel drops it. The pipeline runs in-process
+(what is tested is what the ceilings do, not processes or the broker)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.integration
 
 
 async def test_an_expensive_task_waits_for_its_owner(make_stack: StackFactory, llm: FakeLLMServer) -> None:
-    stack = make_stack(DOCSUM_TASK_MAX_CALLS="5", DOCSUM_OWNER_CEILINGS='{"bob": {"calls": 1000}}')
+    stack = make_stack.in_process(DOCSUM_TASK_MAX_CALLS="5", DOCSUM_OWNER_CEILINGS='{"bob": {"calls": 1000}}')
     try:
         marker = new_marker()
         big = txt("big.txt", marked_text(30_000, seed=501, marker=marker))  # ~16 chunks: over 5 calls

@@ -4,6 +4,10 @@ messages, a provider that errs, rate-limits or refuses, and work that must never
 Every test finds its own LLM requests in the stand-in's ledger by a marker word that each sentence of
 its documents carries (`marked_text`: chunk prompts and merge prompts alike contain it), and resets any
 failure it configures on the shared stand-in.
+
+The provider's errors and the result cache run in-process (what is tested is what the summarizer does with
+an answer, not processes or the broker); the outages, poison messages on the topics and foreign writes to
+them run the services as processes on Kafka.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import json
 import subprocess
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
@@ -35,7 +39,7 @@ from docsum_shared.events import (
 from docsum_shared.kafka import DLQ_SUFFIX
 from docsum_shared.states import TaskStatus
 from tests.fake_llm import FakeLLMServer, LedgerEntry
-from tests.integration.conftest import OWN_BROKER, OWN_DATABASE, ROOT, Stack, StackFactory
+from tests.integration.conftest import OWN_BROKER, OWN_DATABASE, ROOT, AnyStack, Stack, StackFactory
 from tests.integration.helpers import (
     CONSUMED,
     calls,
@@ -87,41 +91,13 @@ async def committed(env: dict[str, str], service: str) -> dict[TopicPartition, i
         await admin.close()
 
 
-@pytest.fixture(scope="module")
-def retry_stack(make_stack: StackFactory) -> Iterator[Stack]:
-    """A stack of its own for the provider-error tests; its summarizer's attempts are set per test."""
-    stack = make_stack(DOCSUM_LLM_MAX_ATTEMPTS="2")
-    yield stack
-    stack.stop_all()
-
-
-# The summarizer's retry settings the tests of retry_stack set; any not given is the default.
-RETRY_SETTINGS = ("DOCSUM_LLM_MAX_ATTEMPTS", "DOCSUM_LLM_INPLACE_ATTEMPTS", "DOCSUM_LLM_RETRY_DELAY_S")
-
-
-def with_retries(stack: Stack, **settings: str) -> Stack:
-    """`stack` with its summarizer running with exactly these RETRY_SETTINGS (restarted only when they
-    change: a restart is a few seconds, a stack of its own several more)."""
-    wanted = {name: settings.get(name) for name in RETRY_SETTINGS}
-    assert set(settings) <= set(RETRY_SETTINGS), settings
-    if {name: stack.env.get(name) for name in RETRY_SETTINGS} != wanted:
-        stack.stop("summarizer")
-        for name, value in wanted.items():
-            if value is None:
-                stack.env.pop(name, None)
-            else:
-                stack.env[name] = value
-        stack.start("summarizer")
-    return stack
-
-
-def with_attempts(stack: Stack, attempts: int) -> Stack:
-    """`stack` with its summarizer giving each chunk `attempts` tries, the other retry settings default."""
-    return with_retries(stack, DOCSUM_LLM_MAX_ATTEMPTS=str(attempts))
+def with_attempts(make_stack: StackFactory, attempts: int) -> AnyStack:
+    """A pipeline whose summarizer gives each chunk `attempts` tries, the other retry settings default."""
+    return make_stack.in_process(DOCSUM_LLM_MAX_ATTEMPTS=str(attempts))
 
 
 async def forced_task(
-    stack: Stack, llm: FakeLLMServer, force: Callable[[], None], filename: str, seed: int, marker: str
+    stack: AnyStack, llm: FakeLLMServer, force: Callable[[], None], filename: str, seed: int, marker: str
 ) -> dict[str, Any]:
     """A one-chunk task run to its end, the provider told `force` (fail_next, rate_limit_next, ...)
     just before it and nothing more after it."""
@@ -298,8 +274,8 @@ async def test_poison_messages_are_dead_lettered(stack: Stack, db: asyncpg.Pool,
 # --- 3. never pay twice across tasks ---------------------------------------------------------------------
 
 
-async def test_same_files_again_cost_nothing(stack: Stack, llm: FakeLLMServer) -> None:
-    marker = new_marker()
+async def test_same_files_again_cost_nothing(pipeline: AnyStack, llm: FakeLLMServer) -> None:
+    stack, marker = pipeline, new_marker()
     files = [
         txt("again-long.txt", marked_text(9_000, seed=51, marker=marker)),
         txt("again-short.txt", marked_text(1_200, seed=52, marker=marker)),
@@ -323,8 +299,8 @@ async def test_same_files_again_cost_nothing(stack: Stack, llm: FakeLLMServer) -
 # --- 4. retriable provider errors -----------------------------------------------------------------------
 
 
-async def test_server_error_is_retried_in_place(retry_stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
-    two_attempts, marker = with_attempts(retry_stack, 2), new_marker()
+async def test_server_error_is_retried_in_place(make_stack: StackFactory, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
+    two_attempts, marker = with_attempts(make_stack, 2), new_marker()
     # Only this test's task is running: the failure is its chunk's first try.
     task = await forced_task(two_attempts, llm, lambda: llm.llm.fail_next(1), "flaky.txt", 61, marker)
 
@@ -338,8 +314,8 @@ async def test_server_error_is_retried_in_place(retry_stack: Stack, db: asyncpg.
     assert task["recovery"]["attempts"] == 2
 
 
-async def test_failed_chunks_then_retry(retry_stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
-    two_attempts, marker = with_attempts(retry_stack, 2), new_marker()
+async def test_failed_chunks_then_retry(make_stack: StackFactory, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
+    two_attempts, marker = with_attempts(make_stack, 2), new_marker()
     warm = txt("warm.txt", marked_text(1_000, 71, marker))
     async with two_attempts.client() as client:
         # Summarized once beforehand, warm.txt is answered from the cache below and completes despite the failures.
@@ -408,13 +384,12 @@ async def test_failed_chunks_then_retry(retry_stack: Stack, db: asyncpg.Pool, ll
 
 
 async def test_a_chunk_waits_for_its_next_round_in_its_row_and_holds_no_slot(
-    retry_stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer
+    make_stack: StackFactory, db: asyncpg.Pool, llm: FakeLLMServer
 ) -> None:
-    stack = with_retries(
-        retry_stack, DOCSUM_LLM_INPLACE_ATTEMPTS="1", DOCSUM_LLM_RETRY_DELAY_S="1", DOCSUM_LLM_MAX_ATTEMPTS="3"
-    )
+    stack = make_stack(DOCSUM_LLM_INPLACE_ATTEMPTS="1", DOCSUM_LLM_RETRY_DELAY_S="1", DOCSUM_LLM_MAX_ATTEMPTS="3")
     # What used to park every delayed-retry slot: far-future "retries" from anyone who can write to
     # Kafka. Now a due time is never taken from the wire; these name no chunk and are dead-lettered.
+    # It runs on Kafka: the bus has no foreign writers, and keyless messages would share one lane there.
     producer = AIOKafkaProducer(**kafka_options(stack.env), acks="all")
     await producer.start()
     try:
@@ -436,8 +411,10 @@ async def test_a_chunk_waits_for_its_next_round_in_its_row_and_holds_no_slot(
     assert chunk["retry_at"] is None
 
 
-async def test_rate_limits_do_not_count_as_failures(retry_stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
-    one_attempt, marker = with_attempts(retry_stack, 1), new_marker()
+async def test_rate_limits_do_not_count_as_failures(
+    make_stack: StackFactory, db: asyncpg.Pool, llm: FakeLLMServer
+) -> None:
+    one_attempt, marker = with_attempts(make_stack, 1), new_marker()
     task = await forced_task(
         one_attempt, llm, lambda: llm.llm.rate_limit_next(3, retry_after=0.5), "busy.txt", 81, marker
     )
@@ -453,8 +430,8 @@ async def test_rate_limits_do_not_count_as_failures(retry_stack: Stack, db: asyn
 # --- 6. permanent provider errors -----------------------------------------------------------------------
 
 
-async def test_rejected_prompt_fails_at_once(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
-    marker = new_marker()
+async def test_rejected_prompt_fails_at_once(pipeline: AnyStack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
+    stack, marker = pipeline, new_marker()
     reject = llm.llm.config()["reject_marker"]
     if not reject:
         llm.llm.configure(reject_marker="FAKE_LLM_REJECT")

@@ -1,11 +1,11 @@
 """The OpenAPI schema is honest: schemathesis, driven by the schema alone, finds no 5xx, no status the
 schema does not declare, and no answer that does not match its declared model.
 
-A real gateway process (with an API key, on the real database and broker; nothing consumes what it
-publishes) is fuzzed through every operation, in every phase (the schema's examples, boundary
-coverage, random fuzzing and stateful sequences that follow created tasks), with every check; the
-operator's key management (/v1/keys) likewise, with the admin key. Each run is seeded (and keeps no
-example database), and bounded: a fixed number of cases per operation.
+A real gateway (with an API key, on the real database; nothing consumes what it publishes), run in-process
+as `__main__` serves it (what is tested is its answers, not a process), is fuzzed through every operation,
+in every phase (the schema's examples, boundary coverage, random fuzzing and stateful sequences that follow
+created tasks), with every check; the operator's key management (/v1/keys) likewise, with the admin key.
+Each run is seeded (and keeps no example database), and bounded: a fixed number of cases per operation.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.conftest import Stack, StackFactory
+from tests.integration.conftest import AnyStack, StackFactory
 
 pytestmark = pytest.mark.integration
 
@@ -57,9 +57,9 @@ KEYS = "^/v1/keys"  # the operator's routes: fuzzed with the admin key, every ot
 
 
 @pytest.fixture(scope="module")
-def fuzzed(make_stack: StackFactory) -> Stack:
+def fuzzed(make_stack: StackFactory) -> AnyStack:
     # No task rate limit: the fuzzer creates tasks far faster than an owner may (test_gateway_keys.py has it).
-    return make_stack(
+    return make_stack.in_process(
         services=("gateway",),
         DOCSUM_MAX_FILE_BYTES=str(256 * 1024),
         DOCSUM_MAX_FILES_PER_TASK="5",
@@ -68,12 +68,12 @@ def fuzzed(make_stack: StackFactory) -> Stack:
     )
 
 
-def _operations(stack: Stack, keys: bool) -> int:
+def _operations(stack: AnyStack, keys: bool) -> int:
     paths = httpx.get(f"{stack.gateway_url}/openapi.json", timeout=10).json()["paths"]
     return sum(len(ops) for path, ops in paths.items() if bool(re.match(KEYS, path)) == keys)
 
 
-def _run(stack: Stack, tmp_path: Path, key: str, selection: str, min_cases: int) -> str:
+def _run(stack: AnyStack, tmp_path: Path, key: str, selection: str, min_cases: int) -> str:
     config = tmp_path / "schemathesis.toml"
     config.write_text(CONFIG)
     command = [
@@ -102,17 +102,17 @@ def _run(stack: Stack, tmp_path: Path, key: str, selection: str, min_cases: int)
     counted = re.search(r"Test cases:\s*(\d+) generated, (\d+) passed", output)
     assert counted is not None, summary
     assert int(counted.group(1)) >= min_cases and counted.group(1) == counted.group(2), summary
-    assert "Traceback" not in (stack.logs / "gateway.log").read_text(), stack.log_tail(60)
+    assert "Traceback" not in stack.log_of("gateway").read_text(), stack.log_tail(60)
     return output
 
 
-def test_schemathesis_finds_nothing_undocumented(fuzzed: Stack, tmp_path: Path) -> None:
+def test_schemathesis_finds_nothing_undocumented(fuzzed: AnyStack, tmp_path: Path) -> None:
     output = _run(fuzzed, tmp_path, fuzzed.keys["alice"], f"--exclude-path-regex={KEYS}", min_cases=200)
     selected = re.search(r"Selected: (\d+)/(\d+)", output)
     assert selected is not None and int(selected.group(1)) == _operations(fuzzed, keys=False), output[-3000:]
 
 
-def test_schemathesis_finds_nothing_undocumented_in_key_management(fuzzed: Stack, tmp_path: Path) -> None:
+def test_schemathesis_finds_nothing_undocumented_in_key_management(fuzzed: AnyStack, tmp_path: Path) -> None:
     output = _run(fuzzed, tmp_path, ADMIN, f"--include-path-regex={KEYS}", min_cases=30)
     selected = re.search(r"Selected: (\d+)/(\d+)", output)
     assert selected is not None and int(selected.group(1)) == _operations(fuzzed, keys=True) == 3, output[-3000:]

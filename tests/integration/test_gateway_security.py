@@ -1,5 +1,7 @@
-"""The gateway's front door against a real gateway process, broker and database: each attack of the
-audit, and the answer it gets now.
+"""The gateway's front door against a real gateway and database: each attack of the audit, and the answer
+it gets now. The gateway runs in-process, served as `__main__` serves it (what is tested is its answers,
+not a process), except for its log: what reaches it is what the process's `__main__` configures, so that
+test runs a gateway process; `scripts/stack.sh up` starts processes of its own.
 
 - an upload over the limit is cut off at the limit: the 413 comes while the client is still sending;
 - an API key in a WebSocket URL (right or wrong) never reaches the gateway's log;
@@ -31,7 +33,7 @@ from websockets.exceptions import InvalidStatus
 from websockets.typing import Subprotocol
 
 from tests.fake_llm import free_port
-from tests.integration.conftest import ROOT, Stack, StackFactory
+from tests.integration.conftest import ROOT, AnyStack, Stack, StackFactory
 from tests.integration.helpers import eventually
 
 pytestmark = pytest.mark.integration
@@ -42,25 +44,31 @@ TASK_LIMIT = 3 * MiB
 
 
 @pytest.fixture(scope="module")
-def gateway(make_stack: StackFactory) -> Stack:
+def gateway(make_stack: StackFactory) -> AnyStack:
     """A gateway alone (nothing consumes what it publishes), with small upload limits."""
-    return make_stack(
+    return make_stack.in_process(
         services=("gateway",), DOCSUM_MAX_FILE_BYTES=str(FILE_LIMIT), DOCSUM_MAX_TASK_BYTES=str(TASK_LIMIT)
     )
 
 
-def _auth(stack: Stack, owner: str = "alice", scheme: str = "Bearer") -> dict[str, str]:
+@pytest.fixture(scope="module")
+def gateway_process(make_stack: StackFactory) -> Stack:
+    """A gateway process alone, logging as its `__main__` configures it."""
+    return make_stack(services=("gateway",))
+
+
+def _auth(stack: AnyStack, owner: str = "alice", scheme: str = "Bearer") -> dict[str, str]:
     return {"Authorization": f"{scheme} {stack.keys[owner]}"}
 
 
-async def _new_task(stack: Stack, owner: str = "alice") -> str:
+async def _new_task(stack: AnyStack, owner: str = "alice") -> str:
     async with httpx.AsyncClient(base_url=stack.gateway_url, headers=_auth(stack, owner), timeout=30) as client:
         response = await client.post("/v1/tasks", files=[("files", ("a.txt", b"some text", "text/plain"))])
     assert response.status_code == 201, response.text
     return response.json()["task_id"]
 
 
-def _ws_url(stack: Stack, task_id: str, query: str = "") -> str:
+def _ws_url(stack: AnyStack, task_id: str, query: str = "") -> str:
     return stack.gateway_url.replace("http://", "ws://") + f"/v1/tasks/{task_id}/events" + query
 
 
@@ -118,7 +126,7 @@ def _send_until_answered(url: str, head: bytes, body: Iterator[bytes]) -> tuple[
         sock.close()
 
 
-def _upload_head(stack: Stack, content_length: int | None = None, boundary: str = "cutoff") -> bytes:
+def _upload_head(stack: AnyStack, content_length: int | None = None, boundary: str = "cutoff") -> bytes:
     """The request's head; without a length the body comes chunked (then only what arrives counts)."""
     framing = f"Content-Length: {content_length}" if content_length is not None else "Transfer-Encoding: chunked"
     return (
@@ -139,7 +147,7 @@ def _big_file(size: int, name: str = "big.bin", boundary: str = "cutoff") -> Ite
         yield block
 
 
-def test_a_file_over_the_limit_is_cut_off_while_it_streams(gateway: Stack) -> None:
+def test_a_file_over_the_limit_is_cut_off_while_it_streams(gateway: AnyStack) -> None:
     size = 24 * MiB  # 24 times the file limit, sent chunked: nothing says how long it is
     status, sent, answer = _send_until_answered(gateway.gateway_url, _upload_head(gateway), _chunked(_big_file(size)))
     assert status == 413, answer
@@ -149,7 +157,7 @@ def test_a_file_over_the_limit_is_cut_off_while_it_streams(gateway: Stack) -> No
     assert sent < FILE_LIMIT + 6 * MiB, sent
 
 
-def test_the_files_of_a_task_over_its_limit_are_cut_off(gateway: Stack) -> None:
+def test_the_files_of_a_task_over_its_limit_are_cut_off(gateway: AnyStack) -> None:
     def files() -> Iterator[bytes]:
         for i in range(20):
             yield from _big_file(FILE_LIMIT - 64 * 1024, name=f"f{i}.bin")
@@ -161,13 +169,13 @@ def test_the_files_of_a_task_over_its_limit_are_cut_off(gateway: Stack) -> None:
     assert sent < TASK_LIMIT + 6 * MiB, sent
 
 
-def test_a_declared_body_over_the_cap_is_answered_before_it_is_sent(gateway: Stack) -> None:
+def test_a_declared_body_over_the_cap_is_answered_before_it_is_sent(gateway: AnyStack) -> None:
     status, sent, answer = _send_until_answered(gateway.gateway_url, _upload_head(gateway, 50 * 1024 * MiB), iter(()))
     assert (status, sent) == (413, 0), answer
     assert b"request body over the limit" in answer
 
 
-async def test_uploads_are_stored_whole_and_once(gateway: Stack, db: asyncpg.Pool) -> None:
+async def test_uploads_are_stored_whole_and_once(gateway: AnyStack, db: asyncpg.Pool) -> None:
     """Spooled on disk or in memory, copied in blocks: the stored bytes and hash are the file's, and the
     same new file uploaded by two tasks at once is stored once."""
     big, small = os.urandom(FILE_LIMIT - 1), os.urandom(100)
@@ -190,7 +198,8 @@ async def test_uploads_are_stored_whole_and_once(gateway: Stack, db: asyncpg.Poo
 # --- a key in a WebSocket URL never reaches the log -----------------------------------------------------
 
 
-async def test_a_key_in_a_websocket_url_never_reaches_the_log(gateway: Stack) -> None:
+async def test_a_key_in_a_websocket_url_never_reaches_the_log(gateway_process: Stack) -> None:
+    gateway = gateway_process
     key, wrong = gateway.keys["alice"], "wrong-" + uuid.uuid4().hex
     task_id = await _new_task(gateway)
     first = await _first_message(_ws_url(gateway, task_id, f"?token={key}"))
@@ -203,7 +212,7 @@ async def test_a_key_in_a_websocket_url_never_reaches_the_log(gateway: Stack) ->
         assert (await client.get(f"/v1/tasks?token={wrong}")).status_code == 401
     assert (await _first_message(_ws_url(gateway, task_id, f"?ticket={ticket}")))["task_id"] == task_id
 
-    log = gateway.logs / "gateway.log"
+    log = gateway.log_of("gateway")
     await eventually(lambda: log.read_text().count("[redacted]") >= 6, timeout=10, message="the requests' log lines")
     text = log.read_text()
     assert key not in text and wrong not in text and ticket not in text
@@ -214,7 +223,7 @@ async def test_a_key_in_a_websocket_url_never_reaches_the_log(gateway: Stack) ->
 
 
 @pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER", "bEaReR"])
-async def test_bearer_in_any_case_on_the_websocket_and_rest(gateway: Stack, scheme: str) -> None:
+async def test_bearer_in_any_case_on_the_websocket_and_rest(gateway: AnyStack, scheme: str) -> None:
     task_id = await _new_task(gateway)
     first = await _first_message(_ws_url(gateway, task_id), additional_headers=_auth(gateway, scheme=scheme))
     assert first["task_id"] == task_id and first["status"] == "PROCESSING"
@@ -222,7 +231,7 @@ async def test_bearer_in_any_case_on_the_websocket_and_rest(gateway: Stack, sche
         assert (await client.get(f"/v1/tasks/{task_id}", headers=_auth(gateway, scheme=scheme))).status_code == 200
 
 
-async def test_a_ticket_opens_one_websocket_of_its_task(gateway: Stack) -> None:
+async def test_a_ticket_opens_one_websocket_of_its_task(gateway: AnyStack) -> None:
     task_id, other_task = await _new_task(gateway), await _new_task(gateway)
     async with httpx.AsyncClient(base_url=gateway.gateway_url, timeout=30) as client:
         answer = await client.post(f"/v1/tasks/{task_id}/ticket", headers=_auth(gateway))
@@ -260,7 +269,7 @@ FILE = (b'Content-Disposition: form-data; name="files"; filename="a.txt"', b"tex
     ],
     ids=["filename", "title", "language"],
 )
-async def test_a_nul_is_422(gateway: Stack, parts: tuple) -> None:
+async def test_a_nul_is_422(gateway: AnyStack, parts: tuple) -> None:
     body, headers = _raw_multipart(*parts)
     async with httpx.AsyncClient(base_url=gateway.gateway_url, headers=_auth(gateway), timeout=30) as client:
         response = await client.post("/v1/tasks", content=body, headers=headers)
@@ -268,7 +277,7 @@ async def test_a_nul_is_422(gateway: Stack, parts: tuple) -> None:
     assert "NUL" in response.json()["detail"][0]["msg"]
 
 
-async def test_a_nul_in_a_path_is_422_and_a_non_id_404(gateway: Stack) -> None:
+async def test_a_nul_in_a_path_is_422_and_a_non_id_404(gateway: AnyStack) -> None:
     async with httpx.AsyncClient(base_url=gateway.gateway_url, headers=_auth(gateway), timeout=30) as client:
         assert (await client.get("/v1/tasks/%00")).status_code == 422
         assert (await client.post("/v1/tasks/ab%00cd/retry")).status_code == 422

@@ -2,7 +2,8 @@
 the same, flex costing what the provider billed at its flex price; and a flex task whose every flex call
 is refused for lack of capacity still completes, at the default tier.
 
-The test runs its own stand-in provider, so its ledger (and its flex capacity) belongs to it alone."""
+The test runs its own stand-in provider, so its ledger (and its flex capacity) belongs to it alone, and
+the pipeline in-process (what is tested is what a mode costs, not processes or the broker)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def _statuses(task: dict) -> tuple[str, list[tuple[str, str]]]:
 
 async def test_flex_ends_as_realtime_does_at_the_flex_price(make_stack: StackFactory, server: FakeLLMServer) -> None:
     provider = server.llm
-    stack = make_stack(
+    stack = make_stack.in_process(
         OPENAI_BASE_URL=server.base_url,
         DOCSUM_LLM_PRICES='{"stand-in-1": [2.0, 8.0]}',
         DOCSUM_LLM_FLEX_TRIES="2",

@@ -5,6 +5,8 @@ alone, with a reason); every other answer, of its owner and of another, is store
 The answers of many chunks arrive at about the same time (the stand-in answers each after the same
 latency, the calls in waves) and are stored in shared rounds (ResultCache): before the
 sanitizer, one answer PostgreSQL refused lost its whole round, and every chunk in it was paid again.
+The pipeline runs in-process (what is tested is what the summarizer does with an answer, not processes
+or the broker).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pytest
 
 from docsum_shared.states import ChunkStatus, TaskStatus
 from tests.fake_llm import FakeLLM, FakeLLMServer
-from tests.integration.conftest import SERVICES, Stack, StackFactory
+from tests.integration.conftest import AnyStack, StackFactory
 from tests.integration.helpers import (
     calls,
     chunks_of,
@@ -42,9 +44,9 @@ def provider() -> Iterator[FakeLLMServer]:
 
 
 @pytest.fixture(scope="module")
-def poison_stack(make_stack: StackFactory, provider: FakeLLMServer) -> Iterator[Stack]:
+def poison_stack(make_stack: StackFactory, provider: FakeLLMServer) -> Iterator[AnyStack]:
     # Fewer call slots than chunks: the calls go in waves, each slot taken again when its answer lands.
-    stack = make_stack(SERVICES, OPENAI_BASE_URL=provider.base_url, DOCSUM_LLM_MAX_INFLIGHT="8")
+    stack = make_stack.in_process(OPENAI_BASE_URL=provider.base_url, DOCSUM_LLM_MAX_INFLIGHT="8")
     yield stack
     stack.stop_all()
 
@@ -62,7 +64,7 @@ def _told(marker: str) -> str:
     [("nul", "enforce"), ("surrogate", "enforce"), ("nesting", "ignore")],
 )
 async def test_an_answer_the_model_was_told_to_poison_costs_no_other_answer(
-    poison_stack: Stack, provider: FakeLLMServer, db: asyncpg.Pool, poison: str, structured_output: str
+    poison_stack: AnyStack, provider: FakeLLMServer, db: asyncpg.Pool, poison: str, structured_output: str
 ) -> None:
     provider.llm.configure(poison=poison, structured_output=structured_output)
     alice_mark, bob_mark = new_marker(), new_marker()
