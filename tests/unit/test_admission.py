@@ -1,15 +1,25 @@
 """The admission's decision (admission.plan, no IO) and its settings: who is admitted next, from the
-counters, the slots in use and the waiting work as the repository reads them."""
+counters, the slots in use and the waiting work as the repository reads them; and a task's priority as
+each way in takes it."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
+from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
+from docsum_cli import main as cli
+from docsum_gateway.routers.tasks import _form
+from docsum_shared.events import DocumentSubmitted, Topic, decode
+from docsum_shared.options import PRIORITIES
 from docsum_summarizer.admission import plan
 from docsum_summarizer.repository import ShareView
 from docsum_summarizer.schedule import Policy, Priority, Waiting
 from docsum_summarizer.settings import SummarizerSettings, parse_weights
+from tests.cli_doubles import recording_gateway
 
 
 def _waiting(owner: str, items: int, *, priority: Priority = Priority.NORMAL, oldest_s: float = 1.0) -> Waiting:
@@ -66,3 +76,29 @@ def test_owner_weights_are_read_as_owner_equals_weight() -> None:
     for wrong in ("alice", "alice=0", "alice=-1", "=2", "alice=nan", "alice=x"):
         with pytest.raises(ValidationError, match="owner=weight"):
             SummarizerSettings(_env_file=None, owner_weights=wrong)  # type: ignore[arg-type]
+
+
+# --- a task's priority, as each way in gives it --------------------------------------------------------
+
+
+def test_the_priority_is_taken_from_the_form_the_cli_and_kafka_and_nothing_else_is(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    assert _form({"priority": ["urgent"]}).priority == "urgent"
+    assert _form({}).priority is None  # normal
+    with pytest.raises(RequestValidationError):
+        _form({"priority": ["asap"]})
+    sent = recording_gateway(monkeypatch)
+    doc = tmp_path / "a.txt"
+    doc.write_text("text")
+    assert cli.main(["summarize", "--no-wait", "--priority", "background", str(doc)]) == 0
+    assert cli.main(["summarize", "--no-wait", str(doc)]) == 0
+    assert sent[0]["priority"] == "background" and "priority" not in sent[1]
+    with pytest.raises(SystemExit):
+        cli.main(["summarize", "--priority", "asap", str(doc)])
+    message = {"task_id": "crm:1", "document_id": "crm:1:1", "owner": "crm", "filename": "a.txt", "task_documents": 1}
+    urgent = decode(Topic.DOCUMENT_SUBMITTED, json.dumps({**message, "options": {"priority": "urgent"}}).encode())
+    assert isinstance(urgent, DocumentSubmitted) and urgent.options is not None and urgent.options.priority == "urgent"
+    with pytest.raises(ValidationError):  # the parser dead-letters it, like any bad option
+        decode(Topic.DOCUMENT_SUBMITTED, json.dumps({**message, "options": {"priority": "asap"}}).encode())
+    assert {p.value for p in Priority} == set(PRIORITIES) == set(cli.PRIORITIES)

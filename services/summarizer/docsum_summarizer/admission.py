@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from docsum_shared import metrics
 from docsum_shared.approval import EXPECTED_COMPLETION_TOKENS
 from docsum_shared.events import ChunkCreated
 from docsum_shared.handlers import Publish, Sender
@@ -117,6 +118,10 @@ async def admit_fairly(repo: Admissions, publish: Publish, settings: SummarizerS
 async def admit_once(repo: Admissions, publish: Publish, settings: SummarizerSettings, *, touch: bool = False) -> int:
     """One admission: the free slots given in the fair order, charged, then announced (with `touch`, the
     tasks waiting marked active first). How many."""
+    if touch:  # every replica: the gauge is read as max by priority, whichever admits
+        ready = await repo.ready_by_priority()
+        for priority in Priority:
+            metrics.READY_CHUNKS.labels(priority).set(ready.get(priority, 0))
     async with repo.turn() as turn:
         if turn is None:
             return 0  # another replica admits

@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from docsum_shared import metrics
 from docsum_shared.errors import ContextLimitExceeded, ItemFailed, Kind, LLMError, classify
 from docsum_shared.events import ChunkCreated, ChunkSummarized, Event
 from docsum_shared.handlers import Handlers, required
@@ -24,7 +25,7 @@ from docsum_shared.summarizers.cache import CallContext
 from .batches.policy import Route, batch_endpoint, call_mode, request_json, route
 from .policy import Answer, Step, StoredChunk, answer_of, cannot_fit, next_step, offsets_of, request_for
 from .repository import Claim, Claimed
-from .schedule import served_tokens
+from .schedule import Priority, served_tokens
 from .settings import SummarizerSettings
 
 log = logging.getLogger("docsum_summarizer")
@@ -189,6 +190,8 @@ async def _summarize(event: ChunkCreated, chunk: StoredChunk, holder: str, deps:
 async def _completed(event: ChunkCreated, answer: Answer, chunk: StoredChunk, deps: Deps) -> bool:
     weight = deps.settings.owner_weights.get(chunk.owner, 1.0)  # its share's counter is in tokens / weight
     completed = await deps.repo.complete(event.chunk_id, event.task_id, answer, weight=weight)
+    if completed and answer.served:
+        metrics.TOKENS_SERVED.labels(chunk.options.priority or Priority.NORMAL).inc(answer.served)
     log.info("chunk %s summarized", event.chunk_id)
     return completed
 

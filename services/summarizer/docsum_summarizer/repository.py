@@ -356,6 +356,17 @@ class Admissions:
         self.pool = pool
         self.hold_s, self.default_tokens, self.answer_tokens = hold_s, default_tokens, answer_tokens
 
+    async def ready_by_priority(self) -> dict[Priority, int]:
+        """The chunks waiting for admission, of tasks that take work, per priority."""
+        rows = await self.pool.fetch(
+            f"SELECT {_PRIORITY} AS priority, count(*) AS n"
+            " FROM chunks c JOIN documents d ON d.id = c.document_id JOIN tasks t ON t.id = d.task_id"
+            " WHERE c.admitted_at IS NULL AND c.status = $1 AND t.status = ANY($2::text[])"
+            " AND d.status <> ALL($3::text[]) GROUP BY 1",
+            ChunkStatus.PENDING, UNFINISHED_TASK, sorted(DOCUMENT_FINAL),
+        )  # fmt: skip
+        return {Priority(r["priority"]): r["n"] for r in rows}
+
     @contextlib.asynccontextmanager
     async def turn(self) -> AsyncIterator[AdmissionTurn | None]:
         """This process's turn to admit (None: another holds it); committed when the block ends well."""
