@@ -28,11 +28,12 @@ def _waiting(owner: str, items: int, *, priority: Priority = Priority.NORMAL, ol
 
 def test_a_newcomer_behind_a_backlog_gets_the_next_slot_and_starts_at_the_lowest_served_counter() -> None:
     view = ShareView({"alice": 4}, [_waiting("alice", 7_000, oldest_s=60.0), _waiting("bob", 1)], {"alice": 9e6})
-    decided = plan(view, 2, {})
-    # Lifted to alice's counter (its idle time is not saved up against her): level with her, so the
-    # next two slots go one each (the tie to the longer wait).
-    assert decided.grants == {("alice", Priority.NORMAL): 1, ("bob", Priority.NORMAL): 1}
-    assert decided.floors == {"alice": 9e6, "bob": 9e6}
+    decided = plan(view, 1, {})
+    assert decided.grants == {("bob", Priority.NORMAL): 1}
+    assert decided.floors["bob"] == pytest.approx(9e6)  # lifted: its idle time is not saved up against alice
+    both = plan(view, 2, {})  # then alice's turn: bob is charged his estimate first
+    assert both.grants == {("alice", Priority.NORMAL): 1, ("bob", Priority.NORMAL): 1}
+    assert both.floors["alice"] == 0.0  # not lifted: her counter is left as it is
 
 
 def test_no_free_slot_admits_nothing_and_the_slots_go_round_the_owners_with_work() -> None:

@@ -10,8 +10,8 @@ another's backlog waits for a few calls to finish, not for the backlog.
 One process admits at a time, whichever replica (a transaction-scoped advisory lock): it reads the
 owners' counters and waiting work, decides (`plan`, no IO), and admits and charges in the same
 transaction, then announces. A crash before the commit admits and charges nothing; one after it, before
-the announcement, leaves the chunks admitted unannounced: their slots are free again after
-`admission_hold_s`, and reconcile re-drives them as any lost announcement.
+the announcement, leaves the chunks admitted unannounced: after `admission_hold_s` unleased, the
+admission announces them again (charged once all the same).
 """
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ def admissions(pool: asyncpg.Pool, settings: SummarizerSettings) -> Admissions:
 
 @dataclass(frozen=True)
 class Plan:
-    """Who is admitted how many of which work, and each granted owner's counter before its charges
-    (lifted when it comes back from idle)."""
+    """Who is admitted how many of which work, and the counter each granted owner comes back from idle
+    at (0: not lifted)."""
 
     grants: Counter[tuple[str, Priority]]
     floors: dict[str, float]
@@ -74,20 +74,25 @@ class Plan:
 
 def plan(view: ShareView, free: int, weights: Mapping[str, float], policy: Policy = DEFAULT_POLICY) -> Plan:
     """The next `free` slots in the fair order. An owner with work waiting and none running comes back
-    at the lowest counter of the owners being served (idleness is not saved up), else it would take
-    every slot until it caught up."""
+    at the lowest counter of the owners being served (idleness is not saved up, else it would take
+    every slot until it caught up), and so gets the next slot."""
     ready = ready_by_owner(view.waiting)
     owners = {o for o, _ in ready} | set(view.running)
     accounts = {o: Account(counter=view.counters.get(o, 0.0), running=view.running.get(o, 0)) for o in owners}
     state = State(weighted(accounts, weights), ready, policy)
     served = [account(state, o).counter for o in owners if view.running.get(o, 0) > 0]
-    floor = min(served, default=0.0)
+    # Just below the lowest: level with it, a tie would go to the owner that has waited longest (the
+    # backlog's), and the returning owner would wait one slot more.
+    floor = math.nextafter(min(served), -math.inf) if served else 0.0
     lifted = {o: max(account(state, o).counter, floor) for o, _ in ready if view.running.get(o, 0) == 0}
     for owner, counter in lifted.items():
         state = State({**state.accounts, owner: Account(counter, account(state, owner).weight, 0)}, ready, policy)
     grants: list[Grant] = next_grants(state, free) if free > 0 else []
     chosen = Counter((g.owner, g.priority) for g in grants)
-    return Plan(chosen, {o: account(state, o).counter for o, _ in chosen})
+    # Only a lift is passed on (0 otherwise): a floor at the counter as read would undo a correction
+    # down that another replica stored since.
+    raised = {o: c for o, c in lifted.items() if c > view.counters.get(o, 0.0)}
+    return Plan(chosen, {o: raised.get(o, 0.0) for o, _ in chosen})
 
 
 @dataclass
@@ -125,9 +130,13 @@ async def admit_once(repo: Admissions, publish: Publish, settings: SummarizerSet
     async with repo.turn() as turn:
         if turn is None:
             return 0  # another replica admits
+        again: list[Admitted] = []
         if touch:
             await turn.touch_waiting(ACTIVITY_EVERY_S)
-        admitted = await _admit(turn, settings)
+            again = await turn.unclaimed()
+            if again:
+                log.info("announcing again %d admitted chunks no summarizer took up", len(again))
+        admitted = again + await _admit(turn, settings)
     if admitted:
         events = [
             ChunkCreated(task_id=a.task_id, document_id=a.document_id, chunk_id=a.chunk_id, chunk_index=a.chunk_index)

@@ -328,13 +328,29 @@ class AdmissionTurn:
         )  # fmt: skip
         return [Admitted(r["task_id"], r["document_id"], r["id"], r["chunk_index"], r["charged"]) for r in rows]
 
+    async def unclaimed(self) -> list[Admitted]:
+        """Admitted chunks no summarizer has leased for `hold_s` (their announcement lost: a crash between
+        the admission's commit and its publish, or a message dead-lettered), of tasks that take work:
+        marked admitted again now, to be announced again (a duplicate is harmless: the lease decides)."""
+        rows = await self._conn.fetch(
+            "UPDATE chunks c SET admitted_at = now(), announced_at = now()"
+            " FROM documents d JOIN tasks t ON t.id = d.task_id"
+            " WHERE d.id = c.document_id AND c.admitted_at < now() - make_interval(secs => $1)"
+            " AND c.status = $2 AND c.retry_at IS NULL AND c.lease_owner IS NULL"
+            " AND t.status = ANY($3::text[]) AND d.status <> ALL($4::text[])"
+            " AND NOT EXISTS (SELECT 1 FROM batch_lines b WHERE b.chunk_id = c.id AND b.status = ANY($5::text[]))"
+            " RETURNING d.task_id, c.document_id, c.id, c.chunk_index, c.charged",
+            self.hold_s, ChunkStatus.PENDING, UNFINISHED_TASK, sorted(DOCUMENT_FINAL), LIVE,
+        )  # fmt: skip
+        return [Admitted(r["task_id"], r["document_id"], r["id"], r["chunk_index"], r["charged"]) for r in rows]
+
     async def charge(self, owner: str, *, at_least: float, virtual_tokens: float) -> None:
         """`owner`'s counter lifted to `at_least` (back from idle), then advanced by `virtual_tokens`: as
         an increment, so that the corrections other replicas make meanwhile are kept."""
         await self._conn.execute(
-            "INSERT INTO owner_shares (owner, counter) VALUES ($1, $2::float8 + $3::float8)"
+            "INSERT INTO owner_shares (owner, counter, lifted) VALUES ($1, $2::float8 + $3::float8, $2::float8)"
             " ON CONFLICT (owner) DO UPDATE SET counter = greatest(owner_shares.counter, $2::float8) + $3::float8,"
-            " updated_at = now()",
+            " lifted = owner_shares.lifted + greatest(0, $2::float8 - owner_shares.counter), updated_at = now()",
             owner, at_least, virtual_tokens,
         )  # fmt: skip
 

@@ -37,7 +37,7 @@ class SummarizerSettings(LLMSettings, ReconcileSettings):
     # finished across every replica (None: 4 × DOCSUM_LLM_MAX_INFLIGHT, enough to keep two replicas'
     # calls busy while the next are announced), the rest waiting in PostgreSQL, admitted in the fair
     # order every `admission_interval_s`. An admitted chunk no summarizer has leased within
-    # `admission_hold_s` (its announcement lost, or every summarizer down) stops holding its slot.
+    # `admission_hold_s` (its announcement lost) is announced again.
     admission_window: int | None = Field(None, ge=1)
     admission_interval_s: float = Field(0.1, gt=0)
     admission_hold_s: float = Field(60.0, gt=0)

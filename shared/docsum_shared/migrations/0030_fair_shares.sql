@@ -18,9 +18,11 @@ CREATE INDEX IF NOT EXISTS chunks_admitted_unfinished_idx ON chunks (document_id
 
 -- Each owner's counter of the tokens it has been served, divided by its weight (virtual tokens): the
 -- next slot goes to the owner with ready work and the lowest counter. Shared by every summarizer replica,
--- kept across restarts.
+-- kept across restarts. `lifted`: what the counter was raised by when its owner came back from idle, so
+-- that counter = lifted + the owner's chunks' `charged` / weight can be checked.
 CREATE TABLE IF NOT EXISTS owner_shares (
     owner       text PRIMARY KEY,
     counter     float8 NOT NULL DEFAULT 0 CHECK (counter >= 0),
+    lifted      float8 NOT NULL DEFAULT 0,
     updated_at  timestamptz NOT NULL DEFAULT now()
 );
