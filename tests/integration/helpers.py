@@ -16,7 +16,7 @@ import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, NoReturn, Protocol, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar, runtime_checkable
 
 import asyncpg
 import httpx
@@ -37,6 +37,13 @@ class Logs(Protocol):
     """What a failed wait reports beside its message (a conftest.Stack: its services' log tail)."""
 
     def log_tail(self) -> str: ...
+
+
+@runtime_checkable
+class Topics(Protocol):
+    """A stack that reads its own topics (conftest.Stack off the broker, an InProcessStack off its bus)."""
+
+    async def read_topics(self, topics: list[str]) -> list[Any]: ...
 
 
 FINAL = {"COMPLETED", "COMPLETED_WITH_ERRORS", "FAILED", "CANCELLED", "EXPIRED"}
@@ -252,11 +259,13 @@ async def read_topics(env: dict[str, str], topics: list[str]) -> list[ConsumerRe
 
 
 async def task_finished(env: dict[str, str], task_id: str, stack: Logs | None = None) -> list[dict[str, Any]]:
-    """The task-finished messages of `task_id` (their values, without the envelope), once there is one."""
+    """The task-finished messages of `task_id` (their values, without the envelope), once there is one:
+    read off `stack`'s topics when it reads its own (an in-process stack's bus), else off the broker."""
     envelope = {"event_id", "schema_version", "occurred_at", "trace_id", "causation_id"}
+    topics = [env["DOCSUM_TOPIC_PREFIX"] + Topic.TASK_FINISHED]
 
     async def published() -> list[dict[str, Any]]:
-        records = await read_topics(env, [env["DOCSUM_TOPIC_PREFIX"] + Topic.TASK_FINISHED])
+        records = await (stack.read_topics(topics) if isinstance(stack, Topics) else read_topics(env, topics))
         found = [r for r in records if r.key == task_id.encode()]
         return [{k: v for k, v in json.loads(r.value).items() if k not in envelope} for r in found]
 

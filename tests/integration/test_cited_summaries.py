@@ -7,6 +7,9 @@
   refuses one, in the plain-text format: every source resolves.
 - A weak model that omits its ids, invents some, or answers in free text: the task completes, every
   sentence is labelled, and no source appears that is not a range of the task's documents.
+
+They run the pipeline in-process: what is tested is what the backends' answers become, not processes or
+the broker.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from docsum_shared.cited import CitedSentence, Source
 from docsum_shared.positions import Positions, position_of
 from tests.documents import chinese_prose, english_prose, make_pdf
 from tests.fake_llm import FakeLLM, FakeLLMServer
-from tests.integration.conftest import ROOT, SERVICES, Stack, StackFactory
+from tests.inprocess import InProcessStack
+from tests.integration.conftest import ROOT, AnyStack, StackFactory
 from tests.integration.helpers import calls, new_marker, resolved_sentences, submit, tagged, txt, wait_for_task
 
 pytestmark = pytest.mark.integration
@@ -47,7 +51,7 @@ def _cited(sentence: dict[str, Any]) -> CitedSentence:
 async def test_every_sentence_of_the_extractive_summaries_quotes_its_documents_on_its_pages(
     make_stack: StackFactory, db: asyncpg.Pool
 ) -> None:
-    stack = make_stack(DOCSUM_LLM_BACKEND="extractive")
+    stack = make_stack.in_process(DOCSUM_LLM_BACKEND="extractive")
     report = [english_prose(1_800, seed=70 + page) for page in range(6)]  # a PDF of several pages
     files = [_example(p) for p in sorted((ROOT / "examples").iterdir())]
     files.append(("files", ("report.pdf", make_pdf(report), "application/pdf")))
@@ -99,9 +103,9 @@ def _provider() -> Iterator[FakeLLMServer]:
 
 
 @pytest.fixture(scope="module")
-def _stack(make_stack: StackFactory, _provider: FakeLLMServer) -> Iterator[Stack]:
-    """One stack for the LLM cases: each submits new text (its marker), so nothing is cached across them."""
-    stack = make_stack(SERVICES, OPENAI_BASE_URL=_provider.base_url)
+def _stack(make_stack: StackFactory, _provider: FakeLLMServer) -> Iterator[InProcessStack]:
+    """One pipeline for the LLM cases: each submits new text (its marker), so nothing is cached across them."""
+    stack = make_stack.in_process(OPENAI_BASE_URL=_provider.base_url)
     yield stack
     stack.stop_all()
 
@@ -112,7 +116,7 @@ def provider(_provider: FakeLLMServer) -> FakeLLMServer:
     return _provider
 
 
-async def _summarized(stack: Stack, seed: int, **form: str) -> tuple[dict[str, Any], str]:
+async def _summarized(stack: AnyStack, seed: int, **form: str) -> tuple[dict[str, Any], str]:
     """Three documents, one of several chunks (a document merge) and a task merge over them; `form`: the
     task's other form fields."""
     marker = new_marker()
@@ -129,7 +133,7 @@ async def _summarized(stack: Stack, seed: int, **form: str) -> tuple[dict[str, A
 
 @pytest.mark.parametrize("server", ["enforces the schema", "refuses response_format"])
 async def test_an_llm_answering_in_the_citation_format_has_every_source_resolve(
-    server: str, provider: FakeLLMServer, _stack: Stack, db: asyncpg.Pool
+    server: str, provider: FakeLLMServer, _stack: InProcessStack, db: asyncpg.Pool
 ) -> None:
     if server == "refuses response_format":
         provider.llm.configure(structured_output="refuse")  # then the plain-text format, read leniently
@@ -146,7 +150,7 @@ async def test_an_llm_answering_in_the_citation_format_has_every_source_resolve(
 
 @pytest.mark.parametrize("fault", ["omit", "invent", "free"])
 async def test_a_model_that_omits_invents_or_ignores_its_ids_still_completes_with_every_sentence_labelled(
-    fault: str, provider: FakeLLMServer, _stack: Stack, db: asyncpg.Pool
+    fault: str, provider: FakeLLMServer, _stack: InProcessStack, db: asyncpg.Pool
 ) -> None:
     provider.llm.configure(structured_output="ignore", citation_fault=fault)  # a server without a schema
     task, _ = await _summarized(_stack, seed={"omit": 100, "invent": 110, "free": 120}[fault])
@@ -161,7 +165,7 @@ INVENTED = "Penguins juggle violet umbrellas at midnight."
 
 @pytest.mark.parametrize("support", ["all", "strict"])
 async def test_a_sentence_no_source_says_is_unsupported_at_every_level_and_left_out_when_strict(
-    support: str, provider: FakeLLMServer, _stack: Stack, db: asyncpg.Pool
+    support: str, provider: FakeLLMServer, _stack: InProcessStack, db: asyncpg.Pool
 ) -> None:
     provider.llm.configure(invented_sentence=INVENTED)  # each answer ends with it, citing the first id
     form = {"support": support} if support == "strict" else {}  # "all" is the default

@@ -2,7 +2,9 @@
 
 The gateway spools each file to a temporary file (a small part of it in memory), hashes it as it
 arrives and copies it into PostgreSQL in blocks, so 100 uploads of 1 MiB at once cost a few read
-buffers each, not several copies of every file.
+buffers each, not several copies of every file. That bound is the gateway process's own memory, so
+its test runs the gateway as a process; the silent uploads' tests run it in-process (what is tested is
+what the upload settings and the gateway's answers do, not processes or the broker).
 """
 
 from __future__ import annotations
@@ -122,7 +124,7 @@ async def _answer(sock: socket.socket) -> bytes:
 async def test_silent_uploads_declaring_the_whole_budget_do_not_block_another_owners_upload(
     make_stack: StackFactory,
 ) -> None:
-    stack = make_stack(
+    stack = make_stack.in_process(
         services=("gateway",),
         DOCSUM_ADMIN_KEY=ADMIN,
         DOCSUM_UPLOAD_INFLIGHT_BYTES=str(16 * MiB),
@@ -149,7 +151,7 @@ async def test_silent_uploads_declaring_the_whole_budget_do_not_block_another_ow
 
 
 async def test_a_body_that_stops_arriving_is_dropped_and_gives_back_what_it_booked(make_stack: StackFactory) -> None:
-    stack = make_stack(
+    stack = make_stack.in_process(
         services=("gateway",), DOCSUM_UPLOAD_INFLIGHT_BYTES_PER_OWNER=str(8 * MiB), DOCSUM_UPLOAD_IDLE_S="3"
     )
     port = int(stack.gateway_url.rsplit(":", 1)[1])

@@ -2,7 +2,10 @@
 rest of the task completes, the parser's log stays short and its memory goes back to where it was.
 
 The files are small on disk and built here (tests/hostile.py); the caps are lowered through the stack's
-environment to what the files need.
+environment to what the files need. The hostile task runs the services as processes (what is measured
+is the parser process's memory, its log and that it lives on); the two texts PostgreSQL cannot hold run
+the pipeline in-process (what is tested is what the parser stores and reports, not processes or the
+broker).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from tests.hostile import (
     pdf_with_lone_surrogate,
     pdf_with_wrong_offsets,
 )
+from tests.inprocess import InProcessStack
 from tests.integration.conftest import SERVICES, Stack, StackFactory
 from tests.integration.helpers import wait_for_task
 
@@ -154,16 +158,18 @@ async def test_hostile_documents_fail_alone_and_the_parser_lets_go(make_stack: S
     assert re.search(rf"pypdf: [\d,]+ more warnings suppressed for document {repaired}", log), log[-3000:]
 
 
-async def test_a_pdf_whose_text_holds_a_lone_surrogate_is_never_stuck(stack: Stack, db: asyncpg.Pool) -> None:
+async def test_a_pdf_whose_text_holds_a_lone_surrogate_is_never_stuck(
+    pipeline: InProcessStack, db: asyncpg.Pool
+) -> None:
     """The PDF's ToUnicode map yields U+D800, which PostgreSQL cannot store: the document ends (with
     U+FFFD in its text) instead of being retried, dead-lettered and left PENDING."""
-    async with stack.client() as client:
+    async with pipeline.client() as client:
         started = time.monotonic()
         response = await client.post(
             "/v1/tasks", files=[("files", ("lone.pdf", pdf_with_lone_surrogate(), "application/pdf"))]
         )
         assert response.status_code == 201, response.text
-        task = await wait_for_task(client, response.json()["task_id"], stack, timeout=60)
+        task = await wait_for_task(client, response.json()["task_id"], pipeline, timeout=60)
         print(f"\nthe lone-surrogate PDF's task ended {task['status']} in {time.monotonic() - started:.1f} s")
     [document] = task["documents"]
     assert document["status"] in ("COMPLETED", "FAILED"), document
@@ -171,10 +177,10 @@ async def test_a_pdf_whose_text_holds_a_lone_surrogate_is_never_stuck(stack: Sta
     assert "\ufffd" in text and "the words go on" in text
 
 
-async def test_a_text_the_database_refuses_is_reported_as_refused(stack: Stack, db: asyncpg.Pool) -> None:
+async def test_a_text_the_database_refuses_is_reported_as_refused(pipeline: InProcessStack, db: asyncpg.Pool) -> None:
     """Should a character PostgreSQL cannot hold get past normalization, the parser's repository says
     the text was refused (the handler fails the document) rather than raising a connection-like error
-    the consumer would retry. (`stack`: its services have migrated the database.)"""
+    the consumer would retry. (`pipeline`: it has migrated the database.)"""
     task, document = f"refused-{uuid.uuid4()}", f"refused-{uuid.uuid4()}:1"
     # A cancelled task: no service re-drives it while the test holds its PENDING document.
     await db.execute("INSERT INTO tasks (id, owner, status) VALUES ($1, 'alice', 'CANCELLED')", task)

@@ -1,6 +1,9 @@
 """The LLM layer against a provider with limits: concurrency, a shared rate limit, budgets, usage.
 
-Each test runs its own stand-in provider, so its limits and its ledger belong to that test alone.
+Each test runs its own stand-in provider, so its limits and its ledger belong to that test alone. Usage
+and cost run the pipeline in-process (what is tested is what the prices and the provider's answers add
+up to); the others run the services as processes on Kafka: a crash of the summarizer and of the merger
+mid-way, one partition of the chunk topic, two summarizer replicas sharing one rate.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ async def test_one_partition_keeps_the_in_flight_limit_busy(make_stack: StackFac
 
 async def test_usage_and_cost_add_up_to_the_providers_ledger(make_stack: StackFactory, server: FakeLLMServer) -> None:
     provider = server.llm
-    stack = make_stack(
+    stack = make_stack.in_process(
         OPENAI_BASE_URL=server.base_url,
         DOCSUM_LLM_PRICES='{"stand-in-1": [2.0, 8.0]}',
     )

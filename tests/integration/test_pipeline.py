@@ -1,4 +1,6 @@
-"""Whole tasks through the five services on the real broker and database."""
+"""Whole tasks through the five stages on the real database: in-process (what is tested is what docsum
+answers and stores, not processes or the broker), but for the replay, which re-publishes a task's events
+on the real broker and waits for the services' consumer groups to catch up."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import pytest
 
 from docsum_cli.main import as_json
 from tests.documents import Block, english_prose, make_docx, make_encrypted_pdf, make_pdf, truncate
+from tests.inprocess import InProcessStack
 from tests.integration.conftest import Stack
 from tests.integration.helpers import chunks_of, submit, task_finished, txt, wait_for_task
 
@@ -24,15 +27,15 @@ def _large_docx() -> bytes:
     return make_docx(blocks)
 
 
-async def test_three_documents_complete(stack: Stack, db: asyncpg.Pool) -> None:
+async def test_three_documents_complete(pipeline: InProcessStack, db: asyncpg.Pool) -> None:
     files = [
         txt("notes.txt", english_prose(3_000, seed=1)),
         ("files", ("report.pdf", make_pdf([english_prose(2_500, seed=s) for s in range(2, 7)]), "application/pdf")),
         ("files", ("book.docx", _large_docx(), "application/octet-stream")),
     ]
-    async with stack.client() as client:
+    async with pipeline.client() as client:
         task_id = await submit(client, files, title="three")
-        task = await wait_for_task(client, task_id, stack)
+        task = await wait_for_task(client, task_id, pipeline)
 
     assert task["status"] == "COMPLETED", task
     assert task["summary"]
@@ -50,7 +53,7 @@ async def test_three_documents_complete(stack: Stack, db: asyncpg.Pool) -> None:
     assert pending == 0
 
 
-async def test_bad_files_fail_alone(stack: Stack) -> None:
+async def test_bad_files_fail_alone(pipeline: InProcessStack) -> None:
     good = english_prose(1_500, seed=9).encode()
     pdf = make_pdf([english_prose(1_200, seed=10), english_prose(1_200, seed=11)])
     files = [
@@ -59,8 +62,8 @@ async def test_bad_files_fail_alone(stack: Stack) -> None:
         txt("empty.txt", b""),
         txt("good.txt", good),
     ]
-    async with stack.client() as client:
-        task = await wait_for_task(client, await submit(client, files), stack)
+    async with pipeline.client() as client:
+        task = await wait_for_task(client, await submit(client, files), pipeline)
 
     assert task["status"] == "COMPLETED_WITH_ERRORS"
     by_name = {d["filename"]: d for d in task["documents"]}
@@ -70,12 +73,12 @@ async def test_bad_files_fail_alone(stack: Stack) -> None:
         assert by_name[name]["status"] == "FAILED"
         assert words in by_name[name]["error"].lower(), by_name[name]["error"]
     # The result goes out on task-finished too: what `docsum summarize --json` prints, errors included.
-    published, *again = await task_finished(stack.env, task["task_id"], stack)
+    published, *again = await task_finished(pipeline.env, task["task_id"], pipeline)
     assert published == as_json(task) and all(other == published for other in again)
 
 
-async def test_owner_isolation_and_auth(stack: Stack) -> None:
-    async with stack.client("alice") as alice, stack.client("bob") as bob:
+async def test_owner_isolation_and_auth(pipeline: InProcessStack) -> None:
+    async with pipeline.client("alice") as alice, pipeline.client("bob") as bob:
         task_id = await submit(alice, [txt("a.txt", b"Hello there. A short note.")])
         assert (await bob.get(f"/v1/tasks/{task_id}")).status_code == 404
         assert task_id not in [t["task_id"] for t in (await bob.get("/v1/tasks")).json()]
@@ -85,11 +88,11 @@ async def test_owner_isolation_and_auth(stack: Stack) -> None:
         assert (
             await alice.get(f"/v1/tasks/{task_id}", headers={"Authorization": "Bearer wrong-key-000000000"})
         ).status_code == 401
-        await wait_for_task(alice, task_id, stack)
+        await wait_for_task(alice, task_id, pipeline)
 
 
-async def test_request_limits(stack: Stack) -> None:
-    async with stack.client() as client:
+async def test_request_limits(pipeline: InProcessStack) -> None:
+    async with pipeline.client() as client:
         no_files = await client.post("/v1/tasks", data={"title": "nothing"})
         assert no_files.status_code == 400
         too_big = await client.post(
@@ -126,17 +129,17 @@ async def test_replay_changes_nothing(stack: Stack, db: asyncpg.Pool, llm) -> No
     assert llm.llm.count() == calls_before
 
 
-async def test_progress_streams_over_a_websocket(stack: Stack, llm) -> None:
+async def test_progress_streams_over_a_websocket(pipeline: InProcessStack, llm) -> None:
     import json
 
     import websockets
 
     llm.llm.configure(latency_s=0.2)  # slow enough to connect while the task runs
     files = [txt("stream.txt", english_prose(24_000, seed=31))]
-    ws_url = stack.gateway_url.replace("http://", "ws://")
-    async with stack.client() as client:
+    ws_url = pipeline.gateway_url.replace("http://", "ws://")
+    async with pipeline.client() as client:
         task_id = await submit(client, files)
-    headers = {"Authorization": f"Bearer {stack.keys['alice']}"}
+    headers = {"Authorization": f"Bearer {pipeline.keys['alice']}"}
     messages = []
     async with asyncio.timeout(120):
         async with websockets.connect(f"{ws_url}/v1/tasks/{task_id}/events", additional_headers=headers) as ws:
@@ -149,7 +152,7 @@ async def test_progress_streams_over_a_websocket(stack: Stack, llm) -> None:
     assert kinds[-1] == "task-done" and messages[-1]["status"] == "COMPLETED" and messages[-1]["percent"] == 100
     assert [m["seq"] for m in messages[1:]] == list(range(1, len(messages)))  # numbered, no gap
 
-    bob = f"{ws_url}/v1/tasks/{task_id}/events?token={stack.keys['bob']}"
+    bob = f"{ws_url}/v1/tasks/{task_id}/events?token={pipeline.keys['bob']}"
     with pytest.raises(websockets.exceptions.WebSocketException):
         async with websockets.connect(bob) as ws:
             await ws.recv()

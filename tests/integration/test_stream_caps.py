@@ -3,7 +3,10 @@ bounded amount of memory, and streams beyond the caps are refused with a reason.
 
 The memory bound is a capacity check: the gateway process's resident memory, read from /proc, under
 40 SSE sockets that never read a byte past the status line, to a 100-document task whose log is
-complete (every entry is there to be sent at once).
+complete (every entry is there to be sent at once). The two memory bounds and the ticket across
+replicas and restarts run the gateway as processes (one process's memory, two gateways, a restart);
+the caps, revocation, positions and pruning run the pipeline in-process (what is tested is what the
+settings and the gateway's answers do, not processes or the broker).
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from websockets.exceptions import ConnectionClosed
 
 from docsum_gateway.progress.recorder import repository
 from tests.fake_llm import free_port
-from tests.integration.conftest import Stack, StackFactory
+from tests.inprocess import InProcessStack
+from tests.integration.conftest import AnyStack, StackFactory
 from tests.integration.helpers import eventually, submit, txt, wait_for_task
 
 pytestmark = pytest.mark.integration
@@ -139,12 +143,14 @@ async def _refusal(client: httpx.AsyncClient, task_id: str, headers: dict[str, s
         return response
 
 
-def _ws_url(stack: Stack, task_id: str, query: str = "") -> str:
+def _ws_url(stack: AnyStack, task_id: str, query: str = "") -> str:
     return stack.gateway_url.replace("http://", "ws://") + f"/v1/tasks/{task_id}/events{query}"
 
 
 async def test_streams_beyond_the_caps_are_refused_with_a_reason(make_stack: StackFactory) -> None:
-    stack = make_stack(services=("gateway",), DOCSUM_PROGRESS_STREAMS_PER_OWNER="2", DOCSUM_PROGRESS_STREAMS_MAX="3")
+    stack = make_stack.in_process(
+        services=("gateway",), DOCSUM_PROGRESS_STREAMS_PER_OWNER="2", DOCSUM_PROGRESS_STREAMS_MAX="3"
+    )
     alice = {"Authorization": f"Bearer {stack.keys['alice']}", **SSE}
     bob = {"Authorization": f"Bearer {stack.keys['bob']}", **SSE}
     async with stack.client() as client, stack.client("bob") as bobs:
@@ -175,7 +181,7 @@ async def test_streams_beyond_the_caps_are_refused_with_a_reason(make_stack: Sta
 
 
 async def test_revoking_a_key_ends_the_streams_it_opened(make_stack: StackFactory) -> None:
-    stack = make_stack(services=("gateway",), DOCSUM_ADMIN_KEY=ADMIN, DOCSUM_PROGRESS_POLL_S="0.2")
+    stack = make_stack.in_process(services=("gateway",), DOCSUM_ADMIN_KEY=ADMIN, DOCSUM_PROGRESS_POLL_S="0.2")
     operator = {"Authorization": f"Bearer {ADMIN}"}
     async with httpx.AsyncClient(base_url=stack.gateway_url, timeout=httpx.Timeout(30, read=60)) as client:
         made = (await client.post("/v1/keys", json={"owner": "carol"}, headers=operator)).json()
@@ -271,9 +277,11 @@ async def test_a_ticket_opens_one_connection_across_replicas_and_restarts(
 
 
 @pytest.mark.parametrize("position", ["²", "١٢", "1" * 19, "99999999999999999999", "-1", "1.0", "0x10"])
-async def test_a_log_position_that_is_not_a_number_of_18_digits_is_refused(stack: Stack, position: str) -> None:
-    alice = {"Authorization": f"Bearer {stack.keys['alice']}", **SSE}
-    async with stack.client() as client:
+async def test_a_log_position_that_is_not_a_number_of_18_digits_is_refused(
+    pipeline: InProcessStack, position: str
+) -> None:
+    alice = {"Authorization": f"Bearer {pipeline.keys['alice']}", **SSE}
+    async with pipeline.client() as client:
         task_id = await _any_task(client)
         # A header's bytes are read as Latin-1: "²" arrives as itself.
         raw = position.encode("latin-1") if position.isascii() or position == "²" else position.encode()
@@ -281,16 +289,16 @@ async def test_a_log_position_that_is_not_a_number_of_18_digits_is_refused(stack
         assert by_header.status_code == 400 and "18 digits" in by_header.json()["detail"]
         async with client.stream("GET", f"/v1/tasks/{task_id}/events", params={"after": position}, headers=alice) as r:
             assert r.status_code == 400 and "18 digits" in (await r.aread()).decode()
-    url = _ws_url(stack, task_id, "?" + str(httpx.QueryParams({"after": position})))
+    url = _ws_url(pipeline, task_id, "?" + str(httpx.QueryParams({"after": position})))
     with pytest.raises(websockets.exceptions.InvalidStatus) as refused:  # closed before the handshake: a 403
         async with websockets.connect(url, additional_headers=alice):
             pass
     assert refused.value.response.status_code == 403
 
 
-async def test_eighteen_digits_are_a_position(stack: Stack) -> None:
-    alice = {"Authorization": f"Bearer {stack.keys['alice']}", **SSE}
-    async with stack.client() as client:
+async def test_eighteen_digits_are_a_position(pipeline: InProcessStack) -> None:
+    alice = {"Authorization": f"Bearer {pipeline.keys['alice']}", **SSE}
+    async with pipeline.client() as client:
         task_id = await _any_task(client)
         async with client.stream(
             "GET", f"/v1/tasks/{task_id}/events", headers={**alice, "Last-Event-ID": "9" * 18}
@@ -305,14 +313,14 @@ _TASKS: dict[str, str] = {}
 
 
 async def _any_task(client: httpx.AsyncClient) -> str:
-    """A task of alice's on the shared stack (one for every position tested)."""
+    """A task of alice's on the shared pipeline (one for every position tested)."""
     if "task" not in _TASKS:
         _TASKS["task"] = await submit(client, [txt("p.txt", "Positions. The tide came in at dawn.")])
     return _TASKS["task"]
 
 
 async def test_the_log_of_a_task_that_ended_long_ago_is_pruned(make_stack: StackFactory, db: asyncpg.Pool) -> None:
-    stack = make_stack(services=("gateway",), DOCSUM_PROGRESS_RETAIN_S="1")
+    stack = make_stack.in_process(services=("gateway",), DOCSUM_PROGRESS_RETAIN_S="1")
     async with stack.client() as client:
         task_id = await submit(client, [txt("old.txt", "Cancelled at once.")])
         logged = "SELECT count(*) FROM progress_log WHERE task_id = $1"
@@ -343,14 +351,14 @@ BIG_MESSAGE = 16 * MiB  # uvicorn's default message limit
 FLOODING_SOCKETS = 20
 
 
-async def _paused_task(stack: Stack) -> str:
+async def _paused_task(stack: AnyStack) -> str:
     async with stack.client() as client:
         task_id = await submit(client, [txt("paused.txt", "Paused at once: nothing is sent on its streams.")])
         assert (await client.post(f"/v1/tasks/{task_id}/pause")).status_code == 200
     return task_id
 
 
-async def _stream(stack: Stack, task_id: str, exits: AsyncExitStack) -> ClientConnection | None:
+async def _stream(stack: AnyStack, task_id: str, exits: AsyncExitStack) -> ClientConnection | None:
     """A WebSocket past its snapshot (None: refused, closed with 1013); `exits` closes it."""
     alice = {"Authorization": f"Bearer {stack.keys['alice']}"}
     ws = await exits.enter_async_context(websockets.connect(_ws_url(stack, task_id), additional_headers=alice))
@@ -376,7 +384,7 @@ async def _closing(ws: ClientConnection) -> Any:
     return closed.value.rcvd
 
 
-async def _opens(stack: Stack, task_id: str, exits: AsyncExitStack) -> ClientConnection:
+async def _opens(stack: AnyStack, task_id: str, exits: AsyncExitStack) -> ClientConnection:
     """A stream opened under the per-owner cap, once the places of those that ended are given back."""
     opened: list[ClientConnection] = []
 
@@ -393,7 +401,7 @@ async def _opens(stack: Stack, task_id: str, exits: AsyncExitStack) -> ClientCon
 async def test_a_websocket_client_that_sends_a_message_is_closed_and_frees_its_stream(
     make_stack: StackFactory,
 ) -> None:
-    stack = make_stack(services=("gateway",), DOCSUM_PROGRESS_STREAMS_PER_OWNER="2")
+    stack = make_stack.in_process(services=("gateway",), DOCSUM_PROGRESS_STREAMS_PER_OWNER="2")
     task_id = await _paused_task(stack)
     async with AsyncExitStack() as exits:
         big, small = await _stream(stack, task_id, exits), await _stream(stack, task_id, exits)
@@ -410,7 +418,7 @@ async def test_a_websocket_client_that_sends_a_message_is_closed_and_frees_its_s
 
 
 async def test_a_websocket_client_that_leaves_a_paused_task_frees_its_stream(make_stack: StackFactory) -> None:
-    stack = make_stack(services=("gateway",), DOCSUM_PROGRESS_STREAMS_PER_OWNER="2")
+    stack = make_stack.in_process(services=("gateway",), DOCSUM_PROGRESS_STREAMS_PER_OWNER="2")
     task_id = await _paused_task(stack)
     async with AsyncExitStack() as exits:
         polite, vanished = await _stream(stack, task_id, exits), await _stream(stack, task_id, exits)

@@ -3,7 +3,9 @@ maps stored sentences to their documents' names and units, and the text route qu
 document's extracted text, inside the text and under its cap (to its owner only: test_tenants.py).
 
 The sentences are written here as the pipeline stores them (citations.to_json), onto a task the real
-pipeline summarized: what is checked is how they are read and shown.
+pipeline summarized: what is checked is how they are read and shown. The pipeline runs in-process
+(what is tested is the gateway's answers, not processes or the broker), but for the quotes of a 19 MB
+text, whose bound is the gateway process's own memory.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from docsum_shared.cited import MAX_SOURCES, CitedSentence, Source, to_json
 from docsum_shared.levels import SizeLevel
 from docsum_shared.positions import Positions, position_of
 from docsum_shared.readmodel import queries
-from tests.integration.conftest import Stack, StackFactory
+from tests.inprocess import InProcessStack
+from tests.integration.conftest import AnyStack, StackFactory
 from tests.integration.helpers import submit, txt, wait_for_task
 
 pytestmark = pytest.mark.integration
@@ -40,7 +43,7 @@ LINES = [
 TEXT = "\n".join(LINES)
 
 
-async def _summarized(stack: Stack, owner: str, name: str) -> dict[str, Any]:
+async def _summarized(stack: AnyStack, owner: str, name: str) -> dict[str, Any]:
     async with stack.client(owner) as client:
         return await wait_for_task(client, await submit(client, [txt(name, TEXT)]), stack)
 
@@ -56,8 +59,10 @@ def _range(text: str, words: str) -> tuple[int, int]:
     return start, start + len(words)
 
 
-async def test_sentences_show_their_files_and_units_and_quote_their_text(stack: Stack, db: asyncpg.Pool) -> None:
-    task = await _summarized(stack, "alice", "valley.txt")
+async def test_sentences_show_their_files_and_units_and_quote_their_text(
+    pipeline: InProcessStack, db: asyncpg.Pool
+) -> None:
+    task = await _summarized(pipeline, "alice", "valley.txt")
     doc_id = task["documents"][0]["document_id"]
     stored = await _stored_text(db, doc_id)
     text = stored["text"]
@@ -74,7 +79,7 @@ async def test_sentences_show_their_files_and_units_and_quote_their_text(stack: 
         "UPDATE tasks SET summary_sentences = $2::jsonb WHERE id = $1", task["task_id"], to_json(sentences[:1])
     )
 
-    async with stack.client("alice") as client:
+    async with pipeline.client("alice") as client:
         view = (await client.get(f"/v1/tasks/{task['task_id']}")).json()
         shown = view["documents"][0]["sentences"]
         assert [(s["text"], s["support"], s["at"]) for s in shown] == [
@@ -104,10 +109,10 @@ async def test_sentences_show_their_files_and_units_and_quote_their_text(stack: 
         assert whole.json()["text"] == text and whole.json()["last_page"] == len(LINES)
 
 
-async def test_a_range_outside_the_text_empty_or_over_the_cap_is_422_saying_why(stack: Stack) -> None:
-    task = await _summarized(stack, "alice", "ranges.txt")
+async def test_a_range_outside_the_text_empty_or_over_the_cap_is_422_saying_why(pipeline: InProcessStack) -> None:
+    task = await _summarized(pipeline, "alice", "ranges.txt")
     route = f"/v1/tasks/{task['task_id']}/documents/{task['documents'][0]['document_id']}/text"
-    async with stack.client("alice") as client:
+    async with pipeline.client("alice") as client:
         for params, why in [
             ({"start": 5, "end": 5}, "empty or reversed"),
             ({"start": 9, "end": 4}, "empty or reversed"),
@@ -202,14 +207,14 @@ def _cited(document_id: str, ranges: list[tuple[int, int]], positions: Positions
 
 
 async def test_a_sentence_citing_thousands_of_ranges_is_shown_with_a_bounded_few(
-    stack: Stack, db: asyncpg.Pool
+    pipeline: InProcessStack, db: asyncpg.Pool
 ) -> None:
     """A model told to cite every id: the top sentence rests on every sentence of every text it merged.
     The view shows at most MAX_SOURCES of its ranges, touching ones joined; so does a row stored before
     sources were bounded (3,000 ranges of 4 items, their last units looked up)."""
     lines = [f"Line {i:03d} of the long record says a thing of its own here." for i in range(400)]
-    async with stack.client("alice") as client:
-        task = await wait_for_task(client, await submit(client, [txt("record.txt", "\n".join(lines))]), stack)
+    async with pipeline.client("alice") as client:
+        task = await wait_for_task(client, await submit(client, [txt("record.txt", "\n".join(lines))]), pipeline)
     doc_id = task["documents"][0]["document_id"]
     stored = await _stored_text(db, doc_id)
     positions = Positions("line", tuple(stored["position_starts"]))
@@ -224,7 +229,7 @@ async def test_a_sentence_citing_thousands_of_ranges_is_shown_with_a_bounded_few
     old_row = [{"text": "Old.", "support": "synthesis", "at": [0, 4], "sources": legacy}]
     await db.execute("UPDATE documents SET summary_sentences = $2::jsonb WHERE id = $1", doc_id, json.dumps(old_row))
 
-    async with stack.client("alice") as client:
+    async with pipeline.client("alice") as client:
         view = (await client.get(f"/v1/tasks/{task['task_id']}")).json()
     [shown] = view["sentences"]
     assert len(shown["sources"]) <= MAX_SOURCES  # 2,600 before

@@ -3,7 +3,8 @@
 The result cache is per owner, so another owner's guess at a document — right or wrong — is
 answered the same way: by the provider, with no cache figure and no shortcut in time. The text a summary
 quotes is read through its task: another owner's task, or a document of another task, is as missing as
-one that does not exist.
+one that does not exist. The pipeline runs in-process: what is tested is what each owner is answered,
+not processes or the broker.
 """
 
 from __future__ import annotations
@@ -15,29 +16,30 @@ import httpx
 import pytest
 
 from tests.fake_llm import FakeLLMServer
-from tests.integration.conftest import Stack
+from tests.inprocess import InProcessStack
+from tests.integration.conftest import AnyStack
 from tests.integration.helpers import calls, marked_text, new_marker, submit, txt, wait_for_task
 
 pytestmark = pytest.mark.integration
 
 
-async def _summarized(stack: Stack, owner: str, name: str, text: str) -> dict[str, Any]:
+async def _summarized(stack: AnyStack, owner: str, name: str, text: str) -> dict[str, Any]:
     async with stack.client(owner) as client:
         return await wait_for_task(client, await submit(client, [txt(name, text)]), stack)
 
 
-async def test_another_owners_guess_learns_nothing_from_the_cache(stack: Stack, llm: FakeLLMServer) -> None:
+async def test_another_owners_guess_learns_nothing_from_the_cache(pipeline: InProcessStack, llm: FakeLLMServer) -> None:
     marker = new_marker()
     memo = marked_text(12_000, seed=101, marker=marker)  # a board memo of a few chunks
-    theirs = await _summarized(stack, "alice", "memo.txt", memo)
+    theirs = await _summarized(pipeline, "alice", "memo.txt", memo)
     assert theirs["status"] == "COMPLETED" and theirs["usage"]["llm_calls"] > 3
 
     sent_before = len(calls(llm, marker, 200))
-    right = await _summarized(stack, "bob", "guess.txt", memo)
+    right = await _summarized(pipeline, "bob", "guess.txt", memo)
     # Wrong by a word in every paragraph, so that it shares no chunk with the right guess either (bob's
     # own cache would rightly answer what bob himself sent before).
     wrong_memo = "\n\n".join(f"Note: {paragraph}" for paragraph in memo.split("\n\n"))
-    wrong = await _summarized(stack, "bob", "guess.txt", wrong_memo)
+    wrong = await _summarized(pipeline, "bob", "guess.txt", wrong_memo)
     assert right["status"] == wrong["status"] == "COMPLETED"
     for guess in (right, wrong):  # the right guess is answered exactly like the wrong one
         assert guess["usage"]["cached_calls"] == 0 and guess["recovery"]["calls_saved"] == 0, guess["usage"]
@@ -45,14 +47,14 @@ async def test_another_owners_guess_learns_nothing_from_the_cache(stack: Stack, 
     assert len(calls(llm, marker, 200)) - sent_before == right["usage"]["llm_calls"] + wrong["usage"]["llm_calls"]
 
     # The owner's own cache still works: the same document again costs nothing.
-    again = await _summarized(stack, "alice", "memo.txt", memo)
+    again = await _summarized(pipeline, "alice", "memo.txt", memo)
     assert again["usage"]["llm_calls"] == 0 and again["usage"]["cached_calls"] == theirs["usage"]["llm_calls"]
     assert again["summary"] == theirs["summary"]
 
 
-async def test_another_owners_document_text_is_as_missing_as_none(stack: Stack) -> None:
-    alices = await _summarized(stack, "alice", "private.txt", "What alice keeps to herself. " * 20)
-    other = await _summarized(stack, "alice", "other.txt", "Another note of alice's. " * 20)
+async def test_another_owners_document_text_is_as_missing_as_none(pipeline: InProcessStack) -> None:
+    alices = await _summarized(pipeline, "alice", "private.txt", "What alice keeps to herself. " * 20)
+    other = await _summarized(pipeline, "alice", "other.txt", "Another note of alice's. " * 20)
     task_id, doc_id = alices["task_id"], alices["documents"][0]["document_id"]
     params = {"start": 0, "end": 10}
     nobodys = str(uuid.uuid4())
@@ -61,7 +63,7 @@ async def test_another_owners_document_text_is_as_missing_as_none(stack: Stack) 
         got = await client.get(f"/v1/tasks/{task}/documents/{doc}/text", params=params)
         return got.status_code, got.json()
 
-    async with stack.client("bob") as bob, stack.client("alice") as alice:
+    async with pipeline.client("bob") as bob, pipeline.client("alice") as alice:
         assert (await answer(alice, task_id, doc_id))[0] == 200
         # bob: alice's task answers as a task that does not exist.
         assert await answer(bob, task_id, doc_id) == (404, {"detail": f"no task {task_id}"})

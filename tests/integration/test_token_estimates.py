@@ -1,4 +1,8 @@
-"""Chunk token estimates (migration 0005): stored by the chunker, backfilled in SQL, summed by the gateway."""
+"""Chunk token estimates (migration 0005): stored by the chunker, backfilled in SQL, summed by the gateway.
+
+The pipeline runs in-process: what is tested is what the chunker stores and the gateway sums, not
+processes or the broker.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from docsum_shared.lifecycle import recount_documents
 from docsum_shared.readmodel import queries
 from docsum_shared.text import estimate_tokens_upper
 from tests.documents import chinese_prose, english_prose
-from tests.integration.conftest import Stack
+from tests.inprocess import InProcessStack
 from tests.integration.helpers import wait_for_task
 
 pytestmark = pytest.mark.integration
@@ -93,14 +97,14 @@ async def test_migration_backfills_existing_chunks(infra: dict[str, str]) -> Non
         await admin.close()
 
 
-async def test_chunker_stores_estimates_and_the_gateway_sums_them(stack: Stack, db: asyncpg.Pool) -> None:
+async def test_chunker_stores_estimates_and_the_gateway_sums_them(pipeline: InProcessStack, db: asyncpg.Pool) -> None:
     files = [
         ("files", ("en.txt", english_prose(20_000, seed=41).encode(), "text/plain")),
         ("files", ("zh.txt", chinese_prose(8_000, seed=42).encode(), "text/plain")),
     ]
-    async with stack.client() as client:
+    async with pipeline.client() as client:
         created = (await client.post("/v1/tasks", files=files)).json()
-        task = await wait_for_task(client, created["task_id"], stack)
+        task = await wait_for_task(client, created["task_id"], pipeline)
         assert task["status"] == "COMPLETED", task
         assert task["estimate"]["remaining_chunks"] == 0 and task["estimate"]["prompt_tokens"] == 0
 
