@@ -30,6 +30,7 @@
 # Kafka is assembled from Maven Central (scripts/kafka/pom.xml) because that is
 # the only source of Kafka we can download from; there is no tarball install.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_DIR="$(dirname "$SCRIPT_DIR")"
@@ -119,13 +120,7 @@ ensure_tools() {
   command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
   command -v mvn >/dev/null || missing+=(maven)
   if ((${#missing[@]})); then
-    if [[ $EUID -ne 0 ]]; then
-      die "missing ${missing[*]}; install them (e.g. sudo apt-get install -y ${missing[*]})"
-    fi
-    log "installing ${missing[*]} with apt-get"
-    # apt's output goes to stderr: stdout carries only what a caller reads (`libs`).
-    apt-get update -q >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >&2
+    apt_install kafka.sh --recommends "${missing[@]}" || exit 1
   fi
   # Kafka 4.x brokers need Java 17+.
   local major

@@ -15,6 +15,7 @@
 # The cluster is private: its own data dir, its own socket dir, its own port.
 # It never touches a system cluster the Debian package may have created.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_DIR="$(dirname "$SCRIPT_DIR")"
@@ -112,10 +113,7 @@ do_install() {
   if find_bindir; then
     :
   elif is_root; then
-    log "PostgreSQL server not found; installing Debian's postgresql package"
-    # apt's output goes to stderr: stdout carries only what a caller reads (`url`).
-    apt-get update -q >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >&2
+    apt_install postgres.sh --recommends postgresql || exit 1
     find_bindir || die "postgresql installed, but no initdb found under $PG_LIB_ROOT/*/bin"
   else
     die "PostgreSQL server binaries (initdb, pg_ctl) not found; install them as root: apt-get install -y postgresql"
