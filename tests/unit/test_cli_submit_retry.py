@@ -81,4 +81,5 @@ def test_a_refusal_is_not_retried(tmp_path: Path, slept: list[float]) -> None:
     refused = httpx.Response(422, json={"detail": [{"loc": ["header", "Idempotency-Key"], "msg": "used", "type": "x"}]})
     with pytest.raises(GatewayError, match="422"):
         _gateway([refused], sent).submit([_document(tmp_path)])
-    assert len(sent) == 1 and slept == []
+    assert len(sent) == 1 and slept == []  # a refusal is an answer: nothing to ask for again
+    assert sent[0][0].headers["Idempotency-Key"]
