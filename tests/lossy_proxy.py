@@ -2,7 +2,7 @@
 timeout does: the request reaches the gateway whole, the gateway answers, and the client's connection is
 closed without a byte of that answer.
 
-One request per connection (the client keeps no connection alive, as after any dropped one): the proxy
+One request per connection (each answer says `Connection: close`): the proxy
 reads the request's head to know it, passes the rest through, reads the answer in full (uvicorn's JSON
 answers carry Content-Length), records it, and forwards it or drops it as `drop(head)` says.
 """
@@ -81,7 +81,9 @@ class LossyProxy:
             if dropped:
                 client_out.transport.abort()  # the connection resets: no answer at all
                 return
-            client_out.write(answer_head + body)
+            # It serves one request per connection, and says so: a client (a browser) then never sends a
+            # request on a connection the proxy is closing, which it would send again by itself.
+            client_out.write(answer_head[:-2] + b"Connection: close\r\n\r\n" + body)
             await client_out.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             client_out.transport.abort()
