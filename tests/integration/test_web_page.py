@@ -11,6 +11,7 @@ import html
 import re
 import shutil
 import subprocess
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import httpx
 import pytest
 
 from tests.integration.conftest import ROOT, Stack, StackFactory
+from tests.lossy_proxy import LossyProxy
 
 pytestmark = pytest.mark.integration
 
@@ -303,13 +305,12 @@ def _words(text: str) -> set[str]:
     return set(re.findall(r"\w+", text.lower()))
 
 
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]  # fmt: skip
+
+
 def _launch(p, chromium: str):  # type: ignore[no-untyped-def]
-    return p.chromium.launch(
-        executable_path=chromium,
-        headless=True,
-        args=["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-              "--disable-component-update", "--disable-sync"],
-    )  # fmt: skip
+    return p.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
 
 
 def _shot(page, tmp_path: Path, name: str, full_page: bool = True) -> Path:  # type: ignore[no-untyped-def]
@@ -353,3 +354,50 @@ def test_an_unsupported_sentence_is_marked_on_the_page_and_in_the_markdown(chrom
         markdown = page.evaluate("(task) => asMarkdown(task)", task)
         browser.close()
     assert "Penguins juggle violet umbrellas. (unsupported)" in markdown
+
+
+async def test_the_page_submits_again_with_its_key_after_a_lost_answer(
+    make_stack: StackFactory, chromium: str, tmp_path: Path
+) -> None:
+    """The page's first submission reaches the gateway, which makes the task, and its answer is lost (a
+    proxy resets the connection instead of passing it on). Pressing "Summarize" again sends the same
+    Idempotency-Key: the page opens the task the first press made, and there is one task."""
+    from playwright.async_api import async_playwright, expect
+
+    stack = make_stack.in_process(services=("gateway",))
+    title = f"Lost answer {uuid.uuid4().hex[:8]}"
+    note = tmp_path / "note.txt"
+    note.write_text("The tide came in at dawn, and the boats went out with it.")
+    keys: set[str] = set()
+
+    def first_keyed(request: dict[str, str]) -> bool:
+        key = request.get("idempotency-key")
+        first = key is not None and key not in keys
+        keys.add(key or "")
+        return first
+
+    port = int(stack.gateway_url.rsplit(":", 1)[1])
+    async with LossyProxy(port, drop=first_keyed) as proxy, async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+        page = await browser.new_page()
+        await page.goto(proxy.url + "/")
+        await page.fill("#api-key", stack.keys["alice"])
+        await page.click("#signin-button")
+        await expect(page.locator("#sign-out")).to_be_visible()
+        await page.set_input_files("#file-input", [str(note)])
+        await page.fill("#title", title)
+        await page.click("#submit")
+        await expect(page.locator("#submit-error")).to_be_visible()
+        await page.click("#submit")
+        await page.wait_for_url("**/tasks/*")
+        opened = page.url.rsplit("/", 1)[1]
+        await browser.close()
+
+    posted = [e for e in proxy.exchanges if "idempotency-key" in e.head]
+    assert len(posted) == 2 and posted[0].dropped and not posted[1].dropped
+    assert posted[0].head["idempotency-key"] == posted[1].head["idempotency-key"]
+    assert posted[1].headers["idempotent-replayed"] == "true" and posted[1].body == posted[0].body
+    assert opened == posted[0].json()["task_id"]
+    async with stack.client() as client:
+        listed = (await client.get("/v1/tasks", params={"limit": 500})).json()
+    assert [t["task_id"] for t in listed if t["title"] == title] == [opened]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -16,6 +16,7 @@ from docsum_shared.blobs import lock_blobs
 from docsum_shared.options import TaskOptions
 from docsum_shared.states import DocumentStatus, TaskStatus
 
+from .idempotency import InFlight, Stored
 from .uploads import UploadedFile
 
 
@@ -77,37 +78,126 @@ class TaskRepository:
         (asyncpg.UniqueViolationError), and nothing of it is stored."""
         task_id = new_id()
         async with self.pool.acquire() as conn, conn.transaction():
-            await store_blobs(conn, [d.file for d in documents])
-            await conn.execute(
-                "INSERT INTO tasks (id, owner, title, status, options) VALUES ($1, $2, $3, $4, $5)",
-                task_id,
-                owner,
-                title,
-                TaskStatus.PROCESSING,
-                options.model_dump_json(),
-            )
-            await conn.executemany(
-                "INSERT INTO documents (id, task_id, position, filename, content_type, blob_sha256, size_bytes, status)"
-                " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                [
-                    (
-                        d.id,
-                        task_id,
-                        i,
-                        d.filename,
-                        d.file.content_type,
-                        d.file.sha256,
-                        d.file.size,
-                        DocumentStatus.PENDING,
-                    )
-                    for i, d in enumerate(documents)
-                ],
-            )
+            await _insert_task(conn, task_id, owner, title, documents, options)
         return task_id
+
+    async def create_task_once(
+        self,
+        owner: str,
+        key: KeyedRequest,
+        title: str | None,
+        documents: list[NewDocument],
+        options: TaskOptions,
+        answer: Callable[[str], str],
+    ) -> Created | Stored | InFlight:
+        """`create_task` under an idempotency key of `owner`: the key's stored row if it has a live one
+        (the caller compares fingerprints), InFlight while another transaction holds the key, else the new
+        task and its answer (`answer(task_id)`, the JSON text, status `key.status_code`), stored with the key in the
+        task's own transaction: a key never names a task that is not stored, nor a stored task its answer."""
+        task_id = new_id()
+        async with self.pool.acquire() as conn, conn.transaction():
+            # Every request with the key, on any replica, takes the key's lock first: the one that gets it
+            # decides, the others are told to come back (409) instead of queueing behind an upload's copy.
+            # Two keys sharing a lock (hashtext is 32 bits) only ever see a 409 they did not need.
+            if not await conn.fetchval(
+                "SELECT pg_try_advisory_xact_lock($1, hashtext($2 || chr(31) || $3))", KEY_LOCK_CLASS, owner, key.key
+            ):
+                return InFlight()
+            row = await conn.fetchrow(
+                "SELECT fingerprint, status_code, response FROM idempotency_keys"
+                " WHERE owner = $1 AND key = $2 AND expires_at > now()",
+                owner,
+                key.key,
+            )
+            if row is not None:
+                return Stored(row["fingerprint"], row["status_code"], row["response"])
+            await _insert_task(conn, task_id, owner, title, documents, options)
+            body = answer(task_id)
+            # An expired row not pruned yet is the only one the key can have here (the lock is held, a live
+            # row was just looked for): it is replaced.
+            stored = await conn.fetchval(
+                "INSERT INTO idempotency_keys (owner, key, fingerprint, task_id, status_code, response, expires_at)"
+                " VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7))"
+                " ON CONFLICT (owner, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,"
+                " task_id = EXCLUDED.task_id, status_code = EXCLUDED.status_code, response = EXCLUDED.response,"
+                " created_at = now(), expires_at = EXCLUDED.expires_at"
+                " WHERE idempotency_keys.expires_at <= now() RETURNING true",
+                owner, key.key, key.fingerprint, task_id, key.status_code, body, key.ttl_s,
+            )  # fmt: skip
+            if not stored:
+                raise RuntimeError(f"idempotency key of {owner} stored by another transaction under its lock")
+        return Created(task_id, body)
 
     async def task_status(self, task_id: str) -> str | None:
         """The task's status (None: no such task)."""
         return await self.pool.fetchval("SELECT status FROM tasks WHERE id = $1", task_id)
+
+
+# The (class, hash) key space of the idempotency keys' advisory locks, apart from the blobs' and the
+# single-key locks.
+KEY_LOCK_CLASS = 0x6B657973  # "keys"
+
+
+@dataclass(frozen=True)
+class KeyedRequest:
+    key: str
+    fingerprint: str
+    ttl_s: float  # how long the key is kept
+    status_code: int  # of the answer a new task gets
+
+
+@dataclass(frozen=True)
+class Created:
+    task_id: str
+    body: str  # the answer's JSON text
+
+
+async def prune_idempotency_keys(pool: asyncpg.Pool, at_most: int = 1000) -> int:
+    """Delete up to `at_most` keys past their expiry; how many went."""
+    deleted = await pool.fetchval(
+        "WITH gone AS (DELETE FROM idempotency_keys WHERE ctid IN"
+        " (SELECT ctid FROM idempotency_keys WHERE expires_at <= now() LIMIT $1) RETURNING 1)"
+        " SELECT count(*) FROM gone",
+        at_most,
+    )
+    return int(deleted or 0)
+
+
+async def _insert_task(
+    conn: asyncpg.Connection,
+    task_id: str,
+    owner: str,
+    title: str | None,
+    documents: list[NewDocument],
+    options: TaskOptions,
+) -> None:
+    """The task, its documents and their bytes, in the caller's transaction."""
+    await store_blobs(conn, [d.file for d in documents])
+    await conn.execute(
+        "INSERT INTO tasks (id, owner, title, status, options) VALUES ($1, $2, $3, $4, $5)",
+        task_id,
+        owner,
+        title,
+        TaskStatus.PROCESSING,
+        options.model_dump_json(),
+    )
+    await conn.executemany(
+        "INSERT INTO documents (id, task_id, position, filename, content_type, blob_sha256, size_bytes, status)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        [
+            (
+                d.id,
+                task_id,
+                i,
+                d.filename,
+                d.file.content_type,
+                d.file.sha256,
+                d.file.size,
+                DocumentStatus.PENDING,
+            )
+            for i, d in enumerate(documents)
+        ],
+    )
 
 
 @dataclass(frozen=True)

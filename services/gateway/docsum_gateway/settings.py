@@ -71,6 +71,9 @@ class GatewaySettings(IntakeSettings, LLMSettings):
     progress_stall_s: float = Field(30.0, gt=0, le=600)
     # A finished task's progress log is deleted this long after the task ended (its summaries stay).
     progress_retain_s: float = Field(7 * 24 * 3600.0, gt=0)
+    # An Idempotency-Key of POST /v1/tasks is kept this long after its first use: a retry within it gets the
+    # first answer; after it the key is free again (and pruned by the same loop as the progress log).
+    idempotency_key_ttl_s: float = Field(24 * 3600.0, gt=0)
 
     # --- Stored API keys and the task rate limit (README: "API keys and rate limits") ---
     # The operator's credential for /v1/keys (create, list, revoke stored keys). Unset: no /v1/keys routes.

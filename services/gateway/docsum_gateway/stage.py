@@ -28,7 +28,7 @@ def deps(settings: GatewaySettings, pool: asyncpg.Pool) -> Deps:
 
 def loops(settings: GatewaySettings, pool: asyncpg.Pool, deps: Deps) -> Background:
     async def run(publish: Publish) -> None:  # publishes nothing: ends when cancelled
-        await prune_until(asyncio.Event(), pool, settings.progress_retain_s)
+        await prune_until(asyncio.Event(), pool, settings.progress_retain_s, settings.idempotency_key_ttl_s)
 
     return run
 

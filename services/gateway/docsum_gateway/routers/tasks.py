@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 import asyncpg
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, status
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
 
@@ -25,10 +26,10 @@ from docsum_shared.redrive import prepare_redrive
 from docsum_shared.retry import retry_until, until_deadline
 from docsum_shared.states import TaskStatus
 
-from .. import repository
+from .. import idempotency, repository
 from ..deps import OwnerDep, PoolDep, PublishDep, SettingsDep, TaskIdDep, within_task_rate
 from ..inputs import StoredText, check_text, echo, invalid, is_task_id
-from ..responses import errors
+from ..responses import ErrorBody, errors
 from ..schemas import CreatedDocument, LifecycleResult, QuotedText, TaskCreated
 from ..settings import GatewaySettings
 from ..uploads import FILE_FIELD, UploadLimits, read_upload
@@ -135,6 +136,17 @@ UPLOAD_BODY: dict[str, Any] = {
 }  # fmt: skip
 
 
+# Declared here, read by _idempotency_key (which sees every value sent, and says what is wrong with one).
+_KEY_PARAMETER: dict[str, Any] = {
+    "name": idempotency.HEADER,
+    "in": "header",
+    "required": False,
+    "description": "A key of the client's own for this request, kept per owner: a UUID, quoted as the IETF draft"
+    ' writes it (`"8e03978e-40d5-43e8-bc93-6894a57f9324"`) or bare.',
+    "schema": {"type": "string", "pattern": idempotency.KEY_PATTERN, "maxLength": idempotency.MAX_KEY_CHARS},
+}
+
+
 # What the new task's id opens (OpenAPI links: clients and test generators follow them).
 _TASK_LINKS = {
     name: {"operationRef": f"#/paths/~1v1~1tasks~1{{task_id}}{path.replace('/', '~1')}/{method}",
@@ -181,17 +193,43 @@ def _form(fields: dict[str, list[str]]) -> TaskForm:
     "",
     status_code=status.HTTP_201_CREATED,
     response_model=TaskCreated,
-    responses={201: {"links": _TASK_LINKS}, **errors(400, 401, 408, 413, 422, 429, 503)},
+    responses={
+        201: {
+            "links": _TASK_LINKS,
+            "headers": {
+                idempotency.REPLAYED_HEADER: {
+                    "description": "`true` when this is the stored answer of an earlier request with the same"
+                    " Idempotency-Key",
+                    "schema": {"type": "string", "enum": ["true"]},
+                }
+            },
+        },
+        **errors(400, 401, 408, 413, 422, 429, 503),
+        409: {
+            "model": ErrorBody,
+            "description": "Another request with the same Idempotency-Key is being stored now: send this one"
+            " again after `Retry-After` seconds, and it gets that request's answer.",
+            "headers": {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}},
+        },
+    },
     dependencies=[Depends(within_task_rate)],
-    openapi_extra={"requestBody": UPLOAD_BODY},
+    openapi_extra={"requestBody": UPLOAD_BODY, "parameters": [_KEY_PARAMETER]},
     description="Multipart: one or more `files`, and optionally `title`, `strict`, `language`, `length`, `style`,"
     " `support`, `mode`, `deadline`."
     " The upload streams: each file is spooled and hashed as it arrives, and a request over a limit is"
-    " answered 413 as soon as it crosses it; a body that sends nothing for DOCSUM_UPLOAD_IDLE_S is a 408.",
+    " answered 413 as soon as it crosses it; a body that sends nothing for DOCSUM_UPLOAD_IDLE_S is a 408."
+    " With an `Idempotency-Key` (README: Integrating), the same request sent again within"
+    " DOCSUM_IDEMPOTENCY_KEY_TTL_S gets the first answer (marked `Idempotent-Replayed: true`) and makes no"
+    " second task; the key with a different request is a 422; while the first is being stored, a 409.",
 )
 async def create_task(
-    request: Request, owner: OwnerDep, settings: SettingsDep, pool: PoolDep, publish: PublishDep
-) -> TaskCreated:
+    request: Request,
+    owner: OwnerDep,
+    settings: SettingsDep,
+    pool: PoolDep,
+    publish: PublishDep,
+) -> Any:
+    key = _idempotency_key(request)
     upload = await read_upload(request, upload_limits(settings), request.app.state.uploads.claim(owner))
     try:
         form = _form(upload.fields)
@@ -210,7 +248,22 @@ async def create_task(
             mode=form.mode,
             deadline=form.deadline,
         )
-        task_id = await repository.TaskRepository(pool).create_task(owner, form.title, documents, options)
+        tasks = repository.TaskRepository(pool)
+        stored_answer: str | None = None  # with a key: the answer as stored, what a replay sends again
+        if key is None:
+            task_id = await tasks.create_task(owner, form.title, documents, options)
+        else:
+            sent = idempotency.fingerprint(
+                [idempotency.SentFile(f.filename, f.content_type, f.sha256, f.size) for f in upload.files],
+                upload.fields,
+            )
+            keyed = repository.KeyedRequest(key, sent, settings.idempotency_key_ttl_s, status.HTTP_201_CREATED)
+            outcome = await tasks.create_task_once(
+                owner, keyed, form.title, documents, options, lambda t: _created(t, documents).model_dump_json()
+            )
+            if not isinstance(outcome, repository.Created):
+                return _keyed_answer(outcome, sent)
+            task_id, stored_answer = outcome.task_id, outcome.body
     finally:
         upload.close()
     logs.bind(task_id=task_id)  # the request's log lines and span name the task from here on
@@ -237,10 +290,53 @@ async def create_task(
         # broker is back. The client gets its task id (and does not submit the same files twice).
         log.warning("task %s stored, not yet announced (%s): reconcile will announce it", task_id, exc)
     log.info("task %s: %d documents submitted by %s", task_id, len(documents), owner)
+    if stored_answer is not None:
+        return Response(stored_answer, status.HTTP_201_CREATED, media_type="application/json")
+    return _created(task_id, documents)
+
+
+def _created(task_id: str, documents: list[repository.NewDocument]) -> TaskCreated:
     return TaskCreated(
         task_id=task_id,
         status="PROCESSING",
         documents=[CreatedDocument(document_id=d.id, filename=d.filename) for d in documents],
+    )
+
+
+def _idempotency_key(request: Request) -> str | None:
+    """The request's Idempotency-Key, checked before its body is read; 422 if it is not one key."""
+    values = request.headers.getlist(idempotency.HEADER)
+    loc = ("header", idempotency.HEADER)
+    if not values:
+        return None
+    if len(values) > 1:
+        raise invalid(loc, f"the header is sent {len(values)} times; send one key", values)
+    try:
+        return idempotency.parse_key(values[0])
+    except idempotency.BadKey as exc:
+        raise invalid(loc, str(exc), values[0]) from None
+
+
+def _keyed_answer(outcome: idempotency.Stored | idempotency.InFlight, sent: str) -> Response:
+    """The answer to a request whose key is taken: the first answer again, or why not."""
+    if isinstance(outcome, idempotency.InFlight):
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            "a request with this Idempotency-Key is being stored now: send this one again after Retry-After"
+            " seconds to get its answer",
+            headers={"Retry-After": str(idempotency.IN_FLIGHT_RETRY_AFTER_S)},
+        )
+    decided = idempotency.decide(outcome, sent)
+    if isinstance(decided, idempotency.Mismatch):
+        raise invalid(
+            ("header", idempotency.HEADER),
+            "this Idempotency-Key was used for a different request (other files or fields) within"
+            " DOCSUM_IDEMPOTENCY_KEY_TTL_S: send the same request to get its answer, or a new key for a new task",
+            kind="idempotency_key_reused",
+        )
+    log.info("answer replayed for an Idempotency-Key: %s", decided.body[:200])
+    return Response(
+        decided.body, decided.status_code, headers={idempotency.REPLAYED_HEADER: "true"}, media_type="application/json"
     )
 
 

@@ -65,9 +65,9 @@ class ApiError extends Error {
   constructor(status, message) { super(message); this.status = status; }
 }
 
-async function api(method, path, body) {
+async function api(method, path, body, extraHeaders) {
   const response = await fetch(path, {
-    method, body, headers: { Authorization: "Bearer " + key(), Accept: "application/json" },
+    method, body, headers: { Authorization: "Bearer " + key(), Accept: "application/json", ...(extraHeaders || {}) },
   });
   if (response.status === 401) { signOut("Your API key was not accepted. Check it and sign in again."); throw new ApiError(401, "signed out"); }
   let data = null;
@@ -167,8 +167,21 @@ function segmented(name, choices, chosen) {
     el("label", {}, el("input", { type: "radio", name, value, checked: value === chosen }), el("span", { text }))));
 }
 
+// A fresh Idempotency-Key (a UUID; crypto.randomUUID only exists on https and localhost pages).
+function newIdempotencyKey() {
+  if (crypto.randomUUID) return crypto.randomUUID();
+  const b = crypto.getRandomValues(new Uint8Array(16));
+  b[6] = (b[6] & 0x0f) | 0x40; b[8] = (b[8] & 0x3f) | 0x80;
+  const hex = [...b].map((x) => x.toString(16).padStart(2, "0")).join("");
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
 function showHome(main) {
   const chosen = [];
+  // The submission's Idempotency-Key: kept while the form stays as it is, so that submitting again after an
+  // answer that never came (a dropped connection) gets that task instead of making a second one; a new
+  // one once the gateway answered or the files or options change.
+  let submissionKey = null;
   const list = el("ul", { class: "files", id: "chosen-files" });
   const submit = el("button", { class: "primary", type: "submit", id: "submit", disabled: true, text: "Summarize" });
   const problem = el("p", { class: "notice hidden", id: "submit-error" });
@@ -176,6 +189,7 @@ function showHome(main) {
   const folder = el("input", { type: "file", id: "folder-input", multiple: true, class: "hidden", webkitdirectory: true });
 
   function refresh() {
+    submissionKey = null;
     list.replaceChildren(...chosen.map((file, i) => el("li", {},
       el("span", { title: file.name, text: file.name }),
       el("span", { class: "row" }, el("span", { class: "muted small", text: size(file.size) }),
@@ -212,13 +226,17 @@ function showHome(main) {
     }
     data.append("strict", fields.get("strict") ? "true" : "false");
     submit.disabled = true; submit.textContent = "Uploading…"; problem.classList.add("hidden");
+    const idempotencyKey = submissionKey || newIdempotencyKey();
     try {
-      const created = await api("POST", "/v1/tasks", data);
+      const created = await api("POST", "/v1/tasks", data, { "Idempotency-Key": `"${idempotencyKey}"` });
       go("/tasks/" + created.task_id);
     } catch (error) {
       if (error.status === 401) return;
       problem.textContent = "Could not submit: " + error.message; problem.classList.remove("hidden");
       refresh();
+      // No answer (the connection dropped), or the first try is still being stored (409): the same key
+      // again, so that a second try gets the task the first made.
+      if (error.status === undefined || error.status === 409) submissionKey = idempotencyKey;
     }
   } },
     el("h1", { text: "Summarize documents" }),
@@ -240,6 +258,7 @@ function showHome(main) {
     problem,
     el("div", { class: "row" }, submit),
   );
+  form.addEventListener("change", () => { submissionKey = null; });  // other options: another request
 
   const tasks = el("ul", { class: "tasks", id: "task-list" }, el("li", { class: "muted", text: "Loading…" }));
   main.append(el("div", { class: "grid" }, form, el("section", { class: "card" }, el("h2", { text: "Your tasks" }), tasks)));
