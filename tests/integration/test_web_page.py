@@ -2,6 +2,9 @@
 documents, watch the bars fill live, pause and resume, reload mid-task, read the summaries — and a
 hostile file name and summary stay text; open the passage a summary sentence quotes, with its page.
 
+The pipeline behind the page runs in-process (tests/inprocess.py): what is tested is what the page shows
+and does, not how the services reach one another.
+
 Screenshots (just submitted, mid-way, finished) go to the test's tmp dir and to .run/screenshots/.
 """
 
@@ -17,7 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.conftest import ROOT, Stack, StackFactory
+from tests.inprocess import InProcessStack
+from tests.integration.conftest import ROOT, StackFactory
 
 pytestmark = pytest.mark.integration
 
@@ -33,8 +37,10 @@ def chromium() -> str:
     return done.stdout.strip()
 
 
-def test_the_page_summarizes_documents_live(stack: Stack, llm, chromium: str, tmp_path: Path) -> None:
+def test_the_page_summarizes_documents_live(pipeline: InProcessStack, llm, chromium: str, tmp_path: Path) -> None:
     from playwright.sync_api import expect, sync_playwright
+
+    stack = pipeline
 
     page_headers = httpx.get(stack.gateway_url + "/").headers
     assert "script-src 'self'" in page_headers["content-security-policy"]
@@ -125,7 +131,7 @@ def test_a_sentence_opens_the_passage_it_quotes(make_stack: StackFactory, chromi
     sentence, clicked or opened from the keyboard, shows the passage of the document it quotes."""
     from playwright.sync_api import expect, sync_playwright
 
-    stack = make_stack(DOCSUM_LLM_BACKEND="extractive")
+    stack = make_stack.in_process(DOCSUM_LLM_BACKEND="extractive")
     with sync_playwright() as p:
         browser = _launch(p, chromium)
         page = browser.new_page(viewport={"width": 1180, "height": 1000}, reduced_motion="reduce")
@@ -186,7 +192,7 @@ def test_slides_pages_and_books_are_offered_and_cited_by_their_units(
     deck.write_bytes(
         make_pptx([Slide(title=f"Part {n}", texts=[english_prose(700, seed=260 + n)]) for n in range(1, 4)])
     )
-    stack = make_stack(DOCSUM_LLM_BACKEND="extractive")
+    stack = make_stack.in_process(DOCSUM_LLM_BACKEND="extractive")
     with sync_playwright() as p:
         browser = _launch(p, chromium)
         page = browser.new_page(viewport={"width": 1180, "height": 1000}, reduced_motion="reduce")
