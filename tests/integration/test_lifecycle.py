@@ -1,5 +1,8 @@
 """Task lifecycle controls on the real broker and database: pause, resume, cancel, retry, expiry, reconcile.
 
+Expiry and the periodic reconcile, which need a merger with settings of its own, run it in-process (what
+is tested is what its maintenance loop does to the rows); the others run on the session's processes.
+
 The stand-in LLM's ledger is shared by the whole session, so every test marks its documents with a
 word of its own (every paragraph opens with it) and only looks at the requests whose prompt carries it.
 """
@@ -344,8 +347,9 @@ async def test_paused_task_expires_and_is_never_resumed(
     async with stack.client() as alice:
         paused = await alice.post(f"/v1/tasks/{task_id}/pause")
         assert paused.status_code == 200 and paused.json()["status"] == "PAUSED", paused.text
-        # Only a merger (where the maintenance loop runs) with a 3 s TTL.
-        short = make_stack(services=("merger",), DOCSUM_TASK_TTL_S="3", DOCSUM_MAINTENANCE_INTERVAL_S="1")
+        # Only a merger (where the maintenance loop runs) with a 3 s TTL, in-process: what is tested is
+        # what the TTL does to the task's rows, not how the merger is reached.
+        short = make_stack.in_process(("merger",), DOCSUM_TASK_TTL_S="3", DOCSUM_MAINTENANCE_INTERVAL_S="1")
         try:
 
             async def expired() -> bool:
@@ -438,8 +442,9 @@ async def test_periodic_reconcile_finishes_a_stuck_task(
     marker = new_marker()
     # Idle longer than this stack's 2 s, shorter than the shared stack's 60 s: this stack's loop does it.
     task_id, doc_id = await _insert_task(db, _marked_text(marker, 1_200, seed=75), doc_status="CHUNKING", idle_s=10)
-    quick = make_stack(
-        services=("chunker", "summarizer", "merger"),
+    # In-process: the re-drive and the work it starts go over the bus of this stack alone.
+    quick = make_stack.in_process(
+        ("chunker", "summarizer", "merger"),
         DOCSUM_RECONCILE_IDLE_S="2",
         DOCSUM_MAINTENANCE_INTERVAL_S="1",
     )
