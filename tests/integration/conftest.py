@@ -245,14 +245,14 @@ class StackFactory:
         }
         return env, keys, port
 
-    def stop_all(self, timeout: float = 5.0) -> None:
-        """The session's end: every stack's processes SIGTERMed at once, SIGKILLed past `timeout` (what a
-        stop does is the graceful-stop tests' business, not the session's end's); the in-process ones
+    def stop_all(self) -> None:
+        """The session's end: every stack's processes killed (what a stop does is the graceful-stop tests'
+        business, not the session's end's: a drain waited seconds for work in flight); the in-process ones
         stopped."""
-        stacks = [s for s in self.stacks if isinstance(s, Stack)]
-        stop_together([s.processes.pop(name) for s in stacks for name in list(s.processes)], timeout)
         for stack in self.stacks:
-            if isinstance(stack, InProcessStack):
+            if isinstance(stack, Stack):
+                stack.kill_all()
+            else:
                 stack.stop_all()
 
 
