@@ -1,5 +1,10 @@
 """Task lifecycle controls on the real broker and database: pause, resume, cancel, retry, expiry, reconcile.
 
+The controls run on the in-process pipeline (what is tested is what a control does to a task, its rows
+and its calls, not processes or the broker), expiry and the periodic reconcile on a merger of their own
+in-process; a paused task's submission and a cancel amid a task's announcement are published on the
+broker (the session's processes).
+
 The stand-in LLM's ledger is shared by the whole session, so every test marks its documents with a
 word of its own (every paragraph opens with it) and only looks at the requests whose prompt carries it.
 """
@@ -24,7 +29,8 @@ from aiokafka import AIOKafkaProducer
 from docsum_shared.events import DocumentSubmitted
 from tests.documents import english_prose
 from tests.fake_llm import FakeLLMServer
-from tests.integration.conftest import Stack, StackFactory
+from tests.inprocess import InProcessStack
+from tests.integration.conftest import AnyStack, Stack, StackFactory
 from tests.integration.helpers import (
     calls,
     chunk_calls,
@@ -55,7 +61,7 @@ def _marked_text(marker: str, chars: int, seed: int) -> str:
     return tagged(english_prose(chars, seed=seed), marker, numbered=True)
 
 
-async def _settle(db: asyncpg.Pool, llm: FakeLLMServer, task_id: str, marker: str, stack: Stack) -> float:
+async def _settle(db: asyncpg.Pool, llm: FakeLLMServer, task_id: str, marker: str, stack: AnyStack) -> float:
     """Wait until no chunk of the task is being summarized and its calls stopped coming; returns when."""
     seen = -1
 
@@ -170,7 +176,7 @@ async def _announce(stack: Stack, db: asyncpg.Pool, task_id: str, doc_id: str) -
         await producer.stop()
 
 
-async def _cli(stack: Stack, *args: str, owner: str = "alice") -> tuple[int, str, str]:
+async def _cli(stack: AnyStack, *args: str, owner: str = "alice") -> tuple[int, str, str]:
     env = {**os.environ, "DOCSUM_GATEWAY_URL": stack.gateway_url, "DOCSUM_API_KEY": stack.keys[owner]}
     process = await asyncio.create_subprocess_exec(
         str(DOCSUM_CLI), *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
@@ -192,9 +198,9 @@ def slow_llm(llm: FakeLLMServer) -> Iterator[FakeLLMServer]:
 
 
 async def test_pause_holds_the_task_and_resume_finishes_it_without_repeats(
-    stack: Stack, db: asyncpg.Pool, slow_llm: FakeLLMServer
+    pipeline: InProcessStack, db: asyncpg.Pool, slow_llm: FakeLLMServer
 ) -> None:
-    llm, marker = slow_llm, new_marker()
+    stack, llm, marker = pipeline, slow_llm, new_marker()
     files = [txt("paused.txt", _marked_text(marker, 54_000, seed=31))]
     async with stack.client() as alice:
         task_id = await submit(alice, files)
@@ -319,7 +325,8 @@ async def test_cancel_is_terminal_and_owned(stack: Stack, db: asyncpg.Pool, slow
     assert task["summary"] is None
 
 
-async def test_retry_with_nothing_failed_conflicts(stack: Stack) -> None:
+async def test_retry_with_nothing_failed_conflicts(pipeline: InProcessStack) -> None:
+    stack = pipeline
     files = [txt("fine.txt", _marked_text(new_marker(), 800, seed=51))]
     async with stack.client() as alice, stack.client("bob") as bob:
         task_id = await submit(alice, files)
@@ -336,16 +343,17 @@ async def test_retry_with_nothing_failed_conflicts(stack: Stack) -> None:
 
 
 async def test_paused_task_expires_and_is_never_resumed(
-    stack: Stack, make_stack: StackFactory, db: asyncpg.Pool, llm: FakeLLMServer
+    pipeline: InProcessStack, make_stack: StackFactory, db: asyncpg.Pool, llm: FakeLLMServer
 ) -> None:
-    marker = new_marker()
+    stack, marker = pipeline, new_marker()
     # A task no event will move (nothing announces it), paused through the API.
     task_id, _ = await _insert_task(db, _marked_text(marker, 800, seed=61))
     async with stack.client() as alice:
         paused = await alice.post(f"/v1/tasks/{task_id}/pause")
         assert paused.status_code == 200 and paused.json()["status"] == "PAUSED", paused.text
-        # Only a merger (where the maintenance loop runs) with a 3 s TTL.
-        short = make_stack(services=("merger",), DOCSUM_TASK_TTL_S="3", DOCSUM_MAINTENANCE_INTERVAL_S="1")
+        # Only a merger (where the maintenance loop runs) with a 3 s TTL, in-process: what is tested is
+        # what the TTL does to the task's rows, not how the merger is reached.
+        short = make_stack.in_process(("merger",), DOCSUM_TASK_TTL_S="3", DOCSUM_MAINTENANCE_INTERVAL_S="1")
         try:
 
             async def expired() -> bool:
@@ -367,8 +375,10 @@ async def test_paused_task_expires_and_is_never_resumed(
 # --- reconcile --------------------------------------------------------------------------------------------
 
 
-async def test_reconcile_redrives_a_task_no_event_moves(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
-    marker = new_marker()
+async def test_reconcile_redrives_a_task_no_event_moves(
+    pipeline: InProcessStack, db: asyncpg.Pool, llm: FakeLLMServer
+) -> None:
+    stack, marker = pipeline, new_marker()
     task_id, _ = await _insert_task(db, _marked_text(marker, 1_200, seed=71))
     async with stack.client("alice") as alice, stack.client("bob") as bob:
         theirs = await bob.post("/v1/reconcile")
@@ -386,8 +396,8 @@ async def test_reconcile_redrives_a_task_no_event_moves(stack: Stack, db: asyncp
     assert len(chunk_calls(llm, marker)) == 1 and paid_twice(calls(llm, marker)) == 0
 
 
-async def test_cli_reconcile(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
-    marker = new_marker()
+async def test_cli_reconcile(pipeline: InProcessStack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
+    stack, marker = pipeline, new_marker()
     task_id, _ = await _insert_task(db, _marked_text(marker, 1_200, seed=72))
     code, out, err = await _cli(stack, "reconcile")
     assert code == 0, err
@@ -399,7 +409,8 @@ async def test_cli_reconcile(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer)
     assert len(chunk_calls(llm, marker)) == 1
 
 
-async def test_cli_pause_resume_cancel(stack: Stack, db: asyncpg.Pool) -> None:
+async def test_cli_pause_resume_cancel(pipeline: InProcessStack, db: asyncpg.Pool) -> None:
+    stack = pipeline
     first, _ = await _insert_task(db, _marked_text(new_marker(), 1_000, seed=73))
     second, _ = await _insert_task(db, _marked_text(new_marker(), 1_000, seed=74))
 
@@ -438,8 +449,9 @@ async def test_periodic_reconcile_finishes_a_stuck_task(
     marker = new_marker()
     # Idle longer than this stack's 2 s, shorter than the shared stack's 60 s: this stack's loop does it.
     task_id, doc_id = await _insert_task(db, _marked_text(marker, 1_200, seed=75), doc_status="CHUNKING", idle_s=10)
-    quick = make_stack(
-        services=("chunker", "summarizer", "merger"),
+    # In-process: the re-drive and the work it starts go over the bus of this stack alone.
+    quick = make_stack.in_process(
+        ("chunker", "summarizer", "merger"),
         DOCSUM_RECONCILE_IDLE_S="2",
         DOCSUM_MAINTENANCE_INTERVAL_S="1",
     )

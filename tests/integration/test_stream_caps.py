@@ -3,7 +3,8 @@ bounded amount of memory, and streams beyond the caps are refused with a reason.
 
 The memory bound is a capacity check: the gateway process's resident memory, read from /proc, under
 40 SSE sockets that never read a byte past the status line, to a 100-document task whose log is
-complete (every entry is there to be sent at once). The two memory bounds and the ticket across
+complete (every entry is there to be sent at once; the task is run by the pipeline in-process, the
+gateway measured is a process of its own). The two memory bounds and the ticket across
 replicas and restarts run the gateway as processes (one process's memory, two gateways, a restart);
 the caps, revocation, positions and pruning run the pipeline in-process (what is tested is what the
 settings and the gateway's answers do, not processes or the broker).
@@ -73,18 +74,22 @@ async def _stalled_sse(port: int, task_id: str, key: str) -> socket.socket:
 async def test_forty_sse_sockets_that_never_read_grow_the_gateway_by_less_than_100_mb(
     make_stack: StackFactory, db: asyncpg.Pool
 ) -> None:
+    # The task (and so its log) is made by the pipeline in-process; the gateway measured is a process of
+    # its own that serves it from the same database, to the same owner.
+    pipeline = make_stack.in_process(DOCSUM_MAX_FILES_PER_TASK=str(DOCUMENTS))
+    async with pipeline.client() as client:
+        note = "Note {}. The tide came in at dawn and left by noon."
+        files = [txt(f"note-{i:03d}.txt", note.format(i)) for i in range(DOCUMENTS)]
+        task_id = await submit(client, files)
+        done = await wait_for_task(client, task_id, pipeline, timeout=300)
+        assert done["status"] == "COMPLETED" and len(done["documents"]) == DOCUMENTS
     stack = make_stack(
-        DOCSUM_MAX_FILES_PER_TASK=str(DOCUMENTS),
+        services=("gateway",),
         # Room for every socket of the test: the caps have their own test below.
         DOCSUM_PROGRESS_STREAMS_PER_OWNER=str(STALLED_SOCKETS + 10),
         DOCSUM_PROGRESS_STREAMS_MAX=str(STALLED_SOCKETS + 10),
     )
     async with stack.client() as client:
-        note = "Note {}. The tide came in at dawn and left by noon."
-        files = [txt(f"note-{i:03d}.txt", note.format(i)) for i in range(DOCUMENTS)]
-        task_id = await submit(client, files)
-        done = await wait_for_task(client, task_id, stack, timeout=300)
-        assert done["status"] == "COMPLETED" and len(done["documents"]) == DOCUMENTS
         # The whole log, read once as a client that reads: the baseline includes a served stream.
         async with client.stream("GET", f"/v1/tasks/{task_id}/events", headers={"Accept": "text/event-stream"}) as r:
             body = (await r.aread()).decode()

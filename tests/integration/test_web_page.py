@@ -2,6 +2,9 @@
 documents, watch the bars fill live, pause and resume, reload mid-task, read the summaries — and a
 hostile file name and summary stay text; open the passage a summary sentence quotes, with its page.
 
+The live page runs on the services as processes on Kafka (the session's stack); the tests of what one
+sentence or one format shows run on the in-process pipeline (tests/inprocess.py).
+
 Screenshots (just submitted, mid-way, finished) go to the test's tmp dir and to .run/screenshots/.
 """
 
@@ -127,7 +130,7 @@ def test_a_sentence_opens_the_passage_it_quotes(make_stack: StackFactory, chromi
     sentence, clicked or opened from the keyboard, shows the passage of the document it quotes."""
     from playwright.sync_api import expect, sync_playwright
 
-    stack = make_stack(DOCSUM_LLM_BACKEND="extractive")
+    stack = make_stack.in_process(DOCSUM_LLM_BACKEND="extractive")
     with sync_playwright() as p:
         browser = _launch(p, chromium)
         page = browser.new_page(viewport={"width": 1180, "height": 1000}, reduced_motion="reduce")
@@ -188,7 +191,7 @@ def test_slides_pages_and_books_are_offered_and_cited_by_their_units(
     deck.write_bytes(
         make_pptx([Slide(title=f"Part {n}", texts=[english_prose(700, seed=260 + n)]) for n in range(1, 4)])
     )
-    stack = make_stack(DOCSUM_LLM_BACKEND="extractive")
+    stack = make_stack.in_process(DOCSUM_LLM_BACKEND="extractive")
     with sync_playwright() as p:
         browser = _launch(p, chromium)
         page = browser.new_page(viewport={"width": 1180, "height": 1000}, reduced_motion="reduce")
