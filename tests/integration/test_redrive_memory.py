@@ -98,8 +98,8 @@ async def _task(db: asyncpg.Pool, owner: str, chunks: int, *, status: str, idle_
         )  # fmt: skip
         ids = [f"{doc_id}:{i:05d}" for i in range(chunks)]
         await conn.executemany(
-            "INSERT INTO chunks (id, document_id, chunk_index, start_char, end_char, text, status)"
-            " VALUES ($1, $2, $3, 0, 1, 'x', 'PENDING')",
+            "INSERT INTO chunks (id, document_id, chunk_index, start_char, end_char, text, status, admitted_at)"
+            " VALUES ($1, $2, $3, 0, 1, 'x', 'PENDING', now())",  # admitted (admission.py): announced before
             [(chunk_id, doc_id, i) for i, chunk_id in enumerate(ids)],
         )
     return task_id, ids
