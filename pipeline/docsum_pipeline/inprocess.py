@@ -27,7 +27,7 @@ import logging
 import socket
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -191,7 +191,6 @@ class Running:
 
     bus: Bus
     url: str | None  # where the gateway answers (None: not mounted)
-    pools: list[asyncpg.Pool] = field(default_factory=list)
 
 
 @asynccontextmanager
@@ -217,7 +216,6 @@ async def run_in_process(
             settings = settings_of(stage)
             pool = await connect_pool(settings.database_url, max_size=settings.db_pool_max)
             stack.push_async_callback(pool.close)
-            running.pools.append(pool)
             if not migrated:
                 await migrate(pool)
                 migrated = True

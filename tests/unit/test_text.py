@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from docsum_shared.text import (
+    cjk_count,
     cjk_ratio,
     dehyphenate,
     estimate_tokens,
@@ -127,6 +128,9 @@ def test_cjk_characters_and_ratio() -> None:
     assert cjk_ratio("abc") == 0.0
     assert cjk_ratio("中文") == 1.0
     assert cjk_ratio("ab中文, 12") == pytest.approx(0.5)
+    assert cjk_ratio("café 中文") == pytest.approx(2 / 6)  # not ASCII: letters and CJK counted
+    assert cjk_ratio("—, 12 «»") == 0.0  # no letter at all
+    assert [cjk_count(t) for t in ("", "abc", "ab中文한の。", "é")] == [0, 0, 4, 0]
 
 
 def test_tokens_for_similarity_english() -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from openai.types.chat import ChatCompletionMessageParam
 
-from docsum_shared.text import cjk_ratio, is_cjk_char, sentence_spans
+from docsum_shared.text import cjk_count, cjk_ratio, sentence_spans
 
 from ..base import SummaryKind, SummaryRequest
 from .citations import CitationMode, Numbered, numbered
@@ -44,13 +44,15 @@ _KANA_RE = re.compile(r"[\u3040-\u30ff]")
 _HANGUL_RE = re.compile(r"[\u1100-\u11ff\uac00-\ud7af]")
 
 
+@functools.lru_cache(maxsize=256)
 def text_language(texts: tuple[str, ...]) -> str:
     """The language of `texts` when most of their letters are CJK: Korean (mostly Hangul), Japanese (some
-    kana) or Chinese; "" otherwise (any other language is left to the model to tell)."""
+    kana) or Chinese; "" otherwise (any other language is left to the model to tell). Kept for the
+    requests in hand: their prompt, its budget and every sentence's echo check ask."""
     text = "\n".join(texts)
     if cjk_ratio(text) < 0.5:
         return ""
-    cjk = sum(1 for c in text if is_cjk_char(c))
+    cjk = cjk_count(text)
     if len(_HANGUL_RE.findall(text)) * 2 >= cjk:
         return "Korean"
     return "Japanese" if len(_KANA_RE.findall(text)) * 10 >= cjk else "Chinese"

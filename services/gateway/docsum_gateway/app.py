@@ -43,7 +43,8 @@ async def on_kafka(settings: GatewaySettings, pool: asyncpg.Pool) -> AsyncIterat
     producer = make_producer(settings)
     await producer.start()
     port = KafkaPublish(producer, settings)
-    loops = STAGE.consumer(settings, pool).background
+    # The stage's loop (the pruning), without building its consumer: the recorder builds its own.
+    loops = STAGE.loops(settings, pool, STAGE.deps(settings, pool)) if STAGE.loops is not None else None
     pruning = asyncio.create_task(loops(port)) if loops is not None else None
     stop_recording = asyncio.Event()
     recording = asyncio.create_task(record_until(stop_recording, settings, pool))
