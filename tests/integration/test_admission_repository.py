@@ -30,10 +30,15 @@ class Published:
         return {e.chunk_id for e in self.events if isinstance(e, ChunkCreated)}
 
 
-async def _chunk(db: asyncpg.Pool, owner: str, *, admitted_ago_s: float | None, charged: float = 0.0) -> str:
+async def _chunk(
+    db: asyncpg.Pool, owner: str, *, admitted_ago_s: float | None, charged: float = 0.0, deployment: str = ""
+) -> str:
     task_id, document_id = f"task-{uuid.uuid4().hex[:12]}", f"document-{uuid.uuid4().hex[:12]}"
     chunk_id = f"{document_id}-c00000"
-    await db.execute("INSERT INTO tasks (id, owner, status) VALUES ($1, $2, $3)", task_id, owner, TaskStatus.PROCESSING)
+    await db.execute(
+        "INSERT INTO tasks (id, owner, status, deployment) VALUES ($1, $2, $3, $4)",
+        task_id, owner, TaskStatus.PROCESSING, deployment,
+    )  # fmt: skip
     await db.execute(
         "INSERT INTO documents (id, task_id, filename, status) VALUES ($1, $2, 'd.txt', $3)",
         document_id, task_id, DocumentStatus.SUMMARIZING,
@@ -48,8 +53,8 @@ async def _chunk(db: asyncpg.Pool, owner: str, *, admitted_ago_s: float | None, 
     return chunk_id
 
 
-async def _counter(db: asyncpg.Pool, owner: str) -> float | None:
-    return await db.fetchval("SELECT counter FROM owner_shares WHERE owner = $1", owner)
+async def _counter(db: asyncpg.Pool, owner: str, deployment: str = "") -> float | None:
+    return await db.fetchval("SELECT counter FROM owner_shares WHERE owner = $1 AND deployment = $2", owner, deployment)
 
 
 async def test_a_waiting_chunk_is_admitted_charged_and_announced_once(repository_db: asyncpg.Pool) -> None:
@@ -84,3 +89,30 @@ async def test_an_admitted_chunk_nobody_took_up_is_announced_again_and_not_charg
     again = Published()
     await admit_once(admissions(repository_db, settings), again, settings, touch=True)
     assert lost not in again.chunk_ids()  # its hold starts over
+
+
+async def test_a_deployment_admits_and_announces_again_only_its_own_tasks_chunks(repository_db: asyncpg.Pool) -> None:
+    """Two deployments (topic prefixes) share the database: each one's admission admits, charges and
+    announces again only its own tasks' chunks (its topics are not the other's), and the owner's counter
+    is kept per deployment; both admit at the same time (a lock each)."""
+    owner, east, west = (
+        f"owner-{uuid.uuid4().hex[:8]}",
+        f"east-{uuid.uuid4().hex[:6]}.",
+        f"west-{uuid.uuid4().hex[:6]}.",
+    )
+    waiting = {d: await _chunk(repository_db, owner, admitted_ago_s=None, deployment=d) for d in (east, west)}
+    lost = {
+        d: await _chunk(repository_db, owner, admitted_ago_s=120.0, charged=400.0, deployment=d) for d in (east, west)
+    }
+    settings = {
+        d: SummarizerSettings(_env_file=None, topic_prefix=d, admission_window=1_000, admission_hold_s=60)  # type: ignore[call-arg]
+        for d in (east, west)
+    }
+    published = {d: Published() for d in (east, west)}
+    async with admissions(repository_db, settings[west]).turn() as held:  # west's admission under way
+        assert held is not None
+        await admit_once(admissions(repository_db, settings[east]), published[east], settings[east], touch=True)
+    await admit_once(admissions(repository_db, settings[west]), published[west], settings[west], touch=True)
+    for d in (east, west):
+        assert published[d].chunk_ids() == {waiting[d], lost[d]}
+        assert await _counter(repository_db, owner, d) == 100 + 300  # its own chunk's estimate only

@@ -7,6 +7,7 @@ after at most the chunks admitted before it was ready, not after alice's backlog
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Iterator
 
 import asyncpg
@@ -15,6 +16,7 @@ import pytest
 import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
+from docsum_shared.events import Topic
 from tests.fake_llm import FakeLLMServer
 from tests.integration.conftest import SERVICES, Stack, StackFactory, create_database, drop_database
 from tests.integration.helpers import (
@@ -150,13 +152,15 @@ async def _finished(stack: Stack, tasks: dict[str, tuple[str, str]]) -> None:
             assert (await wait_for_task(client, task_id, stack))["status"] == "COMPLETED"
 
 
-async def _consistent(db: asyncpg.Pool) -> dict[str, tuple[float, float]]:
-    """Each owner's counter, and what its chunks were charged plus its lifts: equal when every charge
-    and correction was made exactly once."""
+async def _consistent(db: asyncpg.Pool, deployment: str | None = None) -> dict[str, tuple[float, float]]:
+    """Each owner's counter in `deployment` (the only one there is when None), and what its chunks there
+    were charged plus its lifts: equal when every charge and correction was made exactly once."""
     rows = await db.fetch(
         "SELECT s.owner, s.counter, s.lifted + coalesce(sum(c.charged), 0) AS accounted FROM owner_shares s"
-        " LEFT JOIN tasks t ON t.owner = s.owner LEFT JOIN documents d ON d.task_id = t.id"
-        " LEFT JOIN chunks c ON c.document_id = d.id GROUP BY s.owner, s.counter, s.lifted"
+        " LEFT JOIN tasks t ON t.owner = s.owner AND t.deployment = s.deployment"
+        " LEFT JOIN documents d ON d.task_id = t.id LEFT JOIN chunks c ON c.document_id = d.id"
+        " WHERE $1::text IS NULL OR s.deployment = $1 GROUP BY s.owner, s.counter, s.lifted",
+        deployment,
     )
     return {r["owner"]: (r["counter"], r["accounted"]) for r in rows}
 
@@ -246,3 +250,32 @@ async def test_two_summarizer_replicas_share_one_schedule(
     counters = await _consistent(db)
     for owner, (counter, accounted) in counters.items():
         assert counter == pytest.approx(accounted, rel=1e-9), (owner, counter, accounted)
+
+
+# --- deployments sharing one database ----------------------------------------------------------------------
+
+
+async def test_two_deployments_on_one_database_each_admit_only_their_own_tasks_chunks(
+    make_stack: StackFactory, llm: FakeLLMServer, own_db: tuple[str, asyncpg.Pool], slow_calls: None
+) -> None:
+    """Two deployments (each its own topic prefix, summarizers and window) on one database, alice's
+    backlog waiting in both at once: each deployment's admission announces only its own tasks' chunks, on
+    its own topics, and keeps alice's counter of its own; both backlogs complete."""
+    url, db = own_db
+    stacks = [make_stack(SERVICES, **FAIR, DATABASE_URL=url) for _ in range(2)]
+    backlogs = [await _backlogs(stack, {"alice": 40 + i}) for i, stack in enumerate(stacks)]
+    for stack, tasks in zip(stacks, backlogs, strict=True):
+        await _finished(stack, tasks)
+
+    for stack, tasks in zip(stacks, backlogs, strict=True):
+        deployment = stack.env["DOCSUM_TOPIC_PREFIX"]
+        [(task_id, _)] = tasks.values()
+        own = {c["id"] for c in await chunks_of(db, task_id)}
+        records = await stack.read_topics([deployment + Topic.CHUNK_CREATED])
+        announced = {json.loads(r.value)["chunk_id"] for r in records}
+        assert announced == own, f"{len(announced - own)} chunks of the other deployment announced on {deployment}"
+        assert await db.fetchval("SELECT deployment FROM tasks WHERE id = $1", task_id) == deployment
+        # alice's counter there is what her chunks there were charged, not a sum over both deployments.
+        [(counter, accounted)] = (await _consistent(db, deployment)).values()
+        assert counter == pytest.approx(accounted, rel=1e-9) and counter > 0
+    assert await db.fetchval("SELECT count(*) FROM owner_shares WHERE owner = 'alice'") == 2

@@ -70,21 +70,22 @@ class TaskRepository:
         self.pool = pool
 
     async def create_task(
-        self, owner: str, title: str | None, documents: list[NewDocument], options: TaskOptions
+        self, owner: str, title: str | None, documents: list[NewDocument], options: TaskOptions, *, deployment: str = ""
     ) -> str:
-        """A new task of `owner` (PROCESSING) with its documents (PENDING, in the given order) and their
-        bytes, in one transaction: a document id already stored refuses the whole task
-        (asyncpg.UniqueViolationError), and nothing of it is stored."""
+        """A new task of `owner` (PROCESSING) in `deployment` (whose summarizers take its work) with its
+        documents (PENDING, in the given order) and their bytes, in one transaction: a document id already
+        stored refuses the whole task (asyncpg.UniqueViolationError), and nothing of it is stored."""
         task_id = new_id()
         async with self.pool.acquire() as conn, conn.transaction():
             await store_blobs(conn, [d.file for d in documents])
             await conn.execute(
-                "INSERT INTO tasks (id, owner, title, status, options) VALUES ($1, $2, $3, $4, $5)",
+                "INSERT INTO tasks (id, owner, title, status, options, deployment) VALUES ($1, $2, $3, $4, $5, $6)",
                 task_id,
                 owner,
                 title,
                 TaskStatus.PROCESSING,
                 options.model_dump_json(),
+                deployment,
             )
             await conn.executemany(
                 "INSERT INTO documents (id, task_id, position, filename, content_type, blob_sha256, size_bytes, status)"

@@ -7,11 +7,13 @@ an admitted chunk (an announcement of one not admitted, from a re-drive, comes b
 `SummarizerSettings.window()` chunks are admitted and unfinished at once, so an owner arriving behind
 another's backlog waits for a few calls to finish, not for the backlog.
 
-One process admits at a time, whichever replica (a transaction-scoped advisory lock): it reads the
-owners' counters and waiting work, decides (`plan`, no IO), and admits and charges in the same
-transaction, then announces. A crash before the commit admits and charges nothing; one after it, before
-the announcement, leaves the chunks admitted unannounced: after `admission_hold_s` unleased, the
-admission announces them again (charged once all the same).
+Each deployment (its topic prefix) admits only its own tasks' chunks, onto its own topics, and keeps its
+owners' counters apart: deployments may share one database, never their summarizers or their slots.
+One process of a deployment admits at a time, whichever replica (a transaction-scoped advisory lock per
+deployment): it reads the owners' counters and waiting work, decides (`plan`, no IO), and admits and
+charges in the same transaction, then announces. A crash before the commit admits and charges nothing;
+one after it, before the announcement, leaves the chunks admitted unannounced: after `admission_hold_s`
+unleased, the admission announces them again (charged once all the same).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ DEFAULT_POLICY = Policy()
 def admissions(pool: asyncpg.Pool, settings: SummarizerSettings) -> Admissions:
     return Admissions(
         pool,
+        deployment=settings.deployment,
         hold_s=settings.admission_hold_s,
         default_tokens=DEFAULT_POLICY.default_tokens,
         answer_tokens=ANSWER_TOKENS,

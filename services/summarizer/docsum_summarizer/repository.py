@@ -264,11 +264,16 @@ class ShareView:
 
 
 class AdmissionTurn:
-    """One admission, in one transaction under the admission lock: read, admit and charge, all or
-    nothing (a crash in between admits and charges nothing)."""
+    """One admission of `deployment`'s work, in one transaction under its admission lock: read, admit
+    and charge, all or nothing (a crash in between admits and charges nothing). Every statement reads and
+    writes only the tasks of `deployment` and its owners' counters: other deployments sharing the
+    database have their own topics, summarizers and slots."""
 
-    def __init__(self, conn: asyncpg.Connection, *, hold_s: float, default_tokens: int, answer_tokens: int) -> None:
+    def __init__(
+        self, conn: asyncpg.Connection, *, deployment: str, hold_s: float, default_tokens: int, answer_tokens: int
+    ) -> None:
         self._conn = conn
+        self.deployment = deployment
         self.hold_s, self.default_tokens, self.answer_tokens = hold_s, default_tokens, answer_tokens
 
     async def running(self) -> dict[str, int]:
@@ -278,14 +283,14 @@ class AdmissionTurn:
         rows = await self._conn.fetch(
             "SELECT t.owner, count(*) AS n FROM chunks c JOIN documents d ON d.id = c.document_id"
             " JOIN tasks t ON t.id = d.task_id"
-            " WHERE c.admitted_at IS NOT NULL AND c.status = ANY($1::text[])"
+            " WHERE c.admitted_at IS NOT NULL AND c.status = ANY($1::text[]) AND t.deployment = $8"
             " AND t.status = ANY($2::text[]) AND d.status <> ALL($3::text[])"
             " AND (c.status = $4 AND c.lease_expires_at > now()"
             "   OR c.status = $5 AND c.retry_at IS NULL AND c.admitted_at > now() - make_interval(secs => $6)"
             "   AND NOT EXISTS (SELECT 1 FROM batch_lines b WHERE b.chunk_id = c.id AND b.status = ANY($7::text[])))"
             " GROUP BY t.owner",
             UNFINISHED_CHUNK, UNFINISHED_TASK, sorted(DOCUMENT_FINAL), ChunkStatus.SUMMARIZING, ChunkStatus.PENDING,
-            self.hold_s, LIVE,
+            self.hold_s, LIVE, self.deployment,
         )  # fmt: skip
         return {r["owner"]: r["n"] for r in rows}
 
@@ -297,9 +302,10 @@ class AdmissionTurn:
             " extract(epoch FROM now() - min(c.ready_at))::float8 AS oldest_s"
             " FROM chunks c JOIN documents d ON d.id = c.document_id JOIN tasks t ON t.id = d.task_id"
             " WHERE c.admitted_at IS NULL AND c.status = $1 AND t.status = ANY($2::text[])"
-            " AND d.status <> ALL($3::text[])"
+            " AND d.status <> ALL($3::text[]) AND t.deployment = $6"
             " GROUP BY d.task_id, t.owner, 3",
             ChunkStatus.PENDING, UNFINISHED_TASK, sorted(DOCUMENT_FINAL), self.default_tokens, self.answer_tokens,
+            self.deployment,
         )  # fmt: skip
         return [
             Waiting(r["task_id"], r["owner"], Priority(r["priority"]), r["items"], r["tokens"], r["oldest_s"])
@@ -307,7 +313,10 @@ class AdmissionTurn:
         ]
 
     async def counters(self, owners: list[str]) -> dict[str, float]:
-        rows = await self._conn.fetch("SELECT owner, counter FROM owner_shares WHERE owner = ANY($1::text[])", owners)
+        rows = await self._conn.fetch(
+            "SELECT owner, counter FROM owner_shares WHERE deployment = $1 AND owner = ANY($2::text[])",
+            self.deployment, owners,
+        )  # fmt: skip
         return {r["owner"]: r["counter"] for r in rows}
 
     async def admit(self, owner: str, priority: Priority, n: int) -> list[Admitted]:
@@ -317,14 +326,14 @@ class AdmissionTurn:
             "WITH picked AS (SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id"
             "   JOIN tasks t ON t.id = d.task_id"
             f"  WHERE c.admitted_at IS NULL AND c.status = $1 AND t.owner = $2 AND {_PRIORITY} = $3"
-            "   AND t.status = ANY($5::text[]) AND d.status <> ALL($6::text[])"
+            "   AND t.status = ANY($5::text[]) AND d.status <> ALL($6::text[]) AND t.deployment = $9"
             "   ORDER BY c.ready_at, c.id LIMIT $4 FOR UPDATE OF c SKIP LOCKED)"
             " UPDATE chunks c SET admitted_at = now(), announced_at = now(),"
             "   charged = coalesce(c.token_estimate, $7::int) + $8::int"
             " FROM picked, documents d WHERE c.id = picked.id AND d.id = c.document_id AND c.admitted_at IS NULL"
             " RETURNING d.task_id, c.document_id, c.id, c.chunk_index, c.charged",
             ChunkStatus.PENDING, owner, priority, n, UNFINISHED_TASK, sorted(DOCUMENT_FINAL), self.default_tokens,
-            self.answer_tokens,
+            self.answer_tokens, self.deployment,
         )  # fmt: skip
         return [Admitted(r["task_id"], r["document_id"], r["id"], r["chunk_index"], r["charged"]) for r in rows]
 
@@ -337,21 +346,23 @@ class AdmissionTurn:
             " FROM documents d JOIN tasks t ON t.id = d.task_id"
             " WHERE d.id = c.document_id AND c.admitted_at < now() - make_interval(secs => $1)"
             " AND c.status = $2 AND c.retry_at IS NULL AND c.lease_owner IS NULL"
-            " AND t.status = ANY($3::text[]) AND d.status <> ALL($4::text[])"
+            " AND t.status = ANY($3::text[]) AND d.status <> ALL($4::text[]) AND t.deployment = $6"
             " AND NOT EXISTS (SELECT 1 FROM batch_lines b WHERE b.chunk_id = c.id AND b.status = ANY($5::text[]))"
             " RETURNING d.task_id, c.document_id, c.id, c.chunk_index, c.charged",
-            self.hold_s, ChunkStatus.PENDING, UNFINISHED_TASK, sorted(DOCUMENT_FINAL), LIVE,
+            self.hold_s, ChunkStatus.PENDING, UNFINISHED_TASK, sorted(DOCUMENT_FINAL), LIVE, self.deployment,
         )  # fmt: skip
         return [Admitted(r["task_id"], r["document_id"], r["id"], r["chunk_index"], r["charged"]) for r in rows]
 
     async def charge(self, owner: str, *, at_least: float, virtual_tokens: float) -> None:
-        """`owner`'s counter lifted to `at_least` (back from idle), then advanced by `virtual_tokens`: as
-        an increment, so that the corrections other replicas make meanwhile are kept."""
+        """`owner`'s counter in this deployment lifted to `at_least` (back from idle), then advanced by
+        `virtual_tokens`: as an increment, so that the corrections other replicas make meanwhile are kept."""
         await self._conn.execute(
-            "INSERT INTO owner_shares (owner, counter, lifted) VALUES ($1, $2::float8 + $3::float8, $2::float8)"
-            " ON CONFLICT (owner) DO UPDATE SET counter = greatest(owner_shares.counter, $2::float8) + $3::float8,"
+            "INSERT INTO owner_shares (deployment, owner, counter, lifted)"
+            " VALUES ($4, $1, $2::float8 + $3::float8, $2::float8)"
+            " ON CONFLICT (deployment, owner) DO UPDATE"
+            " SET counter = greatest(owner_shares.counter, $2::float8) + $3::float8,"
             " lifted = owner_shares.lifted + greatest(0, $2::float8 - owner_shares.counter), updated_at = now()",
-            owner, at_least, virtual_tokens,
+            owner, at_least, virtual_tokens, self.deployment,
         )  # fmt: skip
 
     async def touch_waiting(self, every_s: float) -> None:
@@ -360,41 +371,55 @@ class AdmissionTurn:
         await self._conn.execute(
             "UPDATE tasks SET last_active_at = now() WHERE id IN (SELECT DISTINCT d.task_id FROM chunks c"
             "   JOIN documents d ON d.id = c.document_id WHERE c.admitted_at IS NULL AND c.status = $1)"
-            " AND status = ANY($2::text[]) AND last_active_at < now() - make_interval(secs => $3)",
-            ChunkStatus.PENDING, UNFINISHED_TASK, every_s,
+            " AND status = ANY($2::text[]) AND last_active_at < now() - make_interval(secs => $3)"
+            " AND deployment = $4",
+            ChunkStatus.PENDING, UNFINISHED_TASK, every_s, self.deployment,
         )  # fmt: skip
 
 
 class Admissions:
-    """The admission's transactions; one process at a time admits (an advisory lock), whichever replica."""
+    """The admission's transactions of `deployment` (its topic prefix: Settings.deployment); one process
+    of the deployment at a time admits (an advisory lock per deployment), whichever replica."""
 
-    def __init__(self, pool: asyncpg.Pool, *, hold_s: float, default_tokens: int, answer_tokens: int) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, *, deployment: str, hold_s: float, default_tokens: int, answer_tokens: int
+    ) -> None:
         self.pool = pool
+        self.deployment = deployment
         self.hold_s, self.default_tokens, self.answer_tokens = hold_s, default_tokens, answer_tokens
 
     async def ready_by_priority(self) -> dict[Priority, int]:
-        """The chunks waiting for admission, of tasks that take work, per priority."""
+        """The chunks of the deployment waiting for admission, of tasks that take work, per priority."""
         rows = await self.pool.fetch(
             f"SELECT {_PRIORITY} AS priority, count(*) AS n"
             " FROM chunks c JOIN documents d ON d.id = c.document_id JOIN tasks t ON t.id = d.task_id"
             " WHERE c.admitted_at IS NULL AND c.status = $1 AND t.status = ANY($2::text[])"
-            " AND d.status <> ALL($3::text[]) GROUP BY 1",
-            ChunkStatus.PENDING, UNFINISHED_TASK, sorted(DOCUMENT_FINAL),
+            " AND d.status <> ALL($3::text[]) AND t.deployment = $4 GROUP BY 1",
+            ChunkStatus.PENDING, UNFINISHED_TASK, sorted(DOCUMENT_FINAL), self.deployment,
         )  # fmt: skip
         return {Priority(r["priority"]): r["n"] for r in rows}
 
     @contextlib.asynccontextmanager
     async def turn(self) -> AsyncIterator[AdmissionTurn | None]:
-        """This process's turn to admit (None: another holds it); committed when the block ends well."""
+        """This process's turn to admit its deployment's work (None: another replica of the deployment
+        holds it); committed when the block ends well. Deployments sharing the database admit each their
+        own at the same time."""
         async with self.pool.acquire() as conn, conn.transaction():
-            if not await conn.fetchval("SELECT pg_try_advisory_xact_lock(hashtext($1))", ADMISSION_LOCK):
+            lock = f"{ADMISSION_LOCK} {self.deployment}"
+            if not await conn.fetchval("SELECT pg_try_advisory_xact_lock(hashtext($1))", lock):
                 yield None
                 return
             yield AdmissionTurn(
-                conn, hold_s=self.hold_s, default_tokens=self.default_tokens, answer_tokens=self.answer_tokens
+                conn,
+                deployment=self.deployment,
+                hold_s=self.hold_s,
+                default_tokens=self.default_tokens,
+                answer_tokens=self.answer_tokens,
             )
 
 
+# Followed by the deployment: the lock of its admission (two deployments whose names hash alike only
+# take turns, which changes no admission).
 ADMISSION_LOCK = "docsum summarizer admission"
 # A task's priority, as its options say (normal when they do not).
 _PRIORITY = "coalesce(t.options->>'priority', 'normal')"
@@ -497,10 +522,10 @@ _COMPLETE = (
     # The owners' shares corrected by what the answers cost against what was charged at admission, in
     # the statement that made them final: exactly once. A counter never goes below 0.
     " corrected AS (UPDATE owner_shares s SET counter = greatest(0, s.counter + x.delta), updated_at = now()"
-    "   FROM (SELECT t.owner, sum((m.served - was.charged) / m.weight) AS delta"
+    "   FROM (SELECT t.deployment, t.owner, sum((m.served - was.charged) / m.weight) AS delta"
     "     FROM moved m JOIN was ON was.id = m.id JOIN tasks t ON t.id = m.task_id"
-    "     WHERE m.served IS NOT NULL GROUP BY t.owner) x"
-    "   WHERE s.owner = x.owner AND x.delta <> 0),"
+    "     WHERE m.served IS NOT NULL GROUP BY t.deployment, t.owner) x"
+    "   WHERE s.deployment = x.deployment AND s.owner = x.owner AND x.delta <> 0),"
     " counted AS (UPDATE documents d SET chunks_completed = chunks_completed + m.n,"
     "   truncated_parts = truncated_parts + m.truncated,"
     "   pending_token_estimate = greatest(0, pending_token_estimate - m.tokens)"

@@ -216,7 +216,9 @@ async def create_task(
             priority=form.priority,
             deadline=form.deadline,
         )
-        task_id = await repository.TaskRepository(pool).create_task(owner, form.title, documents, options)
+        task_id = await repository.TaskRepository(pool).create_task(
+            owner, form.title, documents, options, deployment=settings.deployment
+        )
     finally:
         upload.close()
     logs.bind(task_id=task_id)  # the request's log lines and span name the task from here on
