@@ -12,6 +12,7 @@ from docsum_shared.events import ChunkCreated, Event
 from docsum_shared.handlers import Sender
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from docsum_summarizer.admission import admissions, admit_once
+from docsum_summarizer.repository import ChunkRepository
 from docsum_summarizer.settings import SummarizerSettings
 
 pytestmark = pytest.mark.integration
@@ -116,3 +117,20 @@ async def test_a_deployment_admits_and_announces_again_only_its_own_tasks_chunks
     for d in (east, west):
         assert published[d].chunk_ids() == {waiting[d], lost[d]}
         assert await _counter(repository_db, owner, d) == 100 + 300  # its own chunk's estimate only
+
+
+async def test_a_deployments_round_scheduler_announces_only_its_own_chunks_due(repository_db: asyncpg.Pool) -> None:
+    """A chunk of each deployment waits for its next round, both due: each deployment's round scheduler
+    reads only its own (the other's announcement on its topics would be summarized by its summarizers)."""
+    owner, east, west = (
+        f"owner-{uuid.uuid4().hex[:8]}",
+        f"east-{uuid.uuid4().hex[:6]}.",
+        f"west-{uuid.uuid4().hex[:6]}.",
+    )
+    due = {d: await _chunk(repository_db, owner, admitted_ago_s=5.0, deployment=d) for d in (east, west)}
+    await repository_db.execute(
+        "UPDATE chunks SET retry_at = now() - interval '1 second' WHERE id = ANY($1::text[])", list(due.values())
+    )
+    for d in (east, west):
+        rounds = await ChunkRepository(repository_db, deployment=d).due_rounds(10_000)
+        assert {r.chunk_id for r in rounds} & set(due.values()) == {due[d]}

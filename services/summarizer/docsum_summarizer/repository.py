@@ -68,9 +68,10 @@ class DueRound:
 
 
 class ChunkRepository:
-    def __init__(self, pool: asyncpg.Pool, *, reconcile_idle_s: float = 60.0) -> None:
+    def __init__(self, pool: asyncpg.Pool, *, reconcile_idle_s: float = 60.0, deployment: str = "") -> None:
         self.activity_every_s = min(ACTIVITY_EVERY_S, reconcile_idle_s / 4)
         self.pool = pool
+        self.deployment = deployment  # whose chunks' next rounds this process announces (Settings.deployment)
         self._claim = Together(self._claim_rows)
         self._complete = Together(self._complete_rows)
 
@@ -175,14 +176,15 @@ class ChunkRepository:
             return True
 
     async def due_rounds(self, limit: int) -> list[DueRound]:
-        """Chunks whose next round is due (announce them, then `announced`: a crash between the two
-        announces them again, which is harmless)."""
+        """The deployment's chunks whose next round is due (announce them, then `announced`: a crash
+        between the two announces them again, which is harmless). Another deployment's are its own
+        scheduler's: announced on these topics, they would be summarized by this deployment's summarizers."""
         rows = await self.pool.fetch(
             "SELECT d.task_id, c.document_id, c.id AS chunk_id, c.chunk_index, c.retry_at"
-            " FROM chunks c JOIN documents d ON d.id = c.document_id"
-            " WHERE c.retry_at <= now() ORDER BY c.retry_at LIMIT $1",
-            limit,
-        )
+            " FROM chunks c JOIN documents d ON d.id = c.document_id JOIN tasks t ON t.id = d.task_id"
+            " WHERE c.retry_at <= now() AND t.deployment = $2 ORDER BY c.retry_at LIMIT $1",
+            limit, self.deployment,
+        )  # fmt: skip
         return [DueRound(**dict(r)) for r in rows]
 
     async def announced(self, due: list[DueRound]) -> None:

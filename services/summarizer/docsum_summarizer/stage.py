@@ -29,7 +29,7 @@ from .settings import SummarizerSettings
 
 def deps(settings: SummarizerSettings, pool: asyncpg.Pool) -> Deps:
     return Deps(
-        ChunkRepository(pool, reconcile_idle_s=settings.reconcile_idle_s),
+        ChunkRepository(pool, reconcile_idle_s=settings.reconcile_idle_s, deployment=settings.deployment),
         Summarizing.from_settings(settings, pool),
         settings,
         holder=f"{socket.gethostname()}:{os.getpid()}",
@@ -43,7 +43,8 @@ def loops(settings: SummarizerSettings, pool: asyncpg.Pool, deps: Deps) -> Backg
 
     async def run(publish: Publish) -> None:
         async with asyncio.TaskGroup() as together:
-            together.create_task(schedule_rounds(ChunkRepository(pool), publish, settings))
+            rounds = ChunkRepository(pool, deployment=settings.deployment)
+            together.create_task(schedule_rounds(rounds, publish, settings))
             together.create_task(admit_fairly(admissions(pool, settings), publish, settings))
             if isinstance(backend, OpenAIBackend):
                 batches = BatchRepository(pool, batch_endpoint(settings))
