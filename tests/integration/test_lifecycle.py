@@ -84,13 +84,15 @@ async def _insert_task(
     db: asyncpg.Pool,
     text: str,
     *,
+    deployment: str,
     owner: str = "alice",
     task_status: str = "PROCESSING",
     doc_status: str = "PENDING",
     idle_s: float = 0.0,
     filename: str = "stuck.txt",
 ) -> tuple[str, str]:
-    """A task with one text document, written straight into Postgres: no event announces it."""
+    """A task of `deployment` (the topic prefix of the stack that is to take its work) with one text
+    document, written straight into Postgres: no event announces it."""
     task_id, doc_id = str(uuid.uuid4()), str(uuid.uuid4())
     data = text.encode()
     sha = hashlib.sha256(data).hexdigest()
@@ -103,12 +105,13 @@ async def _insert_task(
             len(data),
         )
         await conn.execute(
-            "INSERT INTO tasks (id, owner, title, status, last_active_at)"
-            " VALUES ($1, $2, 'stuck', $3, now() - make_interval(secs => $4))",
+            "INSERT INTO tasks (id, owner, title, status, last_active_at, deployment)"
+            " VALUES ($1, $2, 'stuck', $3, now() - make_interval(secs => $4), $5)",
             task_id,
             owner,
             task_status,
             idle_s,
+            deployment,
         )
         await conn.execute(
             "INSERT INTO documents (id, task_id, position, filename, content_type, blob_sha256, size_bytes, status,"
@@ -125,6 +128,11 @@ async def _insert_task(
         if chunking:
             await conn.execute("INSERT INTO document_texts (document_id, text) VALUES ($1, $2)", doc_id, text)
     return task_id, doc_id
+
+
+def _deployment(stack: Stack) -> str:
+    """The deployment a stack's tasks belong to: its topic prefix."""
+    return stack.env["DOCSUM_TOPIC_PREFIX"]
 
 
 async def _add_finished_document(db: asyncpg.Pool, task_id: str, filename: str) -> str:
@@ -253,7 +261,9 @@ async def test_paused_task_is_not_parsed(stack: Stack, db: asyncpg.Pool, llm: Fa
     from tests.integration.replay import wait_until_consumed
 
     marker = new_marker()
-    task_id, doc_id = await _insert_task(db, _marked_text(marker, 1_200, seed=33), task_status="PAUSED")
+    task_id, doc_id = await _insert_task(
+        db, _marked_text(marker, 1_200, seed=33), task_status="PAUSED", deployment=_deployment(stack)
+    )
     await _announce(stack, db, task_id, doc_id)
     await wait_until_consumed(stack.env)
 
@@ -276,7 +286,9 @@ async def test_paused_task_is_not_parsed(stack: Stack, db: asyncpg.Pool, llm: Fa
 async def test_cancel_is_terminal_and_owned(stack: Stack, db: asyncpg.Pool, slow_llm: FakeLLMServer) -> None:
     llm, marker = slow_llm, new_marker()
     # A task with one document summarized already and a large one announced now.
-    task_id, large_id = await _insert_task(db, _marked_text(marker, 54_000, seed=42), filename="large.txt")
+    task_id, large_id = await _insert_task(
+        db, _marked_text(marker, 54_000, seed=42), filename="large.txt", deployment=_deployment(stack)
+    )
     await _add_finished_document(db, task_id, "small.txt")
     await _announce(stack, db, task_id, large_id)
     async with stack.client("alice") as alice, stack.client("bob") as bob:
@@ -340,21 +352,23 @@ async def test_paused_task_expires_and_is_never_resumed(
 ) -> None:
     marker = new_marker()
     # A task no event will move (nothing announces it), paused through the API.
-    task_id, _ = await _insert_task(db, _marked_text(marker, 800, seed=61))
+    # A deployment of its own, whose maintenance is a merger with a 3 s TTL: it expires its own tasks only.
+    prefix = f"test-{uuid.uuid4().hex[:8]}."
+    task_id, _ = await _insert_task(db, _marked_text(marker, 800, seed=61), deployment=prefix)
     async with stack.client() as alice:
         paused = await alice.post(f"/v1/tasks/{task_id}/pause")
         assert paused.status_code == 200 and paused.json()["status"] == "PAUSED", paused.text
-        # Only a merger (where the maintenance loop runs) with a 3 s TTL.
-        short = make_stack(services=("merger",), DOCSUM_TASK_TTL_S="3", DOCSUM_MAINTENANCE_INTERVAL_S="1")
+        short = make_stack(
+            services=("merger",), DOCSUM_TOPIC_PREFIX=prefix, DOCSUM_TASK_TTL_S="3", DOCSUM_MAINTENANCE_INTERVAL_S="1"
+        )
         try:
 
             async def expired() -> bool:
                 return (await get_task(alice, task_id))["status"] == "EXPIRED"
 
-            # The shared stack's merger may hold the maintenance lock in a round: poll generously.
             await eventually(expired, timeout=90, message=f"task {task_id} to expire", stack=short)
         finally:
-            short.stop_all()  # its 3 s TTL would expire other tests' tasks
+            short.stop_all()
         for action in ("resume", "pause", "cancel", "retry"):
             response = await alice.post(f"/v1/tasks/{task_id}/{action}")
             assert response.status_code == 409, (action, response.text)
@@ -369,7 +383,7 @@ async def test_paused_task_expires_and_is_never_resumed(
 
 async def test_reconcile_redrives_a_task_no_event_moves(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
     marker = new_marker()
-    task_id, _ = await _insert_task(db, _marked_text(marker, 1_200, seed=71))
+    task_id, _ = await _insert_task(db, _marked_text(marker, 1_200, seed=71), deployment=_deployment(stack))
     async with stack.client("alice") as alice, stack.client("bob") as bob:
         theirs = await bob.post("/v1/reconcile")
         assert theirs.status_code == 200 and task_id not in theirs.json()["tasks"]
@@ -388,7 +402,7 @@ async def test_reconcile_redrives_a_task_no_event_moves(stack: Stack, db: asyncp
 
 async def test_cli_reconcile(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
     marker = new_marker()
-    task_id, _ = await _insert_task(db, _marked_text(marker, 1_200, seed=72))
+    task_id, _ = await _insert_task(db, _marked_text(marker, 1_200, seed=72), deployment=_deployment(stack))
     code, out, err = await _cli(stack, "reconcile")
     assert code == 0, err
     result = json.loads(out)
@@ -400,8 +414,8 @@ async def test_cli_reconcile(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer)
 
 
 async def test_cli_pause_resume_cancel(stack: Stack, db: asyncpg.Pool) -> None:
-    first, _ = await _insert_task(db, _marked_text(new_marker(), 1_000, seed=73))
-    second, _ = await _insert_task(db, _marked_text(new_marker(), 1_000, seed=74))
+    first, _ = await _insert_task(db, _marked_text(new_marker(), 1_000, seed=73), deployment=_deployment(stack))
+    second, _ = await _insert_task(db, _marked_text(new_marker(), 1_000, seed=74), deployment=_deployment(stack))
 
     # Independent calls run side by side: each CLI run is a fresh interpreter.
     (code, out, err), (code2, out2, err2) = await asyncio.gather(
@@ -436,10 +450,14 @@ async def test_periodic_reconcile_finishes_a_stuck_task(
 ) -> None:
     """A document left in CHUNKING with no event: the maintenance loop alone re-drives it (no API call)."""
     marker = new_marker()
-    # Idle longer than this stack's 2 s, shorter than the shared stack's 60 s: this stack's loop does it.
-    task_id, doc_id = await _insert_task(db, _marked_text(marker, 1_200, seed=75), doc_status="CHUNKING", idle_s=10)
+    # Idle longer than this stack's 2 s: its deployment's maintenance loop re-drives it.
+    prefix = f"test-{uuid.uuid4().hex[:8]}."  # the deployment whose maintenance is to re-drive it
+    task_id, doc_id = await _insert_task(
+        db, _marked_text(marker, 1_200, seed=75), deployment=prefix, doc_status="CHUNKING", idle_s=10
+    )
     quick = make_stack(
         services=("chunker", "summarizer", "merger"),
+        DOCSUM_TOPIC_PREFIX=prefix,
         DOCSUM_RECONCILE_IDLE_S="2",
         DOCSUM_MAINTENANCE_INTERVAL_S="1",
     )
@@ -450,7 +468,7 @@ async def test_periodic_reconcile_finishes_a_stuck_task(
 
         await eventually(completed, timeout=90, message=f"task {task_id} to be reconciled and completed", stack=quick)
     finally:
-        quick.stop_all()  # its 2 s reconcile would re-drive other tests' tasks
+        quick.stop_all()
     row = await db.fetchrow("SELECT summary, redrives FROM tasks WHERE id = $1", task_id)
     assert row["summary"] and row["redrives"] >= 1
     assert await db.fetchval("SELECT status FROM documents WHERE id = $1", doc_id) == "COMPLETED"
