@@ -113,24 +113,31 @@ async def recount_documents(conn: asyncpg.Connection, document_ids: list[str]) -
     )
 
 
-async def expire_idle(pool: asyncpg.Pool, ttl_s: float) -> list[str]:
+async def expire_idle(pool: asyncpg.Pool, ttl_s: float, *, deployment: str) -> list[str]:
+    """`deployment`'s unfinished or held tasks idle beyond `ttl_s`, EXPIRED now: their ids. Another
+    deployment's are its own maintenance's (it announces the end on its own topics)."""
     rows = await pool.fetch(
         "UPDATE tasks SET status = $3, updated_at = now()"
-        " WHERE status = ANY($1::text[]) AND last_active_at < now() - make_interval(secs => $2) RETURNING id",
+        " WHERE status = ANY($1::text[]) AND last_active_at < now() - make_interval(secs => $2)"
+        " AND deployment = $4 RETURNING id",
         [*UNFINISHED, *TASK_HELD],
         ttl_s,
         TaskStatus.EXPIRED,
+        deployment,
     )
     return [r["id"] for r in rows]
 
 
-async def idle_unfinished(pool: asyncpg.Pool, idle_s: float, owner: str | None = None) -> list[str]:
+async def idle_unfinished(pool: asyncpg.Pool, idle_s: float, owner: str | None = None, *, deployment: str) -> list[str]:
+    """`deployment`'s unfinished tasks (of `owner`, if given) idle beyond `idle_s`, longest idle first: a
+    re-drive publishes on the deployment's topics, where only its own tasks' work belongs."""
     rows = await pool.fetch(
         "SELECT id FROM tasks WHERE status = ANY($1::text[]) AND last_active_at < now() - make_interval(secs => $2)"
-        " AND ($3::text IS NULL OR owner = $3) ORDER BY last_active_at",
+        " AND ($3::text IS NULL OR owner = $3) AND deployment = $4 ORDER BY last_active_at",
         UNFINISHED,
         idle_s,
         owner,
+        deployment,
     )
     return [r["id"] for r in rows]
 

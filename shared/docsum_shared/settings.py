@@ -63,7 +63,9 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("DATABASE_URL", "DOCSUM_DATABASE_URL"),
     )
     # Prepended to every topic and consumer group name, so that several deployments (or test runs)
-    # can share one cluster without seeing each other's events.
+    # can share one cluster without seeing each other's events. It names the deployment too: each task
+    # records the one that created it, and a deployment's summarizers admit only their own tasks' work
+    # (several deployments may share one database as well).
     topic_prefix: str = ""
     topic_partitions: int = Field(6, ge=1)
     chunk_topic_partitions: int = Field(12, ge=1)  # chunk-created spreads one document's chunks
@@ -158,6 +160,12 @@ class Settings(BaseSettings):
 
     def group(self, service: str) -> str:
         return f"{self.topic_prefix}docsum-{service}"
+
+    @property
+    def deployment(self) -> str:
+        """The deployment this process belongs to, as tasks record it (migration 0031): its topic prefix,
+        since the topics are what a deployment's services share and other deployments do not."""
+        return self.topic_prefix
 
 
 class SizeSettings(Settings):

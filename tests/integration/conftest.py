@@ -281,9 +281,9 @@ def make_stack(
 @pytest.fixture(autouse=True)
 def _stacks_end_with_their_test(make_stack: StackFactory) -> Iterator[None]:
     """A stack a test starts for itself stops when the test ends (session and module stacks, made before
-    the test, stay). Every stack shares the session's database, and a merger's reconcile loop re-drives
-    any idle task it finds there onto its own topics: a leftover stack — its own stand-in gone, or its
-    budget learned for another test — would then summarize another test's chunks."""
+    the test, stay). Every stack shares the session's database; each takes only its own deployment's
+    tasks (its topic prefix: its admission, round scheduler and maintenance), but a leftover stack's
+    processes would still take the machine's CPU and the database's connections from the next tests."""
     before = len(make_stack.stacks)
     yield
     for stack in make_stack.stacks[before:]:

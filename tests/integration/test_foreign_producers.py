@@ -235,8 +235,9 @@ async def test_documents_published_by_another_kafka_client(
     assert "Kafka" in pdf_text  # the PDF read from the file:// URI, parsed like an upload
     assert docs["broken.txt"]["status"] == "FAILED"
     assert "content_base64 is not valid base64" in docs["broken.txt"]["error"]
-    stored = await db.fetchrow("SELECT options, expected_documents, owner FROM tasks WHERE id = $1", task)
+    stored = await db.fetchrow("SELECT options, expected_documents, owner, deployment FROM tasks WHERE id = $1", task)
     assert json.loads(stored["options"])["length"] == "brief" and stored["expected_documents"] == 3
+    assert stored["deployment"] == stack.env["DOCSUM_TOPIC_PREFIX"]  # its chunks are this deployment's to admit
     blob = await db.fetchval(
         "SELECT b.data FROM blobs b JOIN documents d ON d.blob_sha256 = b.sha256 WHERE d.id = $1",
         good[0]["document_id"],

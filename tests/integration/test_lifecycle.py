@@ -90,13 +90,15 @@ async def _insert_task(
     db: asyncpg.Pool,
     text: str,
     *,
+    deployment: str,
     owner: str = "alice",
     task_status: str = "PROCESSING",
     doc_status: str = "PENDING",
     idle_s: float = 0.0,
     filename: str = "stuck.txt",
 ) -> tuple[str, str]:
-    """A task with one text document, written straight into Postgres: no event announces it."""
+    """A task of `deployment` (the topic prefix of the stack that is to take its work) with one text
+    document, written straight into Postgres: no event announces it."""
     task_id, doc_id = str(uuid.uuid4()), str(uuid.uuid4())
     data = text.encode()
     sha = hashlib.sha256(data).hexdigest()
@@ -109,12 +111,13 @@ async def _insert_task(
             len(data),
         )
         await conn.execute(
-            "INSERT INTO tasks (id, owner, title, status, last_active_at)"
-            " VALUES ($1, $2, 'stuck', $3, now() - make_interval(secs => $4))",
+            "INSERT INTO tasks (id, owner, title, status, last_active_at, deployment)"
+            " VALUES ($1, $2, 'stuck', $3, now() - make_interval(secs => $4), $5)",
             task_id,
             owner,
             task_status,
             idle_s,
+            deployment,
         )
         await conn.execute(
             "INSERT INTO documents (id, task_id, position, filename, content_type, blob_sha256, size_bytes, status,"
@@ -131,6 +134,11 @@ async def _insert_task(
         if chunking:
             await conn.execute("INSERT INTO document_texts (document_id, text) VALUES ($1, $2)", doc_id, text)
     return task_id, doc_id
+
+
+def _deployment(stack: AnyStack) -> str:
+    """The deployment a stack's tasks belong to: its topic prefix."""
+    return stack.env["DOCSUM_TOPIC_PREFIX"]
 
 
 async def _add_finished_document(db: asyncpg.Pool, task_id: str, filename: str) -> str:
@@ -259,7 +267,9 @@ async def test_paused_task_is_not_parsed(stack: Stack, db: asyncpg.Pool, llm: Fa
     from tests.integration.replay import wait_until_consumed
 
     marker = new_marker()
-    task_id, doc_id = await _insert_task(db, _marked_text(marker, 1_200, seed=33), task_status="PAUSED")
+    task_id, doc_id = await _insert_task(
+        db, _marked_text(marker, 1_200, seed=33), task_status="PAUSED", deployment=_deployment(stack)
+    )
     await _announce(stack, db, task_id, doc_id)
     await wait_until_consumed(stack.env)
 
@@ -282,7 +292,9 @@ async def test_paused_task_is_not_parsed(stack: Stack, db: asyncpg.Pool, llm: Fa
 async def test_cancel_is_terminal_and_owned(stack: Stack, db: asyncpg.Pool, slow_llm: FakeLLMServer) -> None:
     llm, marker = slow_llm, new_marker()
     # A task with one document summarized already and a large one announced now.
-    task_id, large_id = await _insert_task(db, _marked_text(marker, 54_000, seed=42), filename="large.txt")
+    task_id, large_id = await _insert_task(
+        db, _marked_text(marker, 54_000, seed=42), filename="large.txt", deployment=_deployment(stack)
+    )
     await _add_finished_document(db, task_id, "small.txt")
     await _announce(stack, db, task_id, large_id)
     async with stack.client("alice") as alice, stack.client("bob") as bob:
@@ -347,22 +359,25 @@ async def test_paused_task_expires_and_is_never_resumed(
 ) -> None:
     stack, marker = pipeline, new_marker()
     # A task no event will move (nothing announces it), paused through the API.
-    task_id, _ = await _insert_task(db, _marked_text(marker, 800, seed=61))
+    # A deployment of its own, whose maintenance is a merger with a 3 s TTL: it expires its own tasks only.
+    prefix = f"test-{uuid.uuid4().hex[:8]}."
+    task_id, _ = await _insert_task(db, _marked_text(marker, 800, seed=61), deployment=prefix)
     async with stack.client() as alice:
         paused = await alice.post(f"/v1/tasks/{task_id}/pause")
         assert paused.status_code == 200 and paused.json()["status"] == "PAUSED", paused.text
         # Only a merger (where the maintenance loop runs) with a 3 s TTL, in-process: what is tested is
         # what the TTL does to the task's rows, not how the merger is reached.
-        short = make_stack.in_process(("merger",), DOCSUM_TASK_TTL_S="3", DOCSUM_MAINTENANCE_INTERVAL_S="1")
+        short = make_stack.in_process(
+            ("merger",), DOCSUM_TOPIC_PREFIX=prefix, DOCSUM_TASK_TTL_S="3", DOCSUM_MAINTENANCE_INTERVAL_S="1"
+        )
         try:
 
             async def expired() -> bool:
                 return (await get_task(alice, task_id))["status"] == "EXPIRED"
 
-            # The shared stack's merger may hold the maintenance lock in a round: poll generously.
             await eventually(expired, timeout=90, message=f"task {task_id} to expire", stack=short)
         finally:
-            short.stop_all()  # its 3 s TTL would expire other tests' tasks
+            short.stop_all()
         for action in ("resume", "pause", "cancel", "retry"):
             response = await alice.post(f"/v1/tasks/{task_id}/{action}")
             assert response.status_code == 409, (action, response.text)
@@ -379,7 +394,7 @@ async def test_reconcile_redrives_a_task_no_event_moves(
     pipeline: InProcessStack, db: asyncpg.Pool, llm: FakeLLMServer
 ) -> None:
     stack, marker = pipeline, new_marker()
-    task_id, _ = await _insert_task(db, _marked_text(marker, 1_200, seed=71))
+    task_id, _ = await _insert_task(db, _marked_text(marker, 1_200, seed=71), deployment=_deployment(stack))
     async with stack.client("alice") as alice, stack.client("bob") as bob:
         theirs = await bob.post("/v1/reconcile")
         assert theirs.status_code == 200 and task_id not in theirs.json()["tasks"]
@@ -398,7 +413,7 @@ async def test_reconcile_redrives_a_task_no_event_moves(
 
 async def test_cli_reconcile(pipeline: InProcessStack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
     stack, marker = pipeline, new_marker()
-    task_id, _ = await _insert_task(db, _marked_text(marker, 1_200, seed=72))
+    task_id, _ = await _insert_task(db, _marked_text(marker, 1_200, seed=72), deployment=_deployment(stack))
     code, out, err = await _cli(stack, "reconcile")
     assert code == 0, err
     result = json.loads(out)
@@ -411,8 +426,8 @@ async def test_cli_reconcile(pipeline: InProcessStack, db: asyncpg.Pool, llm: Fa
 
 async def test_cli_pause_resume_cancel(pipeline: InProcessStack, db: asyncpg.Pool) -> None:
     stack = pipeline
-    first, _ = await _insert_task(db, _marked_text(new_marker(), 1_000, seed=73))
-    second, _ = await _insert_task(db, _marked_text(new_marker(), 1_000, seed=74))
+    first, _ = await _insert_task(db, _marked_text(new_marker(), 1_000, seed=73), deployment=_deployment(stack))
+    second, _ = await _insert_task(db, _marked_text(new_marker(), 1_000, seed=74), deployment=_deployment(stack))
 
     # Independent calls run side by side: each CLI run is a fresh interpreter.
     (code, out, err), (code2, out2, err2) = await asyncio.gather(
@@ -447,11 +462,15 @@ async def test_periodic_reconcile_finishes_a_stuck_task(
 ) -> None:
     """A document left in CHUNKING with no event: the maintenance loop alone re-drives it (no API call)."""
     marker = new_marker()
-    # Idle longer than this stack's 2 s, shorter than the shared stack's 60 s: this stack's loop does it.
-    task_id, doc_id = await _insert_task(db, _marked_text(marker, 1_200, seed=75), doc_status="CHUNKING", idle_s=10)
+    # Idle longer than this stack's 2 s: its deployment's maintenance loop re-drives it.
+    prefix = f"test-{uuid.uuid4().hex[:8]}."  # the deployment whose maintenance is to re-drive it
+    task_id, doc_id = await _insert_task(
+        db, _marked_text(marker, 1_200, seed=75), deployment=prefix, doc_status="CHUNKING", idle_s=10
+    )
     # In-process: the re-drive and the work it starts go over the bus of this stack alone.
     quick = make_stack.in_process(
         ("chunker", "summarizer", "merger"),
+        DOCSUM_TOPIC_PREFIX=prefix,
         DOCSUM_RECONCILE_IDLE_S="2",
         DOCSUM_MAINTENANCE_INTERVAL_S="1",
     )
@@ -462,7 +481,7 @@ async def test_periodic_reconcile_finishes_a_stuck_task(
 
         await eventually(completed, timeout=90, message=f"task {task_id} to be reconciled and completed", stack=quick)
     finally:
-        quick.stop_all()  # its 2 s reconcile would re-drive other tests' tasks
+        quick.stop_all()
     row = await db.fetchrow("SELECT summary, redrives FROM tasks WHERE id = $1", task_id)
     assert row["summary"] and row["redrives"] >= 1
     assert await db.fetchval("SELECT status FROM documents WHERE id = $1", doc_id) == "COMPLETED"

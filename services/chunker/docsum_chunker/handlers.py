@@ -1,4 +1,6 @@
-"""The chunker's handler: document-parsed → chunk rows in Postgres → chunk-created (one per chunk)."""
+"""The chunker's handler: document-parsed → chunk rows in Postgres, waiting there for their slot in the fair
+order between owners: the summarizer's admission (docsum_summarizer/admission.py) announces each on
+chunk-created when it admits it."""
 
 from __future__ import annotations
 
@@ -11,11 +13,11 @@ from typing import Protocol
 
 from docsum_shared.approval import Hold
 from docsum_shared.errors import Fail, Poison
-from docsum_shared.events import ChunkCreated, DocumentMerged, DocumentParsed, Event, TaskEvent
+from docsum_shared.events import DocumentMerged, DocumentParsed, Event, TaskEvent
 from docsum_shared.handlers import Handlers, required
 from docsum_shared.states import DocumentStatus, TaskStatus, takes_work
 
-from .policy import ChunkRef, CutChunk, HoldRule, announce, cut, failed, hold_rule, should_announce_again
+from .policy import ChunkRef, CutChunk, HoldRule, cut, failed, hold_rule
 from .repository import LockedTask, ParsedDocument, TaskCuts
 from .settings import ChunkerSettings
 
@@ -49,7 +51,7 @@ handlers = Handlers[Deps]("chunker")
 handle = handlers.handle
 
 
-@handlers.on(DocumentParsed, emits=(ChunkCreated, TaskEvent, DocumentMerged))
+@handlers.on(DocumentParsed, emits=(TaskEvent, DocumentMerged))
 async def chunk_document(event: DocumentParsed, deps: Deps) -> list[Event]:
     doc = required(await deps.repo.load(event.document_id), f"document {event.document_id} of task {event.task_id}")
     if not takes_work(doc.task_status):
@@ -64,13 +66,11 @@ async def chunk_document(event: DocumentParsed, deps: Deps) -> list[Event]:
             return [failed(event)]
         held = await store_chunks(deps.repo, event.document_id, rows, hold_rule(deps.settings))
         log.info("document %s: %d chunks", event.document_id, len(rows))
-        if held is not None:  # its chunks are announced all the same: held, they wait for resume
+        if held is not None:  # its chunks wait unadmitted until resume
             log.info("task %s awaits its owner's approval: %s", event.task_id, held)
-            waiting = event.next(TaskEvent, status=TaskStatus.AWAITING_APPROVAL, detail={"reason": held})
-            return [waiting, *announce(event, await deps.repo.stored_chunks(event.document_id))]
-    elif not should_announce_again(doc.status):
-        return []
-    return list(announce(event, await deps.repo.stored_chunks(event.document_id)))
+            return [event.next(TaskEvent, status=TaskStatus.AWAITING_APPROVAL, detail={"reason": held})]
+    # Stored chunks (cut now, or before a crash) are the admission's to announce: nothing to send.
+    return []
 
 
 async def store_chunks(repo: Repository, document_id: str, rows: list[CutChunk], rule: HoldRule | None) -> str | None:

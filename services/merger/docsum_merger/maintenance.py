@@ -28,20 +28,25 @@ log = logging.getLogger(__name__)
 # Tasks idle beyond their time limit end as EXPIRED (reconcile re-drives through redrive.py).
 EXPIRY = Sender("the merger's maintenance", emits=(TaskEvent,))
 
-_MAINTENANCE_LOCK_ID = 0x646F6373756E  # any constant shared by every process of the deployment
+# The (class, deployment) key space of the maintenance's advisory lock (apart from the blobs' class): each
+# deployment sharing the database maintains its own tasks, one of its processes at a time.
+_MAINTENANCE_LOCK_CLASS = 0x6D61696E  # "main"
 
 
 async def maintain_once(pool: asyncpg.Pool, publish: Publish, settings: MergerSettings) -> tuple[int, int]:
-    """Expire idle tasks, then re-drive unfinished tasks nobody moved for a while. (expired, re-driven)."""
+    """Expire the deployment's idle tasks, then re-drive its unfinished tasks nobody moved for a while.
+    (expired, re-driven). Another deployment's tasks are its own maintenance's: their events belong on
+    its topics."""
+    lock = (_MAINTENANCE_LOCK_CLASS, settings.deployment)
     async with pool.acquire() as conn:
-        if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", _MAINTENANCE_LOCK_ID):
-            return 0, 0  # another process is at it
+        if not await conn.fetchval("SELECT pg_try_advisory_lock($1::int, hashtext($2))", *lock):
+            return 0, 0  # another process of the deployment is at it
         try:
-            expired = await expire_idle(pool, settings.task_ttl_s)
+            expired = await expire_idle(pool, settings.task_ttl_s, deployment=settings.deployment)
             for task_id in expired:
                 log.info("task %s expired after %.0fs idle", task_id, settings.task_ttl_s)
             await publish([TaskEvent(task_id=t, status=TaskStatus.EXPIRED) for t in expired], sender=EXPIRY)
-            stuck = await idle_unfinished(pool, settings.reconcile_idle_s)
+            stuck = await idle_unfinished(pool, settings.reconcile_idle_s, deployment=settings.deployment)
             for task_id in stuck:
                 # Claimed only if still idle: an owner's re-drive of it meanwhile is not repeated.
                 published = await redrive_task(
@@ -50,7 +55,7 @@ async def maintain_once(pool: asyncpg.Pool, publish: Publish, settings: MergerSe
                 log.info("reconcile: task %s idle, re-drove %d events", task_id, published)
             return len(expired), len(stuck)
         finally:
-            await conn.execute("SELECT pg_advisory_unlock($1)", _MAINTENANCE_LOCK_ID)
+            await conn.execute("SELECT pg_advisory_unlock($1::int, hashtext($2))", *lock)
 
 
 async def count_tasks(pool: asyncpg.Pool) -> None:

@@ -134,10 +134,10 @@ class DocumentRepository:
         options = event.options or TaskOptions()
         async with self.pool.acquire() as conn, conn.transaction():
             created = await conn.fetchval(
-                "INSERT INTO tasks (id, owner, title, status, options, expected_documents)"
-                " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING RETURNING true",
+                "INSERT INTO tasks (id, owner, title, status, options, expected_documents, deployment)"
+                " VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING RETURNING true",
                 event.task_id, event.owner, event.title, TaskStatus.PROCESSING, options.model_dump_json(),
-                event.task_documents,
+                event.task_documents, settings.deployment,
             )  # fmt: skip
             if created and settings.tasks_per_minute:
                 # The task counts against its owner's limit, as one made through the gateway does; refused,

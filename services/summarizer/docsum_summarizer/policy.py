@@ -66,9 +66,14 @@ class Answer:
     model: str
     truncated: bool
     sentences: tuple[CitedSentence, ...] | None
+    # What its owner's share is charged for it, from the provider's usage (schedule.served_tokens; 0 for
+    # an answer from the result cache, which cost nothing); None: not known, the estimate charged stands.
+    served: int | None = None
 
 
-def answer_of(parts: Sequence[tuple[SummaryResult, int]], document_id: str, chunk: StoredChunk) -> Answer:
+def answer_of(
+    parts: Sequence[tuple[SummaryResult, int]], document_id: str, chunk: StoredChunk, *, served: int | None = None
+) -> Answer:
     """The chunk's answer from the answers to its parts, each given with where its text starts in the
     chunk's text (a chunk too long for one request is summarized in consecutive parts, joined by a line
     break)."""
@@ -84,7 +89,11 @@ def answer_of(parts: Sequence[tuple[SummaryResult, int]], document_id: str, chun
         shift += len(result.text) + 1
     first = parts[0][0]
     return Answer(
-        text, first.model, any(r.truncated for r, _ in parts), None if sentences is None else tuple(sentences)
+        text,
+        first.model,
+        any(r.truncated for r, _ in parts),
+        None if sentences is None else tuple(sentences),
+        served,
     )
 
 

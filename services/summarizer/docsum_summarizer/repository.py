@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +21,7 @@ from docsum_shared.together import Together
 
 from .batches.policy import LIVE, ChunkLine, LineStatus
 from .policy import Answer, StoredChunk
+from .schedule import Priority, Waiting
 
 UNFINISHED_TASK = list(TASK_TAKES_WORK)
 UNFINISHED_CHUNK = [ChunkStatus.PENDING, ChunkStatus.SUMMARIZING]
@@ -38,7 +41,9 @@ _COUNT_FAILED = _COUNT_FINAL.format(column="chunks_failed", truncated="0")
 class Claim(enum.Enum):
     TAKEN = "taken"  # the lease is ours: call the LLM
     HELD = "held"  # another live process holds it: wait
-    DEFERRED = "deferred"  # waiting for its next round: the round scheduler announces it when due
+    # waiting for its next round (the round scheduler announces it when due), or for its slot in the fair
+    # order (admission.py announces it when admitted)
+    DEFERRED = "deferred"
     BATCHED = "batched"  # its line waits for the provider's batch: the batch driver announces it when answered
     UNAVAILABLE = "unavailable"  # final already, or the task no longer wants it
 
@@ -63,9 +68,10 @@ class DueRound:
 
 
 class ChunkRepository:
-    def __init__(self, pool: asyncpg.Pool, *, reconcile_idle_s: float = 60.0) -> None:
+    def __init__(self, pool: asyncpg.Pool, *, reconcile_idle_s: float = 60.0, deployment: str = "") -> None:
         self.activity_every_s = min(ACTIVITY_EVERY_S, reconcile_idle_s / 4)
         self.pool = pool
+        self.deployment = deployment  # whose chunks' next rounds this process announces (Settings.deployment)
         self._claim = Together(self._claim_rows)
         self._complete = Together(self._complete_rows)
 
@@ -170,14 +176,15 @@ class ChunkRepository:
             return True
 
     async def due_rounds(self, limit: int) -> list[DueRound]:
-        """Chunks whose next round is due (announce them, then `announced`: a crash between the two
-        announces them again, which is harmless)."""
+        """The deployment's chunks whose next round is due (announce them, then `announced`: a crash
+        between the two announces them again, which is harmless). Another deployment's are its own
+        scheduler's: announced on these topics, they would be summarized by this deployment's summarizers."""
         rows = await self.pool.fetch(
             "SELECT d.task_id, c.document_id, c.id AS chunk_id, c.chunk_index, c.retry_at"
-            " FROM chunks c JOIN documents d ON d.id = c.document_id"
-            " WHERE c.retry_at <= now() ORDER BY c.retry_at LIMIT $1",
-            limit,
-        )
+            " FROM chunks c JOIN documents d ON d.id = c.document_id JOIN tasks t ON t.id = d.task_id"
+            " WHERE c.retry_at <= now() AND t.deployment = $2 ORDER BY c.retry_at LIMIT $1",
+            limit, self.deployment,
+        )  # fmt: skip
         return [DueRound(**dict(r)) for r in rows]
 
     async def announced(self, due: list[DueRound]) -> None:
@@ -187,19 +194,26 @@ class ChunkRepository:
             [(r.chunk_id, r.retry_at) for r in due],
         )
 
-    async def complete(self, chunk_id: str, task_id: str, answer: Answer) -> bool:
+    async def complete(self, chunk_id: str, task_id: str, answer: Answer, *, weight: float = 1.0) -> bool:
         """The chunk COMPLETED with its summary and its sentences, counted once on its document (the same
-        statement, so exactly once), and its task active (at most every few seconds: one hot row, not a
-        write per chunk). False if it was final already (or gone). The completions made at about the
-        same time go as one statement (together.py)."""
+        statement, so exactly once), its owner's share corrected from the estimate charged to what the
+        answer cost (`answer.served`, in tokens; the counter is in tokens / `weight`), and its task active
+        (at most every few seconds: one hot row, not a write per chunk). False if it was final already
+        (or gone). The completions made at about the same time go as one statement (together.py)."""
         sentences = None if answer.sentences is None else to_json(answer.sentences)
-        return await self._complete((chunk_id, task_id, answer.text, answer.model, answer.truncated, sentences))
+        return await self._complete(
+            (chunk_id, task_id, answer.text, answer.model, answer.truncated, sentences, answer.served, weight)
+        )
 
-    async def _complete_rows(self, calls: list[tuple[str, str, str, str, bool, str | None]]) -> list[bool]:
-        ids, task_ids, texts, models, truncated, sentences = (list(column) for column in zip(*calls, strict=True))
+    async def _complete_rows(
+        self, calls: list[tuple[str, str, str, str, bool, str | None, int | None, float]]
+    ) -> list[bool]:
+        ids, task_ids, texts, models, truncated, sentences, served, weights = (
+            list(column) for column in zip(*calls, strict=True)
+        )
         moved = await self.pool.fetch(
             _COMPLETE, ids, task_ids, texts, models, truncated, sentences, ChunkStatus.COMPLETED, PROMPT_VERSION,
-            UNFINISHED_CHUNK, self.activity_every_s,
+            UNFINISHED_CHUNK, self.activity_every_s, served, weights,
         )  # fmt: skip
         final = {row["id"] for row in moved}
         out: list[bool] = []
@@ -228,6 +242,189 @@ class ChunkRepository:
             " WHERE id = $1 AND status = $4",
             chunk_id, error, int(retry_now), ChunkStatus.SUMMARIZING,
         )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A chunk given its slot: what its announcement says, and what its owner was charged for it."""
+
+    task_id: str
+    document_id: str
+    chunk_id: str
+    chunk_index: int
+    charged: float
+
+
+@dataclass(frozen=True)
+class ShareView:
+    """What the admission decides from: the slots in use per owner, the work waiting per task, the
+    owners' counters."""
+
+    running: dict[str, int]
+    waiting: list[Waiting]
+    counters: dict[str, float]
+
+
+class AdmissionTurn:
+    """One admission of `deployment`'s work, in one transaction under its admission lock: read, admit
+    and charge, all or nothing (a crash in between admits and charges nothing). Every statement reads and
+    writes only the tasks of `deployment` and its owners' counters: other deployments sharing the
+    database have their own topics, summarizers and slots."""
+
+    def __init__(
+        self, conn: asyncpg.Connection, *, deployment: str, hold_s: float, default_tokens: int, answer_tokens: int
+    ) -> None:
+        self._conn = conn
+        self.deployment = deployment
+        self.hold_s, self.default_tokens, self.answer_tokens = hold_s, default_tokens, answer_tokens
+
+    async def running(self) -> dict[str, int]:
+        """The slots in use per owner: admitted chunks under a live lease, or admitted within `hold_s`
+        and not leased yet (their announcement on its way), of tasks that take work. A chunk waiting for
+        its next round or for the provider's batch holds no slot."""
+        rows = await self._conn.fetch(
+            "SELECT t.owner, count(*) AS n FROM chunks c JOIN documents d ON d.id = c.document_id"
+            " JOIN tasks t ON t.id = d.task_id"
+            " WHERE c.admitted_at IS NOT NULL AND c.status = ANY($1::text[]) AND t.deployment = $8"
+            " AND t.status = ANY($2::text[]) AND d.status <> ALL($3::text[])"
+            " AND (c.status = $4 AND c.lease_expires_at > now()"
+            "   OR c.status = $5 AND c.retry_at IS NULL AND c.admitted_at > now() - make_interval(secs => $6)"
+            "   AND NOT EXISTS (SELECT 1 FROM batch_lines b WHERE b.chunk_id = c.id AND b.status = ANY($7::text[])))"
+            " GROUP BY t.owner",
+            UNFINISHED_CHUNK, UNFINISHED_TASK, sorted(DOCUMENT_FINAL), ChunkStatus.SUMMARIZING, ChunkStatus.PENDING,
+            self.hold_s, LIVE, self.deployment,
+        )  # fmt: skip
+        return {r["owner"]: r["n"] for r in rows}
+
+    async def waiting(self) -> list[Waiting]:
+        """The chunks waiting for admission, per task: how many, their estimated tokens, the oldest's wait."""
+        rows = await self._conn.fetch(
+            f"SELECT d.task_id, t.owner, {_PRIORITY} AS priority, count(*) AS items,"
+            " sum(coalesce(c.token_estimate, $4::int) + $5::int)::bigint AS tokens,"
+            " extract(epoch FROM now() - min(c.ready_at))::float8 AS oldest_s"
+            " FROM chunks c JOIN documents d ON d.id = c.document_id JOIN tasks t ON t.id = d.task_id"
+            " WHERE c.admitted_at IS NULL AND c.status = $1 AND t.status = ANY($2::text[])"
+            " AND d.status <> ALL($3::text[]) AND t.deployment = $6"
+            " GROUP BY d.task_id, t.owner, 3",
+            ChunkStatus.PENDING, UNFINISHED_TASK, sorted(DOCUMENT_FINAL), self.default_tokens, self.answer_tokens,
+            self.deployment,
+        )  # fmt: skip
+        return [
+            Waiting(r["task_id"], r["owner"], Priority(r["priority"]), r["items"], r["tokens"], r["oldest_s"])
+            for r in rows
+        ]
+
+    async def counters(self, owners: list[str]) -> dict[str, float]:
+        rows = await self._conn.fetch(
+            "SELECT owner, counter FROM owner_shares WHERE deployment = $1 AND owner = ANY($2::text[])",
+            self.deployment, owners,
+        )  # fmt: skip
+        return {r["owner"]: r["counter"] for r in rows}
+
+    async def admit(self, owner: str, priority: Priority, n: int) -> list[Admitted]:
+        """`owner`'s `n` oldest chunks waiting at `priority` admitted: announced from now on (marked so:
+        re-drives leave them to this announcement), each charged its estimate."""
+        rows = await self._conn.fetch(
+            "WITH picked AS (SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id"
+            "   JOIN tasks t ON t.id = d.task_id"
+            f"  WHERE c.admitted_at IS NULL AND c.status = $1 AND t.owner = $2 AND {_PRIORITY} = $3"
+            "   AND t.status = ANY($5::text[]) AND d.status <> ALL($6::text[]) AND t.deployment = $9"
+            "   ORDER BY c.ready_at, c.id LIMIT $4 FOR UPDATE OF c SKIP LOCKED)"
+            " UPDATE chunks c SET admitted_at = now(), announced_at = now(),"
+            "   charged = coalesce(c.token_estimate, $7::int) + $8::int"
+            " FROM picked, documents d WHERE c.id = picked.id AND d.id = c.document_id AND c.admitted_at IS NULL"
+            " RETURNING d.task_id, c.document_id, c.id, c.chunk_index, c.charged",
+            ChunkStatus.PENDING, owner, priority, n, UNFINISHED_TASK, sorted(DOCUMENT_FINAL), self.default_tokens,
+            self.answer_tokens, self.deployment,
+        )  # fmt: skip
+        return [Admitted(r["task_id"], r["document_id"], r["id"], r["chunk_index"], r["charged"]) for r in rows]
+
+    async def unclaimed(self) -> list[Admitted]:
+        """Admitted chunks no summarizer has leased for `hold_s` (their announcement lost: a crash between
+        the admission's commit and its publish, or a message dead-lettered), of tasks that take work:
+        marked admitted again now, to be announced again (a duplicate is harmless: the lease decides)."""
+        rows = await self._conn.fetch(
+            "UPDATE chunks c SET admitted_at = now(), announced_at = now()"
+            " FROM documents d JOIN tasks t ON t.id = d.task_id"
+            " WHERE d.id = c.document_id AND c.admitted_at < now() - make_interval(secs => $1)"
+            " AND c.status = $2 AND c.retry_at IS NULL AND c.lease_owner IS NULL"
+            " AND t.status = ANY($3::text[]) AND d.status <> ALL($4::text[]) AND t.deployment = $6"
+            " AND NOT EXISTS (SELECT 1 FROM batch_lines b WHERE b.chunk_id = c.id AND b.status = ANY($5::text[]))"
+            " RETURNING d.task_id, c.document_id, c.id, c.chunk_index, c.charged",
+            self.hold_s, ChunkStatus.PENDING, UNFINISHED_TASK, sorted(DOCUMENT_FINAL), LIVE, self.deployment,
+        )  # fmt: skip
+        return [Admitted(r["task_id"], r["document_id"], r["id"], r["chunk_index"], r["charged"]) for r in rows]
+
+    async def charge(self, owner: str, *, at_least: float, virtual_tokens: float) -> None:
+        """`owner`'s counter in this deployment lifted to `at_least` (back from idle), then advanced by
+        `virtual_tokens`: as an increment, so that the corrections other replicas make meanwhile are kept."""
+        await self._conn.execute(
+            "INSERT INTO owner_shares (deployment, owner, counter, lifted)"
+            " VALUES ($4, $1, $2::float8 + $3::float8, $2::float8)"
+            " ON CONFLICT (deployment, owner) DO UPDATE"
+            " SET counter = greatest(owner_shares.counter, $2::float8) + $3::float8,"
+            " lifted = owner_shares.lifted + greatest(0, $2::float8 - owner_shares.counter), updated_at = now()",
+            owner, at_least, virtual_tokens, self.deployment,
+        )  # fmt: skip
+
+    async def touch_waiting(self, every_s: float) -> None:
+        """Tasks with chunks waiting for their turn are not idle: reconcile and expiry leave them to the
+        admission (which, if it stops, stops marking them). At most every `every_s` per task."""
+        await self._conn.execute(
+            "UPDATE tasks SET last_active_at = now() WHERE id IN (SELECT DISTINCT d.task_id FROM chunks c"
+            "   JOIN documents d ON d.id = c.document_id WHERE c.admitted_at IS NULL AND c.status = $1)"
+            " AND status = ANY($2::text[]) AND last_active_at < now() - make_interval(secs => $3)"
+            " AND deployment = $4",
+            ChunkStatus.PENDING, UNFINISHED_TASK, every_s, self.deployment,
+        )  # fmt: skip
+
+
+class Admissions:
+    """The admission's transactions of `deployment` (its topic prefix: Settings.deployment); one process
+    of the deployment at a time admits (an advisory lock per deployment), whichever replica."""
+
+    def __init__(
+        self, pool: asyncpg.Pool, *, deployment: str, hold_s: float, default_tokens: int, answer_tokens: int
+    ) -> None:
+        self.pool = pool
+        self.deployment = deployment
+        self.hold_s, self.default_tokens, self.answer_tokens = hold_s, default_tokens, answer_tokens
+
+    async def ready_by_priority(self) -> dict[Priority, int]:
+        """The chunks of the deployment waiting for admission, of tasks that take work, per priority."""
+        rows = await self.pool.fetch(
+            f"SELECT {_PRIORITY} AS priority, count(*) AS n"
+            " FROM chunks c JOIN documents d ON d.id = c.document_id JOIN tasks t ON t.id = d.task_id"
+            " WHERE c.admitted_at IS NULL AND c.status = $1 AND t.status = ANY($2::text[])"
+            " AND d.status <> ALL($3::text[]) AND t.deployment = $4 GROUP BY 1",
+            ChunkStatus.PENDING, UNFINISHED_TASK, sorted(DOCUMENT_FINAL), self.deployment,
+        )  # fmt: skip
+        return {Priority(r["priority"]): r["n"] for r in rows}
+
+    @contextlib.asynccontextmanager
+    async def turn(self) -> AsyncIterator[AdmissionTurn | None]:
+        """This process's turn to admit its deployment's work (None: another replica of the deployment
+        holds it); committed when the block ends well. Deployments sharing the database admit each their
+        own at the same time."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            lock = f"{ADMISSION_LOCK} {self.deployment}"
+            if not await conn.fetchval("SELECT pg_try_advisory_xact_lock(hashtext($1))", lock):
+                yield None
+                return
+            yield AdmissionTurn(
+                conn,
+                deployment=self.deployment,
+                hold_s=self.hold_s,
+                default_tokens=self.default_tokens,
+                answer_tokens=self.answer_tokens,
+            )
+
+
+# Followed by the deployment: the lock of its admission (two deployments whose names hash alike only
+# take turns, which changes no admission).
+ADMISSION_LOCK = "docsum summarizer admission"
+# A task's priority, as its options say (normal when they do not).
+_PRIORITY = "coalesce(t.options->>'priority', 'normal')"
 
 
 def _stored(row: asyncpg.Record) -> StoredChunk:
@@ -285,6 +482,7 @@ _CLAIM = (
     "   WHERE c.id = w.id AND old.id = c.id AND d.id = c.document_id"
     "   AND t.status = ANY($5::text[]) AND d.status <> ALL($7::text[])"  # not paused or ended meanwhile
     "   AND NOT EXISTS (SELECT 1 FROM batch_lines b WHERE b.chunk_id = c.id AND b.status = ANY($8::text[]))"
+    "   AND c.admitted_at IS NOT NULL"  # given its slot in the fair order (admission.py)
     "   AND (c.status = $6 AND (c.retry_at IS NULL OR c.retry_at <= now()) OR (c.status = $4"
     "     AND (c.lease_owner = w.holder OR c.lease_expires_at IS NULL OR c.lease_expires_at < now())))"
     "   RETURNING w.n, c.id, d.task_id, (old.was = $4 AND old.held_by IS DISTINCT FROM w.holder) AS taken_over,"
@@ -302,7 +500,7 @@ _CLAIM = (
     "   taken.context_before, taken.context_after, taken.failures, taken.document_status, taken.task_status,"
     "   taken.options, taken.owner, taken.line_status, taken.line_key, taken.start_char, taken.position_unit,"
     "   taken.units_before, taken.unit_starts,"
-    "   f.status AS was, f.retry_at > now() AS deferred,"
+    "   f.status AS was, (f.retry_at > now() OR f.status = $6 AND f.admitted_at IS NULL) AS deferred,"
     "   EXISTS (SELECT 1 FROM batch_lines b WHERE b.chunk_id = w.id AND b.status = ANY($8::text[])) AS batched"
     " FROM w LEFT JOIN taken ON taken.n = w.n LEFT JOIN chunks f ON f.id = w.id ORDER BY w.n"
 )
@@ -313,12 +511,23 @@ _COMPLETE = (
     # A chunk completed twice in one round: its first completion only (an UPDATE joined to two rows of
     # one chunk takes either, which PostgreSQL does not say).
     "WITH w AS (SELECT DISTINCT ON (id) * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[],"
-    "   $6::jsonb[]) WITH ORDINALITY AS w(id, task_id, summary, model, truncated, sentences, n) ORDER BY id, n),"
+    "   $6::jsonb[], $11::float8[], $12::float8[])"
+    "   WITH ORDINALITY AS w(id, task_id, summary, model, truncated, sentences, served, weight, n) ORDER BY id, n),"
+    # What each chunk was charged before this statement (the statement's snapshot), for the correction.
+    " was AS (SELECT id, charged FROM chunks WHERE id IN (SELECT id FROM w)),"
     " moved AS (UPDATE chunks c SET status = $7, summary = w.summary, summary_model = w.model, error = NULL,"
     "   summary_truncated = w.truncated, summary_prompt_version = $8, lease_owner = NULL, lease_expires_at = NULL,"
-    "   retry_at = NULL, updated_at = now(), summary_sentences = w.sentences"
+    "   retry_at = NULL, updated_at = now(), summary_sentences = w.sentences,"
+    "   charged = coalesce(w.served, c.charged)"
     "   FROM w WHERE c.id = w.id AND c.status = ANY($9::text[])"
-    "   RETURNING c.id, c.document_id, c.token_estimate, w.truncated),"
+    "   RETURNING c.id, c.document_id, c.token_estimate, w.truncated, w.task_id, w.served, w.weight),"
+    # The owners' shares corrected by what the answers cost against what was charged at admission, in
+    # the statement that made them final: exactly once. A counter never goes below 0.
+    " corrected AS (UPDATE owner_shares s SET counter = greatest(0, s.counter + x.delta), updated_at = now()"
+    "   FROM (SELECT t.deployment, t.owner, sum((m.served - was.charged) / m.weight) AS delta"
+    "     FROM moved m JOIN was ON was.id = m.id JOIN tasks t ON t.id = m.task_id"
+    "     WHERE m.served IS NOT NULL GROUP BY t.deployment, t.owner) x"
+    "   WHERE s.deployment = x.deployment AND s.owner = x.owner AND x.delta <> 0),"
     " counted AS (UPDATE documents d SET chunks_completed = chunks_completed + m.n,"
     "   truncated_parts = truncated_parts + m.truncated,"
     "   pending_token_estimate = greatest(0, pending_token_estimate - m.tokens)"

@@ -3,9 +3,15 @@ calls are retried and leased."""
 
 from __future__ import annotations
 
-from pydantic import Field
+import math
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import NoDecode
 
 from docsum_shared.settings import LLMSettings, ReconcileSettings
+
+from .schedule import Policy
 
 
 class SummarizerSettings(LLMSettings, ReconcileSettings):
@@ -27,3 +33,46 @@ class SummarizerSettings(LLMSettings, ReconcileSettings):
     llm_batch_max_lines: int = Field(5_000, ge=1, le=50_000)
     llm_batch_max_bytes: int = Field(200 * 1024 * 1024, ge=1024, le=200 * 1024 * 1024)
     llm_batch_deadline_margin_s: float = Field(900.0, ge=0)
+    # Fair shares between owners (admission.py): at most `admission_window` chunks admitted and not yet
+    # finished across every replica (None: 4 × DOCSUM_LLM_MAX_INFLIGHT, enough to keep two replicas'
+    # calls busy while the next are announced), the rest waiting in PostgreSQL, admitted in the fair
+    # order every `admission_interval_s`. An admitted chunk no summarizer has leased within
+    # `admission_hold_s` (its announcement lost) is announced again.
+    admission_window: int | None = Field(None, ge=1)
+    admission_interval_s: float = Field(0.1, gt=0)
+    admission_hold_s: float = Field(60.0, gt=0)
+    # An owner's share relative to the others' (1 when not listed): "alice=3,bob=1" gives alice three
+    # times bob's tokens while both have work waiting.
+    owner_weights: Annotated[dict[str, float], NoDecode] = Field(default_factory=dict)
+    # A task's priority (its options): how many tokens (at its owner's weight) an owner's urgent work may
+    # be served ahead of the owner served least, before other owners' normal work (so urgent is never a
+    # way around fairness: at most this much early); how long background work waits for idle capacity
+    # before it competes as normal work (so it is never starved).
+    urgent_credit_tokens: float = Field(16_000.0, ge=0)
+    background_after_s: float = Field(300.0, ge=0)
+
+    @field_validator("owner_weights", mode="before")
+    @classmethod
+    def _weights_of(cls, value: object) -> object:
+        return parse_weights(value) if isinstance(value, str) else value
+
+    def window(self) -> int:
+        return self.admission_window or 4 * self.llm_max_inflight
+
+    def policy(self) -> Policy:
+        return Policy(urgent_credit=self.urgent_credit_tokens, background_after_s=self.background_after_s)
+
+
+def parse_weights(text: str) -> dict[str, float]:
+    """'alice=3,bob=1' as {'alice': 3.0, 'bob': 1.0}; a weight is a positive number."""
+    weights: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        owner, sep, number = item.partition("=")
+        try:
+            weight = float(number)
+        except ValueError:
+            weight = math.nan
+        if not sep or not owner.strip() or not math.isfinite(weight) or weight <= 0:
+            raise ValueError(f"{item[:80]!r} is not owner=weight with a positive weight (as in alice=3,bob=1)")
+        weights[owner.strip()] = weight
+    return weights

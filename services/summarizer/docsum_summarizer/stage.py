@@ -1,5 +1,6 @@
-"""The summarizer's stage of the pipeline: chunk-created in, each chunk summarized; the round
-scheduler (rounds.py) and, with the provider's Batch API, batch mode's driver (batches/) beside it."""
+"""The summarizer's stage of the pipeline: chunk-created in, each chunk summarized; the admission
+(admission.py), the round scheduler (rounds.py) and, with the provider's Batch API, batch mode's driver
+(batches/) beside it."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from docsum_shared.handlers import Publish
 from docsum_shared.settings import endpoint_key
 from docsum_shared.stage import Stage
 
+from .admission import ADMISSION, admissions, admit_fairly
 from .batches.driver import BATCH_DRIVER, BatchDriver
 from .batches.policy import batch_endpoint
 from .batches.repository import BatchRepository
@@ -27,7 +29,7 @@ from .settings import SummarizerSettings
 
 def deps(settings: SummarizerSettings, pool: asyncpg.Pool) -> Deps:
     return Deps(
-        ChunkRepository(pool, reconcile_idle_s=settings.reconcile_idle_s),
+        ChunkRepository(pool, reconcile_idle_s=settings.reconcile_idle_s, deployment=settings.deployment),
         Summarizing.from_settings(settings, pool),
         settings,
         holder=f"{socket.gethostname()}:{os.getpid()}",
@@ -35,17 +37,19 @@ def deps(settings: SummarizerSettings, pool: asyncpg.Pool) -> Deps:
 
 
 def loops(settings: SummarizerSettings, pool: asyncpg.Pool, deps: Deps) -> Background:
-    """The round scheduler, and the batch driver where the backend (the handlers' own) has the provider's
-    Batch API."""
+    """The admission, the round scheduler, and the batch driver where the backend (the handlers' own) has
+    the provider's Batch API."""
     backend = deps.llm.backend if isinstance(deps.llm, Summarizing) else None
 
     async def run(publish: Publish) -> None:
-        async with asyncio.TaskGroup() as both:
-            both.create_task(schedule_rounds(ChunkRepository(pool), publish, settings))
+        async with asyncio.TaskGroup() as together:
+            rounds = ChunkRepository(pool, deployment=settings.deployment)
+            together.create_task(schedule_rounds(rounds, publish, settings))
+            together.create_task(admit_fairly(admissions(pool, settings), publish, settings))
             if isinstance(backend, OpenAIBackend):
                 batches = BatchRepository(pool, batch_endpoint(settings))
                 driver = BatchDriver(batches, backend, publish, settings, earlier_endpoint=endpoint_key(settings))
-                both.create_task(driver.run())
+                together.create_task(driver.run())
 
     return run
 
@@ -67,7 +71,7 @@ STAGE = Stage(
     handlers,
     deps,
     loops=loops,
-    senders=(ROUND_SCHEDULER, BATCH_DRIVER),
+    senders=(ROUND_SCHEDULER, ADMISSION, BATCH_DRIVER),
     max_inflight=max_inflight,
     close=close,
 )

@@ -19,7 +19,7 @@ from docsum_shared import lifecycle, logs, telemetry
 from docsum_shared.errors import Kind, classify
 from docsum_shared.events import DocumentSubmitted, TaskEvent
 from docsum_shared.handlers import Publish, Sender
-from docsum_shared.options import MODES, Mode, TaskOptions, deadline_from
+from docsum_shared.options import MODES, PRIORITIES, Mode, TaskOptions, TaskPriority, deadline_from
 from docsum_shared.readmodel import queries, views
 from docsum_shared.readmodel.schemas import FailureView, TaskListItem, TaskView
 from docsum_shared.redrive import prepare_redrive
@@ -83,6 +83,7 @@ class TaskForm(BaseModel):
     style: Literal["prose", "bullets"] = "prose"
     support: Literal["all", "strict"] = "all"  # strict: sentences their sources do not support are left out
     mode: Mode | None = None  # how the LLM calls are sent; default: DOCSUM_LLM_MODE
+    priority: TaskPriority | None = None  # which of the owner's work goes first; default: normal
     deadline: Annotated[datetime | None, BeforeValidator(_form_deadline)] = None  # when the task must be finished
 
 
@@ -123,6 +124,10 @@ UPLOAD_BODY: dict[str, Any] = {
                     "mode": {"type": "string", "enum": list(MODES),
                              "description": "how the LLM calls are sent (flex: about half the price, slower); "
                                             "default: the deployment's (DOCSUM_LLM_MODE)"},
+                    "priority": {"type": "string", "enum": list(PRIORITIES),
+                                 "description": "which of your work goes first: urgent (also before other owners' "
+                                                "normal work, from your own share), normal, or background (when "
+                                                "nothing else waits); default: normal"},
                     "deadline": {"type": "string", "pattern": _DEADLINE_DURATION,
                                  "description": "when the task must be finished: a duration from now (45m, 6h, 2d, "
                                                 "1h30m, 90s) or an ISO 8601 instant with its zone "
@@ -215,7 +220,7 @@ def _form(fields: dict[str, list[str]]) -> TaskForm:
     dependencies=[Depends(within_task_rate)],
     openapi_extra={"requestBody": UPLOAD_BODY, "parameters": [_KEY_PARAMETER]},
     description="Multipart: one or more `files`, and optionally `title`, `strict`, `language`, `length`, `style`,"
-    " `support`, `mode`, `deadline`."
+    " `support`, `mode`, `priority`, `deadline`."
     " The upload streams: each file is spooled and hashed as it arrives, and a request over a limit is"
     " answered 413 as soon as it crosses it; a body that sends nothing for DOCSUM_UPLOAD_IDLE_S is a 408."
     " With an `Idempotency-Key` (README: Integrating), the same request sent again within"
@@ -246,12 +251,13 @@ async def create_task(
             style=form.style,
             support=form.support,
             mode=form.mode,
+            priority=form.priority,
             deadline=form.deadline,
         )
         tasks = repository.TaskRepository(pool)
         stored_answer: str | None = None  # with a key: the answer as stored, what a replay sends again
         if key is None:
-            task_id = await tasks.create_task(owner, form.title, documents, options)
+            task_id = await tasks.create_task(owner, form.title, documents, options, deployment=settings.deployment)
         else:
             sent = idempotency.fingerprint(
                 [idempotency.SentFile(f.filename, f.content_type, f.sha256, f.size) for f in upload.files],
@@ -259,7 +265,13 @@ async def create_task(
             )
             keyed = repository.KeyedRequest(key, sent, settings.idempotency_key_ttl_s, status.HTTP_201_CREATED)
             outcome = await tasks.create_task_once(
-                owner, keyed, form.title, documents, options, lambda t: _created(t, documents).model_dump_json()
+                owner,
+                keyed,
+                form.title,
+                documents,
+                options,
+                lambda t: _created(t, documents).model_dump_json(),
+                deployment=settings.deployment,
             )
             if not isinstance(outcome, repository.Created):
                 return _keyed_answer(outcome, sent)

@@ -1,0 +1,170 @@
+"""The admission: which waiting chunks are announced next, in the fair order between owners (schedule.py).
+
+Kafka is not the schedule: a broker has no fairness, and what a consumer pauses is forgotten at every
+rebalance. So a stored chunk waits in PostgreSQL (`admitted_at` NULL) until this loop gives it one of
+the deployment's slots, and only then is it announced on chunk-created; a summarizer's claim takes only
+an admitted chunk (an announcement of one not admitted, from a re-drive, comes back DEFERRED). At most
+`SummarizerSettings.window()` chunks are admitted and unfinished at once, so an owner arriving behind
+another's backlog waits for a few calls to finish, not for the backlog.
+
+Each deployment (its topic prefix) admits only its own tasks' chunks, onto its own topics, and keeps its
+owners' counters apart: deployments may share one database, never their summarizers or their slots.
+One process of a deployment admits at a time, whichever replica (a transaction-scoped advisory lock per
+deployment): it reads the owners' counters and waiting work, decides (`plan`, no IO), and admits and
+charges in the same transaction, then announces. A crash before the commit admits and charges nothing;
+one after it, before the announcement, leaves the chunks admitted unannounced: after `admission_hold_s`
+unleased, the admission announces them again (charged once all the same).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import asyncpg
+
+from docsum_shared import metrics
+from docsum_shared.approval import EXPECTED_COMPLETION_TOKENS
+from docsum_shared.events import ChunkCreated
+from docsum_shared.handlers import Publish, Sender
+from docsum_shared.retry import keep_running
+
+from .repository import ACTIVITY_EVERY_S, Admissions, AdmissionTurn, Admitted, ShareView
+from .schedule import (
+    OUTPUT_WEIGHT,
+    Account,
+    Grant,
+    Policy,
+    Priority,
+    State,
+    account,
+    next_grants,
+    ready_by_owner,
+    weighted,
+)
+from .settings import SummarizerSettings
+
+log = logging.getLogger(__name__)
+ADMISSION = Sender("the summarizer's admission", emits=(ChunkCreated,))
+# What a chunk is charged at admission beyond its prompt's estimate: its answer's expected tokens, at
+# the weight of a completion token. Corrected from the provider's usage once answered.
+ANSWER_TOKENS = OUTPUT_WEIGHT * EXPECTED_COMPLETION_TOKENS
+DEFAULT_POLICY = Policy()
+
+
+def admissions(pool: asyncpg.Pool, settings: SummarizerSettings) -> Admissions:
+    return Admissions(
+        pool,
+        deployment=settings.deployment,
+        hold_s=settings.admission_hold_s,
+        default_tokens=DEFAULT_POLICY.default_tokens,
+        answer_tokens=ANSWER_TOKENS,
+    )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Who is admitted how many of which work, and the counter each granted owner comes back from idle
+    at (0: not lifted)."""
+
+    grants: Counter[tuple[str, Priority]]
+    floors: dict[str, float]
+
+
+def plan(view: ShareView, free: int, weights: Mapping[str, float], policy: Policy = DEFAULT_POLICY) -> Plan:
+    """The next `free` slots in the fair order. An owner with work waiting and none running comes back
+    at the lowest counter of the owners being served (idleness is not saved up, else it would take
+    every slot until it caught up), and so gets the next slot."""
+    ready = ready_by_owner(view.waiting)
+    owners = {o for o, _ in ready} | set(view.running)
+    accounts = {o: Account(counter=view.counters.get(o, 0.0), running=view.running.get(o, 0)) for o in owners}
+    state = State(weighted(accounts, weights), ready, policy)
+    served = [account(state, o).counter for o in owners if view.running.get(o, 0) > 0]
+    # Just below the lowest: level with it, a tie would go to the owner that has waited longest (the
+    # backlog's), and the returning owner would wait one slot more.
+    floor = math.nextafter(min(served), -math.inf) if served else 0.0
+    lifted = {o: max(account(state, o).counter, floor) for o, _ in ready if view.running.get(o, 0) == 0}
+    for owner, counter in lifted.items():
+        state = State({**state.accounts, owner: Account(counter, account(state, owner).weight, 0)}, ready, policy)
+    grants: list[Grant] = next_grants(state, free) if free > 0 else []
+    chosen = Counter((g.owner, g.priority) for g in grants)
+    # Only a lift is passed on (0 otherwise): a floor at the counter as read would undo a correction
+    # down that another replica stored since.
+    raised = {o: c for o, c in lifted.items() if c > view.counters.get(o, 0.0)}
+    return Plan(chosen, {o: raised.get(o, 0.0) for o, _ in chosen})
+
+
+@dataclass
+class Every:
+    """Whether `period_s` has passed since it last said so."""
+
+    period_s: float
+    last: float = -math.inf
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now - self.last < self.period_s:
+            return False
+        self.last = now
+        return True
+
+
+async def admit_fairly(repo: Admissions, publish: Publish, settings: SummarizerSettings) -> None:
+    """Admit every `admission_interval_s`, until cancelled; the database or broker away: next time."""
+    touching = Every(ACTIVITY_EVERY_S)
+    await keep_running(
+        "admission",
+        lambda: admit_once(repo, publish, settings, touch=touching.due()),
+        every_s=settings.admission_interval_s,
+    )
+
+
+async def admit_once(repo: Admissions, publish: Publish, settings: SummarizerSettings, *, touch: bool = False) -> int:
+    """One admission: the free slots given in the fair order, charged, then announced (with `touch`, the
+    tasks waiting marked active first). How many."""
+    if touch:  # every replica: the gauge is read as max by priority, whichever admits
+        ready = await repo.ready_by_priority()
+        for priority in Priority:
+            metrics.READY_CHUNKS.labels(priority).set(ready.get(priority, 0))
+    async with repo.turn() as turn:
+        if turn is None:
+            return 0  # another replica admits
+        again: list[Admitted] = []
+        if touch:
+            await turn.touch_waiting(ACTIVITY_EVERY_S)
+            again = await turn.unclaimed()
+            if again:
+                log.info("announcing again %d admitted chunks no summarizer took up", len(again))
+        admitted = again + await _admit(turn, settings)
+    if admitted:
+        events = [
+            ChunkCreated(task_id=a.task_id, document_id=a.document_id, chunk_id=a.chunk_id, chunk_index=a.chunk_index)
+            for a in admitted
+        ]
+        await publish(events, sender=ADMISSION)
+        log.debug("admitted %d chunks", len(admitted))
+    return len(admitted)
+
+
+async def _admit(turn: AdmissionTurn, settings: SummarizerSettings) -> list[Admitted]:
+    running = await turn.running()
+    free = settings.window() - sum(running.values())
+    if free <= 0:
+        return []
+    waiting = await turn.waiting()
+    if not waiting:
+        return []
+    owners = sorted({w.owner for w in waiting} | set(running))
+    view = ShareView(running, waiting, await turn.counters(owners))
+    decided = plan(view, free, settings.owner_weights, settings.policy())
+    admitted: list[Admitted] = []
+    for (owner, priority), n in sorted(decided.grants.items()):
+        taken = await turn.admit(owner, priority, n)
+        weight = settings.owner_weights.get(owner, 1.0)
+        await turn.charge(owner, at_least=decided.floors[owner], virtual_tokens=sum(a.charged for a in taken) / weight)
+        admitted.extend(taken)
+    return admitted

@@ -1,0 +1,136 @@
+"""The admission's transactions on the real PostgreSQL: what it admits, charges and announces again."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+import asyncpg
+import pytest
+
+from docsum_shared.events import ChunkCreated, Event
+from docsum_shared.handlers import Sender
+from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
+from docsum_summarizer.admission import admissions, admit_once
+from docsum_summarizer.repository import ChunkRepository
+from docsum_summarizer.settings import SummarizerSettings
+
+pytestmark = pytest.mark.integration
+
+
+class Published:
+    """The Publish port into a list."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    async def __call__(self, events: Sequence[Event], *, sender: Sender | None) -> None:
+        self.events.extend(events)
+
+    def chunk_ids(self) -> set[str]:
+        return {e.chunk_id for e in self.events if isinstance(e, ChunkCreated)}
+
+
+async def _chunk(
+    db: asyncpg.Pool, owner: str, *, admitted_ago_s: float | None, charged: float = 0.0, deployment: str = ""
+) -> str:
+    task_id, document_id = f"task-{uuid.uuid4().hex[:12]}", f"document-{uuid.uuid4().hex[:12]}"
+    chunk_id = f"{document_id}-c00000"
+    await db.execute(
+        "INSERT INTO tasks (id, owner, status, deployment) VALUES ($1, $2, $3, $4)",
+        task_id, owner, TaskStatus.PROCESSING, deployment,
+    )  # fmt: skip
+    await db.execute(
+        "INSERT INTO documents (id, task_id, filename, status) VALUES ($1, $2, 'd.txt', $3)",
+        document_id, task_id, DocumentStatus.SUMMARIZING,
+    )  # fmt: skip
+    await db.execute(
+        "INSERT INTO chunks (id, document_id, chunk_index, start_char, end_char, text, status, token_estimate,"
+        " admitted_at, charged)"
+        " VALUES ($1, $2, 0, 0, 4, 'text', $3, 100,"
+        "   CASE WHEN $4::float8 IS NULL THEN NULL ELSE now() - make_interval(secs => $4::float8) END, $5)",
+        chunk_id, document_id, ChunkStatus.PENDING, admitted_ago_s, charged,
+    )  # fmt: skip
+    return chunk_id
+
+
+async def _counter(db: asyncpg.Pool, owner: str, deployment: str = "") -> float | None:
+    return await db.fetchval("SELECT counter FROM owner_shares WHERE owner = $1 AND deployment = $2", owner, deployment)
+
+
+async def test_a_waiting_chunk_is_admitted_charged_and_announced_once(repository_db: asyncpg.Pool) -> None:
+    owner = f"owner-{uuid.uuid4().hex[:8]}"
+    chunk_id = await _chunk(repository_db, owner, admitted_ago_s=None)
+    settings = SummarizerSettings(_env_file=None, admission_window=1_000)  # type: ignore[call-arg]
+    published = Published()
+    await admit_once(admissions(repository_db, settings), published, settings)
+    assert chunk_id in published.chunk_ids()
+    charged = await repository_db.fetchval("SELECT charged FROM chunks WHERE id = $1", chunk_id)
+    assert charged == 100 + 300 and await _counter(repository_db, owner) == charged  # its estimate, once
+    again = Published()
+    await admit_once(admissions(repository_db, settings), again, settings)
+    assert chunk_id not in again.chunk_ids() and await _counter(repository_db, owner) == charged
+
+
+async def test_an_admitted_chunk_nobody_took_up_is_announced_again_and_not_charged_again(
+    repository_db: asyncpg.Pool,
+) -> None:
+    """The admission committed, then its process died before publishing: the chunk is admitted, charged,
+    and on no topic. Once unleased for the hold time it is announced again, its charge unchanged."""
+    owner = f"owner-{uuid.uuid4().hex[:8]}"
+    lost = await _chunk(repository_db, owner, admitted_ago_s=120.0, charged=400.0)
+    recent = await _chunk(repository_db, owner, admitted_ago_s=1.0, charged=400.0)  # its message on its way
+    settings = SummarizerSettings(_env_file=None, admission_window=1_000, admission_hold_s=60)  # type: ignore[call-arg]
+    published = Published()
+    await admit_once(admissions(repository_db, settings), published, settings, touch=True)
+    assert lost in published.chunk_ids() and recent not in published.chunk_ids()
+    assert await _counter(repository_db, owner) is None  # nothing charged: both were charged before
+    charged = await repository_db.fetch("SELECT charged FROM chunks WHERE id = ANY($1::text[])", [lost, recent])
+    assert [r["charged"] for r in charged] == [400.0, 400.0]
+    again = Published()
+    await admit_once(admissions(repository_db, settings), again, settings, touch=True)
+    assert lost not in again.chunk_ids()  # its hold starts over
+
+
+async def test_a_deployment_admits_and_announces_again_only_its_own_tasks_chunks(repository_db: asyncpg.Pool) -> None:
+    """Two deployments (topic prefixes) share the database: each one's admission admits, charges and
+    announces again only its own tasks' chunks (its topics are not the other's), and the owner's counter
+    is kept per deployment; both admit at the same time (a lock each)."""
+    owner, east, west = (
+        f"owner-{uuid.uuid4().hex[:8]}",
+        f"east-{uuid.uuid4().hex[:6]}.",
+        f"west-{uuid.uuid4().hex[:6]}.",
+    )
+    waiting = {d: await _chunk(repository_db, owner, admitted_ago_s=None, deployment=d) for d in (east, west)}
+    lost = {
+        d: await _chunk(repository_db, owner, admitted_ago_s=120.0, charged=400.0, deployment=d) for d in (east, west)
+    }
+    settings = {
+        d: SummarizerSettings(_env_file=None, topic_prefix=d, admission_window=1_000, admission_hold_s=60)  # type: ignore[call-arg]
+        for d in (east, west)
+    }
+    published = {d: Published() for d in (east, west)}
+    async with admissions(repository_db, settings[west]).turn() as held:  # west's admission under way
+        assert held is not None
+        await admit_once(admissions(repository_db, settings[east]), published[east], settings[east], touch=True)
+    await admit_once(admissions(repository_db, settings[west]), published[west], settings[west], touch=True)
+    for d in (east, west):
+        assert published[d].chunk_ids() == {waiting[d], lost[d]}
+        assert await _counter(repository_db, owner, d) == 100 + 300  # its own chunk's estimate only
+
+
+async def test_a_deployments_round_scheduler_announces_only_its_own_chunks_due(repository_db: asyncpg.Pool) -> None:
+    """A chunk of each deployment waits for its next round, both due: each deployment's round scheduler
+    reads only its own (the other's announcement on its topics would be summarized by its summarizers)."""
+    owner, east, west = (
+        f"owner-{uuid.uuid4().hex[:8]}",
+        f"east-{uuid.uuid4().hex[:6]}.",
+        f"west-{uuid.uuid4().hex[:6]}.",
+    )
+    due = {d: await _chunk(repository_db, owner, admitted_ago_s=5.0, deployment=d) for d in (east, west)}
+    await repository_db.execute(
+        "UPDATE chunks SET retry_at = now() - interval '1 second' WHERE id = ANY($1::text[])", list(due.values())
+    )
+    for d in (east, west):
+        rounds = await ChunkRepository(repository_db, deployment=d).due_rounds(10_000)
+        assert {r.chunk_id for r in rounds} & set(due.values()) == {due[d]}

@@ -1,0 +1,281 @@
+"""Fair shares between owners, on the real stack: one owner's backlog never freezes another's.
+
+Alice's long document is admitted a few chunks at a time (DOCSUM_ADMISSION_WINDOW); bob's one-chunk note,
+submitted behind her backlog, is admitted at the next free slot, as his counter is the lowest: served
+after at most the chunks admitted before it was ready, not after alice's backlog.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+
+import asyncpg
+import httpx
+import pytest
+import pytest_asyncio
+from prometheus_client.parser import text_string_to_metric_families
+
+from docsum_shared.events import Topic
+from tests.fake_llm import FakeLLMServer
+from tests.integration.conftest import SERVICES, Stack, StackFactory, create_database, drop_database
+from tests.integration.helpers import (
+    chunk_calls,
+    chunks_of,
+    eventually,
+    marked_text,
+    new_marker,
+    paid_twice,
+    submit,
+    txt,
+    wait_for_task,
+)
+
+pytestmark = pytest.mark.integration
+
+WINDOW = 3  # chunks admitted and unfinished at once
+INFLIGHT = 2  # calls in flight per summarizer
+FAIR = {
+    "DOCSUM_ADMISSION_WINDOW": str(WINDOW),
+    "DOCSUM_LLM_MAX_INFLIGHT": str(INFLIGHT),
+    "DOCSUM_MAX_INFLIGHT": "4",
+    "DOCSUM_CHUNK_CHARS": "600",
+    "DOCSUM_OVERLAP_CHARS": "50",
+}
+
+
+@pytest.fixture
+def slow_calls(llm: FakeLLMServer) -> Iterator[None]:
+    """Each call takes a while, so that alice's backlog is still long when bob arrives."""
+    llm.llm.configure(latency_s=0.1)
+    try:
+        yield
+    finally:
+        llm.llm.configure(latency_s=0.0)
+
+
+async def test_a_one_chunk_task_behind_another_owners_backlog_is_served_at_the_next_free_slot(
+    make_stack: StackFactory, llm: FakeLLMServer, db: asyncpg.Pool, slow_calls: None
+) -> None:
+    stack = make_stack(SERVICES, **FAIR)
+    alices_marker, bobs_marker = new_marker(), new_marker()
+    backlog = marked_text(30_000, seed=33, marker=alices_marker)
+    async with stack.client("alice") as alice, stack.client("bob") as bob:
+        alices = await submit(alice, [txt("backlog.txt", backlog)])
+
+        async def alice_under_way() -> bool:
+            return len(chunk_calls(llm, alices_marker)) >= 2
+
+        await eventually(alice_under_way, timeout=60, message="alice's first calls", stack=stack)
+        bobs = await submit(bob, [txt("note.txt", f"{bobs_marker} A short note of bob's. {bobs_marker}")])
+        bobs_task = await wait_for_task(bob, bobs, stack)
+        alices_task = await wait_for_task(alice, alices, stack)
+    assert bobs_task["status"] == alices_task["status"] == "COMPLETED"
+
+    alices_chunks = await chunks_of(db, alices)
+    [bobs_chunk] = await chunks_of(db, bobs)
+    ready = await db.fetchval("SELECT extract(epoch FROM ready_at) FROM chunks WHERE id = $1", bobs_chunk["id"])
+    [bobs_call] = chunk_calls(llm, bobs_marker)
+    # Alice's calls that started after bob's chunk was ready and before bob's call: at most those of her
+    # chunks admitted already (the window), not the rest of her backlog.
+    between = [e for e in chunk_calls(llm, alices_marker) if float(ready) <= e.started < bobs_call.started]
+    assert len(alices_chunks) > 40
+    assert len(between) <= WINDOW, f"{len(between)} of alice's {len(alices_chunks)} chunks went before bob's"
+
+
+async def test_an_urgent_task_behind_its_owners_normal_backlog_goes_first(
+    make_stack: StackFactory, llm: FakeLLMServer, db: asyncpg.Pool, slow_calls: None
+) -> None:
+    stack = make_stack(SERVICES, **FAIR)
+    backlog_marker, urgent_marker = new_marker(), new_marker()
+    async with stack.client("alice") as alice:
+        backlog = await submit(alice, [txt("backlog.txt", marked_text(30_000, seed=34, marker=backlog_marker))])
+
+        async def under_way() -> bool:
+            return len(chunk_calls(llm, backlog_marker)) >= 2
+
+        await eventually(under_way, timeout=60, message="the backlog's first calls", stack=stack)
+        note = f"{urgent_marker} An urgent note. {urgent_marker}"
+        urgent = await submit(alice, [txt("urgent.txt", note)], priority="urgent")
+        assert (await wait_for_task(alice, urgent, stack))["status"] == "COMPLETED"
+        assert (await wait_for_task(alice, backlog, stack))["status"] == "COMPLETED"
+    [urgent_chunk] = await chunks_of(db, urgent)
+    ready = await db.fetchval("SELECT extract(epoch FROM ready_at) FROM chunks WHERE id = $1", urgent_chunk["id"])
+    [urgent_call] = chunk_calls(llm, urgent_marker)
+    between = [e for e in chunk_calls(llm, backlog_marker) if float(ready) <= e.started < urgent_call.started]
+    assert len(between) <= WINDOW, f"{len(between)} of the backlog's chunks went before the urgent one"
+
+    # Seen: the tokens served per priority, the work waiting per priority (none now), and no owner label.
+    async with httpx.AsyncClient() as http:
+        page = (await http.get(f"http://127.0.0.1:{stack.health_ports['summarizer']}/metrics")).text
+    samples = [
+        s
+        for family in text_string_to_metric_families(page)
+        for s in family.samples
+        if s.name in ("docsum_tokens_served_total", "docsum_ready_chunks")
+    ]
+    assert {label for s in samples for label in s.labels} == {"priority"}
+    served = {s.labels["priority"]: s.value for s in samples if s.name == "docsum_tokens_served_total"}
+    assert served["normal"] > served["urgent"] > 0
+    waiting = {s.labels["priority"] for s in samples if s.name == "docsum_ready_chunks"}
+    assert waiting == {"urgent", "normal", "background"}
+
+
+# --- the schedule survives kill -9, and replicas share it ------------------------------------------------
+
+
+@pytest_asyncio.fixture
+async def own_db(infra: dict[str, str]) -> AsyncIterator[tuple[str, asyncpg.Pool]]:
+    """A database of this test's own: the owners' counters start at nothing, and hold only its work."""
+    url = await create_database(infra["DATABASE_URL"], "docsum_fair")
+    pool = await asyncpg.create_pool(url, min_size=1, max_size=2)
+    try:
+        yield url, pool
+    finally:
+        await pool.close()
+        await drop_database(url)
+
+
+async def _backlogs(stack: Stack, seeds: dict[str, int]) -> dict[str, tuple[str, str]]:
+    """Each owner's backlog submitted at once: owner -> (task id, marker)."""
+    out: dict[str, tuple[str, str]] = {}
+    for owner, seed in seeds.items():
+        marker = new_marker()
+        async with stack.client(owner) as client:
+            out[owner] = (await submit(client, [txt(f"{owner}.txt", marked_text(15_000, seed, marker))]), marker)
+    return out
+
+
+async def _finished(stack: Stack, tasks: dict[str, tuple[str, str]]) -> None:
+    for owner, (task_id, _) in tasks.items():
+        async with stack.client(owner) as client:
+            assert (await wait_for_task(client, task_id, stack))["status"] == "COMPLETED"
+
+
+async def _consistent(db: asyncpg.Pool, deployment: str | None = None) -> dict[str, tuple[float, float]]:
+    """Each owner's counter in `deployment` (the only one there is when None), and what its chunks there
+    were charged plus its lifts: equal when every charge and correction was made exactly once."""
+    rows = await db.fetch(
+        "SELECT s.owner, s.counter, s.lifted + coalesce(sum(c.charged), 0) AS accounted FROM owner_shares s"
+        " LEFT JOIN tasks t ON t.owner = s.owner AND t.deployment = s.deployment"
+        " LEFT JOIN documents d ON d.task_id = t.id LEFT JOIN chunks c ON c.document_id = d.id"
+        " WHERE $1::text IS NULL OR s.deployment = $1 GROUP BY s.owner, s.counter, s.lifted",
+        deployment,
+    )
+    return {r["owner"]: (r["counter"], r["accounted"]) for r in rows}
+
+
+async def test_kill_9_of_the_summarizer_mid_run_leaves_the_counters_consistent_and_pays_nothing_twice(
+    make_stack: StackFactory, llm: FakeLLMServer, own_db: tuple[str, asyncpg.Pool], slow_calls: None
+) -> None:
+    url, db = own_db
+    stack = make_stack(SERVICES, **FAIR, DATABASE_URL=url, DOCSUM_LEASE_TTL_S="3", DOCSUM_ADMISSION_HOLD_S="5")
+    tasks = await _backlogs(stack, {"alice": 35, "bob": 36})
+
+    async def a_third_done() -> bool:
+        done = await db.fetchval("SELECT count(*) FROM chunks WHERE status = 'COMPLETED'")
+        return done >= await db.fetchval("SELECT count(*) FROM chunks") // 3 > 0
+
+    await eventually(a_third_done, timeout=90, interval=0.05, message="a third of the chunks", stack=stack)
+    stack.kill("summarizer")
+    stack.start("summarizer")
+    await _finished(stack, tasks)
+
+    counters = await _consistent(db)
+    assert set(counters) == {"alice", "bob"}
+    for owner, (counter, accounted) in counters.items():
+        assert counter == pytest.approx(accounted, rel=1e-9), owner
+        assert counter > 0
+    # Every answer charged at its usage, and none twice: what the chunks were charged is what the
+    # stand-in's distinct answers cost, less at most the answers in flight at the kill (their holder
+    # stored them in the result cache and died: the next holder's answer from there costs nothing).
+    entries = [e for _, marker in tasks.values() for e in chunk_calls(llm, marker)]
+    costs = {e.prompt_sha256: e.usage_prompt_tokens + 2 * e.completion_tokens for e in entries}
+    charged = await db.fetchval("SELECT sum(charged) FROM chunks")
+    assert charged <= sum(costs.values())
+    assert sum(costs.values()) - charged <= INFLIGHT * max(costs.values())
+    assert paid_twice(entries) <= INFLIGHT  # at most the calls in flight when it was killed
+
+
+async def test_two_summarizer_replicas_share_one_schedule(
+    make_stack: StackFactory, llm: FakeLLMServer, own_db: tuple[str, asyncpg.Pool], slow_calls: None
+) -> None:
+    url, db = own_db
+    stack = make_stack(SERVICES, **FAIR, DATABASE_URL=url)
+    stack.start("summarizer-2")
+
+    def second_assigned() -> bool:
+        path = stack.logs / "summarizer-2.log"
+        return path.exists() and any(
+            "assigned" in line and "chunk-created" in line for line in path.read_text(errors="replace").splitlines()
+        )
+
+    await eventually(second_assigned, timeout=60, message="the second replica's partitions", stack=stack)
+    tasks = await _backlogs(stack, {"alice": 37})
+    most = 0
+
+    async def admitted_now() -> int:
+        return await db.fetchval(
+            "SELECT count(*) FROM chunks WHERE admitted_at IS NOT NULL AND (status = 'SUMMARIZING'"
+            " OR status = 'PENDING' AND retry_at IS NULL)"
+        )
+
+    async def bob_under_way() -> bool:
+        nonlocal most
+        most = max(most, await admitted_now())
+        return len(chunk_calls(llm, tasks["alice"][1])) >= 4
+
+    await eventually(bob_under_way, timeout=60, interval=0.02, message="alice's first calls", stack=stack)
+    bobs_marker = new_marker()
+    async with stack.client("bob") as bob:
+        tasks["bob"] = (await submit(bob, [txt("note.txt", f"{bobs_marker} Bob's note. {bobs_marker}")]), bobs_marker)
+
+    async def all_done() -> bool:
+        nonlocal most
+        most = max(most, await admitted_now())
+        return await db.fetchval("SELECT count(*) FROM chunks WHERE status NOT IN ('COMPLETED', 'FAILED')") == 0
+
+    await eventually(all_done, timeout=120, interval=0.02, message="every chunk", stack=stack)
+    await _finished(stack, tasks)
+    # One window for both replicas: never more chunks admitted and unfinished than it holds.
+    assert 0 < most <= WINDOW
+    # Both replicas summarized, and bob's note went at the next free slot all the same.
+    logs = {name: (stack.logs / f"{name}.log").read_text() for name in ("summarizer", "summarizer-2")}
+    assert all("summarized" in text for text in logs.values())
+    [bobs_chunk] = await chunks_of(db, tasks["bob"][0])
+    ready = await db.fetchval("SELECT extract(epoch FROM ready_at) FROM chunks WHERE id = $1", bobs_chunk["id"])
+    [bobs_call] = chunk_calls(llm, bobs_marker)
+    between = [e for e in chunk_calls(llm, tasks["alice"][1]) if float(ready) <= e.started < bobs_call.started]
+    assert len(between) <= WINDOW
+    counters = await _consistent(db)
+    for owner, (counter, accounted) in counters.items():
+        assert counter == pytest.approx(accounted, rel=1e-9), (owner, counter, accounted)
+
+
+# --- deployments sharing one database ----------------------------------------------------------------------
+
+
+async def test_two_deployments_on_one_database_each_admit_only_their_own_tasks_chunks(
+    make_stack: StackFactory, llm: FakeLLMServer, own_db: tuple[str, asyncpg.Pool], slow_calls: None
+) -> None:
+    """Two deployments (each its own topic prefix, summarizers and window) on one database, alice's
+    backlog waiting in both at once: each deployment's admission announces only its own tasks' chunks, on
+    its own topics, and keeps alice's counter of its own; both backlogs complete."""
+    url, db = own_db
+    stacks = [make_stack(SERVICES, **FAIR, DATABASE_URL=url) for _ in range(2)]
+    backlogs = [await _backlogs(stack, {"alice": 40 + i}) for i, stack in enumerate(stacks)]
+    for stack, tasks in zip(stacks, backlogs, strict=True):
+        await _finished(stack, tasks)
+
+    for stack, tasks in zip(stacks, backlogs, strict=True):
+        deployment = stack.env["DOCSUM_TOPIC_PREFIX"]
+        [(task_id, _)] = tasks.values()
+        own = {c["id"] for c in await chunks_of(db, task_id)}
+        records = await stack.read_topics([deployment + Topic.CHUNK_CREATED])
+        announced = {json.loads(r.value)["chunk_id"] for r in records}
+        assert announced == own, f"{len(announced - own)} chunks of the other deployment announced on {deployment}"
+        assert await db.fetchval("SELECT deployment FROM tasks WHERE id = $1", task_id) == deployment
+        # alice's counter there is what her chunks there were charged, not a sum over both deployments.
+        [(counter, accounted)] = (await _consistent(db, deployment)).values()
+        assert counter == pytest.approx(accounted, rel=1e-9) and counter > 0
+    assert await db.fetchval("SELECT count(*) FROM owner_shares WHERE owner = 'alice'") == 2

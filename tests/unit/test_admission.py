@@ -1,0 +1,105 @@
+"""The admission's decision (admission.plan, no IO) and its settings: who is admitted next, from the
+counters, the slots in use and the waiting work as the repository reads them; and a task's priority as
+each way in takes it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+
+from docsum_cli import main as cli
+from docsum_gateway.routers.tasks import _form
+from docsum_shared.events import DocumentSubmitted, Topic, decode
+from docsum_shared.options import PRIORITIES
+from docsum_summarizer.admission import plan
+from docsum_summarizer.repository import ShareView
+from docsum_summarizer.schedule import Policy, Priority, Waiting
+from docsum_summarizer.settings import SummarizerSettings, parse_weights
+from tests.cli_doubles import recording_gateway
+
+
+def _waiting(owner: str, items: int, *, priority: Priority = Priority.NORMAL, oldest_s: float = 1.0) -> Waiting:
+    return Waiting(f"task-{owner}-{priority}", owner, priority, items, items * 1_300, oldest_s)
+
+
+def test_a_newcomer_behind_a_backlog_gets_the_next_slot_and_starts_at_the_lowest_served_counter() -> None:
+    view = ShareView({"alice": 4}, [_waiting("alice", 7_000, oldest_s=60.0), _waiting("bob", 1)], {"alice": 9e6})
+    decided = plan(view, 1, {})
+    assert decided.grants == {("bob", Priority.NORMAL): 1}
+    assert decided.floors["bob"] == pytest.approx(9e6)  # lifted: its idle time is not saved up against alice
+    both = plan(view, 2, {})  # then alice's turn: bob is charged his estimate first
+    assert both.grants == {("alice", Priority.NORMAL): 1, ("bob", Priority.NORMAL): 1}
+    assert both.floors["alice"] == 0.0  # not lifted: her counter is left as it is
+
+
+def test_no_free_slot_admits_nothing_and_the_slots_go_round_the_owners_with_work() -> None:
+    view = ShareView({}, [_waiting("alice", 100), _waiting("bob", 100), _waiting("carol", 1)], {})
+    assert plan(view, 0, {}).grants == {}
+    assert plan(view, 6, {}).grants == {
+        ("alice", Priority.NORMAL): 3,
+        ("bob", Priority.NORMAL): 2,
+        ("carol", Priority.NORMAL): 1,
+    }
+
+
+def test_an_owner_split_over_many_tasks_gets_the_share_of_one_task() -> None:
+    split = [Waiting(f"a{i}", "alice", Priority.NORMAL, 1, 1_300, 1.0) for i in range(100)]
+    view = ShareView({}, [*split, _waiting("bob", 100)], {})
+    assert plan(view, 10, {}).grants == {("alice", Priority.NORMAL): 5, ("bob", Priority.NORMAL): 5}
+
+
+def test_weights_give_shares_in_proportion() -> None:
+    view = ShareView({}, [_waiting("alice", 1_000), _waiting("bob", 1_000)], {})
+    assert plan(view, 400, {"alice": 3.0}).grants == {("alice", Priority.NORMAL): 300, ("bob", Priority.NORMAL): 100}
+
+
+def test_urgent_work_goes_first_within_its_credit_and_background_last() -> None:
+    view = ShareView(
+        {"alice": 1, "bob": 1},
+        [_waiting("alice", 50), _waiting("bob", 50), _waiting("bob", 5, priority=Priority.URGENT)],
+        {"alice": 0.0, "bob": 0.0},
+    )
+    first = plan(view, 5, {}, Policy(urgent_credit=2_600))  # two urgent items' worth ahead of alice
+    # Bob's urgent work goes first while his counter leads alice's by at most the credit: 3 of the
+    # first 3 slots, then alice's one, then bob's again (3,900 ≤ 1,300 + 2,600).
+    assert first.grants == {("bob", Priority.URGENT): 4, ("alice", Priority.NORMAL): 1}
+    background = ShareView({}, [_waiting("alice", 5, priority=Priority.BACKGROUND), _waiting("bob", 5)], {})
+    assert plan(background, 5, {}).grants == {("bob", Priority.NORMAL): 5}
+
+
+def test_owner_weights_are_read_as_owner_equals_weight() -> None:
+    assert parse_weights("alice=3, bob=1.5,") == {"alice": 3.0, "bob": 1.5}
+    assert SummarizerSettings(_env_file=None, owner_weights="alice=3").owner_weights == {"alice": 3.0}  # type: ignore[arg-type]
+    for wrong in ("alice", "alice=0", "alice=-1", "=2", "alice=nan", "alice=x"):
+        with pytest.raises(ValidationError, match="owner=weight"):
+            SummarizerSettings(_env_file=None, owner_weights=wrong)  # type: ignore[arg-type]
+
+
+# --- a task's priority, as each way in gives it --------------------------------------------------------
+
+
+def test_the_priority_is_taken_from_the_form_the_cli_and_kafka_and_nothing_else_is(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    assert _form({"priority": ["urgent"]}).priority == "urgent"
+    assert _form({}).priority is None  # normal
+    with pytest.raises(RequestValidationError):
+        _form({"priority": ["asap"]})
+    sent = recording_gateway(monkeypatch)
+    doc = tmp_path / "a.txt"
+    doc.write_text("text")
+    assert cli.main(["summarize", "--no-wait", "--priority", "background", str(doc)]) == 0
+    assert cli.main(["summarize", "--no-wait", str(doc)]) == 0
+    assert sent[0]["priority"] == "background" and "priority" not in sent[1]
+    with pytest.raises(SystemExit):
+        cli.main(["summarize", "--priority", "asap", str(doc)])
+    message = {"task_id": "crm:1", "document_id": "crm:1:1", "owner": "crm", "filename": "a.txt", "task_documents": 1}
+    urgent = decode(Topic.DOCUMENT_SUBMITTED, json.dumps({**message, "options": {"priority": "urgent"}}).encode())
+    assert isinstance(urgent, DocumentSubmitted) and urgent.options is not None and urgent.options.priority == "urgent"
+    with pytest.raises(ValidationError):  # the parser dead-letters it, like any bad option
+        decode(Topic.DOCUMENT_SUBMITTED, json.dumps({**message, "options": {"priority": "asap"}}).encode())
+    assert {p.value for p in Priority} == set(PRIORITIES) == set(cli.PRIORITIES)
