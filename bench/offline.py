@@ -87,7 +87,7 @@ class OfflineRun:
 @functools.cache
 def sample() -> Sample | str:
     """The first `PAGES` pages of the package's PDF (fetched once); a string says why there are none."""
-    sys.path.insert(0, str(EVAL))  # real_pdfs imports its neighbour pipeline.py by name
+    sys.path.insert(0, str(EVAL))  # real_pdfs imports its neighbour inprocess.py by name
     from real_pdfs import PACKAGES, fetch
 
     package = next(p for p in PACKAGES if p.name == PACKAGE)
