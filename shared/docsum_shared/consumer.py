@@ -148,7 +148,7 @@ class ConsumerService:
         await self._wait_for_topics()
         self.consumer.subscribe(list(self.handlers), listener=_Rebalance(self))
         log.info("%s consuming %s (%d in flight)", self.name, ", ".join(self.handlers), self.max_inflight)
-        port = KafkaPublish(self.producer, self.settings)
+        port = KafkaPublish(self.producer, self.settings, self.name)  # the stage's loops: counted as its own
         beside: asyncio.Task[None] | None = asyncio.create_task(self.background(port)) if self.background else None
         loop = asyncio.get_running_loop()
         try:

@@ -29,7 +29,7 @@ class Transaction(Protocol):
 
     @property
     def task(self) -> LockedTask | None: ...
-    async def store_chunks(self, rows: Sequence[CutChunk]) -> bool: ...
+    async def store_chunks(self, rows: Sequence[CutChunk], *, trace_id: str | None = None) -> bool: ...
     async def cuts(self) -> TaskCuts: ...
     async def hold(self, waits: Hold) -> bool: ...
 
@@ -64,7 +64,7 @@ async def chunk_document(event: DocumentParsed, deps: Deps) -> list[Event]:
             await deps.repo.fail(event.document_id, rows.error)
             log.info("document %s failed: %s", event.document_id, rows.error)
             return [failed(event)]
-        held = await store_chunks(deps.repo, event.document_id, rows, hold_rule(deps.settings))
+        held = await store_chunks(deps.repo, event.document_id, rows, hold_rule(deps.settings), event.trace_id)
         log.info("document %s: %d chunks", event.document_id, len(rows))
         if held is not None:  # its chunks wait unadmitted until resume
             log.info("task %s awaits its owner's approval: %s", event.task_id, held)
@@ -73,13 +73,15 @@ async def chunk_document(event: DocumentParsed, deps: Deps) -> list[Event]:
     return []
 
 
-async def store_chunks(repo: Repository, document_id: str, rows: list[CutChunk], rule: HoldRule | None) -> str | None:
+async def store_chunks(
+    repo: Repository, document_id: str, rows: list[CutChunk], rule: HoldRule | None, trace_id: str | None = None
+) -> str | None:
     """Store the document's chunks; with `rule`, the task's plan (every document cut so far) is checked
     against its owner's ceiling and the plan approved before, under the task's row lock, and a task over
     both is held AWAITING_APPROVAL with the plan it asks for: returns why (None: not held). Without a
     rule, no lock: the task's documents are stored at once."""
     async with repo.locked(document_id, task=rule is not None) as tx:
-        if not await tx.store_chunks(rows) or rule is None or tx.task is None:
+        if not await tx.store_chunks(rows, trace_id=trace_id) or rule is None or tx.task is None:
             return None
         cuts = await tx.cuts()
         waits = rule(tx.task.owner, list(cuts.chunk_counts), cuts.prompt_tokens, tx.task.approved)

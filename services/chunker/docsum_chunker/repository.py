@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from docsum_shared import telemetry
 from docsum_shared.approval import Approved, Hold
 from docsum_shared.positions import chunk_window
 from docsum_shared.states import DocumentStatus, TaskStatus
@@ -68,16 +69,18 @@ class ChunkTransaction:
         self._document_id = document_id
         self.task = task
 
-    async def store_chunks(self, rows: Sequence[CutChunk]) -> bool:
+    async def store_chunks(self, rows: Sequence[CutChunk], *, trace_id: str | None = None) -> bool:
         """Every chunk row and the document's move from CHUNKING to SUMMARIZING; False (nothing stored)
-        when the document is not CHUNKING any more."""
+        when the document is not CHUNKING any more. `trace_id`: the envelope's of the event they were
+        cut for, which their announcement carries on."""
         starts = await self._conn.fetchval(
             "SELECT position_starts FROM document_texts WHERE document_id = $1", self._document_id
         )
+        trace = telemetry.carried()  # the admission announces them later: in this trace
         records = [
             (
                 r.id, self._document_id, r.index, r.chunk.start, r.chunk.end, r.chunk.text, r.chunk.context_before,
-                r.chunk.context_after, token_estimate(r), *_window(starts, r),
+                r.chunk.context_after, token_estimate(r), *_window(starts, r), trace_id, trace,
             )
             for r in rows
         ]  # fmt: skip
@@ -95,8 +98,8 @@ class ChunkTransaction:
             return False
         await self._conn.executemany(
             "INSERT INTO chunks (id, document_id, chunk_index, start_char, end_char, text, context_before,"
-            " context_after, token_estimate, units_before, unit_starts)"
-            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::int[])"
+            " context_after, token_estimate, units_before, unit_starts, trace_id, traceparent)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::int[], $12, $13)"
             " ON CONFLICT (id) DO NOTHING",
             records,
         )

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from docsum_shared import metrics
+from docsum_shared import metrics, telemetry
 from docsum_shared.approval import EXPECTED_COMPLETION_TOKENS
 from docsum_shared.events import ChunkCreated
 from docsum_shared.handlers import Publish, Sender
@@ -140,12 +140,24 @@ async def admit_once(repo: Admissions, publish: Publish, settings: SummarizerSet
             if again:
                 log.info("announcing again %d admitted chunks no summarizer took up", len(again))
         admitted = again + await _admit(turn, settings)
-    if admitted:
+    # Announced in the trace each chunk was cut in (one per document, mostly): a submission stays one trace.
+    by_trace: dict[str | None, list[Admitted]] = {}
+    for a in admitted:
+        by_trace.setdefault(a.traceparent, []).append(a)
+    for traceparent, chunks in by_trace.items():
         events = [
-            ChunkCreated(task_id=a.task_id, document_id=a.document_id, chunk_id=a.chunk_id, chunk_index=a.chunk_index)
-            for a in admitted
+            ChunkCreated(
+                task_id=a.task_id,
+                document_id=a.document_id,
+                chunk_id=a.chunk_id,
+                chunk_index=a.chunk_index,
+                **({"trace_id": a.trace_id} if a.trace_id else {}),
+            )
+            for a in chunks
         ]
-        await publish(events, sender=ADMISSION)
+        with telemetry.resumed(traceparent, "admit chunks", {"task_id": chunks[0].task_id}):
+            await publish(events, sender=ADMISSION)
+    if admitted:
         log.debug("admitted %d chunks", len(admitted))
     return len(admitted)
 

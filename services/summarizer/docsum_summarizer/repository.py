@@ -253,6 +253,15 @@ class Admitted:
     chunk_id: str
     chunk_index: int
     charged: float
+    trace_id: str | None = None  # the envelope's of the event it was cut for
+    traceparent: str | None = None  # the trace it was cut in (telemetry.carried)
+
+
+def _admitted(row: asyncpg.Record) -> Admitted:
+    return Admitted(
+        row["task_id"], row["document_id"], row["id"], row["chunk_index"], row["charged"], row["trace_id"],
+        row["traceparent"],
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -333,11 +342,11 @@ class AdmissionTurn:
             " UPDATE chunks c SET admitted_at = now(), announced_at = now(),"
             "   charged = coalesce(c.token_estimate, $7::int) + $8::int"
             " FROM picked, documents d WHERE c.id = picked.id AND d.id = c.document_id AND c.admitted_at IS NULL"
-            " RETURNING d.task_id, c.document_id, c.id, c.chunk_index, c.charged",
+            " RETURNING d.task_id, c.document_id, c.id, c.chunk_index, c.charged, c.trace_id, c.traceparent",
             ChunkStatus.PENDING, owner, priority, n, UNFINISHED_TASK, sorted(DOCUMENT_FINAL), self.default_tokens,
             self.answer_tokens, self.deployment,
         )  # fmt: skip
-        return [Admitted(r["task_id"], r["document_id"], r["id"], r["chunk_index"], r["charged"]) for r in rows]
+        return [_admitted(r) for r in rows]
 
     async def unclaimed(self) -> list[Admitted]:
         """Admitted chunks no summarizer has leased for `hold_s` (their announcement lost: a crash between
@@ -350,10 +359,10 @@ class AdmissionTurn:
             " AND c.status = $2 AND c.retry_at IS NULL AND c.lease_owner IS NULL"
             " AND t.status = ANY($3::text[]) AND d.status <> ALL($4::text[]) AND t.deployment = $6"
             " AND NOT EXISTS (SELECT 1 FROM batch_lines b WHERE b.chunk_id = c.id AND b.status = ANY($5::text[]))"
-            " RETURNING d.task_id, c.document_id, c.id, c.chunk_index, c.charged",
+            " RETURNING d.task_id, c.document_id, c.id, c.chunk_index, c.charged, c.trace_id, c.traceparent",
             self.hold_s, ChunkStatus.PENDING, UNFINISHED_TASK, sorted(DOCUMENT_FINAL), LIVE, self.deployment,
         )  # fmt: skip
-        return [Admitted(r["task_id"], r["document_id"], r["id"], r["chunk_index"], r["charged"]) for r in rows]
+        return [_admitted(r) for r in rows]
 
     async def charge(self, owner: str, *, at_least: float, virtual_tokens: float) -> None:
         """`owner`'s counter in this deployment lifted to `at_least` (back from idle), then advanced by
