@@ -279,3 +279,17 @@ async def test_two_deployments_on_one_database_each_admit_only_their_own_tasks_c
         [(counter, accounted)] = (await _consistent(db, deployment)).values()
         assert counter == pytest.approx(accounted, rel=1e-9) and counter > 0
     assert await db.fetchval("SELECT count(*) FROM owner_shares WHERE owner = 'alice'") == 2
+
+
+async def test_stored_chunks_are_admitted_at_once_not_at_the_admissions_next_look(
+    make_stack: StackFactory, llm: FakeLLMServer
+) -> None:
+    """The chunker's transaction notifies the admission: with a look only every 10 minutes, a task made
+    after the stack started completes all the same (without the notification it would wait that long)."""
+    stack = make_stack.in_process(DOCSUM_ADMISSION_INTERVAL_S="600")
+    marker = new_marker()
+    async with stack.client("alice") as alice:
+        task_id = await submit(alice, [txt("note.txt", marked_text(3_000, seed=35, marker=marker))])
+        task = await wait_for_task(alice, task_id, stack, timeout=60)
+    assert task["status"] == "COMPLETED", task
+    assert chunk_calls(llm, marker)

@@ -10,6 +10,7 @@ import asyncpg
 
 from docsum_shared import telemetry
 from docsum_shared.approval import Approved, Hold
+from docsum_shared.db import CHUNKS_STORED
 from docsum_shared.positions import chunk_window
 from docsum_shared.states import DocumentStatus, TaskStatus
 from docsum_shared.text import estimate_tokens_upper
@@ -103,6 +104,9 @@ class ChunkTransaction:
             " ON CONFLICT (id) DO NOTHING",
             records,
         )
+        # The summarizers' admission wakes when this commits, instead of at its next look (notifications
+        # are delivered at commit, and not at all on a rollback).
+        await self._conn.execute("SELECT pg_notify($1, '')", CHUNKS_STORED)
         return True
 
     async def cuts(self) -> TaskCuts:

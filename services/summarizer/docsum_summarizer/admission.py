@@ -18,6 +18,7 @@ unleased, the admission announces them again (charged once all the same).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -27,8 +28,9 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from docsum_shared import metrics, telemetry
+from docsum_shared import db, metrics, telemetry
 from docsum_shared.approval import EXPECTED_COMPLETION_TOKENS
+from docsum_shared.db import CHUNKS_STORED
 from docsum_shared.events import ChunkCreated
 from docsum_shared.handlers import Publish, Sender
 from docsum_shared.retry import keep_running
@@ -114,13 +116,21 @@ class Every:
 
 
 async def admit_fairly(repo: Admissions, publish: Publish, settings: SummarizerSettings) -> None:
-    """Admit every `admission_interval_s`, until cancelled; the database or broker away: next time."""
+    """Admit as soon as a chunker has stored chunks (its notification), and every `admission_interval_s`
+    all the same (a notification sent while the database restarts is lost; slots freed by calls that
+    finished); until cancelled. The database or broker away: next time."""
     touching = Every(ACTIVITY_EVERY_S)
-    await keep_running(
-        "admission",
-        lambda: admit_once(repo, publish, settings, touch=touching.due()),
-        every_s=settings.admission_interval_s,
-    )
+    stored = asyncio.Event()
+    async with asyncio.TaskGroup() as together:
+        together.create_task(db.listen(settings.database_url, CHUNKS_STORED, lambda _: stored.set(), "admission"))
+        together.create_task(
+            keep_running(
+                "admission",
+                lambda: admit_once(repo, publish, settings, touch=touching.due()),
+                every_s=settings.admission_interval_s,
+                wake=stored,
+            )
+        )
 
 
 async def admit_once(repo: Admissions, publish: Publish, settings: SummarizerSettings, *, touch: bool = False) -> int:
