@@ -35,11 +35,11 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord
 from . import logs, metrics, telemetry
 from .db import connect_pool, migrate
 from .errors import Kind, classify
-from .events import TOPIC_OF, Event, Topic
+from .events import Event, Topic
 from .handlers import Bound, Publish
 from .handling import Handling, Message
 from .health import Ready, database_ready, listen, serve_health
-from .kafka import DLQ_SUFFIX, KafkaPublish, client_options, ensure_topics, make_producer, publish
+from .kafka import DLQ_SUFFIX, KafkaPublish, client_options, ensure_topics, make_producer
 from .lanes import Lanes
 from .retry import MESSAGES, Tally, retry_until
 from .settings import S, Settings, service_settings
@@ -113,6 +113,8 @@ class ConsumerService:
         self.handlers.update(carriers or {})
         self.max_inflight = max_inflight or settings.max_inflight
         self.producer = make_producer(settings)
+        # What the handlers return and what the stage's loops publish, counted as this service's.
+        self._publish = KafkaPublish(self.producer, settings, name)
         self.consumer = AIOKafkaConsumer(
             **client_options(settings),
             group_id=settings.group(name),
@@ -148,7 +150,7 @@ class ConsumerService:
         await self._wait_for_topics()
         self.consumer.subscribe(list(self.handlers), listener=_Rebalance(self))
         log.info("%s consuming %s (%d in flight)", self.name, ", ".join(self.handlers), self.max_inflight)
-        port = KafkaPublish(self.producer, self.settings, self.name)  # the stage's loops: counted as its own
+        port = self._publish
         beside: asyncio.Task[None] | None = asyncio.create_task(self.background(port)) if self.background else None
         loop = asyncio.get_running_loop()
         try:
@@ -291,9 +293,7 @@ class ConsumerService:
 
     async def _emit(self, events: list[Event]) -> None:
         """Publish what a handler returned; done once Kafka has acknowledged every event."""
-        await publish(self.producer, self.settings, events, sender=None)  # checked by the handlers' registry
-        for event in events:
-            metrics.PRODUCED.labels(self.name, self.settings.topic(TOPIC_OF[type(event)])).inc()
+        await self._publish(events, sender=None)  # checked by the handlers' registry
 
     async def _dead_letter(self, record: Message, reason: str) -> None:
         if not self.dead_letters:

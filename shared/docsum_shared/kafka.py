@@ -155,7 +155,7 @@ class KafkaPublish:
     settings: Settings
     service: str | None = None
 
-    async def __call__(self, events: Sequence[Event], *, sender: Sender) -> None:
+    async def __call__(self, events: Sequence[Event], *, sender: Sender | None) -> None:
         await publish(self.producer, self.settings, events, sender=sender)
         if self.service is not None:
             for event in events:
