@@ -80,7 +80,7 @@ class OfflineRun:
             f" bench's process (the in-process runner) with `DOCSUM_LLM_BACKEND=extractive`: {self.chunks} chunks,"
             f" {self.status} in {self.seconds:.1f} s. Raw pypdf, `PdfReader(...).pages[i].extract_text()` over"
             f" the same {PAGES} pages in the bench's process: {raw} s (the best counts). The CPU table's"
-            ' "stand-in + client" holds these runs, the pipeline\'s included.'
+            ' "bench (the client)" holds these runs, the pipeline\'s included.'
         )
 
 

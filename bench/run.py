@@ -41,7 +41,7 @@ from tests.documents import (  # noqa: E402
     make_pdf,
     make_scanned_pdf,
 )
-from tests.fake_llm import FakeLLM, FakeLLMServer  # noqa: E402
+from tests.fake_llm import FakeLLMProcess  # noqa: E402
 from tests.integration.conftest import SERVICES, AnyStack, Stack, StackFactory, drop_database, start_infra  # noqa: E402
 from tests.integration.helpers import paid_twice  # noqa: E402
 from tests.shipped import shipped_environment  # noqa: E402
@@ -82,7 +82,9 @@ def shipped_python() -> str:
 
 class Bench:
     def __init__(self, workdir: Path) -> None:
-        self.llm = FakeLLMServer(FakeLLM())
+        # The stand-in in a process of its own, as a provider is: in this one, it would answer late
+        # whenever the bench's own threads (the baseline's client, the waits) hold the interpreter.
+        self.llm = FakeLLMProcess()
         self.llm.__enter__()
         infra = start_infra("docsum_bench")
         self.factory = StackFactory(infra, self.llm, _Temp(workdir), python=shipped_python())  # type: ignore[arg-type]
@@ -124,7 +126,7 @@ class Bench:
         self.wait_ready(self.stack, iter([name]))
 
     def pids(self) -> dict[str, int]:
-        return {name: process.pid for name, process in self.stack.processes.items()}
+        return {"stand-in": self.llm.pid, **{name: process.pid for name, process in self.stack.processes.items()}}
 
     def close(self) -> None:
         self.factory.stop_all()
@@ -207,9 +209,12 @@ def b1_ideal(bench: Bench, figures: list[Figure]) -> None:
     n = bench.chunks_of(task)
     ideal = n * latency / inflight
     held = calls_in_flight(bench, since)
+    calls, body = chunk_calls(bench, since)
+    head = min(e.started for e in calls) - since
     figures.append(Figure("B1", f"wall ÷ ideal N·L/C ({n} chunks, {latency * 1000:.0f} ms, {inflight} in flight)",
                           seconds / ideal, f"{seconds / ideal:.2f} ({seconds:.2f}s vs {ideal:.2f}s; "
-                          f"{held:.1f} calls in flight on average while summarizing)",
+                          f"{held:.1f} calls in flight on average while summarizing; to the first call "
+                          f"{head:.2f}s, the calls {body:.2f}s, the merge and after {seconds - head - body:.2f}s)",
                           f"≤ {B1_GOAL}, ≥ {B1_HELD} of {inflight} in flight",
                           seconds / ideal <= B1_GOAL and held >= B1_HELD))  # fmt: skip
     bench.b1_seconds = seconds

@@ -27,7 +27,7 @@ from docsum_shared.events import Topic
 from docsum_shared.kafka import DLQ_SUFFIX, client_options, topic_partitions
 from docsum_shared.settings import Settings
 from tests.documents import english_prose
-from tests.fake_llm import FakeLLM, FakeLLMServer, LedgerEntry
+from tests.fake_llm import FakeLLM, FakeLLMServer, LedgerEntry, RemoteFakeLLM
 
 T = TypeVar("T")
 Message = str | Callable[[], str]
@@ -174,7 +174,7 @@ def marked_text(n_chars: int, seed: int, marker: str) -> str:
 
 
 def calls(
-    llm: FakeLLM | FakeLLMServer, marker: str, status: int | None = None, *, since: float = 0.0
+    llm: FakeLLM | FakeLLMServer | RemoteFakeLLM, marker: str, status: int | None = None, *, since: float = 0.0
 ) -> list[LedgerEntry]:
     """The stand-in's requests whose prompt carries `marker` (with `status`, started at `since` or later),
     in the order they finished."""
