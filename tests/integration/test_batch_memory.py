@@ -7,14 +7,11 @@ process of its own, so that the files it keeps are not counted as the driver's."
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import tracemalloc
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import asyncpg
-import httpx
 import pytest
 from aiokafka import AIOKafkaProducer
 
@@ -27,7 +24,7 @@ from docsum_summarizer.batches.driver import BatchDriver
 from docsum_summarizer.batches.policy import LineStatus, request_json
 from docsum_summarizer.batches.repository import BatchRepository
 from docsum_summarizer.settings import SummarizerSettings
-from tests.integration.conftest import ROOT
+from tests.fake_llm import FakeLLMProcess
 from tests.integration.helpers import eventually
 
 pytestmark = pytest.mark.integration
@@ -41,20 +38,10 @@ TEXT = " ".join(f"Sentence {i} of the chunk says one more thing about the subjec
 @pytest.fixture(scope="module")
 def provider() -> Iterator[str]:
     """The stand-in in a process of its own; its base URL."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.fake_llm", "--port", "0"], cwd=ROOT, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert process.stdout is not None
-        base_url = process.stdout.readline().strip()
-        assert base_url.startswith("http"), base_url
+    with FakeLLMProcess() as process:
         # A provider second lasts 10 µs: 20,000 lines of 2 s each run in 0.4 s.
-        config = {"batch_time_scale": 1e-5, "seed": 1}
-        httpx.post(base_url.removesuffix("/v1") + "/_config", json=config, timeout=10).raise_for_status()
-        yield base_url
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+        process.llm.configure(batch_time_scale=1e-5, seed=1)
+        yield process.base_url
 
 
 @pytest.fixture(scope="module")
