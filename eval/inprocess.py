@@ -46,6 +46,9 @@ from tests.integration.conftest import create_database, drop_database  # noqa: E
 OWNER = "eval"
 ENDED = {"COMPLETED", "COMPLETED_WITH_ERRORS", "FAILED", "CANCELLED", "EXPIRED"}
 POLL_S = 0.2  # between two reads of a task's view while it runs
+# A task whose view has not moved for this long is given up on (a provider that stopped answering): a
+# local model on a CPU answers a chunk in a minute or two, never in ten.
+STALL_S = 600.0
 QUOTE_CHARS = 20_000  # the most the text route answers at once (the gateway's MAX_QUOTE_CHARS)
 
 Cited = tuple[CitedSentence, ...] | None
@@ -96,9 +99,10 @@ def settings_of(database_url: str, api_keys: str, llm: Mapping[str, Any]) -> dic
 class Pipeline:
     """The plan running in this process, and a client of its gateway."""
 
-    def __init__(self, client: httpx.AsyncClient, pool: asyncpg.Pool) -> None:
+    def __init__(self, client: httpx.AsyncClient, pool: asyncpg.Pool, stall_s: float = STALL_S) -> None:
         self.client = client
         self.pool = pool
+        self.stall_s = stall_s
 
     async def summarize(
         self, files: Mapping[str, tuple[str, bytes]], *, title: str = "", length: str = "", style: str = ""
@@ -127,12 +131,19 @@ class Pipeline:
         )
 
     async def _ended(self, task_id: str) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        seen, moved = None, loop.time()
         while True:
             answer = await self.client.get(f"/v1/tasks/{task_id}")
             answer.raise_for_status()
             view: dict[str, Any] = answer.json()
             if view["status"] in ENDED:
                 return view
+            progress = (view["status"], [(d["status"], d["chunks"]) for d in view["documents"]])
+            if progress != seen:
+                seen, moved = progress, loop.time()
+            elif loop.time() - moved > self.stall_s:
+                raise TimeoutError(f"task {task_id} has not moved for {self.stall_s:.0f} s: {progress}")
             await asyncio.sleep(POLL_S)  # the task runs in this loop meanwhile
 
     async def _document(self, task_id: str, view: Mapping[str, Any], names: Mapping[str, str]) -> DocumentSummary:

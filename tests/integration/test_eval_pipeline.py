@@ -6,12 +6,15 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from docsum_llm.citations import check_sources
 from docsum_parser.extract import extract_text
 from docsum_shared.cited import CitedSentence, Source
 from docsum_shared.positions import position_of
 from docsum_shared.settings import LLMSettings
 from tests.documents import english_prose, make_pdf
+from tests.fake_llm import FakeLLMServer
 from tests.generators import ROOT
 from tests.unit.test_eval_citations import _eval_module
 
@@ -35,6 +38,18 @@ async def test_the_pipelines_sentences_cite_their_documents_with_pages(infra: di
             assert [x.page for x in s.sources] == [position_of(extracted.positions, x.start) for x in s.sources]
     assert {x.document_id for s in task.sentences for x in s.sources} == set(texts)
     assert all(check_sources(s, texts) for s in task.sentences)
+
+
+async def test_a_task_that_stops_moving_is_given_up_on_with_where_it_stood(
+    infra: dict[str, str], llm: FakeLLMServer
+) -> None:
+    inprocess = _eval_module("inprocess")
+    settings = LLMSettings(llm_backend="openai", openai_base_url=llm.base_url, openai_api_key="k", llm_model="m")
+    llm.llm.hang_next(1)  # the one chunk's call never answers
+    async with inprocess.running(settings, infra["DATABASE_URL"]) as pipeline:
+        pipeline.stall_s = 1.0
+        with pytest.raises(TimeoutError, match="has not moved for 1 s"):
+            await pipeline.summarize({"note.txt": ("note.txt", b"Kafka stores events. Brokers keep them.")})
 
 
 async def test_a_cached_pdf_is_summarized_checked_and_reported_and_too_few_fail(
