@@ -45,10 +45,11 @@ def body(event: WebhookEvent, occurred_at: datetime, data: dict[str, Any]) -> st
     return json.dumps({"type": event.value, "timestamp": occurred_at.isoformat(), "data": data})
 
 
-# The endpoints of the task's owner that want `event`: all of its tasks', or this one's by name.
+# The endpoints of the task's owner (in the task's deployment) that want `event`: all of its tasks', or
+# this one's by name.
 _WANTING = (
     " FROM webhook_endpoints e JOIN tasks t ON t.id = $1"
-    " WHERE e.owner = t.owner AND e.disabled_at IS NULL AND $2 = ANY(e.events)"
+    " WHERE e.owner = t.owner AND e.deployment = t.deployment AND e.disabled_at IS NULL AND $2 = ANY(e.events)"
     " AND (e.all_tasks OR e.id = t.webhook_id)"
 )
 

@@ -25,12 +25,14 @@ async def _task(db: asyncpg.Pool, owner: str, webhook_id: str | None = None) -> 
     return task_id
 
 
-async def _endpoint(db: asyncpg.Pool, owner: str, events: list[str], *, all_tasks: bool = True) -> str:
+async def _endpoint(
+    db: asyncpg.Pool, owner: str, events: list[str], *, all_tasks: bool = True, deployment: str = ""
+) -> str:
     endpoint_id = str(uuid.uuid4())
     await db.execute(
-        "INSERT INTO webhook_endpoints (id, owner, url, events, all_tasks, secret)"
-        " VALUES ($1, $2, 'https://example.com/hook', $3, $4, 'whsec_c2VjcmV0')",
-        endpoint_id, owner, events, all_tasks,
+        "INSERT INTO webhook_endpoints (id, deployment, owner, url, events, all_tasks, secret)"
+        " VALUES ($1, $2, $3, 'https://example.com/hook', $4, $5, 'whsec_c2VjcmV0')",
+        endpoint_id, deployment, owner, events, all_tasks,
     )  # fmt: skip
     return endpoint_id
 
@@ -48,6 +50,7 @@ async def test_a_task_end_is_written_once_for_each_endpoint_that_wants_it(reposi
     finished = await _endpoint(db, owner, ["task.finished", "task.failed"])
     failures = await _endpoint(db, owner, ["task.failed"])  # wants another event
     await _endpoint(db, other, ["task.finished"])  # another owner's
+    await _endpoint(db, owner, ["task.finished"], deployment="elsewhere.")  # of another deployment's tasks
     named_only = await _endpoint(db, owner, ["task.finished"], all_tasks=False)  # for tasks naming it
     task_id = await _task(db, owner)
     repo = MergeRepository(db, MergerSettings(_env_file=None))

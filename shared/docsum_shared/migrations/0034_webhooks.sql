@@ -3,9 +3,12 @@
 -- An endpoint receives the events it names for every task of its owner (all_tasks), or only for the tasks
 -- that name it at submission (tasks.webhook_id). Its secret signs each delivery (Standard Webhooks: the
 -- "whsec_" base64 form); it is shown once, when made or rotated. A deleted endpoint is disabled, not
--- removed: nothing more is sent to it, and its deliveries stay for the record.
+-- removed: nothing more is sent to it, and its deliveries stay for the record. An endpoint belongs to the
+-- deployment whose gateway registered it (migration 0031), is told of that deployment's tasks only, and is
+-- sent to by that deployment's gateways, with their rules of where a request may go.
 CREATE TABLE IF NOT EXISTS webhook_endpoints (
     id           text PRIMARY KEY,  -- a uuid4: unguessable
+    deployment   text NOT NULL,
     owner        text NOT NULL,
     url          text NOT NULL,
     events       text[] NOT NULL,
@@ -14,7 +17,7 @@ CREATE TABLE IF NOT EXISTS webhook_endpoints (
     created_at   timestamptz NOT NULL DEFAULT now(),
     disabled_at  timestamptz
 );
-CREATE INDEX IF NOT EXISTS webhook_endpoints_owner ON webhook_endpoints (owner) WHERE disabled_at IS NULL;
+CREATE INDEX IF NOT EXISTS webhook_endpoints_owner ON webhook_endpoints (owner, deployment) WHERE disabled_at IS NULL;
 
 ALTER TABLE tasks ADD COLUMN IF NOT EXISTS webhook_id text;  -- the one endpoint a task named for itself
 
