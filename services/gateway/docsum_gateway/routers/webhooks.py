@@ -111,7 +111,12 @@ async def _checked_url(url: str, owner: str, settings: SettingsDep) -> str:
     return url
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=WebhookCreated, responses=errors(401, 422))
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=WebhookCreated,
+    responses={**errors(401, 422), 400: {"model": ErrorBody, "description": "The body cannot be parsed as JSON."}},
+)
 async def create_webhook(body: WebhookRequest, owner: OwnerDep, pool: PoolDep, settings: SettingsDep) -> WebhookCreated:
     """Register an endpoint; its secret is in this answer only."""
     url = await _checked_url(body.url, owner, settings)
