@@ -198,3 +198,32 @@ async def _all_delivered(db: asyncpg.Pool, endpoint_id: str) -> bool:
         "SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1 AND delivered_at IS NULL", endpoint_id
     )
     return int(undelivered) == 0
+
+
+async def test_a_task_names_an_endpoint_of_its_owner_for_itself(
+    make_stack: StackFactory, receiver: Receiver, db: asyncpg.Pool
+) -> None:
+    """An endpoint for the tasks that name it is told of those only; another owner's cannot be named."""
+    receiver.fail_first = 0
+    stack = make_stack.in_process(None, twice=False, **_webhook_env(receiver))
+    url = f"http://127.0.0.1:{receiver.port}/hook"
+    marker = new_marker()
+    async with stack.client("alice") as alice, stack.client("bob") as bob:
+        made = await alice.post("/v1/webhooks", json={"url": url, "events": ["task.finished"], "all_tasks": False})
+        assert made.status_code == 201, made.text
+        endpoint_id = made.json()["id"]
+        named = await submit(alice, [txt(f"{marker}-a.txt", f"{marker} The lock opened at noon.")], webhook=endpoint_id)
+        unnamed = await submit(alice, [txt(f"{marker}-b.txt", f"{marker} The lock closed at six.")])
+        refused = await bob.post(
+            "/v1/tasks", files=[txt(f"{marker}-c.txt", f"{marker} Not bob's.")], data={"webhook": endpoint_id}
+        )
+        assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["body", "webhook"], refused.text
+        for task_id in (named, unnamed):
+            await wait_for_task(alice, task_id, stack)
+        await eventually(lambda: len(receiver.delivered()) == 1, timeout=60, message="the delivery", stack=stack)
+
+    # The deliveries are written with the task's end: the unnamed task, ended, has none.
+    rows = await db.fetch("SELECT task_id FROM webhook_deliveries WHERE endpoint_id = $1", endpoint_id)
+    assert [r["task_id"] for r in rows] == [named]
+    (delivered,) = receiver.delivered().values()
+    assert json.loads(delivered.body)["data"]["task_id"] == named
