@@ -9,9 +9,12 @@ import uuid
 import asyncpg
 import pytest
 
+from docsum_chunker.repository import ChunkRepository
+from docsum_chunker.settings import ChunkerSettings
 from docsum_merger.repository import MergeRepository
 from docsum_merger.settings import MergerSettings
-from docsum_shared.states import TaskStatus
+from docsum_shared.approval import Hold
+from docsum_shared.states import DocumentStatus, TaskStatus
 
 pytestmark = pytest.mark.integration
 
@@ -81,3 +84,26 @@ async def test_a_task_without_endpoints_writes_nothing(repository_db: asyncpg.Po
     )
     assert await _deliveries(repository_db, task_id) == []
     assert await repository_db.fetchval("SELECT status FROM tasks WHERE id = $1", task_id) == "COMPLETED"
+
+
+async def test_a_hold_for_approval_is_written_once_however_many_documents_ask(repository_db: asyncpg.Pool) -> None:
+    """Each document the chunker cuts may find the task over its ceiling: the first hold is told, the
+    holds of the task's other documents (it waits already) are not."""
+    db = repository_db
+    owner = f"o-{uuid.uuid4().hex[:8]}"
+    endpoint = await _endpoint(db, owner, ["task.awaiting_approval"])
+    task_id = await _task(db, owner)
+    documents = [str(uuid.uuid4()) for _ in range(2)]
+    for position, document_id in enumerate(documents):
+        await db.execute(
+            "INSERT INTO documents (id, task_id, position, filename, status) VALUES ($1, $2, $3, 'a.txt', $4)",
+            document_id, task_id, position, DocumentStatus.CHUNKING,
+        )  # fmt: skip
+    chunker = ChunkRepository(db, ChunkerSettings(_env_file=None))
+    for document_id in documents:
+        async with chunker.locked(document_id) as tx:
+            assert await tx.hold(Hold("over the owner's ceiling of 1 call", calls=4, cost_usd=0.01))
+
+    rows = await _deliveries(db, task_id)
+    assert [(r["endpoint_id"], r["event_type"]) for r in rows] == [(endpoint, "task.awaiting_approval")]
+    assert json.loads(rows[0]["payload"])["data"]["status"] == "AWAITING_APPROVAL"
