@@ -85,3 +85,18 @@ async def enqueue_task(conn: asyncpg.Connection, settings: LLMSettings, task_id:
     # The move is the task's status at its time: a task retried and ended again is another move.
     key = f"task:{task_id}:{status.value}:{result.updated_at.isoformat()}"
     return await enqueue(conn, task_id, event, key, payload)
+
+
+async def enqueue_document_failed(conn: asyncpg.Connection, document_id: str) -> int:
+    """The deliveries a document's failure owes (its task, id, file name and error), read on `conn`, in the
+    transaction that stored the failure."""
+    row = await conn.fetchrow(
+        "SELECT task_id, filename, error, updated_at FROM documents WHERE id = $1 AND status = 'FAILED'", document_id
+    )
+    event = WebhookEvent.DOCUMENT_FAILED
+    if row is None or not await wanted(conn, row["task_id"], event):
+        return 0
+    data = {"task_id": row["task_id"], "document_id": document_id, "filename": row["filename"], "error": row["error"]}
+    # A document retried and failed again is another failure: its time tells the two apart.
+    key = f"document:{document_id}:FAILED:{row['updated_at'].isoformat()}"
+    return await enqueue(conn, row["task_id"], event, key, body(event, row["updated_at"], data))

@@ -13,6 +13,7 @@ from docsum_chunker.repository import ChunkRepository
 from docsum_chunker.settings import ChunkerSettings
 from docsum_merger.repository import MergeRepository
 from docsum_merger.settings import MergerSettings
+from docsum_parser.repository import DocumentRepository
 from docsum_shared.approval import Hold
 from docsum_shared.states import DocumentStatus, TaskStatus
 
@@ -107,3 +108,33 @@ async def test_a_hold_for_approval_is_written_once_however_many_documents_ask(re
     rows = await _deliveries(db, task_id)
     assert [(r["endpoint_id"], r["event_type"]) for r in rows] == [(endpoint, "task.awaiting_approval")]
     assert json.loads(rows[0]["payload"])["data"]["status"] == "AWAITING_APPROVAL"
+
+
+async def test_a_document_failure_is_written_once_by_whichever_stage_fails_it(repository_db: asyncpg.Pool) -> None:
+    db = repository_db
+    owner = f"o-{uuid.uuid4().hex[:8]}"
+    endpoint = await _endpoint(db, owner, ["document.failed"])
+    task_id = await _task(db, owner)
+    stages = [
+        (DocumentStatus.PARSING, DocumentRepository(db).fail),
+        (DocumentStatus.CHUNKING, ChunkRepository(db).fail),
+        (DocumentStatus.SUMMARIZING, MergeRepository(db, MergerSettings(_env_file=None)).fail_document),
+    ]
+    failed = []
+    for position, (status, fail) in enumerate(stages):
+        document_id = str(uuid.uuid4())
+        await db.execute(
+            "INSERT INTO documents (id, task_id, position, filename, status) VALUES ($1, $2, $3, $4, $5)",
+            document_id, task_id, position, f"{position}.pdf", status,
+        )  # fmt: skip
+        await fail(document_id, f"{status} failed: the file is damaged")
+        await fail(document_id, f"{status} failed: the file is damaged")  # handled again: no second delivery
+        failed.append(document_id)
+
+    rows = await _deliveries(db, task_id)
+    assert sorted(r["endpoint_id"] for r in rows) == [endpoint] * 3
+    data = sorted((json.loads(r["payload"])["data"] for r in rows), key=lambda d: d["filename"])
+    assert [(d["document_id"], d["task_id"], d["filename"]) for d in data] == [
+        (failed[i], task_id, f"{i}.pdf") for i in range(3)
+    ]
+    assert data[0]["error"] == "PARSING failed: the file is damaged"

@@ -198,14 +198,19 @@ class ChunkRepository:
             yield ChunkTransaction(conn, document_id, _locked_task(row), self.settings)
 
     async def fail(self, document_id: str, error: str) -> None:
-        """The document fails before any chunk row is stored (a guarded transition from CHUNKING)."""
-        await self.pool.execute(
-            "UPDATE documents SET status = $2, error = $3, updated_at = now() WHERE id = $1 AND status = $4",
-            document_id,
-            DocumentStatus.FAILED,
-            error,
-            DocumentStatus.CHUNKING,
-        )
+        """The document fails before any chunk row is stored (a guarded transition from CHUNKING), with the
+        webhook deliveries that owes, in one transaction."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            moved = await conn.fetchval(
+                "UPDATE documents SET status = $2, error = $3, updated_at = now() WHERE id = $1 AND status = $4"
+                " RETURNING true",
+                document_id,
+                DocumentStatus.FAILED,
+                error,
+                DocumentStatus.CHUNKING,
+            )
+            if moved:
+                await outbox.enqueue_document_failed(conn, document_id)
 
 
 def _locked_task(row: asyncpg.Record | None) -> LockedTask | None:

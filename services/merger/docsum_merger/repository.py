@@ -92,11 +92,15 @@ class MergeRepository:
         )  # fmt: skip
 
     async def fail_document(self, document_id: str, error: str) -> None:
-        await self.pool.execute(
-            "UPDATE documents SET status = $2, error = $3, updated_at = now()"
-            " WHERE id = $1 AND status = ANY($4::text[])",
-            document_id, DocumentStatus.FAILED, error, MERGEABLE,
-        )  # fmt: skip
+        """The document FAILED with `error`, and the webhook deliveries that owes, in one transaction."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            moved = await conn.fetchval(
+                "UPDATE documents SET status = $2, error = $3, updated_at = now()"
+                " WHERE id = $1 AND status = ANY($4::text[]) RETURNING true",
+                document_id, DocumentStatus.FAILED, error, MERGEABLE,
+            )  # fmt: skip
+            if moved:
+                await outbox.enqueue_document_failed(conn, document_id)
 
     async def record_document_merge_failure(self, document_id: str) -> int:
         """One more failed attempt at the document's merge; the total so far."""
