@@ -15,7 +15,10 @@ from docsum_merger.repository import MergeRepository
 from docsum_merger.settings import MergerSettings
 from docsum_parser.repository import DocumentRepository
 from docsum_shared.approval import Hold
+from docsum_shared.redrive import fail_stalled
 from docsum_shared.states import DocumentStatus, TaskStatus
+from tests.repositories.parser import SETTINGS as PARSER_SETTINGS
+from tests.repositories.parser import published
 
 pytestmark = pytest.mark.integration
 
@@ -138,3 +141,38 @@ async def test_a_document_failure_is_written_once_by_whichever_stage_fails_it(re
         (failed[i], task_id, f"{i}.pdf") for i in range(3)
     ]
     assert data[0]["error"] == "PARSING failed: the file is damaged"
+
+
+async def test_a_document_refused_at_intake_is_written_once(repository_db: asyncpg.Pool) -> None:
+    """Another system's document whose bytes cannot be had is stored FAILED: its owner's endpoint is told."""
+    db = repository_db
+    owner = f"o-{uuid.uuid4().hex[:8]}"
+    endpoint = await _endpoint(db, owner, ["document.failed"])
+    task_id, document_id = f"crm:{uuid.uuid4().hex}", f"crm:{uuid.uuid4().hex}"
+    event = published(task_id, document_id, owner=owner, documents=1)
+    parser = DocumentRepository(db)
+    for _ in range(2):  # the message delivered again
+        await parser.take_in(event, None, "host files.example.com is not allowed", PARSER_SETTINGS)
+
+    rows = await _deliveries(db, task_id)
+    assert [r["endpoint_id"] for r in rows] == [endpoint]
+    data = json.loads(rows[0]["payload"])["data"]
+    assert data["document_id"] == document_id and data["error"] == "host files.example.com is not allowed"
+
+
+async def test_a_document_failed_for_making_no_progress_is_written_once(repository_db: asyncpg.Pool) -> None:
+    """Reconcile fails a document re-driven DOCSUM_REDRIVE_LIMIT times without progress: that is told too."""
+    db = repository_db
+    owner = f"o-{uuid.uuid4().hex[:8]}"
+    endpoint = await _endpoint(db, owner, ["document.failed"])
+    task_id, document_id = await _task(db, owner), str(uuid.uuid4())
+    await db.execute(
+        "INSERT INTO documents (id, task_id, position, filename, status) VALUES ($1, $2, 0, 'a.txt', $3)",
+        document_id, task_id, DocumentStatus.SUMMARIZING,
+    )  # fmt: skip
+    failed = [await fail_stalled(db, task_id, limit=1) for _ in range(3)]  # marked, failed, final already
+    assert failed == [[], [document_id], []]
+
+    rows = await _deliveries(db, task_id)
+    assert [r["endpoint_id"] for r in rows] == [endpoint]
+    assert json.loads(rows[0]["payload"])["data"]["error"].startswith("no progress after 1 re-drives")

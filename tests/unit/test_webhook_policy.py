@@ -5,12 +5,17 @@ from __future__ import annotations
 import base64
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
+import pytest
 from standardwebhooks import Webhook
 
+from docsum_cli import main as cli
+from docsum_gateway.routers.tasks import _form
 from docsum_gateway.webhooks.policy import Backoff, answered, new_secret
 from docsum_shared.outbox import WebhookEvent, body, task_event
 from docsum_shared.states import TaskStatus
+from tests.cli_doubles import recording_gateway
 
 T0 = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
 DAY = Backoff(first_s=10.0, max_s=3600.0, retry_for_s=24 * 3600.0)
@@ -56,3 +61,15 @@ def test_the_body_is_standard_webhooks_type_timestamp_and_data() -> None:
     data = {"task_id": "t", "status": "COMPLETED"}
     sent = json.loads(body(WebhookEvent.TASK_FINISHED, T0, data))
     assert sent == {"type": "task.finished", "timestamp": T0.isoformat(), "data": data}
+
+
+def test_the_cli_names_the_tasks_endpoint_as_the_form_does(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    endpoint = "6f1c2d3e-4b5a-4c6d-8e7f-901234567890"
+    assert _form({"webhook": [endpoint]}).webhook == endpoint
+    assert _form({"webhook": [""]}).webhook is None  # an empty field is no endpoint
+    sent = recording_gateway(monkeypatch)
+    doc = tmp_path / "a.txt"
+    doc.write_text("text")
+    assert cli.main(["summarize", "--no-wait", "--webhook", endpoint, str(doc)]) == 0
+    assert cli.main(["summarize", "--no-wait", str(doc)]) == 0
+    assert sent[0]["webhook"] == endpoint and "webhook" not in sent[1]

@@ -178,6 +178,8 @@ class DocumentRepository:
                     " updated_at = now() WHERE id = $1 AND blob_sha256 IS NULL AND status = ANY($6::text[])",
                     event.document_id, sha256, size, status, error, list(NEEDS_PARSE),
                 )  # fmt: skip
+            if status is DocumentStatus.FAILED:
+                await outbox.enqueue_document_failed(conn, event.document_id)
             await conn.execute("UPDATE tasks SET last_active_at = now() WHERE id = $1", event.task_id)
 
 
