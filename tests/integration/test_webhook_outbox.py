@@ -11,6 +11,7 @@ import pytest
 
 from docsum_chunker.repository import ChunkRepository
 from docsum_chunker.settings import ChunkerSettings
+from docsum_gateway.webhooks import repository as webhooks
 from docsum_merger.repository import MergeRepository
 from docsum_merger.settings import MergerSettings
 from docsum_parser.repository import DocumentRepository
@@ -176,3 +177,33 @@ async def test_a_document_failed_for_making_no_progress_is_written_once(reposito
     rows = await _deliveries(db, task_id)
     assert [r["endpoint_id"] for r in rows] == [endpoint]
     assert json.loads(rows[0]["payload"])["data"]["error"].startswith("no progress after 1 re-drives")
+
+
+async def test_the_delivery_log_keeps_the_last_days_and_what_is_still_tried(repository_db: asyncpg.Pool) -> None:
+    db = repository_db
+    endpoint = await _endpoint(db, f"o-{uuid.uuid4().hex[:8]}", ["task.finished"])
+    week = 7 * 24 * 3600.0
+    cases = {  # delivery -> (created, delivered, due next): ages in days
+        "old-delivered": (8, 8, None),
+        "old-given-up": (9, None, None),
+        "old-still-tried": (9, None, 0),
+        "new-delivered": (1, 1, None),
+    }
+    for name, (created, delivered, due) in cases.items():
+        await db.execute(
+            "INSERT INTO webhook_deliveries (id, endpoint_id, event_type, event_key, payload, created_at,"
+            " delivered_at, next_attempt_at) VALUES ($1, $2, 'task.finished', $1, '{}', now() - make_interval(days => $3),"
+            " now() - make_interval(days => $4), now() - make_interval(days => $5))",
+            f"{endpoint}:{name}", endpoint, created, delivered, due,
+        )  # fmt: skip
+        await db.execute("INSERT INTO webhook_attempts (delivery_id, attempt) VALUES ($1, 1)", f"{endpoint}:{name}")
+
+    while await webhooks.prune_deliveries(db, week, at_most=1):  # a page at a time, as the loop does
+        pass
+
+    kept = await db.fetch("SELECT id FROM webhook_deliveries WHERE endpoint_id = $1 ORDER BY id", endpoint)
+    assert [r["id"].split(":")[-1] for r in kept] == ["new-delivered", "old-still-tried"]
+    attempts = await db.fetchval(
+        "SELECT count(*) FROM webhook_attempts WHERE delivery_id LIKE $1 || ':%'", endpoint
+    )  # those of the pruned deliveries went with them
+    assert attempts == 2

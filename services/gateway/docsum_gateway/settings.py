@@ -89,6 +89,8 @@ class GatewaySettings(IntakeSettings, LLMSettings):
     webhook_timeout_s: float = Field(10.0, gt=0, le=300)
     # The most of an endpoint's answer read (its status is what counts; the rest is not read).
     webhook_response_max_bytes: int = Field(64 * KiB, ge=0)
+    # A delivery done (delivered, or given up) is kept in the delivery log this long, then pruned.
+    webhook_retain_s: float = Field(7 * 24 * 3600.0, gt=0)
 
     # --- Stored API keys and the task rate limit (README: "API keys and rate limits") ---
     # The operator's credential for /v1/keys (create, list, revoke stored keys). Unset: no /v1/keys routes.

@@ -22,6 +22,7 @@ from .progress.recorder.repository import ProgressLog
 from .routers.tasks import GATEWAY
 from .settings import GatewaySettings
 from .webhooks.delivery import deliver_until
+from .webhooks.pruning import prune_until as prune_deliveries_until
 
 
 def deps(settings: GatewaySettings, pool: asyncpg.Pool) -> Deps:
@@ -34,6 +35,7 @@ def loops(settings: GatewaySettings, pool: asyncpg.Pool, deps: Deps) -> Backgrou
         await asyncio.gather(
             prune_until(stop, pool, settings.progress_retain_s, settings.idempotency_key_ttl_s),
             deliver_until(stop, pool, settings),
+            prune_deliveries_until(stop, pool, settings),
         )
 
     return run

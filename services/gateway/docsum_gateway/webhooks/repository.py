@@ -212,3 +212,16 @@ async def now(pool: asyncpg.Pool) -> datetime:
     """The database's clock: the one next_attempt_at is compared with."""
     value: datetime = await pool.fetchval("SELECT now()")
     return value
+
+
+async def prune_deliveries(pool: asyncpg.Pool, retain_s: float, at_most: int = 1000) -> int:
+    """Delete up to `at_most` deliveries done (delivered or given up) over `retain_s` ago, with their
+    attempts; how many. One still due is never deleted, however old."""
+    deleted = await pool.fetchval(
+        "WITH gone AS (DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries"
+        "  WHERE next_attempt_at IS NULL AND coalesce(delivered_at, created_at) < now() - make_interval(secs => $1)"
+        "  LIMIT $2) RETURNING 1)"
+        " SELECT count(*) FROM gone",
+        retain_s, at_most,
+    )  # fmt: skip
+    return int(deleted or 0)
