@@ -7,81 +7,23 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import asyncpg
 import pytest
 from standardwebhooks import Webhook
 
-from tests.fake_llm import free_port
 from tests.integration.conftest import SERVICES, StackFactory
 from tests.integration.helpers import eventually, new_marker, submit, txt, wait_for_task
+from tests.webhook_receiver import Receiver, serving
 
 pytestmark = pytest.mark.integration
 
 
-@dataclass
-class Received:
-    headers: dict[str, str]
-    body: bytes
-    answered: int
-
-
-@dataclass
-class Receiver:
-    """An HTTP server that answers 500 to its first `fail_first` requests and 204 after; the request it is
-    told to `hold` waits (unanswered) until `release` is set."""
-
-    fail_first: int = 3
-    hold: int | None = None  # which request (1 = the first) waits for `release`
-    release: threading.Event = field(default_factory=threading.Event)
-    held: threading.Event = field(default_factory=threading.Event)
-    received: list[Received] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    port: int = field(default_factory=free_port)
-
-    def answer(self, headers: dict[str, str], body: bytes) -> int:
-        with self.lock:
-            number = len(self.received) + 1
-            status = 500 if number <= self.fail_first else 204
-            self.received.append(Received(headers, body, status))
-        if number == self.hold:
-            self.held.set()
-            self.release.wait(60)
-        return status
-
-    def delivered(self) -> dict[str, Received]:
-        """The requests answered 2xx, by webhook-id."""
-        with self.lock:
-            return {r.headers["webhook-id"]: r for r in self.received if r.answered < 300}
-
-
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
-    state = Receiver()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
-            body = self.rfile.read(int(self.headers.get("content-length", "0")))
-            status = state.answer({k.lower(): v for k, v in self.headers.items()}, body)
-            self.send_response(status)
-            self.send_header("content-length", "0")
-            self.end_headers()
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", state.port), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield state
-    state.release.set()
-    server.shutdown()
-    server.server_close()
+    with serving() as state:
+        yield state
 
 
 def _webhook_env(receiver: Receiver) -> dict[str, str]:
