@@ -14,6 +14,7 @@ from typing import Any
 
 import asyncpg
 
+from .db import WEBHOOKS_DUE
 from .events import TaskFinished
 from .readmodel import views
 from .settings import LLMSettings
@@ -68,6 +69,8 @@ async def enqueue(conn: asyncpg.Connection, task_id: str, event: WebhookEvent, e
         " ON CONFLICT (endpoint_id, event_key) DO NOTHING RETURNING id",
         task_id, event.value, event_key, payload,
     )  # fmt: skip
+    if rows:  # the senders wake at the commit, instead of at their next look
+        await conn.execute("SELECT pg_notify($1, '')", WEBHOOKS_DUE)
     return len(rows)
 
 

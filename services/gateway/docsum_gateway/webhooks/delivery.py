@@ -18,7 +18,8 @@ import asyncpg
 import httpx2
 from standardwebhooks import Webhook
 
-from docsum_shared import outbound
+from docsum_shared import db, outbound
+from docsum_shared.db import WEBHOOKS_DUE
 from docsum_shared.errors import ItemFailed
 from docsum_shared.retry import keep_running
 from docsum_shared.uris import shown
@@ -116,6 +117,18 @@ async def deliver_once(pool: asyncpg.Pool, settings: GatewaySettings) -> int:
 
 
 async def deliver_until(stop: asyncio.Event, pool: asyncpg.Pool, settings: GatewaySettings) -> None:
-    await keep_running(
-        "webhook deliveries", lambda: deliver_once(pool, settings), every_s=settings.webhook_poll_s, stop=stop
-    )
+    """Send as soon as deliveries are written (their transaction's notification), and every
+    webhook_poll_s all the same (retries fall due; a notification sent while the database restarts is lost)."""
+    written = asyncio.Event()
+    async with asyncio.TaskGroup() as together:
+        listening = together.create_task(
+            db.listen(settings.database_url, WEBHOOKS_DUE, lambda _: written.set(), "webhook deliveries")
+        )
+        await keep_running(
+            "webhook deliveries",
+            lambda: deliver_once(pool, settings),
+            every_s=settings.webhook_poll_s,
+            stop=stop,
+            wake=written,
+        )
+        listening.cancel()

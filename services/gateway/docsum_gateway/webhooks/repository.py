@@ -12,6 +12,8 @@ from datetime import datetime
 
 import asyncpg
 
+from docsum_shared.db import WEBHOOKS_DUE
+
 from .policy import Outcome
 
 _ENDPOINT = "id, url, events, all_tasks, created_at"
@@ -163,12 +165,15 @@ async def deliveries(pool: asyncpg.Pool, scope: Scope, endpoint_id: str, limit: 
 async def resend(pool: asyncpg.Pool, scope: Scope, endpoint_id: str, delivery_id: str) -> Delivery | None:
     """The delivery due again now (with its webhook-id and body), whether it was delivered, failing or
     given up; None: the owner's endpoint has no such delivery."""
-    row = await pool.fetchrow(
-        "UPDATE webhook_deliveries d SET next_attempt_at = now() FROM webhook_endpoints e"
-        " WHERE d.id = $1 AND d.endpoint_id = $2 AND e.id = d.endpoint_id"
-        f" AND {_owned(3, 'e.')} RETURNING {_DELIVERY}",
-        delivery_id, endpoint_id, scope.deployment, scope.owner,
-    )  # fmt: skip
+    async with pool.acquire() as conn, conn.transaction():
+        row = await conn.fetchrow(
+            "UPDATE webhook_deliveries d SET next_attempt_at = now() FROM webhook_endpoints e"
+            " WHERE d.id = $1 AND d.endpoint_id = $2 AND e.id = d.endpoint_id"
+            f" AND {_owned(3, 'e.')} RETURNING {_DELIVERY}",
+            delivery_id, endpoint_id, scope.deployment, scope.owner,
+        )  # fmt: skip
+        if row is not None:  # the senders wake at the commit
+            await conn.execute("SELECT pg_notify($1, '')", WEBHOOKS_DUE)
     return _delivery(row) if row is not None else None
 
 
