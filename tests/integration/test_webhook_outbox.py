@@ -192,8 +192,8 @@ async def test_the_delivery_log_keeps_the_last_days_and_what_is_still_tried(repo
     for name, (created, delivered, due) in cases.items():
         await db.execute(
             "INSERT INTO webhook_deliveries (id, endpoint_id, event_type, event_key, payload, created_at,"
-            " delivered_at, next_attempt_at) VALUES ($1, $2, 'task.finished', $1, '{}', now() - make_interval(days => $3),"
-            " now() - make_interval(days => $4), now() - make_interval(days => $5))",
+            " delivered_at, next_attempt_at) VALUES ($1, $2, 'task.finished', $1, '{}',"
+            " now() - make_interval(days => $3), now() - make_interval(days => $4), now() - make_interval(days => $5))",
             f"{endpoint}:{name}", endpoint, created, delivered, due,
         )  # fmt: skip
         await db.execute("INSERT INTO webhook_attempts (delivery_id, attempt) VALUES ($1, 1)", f"{endpoint}:{name}")
@@ -207,3 +207,22 @@ async def test_the_delivery_log_keeps_the_last_days_and_what_is_still_tried(repo
         "SELECT count(*) FROM webhook_attempts WHERE delivery_id LIKE $1 || ':%'", endpoint
     )  # those of the pruned deliveries went with them
     assert attempts == 2
+
+
+async def test_a_deleted_endpoint_is_sent_nothing_more(repository_db: asyncpg.Pool) -> None:
+    """Deleting an endpoint stops its deliveries, and one its last attempt in flight made due again is not
+    claimed either."""
+    db = repository_db
+    owner = f"o-{uuid.uuid4().hex[:8]}"
+    endpoint = await _endpoint(db, owner, ["task.finished"])
+    task_id = await _task(db, owner)
+    await MergeRepository(db, MergerSettings(_env_file=None)).finish_task(task_id, TaskStatus.COMPLETED, None, None)
+    (delivery,) = await _deliveries(db, task_id)
+    scope = webhooks.Scope("", owner)
+    assert await webhooks.disable_endpoint(db, webhooks.Scope("", "someone-else"), endpoint) is None
+    assert await webhooks.disable_endpoint(db, scope, endpoint) is not None
+    assert await db.fetchval("SELECT next_attempt_at FROM webhook_deliveries WHERE id = $1", delivery["id"]) is None
+    await db.execute("UPDATE webhook_deliveries SET next_attempt_at = now() WHERE id = $1", delivery["id"])
+
+    claimed = await webhooks.claim_due(db, "", 1000, 30.0)
+    assert delivery["id"] not in {d.id for d in claimed}

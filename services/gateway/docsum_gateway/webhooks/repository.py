@@ -180,10 +180,11 @@ async def resend(pool: asyncpg.Pool, scope: Scope, endpoint_id: str, delivery_id
 async def claim_due(pool: asyncpg.Pool, deployment: str, limit: int, lease_s: float) -> list[Due]:
     """Up to `limit` of the deployment's due deliveries, each claimed for one attempt: its next attempt
     moved `lease_s` on, so a sender killed before it records the attempt leaves it due again then, for any
-    replica. SKIP LOCKED: replicas claiming at once take different rows."""
+    replica. SKIP LOCKED: replicas claiming at once take different rows. A deleted endpoint's are not
+    claimed, even one an attempt in flight when it was deleted made due again."""
     rows = await pool.fetch(
         "WITH due AS (SELECT d.id FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id"
-        "  WHERE d.next_attempt_at <= now() AND e.deployment = $3"
+        "  WHERE d.next_attempt_at <= now() AND e.deployment = $3 AND e.disabled_at IS NULL"
         "  ORDER BY d.next_attempt_at LIMIT $1 FOR UPDATE OF d SKIP LOCKED)"
         " UPDATE webhook_deliveries d SET attempts = d.attempts + 1,"
         "  next_attempt_at = now() + make_interval(secs => $2)"
