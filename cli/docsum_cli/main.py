@@ -195,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
         help="when the task must be finished: a duration from now (45m, 6h, 2d, 1h30m) or an ISO 8601 instant "
         "with its zone (2026-12-03T08:00:00Z), at most 7 days away",
     )
+    summarize.add_argument(
+        "--webhook",
+        help="the id of one of your webhook endpoints (POST /v1/webhooks) to tell of this task's end as well",
+    )
     waiting = sub.add_parser("wait", help="wait for a task and print its summaries")
     waiting.add_argument("task_id")
     waiting.add_argument("--json", action="store_true", help="print one JSON object")
@@ -239,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
                 options["priority"] = args.priority
             if args.deadline:  # sent as given: the gateway reads it, and says what it refuses
                 options["deadline"] = args.deadline
+            if args.webhook:  # the gateway says if it is not one of the owner's endpoints
+                options["webhook"] = args.webhook
             created = gateway.submit(args.files, args.title, options)
             if args.no_wait:
                 print(json.dumps({"task_id": created["task_id"]}))

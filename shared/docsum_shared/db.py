@@ -19,6 +19,9 @@ log = logging.getLogger(__name__)
 # Notified in the chunker's transaction that stores a document's chunks: the summarizers' admission
 # wakes at its commit.
 CHUNKS_STORED = "docsum_chunks_stored"
+# Notified in the transaction that writes webhook deliveries to the outbox (and by a resend): the gateways'
+# sending loop wakes at its commit.
+WEBHOOKS_DUE = "docsum_webhooks_due"
 
 # Any number would do; it only has to be the same for every process that migrates this database.
 _MIGRATION_LOCK_ID = 0x646F6373756D  # "docsum"

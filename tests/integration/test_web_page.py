@@ -11,6 +11,7 @@ Screenshots (just submitted, mid-way, finished) go to the test's tmp dir and to 
 from __future__ import annotations
 
 import html
+import json
 import re
 import shutil
 import subprocess
@@ -22,7 +23,9 @@ import httpx
 import pytest
 
 from tests.integration.conftest import ROOT, Stack, StackFactory
+from tests.integration.helpers import eventually, submit, txt, wait_for_task
 from tests.lossy_proxy import LossyProxy
+from tests.webhook_receiver import serving
 
 pytestmark = pytest.mark.integration
 
@@ -404,3 +407,50 @@ async def test_the_page_submits_again_with_its_key_after_a_lost_answer(
     async with stack.client() as client:
         listed = (await client.get("/v1/tasks", params={"limit": 500})).json()
     assert [t["task_id"] for t in listed if t["title"] == title] == [opened]
+
+
+async def test_the_page_shows_the_owners_webhooks_and_sends_a_delivery_again(
+    make_stack: StackFactory, chromium: str
+) -> None:
+    """The page's Webhooks view: the owner's endpoint, its delivery (delivered, one attempt, its task), and
+    "Send again", which sends it once more under the same webhook-id."""
+    from playwright.async_api import async_playwright, expect
+
+    with serving() as receiver:
+        receiver.fail_first = 0
+        stack = make_stack.in_process(
+            None,
+            twice=False,
+            DOCSUM_INTAKE_OWNERS=json.dumps({"alice": {"http_hosts": ["127.0.0.1"], "http_ports": [receiver.port]}}),
+            DOCSUM_WEBHOOK_POLL_S="0.2",
+        )
+        url = f"http://127.0.0.1:{receiver.port}/hook"
+        async with stack.client("alice") as alice:
+            hook = (await alice.post("/v1/webhooks", json={"url": url, "events": ["task.finished"]})).json()
+            task_id = await submit(alice, [txt("note.txt", "The tide came in at dawn, and the boats went out.")])
+            await wait_for_task(alice, task_id, stack)
+            await eventually(lambda: len(receiver.delivered()) == 1, message="the delivery", stack=stack)
+        async with async_playwright() as p:
+            browser = await p.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+            page = await browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            await page.goto(stack.gateway_url + "/")
+            await page.fill("#api-key", stack.keys["alice"])
+            await page.click("#signin-button")
+            await page.click("#webhooks-link")
+            await page.wait_for_url("**/webhooks")
+            card = page.locator(f'[data-webhook="{hook["id"]}"]')
+            await expect(card.locator("h2")).to_have_text(url)
+            row = card.locator(".delivery").first
+            await expect(row).to_contain_text("delivered")
+            await expect(row).to_contain_text("1 attempt ")
+            await expect(row.locator("a")).to_have_attribute("href", f"/tasks/{task_id}")
+            await row.get_by_role("button", name="Send again").click()
+            await eventually(lambda: len(receiver.received) == 2, message="the delivery sent again", stack=stack)
+            await page.reload()
+            await expect(card.locator(".delivery").first).to_contain_text("2 attempts", timeout=10_000)
+            await browser.close()
+        assert errors == []
+    first, again = receiver.received
+    assert first.headers["webhook-id"] == again.headers["webhook-id"] and first.body == again.body

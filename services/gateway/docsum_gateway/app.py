@@ -27,7 +27,7 @@ from docsum_shared.stage import Attach
 from . import settings as gateway_settings
 from .progress.recorder.consumer import record_until
 from .progress.streams import ProgressFeed
-from .routers import keys, maintenance, progress, tasks, web
+from .routers import keys, maintenance, progress, tasks, web, webhooks
 from .security import Tickets, ticket_secret
 from .settings import GatewaySettings
 from .stage import STAGE
@@ -133,6 +133,7 @@ def create_app(
     app.include_router(tasks.router)
     app.include_router(maintenance.router)
     app.include_router(progress.router)
+    app.include_router(webhooks.router)
     if admin_key is not None:  # no operator credential, no key management
         app.include_router(keys.router)
     web.install(app)

@@ -71,14 +71,21 @@ class TaskRepository:
         self.pool = pool
 
     async def create_task(
-        self, owner: str, title: str | None, documents: list[NewDocument], options: TaskOptions, *, deployment: str = ""
+        self,
+        owner: str,
+        title: str | None,
+        documents: list[NewDocument],
+        options: TaskOptions,
+        *,
+        deployment: str = "",
+        webhook_id: str | None = None,
     ) -> str:
         """A new task of `owner` (PROCESSING) in `deployment` (whose summarizers take its work) with its
         documents (PENDING, in the given order) and their bytes, in one transaction: a document id already
         stored refuses the whole task (asyncpg.UniqueViolationError), and nothing of it is stored."""
         task_id = new_id()
         async with self.pool.acquire() as conn, conn.transaction():
-            await _insert_task(conn, task_id, owner, title, documents, options, deployment)
+            await _insert_task(conn, task_id, owner, title, documents, options, deployment, webhook_id)
         return task_id
 
     async def create_task_once(
@@ -91,6 +98,7 @@ class TaskRepository:
         answer: Callable[[str], str],
         *,
         deployment: str = "",
+        webhook_id: str | None = None,
     ) -> Created | Stored | InFlight:
         """`create_task` under an idempotency key of `owner`: the key's stored row if it has a live one
         (the caller compares fingerprints), InFlight while another transaction holds the key, else the new
@@ -113,7 +121,7 @@ class TaskRepository:
             )
             if row is not None:
                 return Stored(row["fingerprint"], row["status_code"], row["response"])
-            await _insert_task(conn, task_id, owner, title, documents, options, deployment)
+            await _insert_task(conn, task_id, owner, title, documents, options, deployment, webhook_id)
             body = answer(task_id)
             # An expired row not pruned yet is the only one the key can have here (the lock is held, a live
             # row was just looked for): it is replaced.
@@ -173,18 +181,16 @@ async def _insert_task(
     documents: list[NewDocument],
     options: TaskOptions,
     deployment: str,
+    webhook_id: str | None = None,
 ) -> None:
-    """The task (in `deployment`), its documents and their bytes, in the caller's transaction."""
+    """The task (in `deployment`, told to the webhook endpoint `webhook_id` names as well), its documents and
+    their bytes, in the caller's transaction."""
     await store_blobs(conn, [d.file for d in documents])
     await conn.execute(
-        "INSERT INTO tasks (id, owner, title, status, options, deployment) VALUES ($1, $2, $3, $4, $5, $6)",
-        task_id,
-        owner,
-        title,
-        TaskStatus.PROCESSING,
-        options.model_dump_json(),
-        deployment,
-    )
+        "INSERT INTO tasks (id, owner, title, status, options, deployment, webhook_id)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        task_id, owner, title, TaskStatus.PROCESSING, options.model_dump_json(), deployment, webhook_id,
+    )  # fmt: skip
     await conn.executemany(
         "INSERT INTO documents (id, task_id, position, filename, content_type, blob_sha256, size_bytes, status)"
         " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from docsum_shared import taskrate
+from docsum_shared import outbox, taskrate
 from docsum_shared.blobs import store_blob
 from docsum_shared.events import DocumentSubmitted
 from docsum_shared.levels import SizeLevel
@@ -106,14 +106,18 @@ class DocumentRepository:
             raise TextRefused(type(exc).__name__) from exc
 
     async def fail(self, document_id: str, error: str) -> None:
-        await self.pool.execute(
-            "UPDATE documents SET status = $2, error = $3, reading = NULL, updated_at = now()"
-            " WHERE id = $1 AND status = ANY($4::text[])",
-            document_id,
-            DocumentStatus.FAILED,
-            error,
-            list(NEEDS_PARSE),
-        )
+        """The document FAILED with `error`, and the webhook deliveries that owes, in one transaction."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            moved = await conn.fetchval(
+                "UPDATE documents SET status = $2, error = $3, reading = NULL, updated_at = now()"
+                " WHERE id = $1 AND status = ANY($4::text[]) RETURNING true",
+                document_id,
+                DocumentStatus.FAILED,
+                error,
+                list(NEEDS_PARSE),
+            )
+            if moved:
+                await outbox.enqueue_document_failed(conn, document_id)
 
     # --- intake: documents other systems publish (inline or by URI) ---------------------------------
 
@@ -174,6 +178,8 @@ class DocumentRepository:
                     " updated_at = now() WHERE id = $1 AND blob_sha256 IS NULL AND status = ANY($6::text[])",
                     event.document_id, sha256, size, status, error, list(NEEDS_PARSE),
                 )  # fmt: skip
+            if status is DocumentStatus.FAILED:
+                await outbox.enqueue_document_failed(conn, event.document_id)
             await conn.execute("UPDATE tasks SET last_active_at = now() WHERE id = $1", event.task_id)
 
 

@@ -6,13 +6,12 @@ the configured roots, or downloaded from a configured host. Each way either retu
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import os
-import socket
 import stat
 
 import httpx2
 
+from docsum_shared import outbound
 from docsum_shared.errors import ItemFailed
 from docsum_shared.events import DocumentSubmitted
 from docsum_shared.intake_access import OwnerAccess
@@ -92,21 +91,8 @@ def read_file(path: str, settings: ParserSettings, access: OwnerAccess | None = 
 async def resolve(
     source: intake.HttpSource, settings: ParserSettings, access: OwnerAccess | None = None
 ) -> intake.Address:
-    """The address to connect to: every address the host resolves to must be allowed (a name with one
-    private address among public ones is refused), and the connection goes to the one checked."""
-    try:
-        infos = await asyncio.get_running_loop().getaddrinfo(source.host, source.port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError) as exc:  # UnicodeError: a name IDNA cannot encode
-        raise ItemFailed(f"host {source.host} cannot be resolved ({exc})") from None
-    addresses = list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos))
-    if not addresses:
-        raise ItemFailed(f"host {source.host} has no address")
-    access = access or intake.global_access(settings)
-    for address in addresses:
-        problem = intake.address_error(source.host, address, access.http_hosts, access.setting("http_hosts"))
-        if problem is not None:
-            raise ItemFailed(problem)
-    return addresses[0]
+    """The address to connect to (outbound.resolve), by the owner's access or else the global lists."""
+    return await outbound.resolve(source, access or intake.global_access(settings))
 
 
 async def download(source: intake.HttpSource, settings: ParserSettings, access: OwnerAccess | None = None) -> bytes:
@@ -152,12 +138,7 @@ async def _get(
     access: OwnerAccess | None,
 ) -> tuple[bytes | None, str]:
     """One request, to the address checked just before: (the body, "") or (None, the redirect's Location)."""
-    address = await resolve(source, settings, access)
-    pinned = httpx2.URL(url).copy_with(host=str(address))
-    host = f"[{source.host}]" if ":" in source.host else source.host
-    default_port = 443 if source.scheme == "https" else 80
-    headers = {"Host": host if source.port == default_port else f"{host}:{source.port}"}
-    request = client.build_request("GET", pinned, headers=headers, extensions={"sni_hostname": source.host})
+    request = await outbound.pinned_request(client, "GET", source, url, access or intake.global_access(settings))
     response = await client.send(request, stream=True)
     try:
         if response.is_redirect:

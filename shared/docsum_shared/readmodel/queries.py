@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+
 import asyncpg
 
 from ..states import ChunkStatus, DocumentStatus
@@ -38,11 +41,23 @@ async def sentences(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
     The filename and unit are read once per document of the task. The unit a range ends in is stored
     with it (citations.to_json's fifth item); only a source stored before that is looked up in its
     document's positions, one lookup each."""
-    async with pool.acquire() as conn, conn.transaction():
+    async with _transaction(pool) as conn:
         # PostgreSQL guesses 100 rows for each jsonb_array_elements, which puts the lookups' estimate over
         # jit_above_cost: compiling the query (~50 ms) would cost more than running it (~2 ms).
         await conn.execute("SET LOCAL jit = off")
         return await conn.fetch(_SENTENCES, task_id)
+
+
+@contextlib.asynccontextmanager
+async def _transaction(db: asyncpg.Pool | asyncpg.Connection) -> AsyncIterator[asyncpg.Connection]:
+    """A transaction on `db`: on a connection of the pool, or within the transaction a connection is in
+    (a task's result is read in the transaction that ends the task, for the webhooks' outbox)."""
+    if isinstance(db, asyncpg.Pool):
+        async with db.acquire() as conn, conn.transaction():
+            yield conn
+    else:
+        async with db.transaction():
+            yield db
 
 
 _SENTENCES = (

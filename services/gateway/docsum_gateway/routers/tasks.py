@@ -33,6 +33,7 @@ from ..responses import ErrorBody, errors
 from ..schemas import CreatedDocument, LifecycleResult, QuotedText, TaskCreated
 from ..settings import GatewaySettings
 from ..uploads import FILE_FIELD, UploadLimits, read_upload
+from ..webhooks import repository as webhooks
 from .maintenance import REDRIVE_REFUSED, claim_gate, publish_after_answer, release_gate
 
 log = logging.getLogger(__name__)
@@ -85,9 +86,10 @@ class TaskForm(BaseModel):
     mode: Mode | None = None  # how the LLM calls are sent; default: DOCSUM_LLM_MODE
     priority: TaskPriority | None = None  # which of the owner's work goes first; default: normal
     deadline: Annotated[datetime | None, BeforeValidator(_form_deadline)] = None  # when the task must be finished
+    webhook: str | None = None  # the id of one of the owner's webhook endpoints, told of this task's end
 
 
-_OPTIONAL_TEXT = {"title", "language"}
+_OPTIONAL_TEXT = {"title", "language", "webhook"}
 _NO_NUL = "^[^\\x00]*$"  # documents what `StoredText` enforces (PostgreSQL text holds no NUL)
 # The deadlines the schema admits: durations that are all within the 7 days, so that every value it admits
 # is accepted whenever it is sent. The gateway takes more (deadline_from): any such duration, and instants.
@@ -128,6 +130,9 @@ UPLOAD_BODY: dict[str, Any] = {
                                  "description": "which of your work goes first: urgent (also before other owners' "
                                                 "normal work, from your own share), normal, or background (when "
                                                 "nothing else waits); default: normal"},
+                    "webhook": {"type": "string", "format": "uuid",
+                                "description": "the id of one of your webhook endpoints (POST /v1/webhooks) to "
+                                               "tell of this task's end, besides those told of every task"},
                     "deadline": {"type": "string", "pattern": _DEADLINE_DURATION,
                                  "description": "when the task must be finished: a duration from now (45m, 6h, 2d, "
                                                 "1h30m, 90s) or an ISO 8601 instant with its zone "
@@ -254,10 +259,13 @@ async def create_task(
             priority=form.priority,
             deadline=form.deadline,
         )
+        webhook_id = await _webhook_of(form.webhook, owner, settings, pool)
         tasks = repository.TaskRepository(pool)
         stored_answer: str | None = None  # with a key: the answer as stored, what a replay sends again
         if key is None:
-            task_id = await tasks.create_task(owner, form.title, documents, options, deployment=settings.deployment)
+            task_id = await tasks.create_task(
+                owner, form.title, documents, options, deployment=settings.deployment, webhook_id=webhook_id
+            )
         else:
             sent = idempotency.fingerprint(
                 [idempotency.SentFile(f.filename, f.content_type, f.sha256, f.size) for f in upload.files],
@@ -272,6 +280,7 @@ async def create_task(
                 options,
                 lambda t: _created(t, documents).model_dump_json(),
                 deployment=settings.deployment,
+                webhook_id=webhook_id,
             )
             if not isinstance(outcome, repository.Created):
                 return _keyed_answer(outcome, sent)
@@ -305,6 +314,16 @@ async def create_task(
     if stored_answer is not None:
         return Response(stored_answer, status.HTTP_201_CREATED, media_type="application/json")
     return _created(task_id, documents)
+
+
+async def _webhook_of(given: str | None, owner: str, settings: GatewaySettings, pool: asyncpg.Pool) -> str | None:
+    """The webhook endpoint the task names, if it is one of the owner's (in this deployment); else 422."""
+    if given is None:
+        return None
+    scope = webhooks.Scope(settings.deployment, owner)
+    if not is_task_id(given) or not await webhooks.owned_endpoint(pool, scope, given):
+        raise invalid(("body", "webhook"), f"no webhook {given[:100]} of yours: register one with POST /v1/webhooks")
+    return given
 
 
 def _created(task_id: str, documents: list[repository.NewDocument]) -> TaskCreated:

@@ -110,6 +110,7 @@ function route() {
   if (!key()) return showSignIn(main);
   const match = location.pathname.match(/^\/tasks\/([0-9a-f-]{8,64})$/i);
   if (match) return showTask(main, match[1]);
+  if (location.pathname === "/webhooks") return showWebhooks(main);
   return showHome(main);
 }
 
@@ -271,6 +272,58 @@ function showHome(main) {
         el("span", { class: "badge " + t.status, text: label(t.status) }))))
       : [el("li", { class: "muted", text: "No tasks yet. Your first summary starts on the left." })]));
   }).catch(() => {});
+}
+
+// --- webhooks -----------------------------------------------------------------------------------
+
+// What a delivery came to: delivered, being tried again, or given up (after a day of tries, or deleted).
+function deliveryState(d) {
+  if (d.delivered_at) return ["COMPLETED", "delivered"];
+  if (d.next_attempt_at) return ["PROCESSING", "trying again " + new Date(d.next_attempt_at).toLocaleTimeString()];
+  return ["FAILED", "given up"];
+}
+
+function deliveryRow(hook, d, reload) {
+  const [badge, state] = deliveryState(d);
+  const last = d.last_error || (d.last_status ? "answered " + d.last_status : "not tried yet");
+  const resend = el("button", { class: "link", type: "button", text: "Send again", onclick: async () => {
+    resend.disabled = true;
+    try { await api("POST", `/v1/webhooks/${hook.id}/deliveries/${encodeURIComponent(d.id)}/resend`); } catch (_) { /* shown on reload */ }
+    reload();
+  } });
+  return el("li", { class: "delivery", "data-delivery": d.id },
+    el("span", { class: "name" },
+      el("span", { text: d.event_type + " " }),
+      d.task_id ? el("a", { href: "/tasks/" + d.task_id, "data-link": true, text: d.task_id.slice(0, 8) }) : null,
+      el("br"),
+      el("span", { class: "muted small", text: `${new Date(d.created_at).toLocaleString()} · ${d.attempts} attempt${d.attempts === 1 ? "" : "s"} · ${last}` })),
+    el("span", { class: "row" }, el("span", { class: "badge " + badge, text: state }), resend));
+}
+
+function webhookCard(hook) {
+  const deliveries = el("ul", { class: "tasks" }, el("li", { class: "muted", text: "Loading…" }));
+  function reload() {
+    api("GET", `/v1/webhooks/${hook.id}/deliveries?limit=20`).then((items) => {
+      deliveries.replaceChildren(...(items.length ? items.map((d) => deliveryRow(hook, d, reload))
+        : [el("li", { class: "muted", text: "Nothing sent yet." })]));
+    }).catch((e) => deliveries.replaceChildren(el("li", { class: "notice", text: e.message })));
+  }
+  reload();
+  return el("section", { class: "card webhook", "data-webhook": hook.id },
+    el("h2", { text: hook.url }),
+    el("p", { class: "muted small", text: hook.events.join(", ") + (hook.all_tasks ? " · every task" : " · the tasks that name it") }),
+    deliveries);
+}
+
+function showWebhooks(main) {
+  const list = el("div", { id: "webhook-list" }, el("p", { class: "muted", text: "Loading…" }));
+  main.append(el("h1", { text: "Webhooks" }),
+    el("p", { class: "muted small", text: "Your endpoints (register one with POST /v1/webhooks) and their latest deliveries." }),
+    list);
+  api("GET", "/v1/webhooks").then((hooks) => {
+    list.replaceChildren(...(hooks.length ? hooks.map(webhookCard)
+      : [el("p", { class: "muted", text: "No webhooks yet: register one with POST /v1/webhooks (see the README, Integrating)." })]));
+  }).catch((e) => list.replaceChildren(el("p", { class: "notice", text: e.message })));
 }
 
 function size(bytes) {

@@ -1,0 +1,171 @@
+"""Webhooks against the real gateway, pipeline, Kafka and PostgreSQL, delivered to a real HTTP server: each
+delivery is signed (verified with the `standardwebhooks` package), tried again after failures and after the
+sending gateway is killed (-9), with the same webhook-id, and none is lost; endpoints and their deliveries
+are their owner's; a URL the intake's rules refuse is refused."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+
+import asyncpg
+import pytest
+from standardwebhooks import Webhook
+
+from tests.integration.conftest import SERVICES, StackFactory
+from tests.integration.helpers import eventually, new_marker, submit, txt, wait_for_task
+from tests.webhook_receiver import Receiver, serving
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with serving() as state:
+        yield state
+
+
+def _webhook_env(receiver: Receiver) -> dict[str, str]:
+    """alice may send to the receiver (127.0.0.1 listed for her); bob has the global lists: any host by a
+    wildcard, so a private address only where it is listed."""
+    return {
+        "DOCSUM_INTAKE_OWNERS": json.dumps({"alice": {"http_hosts": ["127.0.0.1"], "http_ports": [receiver.port]}}),
+        "DOCSUM_INTAKE_HTTP_HOSTS": json.dumps(["*"]),
+        "DOCSUM_INTAKE_HTTP_PORTS": json.dumps([receiver.port]),
+        "DOCSUM_WEBHOOK_POLL_S": "0.2",
+        "DOCSUM_WEBHOOK_BACKOFF_FIRST_S": "0.3",
+        "DOCSUM_WEBHOOK_BACKOFF_MAX_S": "2",
+        "DOCSUM_WEBHOOK_TIMEOUT_S": "1",
+    }
+
+
+async def test_endpoints_are_their_owners_and_a_private_address_is_refused(
+    make_stack: StackFactory, receiver: Receiver
+) -> None:
+    stack = make_stack.in_process(("gateway",), twice=False, **_webhook_env(receiver))
+    url = f"http://127.0.0.1:{receiver.port}/hook"
+    async with stack.client("alice") as alice, stack.client("bob") as bob:
+        made = await alice.post("/v1/webhooks", json={"url": url, "events": ["task.finished", "task.failed"]})
+        assert made.status_code == 201, made.text
+        endpoint = made.json()
+        secret = endpoint["secret"]
+        assert secret.startswith("whsec_") and len(base64.b64decode(secret.removeprefix("whsec_"))) == 24
+        listed = (await alice.get("/v1/webhooks")).json()
+        assert [e["id"] for e in listed] == [endpoint["id"]] and "secret" not in listed[0]
+
+        # bob sees none of it, and may change none of it: as if it did not exist.
+        assert (await bob.get("/v1/webhooks")).json() == []
+        hook = f"/v1/webhooks/{endpoint['id']}"
+        for method, path in [
+            ("GET", f"{hook}/deliveries"),
+            ("DELETE", hook),
+            ("POST", f"{hook}/rotate"),
+            ("POST", f"{hook}/deliveries/msg_x/resend"),
+        ]:
+            answer = await bob.request(method, path)
+            assert answer.status_code == 404, (method, path, answer.text)
+
+        # bob's hosts are any host by a wildcard: a loopback address is reached only if listed.
+        refused = await bob.post("/v1/webhooks", json={"url": url, "events": ["task.finished"]})
+        assert refused.status_code == 422, refused.text
+        message = refused.json()["detail"][0]["msg"]
+        assert "resolves to 127.0.0.1, a loopback address" in message and "DOCSUM_INTAKE_HTTP_HOSTS" in message
+        other_port = await alice.post(
+            "/v1/webhooks", json={"url": f"http://127.0.0.1:{receiver.port + 1}/", "events": ["task.failed"]}
+        )
+        assert other_port.status_code == 422 and "port" in other_port.json()["detail"][0]["msg"], other_port.text
+
+        rotated = await alice.post(f"{hook}/rotate")
+        assert rotated.status_code == 200 and rotated.json()["secret"] not in (secret, None)
+        assert (await alice.get(f"{hook}/deliveries")).json() == []
+        assert (await alice.delete(hook)).status_code == 200
+        assert (await alice.get("/v1/webhooks")).json() == []
+        assert (await alice.get(f"{hook}/deliveries")).status_code == 404
+
+
+async def test_deliveries_survive_failures_and_a_killed_gateway(
+    make_stack: StackFactory, receiver: Receiver, db: asyncpg.Pool
+) -> None:
+    """Three tasks end; the receiver fails the first three tries and holds the first one while the gateway
+    that sent it is killed (-9). Every task's delivery arrives, verified, under one webhook-id each."""
+    receiver.hold = 1
+    stack = make_stack(SERVICES, **_webhook_env(receiver))
+    url = f"http://127.0.0.1:{receiver.port}/hook"
+    async with stack.client("alice") as alice:
+        made = await alice.post("/v1/webhooks", json={"url": url, "events": ["task.finished"]})
+        assert made.status_code == 201, made.text
+        endpoint_id, secret = made.json()["id"], made.json()["secret"]
+        marker = new_marker()
+        tasks = [
+            await submit(alice, [txt(f"{marker}-{i}.txt", f"{marker} The ferry left at {i} and came back.")])
+            for i in range(3)
+        ]
+        for task_id in tasks:
+            await wait_for_task(alice, task_id, stack)
+
+        await eventually(lambda: receiver.held.is_set(), timeout=60, message="the first delivery", stack=stack)
+        stack.kill("gateway")  # mid-request: the attempt is claimed, its outcome never recorded
+        receiver.release.set()
+        stack.start("gateway")
+        stack.wait_ready()
+
+        await eventually(lambda: len(receiver.delivered()) == 3, timeout=90, message="3 deliveries", stack=stack)
+
+    rows = await db.fetch(
+        "SELECT id, task_id, delivered_at, attempts FROM webhook_deliveries WHERE endpoint_id = $1", endpoint_id
+    )
+    assert sorted(r["task_id"] for r in rows) == sorted(tasks)
+    ids = {r["id"] for r in rows}
+    delivered = receiver.delivered()
+    assert set(delivered) == ids  # one webhook-id per task, every one delivered
+    assert {r.headers["webhook-id"] for r in receiver.received} == ids  # no attempt under another id
+    first = receiver.received[0].headers["webhook-id"]
+    assert sum(r.headers["webhook-id"] == first for r in receiver.received) >= 2  # the killed attempt, sent again
+    verifier = Webhook(secret)
+    for request in receiver.received:
+        body = verifier.verify(request.body, request.headers)
+        assert body["type"] == "task.finished" and body["data"]["task_id"] in tasks
+        assert body["data"]["status"] == "COMPLETED"
+        assert body["data"]["event_id"]  # what task-finished carries: its envelope with the result
+    by_task = {json.loads(d.body)["data"]["task_id"]: webhook_id for webhook_id, d in delivered.items()}
+    assert by_task == {r["task_id"]: r["id"] for r in rows}
+    await eventually(
+        lambda: _all_delivered(db, endpoint_id), timeout=30, message="every delivery recorded", stack=stack
+    )
+
+
+async def _all_delivered(db: asyncpg.Pool, endpoint_id: str) -> bool:
+    undelivered = await db.fetchval(
+        "SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1 AND delivered_at IS NULL", endpoint_id
+    )
+    return int(undelivered) == 0
+
+
+async def test_a_task_names_an_endpoint_of_its_owner_for_itself(
+    make_stack: StackFactory, receiver: Receiver, db: asyncpg.Pool
+) -> None:
+    """An endpoint for the tasks that name it is told of those only; another owner's cannot be named."""
+    receiver.fail_first = 0
+    stack = make_stack.in_process(None, twice=False, **_webhook_env(receiver))
+    url = f"http://127.0.0.1:{receiver.port}/hook"
+    marker = new_marker()
+    async with stack.client("alice") as alice, stack.client("bob") as bob:
+        made = await alice.post("/v1/webhooks", json={"url": url, "events": ["task.finished"], "all_tasks": False})
+        assert made.status_code == 201, made.text
+        endpoint_id = made.json()["id"]
+        named = await submit(alice, [txt(f"{marker}-a.txt", f"{marker} The lock opened at noon.")], webhook=endpoint_id)
+        unnamed = await submit(alice, [txt(f"{marker}-b.txt", f"{marker} The lock closed at six.")])
+        refused = await bob.post(
+            "/v1/tasks", files=[txt(f"{marker}-c.txt", f"{marker} Not bob's.")], data={"webhook": endpoint_id}
+        )
+        assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["body", "webhook"], refused.text
+        for task_id in (named, unnamed):
+            await wait_for_task(alice, task_id, stack)
+        await eventually(lambda: len(receiver.delivered()) == 1, timeout=60, message="the delivery", stack=stack)
+
+    # The deliveries are written with the task's end: the unnamed task, ended, has none.
+    rows = await db.fetch("SELECT task_id FROM webhook_deliveries WHERE endpoint_id = $1", endpoint_id)
+    assert [r["task_id"] for r in rows] == [named]
+    (delivered,) = receiver.delivered().values()
+    assert json.loads(delivered.body)["data"]["task_id"] == named
