@@ -51,15 +51,15 @@ ORDERS = ("fair", "fifo")
 # B12 and B14 also run the fair order with the admission's window at the calls in flight (16), not its
 # default 4 × that: what a newcomer waits for is the admitted work ahead of it.
 NARROW = {"DOCSUM_ADMISSION_WINDOW": "16"}
-# B12's backlog: the issue's 10,000 chunks scaled down to 2,000 (chunks of ~1,800 new characters), so
+# B12's backlog: the issue's 10,000 chunks scaled down to 1,500 (chunks of ~1,800 new characters), so
 # that FIFO's wait behind it (the whole backlog) stays ~15 s on 2 cores; the fair wait does not grow with it.
-B12_CHUNKS = 2_000
+B12_CHUNKS = 1_500
 B13_CHUNK_CHARS = {"carol": 200, "bob": 630, "alice": 2_000}  # submitted (FIFO's order) in this order
 B13_CALLS = {"carol": 2_600, "bob": 1_600, "alice": 1_000}  # backlogs long enough for the span
 B13_SPAN_S, WINDOW_S = 30.0, 10.0  # the issue's 60 s in six windows, scaled to 30 s in three
 FIFO_SPAN_S = 10.0  # FIFO's span: one window shows whose backlog it serves
 WARM_S = 2.0  # after the summarizer's start, before a span: group join, first connections
-B14_CHARS, B14_GOAL = 800_000, 0.95
+B14_CHARS, B14_GOAL, B14_TURNS = 800_000, 0.95, 3
 B15_WEIGHTS = {"alice": 3.0}
 B15_CHUNKS = {"alice": 1_900, "bob": 700, "carol": 700, "dave": 700}
 B15_SPLIT = 100  # dave's tasks
@@ -430,27 +430,26 @@ def b13(bench: Bench) -> list[Measured]:
 
 
 def b14(bench: Bench) -> list[Measured]:
-    """The same text with each order in turns, twice; chunks per second of each task, submit →
-    COMPLETED, the better of the two of each order."""
+    """The same text with each order in turns, three times, then once in the fair order with a window
+    of 16; chunks per second of each task, submit → COMPLETED, the best of each."""
     bench.llm.llm.configure(latency_s=CALL_S, jitter_s=0.0)
-    runs: dict[str, tuple[str, Mapping[str, str]]] = {
-        "FIFO": ("fifo", {}), "fair": ("fair", {}), "fair, window 16": ("fair", NARROW)
-    }  # fmt: skip
-    rates: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(2):
-        for name, (order, env) in runs.items():
-            ordered(bench, order, env=env)
-            bench.run_task([("warm-up.txt", bench.text(30_000).encode())])
-            seconds, task = bench.run_task([("b14.txt", bench.text(B14_CHARS).encode())])
-            rates[name].append(bench.chunks_of(task) / seconds)
+    runs: list[tuple[str, str, Mapping[str, str]]] = [("FIFO", "fifo", {}), ("fair", "fair", {})] * B14_TURNS
+    runs.append(("fair, window 16", "fair", NARROW))
+    rates: dict[str, list[float]] = {}
+    for name, order, env in runs:
+        ordered(bench, order, env=env)
+        bench.run_task([("warm-up.txt", bench.text(30_000).encode())])
+        seconds, task = bench.run_task([("b14.txt", bench.text(B14_CHARS).encode())])
+        rates.setdefault(name, []).append(bench.chunks_of(task) / seconds)
     restored(bench)
     fair, fifo = max(rates["fair"]), max(rates["FIFO"])
     ratio = fair / fifo
-    shown = "; ".join(f"{name} {', '.join(f'{r:.0f}' for r in rates[name])} chunks/s" for name in runs)
+    shown = "; ".join(f"{name} {', '.join(f'{r:.0f}' for r in rates[name])} chunks/s" for name in rates)
     shown += f"; fair with window 16 ÷ FIFO {max(rates['fair, window 16']) / fifo:.2f}"
     return [Measured(
         "B14", f"a lone owner's throughput, fair ÷ FIFO ({B14_CHARS:,} characters, {CALL_S * 1000:.0f} ms calls,"
-        " 16 in flight; in turns, best of 2)", ratio, f"{ratio:.2f} ({shown})", f"≥ {B14_GOAL}", ratio >= B14_GOAL,
+        f" 16 in flight; in turns, best of {B14_TURNS})", ratio, f"{ratio:.2f} ({shown})", f"≥ {B14_GOAL}",
+        ratio >= B14_GOAL,
     )]  # fmt: skip
 
 
