@@ -155,20 +155,31 @@ def backlogged_until(calls: Iterable[Served], owners: Sequence[str]) -> float:
 # --- the stack --------------------------------------------------------------------------------------------
 
 
+# Each run has owners of its own: a counter keeps what its owner was served in an earlier run (B14's lone
+# owner, FIFO's backlog), and with no one served at a run's start nothing lifts the others to it.
+NAMES = ("alice", "bob", "carol", "dave")
+RUNS = tuple(f"{m}-{o}" for m in ("b12", "b12narrow", "b13", "b15", "b15urgent") for o in ORDERS)
+
+
+def owner(name: str, run: str) -> str:
+    """The owner `name` stands for in `run`: its key's."""
+    return f"{name}-{run}"
+
+
 class Owners:
     """Submitting, following and cancelling tasks as the bench's owners, and reading chunks' ready times."""
 
-    def __init__(self, bench: Bench, names: Sequence[str]) -> None:
+    def __init__(self, bench: Bench, names: Sequence[str], run: str) -> None:
         from docsum_cli.client import Gateway
 
         self.bench = bench
         stack = bench.stack
-        missing = [n for n in names if n not in stack.keys]
-        if missing:  # the gateway restarted with their keys (kept for any later restart)
+        missing = [owner(n, r) for r in RUNS for n in NAMES if owner(n, r) not in stack.keys]
+        if missing:  # the gateway restarted once with every run's keys (kept for any later restart)
             stack.keys.update({n: secrets.token_urlsafe(24) for n in missing})
             stack.env["DOCSUM_API_KEYS"] = ",".join(f"{o}={k}" for o, k in stack.keys.items())
             bench.restart("gateway")
-        self.gateways = {n: Gateway(stack.gateway_url, stack.keys[n]) for n in names}
+        self.gateways = {n: Gateway(stack.gateway_url, stack.keys[owner(n, run)]) for n in names}
         self.database_url = bench.factory.infra["DATABASE_URL"]
         self.tasks: list[tuple[str, str]] = []  # (owner, task_id), every one submitted
         self._tmp = tempfile.TemporaryDirectory(prefix="fairness-")
@@ -237,6 +248,11 @@ class Owners:
             finally:
                 await conn.close()
 
+        for _ in range(50):  # the server shared with the services: its connections may all be taken a while
+            try:
+                return asyncio.run(run())
+            except asyncpg.TooManyConnectionsError:
+                time.sleep(0.2)
         return asyncio.run(run())
 
     def close(self) -> None:
@@ -300,11 +316,12 @@ def behind_backlog(
     order: str,
     *,
     newcomer: str,
+    run: str,
     options: dict[str, str] | None = None,
     env: Mapping[str, str] | None = None,
 ) -> Behind:
     """alice's backlog cut and being served, then `newcomer`'s one-page task (with `options`)."""
-    owners = Owners(bench, ["alice", newcomer])
+    owners = Owners(bench, ["alice", newcomer], run)
     ordered(bench, order, env=env)
     backlog_mark, mark = new_marker(), new_marker()
     chunks = B12_CHUNKS if newcomer != "alice" else B15_URGENT_BACKLOG
@@ -328,8 +345,8 @@ def behind_backlog(
 
 def b12(bench: Bench) -> list[Measured]:
     bench.llm.llm.configure(latency_s=CALL_S, jitter_s=0.0)
-    runs = {order: behind_backlog(bench, order, newcomer="bob") for order in ORDERS}
-    narrow = behind_backlog(bench, "fair", newcomer="bob", env=NARROW)
+    runs = {order: behind_backlog(bench, order, newcomer="bob", run=f"b12-{order}") for order in ORDERS}
+    narrow = behind_backlog(bench, "fair", newcomer="bob", run="b12narrow-fair", env=NARROW)
     restored(bench)
     fair = runs["fair"]
     passed = fair.wait_s <= CALL_S and fair.task_s <= (fair.depth + 1) * CALL_S
@@ -354,12 +371,18 @@ class Together:
 
 
 def backlogged(
-    bench: Bench, order: str, backlogs: Mapping[str, tuple[int, int, int]], span_s: float, **env: str
+    bench: Bench,
+    order: str,
+    backlogs: Mapping[str, tuple[int, int, int]],
+    span_s: float,
+    run: str,
+    weights: Mapping[str, float] | None = None,
 ) -> Together:
     """Each owner's backlog ({owner: (chunks, chunk characters, tasks)}) cut while the summarizer is
-    stopped, in this order; then the summarizer started in `order` (with `env`), and the calls answered
-    over `span_s` while every owner still has work."""
-    owners = Owners(bench, list(backlogs))
+    stopped, in this order; then the summarizer started in `order` (with the owners' `weights`), and the
+    calls answered over `span_s` while every owner still has work."""
+    owners = Owners(bench, list(backlogs), run)
+    env = {"DOCSUM_OWNER_WEIGHTS": ",".join(f"{owner(o, run)}={w:g}" for o, w in (weights or {}).items())}
     ordered(bench, order, start=False)
     markers: dict[str, str] = {}
     submitted: list[str] = []
@@ -398,7 +421,7 @@ def b13(bench: Bench) -> list[Measured]:
     bench.llm.llm.configure(latency_s=CALL_S, jitter_s=0.0)
     owners = list(B13_CHUNK_CHARS)
     backlogs = {o: (B13_CALLS[o], B13_CHUNK_CHARS[o], 1) for o in owners}
-    runs = {order: backlogged(bench, order, backlogs, B13_SPAN_S if order == "fair" else FIFO_SPAN_S)
+    runs = {order: backlogged(bench, order, backlogs, B13_SPAN_S if order == "fair" else FIFO_SPAN_S, f"b13-{order}")
             for order in ORDERS}  # fmt: skip
     restored(bench)
     figures = {}
@@ -462,21 +485,20 @@ def _percent(gain: float) -> str:
 
 def b15(bench: Bench) -> list[Measured]:
     bench.llm.llm.configure(latency_s=CALL_S, jitter_s=0.0)
-    weights = ",".join(f"{o}={w:g}" for o, w in B15_WEIGHTS.items())
     backlogs = {o: (n, 2_000, B15_SPLIT if o == "dave" else 1) for o, n in B15_CHUNKS.items()}
     owners = list(backlogs)
     split: dict[str, tuple[float, float, float]] = {}
     for order in ORDERS:
-        run = backlogged(bench, order, backlogs, B15_SPAN_S if order == "fair" else FIFO_SPAN_S,
-                         DOCSUM_OWNER_WEIGHTS=weights)  # fmt: skip
+        run = backlogged(bench, order, backlogs, B15_SPAN_S if order == "fair" else FIFO_SPAN_S, f"b15-{order}",
+                         B15_WEIGHTS)  # fmt: skip
         served = shares(run.calls, owners, run.start, run.end)
         alice = served["alice"] / max(1, served["alice"] + served["bob"])
         gain = served["dave"] / served["carol"] - 1 if served["carol"] else float("nan")
         chunks = shares(run.calls, owners, run.start, run.end, chunks_only=True)
         chunk_gain = chunks["dave"] / chunks["carol"] - 1 if chunks["carol"] else float("nan")
         split[order] = (alice, gain, chunk_gain)
-    urgent = {order: behind_backlog(bench, order, newcomer="alice", options={"priority": "urgent"})
-              for order in ORDERS}  # fmt: skip
+    urgent = {order: behind_backlog(bench, order, newcomer="alice", run=f"b15urgent-{order}",
+                                    options={"priority": "urgent"}) for order in ORDERS}  # fmt: skip
     restored(bench)
     (alice, gain, chunk_gain), (fifo_alice, fifo_gain, fifo_chunk_gain) = split["fair"], split["fifo"]
     u, fifo_u = urgent["fair"], urgent["fifo"]
