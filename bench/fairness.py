@@ -387,15 +387,15 @@ def backlogged(
     markers: dict[str, str] = {}
     submitted: list[str] = []
     chunk_chars = 2_000
-    for owner, (chunks, chars, tasks) in backlogs.items():
+    for name, (chunks, chars, tasks) in backlogs.items():
         if chars != chunk_chars:
             bench.restart("chunker", DOCSUM_CHUNK_CHARS=str(chars), DOCSUM_OVERLAP_CHARS=str(chars // 10))
             chunk_chars = chars
-        markers[new_marker()] = owner
-        marker = next(m for m, o in markers.items() if o == owner)
+        marker = new_marker()
+        markers[marker] = name
         per_task = max(1, chunks // tasks)
         for _ in range(tasks):
-            submitted.append(owners.submit(owner, [text_of(bench, per_task, marker, chars)]))
+            submitted.append(owners.submit(name, [text_of(bench, per_task, marker, chars)]))
         owners.cut(submitted)  # in turn: each owner's chunks ready after the one before's
     if chunk_chars != 2_000:
         bench.restart("chunker")
