@@ -32,7 +32,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import baseline, modes, offline  # noqa: E402
+from bench import baseline, fairness, modes, offline  # noqa: E402
 from bench.profile import Profiles, children  # noqa: E402
 from tests.documents import (  # noqa: E402
     character_error_rate,
@@ -568,7 +568,8 @@ why a missed goal is missed).
     return out
 
 
-MEASURES = ("B1", "B2", "curve", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B10", "B11", "B16")
+MEASURES = ("B1", "B2", "curve", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B10", "B11", "B12", "B13", "B14", "B15",
+            "B16")  # fmt: skip
 
 
 def main() -> None:
@@ -599,6 +600,11 @@ def main() -> None:
                 ("B9", lambda: b9_latency(bench, figures)),
                 ("B10", lambda: b10_offline(bench, figures)),
                 ("B11", lambda: b11_modes(bench, figures)),  # it restarts every service twice
+                # Fair shares (bench/fairness.py), each beside FIFO: they restart the summarizer and chunker.
+                ("B12", lambda: figures.extend(Figure(*f) for f in fairness.b12(bench))),
+                ("B13", lambda: figures.extend(Figure(*f) for f in fairness.b13(bench))),
+                ("B14", lambda: figures.extend(Figure(*f) for f in fairness.b14(bench))),
+                ("B15", lambda: figures.extend(Figure(*f) for f in fairness.b15(bench))),
                 ("B16", lambda: b16_ocr(figures)),  # in this process: the worker's own steps
                 # Last: its 500 pages are cancelled once parsed, and a cut that won the race with the
                 # cancel still sends the summarizer ~500 chunks to skip, which no measure should meet.

@@ -72,6 +72,34 @@ async def test_a_waiting_chunk_is_admitted_charged_and_announced_once(repository
     assert chunk_id not in again.chunk_ids() and await _counter(repository_db, owner) == charged
 
 
+async def test_fifo_admits_the_oldest_ready_chunk_whoever_is_served_most(repository_db: asyncpg.Pool) -> None:
+    """DOCSUM_ADMISSION_ORDER=fifo: one free slot goes to the chunk ready first, though its owner's counter
+    is far ahead of the other's and the fair order would give it to the other; its owner is charged."""
+    deployment = f"fifo-{uuid.uuid4().hex[:6]}."
+    first, second = f"owner-{uuid.uuid4().hex[:8]}", f"owner-{uuid.uuid4().hex[:8]}"
+    await repository_db.execute(
+        "INSERT INTO owner_shares (deployment, owner, counter) VALUES ($1, $2, 50000)", deployment, first
+    )
+    older = await _chunk(repository_db, first, admitted_ago_s=None, deployment=deployment)
+    newer = await _chunk(repository_db, second, admitted_ago_s=None, deployment=deployment)
+    await repository_db.execute(
+        "UPDATE chunks SET ready_at = now() - interval '1 second' WHERE id = $1", older
+    )  # stored a second before
+    chosen = {}
+    for order in ("fair", "fifo"):
+        settings = SummarizerSettings(
+            _env_file=None, topic_prefix=deployment, admission_window=1, admission_order=order
+        )  # type: ignore[call-arg]
+        published = Published()
+        await admit_once(admissions(repository_db, settings), published, settings)
+        chosen[order] = published.chunk_ids()
+        await repository_db.execute(  # both waiting again, the slot free again
+            "UPDATE chunks SET admitted_at = NULL WHERE id = ANY($1::text[])", [older, newer]
+        )
+    assert chosen == {"fair": {newer}, "fifo": {older}}
+    assert await _counter(repository_db, first, deployment) == 50_000 + 100 + 300
+
+
 async def test_an_admitted_chunk_nobody_took_up_is_announced_again_and_not_charged_again(
     repository_db: asyncpg.Pool,
 ) -> None:

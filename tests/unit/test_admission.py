@@ -79,6 +79,13 @@ def test_owner_weights_are_read_as_owner_equals_weight() -> None:
             SummarizerSettings(_env_file=None, owner_weights=wrong)  # type: ignore[arg-type]
 
 
+def test_the_admission_order_is_fair_unless_set_to_fifo() -> None:
+    assert SummarizerSettings(_env_file=None).admission_order == "fair"  # type: ignore[call-arg]
+    assert SummarizerSettings(_env_file=None, admission_order="fifo").admission_order == "fifo"  # type: ignore[call-arg]
+    with pytest.raises(ValidationError, match="admission_order"):
+        SummarizerSettings(_env_file=None, admission_order="lifo")  # type: ignore[call-arg]
+
+
 # --- a task's priority, as each way in gives it --------------------------------------------------------
 
 

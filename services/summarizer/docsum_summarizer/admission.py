@@ -177,6 +177,8 @@ async def _admit(turn: AdmissionTurn, settings: SummarizerSettings) -> list[Admi
     free = settings.window() - sum(running.values())
     if free <= 0:
         return []
+    if settings.admission_order == "fifo":
+        return await _admit_oldest(turn, settings, free)
     waiting = await turn.waiting()
     if not waiting:
         return []
@@ -190,3 +192,16 @@ async def _admit(turn: AdmissionTurn, settings: SummarizerSettings) -> list[Admi
         await turn.charge(owner, at_least=decided.floors[owner], virtual_tokens=sum(a.charged for a in taken) / weight)
         admitted.extend(taken)
     return admitted
+
+
+async def _admit_oldest(turn: AdmissionTurn, settings: SummarizerSettings, free: int) -> list[Admitted]:
+    """DOCSUM_ADMISSION_ORDER=fifo: the `free` oldest ready chunks, whoever's; each owner charged for its
+    own as the fair order would (the counters stay true for a return to it)."""
+    taken = await turn.admit_oldest(free)
+    by_owner: dict[str, list[Admitted]] = {}
+    for owner, admitted in taken:
+        by_owner.setdefault(owner, []).append(admitted)
+    for owner, chunks in sorted(by_owner.items()):
+        weight = settings.owner_weights.get(owner, 1.0)
+        await turn.charge(owner, at_least=0.0, virtual_tokens=sum(a.charged for a in chunks) / weight)
+    return [admitted for _, admitted in taken]

@@ -348,6 +348,25 @@ class AdmissionTurn:
         )  # fmt: skip
         return [_admitted(r) for r in rows]
 
+    async def admit_oldest(self, n: int) -> list[tuple[str, Admitted]]:
+        """The `n` chunks waiting longest admitted, whoever's and at whatever priority (first in, first
+        out), each charged its estimate; with each its owner."""
+        rows = await self._conn.fetch(
+            "WITH picked AS (SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id"
+            "   JOIN tasks t ON t.id = d.task_id"
+            "   WHERE c.admitted_at IS NULL AND c.status = $1"
+            "   AND t.status = ANY($3::text[]) AND d.status <> ALL($4::text[]) AND t.deployment = $7"
+            "   ORDER BY c.ready_at, c.id LIMIT $2 FOR UPDATE OF c SKIP LOCKED)"
+            " UPDATE chunks c SET admitted_at = now(), announced_at = now(),"
+            "   charged = coalesce(c.token_estimate, $5::int) + $6::int"
+            " FROM picked, documents d JOIN tasks t ON t.id = d.task_id"
+            " WHERE c.id = picked.id AND d.id = c.document_id AND c.admitted_at IS NULL"
+            " RETURNING t.owner, d.task_id, c.document_id, c.id, c.chunk_index, c.charged, c.trace_id, c.traceparent",
+            ChunkStatus.PENDING, n, UNFINISHED_TASK, sorted(DOCUMENT_FINAL), self.default_tokens, self.answer_tokens,
+            self.deployment,
+        )  # fmt: skip
+        return [(r["owner"], _admitted(r)) for r in rows]
+
     async def unclaimed(self) -> list[Admitted]:
         """Admitted chunks no summarizer has leased for `hold_s` (their announcement lost: a crash between
         the admission's commit and its publish, or a message dead-lettered), of tasks that take work:

@@ -4,7 +4,7 @@ calls are retried and leased."""
 from __future__ import annotations
 
 import math
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import NoDecode
@@ -50,6 +50,10 @@ class SummarizerSettings(LLMSettings, ReconcileSettings):
     # before it competes as normal work (so it is never starved).
     urgent_credit_tokens: float = Field(16_000.0, ge=0)
     background_after_s: float = Field(300.0, ge=0)
+    # The order of admission: "fair" (the shares above) or "fifo", the oldest ready chunk first whoever's
+    # it is, weights and priorities unused: the order of the broker alone, first in, first out. Within
+    # the same window; the counters are still charged, so that going back to "fair" starts from them.
+    admission_order: Literal["fair", "fifo"] = "fair"
 
     @field_validator("owner_weights", mode="before")
     @classmethod
