@@ -2,7 +2,7 @@
 
 Starts its own stack (the project's broker and PostgreSQL, a database and topic prefix of its own, the
 five services as processes) and its own OpenAI-compatible stand-in (tests/fake_llm.py: latency, jitter
-and concurrency as parameters), measures B1–B11 and B16 (bench/README.md says what each is and why), and writes
+and concurrency as parameters), measures B1–B16 (bench/README.md says what each is and why), and writes
 bench/results/latest.md (each figure, its goal, pass or miss) with PNG plots beside it. Every figure
 is a ratio or a rate measured within this run: absolute times on a shared 2-core machine drift.
 
