@@ -2,8 +2,8 @@
 several services share.
 
 `Settings` is what every process reads (Kafka, PostgreSQL, consumers, health, logs, re-drives); each group
-that more than one service reads extends it (`LLMSettings`, `IntakeSettings`, `SizeSettings`,
-`ReconcileSettings`), and each service's own class (`docsum_<service>.settings`) extends the groups it
+that more than one service reads extends it (`LLMSettings`, `BlobSettings`, `IntakeSettings`,
+`SizeSettings`, `ReconcileSettings`), and each service's own class (`docsum_<service>.settings`) extends the groups it
 reads. Defaults work on one machine with the stack that `make up` starts; every name can be overridden
 with an environment variable `DOCSUM_<NAME>` (plus the standard `DATABASE_URL`, `KAFKA_BOOTSTRAP_SERVERS`,
 `OPENAI_BASE_URL` and `OPENAI_API_KEY`).
@@ -19,6 +19,7 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError, model_vali
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .approval import Ceiling
+from .blobs import parse_blob_store
 from .intake_access import PRODUCER_PATTERN, IntakeAccess, OwnerAccess
 from .options import Mode, TaskOptions
 
@@ -277,7 +278,29 @@ def endpoint_key(settings: LLMSettings) -> str:
     return f"{settings.openai_base_url or 'openai'}|{settings.llm_model}"
 
 
-class IntakeSettings(Settings):
+class BlobSettings(Settings):
+    """Where document bytes are kept (docsum_shared.blobs): written by the gateway and the parser's intake,
+    read by the parser, swept of orphans by the merger's maintenance."""
+
+    # "postgresql" (the default: in the blobs table) or s3://bucket/prefix: S3-compatible storage, with
+    # credentials, endpoint and region from the standard AWS variables (AWS_ACCESS_KEY_ID,
+    # AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, AWS_REGION). A bucket and prefix belong to one database.
+    blob_store: str = "postgresql"
+    # An object no row names (its writer was killed before the row, or the row was refused) is removed once
+    # it was last written this long ago: longer than any upload takes from its object to its row.
+    blob_orphan_grace_s: float = Field(3600.0, gt=0)
+    blob_sweep_interval_s: float = Field(3600.0, gt=0)  # how often the maintenance looks for orphans
+
+    @model_validator(mode="after")
+    def _blob_store_is_known(self) -> BlobSettings:
+        try:
+            parse_blob_store(self.blob_store)
+        except ValueError as exc:
+            raise SettingConflict("DOCSUM_BLOB_STORE", f"{exc}: use postgresql or s3://bucket/prefix") from None
+        return self
+
+
+class IntakeSettings(BlobSettings):
     """What a task may bring and how fast an owner may create tasks, whether it comes through the gateway
     or by a producer on Kafka (the parser's intake), and where a producer's documents may come from."""
 

@@ -18,6 +18,7 @@ from prometheus_fastapi_instrumentator import Instrumentator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from docsum_shared import telemetry
+from docsum_shared.blobs import BlobStore
 from docsum_shared.db import connect_pool, migrate
 from docsum_shared.handlers import Publish
 from docsum_shared.health import database_ready, listen, serve_health
@@ -101,6 +102,8 @@ def create_app(
             app.state.pool = await connect_pool(settings.database_url, max_size=settings.db_pool_max)
             running.push_async_callback(app.state.pool.close)
             await migrate(app.state.pool)
+            app.state.blobs = BlobStore.of(settings.blob_store)
+            running.push_async_callback(app.state.blobs.close)
             app.state.publish = await running.enter_async_context(attach(settings, app.state.pool))
             app.state.progress = ProgressFeed(
                 settings.database_url,

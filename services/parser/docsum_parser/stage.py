@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import asyncpg
 
+from docsum_shared.blobs import BlobStore
 from docsum_shared.consumer import Background
 from docsum_shared.events import Topic
 from docsum_shared.handlers import Bound
@@ -31,7 +32,7 @@ def deps(settings: ParserSettings, pool: asyncpg.Pool) -> Deps:
         idle_s=settings.parse_worker_idle_s,
     )
     worker.start()
-    return Deps(DocumentRepository(pool), settings, worker)
+    return Deps(DocumentRepository(pool, BlobStore.of(settings.blob_store)), settings, worker)
 
 
 def intake_carriers(deps: Deps) -> Mapping[str, tuple[Topic, Bound[Deps]]]:
@@ -51,6 +52,8 @@ def loops(settings: ParserSettings, pool: asyncpg.Pool, deps: Deps) -> Backgroun
 async def close(deps: Deps) -> None:
     if isinstance(deps.extract, ParseWorker):
         deps.extract.close()
+    if isinstance(deps.repo, DocumentRepository):
+        await deps.repo.blobs.close()
 
 
 STAGE = Stage(
