@@ -1,0 +1,114 @@
+"""Document bytes in S3-compatible storage (DOCSUM_BLOB_STORE=s3://bucket/prefix), on the real server that
+scripts/s3.sh runs: uploads complete from their objects and PostgreSQL keeps only references; an object no
+row names (what a writer killed between its object and its row leaves) is swept once past the grace period,
+and never one a row names."""
+
+from __future__ import annotations
+
+import hashlib
+import mimetypes
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+import pytest_asyncio
+
+from docsum_shared.blobs import NewBlob, ObjectStore, parse_blob_store, sweep_orphans
+from docsum_shared.db import migrate
+from tests.integration.conftest import ROOT, SERVICES, StackFactory, create_database, drop_database
+from tests.integration.helpers import eventually, submit, txt, wait_for_task
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = sorted((ROOT / "examples").iterdir())
+
+
+@pytest_asyncio.fixture
+async def own_db(infra: dict[str, str]) -> AsyncIterator[tuple[str, asyncpg.Pool]]:
+    """A database of the test's own: the session's holds other tests' uploads of the same example files,
+    which a store shares by hash."""
+    url = await create_database(infra["DATABASE_URL"], "docsum_blobs")
+    pool = await asyncpg.create_pool(url, min_size=1, max_size=4)
+    await migrate(pool)
+    try:
+        yield url, pool
+    finally:
+        await pool.close()
+        await drop_database(url)
+
+
+@pytest_asyncio.fixture
+async def objects(s3_server: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[ObjectStore]:
+    """The session bucket's blobs, through the client the services use (the AWS variables, as they read them)."""
+    for name, value in s3_server.items():
+        monkeypatch.setenv(name, value)
+    place = parse_blob_store(s3_server["DOCSUM_BLOB_STORE"])
+    assert place is not None
+    store = ObjectStore(place)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def _example(path: Path) -> tuple[str, tuple[str, bytes, str]]:
+    kind = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    return ("files", (path.name, path.read_bytes(), kind))
+
+
+@pytest.mark.asyncio
+async def test_the_examples_complete_from_objects_and_postgresql_holds_no_upload_bytes(
+    make_stack: StackFactory,
+    s3_server: dict[str, str],
+    own_db: tuple[str, asyncpg.Pool],
+    objects: ObjectStore,
+) -> None:
+    url, db = own_db
+    stack = make_stack(SERVICES, DATABASE_URL=url, DOCSUM_LLM_BACKEND="extractive", **s3_server)
+    async with stack.client() as client:
+        task_id = await submit(client, [_example(p) for p in EXAMPLES], title="the examples")
+        task = await wait_for_task(client, task_id, stack)
+
+    assert task["status"] == "COMPLETED", task
+    assert [d["status"] for d in task["documents"]] == ["COMPLETED"] * len(EXAMPLES)
+    rows = await db.fetch("SELECT sha256, data, location, size_bytes FROM blobs")
+    assert sorted(r["sha256"] for r in rows) == sorted(hashlib.sha256(p.read_bytes()).hexdigest() for p in EXAMPLES)
+    # Not a byte of the uploads in PostgreSQL: each row names its object, which holds the file itself.
+    assert await db.fetchval("SELECT count(*) FROM blobs WHERE data IS NOT NULL") == 0
+    for row in rows:
+        assert row["location"] == objects.location(row["sha256"])
+        data = await objects.get(row["location"])
+        assert hashlib.sha256(data).hexdigest() == row["sha256"] and len(data) == row["size_bytes"]
+
+
+@pytest.mark.asyncio
+async def test_the_sweep_removes_only_old_objects_no_row_names(
+    make_stack: StackFactory,
+    s3_server: dict[str, str],
+    own_db: tuple[str, asyncpg.Pool],
+    objects: ObjectStore,
+) -> None:
+    url, db = own_db
+    # What a writer killed between its object and its row leaves: the object, and no row.
+    orphan = NewBlob.of(b"bytes whose row was never written " + url.encode())
+    await objects.put(orphan)
+    stack = make_stack(("gateway",), DATABASE_URL=url, **s3_server)
+    async with stack.client() as client:
+        await submit(client, [txt("kept.txt", "A document whose row names its object. " + url)])
+    (kept,) = [r["sha256"] for r in await db.fetch("SELECT sha256 FROM blobs")]
+
+    # Within the grace period nothing goes, orphan or not.
+    assert await sweep_orphans(db, objects, grace_s=3600) == 0
+    assert await objects.modified(orphan.sha256) is not None
+
+    # Past it (the server's clock counts whole seconds: the objects are a second old soon enough), the
+    # orphan goes and the object a row names stays.
+    async def swept() -> bool:
+        await sweep_orphans(db, objects, grace_s=0.001)
+        return await objects.modified(orphan.sha256) is None
+
+    await eventually(swept, timeout=30, interval=0.5, message="the orphan to be swept")
+    assert await objects.modified(kept) is not None
+    location = await db.fetchval("SELECT location FROM blobs WHERE sha256 = $1", kept)
+    assert hashlib.sha256(await objects.get(location)).hexdigest() == kept
