@@ -43,6 +43,7 @@ BLOB_LOCK_CLASS = 0x626C6F62  # "blob"
 # An object this large or smaller is written in one request; a larger one in parts of this size (S3's
 # smallest part but the last is 5 MiB), so that a process holds one part of a file at a time.
 PART_BYTES = 8 * 1024 * 1024
+READ_BLOCK = 64 * 1024
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -110,12 +111,11 @@ def s3_client_config() -> AioConfig:
     )
 
 
-class ObjectStore:
-    """The objects of one bucket and key prefix, through one S3 client (made at first use, so that a
-    process builds its dependencies without waiting on it)."""
+class S3Connection:
+    """One S3 client, made at first use (so that a process builds its dependencies without waiting on it)
+    and shared by whoever reads or writes through it."""
 
-    def __init__(self, place: S3Place) -> None:
-        self.place = place
+    def __init__(self) -> None:
         self._exit = AsyncExitStack()
         self._client: S3Client | None = None
         self._starting = asyncio.Lock()
@@ -136,6 +136,20 @@ class ObjectStore:
     async def close(self) -> None:
         self._client = None
         await self._exit.aclose()
+
+
+class ObjectStore:
+    """The blobs' objects: one bucket and key prefix, through one S3 client."""
+
+    def __init__(self, place: S3Place, connection: S3Connection | None = None) -> None:
+        self.place = place
+        self.connection = connection or S3Connection()
+
+    async def client(self) -> S3Client:
+        return await self.connection.client()
+
+    async def close(self) -> None:
+        await self.connection.close()
 
     def key(self, sha256: str) -> str:
         return f"{self.place.key}/{sha256}" if self.place.key else sha256
@@ -174,7 +188,7 @@ class ObjectStore:
         try:
             head = await client.head_object(Bucket=self.place.bucket, Key=self.key(sha256))
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            if missing(exc):
                 return None
             raise
         return head["LastModified"]
@@ -200,10 +214,32 @@ class ObjectStore:
             yield found
 
 
-async def read_object(client: S3Client, place: S3Place) -> bytes:
+async def read_object(client: S3Client, place: S3Place, max_bytes: int | None = None) -> bytes:
+    """The object's bytes; ObjectTooLarge past `max_bytes` (read no further than one block beyond)."""
     response = await client.get_object(Bucket=place.bucket, Key=place.key)
     async with response["Body"] as body:
-        return await body.read()
+        if max_bytes is None:
+            return await body.read()
+        if response["ContentLength"] > max_bytes:
+            raise ObjectTooLarge(response["ContentLength"])
+        data = bytearray()
+        while block := await body.read(READ_BLOCK):
+            data += block
+            if len(data) > max_bytes:
+                raise ObjectTooLarge(len(data))
+        return bytes(data)
+
+
+class ObjectTooLarge(Exception):
+    def __init__(self, size: int) -> None:
+        super().__init__(f"{size} bytes")
+        self.size = size
+
+
+def missing(exc: Exception) -> bool:
+    """`exc` is S3's answer that the object or bucket is not there."""
+    code = getattr(exc, "response", {}).get("Error", {}).get("Code")
+    return code in ("404", "NoSuchKey", "NotFound", "NoSuchBucket")
 
 
 async def _parts(blocks: AsyncIterator[bytes], size: int) -> AsyncIterator[tuple[int, bytes]]:

@@ -1,12 +1,16 @@
-"""Document bytes in S3-compatible storage (DOCSUM_BLOB_STORE=s3://bucket/prefix), on the real server that
-scripts/s3.sh runs: uploads complete from their objects and PostgreSQL keeps only references; an object no
-row names (what a writer killed between its object and its row leaves) is swept once past the grace period,
-and never one a row names."""
+"""Documents in S3-compatible storage, on the real server that scripts/s3.sh runs. With
+DOCSUM_BLOB_STORE=s3://bucket/prefix uploads complete from their objects and PostgreSQL keeps only
+references; an object no row names (what a writer killed between its object and its row leaves) is swept
+once past the grace period, and never one a row names. Another system's document published as s3://...
+on Kafka is read from the owner's bucket, and one in another owner's bucket is refused."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import json
 import mimetypes
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,8 +20,9 @@ import pytest_asyncio
 
 from docsum_shared.blobs import NewBlob, ObjectStore, parse_blob_store, sweep_orphans
 from docsum_shared.db import migrate
-from tests.integration.conftest import ROOT, SERVICES, StackFactory, create_database, drop_database
+from tests.integration.conftest import ROOT, SERVICES, StackFactory, create_bucket, create_database, drop_database
 from tests.integration.helpers import eventually, submit, txt, wait_for_task
+from tests.integration.test_foreign_producers import producers, publish, read_finished
 
 pytestmark = pytest.mark.integration
 
@@ -112,3 +117,52 @@ async def test_the_sweep_removes_only_old_objects_no_row_names(
     assert await objects.modified(kept) is not None
     location = await db.fetchval("SELECT location FROM blobs WHERE sha256 = $1", kept)
     assert hashlib.sha256(await objects.get(location)).hexdigest() == kept
+
+
+@pytest.mark.asyncio
+async def test_a_document_published_as_an_s3_uri_is_read_from_its_owners_bucket_only(
+    make_stack: StackFactory, s3_server: dict[str, str], objects: ObjectStore, db: asyncpg.Pool
+) -> None:
+    alice_bucket, bob_bucket = objects.place.bucket, f"docsum-bob-{uuid.uuid4().hex[:12]}"
+    await create_bucket(s3_server, bob_bucket)
+    client = await objects.client()
+    pdf = (ROOT / "examples" / "kafka-overview.pdf").read_bytes()
+    await client.put_object(Bucket=alice_bucket, Key="intake/alice/q3/kafka-overview.pdf", Body=pdf)
+    await client.put_object(Bucket=bob_bucket, Key="ledger.txt", Body=b"Bob's ledger, for bob alone. " * 20)
+    stack = make_stack(
+        SERVICES,
+        DOCSUM_LLM_BACKEND="extractive",
+        DOCSUM_INTAKE_PRODUCERS=producers(crm=["alice"]),
+        DOCSUM_INTAKE_OWNERS=json.dumps({
+            "alice": {"s3_places": [f"s3://{alice_bucket}/intake/alice"]},
+            "bob": {"s3_places": [f"s3://{bob_bucket}"]},
+        }),
+        **s3_server,
+    )  # fmt: skip
+    task = f"crm.s3:{uuid.uuid4().hex}"
+    uris = {
+        "kafka-overview.pdf": f"s3://{alice_bucket}/intake/alice/q3/kafka-overview.pdf",
+        "ledger.txt": f"s3://{bob_bucket}/ledger.txt",  # bob's bucket: not alice's to read
+        "gone.pdf": f"s3://{alice_bucket}/intake/alice/q3/gone.pdf",  # allowed, but no such object
+    }
+    await asyncio.to_thread(publish, stack, [
+        {"task_id": task, "owner": "alice", "task_documents": len(uris), "document_id": f"{task}.{n}",
+         "filename": name, "source_uri": uri}
+        for n, (name, uri) in enumerate(uris.items())
+    ])  # fmt: skip
+    result = (await asyncio.to_thread(read_finished, stack, {task}, 120))[task]
+
+    documents = {d["filename"]: d for d in result["documents"]}
+    assert result["status"] == "COMPLETED_WITH_ERRORS", result
+    assert documents["kafka-overview.pdf"]["status"] == "COMPLETED", documents
+    stored = await db.fetchval(
+        "SELECT d.blob_sha256 FROM documents d WHERE d.task_id = $1 AND d.filename = 'kafka-overview.pdf'", task
+    )
+    assert stored == hashlib.sha256(pdf).hexdigest()  # the object's own bytes, taken in
+    assert documents["ledger.txt"]["status"] == "FAILED"
+    assert (
+        "is not under a bucket and prefix DOCSUM_INTAKE_OWNERS (alice: s3_places) allows"
+        in (documents["ledger.txt"]["error"])
+    )
+    assert documents["gone.pdf"]["status"] == "FAILED"
+    assert "gone.pdf does not exist" in documents["gone.pdf"]["error"]

@@ -102,6 +102,7 @@ ENVIRONMENT = {
     "DOCSUM_INTAKE_FILE_ROOTS": '["/srv/docs"]',
     "DOCSUM_INTAKE_HTTP_HOSTS": '["docs.example.com"]',
     "DOCSUM_INTAKE_HTTP_PORTS": "[443]",
+    "DOCSUM_INTAKE_S3_PLACES": '["s3://docs-in/incoming"]',
     "DOCSUM_INTAKE_HTTP_TIMEOUT_S": "5",
     "DOCSUM_INTAKE_HTTP_TOTAL_S": "60",
     "DOCSUM_MAX_TASK_BYTES": "5000000",

@@ -54,6 +54,7 @@ async def close(deps: Deps) -> None:
         deps.extract.close()
     if isinstance(deps.repo, DocumentRepository):
         await deps.repo.blobs.close()
+    await deps.s3.close()
 
 
 STAGE = Stage(
