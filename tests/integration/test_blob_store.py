@@ -18,7 +18,7 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
-from docsum_shared.blobs import NewBlob, ObjectStore, parse_blob_store, sweep_orphans
+from docsum_shared.blobs import BlobStore, NewBlob, ObjectStore, parse_blob_store, sweep_orphans
 from docsum_shared.db import migrate
 from tests.integration.conftest import ROOT, SERVICES, StackFactory, create_bucket, create_database, drop_database
 from tests.integration.helpers import eventually, submit, txt, wait_for_task
@@ -166,3 +166,51 @@ async def test_a_document_published_as_an_s3_uri_is_read_from_its_owners_bucket_
     )
     assert documents["gone.pdf"]["status"] == "FAILED"
     assert "gone.pdf does not exist" in documents["gone.pdf"]["error"]
+
+
+@pytest.mark.asyncio
+async def test_a_row_is_written_only_once_its_object_is_there(
+    s3_server: dict[str, str], own_db: tuple[str, asyncpg.Pool], objects: ObjectStore
+) -> None:
+    """The sweep may remove an object between its upload and its row (a slow writer past the grace period):
+    the writer, holding the hash's lock, finds it gone and writes it again before the row."""
+    _, db = own_db
+    store = BlobStore(objects)
+    blob = NewBlob.of(b"written, swept, then referenced " + uuid.uuid4().bytes)
+    await store.upload(db, [blob])
+    await objects.delete(blob.sha256)  # what the sweep does to an old object no row names
+    async with db.acquire() as conn, conn.transaction():
+        await store.store(conn, [blob])
+    location = await db.fetchval("SELECT location FROM blobs WHERE sha256 = $1", blob.sha256)
+    assert await store.read(db, blob.sha256) == b"".join([b async for b in blob.blocks()])
+    assert location == objects.location(blob.sha256)
+
+
+@pytest.mark.asyncio
+async def test_the_mergers_maintenance_sweeps_orphans(
+    make_stack: StackFactory,
+    s3_server: dict[str, str],
+    own_db: tuple[str, asyncpg.Pool],
+    objects: ObjectStore,
+) -> None:
+    url, db = own_db
+    orphan = NewBlob.of(b"an orphan for the maintenance " + url.encode())
+    await objects.put(orphan)
+    kept = NewBlob.of(b"a blob a row names " + url.encode())
+    store = BlobStore(objects)
+    await store.upload(db, [kept])
+    async with db.acquire() as conn, conn.transaction():
+        await store.store(conn, [kept])
+    stack = make_stack(
+        ("merger",),
+        DATABASE_URL=url,
+        DOCSUM_BLOB_ORPHAN_GRACE_S="1",
+        DOCSUM_BLOB_SWEEP_INTERVAL_S="0.5",
+        **s3_server,
+    )
+
+    async def swept() -> bool:
+        return await objects.modified(orphan.sha256) is None
+
+    await eventually(swept, timeout=60, interval=0.5, message="the merger to sweep the orphan", stack=stack)
+    assert await objects.modified(kept.sha256) is not None
