@@ -308,21 +308,32 @@ def pipeline(make_stack: StackFactory) -> InProcessStack:
     return make_stack.in_process()
 
 
-@pytest.fixture(scope="session")
-def s3_server() -> Iterator[dict[str, str]]:
-    """The S3-compatible server scripts/s3.sh runs (started for the first test that asks for it, stopped at
-    the session's end if this session started it), and a bucket of this session's: the AWS variables a
-    client needs, and DOCSUM_BLOB_STORE naming the bucket."""
+def start_s3() -> tuple[dict[str, str], bool]:
+    """The S3-compatible server scripts/s3.sh runs, started unless it runs, with a new bucket: the AWS
+    variables a client needs and DOCSUM_BLOB_STORE naming the bucket; whether it ran before (the bench
+    uses it too)."""
     ran = subprocess.run([str(ROOT / "scripts" / "s3.sh"), "status"], capture_output=True).returncode == 0
     subprocess.run([str(ROOT / "scripts" / "s3.sh"), "start"], check=True)
     env = dict(line.split("=", 1) for line in _script("s3.sh", "env").splitlines())
     bucket = f"docsum-test-{uuid.uuid4().hex[:12]}"
     asyncio.run(create_bucket(env, bucket))
+    return {**env, "DOCSUM_BLOB_STORE": f"s3://{bucket}/blobs"}, ran
+
+
+def stop_s3() -> None:
+    subprocess.run([str(ROOT / "scripts" / "s3.sh"), "stop"], check=True)
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[dict[str, str]]:
+    """The S3 server (started for the first test that asks for it, stopped at the session's end if this
+    session started it), and a bucket of this session's: `start_s3`."""
+    env, ran = start_s3()
     try:
-        yield {**env, "DOCSUM_BLOB_STORE": f"s3://{bucket}/blobs"}
+        yield env
     finally:
         if not ran:
-            subprocess.run([str(ROOT / "scripts" / "s3.sh"), "stop"], check=True)
+            stop_s3()
 
 
 async def create_bucket(env: dict[str, str], bucket: str) -> None:

@@ -104,6 +104,8 @@ def create_app(
             await migrate(app.state.pool)
             app.state.blobs = BlobStore.of(settings.blob_store)
             running.push_async_callback(app.state.blobs.close)
+            if app.state.blobs.objects is not None:  # botocore's models loaded now, not at the first upload
+                await app.state.blobs.objects.client()
             app.state.publish = await running.enter_async_context(attach(settings, app.state.pool))
             app.state.progress = ProgressFeed(
                 settings.database_url,
