@@ -24,8 +24,8 @@ import hashlib
 import os
 import re
 import struct
-from collections.abc import AsyncIterator, Callable, Iterable
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, cast
@@ -107,7 +107,11 @@ def s3_client_config() -> AioConfig:
     return AioConfig(
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
-        retries={"mode": "standard", "max_attempts": 5},
+        # The SDK's standard retries (AWS_RETRY_MODE and AWS_MAX_ATTEMPTS, as every AWS SDK reads them).
+        retries={
+            "mode": os.environ.get("AWS_RETRY_MODE") or "standard",  # type: ignore[typeddict-item]
+            "max_attempts": int(os.environ.get("AWS_MAX_ATTEMPTS") or 5),
+        },
     )
 
 
@@ -157,9 +161,15 @@ class ObjectStore:
     def location(self, sha256: str) -> str:
         return S3Place(self.place.bucket, self.key(sha256)).uri
 
+    # Every call maps S3's passing failures to ObjectStoreUnavailable (passing_as_unavailable).
+
     async def put(self, blob: NewBlob) -> None:
         """Write the object of `blob` (again, if it is there: its time is then renewed, which keeps the
         sweep off it for another grace period)."""
+        with passing_as_unavailable():
+            await self._put(blob)
+
+    async def _put(self, blob: NewBlob) -> None:
         bucket, key, client = self.place.bucket, self.key(blob.sha256), await self.client()
         if blob.size <= PART_BYTES:
             body = b"".join([block async for block in blob.blocks()])
@@ -185,33 +195,37 @@ class ObjectStore:
         from botocore.exceptions import ClientError
 
         client = await self.client()
-        try:
-            head = await client.head_object(Bucket=self.place.bucket, Key=self.key(sha256))
-        except ClientError as exc:
-            if missing(exc):
-                return None
-            raise
+        with passing_as_unavailable():
+            try:
+                head = await client.head_object(Bucket=self.place.bucket, Key=self.key(sha256))
+            except ClientError as exc:
+                if missing(exc):
+                    return None
+                raise
         return head["LastModified"]
 
     async def get(self, location: str) -> bytes:
         """The bytes of the object at `location` (an s3:// URI, as a row keeps it)."""
-        return await read_object(await self.client(), parse_s3_uri(location))
+        with passing_as_unavailable():
+            return await read_object(await self.client(), parse_s3_uri(location))
 
     async def delete(self, sha256: str) -> None:
-        await (await self.client()).delete_object(Bucket=self.place.bucket, Key=self.key(sha256))
+        with passing_as_unavailable():
+            await (await self.client()).delete_object(Bucket=self.place.bucket, Key=self.key(sha256))
 
     async def pages(self) -> AsyncIterator[list[tuple[str, datetime]]]:
         """The blobs' objects under the prefix, a page at a time: (sha256, last written). Keys that are not
         a hash under the prefix are not the blobs' and never listed."""
         prefix = f"{self.place.key}/" if self.place.key else ""
         paginator = (await self.client()).get_paginator("list_objects_v2")
-        async for page in paginator.paginate(Bucket=self.place.bucket, Prefix=prefix):
-            found = []
-            for item in page.get("Contents", []):
-                name = item["Key"].removeprefix(prefix)
-                if _SHA256.fullmatch(name):
-                    found.append((name, item["LastModified"]))
-            yield found
+        with passing_as_unavailable():
+            async for page in paginator.paginate(Bucket=self.place.bucket, Prefix=prefix):
+                found = []
+                for item in page.get("Contents", []):
+                    name = item["Key"].removeprefix(prefix)
+                    if _SHA256.fullmatch(name):
+                        found.append((name, item["LastModified"]))
+                yield found
 
 
 async def read_object(client: S3Client, place: S3Place, max_bytes: int | None = None) -> bytes:
@@ -228,6 +242,41 @@ async def read_object(client: S3Client, place: S3Place, max_bytes: int | None = 
             if len(data) > max_bytes:
                 raise ObjectTooLarge(len(data))
         return bytes(data)
+
+
+class ObjectStoreUnavailable(ConnectionError):
+    """The object store did not answer, or answered that it cannot now (5xx, throttling), after the SDK's
+    own retries: it passes. An OSError, so docsum_shared.errors counts it as infrastructure and the work is
+    retried (a consumer's message is never dead-lettered for it)."""
+
+
+# S3's codes for "not now" that may come with a status below 500.
+_PASSING_CODES = {
+    "SlowDown",
+    "ServiceUnavailable",
+    "InternalError",
+    "RequestTimeout",
+    "Throttling",
+    "ThrottlingException",
+}
+
+
+@contextmanager
+def passing_as_unavailable() -> Iterator[None]:
+    """S3's passing failures (no connection, a timeout, a 5xx, throttling) as ObjectStoreUnavailable."""
+    from botocore.exceptions import ClientError, HTTPClientError
+    from botocore.exceptions import ConnectionError as BotoConnectionError
+
+    try:
+        yield
+    except ClientError as exc:
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        code = exc.response.get("Error", {}).get("Code", "")
+        if status >= 500 or code in _PASSING_CODES:
+            raise ObjectStoreUnavailable(f"the object store answered {code or status}: try again") from exc
+        raise
+    except (BotoConnectionError, HTTPClientError) as exc:
+        raise ObjectStoreUnavailable(f"the object store cannot be reached ({exc})") from exc
 
 
 class ObjectTooLarge(Exception):

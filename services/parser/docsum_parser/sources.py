@@ -13,7 +13,7 @@ import stat
 
 import httpx2
 
-from docsum_shared.blobs import ObjectTooLarge, S3Connection, S3Place, missing, read_object
+from docsum_shared.blobs import ObjectTooLarge, S3Connection, S3Place, missing, passing_as_unavailable, read_object
 from docsum_shared.errors import ItemFailed
 from docsum_shared.events import DocumentSubmitted
 from docsum_shared.intake_access import OwnerAccess
@@ -48,12 +48,14 @@ async def content(event: DocumentSubmitted, settings: ParserSettings, s3: S3Conn
 
 async def read_s3(place: S3Place, settings: ParserSettings, s3: S3Connection) -> bytes:
     """The object, at most DOCSUM_MAX_FILE_BYTES, with the AWS_* variables' credentials; a missing object
-    or bucket, a refusal or a server away are the document's failure, said so."""
+    or bucket or a refusal is the document's failure, said so; a server away or overloaded
+    (ObjectStoreUnavailable) passes, and the message is handled again."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     cap = settings.max_file_bytes
     try:
-        return await read_object(await s3.client(), place, max_bytes=cap)
+        with passing_as_unavailable():  # a server away or overloaded: the message is retried, not failed
+            return await read_object(await s3.client(), place, max_bytes=cap)
     except ObjectTooLarge:
         raise ItemFailed(f"{place.uri} has over {cap:,} bytes, the limit (DOCSUM_MAX_FILE_BYTES)") from None
     except ClientError as exc:
