@@ -20,6 +20,7 @@ import pytest_asyncio
 
 from docsum_shared.blobs import BlobStore, NewBlob, ObjectStore, parse_blob_store, sweep_orphans
 from docsum_shared.db import migrate
+from tests.fake_llm import free_port
 from tests.integration.conftest import ROOT, SERVICES, StackFactory, create_bucket, create_database, drop_database
 from tests.integration.helpers import eventually, submit, txt, wait_for_task
 from tests.integration.test_foreign_producers import producers, publish, read_finished
@@ -214,3 +215,27 @@ async def test_the_mergers_maintenance_sweeps_orphans(
 
     await eventually(swept, timeout=60, interval=0.5, message="the merger to sweep the orphan", stack=stack)
     assert await objects.modified(kept.sha256) is not None
+
+
+@pytest.mark.asyncio
+async def test_an_upload_while_the_object_store_is_away_is_a_503_and_stores_nothing(
+    make_stack: StackFactory, own_db: tuple[str, asyncpg.Pool]
+) -> None:
+    url, db = own_db
+    port = free_port()  # nothing listens there: the object store away, as its clients see it
+    stack = make_stack(
+        ("gateway",),
+        DATABASE_URL=url,
+        DOCSUM_BLOB_STORE="s3://docsum-away/blobs",
+        AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}",
+        AWS_ACCESS_KEY_ID="docsum",
+        AWS_SECRET_ACCESS_KEY="docsum-secret",
+        AWS_MAX_ATTEMPTS="1",
+    )
+    async with stack.client() as client:
+        response = await client.post("/v1/tasks", files=[txt("note.txt", "A note for a store that is away.")])
+    assert response.status_code == 503, response.text
+    assert response.headers["Retry-After"] == "5"
+    assert "the document store (DOCSUM_BLOB_STORE) is not answering now" in response.json()["detail"]
+    assert await db.fetchval("SELECT count(*) FROM tasks") == 0
+    assert await db.fetchval("SELECT count(*) FROM blobs") == 0

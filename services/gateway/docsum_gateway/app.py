@@ -18,7 +18,7 @@ from prometheus_fastapi_instrumentator import Instrumentator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from docsum_shared import telemetry
-from docsum_shared.blobs import BlobStore
+from docsum_shared.blobs import BlobStore, ObjectStoreUnavailable
 from docsum_shared.db import connect_pool, migrate
 from docsum_shared.handlers import Publish
 from docsum_shared.health import database_ready, listen, serve_health
@@ -60,6 +60,10 @@ async def on_kafka(settings: GatewaySettings, pool: asyncpg.Pool) -> AsyncIterat
         except Exception:  # noqa: BLE001 - stopping anyway; what it did not commit is redelivered
             recording.cancel()
         await producer.stop()
+
+
+# What a client told that the object store is away waits: the SDK has retried for seconds already.
+OBJECT_STORE_RETRY_AFTER_S = 5
 
 
 def server(settings: GatewaySettings, app: FastAPI, **options: Any) -> uvicorn.Config:
@@ -149,6 +153,17 @@ def create_app(
             # Starlette names the methods of the first route of the path only (POST /v1/tasks, not GET).
             exc.headers = {**(exc.headers or {}), "Allow": ", ".join(allowed)}
         return await http_exception_handler(request, exc)
+
+    @app.exception_handler(ObjectStoreUnavailable)
+    async def object_store_away(request: Request, exc: ObjectStoreUnavailable) -> Response:
+        # The upload's objects could not be written (the task was not made): the client sends it again.
+        away = StarletteHTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            "the document store (DOCSUM_BLOB_STORE) is not answering now: nothing was stored; send the"
+            f" request again after Retry-After seconds ({exc})",
+            headers={"Retry-After": str(OBJECT_STORE_RETRY_AFTER_S)},
+        )
+        return await http_exception_handler(request, away)
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:
