@@ -106,7 +106,6 @@ def create_app(
             app.state.pool = await connect_pool(settings.database_url, max_size=settings.db_pool_max)
             running.push_async_callback(app.state.pool.close)
             await migrate(app.state.pool)
-            app.state.blobs = BlobStore.of(settings.blob_store)
             running.push_async_callback(app.state.blobs.close)
             if app.state.blobs.objects is not None:  # botocore's models loaded now, not at the first upload
                 await app.state.blobs.objects.client()
@@ -130,6 +129,7 @@ def create_app(
     app = FastAPI(title="docsum", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings
     app.state.api_keys = api_keys
+    app.state.blobs = BlobStore.of(settings.blob_store)  # its client made at start-up (lifespan)
     app.state.uploads = SpoolBudget(settings.upload_inflight_bytes, settings.upload_inflight_bytes_per_owner)
     admin_key = settings.admin_key.get_secret_value() if settings.admin_key else None
     app.state.tickets = Tickets(
