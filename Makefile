@@ -33,9 +33,12 @@ down:
 observe: up
 	scripts/stack.sh observe
 
-# Starts PostgreSQL and Kafka for the suite and stops afterwards whichever of them it started.
+# Starts PostgreSQL and Kafka for the suite and stops afterwards whichever of them it started. The S3 server
+# (SeaweedFS, built here through the Go module proxy the first time: minutes) is started by the first test
+# that needs it, and stopped at the end if the suite started it.
 test: setup deploy-tools
 	scripts/chromium.sh >/dev/null  # the web page's browser test drives Debian's Chromium
+	scripts/s3.sh install
 	scripts/stack.sh with-infra .venv/bin/pytest -q --durations=30  # the slowest, for keeping the suite short
 
 test-unit: setup deploy-tools

@@ -42,7 +42,16 @@ from tests.documents import (  # noqa: E402
     make_scanned_pdf,
 )
 from tests.fake_llm import FakeLLMProcess  # noqa: E402
-from tests.integration.conftest import SERVICES, AnyStack, Stack, StackFactory, drop_database, start_infra  # noqa: E402
+from tests.integration.conftest import (  # noqa: E402
+    SERVICES,
+    AnyStack,
+    Stack,
+    StackFactory,
+    drop_database,
+    start_infra,
+    start_s3,
+    stop_s3,
+)
 from tests.integration.helpers import paid_twice  # noqa: E402
 from tests.shipped import shipped_environment  # noqa: E402
 
@@ -457,24 +466,43 @@ def b8_parser_peak(bench: Bench, figures: list[Figure]) -> None:
 
 
 def b9_latency(bench: Bench, figures: list[Figure]) -> None:
+    """B9 with the documents' bytes in PostgreSQL (the default), then in S3 (DOCSUM_BLOB_STORE, on the
+    server scripts/s3.sh runs, a stack of its own): B9b."""
+    p50, p95 = _b9_run(bench, bench.stack)
+    figures.append(Figure("B9", "a 1-page document, submit → COMPLETED as `docsum` sees it (20 tasks)", p50,
+                          f"p50 {p50:.2f}s, p95 {p95:.2f}s", "p50 ≤ 0.5 s", p50 <= 0.5))  # fmt: skip
+    s3, ran = start_s3()
+    stack = bench.new_stack(**s3)
+    try:
+        # One task first, untimed, as the main stack's ran before B9: a new bucket's first write has
+        # SeaweedFS grow its volumes for it.
+        _b9_run(bench, stack, tasks=1)
+        p50, p95 = _b9_run(bench, stack)
+    finally:
+        stack.kill_all()
+        if not ran:
+            stop_s3()
+    figures.append(Figure("B9b", "B9 with DOCSUM_BLOB_STORE=s3://… (SeaweedFS, 20 tasks)", p50,
+                          f"p50 {p50:.2f}s, p95 {p95:.2f}s", "p50 ≤ 0.5 s", p50 <= 0.5))  # fmt: skip
+
+
+def _b9_run(bench: Bench, stack: Stack, tasks: int = 20) -> tuple[float, float]:
+    """p50 and p95 of `tasks` one-page tasks, each submitted once the one before is COMPLETED."""
     from docsum_cli.client import Gateway
     from docsum_cli.main import wait
 
     bench.llm.llm.configure(latency_s=0.0)
-    gateway = Gateway(bench.stack.gateway_url, bench.stack.keys["alice"])
+    gateway = Gateway(stack.gateway_url, stack.keys["alice"])
     spent = []
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(20):
+        for i in range(tasks):
             path = Path(tmp) / f"page-{i}.txt"
             path.write_text(bench.text(1_800))
             started = time.perf_counter()
             created = gateway.submit([path])
             wait(gateway, created["task_id"], quiet=True)
             spent.append(time.perf_counter() - started)
-    p50 = statistics.median(spent)
-    p95 = statistics.quantiles(spent, n=20)[18]
-    figures.append(Figure("B9", "a 1-page document, submit → COMPLETED as `docsum` sees it (20 tasks)", p50,
-                          f"p50 {p50:.2f}s, p95 {p95:.2f}s", "p50 ≤ 0.5 s", p50 <= 0.5))  # fmt: skip
+    return statistics.median(spent), max(spent) if tasks < 20 else statistics.quantiles(spent, n=20)[18]
 
 
 def b10_offline(bench: Bench, figures: list[Figure]) -> None:

@@ -332,6 +332,7 @@ case "${1:-}" in
       name=$(basename "$pidfile" .pid)
       case $name in kafka|postgres) ;; *) stop_service "$name" ;; esac
     done
+    "$ROOT/scripts/s3.sh" stop  # started by the tests that store blobs in S3, if they ran
     "$ROOT/scripts/kafka.sh" stop
     "$ROOT/scripts/postgres.sh" stop
     ;;

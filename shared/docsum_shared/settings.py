@@ -2,8 +2,8 @@
 several services share.
 
 `Settings` is what every process reads (Kafka, PostgreSQL, consumers, health, logs, re-drives); each group
-that more than one service reads extends it (`LLMSettings`, `IntakeSettings`, `SizeSettings`,
-`ReconcileSettings`), and each service's own class (`docsum_<service>.settings`) extends the groups it
+that more than one service reads extends it (`LLMSettings`, `BlobSettings`, `IntakeSettings`,
+`SizeSettings`, `ReconcileSettings`), and each service's own class (`docsum_<service>.settings`) extends the groups it
 reads. Defaults work on one machine with the stack that `make up` starts; every name can be overridden
 with an environment variable `DOCSUM_<NAME>` (plus the standard `DATABASE_URL`, `KAFKA_BOOTSTRAP_SERVERS`,
 `OPENAI_BASE_URL` and `OPENAI_API_KEY`).
@@ -19,6 +19,7 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError, model_vali
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .approval import Ceiling
+from .blobs import parse_blob_store, parse_s3_uri
 from .intake_access import PRODUCER_PATTERN, IntakeAccess, OwnerAccess
 from .options import Mode, TaskOptions
 
@@ -277,7 +278,29 @@ def endpoint_key(settings: LLMSettings) -> str:
     return f"{settings.openai_base_url or 'openai'}|{settings.llm_model}"
 
 
-class IntakeSettings(Settings):
+class BlobSettings(Settings):
+    """Where document bytes are kept (docsum_shared.blobs): written by the gateway and the parser's intake,
+    read by the parser, swept of orphans by the merger's maintenance."""
+
+    # "postgresql" (the default: in the blobs table) or s3://bucket/prefix: S3-compatible storage, with
+    # credentials, endpoint and region from the standard AWS variables (AWS_ACCESS_KEY_ID,
+    # AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, AWS_REGION). A bucket and prefix belong to one database.
+    blob_store: str = "postgresql"
+    # An object no row names (its writer was killed before the row, or the row was refused) is removed once
+    # it was last written this long ago: longer than any upload takes from its object to its row.
+    blob_orphan_grace_s: float = Field(3600.0, gt=0)
+    blob_sweep_interval_s: float = Field(3600.0, gt=0)  # how often the maintenance looks for orphans
+
+    @model_validator(mode="after")
+    def _blob_store_is_known(self) -> BlobSettings:
+        try:
+            parse_blob_store(self.blob_store)
+        except ValueError as exc:
+            raise SettingConflict("DOCSUM_BLOB_STORE", f"{exc}: use postgresql or s3://bucket/prefix") from None
+        return self
+
+
+class IntakeSettings(BlobSettings):
     """What a task may bring and how fast an owner may create tasks, whether it comes through the gateway
     or by a producer on Kafka (the parser's intake), and where a producer's documents may come from."""
 
@@ -291,17 +314,33 @@ class IntakeSettings(Settings):
     intake_http_hosts: list[str] = Field(default_factory=list)
     # Ports an http(s):// URI may name (on any allowed host): by default only the web's own.
     intake_http_ports: list[int] = Field(default_factory=lambda: [80, 443])
+    # Buckets and key prefixes an s3:// URI may name ("s3://bucket" or "s3://bucket/prefix"), read with the
+    # AWS_* variables' credentials and endpoint.
+    intake_s3_places: list[str] = Field(default_factory=list)
     intake_http_timeout_s: float = Field(10.0, gt=0)  # to connect, and between two reads
     intake_http_total_s: float = Field(120.0, gt=0)  # for a whole download
     # All the files of one task together (each file is also held to max_file_bytes), from any producer.
     max_task_bytes: int = Field(256 * 1024 * 1024, ge=1)
-    # Where an owner's documents may come from: '{"alice": {"file_roots": [...], "http_hosts": [...]}}'
+    # Where an owner's documents may come from:
+    # '{"alice": {"file_roots": [...], "http_hosts": [...], "s3_places": ["s3://alice-docs/in"]}}'
     # (an owner listed gets exactly that; the others the global intake_file_roots and intake_http_hosts). A
     # file is read only for the owners of the deepest root holding it (intake_access.OwnerAccess.other_roots).
     intake_owners: dict[str, IntakeAccess] = Field(default_factory=dict)
     # Tasks one owner may create per minute, through the gateway or by a producer on Kafka, counted in
     # PostgreSQL across every replica (docsum_shared.taskrate). 0: no limit.
     tasks_per_minute: int = Field(60, ge=0)
+
+    @model_validator(mode="after")
+    def _s3_places_are_buckets(self) -> IntakeSettings:
+        places = {"DOCSUM_INTAKE_S3_PLACES": self.intake_s3_places}
+        places |= {f"DOCSUM_INTAKE_OWNERS ({o}: s3_places)": e.s3_places for o, e in self.intake_owners.items()}
+        for setting, listed in places.items():
+            for place in listed:
+                try:
+                    parse_s3_uri(place)
+                except ValueError as exc:
+                    raise SettingConflict(setting.split(" ")[0], f"{setting}: {exc}") from None
+        return self
 
     def intake_access(self, owner: str) -> OwnerAccess:
         """Where `owner`'s documents may come from: its own entry of intake_owners, else the global lists."""

@@ -308,6 +308,50 @@ def pipeline(make_stack: StackFactory) -> InProcessStack:
     return make_stack.in_process()
 
 
+def start_s3() -> tuple[dict[str, str], bool]:
+    """The S3-compatible server scripts/s3.sh runs, started unless it runs, with a new bucket: the AWS
+    variables a client needs and DOCSUM_BLOB_STORE naming the bucket; whether it ran before (the bench
+    uses it too)."""
+    ran = subprocess.run([str(ROOT / "scripts" / "s3.sh"), "status"], capture_output=True).returncode == 0
+    subprocess.run([str(ROOT / "scripts" / "s3.sh"), "start"], check=True)
+    env = dict(line.split("=", 1) for line in _script("s3.sh", "env").splitlines())
+    bucket = f"docsum-test-{uuid.uuid4().hex[:12]}"
+    asyncio.run(create_bucket(env, bucket))
+    return {**env, "DOCSUM_BLOB_STORE": f"s3://{bucket}/blobs"}, ran
+
+
+def stop_s3() -> None:
+    subprocess.run([str(ROOT / "scripts" / "s3.sh"), "stop"], check=True)
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[dict[str, str]]:
+    """The S3 server (started for the first test that asks for it, stopped at the session's end if this
+    session started it), and a bucket of this session's: `start_s3`."""
+    env, ran = start_s3()
+    try:
+        yield env
+    finally:
+        if not ran:
+            stop_s3()
+
+
+async def create_bucket(env: dict[str, str], bucket: str) -> None:
+    from aiobotocore.session import get_session
+
+    from docsum_shared.blobs import s3_client_config
+
+    async with get_session().create_client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        region_name=env["AWS_REGION"],
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        config=s3_client_config(),
+    ) as client:
+        await client.create_bucket(Bucket=bucket)
+
+
 @pytest_asyncio.fixture(scope="session")
 async def repository_db(infra: dict[str, str]) -> AsyncIterator[asyncpg.Pool]:
     """A migrated database of its own for the repository contracts (tests/repositories): no service of

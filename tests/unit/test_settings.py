@@ -91,6 +91,10 @@ ENVIRONMENT = {
     "DOCSUM_LLM_BATCH_PRICE_FACTOR": "0.45",
     "OPENAI_BASE_URL": "http://llm.example:8080/v1",
     "OPENAI_API_KEY": "sk-0123456789",
+    # BlobSettings
+    "DOCSUM_BLOB_STORE": "s3://docsum-blobs/uploads",
+    "DOCSUM_BLOB_ORPHAN_GRACE_S": "7200",
+    "DOCSUM_BLOB_SWEEP_INTERVAL_S": "600",
     # IntakeSettings
     "DOCSUM_MAX_FILE_BYTES": "1000000",
     "DOCSUM_MAX_FILES_PER_TASK": "20",
@@ -98,6 +102,7 @@ ENVIRONMENT = {
     "DOCSUM_INTAKE_FILE_ROOTS": '["/srv/docs"]',
     "DOCSUM_INTAKE_HTTP_HOSTS": '["docs.example.com"]',
     "DOCSUM_INTAKE_HTTP_PORTS": "[443]",
+    "DOCSUM_INTAKE_S3_PLACES": '["s3://docs-in/incoming"]',
     "DOCSUM_INTAKE_HTTP_TIMEOUT_S": "5",
     "DOCSUM_INTAKE_HTTP_TOTAL_S": "60",
     "DOCSUM_MAX_TASK_BYTES": "5000000",

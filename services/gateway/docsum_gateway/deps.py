@@ -1,4 +1,5 @@
-"""Dependencies of the routes: settings, the pool, the publishing port, the calling owner and the task id."""
+"""Dependencies of the routes: settings, the pool, the blob store, the publishing port, the calling owner and
+the task id."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import asyncpg
 from fastapi import Depends, HTTPException, Request, Security, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from docsum_shared.blobs import BlobStore
 from docsum_shared.handlers import Publish
 
 from . import keystore
@@ -34,6 +36,10 @@ def get_settings(request: Request) -> GatewaySettings:
 
 def get_pool(request: Request) -> asyncpg.Pool:
     return request.app.state.pool
+
+
+def get_blobs(request: Request) -> BlobStore:
+    return request.app.state.blobs
 
 
 def get_publish(request: Request) -> Publish:
@@ -78,6 +84,7 @@ def require_admin(request: Request, _: Annotated[HTTPAuthorizationCredentials | 
 SettingsDep = Annotated[GatewaySettings, Depends(get_settings)]
 PoolDep = Annotated[asyncpg.Pool, Depends(get_pool)]
 PublishDep = Annotated[Publish, Depends(get_publish)]
+BlobsDep = Annotated[BlobStore, Depends(get_blobs)]
 OwnerDep = Annotated[str, Depends(get_owner)]
 # After OwnerDep in a signature: a caller without a key learns nothing about ids.
 TaskIdDep = Annotated[str, Depends(task_id_path)]

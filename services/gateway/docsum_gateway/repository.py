@@ -3,16 +3,15 @@ each owner's re-drive gate."""
 
 from __future__ import annotations
 
-import struct
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
 import asyncpg
 
 from docsum_shared import taskrate
-from docsum_shared.blobs import lock_blobs
+from docsum_shared.blobs import BlobStore, NewBlob
 from docsum_shared.options import TaskOptions
 from docsum_shared.states import DocumentStatus, TaskStatus
 
@@ -32,43 +31,17 @@ def new_id() -> str:
     return str(uuid.uuid4())
 
 
-_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)
-_COPY_TRAILER = struct.pack("!h", -1)
-
-
-async def _blob_rows(files: list[UploadedFile]) -> AsyncIterator[bytes]:
-    """COPY ... (FORMAT binary) rows (sha256, data, size_bytes), each file's data read block by block
-    from its spool: the bytes go to PostgreSQL without ever being whole in memory."""
-    yield _COPY_HEADER
-    for f in files:
-        sha = f.sha256.encode()
-        yield struct.pack("!hi", 3, len(sha)) + sha + struct.pack("!i", f.size)
-        async for block in f.spool.blocks():
-            yield block
-        yield struct.pack("!iq", 8, f.size)
-    yield _COPY_TRAILER
-
-
-async def store_blobs(conn: asyncpg.Connection, files: list[UploadedFile]) -> None:
-    """Store each distinct file once (by sha256), in the caller's transaction, under the lock of its hash
-    (docsum_shared.blobs: a concurrent upload or publication of the same bytes waits); only the hashes
-    not stored yet are copied."""
-    by_hash = {f.sha256: f for f in files}
-    hashes = sorted(by_hash)
-    await lock_blobs(conn, hashes)
-    stored = {r["sha256"] for r in await conn.fetch("SELECT sha256 FROM blobs WHERE sha256 = ANY($1::text[])", hashes)}
-    missing = [by_hash[h] for h in hashes if h not in stored]
-    if missing:
-        await conn.copy_to_table(
-            "blobs", source=_blob_rows(missing), columns=["sha256", "data", "size_bytes"], format="binary"
-        )
+def new_blobs(documents: list[NewDocument]) -> list[NewBlob]:
+    """The documents' files as blobs to store, each read again from its spool when written."""
+    return [NewBlob(d.file.sha256, d.file.size, d.file.spool.blocks) for d in documents]
 
 
 class TaskRepository:
     """The tasks the gateway registers: each task its owner's, stored whole or not at all."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, blobs: BlobStore | None = None) -> None:
         self.pool = pool
+        self.blobs = blobs or BlobStore()
 
     async def create_task(
         self,
@@ -82,10 +55,12 @@ class TaskRepository:
     ) -> str:
         """A new task of `owner` (PROCESSING) in `deployment` (whose summarizers take its work) with its
         documents (PENDING, in the given order) and their bytes, in one transaction: a document id already
-        stored refuses the whole task (asyncpg.UniqueViolationError), and nothing of it is stored."""
+        stored refuses the whole task (asyncpg.UniqueViolationError), and nothing of it is stored. In an
+        object store, the files' objects are written first."""
         task_id = new_id()
+        await self.blobs.upload(self.pool, new_blobs(documents))
         async with self.pool.acquire() as conn, conn.transaction():
-            await _insert_task(conn, task_id, owner, title, documents, options, deployment, webhook_id)
+            await _insert_task(conn, self.blobs, task_id, owner, title, documents, options, deployment, webhook_id)
         return task_id
 
     async def create_task_once(
@@ -105,6 +80,8 @@ class TaskRepository:
         task and its answer (`answer(task_id)`, the JSON text, status `key.status_code`), stored with the key in the
         task's own transaction: a key never names a task that is not stored, nor a stored task its answer."""
         task_id = new_id()
+        # Objects before the transaction: a replay finds its blobs' rows and writes nothing again.
+        await self.blobs.upload(self.pool, new_blobs(documents))
         async with self.pool.acquire() as conn, conn.transaction():
             # Every request with the key, on any replica, takes the key's lock first: the one that gets it
             # decides, the others are told to come back (409) instead of queueing behind an upload's copy.
@@ -121,7 +98,7 @@ class TaskRepository:
             )
             if row is not None:
                 return Stored(row["fingerprint"], row["status_code"], row["response"])
-            await _insert_task(conn, task_id, owner, title, documents, options, deployment, webhook_id)
+            await _insert_task(conn, self.blobs, task_id, owner, title, documents, options, deployment, webhook_id)
             body = answer(task_id)
             # An expired row not pruned yet is the only one the key can have here (the lock is held, a live
             # row was just looked for): it is replaced.
@@ -175,6 +152,7 @@ async def prune_idempotency_keys(pool: asyncpg.Pool, at_most: int = 1000) -> int
 
 async def _insert_task(
     conn: asyncpg.Connection,
+    blobs: BlobStore,
     task_id: str,
     owner: str,
     title: str | None,
@@ -184,8 +162,8 @@ async def _insert_task(
     webhook_id: str | None = None,
 ) -> None:
     """The task (in `deployment`, told to the webhook endpoint `webhook_id` names as well), its documents and
-    their bytes, in the caller's transaction."""
-    await store_blobs(conn, [d.file for d in documents])
+    their bytes (each distinct file once, by sha256: docsum_shared.blobs), in the caller's transaction."""
+    await blobs.store(conn, new_blobs(documents))
     await conn.execute(
         "INSERT INTO tasks (id, owner, title, status, options, deployment, webhook_id)"
         " VALUES ($1, $2, $3, $4, $5, $6, $7)",

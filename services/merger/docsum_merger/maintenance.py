@@ -1,4 +1,5 @@
-"""Expiry and reconcile, run beside the merger by one process at a time (under a database lock).
+"""Expiry and reconcile, run beside the merger by one process at a time (under a database lock); and, on
+an object store, the sweep of the objects no blob row names.
 
 It also counts the tasks by status for the docsum_tasks gauge, and how long the most stalled unfinished
 task has gone without progress (docsum_task_stalled_seconds).
@@ -10,11 +11,13 @@ without any progress is FAILED with its last error, so nothing is re-driven fore
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import asyncpg
 
 from docsum_shared import metrics
+from docsum_shared.blobs import ObjectStore, parse_blob_store, sweep_orphans
 from docsum_shared.events import TaskEvent
 from docsum_shared.handlers import Publish, Sender
 from docsum_shared.lifecycle import UNFINISHED, expire_idle, idle_unfinished
@@ -79,9 +82,47 @@ SELECT coalesce(max(extract(epoch FROM now() - greatest(
 """
 
 
+# The key of the orphan sweep's advisory lock (with the maintenance's class): one sweep of a database's
+# blobs at a time, whatever the deployments sharing it.
+_SWEEP_LOCK_KEY = 0x626C6F62  # "blob"
+
+
+async def sweep_once(pool: asyncpg.Pool, objects: ObjectStore, grace_s: float) -> int:
+    """Remove the object store's orphans (docsum_shared.blobs.sweep_orphans), unless another process is at
+    it; how many went."""
+    async with pool.acquire() as conn:
+        if not await conn.fetchval(
+            "SELECT pg_try_advisory_lock($1::int, $2::int)", _MAINTENANCE_LOCK_CLASS, _SWEEP_LOCK_KEY
+        ):
+            return 0
+        try:
+            removed = await sweep_orphans(pool, objects, grace_s)
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock($1::int, $2::int)", _MAINTENANCE_LOCK_CLASS, _SWEEP_LOCK_KEY)
+    if removed:
+        log.info("blob sweep: removed %d object(s) no row names, older than %.0fs", removed, grace_s)
+    return removed
+
+
 async def maintain_forever(pool: asyncpg.Pool, publish: Publish, settings: MergerSettings) -> None:
     async def one_round() -> None:
         await count_tasks(pool)
         await maintain_once(pool, publish, settings)
 
-    await keep_running("maintenance round", one_round, every_s=settings.maintenance_interval_s)
+    rounds = keep_running("maintenance round", one_round, every_s=settings.maintenance_interval_s)
+    place = parse_blob_store(settings.blob_store)
+    if place is None:  # PostgreSQL: a blob's bytes are its row, nothing to sweep
+        await rounds
+        return
+    objects = ObjectStore(place)
+    try:
+        await asyncio.gather(
+            rounds,
+            keep_running(
+                "blob sweep",
+                lambda: sweep_once(pool, objects, settings.blob_orphan_grace_s),
+                every_s=settings.blob_sweep_interval_s,
+            ),
+        )
+    finally:
+        await objects.close()

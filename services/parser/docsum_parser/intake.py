@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import PurePosixPath
 from urllib.parse import unquote, urlsplit
 
+from docsum_shared.blobs import S3Place, parse_s3_uri
 from docsum_shared.errors import ItemFailed, Poison, RateLimited
 from docsum_shared.events import ID_PATTERN, DocumentSubmitted, intake_topic
 from docsum_shared.intake_access import OwnerAccess
@@ -233,7 +234,9 @@ class FileSource:
     path: str  # absolute, as the URI names it (not resolved yet)
 
 
-def parse_uri(uri: str, settings: ParserSettings, access: OwnerAccess | None = None) -> FileSource | HttpSource:
+def parse_uri(
+    uri: str, settings: ParserSettings, access: OwnerAccess | None = None
+) -> FileSource | HttpSource | S3Place:
     """What `source_uri` names, if the owner's access (default: the global lists) allows that kind of
     place at all; ItemFailed otherwise."""
     access = access or global_access(settings)
@@ -259,11 +262,36 @@ def parse_uri(uri: str, settings: ParserSettings, access: OwnerAccess | None = N
     if scheme in ("http", "https"):
         return http_source(uri, parts.hostname or "", scheme, port, access)
     if scheme == "s3":
-        raise ItemFailed(
-            "s3:// URIs are not supported: publish the bytes inline (content_base64), or by an http(s):// URI"
-            " (e.g. a presigned URL, its host in DOCSUM_INTAKE_HTTP_HOSTS) or a file:// URI"
-        )
-    raise ItemFailed(f"source_uri scheme {scheme or '(none)'!r} is not supported: use file://, http:// or https://")
+        try:
+            place = parse_s3_uri(uri)
+        except ValueError as exc:
+            raise ItemFailed(f"source_uri is not a valid s3:// URI: {exc}") from None
+        if not place.key or place.key.endswith("/"):
+            raise ItemFailed(f"{uri[:200]} names no object: s3://bucket/key")
+        if not access.s3_places:
+            raise ItemFailed(
+                f"s3:// URIs are not allowed here: no bucket is configured ({access.setting('s3_places')})"
+            )
+        if not s3_allowed(place, access.s3_places):
+            raise ItemFailed(
+                f"s3://{place.bucket}/{place.key[:200]} is not under a bucket and prefix"
+                f" {access.setting('s3_places')} allows"
+            )
+        return place
+    raise ItemFailed(
+        f"source_uri scheme {scheme or '(none)'!r} is not supported: use file://, http://, https:// or s3://"
+    )
+
+
+def s3_allowed(place: S3Place, places: list[str]) -> bool:
+    """The object is in one of the listed buckets, under its prefix (whole path segments: s3://b/in allows
+    s3://b/in/x, not s3://b/inbox)."""
+    for listed in places:
+        allowed = parse_s3_uri(listed)
+        prefix = allowed.key.strip("/")
+        if allowed.bucket == place.bucket and (not prefix or place.key.startswith(prefix + "/")):
+            return True
+    return False
 
 
 def under_roots(resolved: str, roots: list[str]) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncpg
 
 from docsum_shared import outbox, taskrate
-from docsum_shared.blobs import store_blob
+from docsum_shared.blobs import BlobStore, NewBlob
 from docsum_shared.events import DocumentSubmitted
 from docsum_shared.levels import SizeLevel
 from docsum_shared.options import TaskOptions
@@ -18,8 +18,9 @@ from .settings import ParserSettings
 
 
 class DocumentRepository:
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, blobs: BlobStore | None = None) -> None:
         self.pool = pool
+        self.blobs = blobs or BlobStore()  # where document bytes are (DOCSUM_BLOB_STORE)
 
     async def load(self, document_id: str) -> StoredDocument | None:
         row = await self.pool.fetchrow(
@@ -42,7 +43,7 @@ class DocumentRepository:
         )
 
     async def load_bytes(self, sha256: str) -> bytes | None:
-        return await self.pool.fetchval("SELECT data FROM blobs WHERE sha256 = $1", sha256)
+        return await self.blobs.read(self.pool, sha256)
 
     async def store_text(self, document_id: str, text: str, size_level: SizeLevel, positions: Positions) -> None:
         """Store the text, with where its units start, and move the document on; TextRefused if the text
@@ -134,8 +135,12 @@ class DocumentRepository:
     ) -> None:
         """Create the task on first sight and the document, with its bytes stored once by sha256, or FAILED
         with `error`; in one transaction under the task's row lock, which re-checks what intake decided
-        before (a concurrent message of the same task may have come first). Poison rolls it all back."""
+        before (a concurrent message of the same task may have come first). Poison rolls it all back. In an
+        object store, the object is written first (refused afterwards, it is an orphan the sweep removes)."""
         options = event.options or TaskOptions()
+        blob = NewBlob.of(data) if data is not None else None
+        if blob is not None:
+            await self.blobs.upload(self.pool, [blob])
         async with self.pool.acquire() as conn, conn.transaction():
             created = await conn.fetchval(
                 "INSERT INTO tasks (id, owner, title, status, options, expected_documents, deployment)"
@@ -157,7 +162,10 @@ class DocumentRepository:
             assert task is not None
             if data is not None and (too_big := intake.task_bytes_error(task.total_bytes, len(data), settings)):
                 data, error = None, too_big
-            sha256 = await store_blob(conn, data) if data is not None else None
+            sha256 = None
+            if data is not None and blob is not None:
+                await self.blobs.store(conn, [blob])
+                sha256 = blob.sha256
             size = len(data) if data is not None else None
             status = DocumentStatus.PENDING if data is not None else DocumentStatus.FAILED
             if existing is None:

@@ -1,6 +1,6 @@
 """The bytes of a document another system published: decoded from the message, read from a file under
-the configured roots, or downloaded from a configured host. Each way either returns the bytes or raises
-`ItemFailed` with what to do; what may be reached is decided in intake.py.
+the configured roots, downloaded from a configured host, or read from a configured bucket. Each way either
+returns the bytes or raises `ItemFailed` with what to do; what may be reached is decided in intake.py.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import stat
 import httpx2
 
 from docsum_shared import outbound
+from docsum_shared.blobs import ObjectTooLarge, S3Connection, S3Place, missing, passing_as_unavailable, read_object
 from docsum_shared.errors import ItemFailed
 from docsum_shared.events import DocumentSubmitted
 from docsum_shared.intake_access import OwnerAccess
@@ -23,9 +24,9 @@ MAX_REDIRECTS = 5
 READ_BLOCK = 64 * 1024
 
 
-async def content(event: DocumentSubmitted, settings: ParserSettings) -> bytes:
+async def content(event: DocumentSubmitted, settings: ParserSettings, s3: S3Connection | None = None) -> bytes:
     """The document's bytes, whichever way the message gives them; a URI only to where its owner's
-    access allows (DOCSUM_INTAKE_OWNERS, else the global lists)."""
+    access allows (DOCSUM_INTAKE_OWNERS, else the global lists). An s3:// object is read through `s3`."""
     problem = intake.form_error(event)
     if problem is not None:
         raise ItemFailed(problem)
@@ -36,7 +37,35 @@ async def content(event: DocumentSubmitted, settings: ParserSettings) -> bytes:
     source = intake.parse_uri(event.source_uri, settings, access)
     if isinstance(source, intake.FileSource):
         return await asyncio.to_thread(read_file, source.path, settings, access)
+    if isinstance(source, S3Place):
+        return await read_s3(source, settings, s3 or S3Connection())
     return await download(source, settings, access)
+
+
+# --- s3:// --------------------------------------------------------------------------------------------
+
+
+async def read_s3(place: S3Place, settings: ParserSettings, s3: S3Connection) -> bytes:
+    """The object, at most DOCSUM_MAX_FILE_BYTES, with the AWS_* variables' credentials; a missing object
+    or bucket or a refusal is the document's failure, said so; a server away or overloaded
+    (ObjectStoreUnavailable) passes, and the message is handled again."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    cap = settings.max_file_bytes
+    try:
+        with passing_as_unavailable():  # a server away or overloaded: the message is retried, not failed
+            return await read_object(await s3.client(), place, max_bytes=cap)
+    except ObjectTooLarge:
+        raise ItemFailed(f"{place.uri} has over {cap:,} bytes, the limit (DOCSUM_MAX_FILE_BYTES)") from None
+    except ClientError as exc:
+        if missing(exc):
+            raise ItemFailed(f"{place.uri} does not exist") from None
+        error = exc.response.get("Error", {})
+        raise ItemFailed(
+            f"{place.uri} could not be read: {error.get('Code')} {error.get('Message', '')}".rstrip()
+        ) from None
+    except BotoCoreError as exc:
+        raise ItemFailed(f"{place.uri} could not be read: {exc}") from None
 
 
 # --- file:// ------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from docsum_shared.retry import retry_until, until_deadline
 from docsum_shared.states import TaskStatus
 
 from .. import idempotency, repository
-from ..deps import OwnerDep, PoolDep, PublishDep, SettingsDep, TaskIdDep, within_task_rate
+from ..deps import BlobsDep, OwnerDep, PoolDep, PublishDep, SettingsDep, TaskIdDep, within_task_rate
 from ..inputs import StoredText, check_text, echo, invalid, is_task_id
 from ..responses import ErrorBody, errors
 from ..schemas import CreatedDocument, LifecycleResult, QuotedText, TaskCreated
@@ -237,6 +237,7 @@ async def create_task(
     owner: OwnerDep,
     settings: SettingsDep,
     pool: PoolDep,
+    blobs: BlobsDep,
     publish: PublishDep,
 ) -> Any:
     key = _idempotency_key(request)
@@ -260,7 +261,7 @@ async def create_task(
             deadline=form.deadline,
         )
         webhook_id = await _webhook_of(form.webhook, owner, settings, pool)
-        tasks = repository.TaskRepository(pool)
+        tasks = repository.TaskRepository(pool, blobs)
         stored_answer: str | None = None  # with a key: the answer as stored, what a replay sends again
         if key is None:
             task_id = await tasks.create_task(
