@@ -17,8 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from docsum_shared import outbound
 from docsum_shared.errors import ItemFailed
 from docsum_shared.outbox import WebhookEvent
+from docsum_shared.scope import Scope
 
-from ..deps import OwnerDep, PoolDep, SettingsDep
+from ..deps import OwnerDep, PoolDep, SettingsDep, get_scope
 from ..inputs import check_text, invalid, is_task_id
 from ..responses import ErrorBody, errors
 from ..webhooks import repository
@@ -91,8 +92,8 @@ def _delivery(delivery: repository.Delivery) -> DeliveryInfo:
     return DeliveryInfo(**fields)
 
 
-def _scope(owner: str, settings: SettingsDep) -> repository.Scope:
-    return repository.Scope(settings.deployment, owner)
+def _scope(owner: str, settings: SettingsDep) -> Scope:
+    return get_scope(owner, settings)
 
 
 def _no_endpoint(webhook_id: str) -> HTTPException:
