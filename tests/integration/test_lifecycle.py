@@ -25,6 +25,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 from aiokafka import AIOKafkaProducer
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
 
 from docsum_shared.events import DocumentSubmitted
 from tests.documents import english_prose
@@ -351,37 +353,104 @@ async def test_retry_with_nothing_failed_conflicts(pipeline: InProcessStack) -> 
         assert (await get_task(alice, task_id))["status"] == "COMPLETED"
 
 
+# --- deployments sharing the database ---------------------------------------------------------------------
+
+
+async def test_a_task_of_another_deployment_is_no_task_through_its_gateway(
+    pipeline: InProcessStack, make_stack: StackFactory, db: asyncpg.Pool, slow_llm: FakeLLMServer
+) -> None:
+    """Two deployments on one database, alice with a key in each: her paused task of the first is, through
+    the second's gateway, no task at all. Every route answers 404 (the WebSocket is refused), exactly as
+    for another owner's task; the task does not move and nothing of it is published on the second's
+    topics (a resume there would re-drive it onto them). Through its own gateway it is hers."""
+    other = make_stack.in_process(services=("gateway",))
+    llm, marker = slow_llm, new_marker()
+    async with pipeline.client() as alice:
+        task_id = await submit(alice, [txt("theirs.txt", _marked_text(marker, 54_000, seed=91))])
+
+        async def some_chunks_answered() -> bool:
+            return len(chunk_calls(llm, marker)) >= 2
+
+        await eventually(some_chunks_answered, timeout=60, message="the first chunk summaries", stack=pipeline)
+        assert (await alice.post(f"/v1/tasks/{task_id}/pause")).status_code == 200
+        await _settle(db, llm, task_id, marker, pipeline)
+        [document] = (await get_task(alice, task_id))["documents"]
+        text = f"/v1/tasks/{task_id}/documents/{document['document_id']}/text?start=0&end=20"
+        assert (await alice.get(text)).status_code == 200  # the text is there to be quoted
+    before = await db.fetchrow("SELECT status, updated_at, redrives FROM tasks WHERE id = $1", task_id)
+    counts = await _chunk_counts(db, task_id)
+
+    async with other.client() as alice_there:
+        answers = {
+            "view": await alice_there.get(f"/v1/tasks/{task_id}"),
+            "failures": await alice_there.get(f"/v1/tasks/{task_id}/failures"),
+            "text": await alice_there.get(text),
+            "ticket": await alice_there.post(f"/v1/tasks/{task_id}/ticket"),
+        }
+        sse = alice_there.stream("GET", f"/v1/tasks/{task_id}/events", headers={"Accept": "text/event-stream"})
+        async with sse as answers["sse"]:  # the head first: a stream that opened would not end
+            if answers["sse"].status_code == 404:
+                await answers["sse"].aread()
+        for action in ("pause", "resume", "cancel", "retry"):
+            answers[action] = await alice_there.post(f"/v1/tasks/{task_id}/{action}")
+        assert {name: a.status_code for name, a in answers.items()} == dict.fromkeys(answers, 404)
+        assert all(a.json()["detail"] == f"no task {task_id}" for a in answers.values())
+        listed = await alice_there.get("/v1/tasks")
+        assert listed.status_code == 200 and task_id not in {t["task_id"] for t in listed.json()}
+        reconciled = await alice_there.post("/v1/reconcile")
+        assert reconciled.status_code == 200 and task_id not in reconciled.json()["tasks"]
+    ws_url = other.gateway_url.replace("http://", "ws://") + f"/v1/tasks/{task_id}/events"
+    with pytest.raises(InvalidStatus) as refused:
+        async with connect(
+            ws_url, open_timeout=10, additional_headers={"Authorization": f"Bearer {other.keys['alice']}"}
+        ):
+            pass
+    assert refused.value.response.status_code == 403
+
+    assert await db.fetchrow("SELECT status, updated_at, redrives FROM tasks WHERE id = $1", task_id) == before
+    assert await _chunk_counts(db, task_id) == counts
+    assert other.bus is not None
+    assert [r.topic for r in other.bus.kept or [] if task_id.encode() in (r.value or b"")] == []
+
+    async with pipeline.client() as alice:
+        resumed = await alice.post(f"/v1/tasks/{task_id}/resume")
+        assert resumed.status_code == 200, resumed.text
+        task = await wait_for_task(alice, task_id, pipeline, timeout=120)
+    assert task["status"] == "COMPLETED" and task["summary"], task
+    assert paid_twice(calls(llm, marker)) == 0
+
+
 # --- expiry -----------------------------------------------------------------------------------------------
 
 
 async def test_paused_task_expires_and_is_never_resumed(
-    pipeline: InProcessStack, make_stack: StackFactory, db: asyncpg.Pool, llm: FakeLLMServer
+    make_stack: StackFactory, db: asyncpg.Pool, llm: FakeLLMServer
 ) -> None:
-    stack, marker = pipeline, new_marker()
+    marker = new_marker()
     # A task no event will move (nothing announces it), paused through the API.
-    # A deployment of its own, whose maintenance is a merger with a 3 s TTL: it expires its own tasks only.
+    # A deployment of its own, whose maintenance is a merger with a 3 s TTL: it expires its own tasks only;
+    # its gateway is the one that reaches them. In-process: what is tested is what the TTL does to the
+    # task's rows, not how the merger is reached.
     prefix = f"test-{uuid.uuid4().hex[:8]}."
     task_id, _ = await _insert_task(db, _marked_text(marker, 800, seed=61), deployment=prefix)
-    async with stack.client() as alice:
-        paused = await alice.post(f"/v1/tasks/{task_id}/pause")
-        assert paused.status_code == 200 and paused.json()["status"] == "PAUSED", paused.text
-        # Only a merger (where the maintenance loop runs) with a 3 s TTL, in-process: what is tested is
-        # what the TTL does to the task's rows, not how the merger is reached.
-        short = make_stack.in_process(
-            ("merger",), DOCSUM_TOPIC_PREFIX=prefix, DOCSUM_TASK_TTL_S="3", DOCSUM_MAINTENANCE_INTERVAL_S="1"
-        )
-        try:
+    short = make_stack.in_process(
+        ("gateway", "merger"), DOCSUM_TOPIC_PREFIX=prefix, DOCSUM_TASK_TTL_S="3", DOCSUM_MAINTENANCE_INTERVAL_S="1"
+    )
+    try:
+        async with short.client() as alice:
+            paused = await alice.post(f"/v1/tasks/{task_id}/pause")
+            assert paused.status_code == 200 and paused.json()["status"] == "PAUSED", paused.text
 
             async def expired() -> bool:
                 return (await get_task(alice, task_id))["status"] == "EXPIRED"
 
             await eventually(expired, timeout=90, message=f"task {task_id} to expire", stack=short)
-        finally:
-            short.stop_all()
-        for action in ("resume", "pause", "cancel", "retry"):
-            response = await alice.post(f"/v1/tasks/{task_id}/{action}")
-            assert response.status_code == 409, (action, response.text)
-        task = await get_task(alice, task_id)
+            for action in ("resume", "pause", "cancel", "retry"):
+                response = await alice.post(f"/v1/tasks/{task_id}/{action}")
+                assert response.status_code == 409, (action, response.text)
+            task = await get_task(alice, task_id)
+    finally:
+        short.stop_all()
     assert task["status"] == "EXPIRED" and task["summary"] is None
     assert task["documents"][0]["status"] != "COMPLETED"
     assert calls(llm, marker) == []

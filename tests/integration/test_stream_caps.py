@@ -75,7 +75,7 @@ async def test_forty_sse_sockets_that_never_read_grow_the_gateway_by_less_than_1
     make_stack: StackFactory, db: asyncpg.Pool
 ) -> None:
     # The task (and so its log) is made by the pipeline in-process; the gateway measured is a process of
-    # its own that serves it from the same database, to the same owner.
+    # its own that serves it from the same database, to the same owner, in the same deployment.
     pipeline = make_stack.in_process(DOCSUM_MAX_FILES_PER_TASK=str(DOCUMENTS))
     async with pipeline.client() as client:
         note = "Note {}. The tide came in at dawn and left by noon."
@@ -85,6 +85,7 @@ async def test_forty_sse_sockets_that_never_read_grow_the_gateway_by_less_than_1
         assert done["status"] == "COMPLETED" and len(done["documents"]) == DOCUMENTS
     stack = make_stack(
         services=("gateway",),
+        DOCSUM_TOPIC_PREFIX=pipeline.env["DOCSUM_TOPIC_PREFIX"],
         # Room for every socket of the test: the caps have their own test below.
         DOCSUM_PROGRESS_STREAMS_PER_OWNER=str(STALLED_SOCKETS + 10),
         DOCSUM_PROGRESS_STREAMS_MAX=str(STALLED_SOCKETS + 10),

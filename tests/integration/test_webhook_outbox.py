@@ -17,6 +17,7 @@ from docsum_merger.settings import MergerSettings
 from docsum_parser.repository import DocumentRepository
 from docsum_shared.approval import Hold
 from docsum_shared.redrive import fail_stalled
+from docsum_shared.scope import Scope
 from docsum_shared.states import DocumentStatus, TaskStatus
 from tests.repositories.parser import SETTINGS as PARSER_SETTINGS
 from tests.repositories.parser import published
@@ -218,8 +219,8 @@ async def test_a_deleted_endpoint_is_sent_nothing_more(repository_db: asyncpg.Po
     task_id = await _task(db, owner)
     await MergeRepository(db, MergerSettings(_env_file=None)).finish_task(task_id, TaskStatus.COMPLETED, None, None)
     (delivery,) = await _deliveries(db, task_id)
-    scope = webhooks.Scope("", owner)
-    assert await webhooks.disable_endpoint(db, webhooks.Scope("", "someone-else"), endpoint) is None
+    scope = Scope("", owner)
+    assert await webhooks.disable_endpoint(db, Scope("", "someone-else"), endpoint) is None
     assert await webhooks.disable_endpoint(db, scope, endpoint) is not None
     assert await db.fetchval("SELECT next_attempt_at FROM webhook_deliveries WHERE id = $1", delivery["id"]) is None
     await db.execute("UPDATE webhook_deliveries SET next_attempt_at = now() WHERE id = $1", delivery["id"])

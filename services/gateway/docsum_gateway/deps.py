@@ -1,5 +1,5 @@
-"""Dependencies of the routes: settings, the pool, the blob store, the publishing port, the calling owner and
-the task id."""
+"""Dependencies of the routes: settings, the pool, the blob store, the publishing port, the calling owner
+(and its scope) and the task id."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from docsum_shared.blobs import BlobStore
 from docsum_shared.handlers import Publish
+from docsum_shared.scope import Scope
 
 from . import keystore
 from .inputs import task_id_path
@@ -86,7 +87,15 @@ PoolDep = Annotated[asyncpg.Pool, Depends(get_pool)]
 PublishDep = Annotated[Publish, Depends(get_publish)]
 BlobsDep = Annotated[BlobStore, Depends(get_blobs)]
 OwnerDep = Annotated[str, Depends(get_owner)]
-# After OwnerDep in a signature: a caller without a key learns nothing about ids.
+
+
+def get_scope(owner: OwnerDep, settings: SettingsDep) -> Scope:
+    """The caller's tasks and endpoints: its owner's, in this gateway's deployment."""
+    return Scope(settings.deployment, owner)
+
+
+ScopeDep = Annotated[Scope, Depends(get_scope)]
+# After OwnerDep (or ScopeDep) in a signature: a caller without a key learns nothing about ids.
 TaskIdDep = Annotated[str, Depends(task_id_path)]
 
 

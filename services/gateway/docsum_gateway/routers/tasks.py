@@ -24,10 +24,11 @@ from docsum_shared.readmodel import queries, views
 from docsum_shared.readmodel.schemas import FailureView, TaskListItem, TaskView
 from docsum_shared.redrive import prepare_redrive
 from docsum_shared.retry import retry_until, until_deadline
+from docsum_shared.scope import Scope
 from docsum_shared.states import TaskStatus
 
 from .. import idempotency, repository
-from ..deps import BlobsDep, OwnerDep, PoolDep, PublishDep, SettingsDep, TaskIdDep, within_task_rate
+from ..deps import BlobsDep, OwnerDep, PoolDep, PublishDep, ScopeDep, SettingsDep, TaskIdDep, within_task_rate
 from ..inputs import StoredText, check_text, echo, invalid, is_task_id
 from ..responses import ErrorBody, errors
 from ..schemas import CreatedDocument, LifecycleResult, QuotedText, TaskCreated
@@ -321,7 +322,7 @@ async def _webhook_of(given: str | None, owner: str, settings: GatewaySettings, 
     """The webhook endpoint the task names, if it is one of the owner's (in this deployment); else 422."""
     if given is None:
         return None
-    scope = webhooks.Scope(settings.deployment, owner)
+    scope = Scope(settings.deployment, owner)
     if not is_task_id(given) or not await webhooks.owned_endpoint(pool, scope, given):
         raise invalid(("body", "webhook"), f"no webhook {given[:100]} of yours: register one with POST /v1/webhooks")
     return given
@@ -374,22 +375,22 @@ def _keyed_answer(outcome: idempotency.Stored | idempotency.InFlight, sent: str)
 
 @router.get("", response_model=list[TaskListItem], responses=errors(401, 422))
 async def list_tasks(
-    owner: OwnerDep, pool: PoolDep, limit: Annotated[int, Query(ge=1, le=500)] = 50
+    scope: ScopeDep, pool: PoolDep, limit: Annotated[int, Query(ge=1, le=500)] = 50
 ) -> list[TaskListItem]:
-    return await views.list_tasks(pool, owner, limit)
+    return await views.list_tasks(pool, scope, limit)
 
 
 @router.get("/{task_id}", response_model=TaskView, responses=errors(401, 404, 422))
-async def get_task(owner: OwnerDep, task_id: TaskIdDep, pool: PoolDep, settings: SettingsDep) -> TaskView:
-    view = await views.task_view(pool, settings, owner, task_id)
-    if view is None:  # another owner's task looks exactly like a missing one
+async def get_task(scope: ScopeDep, task_id: TaskIdDep, pool: PoolDep, settings: SettingsDep) -> TaskView:
+    view = await views.task_view(pool, settings, scope, task_id)
+    if view is None:  # another owner's (or deployment's) task looks exactly like a missing one
         raise _not_found(task_id)
     return view
 
 
 @router.get("/{task_id}/failures", response_model=list[FailureView], responses=errors(401, 404, 422))
-async def get_failures(owner: OwnerDep, task_id: TaskIdDep, pool: PoolDep) -> list[FailureView]:
-    listed = await views.failures(pool, owner, task_id)
+async def get_failures(scope: ScopeDep, task_id: TaskIdDep, pool: PoolDep) -> list[FailureView]:
+    listed = await views.failures(pool, scope, task_id)
     if listed is None:
         raise _not_found(task_id)
     return listed
@@ -422,7 +423,7 @@ def document_id_path(
     " characters; a range that is empty, longer, or not inside the text is a 422 saying why.",
 )
 async def get_document_text(
-    owner: OwnerDep,
+    scope: ScopeDep,
     task_id: TaskIdDep,
     document_id: Annotated[str, Depends(document_id_path)],
     pool: PoolDep,
@@ -431,9 +432,9 @@ async def get_document_text(
 ) -> QuotedText:
     # The query reads no text for a range that is empty or over the cap, and never more than the cap: 40
     # requests for the whole of a 19 MB text grew the gateway by 177 MiB when the text was read first.
-    found = await queries.quote(pool, owner, task_id, document_id, start, end, MAX_QUOTE_CHARS)
+    found = await queries.quote(pool, scope, task_id, document_id, start, end, MAX_QUOTE_CHARS)
     if found is None:  # another owner's task, or a document of another task: as missing as no task at all
-        await _owned(pool, owner, task_id)
+        await _owned(pool, scope, task_id)
         raise _no_document(task_id, document_id)
     if not found["has_text"]:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"document {document_id} has no extracted text yet")
@@ -491,11 +492,12 @@ _CONTROLS = {
 
 def _control_route(action: str, control: _Control) -> None:
     async def route(
-        owner: OwnerDep, task_id: TaskIdDep, pool: PoolDep, publish: PublishDep, settings: SettingsDep
+        scope: ScopeDep, task_id: TaskIdDep, pool: PoolDep, publish: PublishDep, settings: SettingsDep
     ) -> LifecycleResult:
-        await _owned(pool, owner, task_id)
+        # A task of another deployment is not touched: its re-drive would publish on this one's topics.
+        await _owned(pool, scope, task_id)
         if control.redrive:
-            return await _move_and_redrive(action, control, task_id, owner, pool, publish, settings)
+            return await _move_and_redrive(action, control, task_id, scope.owner, pool, publish, settings)
         if not await control.move(pool, task_id):
             raise await _conflict(pool, task_id, control.verb)
         await publish([TaskEvent(task_id=task_id, status=control.status)], sender=GATEWAY)
@@ -547,8 +549,8 @@ def _no_document(task_id: str, document_id: str) -> HTTPException:
     return HTTPException(status.HTTP_404_NOT_FOUND, f"no document {document_id} in task {task_id}")
 
 
-async def _owned(pool: asyncpg.Pool, owner: str, task_id: str) -> None:
-    if not await queries.owns(pool, owner, task_id):
+async def _owned(pool: asyncpg.Pool, scope: Scope, task_id: str) -> None:
+    if not await queries.owns(pool, scope, task_id):
         raise _not_found(task_id)
 
 

@@ -18,7 +18,7 @@ from docsum_shared import outbound
 from docsum_shared.errors import ItemFailed
 from docsum_shared.outbox import WebhookEvent
 
-from ..deps import OwnerDep, PoolDep, SettingsDep
+from ..deps import PoolDep, ScopeDep, SettingsDep
 from ..inputs import check_text, invalid, is_task_id
 from ..responses import ErrorBody, errors
 from ..webhooks import repository
@@ -91,10 +91,6 @@ def _delivery(delivery: repository.Delivery) -> DeliveryInfo:
     return DeliveryInfo(**fields)
 
 
-def _scope(owner: str, settings: SettingsDep) -> repository.Scope:
-    return repository.Scope(settings.deployment, owner)
-
-
 def _no_endpoint(webhook_id: str) -> HTTPException:
     return HTTPException(status.HTTP_404_NOT_FOUND, f"no webhook {webhook_id}")
 
@@ -117,39 +113,34 @@ async def _checked_url(url: str, owner: str, settings: SettingsDep) -> str:
     response_model=WebhookCreated,
     responses={**errors(401, 422), 400: {"model": ErrorBody, "description": "The body cannot be parsed as JSON."}},
 )
-async def create_webhook(body: WebhookRequest, owner: OwnerDep, pool: PoolDep, settings: SettingsDep) -> WebhookCreated:
+async def create_webhook(body: WebhookRequest, scope: ScopeDep, pool: PoolDep, settings: SettingsDep) -> WebhookCreated:
     """Register an endpoint; its secret is in this answer only."""
-    url = await _checked_url(body.url, owner, settings)
+    url = await _checked_url(body.url, scope.owner, settings)
     events = sorted({e.value for e in body.events})
     secret = new_secret()
-    scope = _scope(owner, settings)
     endpoint = await repository.create_endpoint(pool, scope, str(uuid.uuid4()), url, events, body.all_tasks, secret)
     return WebhookCreated(**endpoint.__dict__, secret=secret)
 
 
 @router.get("", response_model=list[WebhookInfo], responses=errors(401))
-async def list_webhooks(owner: OwnerDep, pool: PoolDep, settings: SettingsDep) -> list[WebhookInfo]:
-    return [_info(e) for e in await repository.list_endpoints(pool, _scope(owner, settings))]
+async def list_webhooks(scope: ScopeDep, pool: PoolDep) -> list[WebhookInfo]:
+    return [_info(e) for e in await repository.list_endpoints(pool, scope)]
 
 
 @router.delete("/{webhook_id}", response_model=WebhookInfo, responses={**errors(401, 422), **NOT_FOUND})
-async def delete_webhook(
-    owner: OwnerDep, webhook_id: EndpointIdDep, pool: PoolDep, settings: SettingsDep
-) -> WebhookInfo:
+async def delete_webhook(scope: ScopeDep, webhook_id: EndpointIdDep, pool: PoolDep) -> WebhookInfo:
     """Nothing more is sent to the endpoint, not even deliveries still being tried."""
-    endpoint = await repository.disable_endpoint(pool, _scope(owner, settings), webhook_id)
+    endpoint = await repository.disable_endpoint(pool, scope, webhook_id)
     if endpoint is None:
         raise _no_endpoint(webhook_id)
     return _info(endpoint)
 
 
 @router.post("/{webhook_id}/rotate", response_model=WebhookCreated, responses={**errors(401, 422), **NOT_FOUND})
-async def rotate_webhook_secret(
-    owner: OwnerDep, webhook_id: EndpointIdDep, pool: PoolDep, settings: SettingsDep
-) -> WebhookCreated:
+async def rotate_webhook_secret(scope: ScopeDep, webhook_id: EndpointIdDep, pool: PoolDep) -> WebhookCreated:
     """A new secret, in this answer only; every attempt from now on is signed with it."""
     secret = new_secret()
-    endpoint = await repository.rotate_secret(pool, _scope(owner, settings), webhook_id, secret)
+    endpoint = await repository.rotate_secret(pool, scope, webhook_id, secret)
     if endpoint is None:
         raise _no_endpoint(webhook_id)
     return WebhookCreated(**endpoint.__dict__, secret=secret)
@@ -157,14 +148,13 @@ async def rotate_webhook_secret(
 
 @router.get("/{webhook_id}/deliveries", response_model=list[DeliveryInfo], responses={**errors(401, 422), **NOT_FOUND})
 async def list_deliveries(
-    owner: OwnerDep,
+    scope: ScopeDep,
     webhook_id: EndpointIdDep,
     pool: PoolDep,
-    settings: SettingsDep,
     limit: Annotated[int, Query(ge=1, le=500, description="the latest this many")] = 50,
 ) -> list[DeliveryInfo]:
     """The endpoint's latest deliveries, newest first, each with every attempt's status."""
-    found = await repository.deliveries(pool, _scope(owner, settings), webhook_id, limit)
+    found = await repository.deliveries(pool, scope, webhook_id, limit)
     if found is None:
         raise _no_endpoint(webhook_id)
     return [_delivery(d) for d in found]
@@ -176,15 +166,14 @@ async def list_deliveries(
     responses={**errors(401, 422), **NOT_FOUND},
 )
 async def resend_delivery(
-    owner: OwnerDep,
+    scope: ScopeDep,
     webhook_id: EndpointIdDep,
     delivery_id: Annotated[str, Path(max_length=100, description="the delivery's id (its webhook-id)")],
     pool: PoolDep,
-    settings: SettingsDep,
 ) -> DeliveryInfo:
     """Send the delivery again now, with the same webhook-id and body (signed afresh)."""
     check_text(("path", "delivery_id"), delivery_id)
-    delivery = await repository.resend(pool, _scope(owner, settings), webhook_id, delivery_id)
+    delivery = await repository.resend(pool, scope, webhook_id, delivery_id)
     if delivery is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no delivery {delivery_id}")
     return _delivery(delivery)

@@ -13,6 +13,7 @@ from datetime import datetime
 import asyncpg
 
 from docsum_shared.db import WEBHOOKS_DUE
+from docsum_shared.scope import Scope
 
 from .policy import Outcome
 
@@ -23,14 +24,6 @@ def _owned(n: int, alias: str = "") -> str:
     """The scope's live endpoints, its deployment and owner the parameters $n and $n+1 (`alias`: "e." when
     the endpoints' table is named so)."""
     return f"{alias}deployment = ${n} AND {alias}owner = ${n + 1} AND {alias}disabled_at IS NULL"
-
-
-@dataclass(frozen=True)
-class Scope:
-    """Whose endpoints: an owner's, in this gateway's deployment (its topic prefix)."""
-
-    deployment: str
-    owner: str
 
 
 @dataclass(frozen=True)
