@@ -122,8 +122,11 @@ async def test_the_sweep_removes_only_old_objects_no_row_names(
 
 @pytest.mark.asyncio
 async def test_a_document_published_as_an_s3_uri_is_read_from_its_owners_bucket_only(
-    make_stack: StackFactory, s3_server: dict[str, str], objects: ObjectStore, db: asyncpg.Pool
+    make_stack: StackFactory, s3_server: dict[str, str], objects: ObjectStore, own_db: tuple[str, asyncpg.Pool]
 ) -> None:
+    # A database of its own: the example's bytes stored in the object store are no blob the session's
+    # stacks (PostgreSQL's store) can read, and they would find them by their hash.
+    url, db = own_db
     alice_bucket, bob_bucket = objects.place.bucket, f"docsum-bob-{uuid.uuid4().hex[:12]}"
     await create_bucket(s3_server, bob_bucket)
     client = await objects.client()
@@ -132,6 +135,7 @@ async def test_a_document_published_as_an_s3_uri_is_read_from_its_owners_bucket_
     await client.put_object(Bucket=bob_bucket, Key="ledger.txt", Body=b"Bob's ledger, for bob alone. " * 20)
     stack = make_stack(
         SERVICES,
+        DATABASE_URL=url,
         DOCSUM_LLM_BACKEND="extractive",
         DOCSUM_INTAKE_PRODUCERS=producers(crm=["alice"]),
         DOCSUM_INTAKE_OWNERS=json.dumps({
