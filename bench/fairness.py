@@ -33,10 +33,11 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
+from bench.figures import Figure
 from docsum_shared.states import TASK_FINAL
 from docsum_summarizer.schedule import jain_index, served_tokens
 from tests.integration.helpers import marked_text, new_marker
@@ -66,18 +67,6 @@ B15_SPLIT = 100  # dave's tasks
 B15_SPAN_S = 20.0
 B15_URGENT_BACKLOG = 1_000
 NEW_CHARS = 1_800  # a default chunk's characters beyond its overlap
-
-
-class Measured(NamedTuple):
-    """A figure as bench/run.py's Figure takes it."""
-
-    id: str
-    measure: str
-    value: float
-    shown: str
-    goal: str
-    passed: bool
-    detail: str = ""
 
 
 # --- pure: what the ledger says ----------------------------------------------------------------------------
@@ -343,14 +332,14 @@ def behind_backlog(
     return Behind(total - served_before, first - ready, completions_between(ledger, ready, first), task_s, len(own))
 
 
-def b12(bench: Bench) -> list[Measured]:
+def b12(bench: Bench) -> list[Figure]:
     bench.llm.llm.configure(latency_s=CALL_S, jitter_s=0.0)
     runs = {order: behind_backlog(bench, order, newcomer="bob", run=f"b12-{order}") for order in ORDERS}
     narrow = behind_backlog(bench, "fair", newcomer="bob", run="b12narrow-fair", env=NARROW)
     restored(bench)
     fair = runs["fair"]
     passed = fair.wait_s <= CALL_S and fair.task_s <= (fair.depth + 1) * CALL_S
-    return [Measured(
+    return [Figure(
         "B12", f"owner B's one-page task behind A's backlog ({B12_CHUNKS:,} chunks, scaled from 10,000;"
         f" {CALL_S * 1000:.0f} ms calls, 16 in flight)", fair.wait_s / CALL_S,
         f"fair: {fair.shown()}; FIFO: {runs['fifo'].shown()}; fair with DOCSUM_ADMISSION_WINDOW=16: {narrow.shown()}",
@@ -417,7 +406,7 @@ def backlogged(
     return Together(calls, start, end, max((c.tokens for c in inside), default=0), per_call)
 
 
-def b13(bench: Bench) -> list[Measured]:
+def b13(bench: Bench) -> list[Figure]:
     bench.llm.llm.configure(latency_s=CALL_S, jitter_s=0.0)
     owners = list(B13_CHUNK_CHARS)
     backlogs = {o: (B13_CALLS[o], B13_CHUNK_CHARS[o], 1) for o in owners}
@@ -438,7 +427,7 @@ def b13(bench: Bench) -> list[Measured]:
         for i, w in enumerate(windows)
     )  # fmt: skip
     passed = n >= 1 and jain >= 0.99 and gap <= 2 * fair.largest
-    return [Measured(
+    return [Figure(
         "B13", f"3 owners, chunks of {sizes}, backlogged together; {n} windows of {WINDOW_S:.0f} s"
         f" (the issue's 60 s scaled to {B13_SPAN_S:.0f})", jain,
         f"fair: Jain's index {jain:.3f}, widest difference in a window {gap:,.0f} tokens = "
@@ -452,7 +441,7 @@ def b13(bench: Bench) -> list[Measured]:
 # --- B14: a lone owner -----------------------------------------------------------------------------------
 
 
-def b14(bench: Bench) -> list[Measured]:
+def b14(bench: Bench) -> list[Figure]:
     """The same text with each order in turns, three times, then once in the fair order with a window
     of 16; chunks per second of each task, submit → COMPLETED, the best of each."""
     bench.llm.llm.configure(latency_s=CALL_S, jitter_s=0.0)
@@ -469,7 +458,7 @@ def b14(bench: Bench) -> list[Measured]:
     ratio = fair / fifo
     shown = "; ".join(f"{name} {', '.join(f'{r:.0f}' for r in rates[name])} chunks/s" for name in rates)
     shown += f"; fair with window 16 ÷ FIFO {max(rates['fair, window 16']) / fifo:.2f}"
-    return [Measured(
+    return [Figure(
         "B14", f"a lone owner's throughput, fair ÷ FIFO ({B14_CHARS:,} characters, {CALL_S * 1000:.0f} ms calls,"
         f" 16 in flight; in turns, best of {B14_TURNS})", ratio, f"{ratio:.2f} ({shown})", f"≥ {B14_GOAL}",
         ratio >= B14_GOAL,
@@ -486,7 +475,7 @@ def _percent(gain: float, chunks: float) -> str:
     return f"{gain:+.1%} ({chunks:+.1%})"
 
 
-def b15(bench: Bench) -> list[Measured]:
+def b15(bench: Bench) -> list[Figure]:
     bench.llm.llm.configure(latency_s=CALL_S, jitter_s=0.0)
     backlogs = {o: (n, 2_000, B15_SPLIT if o == "dave" else 1) for o, n in B15_CHUNKS.items()}
     owners = list(backlogs)
@@ -506,7 +495,7 @@ def b15(bench: Bench) -> list[Measured]:
     (alice, gain, chunk_gain), (fifo_alice, fifo_gain, fifo_chunk_gain) = split["fair"], split["fifo"]
     u, fifo_u = urgent["fair"], urgent["fifo"]
     passed = abs(alice - 0.75) <= 0.05 and gain < 0.05 and u.wait_s <= CALL_S
-    return [Measured(
+    return [Figure(
         "B15", f"weights alice=3 (75/25 of alice and bob); dave's backlog over {B15_SPLIT} tasks against carol's"
         f" one; an urgent one-page task behind its owner's normal backlog ({B15_URGENT_BACKLOG:,} chunks)", alice,
         f"fair: alice {alice:.1%} of alice and bob, dave's gain {gain:+.1%} (chunks' calls only: {chunk_gain:+.1%};"

@@ -23,7 +23,6 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import baseline, fairness, modes, offline  # noqa: E402
+from bench.figures import Figure  # noqa: E402
 from bench.profile import Profiles, children  # noqa: E402
 from tests.documents import (  # noqa: E402
     character_error_rate,
@@ -56,17 +56,6 @@ from tests.integration.helpers import paid_twice  # noqa: E402
 from tests.shipped import shipped_environment  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
-
-
-@dataclass
-class Figure:
-    id: str
-    measure: str
-    value: float
-    shown: str
-    goal: str
-    passed: bool
-    detail: str = ""
 
 
 class _Temp:
@@ -629,10 +618,10 @@ def main() -> None:
                 ("B10", lambda: b10_offline(bench, figures)),
                 ("B11", lambda: b11_modes(bench, figures)),  # it restarts every service twice
                 # Fair shares (bench/fairness.py), each beside FIFO: they restart the summarizer and chunker.
-                ("B12", lambda: figures.extend(Figure(*f) for f in fairness.b12(bench))),
-                ("B13", lambda: figures.extend(Figure(*f) for f in fairness.b13(bench))),
-                ("B14", lambda: figures.extend(Figure(*f) for f in fairness.b14(bench))),
-                ("B15", lambda: figures.extend(Figure(*f) for f in fairness.b15(bench))),
+                ("B12", lambda: figures.extend(fairness.b12(bench))),
+                ("B13", lambda: figures.extend(fairness.b13(bench))),
+                ("B14", lambda: figures.extend(fairness.b14(bench))),
+                ("B15", lambda: figures.extend(fairness.b15(bench))),
                 ("B16", lambda: b16_ocr(figures)),  # in this process: the worker's own steps
                 # Last: its 500 pages are cancelled once parsed, and a cut that won the race with the
                 # cancel still sends the summarizer ~500 chunks to skip, which no measure should meet.

@@ -27,6 +27,7 @@
 # go.mod and go.sum; `make test` builds it before the suite), inside `make test`'s 90 minutes; the build
 # cache it needs (~2 GB) is removed once the binary is there.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/daemon.sh"
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_DIR="$(dirname "$SCRIPT_DIR")"
@@ -50,23 +51,7 @@ PID_FILE="$S3_DIR/weed.pid"
 LOG_FILE="$S3_DIR/weed.log"
 LOCK_FILE="$STATE_DIR/s3.lock"
 START_TIMEOUT=120
-
-log() { echo "s3.sh: $*" >&2; }
-die() { log "error: $*"; exit 1; }
-
-fail_with_log() {
-  log "error: $1"
-  log "last lines of $LOG_FILE:"
-  tail -n 30 "$LOG_FILE" >&2 2>/dev/null || true
-  exit 1
-}
-
-# Whole-command lock: two test runs may call start/stop concurrently.
-take_lock() {
-  mkdir -p "$STATE_DIR"
-  exec 9>"$LOCK_FILE"
-  flock 9
-}
+DAEMON_NAME="s3.sh"
 
 # --- the binary -------------------------------------------------------------------------------------
 
@@ -101,25 +86,8 @@ do_install() {
 
 # --- the running server -----------------------------------------------------------------------------
 
-# A zombie counts as dead (see postgres.sh).
-pid_alive() {
-  local state
-  state="$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)" || return 1
-  [[ -n "$state" && "$state" != Z ]]
-}
-
-# The pid in the pid file, if that process is our server: alive, and its command line names our data dir
-# (after kill -9 and a reboot the pid may belong to another program).
-running_pid() {
-  local pid
-  [[ -s "$PID_FILE" ]] || return 1
-  pid="$(cat "$PID_FILE")"
-  [[ "$pid" =~ ^[0-9]+$ ]] && pid_alive "$pid" || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "-dir=$DATA_DIR " || return 1
-  echo "$pid"
-}
-
-port_open() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
+# Our server's command line names our data dir.
+running_pid() { pid_file_process "-dir=$DATA_DIR "; }
 
 # The S3 gateway answers its health check only once it reaches the filer: HTTP 200 on /healthz.
 answers() {
@@ -169,67 +137,23 @@ do_start() {
   done
   ensure_credentials
   write_config
-  if [[ -f "$LOG_FILE" ]] && (($(stat -c %s "$LOG_FILE") > 20 * 1024 * 1024)); then
-    mv -f "$LOG_FILE" "$LOG_FILE.1"
-  fi
+  rotate_log
   echo "=== $(date -Is) s3.sh start (127.0.0.1:$PORT) ===" >>"$LOG_FILE"
   # One process: master, volume server, filer and the S3 gateway, every one on 127.0.0.1 only. Volumes of
-  # 64 MB (the default is 30 GB each), as many as the disk allows. setsid: its own session, so it outlives
-  # the calling shell; lock fd 9 closed for it, or it would hold the lock for its whole life.
-  # shellcheck disable=SC2016 # $$ and $@ are for the inner bash
-  setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$PID_FILE" \
-    "$WEED" server -ip=127.0.0.1 -ip.bind=127.0.0.1 -dir="$DATA_DIR" \
+  # 64 MB (the default is 30 GB each), as many as the disk allows.
+  spawn "$WEED" server -ip=127.0.0.1 -ip.bind=127.0.0.1 -dir="$DATA_DIR" \
     -master.port="$MASTER_PORT" -master.port.grpc=$((MASTER_PORT + GRPC_OFFSET)) -master.volumeSizeLimitMB=64 \
     -volume.port="$VOLUME_PORT" -volume.port.grpc=$((VOLUME_PORT + GRPC_OFFSET)) -volume.max=0 \
     -filer -filer.port="$FILER_PORT" -filer.port.grpc=$((FILER_PORT + GRPC_OFFSET)) \
-    -s3 -s3.port="$PORT" -s3.port.grpc=$((PORT + GRPC_OFFSET)) -s3.config="$CONFIG" \
-    </dev/null >>"$LOG_FILE" 2>&1 9>&- &
-  local i
-  for ((i = 0; i < 50; i++)); do
-    [[ -s "$PID_FILE" ]] && break
-    sleep 0.1
-  done
-  [[ -s "$PID_FILE" ]] || fail_with_log "the server did not start"
+    -s3 -s3.port="$PORT" -s3.port.grpc=$((PORT + GRPC_OFFSET)) -s3.config="$CONFIG" ||
+    fail_with_log "the server did not start"
   wait_ready "$(cat "$PID_FILE")"
 }
 
 wait_ready() {
-  local pid="$1" start=$SECONDS
-  while ((SECONDS - start < START_TIMEOUT)); do
-    if ! pid_alive "$pid"; then
-      rm -f "$PID_FILE"
-      fail_with_log "the server exited during start-up"
-    fi
-    if answers; then
-      log "ready on 127.0.0.1:$PORT (pid $pid, ${SECONDS}s)"
-      return 0
-    fi
-    sleep 0.2
-  done
-  fail_with_log "no S3 answer on 127.0.0.1:$PORT after ${START_TIMEOUT}s (still running as pid $pid; 'scripts/s3.sh stop' stops it)"
-}
-
-do_stop() {
-  take_lock
-  local pid
-  if ! pid="$(running_pid)"; then
-    rm -f "$PID_FILE"
-    log "not running"
-    return 0
-  fi
-  log "stopping pid $pid"
-  kill -TERM "$pid" 2>/dev/null || true
-  local i
-  for ((i = 0; i < 200; i++)); do
-    pid_alive "$pid" || break
-    sleep 0.1
-  done
-  if pid_alive "$pid"; then
-    log "still running after 20s, sending SIGKILL"
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  rm -f "$PID_FILE"
-  log "stopped"
+  await_ready "$1" "the server exited during start-up" \
+    "no S3 answer on 127.0.0.1:$PORT after ${START_TIMEOUT}s (still running as pid $1; 'scripts/s3.sh stop' stops it)" \
+    answers
 }
 
 do_status() {

@@ -1,4 +1,5 @@
-"""Task lifecycle transitions in Postgres: pause, resume, cancel, retry, expiry, reconcile.
+"""Task lifecycle transitions in Postgres: pause, resume, cancel, retry, expiry, reconcile; and a document's
+failure in whichever stage it fails.
 
 Each is one guarded transition: it happens only from the statuses it names, so calling it twice (or
 racing the pipeline) is harmless. Re-driving the work that a transition frees is redrive.py's job;
@@ -8,9 +9,11 @@ the loop that runs expiry and reconcile lives beside the merger (docsum_merger.m
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 import asyncpg
 
+from . import outbox
 from .states import DOCUMENT_FINAL, TASK_HELD, TASK_TAKES_WORK, ChunkStatus, DocumentStatus, TaskStatus
 
 log = logging.getLogger(__name__)
@@ -140,6 +143,23 @@ async def idle_unfinished(pool: asyncpg.Pool, idle_s: float, owner: str | None =
         deployment,
     )
     return [r["id"] for r in rows]
+
+
+async def fail_document(pool: asyncpg.Pool, document_id: str, error: str, sources: Iterable[DocumentStatus]) -> None:
+    """The document FAILED with `error` if it is in one of `sources` (the statuses of the stage that fails
+    it: handled twice, or after another stage moved it on, nothing changes), and the webhook deliveries that
+    owes, in one transaction. What the parser was reading is cleared: a failed document reads nothing."""
+    async with pool.acquire() as conn, conn.transaction():
+        moved = await conn.fetchval(
+            "UPDATE documents SET status = $2, error = $3, reading = NULL, updated_at = now()"
+            " WHERE id = $1 AND status = ANY($4::text[]) RETURNING true",
+            document_id,
+            DocumentStatus.FAILED,
+            error,
+            list(sources),
+        )
+        if moved:
+            await outbox.enqueue_document_failed(conn, document_id)
 
 
 async def _move(

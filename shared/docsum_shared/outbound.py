@@ -11,7 +11,7 @@ import ipaddress
 import socket
 from dataclasses import dataclass
 from typing import Literal
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import httpx2
 
@@ -42,6 +42,18 @@ def uri_error(uri: str, what: str = "source_uri") -> str | None:
     if (bad := CONTROL.search(uri)) is not None:
         return f"{what} contains the control character or space {bad.group()!r}: percent-encode it"
     return None
+
+
+def split_uri(uri: str, what: str = "source_uri") -> tuple[SplitResult, int | None]:
+    """`uri`'s parts and port (None: the scheme's), once it can be requested at all (uri_error) and its
+    port is a number; ItemFailed naming `what` otherwise."""
+    if (problem := uri_error(uri, what)) is not None:
+        raise ItemFailed(problem)
+    try:
+        parts = urlsplit(uri)
+        return parts, parts.port
+    except ValueError as exc:
+        raise ItemFailed(f"{what} is not a valid URI ({exc})") from None
 
 
 def host_error(host: str) -> str | None:
@@ -171,13 +183,7 @@ def http_source(uri: str, host: str, scheme: str, port: int | None, access: Owne
 
 def parse_http(uri: str, access: OwnerAccess, what: str = "url") -> HttpSource:
     """`uri` as an http(s):// place the owner's access allows; ItemFailed naming `what` otherwise."""
-    if (problem := uri_error(uri, what)) is not None:
-        raise ItemFailed(problem)
-    try:
-        parts = urlsplit(uri)
-        port = parts.port
-    except ValueError as exc:
-        raise ItemFailed(f"{what} is not a valid URI ({exc})") from None
+    parts, port = split_uri(uri, what)
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https"):
         raise ItemFailed(f"{what} must be an http:// or https:// URL, not {scheme or '(no scheme)'!r}")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from docsum_shared import outbox, telemetry
+from docsum_shared import lifecycle, outbox, telemetry
 from docsum_shared.approval import Approved, Hold
 from docsum_shared.db import CHUNKS_STORED
 from docsum_shared.positions import chunk_window
@@ -200,17 +200,7 @@ class ChunkRepository:
     async def fail(self, document_id: str, error: str) -> None:
         """The document fails before any chunk row is stored (a guarded transition from CHUNKING), with the
         webhook deliveries that owes, in one transaction."""
-        async with self.pool.acquire() as conn, conn.transaction():
-            moved = await conn.fetchval(
-                "UPDATE documents SET status = $2, error = $3, updated_at = now() WHERE id = $1 AND status = $4"
-                " RETURNING true",
-                document_id,
-                DocumentStatus.FAILED,
-                error,
-                DocumentStatus.CHUNKING,
-            )
-            if moved:
-                await outbox.enqueue_document_failed(conn, document_id)
+        await lifecycle.fail_document(self.pool, document_id, error, [DocumentStatus.CHUNKING])
 
 
 def _locked_task(row: asyncpg.Record | None) -> LockedTask | None:

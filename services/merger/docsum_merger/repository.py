@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncpg
 
 from docsum_llm.openai.prompts import PROMPT_VERSION
-from docsum_shared import metrics, outbox
+from docsum_shared import lifecycle, metrics, outbox
 from docsum_shared.cited import from_json, to_json
 from docsum_shared.options import TaskOptions
 from docsum_shared.readmodel import views
@@ -92,15 +92,9 @@ class MergeRepository:
         )  # fmt: skip
 
     async def fail_document(self, document_id: str, error: str) -> None:
-        """The document FAILED with `error`, and the webhook deliveries that owes, in one transaction."""
-        async with self.pool.acquire() as conn, conn.transaction():
-            moved = await conn.fetchval(
-                "UPDATE documents SET status = $2, error = $3, updated_at = now()"
-                " WHERE id = $1 AND status = ANY($4::text[]) RETURNING true",
-                document_id, DocumentStatus.FAILED, error, MERGEABLE,
-            )  # fmt: skip
-            if moved:
-                await outbox.enqueue_document_failed(conn, document_id)
+        """The document FAILED with `error` while its chunks are summarized, and the webhook deliveries that
+        owes, in one transaction."""
+        await lifecycle.fail_document(self.pool, document_id, error, MERGEABLE)
 
     async def record_document_merge_failure(self, document_id: str) -> int:
         """One more failed attempt at the document's merge; the total so far."""

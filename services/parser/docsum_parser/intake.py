@@ -32,6 +32,7 @@ from docsum_shared.outbound import (  # noqa: F401 - the rules of where an http(
     host_error,
     http_source,
     not_public,
+    split_uri,
     uri_error,
 )
 from docsum_shared.taskrate import Admission
@@ -240,13 +241,7 @@ def parse_uri(
     """What `source_uri` names, if the owner's access (default: the global lists) allows that kind of
     place at all; ItemFailed otherwise."""
     access = access or global_access(settings)
-    if (problem := uri_error(uri)) is not None:
-        raise ItemFailed(problem)
-    try:
-        parts = urlsplit(uri)
-        port = parts.port
-    except ValueError as exc:
-        raise ItemFailed(f"source_uri is not a valid URI ({exc})") from None
+    parts, port = split_uri(uri)
     scheme = parts.scheme.lower()
     if scheme == "file":
         if parts.netloc not in ("", "localhost"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from docsum_shared import outbox, taskrate
+from docsum_shared import lifecycle, outbox, taskrate
 from docsum_shared.blobs import BlobStore, NewBlob
 from docsum_shared.events import DocumentSubmitted
 from docsum_shared.levels import SizeLevel
@@ -107,18 +107,8 @@ class DocumentRepository:
             raise TextRefused(type(exc).__name__) from exc
 
     async def fail(self, document_id: str, error: str) -> None:
-        """The document FAILED with `error`, and the webhook deliveries that owes, in one transaction."""
-        async with self.pool.acquire() as conn, conn.transaction():
-            moved = await conn.fetchval(
-                "UPDATE documents SET status = $2, error = $3, reading = NULL, updated_at = now()"
-                " WHERE id = $1 AND status = ANY($4::text[]) RETURNING true",
-                document_id,
-                DocumentStatus.FAILED,
-                error,
-                list(NEEDS_PARSE),
-            )
-            if moved:
-                await outbox.enqueue_document_failed(conn, document_id)
+        """The document FAILED with `error` while it needs its parse, and the webhook deliveries that owes."""
+        await lifecycle.fail_document(self.pool, document_id, error, NEEDS_PARSE)
 
     # --- intake: documents other systems publish (inline or by URI) ---------------------------------
 
