@@ -169,3 +169,45 @@ async def test_a_task_names_an_endpoint_of_its_owner_for_itself(
     assert [r["task_id"] for r in rows] == [named]
     (delivered,) = receiver.delivered().values()
     assert json.loads(delivered.body)["data"]["task_id"] == named
+
+
+async def test_a_cancelled_and_an_expired_task_are_told_as_the_other_ends(
+    make_stack: StackFactory, receiver: Receiver, db: asyncpg.Pool
+) -> None:
+    """Every final status is told: a task its owner cancels (`task.cancelled`) and one idle beyond the TTL,
+    given up by the maintenance (`task.expired`), each reach the endpoint once, signed, with the task's
+    result, as a finished one does. No parser runs in this deployment, so neither task moves on its own."""
+    receiver.fail_first = 0
+    stack = make_stack.in_process(
+        ("gateway", "merger"),
+        twice=False,
+        **_webhook_env(receiver),
+        DOCSUM_TASK_TTL_S="4",
+        DOCSUM_MAINTENANCE_INTERVAL_S="1",
+    )
+    url = f"http://127.0.0.1:{receiver.port}/hook"
+    marker = new_marker()
+    async with stack.client("alice") as alice:
+        made = await alice.post("/v1/webhooks", json={"url": url, "events": ["task.cancelled", "task.expired"]})
+        assert made.status_code == 201, made.text
+        endpoint_id, secret = made.json()["id"], made.json()["secret"]
+        cancelled = await submit(alice, [txt(f"{marker}-a.txt", f"{marker} The bridge was closed.")])
+        expired = await submit(alice, [txt(f"{marker}-b.txt", f"{marker} The bridge was opened.")])
+        answer = await alice.post(f"/v1/tasks/{cancelled}/cancel")
+        assert answer.status_code == 200 and answer.json()["status"] == "CANCELLED", answer.text
+        await eventually(lambda: len(receiver.delivered()) == 2, timeout=90, message="2 deliveries", stack=stack)
+        assert (await alice.post(f"/v1/tasks/{cancelled}/cancel")).status_code == 409  # told once, not again
+
+    bodies = {}
+    for request in receiver.received:
+        body = Webhook(secret).verify(request.body, request.headers)
+        bodies[body["data"]["task_id"]] = body
+    assert {t: (b["type"], b["data"]["status"]) for t, b in bodies.items()} == {
+        cancelled: ("task.cancelled", "CANCELLED"),
+        expired: ("task.expired", "EXPIRED"),
+    }
+    assert all(b["data"]["event_id"] and b["data"]["documents"] for b in bodies.values())
+    rows = await db.fetch("SELECT task_id, event_type FROM webhook_deliveries WHERE endpoint_id = $1", endpoint_id)
+    assert sorted((r["task_id"], r["event_type"]) for r in rows) == sorted(
+        [(cancelled, "task.cancelled"), (expired, "task.expired")]
+    )
