@@ -275,13 +275,12 @@ async def create_task(
             )
             keyed = repository.KeyedRequest(key, sent, settings.idempotency_key_ttl_s, status.HTTP_201_CREATED)
             outcome = await tasks.create_task_once(
-                owner,
+                Scope(settings.deployment, owner),
                 keyed,
                 form.title,
                 documents,
                 options,
                 lambda t: _created(t, documents).model_dump_json(),
-                deployment=settings.deployment,
                 webhook_id=webhook_id,
             )
             if not isinstance(outcome, repository.Created):
