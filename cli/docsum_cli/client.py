@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -204,6 +205,20 @@ class OwnerClient(Gateway):
 
     def tasks(self, limit: int = 50) -> list[dict[str, Any]]:
         return self._call("GET", "/v1/tasks", params={"limit": limit})
+
+
+class WebhookClient(Gateway):
+    """/v1/webhooks: the owner's webhook endpoints, for `docsum webhooks add|list|remove`."""
+
+    def add(self, url: str, events: list[str], all_tasks: bool = True) -> dict[str, Any]:
+        return self._call("POST", "/v1/webhooks", json={"url": url, "events": events, "all_tasks": all_tasks})
+
+    def list(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/v1/webhooks")
+
+    def remove(self, webhook_id: str) -> dict[str, Any]:
+        # Quoted: an id is the gateway's to judge (404 for one it never made), never a path of its own.
+        return self._call("DELETE", f"/v1/webhooks/{quote(webhook_id, safe='')}")
 
 
 class KeyAdmin(Gateway):

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 import asyncpg
 
 from . import outbox
+from .settings import LLMSettings
 from .states import DOCUMENT_FINAL, TASK_HELD, TASK_TAKES_WORK, ChunkStatus, DocumentStatus, TaskStatus
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,9 @@ async def resume(pool: asyncpg.Pool, task_id: str) -> bool:
     return moved is not None
 
 
-async def cancel(pool: asyncpg.Pool, task_id: str) -> bool:
+async def cancel(pool: asyncpg.Pool, task_id: str, settings: LLMSettings) -> bool:
+    """Cancelled, with its unfinished documents, and the webhook deliveries its end owes written in the same
+    transaction (outbox.py): a cancel stored is always told."""
     async with pool.acquire() as conn, conn.transaction():
         moved = await _move(conn, task_id, [*UNFINISHED, *TASK_HELD], TaskStatus.CANCELLED)
         if moved:
@@ -52,6 +55,7 @@ async def cancel(pool: asyncpg.Pool, task_id: str) -> bool:
                 DocumentStatus.CANCELLED,
                 list(DOCUMENT_FINAL),
             )
+            await outbox.enqueue_task(conn, settings, task_id, TaskStatus.CANCELLED)
         return moved
 
 
@@ -116,18 +120,22 @@ async def recount_documents(conn: asyncpg.Connection, document_ids: list[str]) -
     )
 
 
-async def expire_idle(pool: asyncpg.Pool, ttl_s: float, *, deployment: str) -> list[str]:
+async def expire_idle(pool: asyncpg.Pool, settings: LLMSettings, ttl_s: float, *, deployment: str) -> list[str]:
     """`deployment`'s unfinished or held tasks idle beyond `ttl_s`, EXPIRED now: their ids. Another
-    deployment's are its own maintenance's (it announces the end on its own topics)."""
-    rows = await pool.fetch(
-        "UPDATE tasks SET status = $3, updated_at = now()"
-        " WHERE status = ANY($1::text[]) AND last_active_at < now() - make_interval(secs => $2)"
-        " AND deployment = $4 RETURNING id",
-        [*UNFINISHED, *TASK_HELD],
-        ttl_s,
-        TaskStatus.EXPIRED,
-        deployment,
-    )
+    deployment's are its own maintenance's (it announces the end on its own topics). The webhook
+    deliveries each end owes are written in the same transaction: an expiry stored is always told."""
+    async with pool.acquire() as conn, conn.transaction():
+        rows = await conn.fetch(
+            "UPDATE tasks SET status = $3, updated_at = now()"
+            " WHERE status = ANY($1::text[]) AND last_active_at < now() - make_interval(secs => $2)"
+            " AND deployment = $4 RETURNING id",
+            [*UNFINISHED, *TASK_HELD],
+            ttl_s,
+            TaskStatus.EXPIRED,
+            deployment,
+        )
+        for row in rows:
+            await outbox.enqueue_task(conn, settings, row["id"], TaskStatus.EXPIRED)
     return [r["id"] for r in rows]
 
 

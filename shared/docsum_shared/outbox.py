@@ -27,17 +27,25 @@ class WebhookEvent(StrEnum):
     TASK_FINISHED = "task.finished"  # COMPLETED or COMPLETED_WITH_ERRORS
     TASK_FAILED = "task.failed"
     TASK_AWAITING_APPROVAL = "task.awaiting_approval"
+    TASK_CANCELLED = "task.cancelled"  # by its owner
+    TASK_EXPIRED = "task.expired"  # idle beyond DOCSUM_TASK_TTL_S: given up
     DOCUMENT_FAILED = "document.failed"
 
 
 def task_event(status: TaskStatus) -> WebhookEvent | None:
-    """The webhook event a task's new status is (None: one no endpoint is told of, e.g. CANCELLED)."""
-    return {
-        TaskStatus.COMPLETED: WebhookEvent.TASK_FINISHED,
-        TaskStatus.COMPLETED_WITH_ERRORS: WebhookEvent.TASK_FINISHED,
-        TaskStatus.FAILED: WebhookEvent.TASK_FAILED,
-        TaskStatus.AWAITING_APPROVAL: WebhookEvent.TASK_AWAITING_APPROVAL,
-    }.get(status)
+    """The webhook event a task's new status is: every final status has one, so an endpoint hears of each
+    task's end however it ends (None: a status no endpoint is told of, e.g. PAUSED, which its owner set)."""
+    return _TASK_EVENTS.get(status)
+
+
+_TASK_EVENTS = {
+    TaskStatus.COMPLETED: WebhookEvent.TASK_FINISHED,
+    TaskStatus.COMPLETED_WITH_ERRORS: WebhookEvent.TASK_FINISHED,
+    TaskStatus.FAILED: WebhookEvent.TASK_FAILED,
+    TaskStatus.CANCELLED: WebhookEvent.TASK_CANCELLED,
+    TaskStatus.EXPIRED: WebhookEvent.TASK_EXPIRED,
+    TaskStatus.AWAITING_APPROVAL: WebhookEvent.TASK_AWAITING_APPROVAL,
+}
 
 
 def body(event: WebhookEvent, occurred_at: datetime, data: dict[str, Any]) -> str:

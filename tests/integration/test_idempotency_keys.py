@@ -19,8 +19,10 @@ import pytest
 from docsum_cli.client import Gateway
 from docsum_gateway.repository import KEY_LOCK_CLASS
 from docsum_shared.blobs import lock_blobs
+from docsum_shared.db import _migrations
 from tests.fake_llm import free_port
-from tests.integration.conftest import StackFactory
+from tests.inprocess import InProcessStack
+from tests.integration.conftest import StackFactory, create_database, drop_database
 from tests.integration.helpers import eventually, new_marker, txt
 from tests.lossy_proxy import LossyProxy
 
@@ -168,6 +170,80 @@ async def test_keys_are_each_owners_own(make_stack: StackFactory, db: asyncpg.Po
     assert answers["alice"] != answers["bob"]
 
 
+async def test_keys_are_each_deployments_own(make_stack: StackFactory, db: asyncpg.Pool) -> None:
+    """Two deployments share the database, alice has keys to both: the same key with the same request
+    makes a task in each (never the other's answer, a task this gateway cannot read); with another
+    request it is not refused; each deployment's own key still replays its own answer."""
+    here, there = (make_stack.in_process(services=("gateway",)) for _ in range(2))
+    assert here.env["DOCSUM_TOPIC_PREFIX"] != there.env["DOCSUM_TOPIC_PREFIX"]
+    marker, key = new_marker(), _key()
+
+    async def post(stack: InProcessStack, text: str) -> httpx.Response:
+        async with stack.client() as client:
+            return await client.post(
+                "/v1/tasks", files=[txt("same.txt", text)], data={"title": marker}, headers={"Idempotency-Key": key}
+            )
+
+    first = await post(here, f"{marker} Same bytes.")
+    assert first.status_code == 201, first.text
+    elsewhere = await post(there, f"{marker} Same bytes.")
+    assert elsewhere.status_code == 201, elsewhere.text
+    assert "Idempotent-Replayed" not in elsewhere.headers  # nothing of the other deployment's is replayed
+    assert elsewhere.json()["task_id"] != first.json()["task_id"]
+    async with there.client() as client:
+        assert (await client.get(f"/v1/tasks/{elsewhere.json()['task_id']}")).status_code == 200
+    other_request = await post(there, f"{marker} Other bytes.")
+    assert other_request.status_code == 422, other_request.text  # the key is there's own now: reused there
+    for stack, answer in ((here, first), (there, elsewhere)):
+        again = await post(stack, f"{marker} Same bytes.")
+        assert again.headers.get("Idempotent-Replayed") == "true" and again.json() == answer.json()
+    stored = await db.fetch("SELECT id, deployment FROM tasks WHERE title = $1", marker)
+    assert sorted((r["deployment"], r["id"]) for r in stored) == sorted(
+        [
+            (here.env["DOCSUM_TOPIC_PREFIX"], first.json()["task_id"]),
+            (there.env["DOCSUM_TOPIC_PREFIX"], elsewhere.json()["task_id"]),
+        ]
+    )
+
+
+async def test_keys_stored_before_belong_to_their_tasks_deployment(infra: dict[str, str]) -> None:
+    """Migration 0037 on a database whose keys were each owner's: a key keeps replaying in the deployment
+    whose task it names (the default one for a task of none), and only there."""
+    url = await create_database(infra["DATABASE_URL"], "docsum_keys")
+    try:
+        conn = await asyncpg.connect(url)
+        try:
+            for version, _name, sql in _migrations():
+                if version < 37:
+                    await conn.execute(sql)
+            for task_id, deployment in (("t-default", ""), ("t-there", "there.")):
+                await conn.execute(
+                    "INSERT INTO tasks (id, owner, title, status, options, deployment)"
+                    " VALUES ($1, 'alice', 'k', 'PROCESSING', '{}', $2)",
+                    task_id, deployment,
+                )  # fmt: skip
+                await conn.execute(
+                    "INSERT INTO idempotency_keys (owner, key, fingerprint, task_id, status_code, response, expires_at)"
+                    " VALUES ('alice', $1, 'f', $2, 201, '{}', now() + interval '1 day')",
+                    f"key-{task_id}", task_id,
+                )  # fmt: skip
+            (migration,) = [sql for version, _name, sql in _migrations() if version == 37]
+            await conn.execute(migration)
+            rows = await conn.fetch("SELECT deployment, owner, key FROM idempotency_keys ORDER BY key")
+            assert [tuple(r) for r in rows] == [
+                ("", "alice", "key-t-default"),
+                ("there.", "alice", "key-t-there"),
+            ]
+            primary = await conn.fetchval(
+                "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'idempotency_keys_pkey'"
+            )
+            assert primary == "PRIMARY KEY (deployment, owner, key)"
+        finally:
+            await conn.close()
+    finally:
+        await drop_database(url)
+
+
 async def test_an_expired_key_is_pruned_and_free_again(make_stack: StackFactory, db: asyncpg.Pool) -> None:
     stack = make_stack.in_process(services=("gateway",), DOCSUM_IDEMPOTENCY_KEY_TTL_S="1")
     marker, key = new_marker(), _key()
@@ -202,6 +278,7 @@ async def test_a_killed_gateway_leaves_a_key_any_replica_answers(make_stack: Sta
     second_url = f"http://127.0.0.1:{second_port}"
     await eventually(lambda: _healthy(second_url), timeout=90, message="the second gateway", stack=stack)
     marker, key = new_marker(), _key()
+    deployment = stack.env["DOCSUM_TOPIC_PREFIX"]
     content = f"{marker} Stored by whichever replica lives.".encode()
     auth = {"Authorization": f"Bearer {stack.keys['alice']}", "Idempotency-Key": key}
 
@@ -215,14 +292,16 @@ async def test_a_killed_gateway_leaves_a_key_any_replica_answers(make_stack: Sta
         await lock_blobs(holder, [hashlib.sha256(content).hexdigest()])
         in_flight = asyncio.create_task(post(stack.gateway_url))
         try:
-            await eventually(lambda: _key_locked(db, "alice", key), timeout=60, message="the key taken", stack=stack)
+            await eventually(
+                lambda: _key_locked(db, deployment, "alice", key), timeout=60, message="the key taken", stack=stack
+            )
             os.kill(stack.processes["gateway"].pid, signal.SIGKILL)  # mid-transaction: the task not stored yet
             stack.processes.pop("gateway").wait()
         finally:
             await held.rollback()
         with pytest.raises(httpx.HTTPError):
             await in_flight
-    await eventually(lambda: _key_free(db, "alice", key), timeout=60, message="the killed transaction gone")
+    await eventually(lambda: _key_free(db, deployment, "alice", key), timeout=60, message="the killed transaction gone")
     assert await _tasks_titled(db, marker) == []
 
     async with LossyProxy(second_port, drop=lambda request: True) as proxy:
@@ -252,13 +331,13 @@ _KEY_LOCKS = (
     "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
     " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
     " AND classid = $1::bigint::oid"
-    " AND objid = ((hashtext($2 || chr(31) || $3)::bigint + 4294967296) % 4294967296)::oid"
+    " AND objid = ((hashtext($2 || chr(31) || $3 || chr(31) || $4)::bigint + 4294967296) % 4294967296)::oid"
 )
 
 
-async def _key_locked(db: asyncpg.Pool, owner: str, key: str) -> bool:
-    return await db.fetchval(_KEY_LOCKS, KEY_LOCK_CLASS, owner, key.strip('"')) > 0
+async def _key_locked(db: asyncpg.Pool, deployment: str, owner: str, key: str) -> bool:
+    return await db.fetchval(_KEY_LOCKS, KEY_LOCK_CLASS, deployment, owner, key.strip('"')) > 0
 
 
-async def _key_free(db: asyncpg.Pool, owner: str, key: str) -> bool:
-    return await db.fetchval(_KEY_LOCKS, KEY_LOCK_CLASS, owner, key.strip('"')) == 0
+async def _key_free(db: asyncpg.Pool, deployment: str, owner: str, key: str) -> bool:
+    return await db.fetchval(_KEY_LOCKS, KEY_LOCK_CLASS, deployment, owner, key.strip('"')) == 0

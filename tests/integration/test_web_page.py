@@ -19,9 +19,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
+from docsum_shared.outbox import WebhookEvent, task_event
+from docsum_shared.states import TASK_FINAL
 from tests.integration.conftest import ROOT, Stack, StackFactory
 from tests.integration.helpers import eventually, submit, txt, wait_for_task
 from tests.lossy_proxy import LossyProxy
@@ -454,3 +457,66 @@ async def test_the_page_shows_the_owners_webhooks_and_sends_a_delivery_again(
         assert errors == []
     first, again = receiver.received
     assert first.headers["webhook-id"] == again.headers["webhook-id"] and first.body == again.body
+
+
+async def test_the_page_adds_and_removes_an_owners_webhook(
+    make_stack: StackFactory, chromium: str, db: asyncpg.Pool
+) -> None:
+    """The Webhooks view registers an endpoint (the events offered are the gateway's, every way a task ends
+    checked), shows its secret once, says why a URL is refused, and removes an endpoint on a second press."""
+    from playwright.async_api import async_playwright, expect
+
+    with serving() as receiver:
+        stack = make_stack.in_process(
+            ("gateway",),
+            twice=False,
+            DOCSUM_INTAKE_OWNERS=json.dumps({"alice": {"http_hosts": ["127.0.0.1"], "http_ports": [receiver.port]}}),
+        )
+        url = f"http://127.0.0.1:{receiver.port}/hook"
+        async with async_playwright() as p:
+            browser = await p.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+            page = await browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            await page.goto(stack.gateway_url + "/")
+            await page.fill("#api-key", stack.keys["alice"])
+            await page.click("#signin-button")
+            await page.click("#webhooks-link")
+            await page.wait_for_url("**/webhooks")
+            await expect(page.locator("#no-webhooks")).to_be_visible()
+            boxes = page.locator('#new-webhook input[name="events"]')
+            offered = {await b.get_attribute("value"): await b.is_checked() for b in await boxes.all()}
+            task_ends = {event.value for event in map(task_event, TASK_FINAL) if event is not None}
+            assert set(offered) == {e.value for e in WebhookEvent}
+            assert {e for e, checked in offered.items() if checked} == task_ends  # every way a task ends
+
+            await page.fill("#webhook-url", f"http://127.0.0.1:{receiver.port + 1}/hook")  # a port not hers
+            await page.click("#webhook-add")
+            await expect(page.locator("#webhook-error")).to_contain_text("port")
+            await page.fill("#webhook-url", url)
+            await page.check("#webhook-only-named")
+            await page.click("#webhook-add")
+            shown = await page.locator("#webhook-secret-value").text_content()
+            assert shown and shown.startswith("whsec_")
+            async with stack.client("alice") as alice:
+                (hook,) = (await alice.get("/v1/webhooks")).json()
+            assert hook["url"] == url and set(hook["events"]) == task_ends and not hook["all_tasks"]
+            assert await db.fetchval("SELECT secret FROM webhook_endpoints WHERE id = $1", hook["id"]) == shown
+            card = page.locator(f'[data-webhook="{hook["id"]}"]')
+            await expect(card.locator("h2")).to_have_text(url)
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            await page.screenshot(path=str(SHOTS / "webhooks.png"), full_page=True)
+
+            await card.locator("button.remove").click()
+            await expect(card.locator("button.remove")).to_have_text("Remove for good?")
+            async with stack.client("alice") as alice:
+                assert len((await alice.get("/v1/webhooks")).json()) == 1  # the first press only asks
+            await card.locator("button.remove").click()
+            await expect(card).to_have_count(0)
+            async with stack.client("alice") as alice:
+                assert (await alice.get("/v1/webhooks")).json() == []
+            await page.reload()
+            await expect(page.locator("#no-webhooks")).to_be_visible()
+            await browser.close()
+        assert errors == []
+    assert receiver.received == []  # registering and removing send nothing

@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import asyncpg
 import pytest
 from standardwebhooks import Webhook
 
+from tests.inprocess import InProcessStack
 from tests.integration.conftest import SERVICES, StackFactory
 from tests.integration.helpers import eventually, new_marker, submit, txt, wait_for_task
 from tests.webhook_receiver import Receiver, serving
@@ -169,3 +174,97 @@ async def test_a_task_names_an_endpoint_of_its_owner_for_itself(
     assert [r["task_id"] for r in rows] == [named]
     (delivered,) = receiver.delivered().values()
     assert json.loads(delivered.body)["data"]["task_id"] == named
+
+
+async def test_a_cancelled_and_an_expired_task_are_told_as_the_other_ends(
+    make_stack: StackFactory, receiver: Receiver, db: asyncpg.Pool
+) -> None:
+    """Every final status is told: a task its owner cancels (`task.cancelled`) and one idle beyond the TTL,
+    given up by the maintenance (`task.expired`), each reach the endpoint once, signed, with the task's
+    result, as a finished one does. No parser runs in this deployment, so neither task moves on its own."""
+    receiver.fail_first = 0
+    stack = make_stack.in_process(
+        ("gateway", "merger"),
+        twice=False,
+        **_webhook_env(receiver),
+        DOCSUM_TASK_TTL_S="4",
+        DOCSUM_MAINTENANCE_INTERVAL_S="1",
+    )
+    url = f"http://127.0.0.1:{receiver.port}/hook"
+    marker = new_marker()
+    async with stack.client("alice") as alice:
+        made = await alice.post("/v1/webhooks", json={"url": url, "events": ["task.cancelled", "task.expired"]})
+        assert made.status_code == 201, made.text
+        endpoint_id, secret = made.json()["id"], made.json()["secret"]
+        cancelled = await submit(alice, [txt(f"{marker}-a.txt", f"{marker} The bridge was closed.")])
+        expired = await submit(alice, [txt(f"{marker}-b.txt", f"{marker} The bridge was opened.")])
+        answer = await alice.post(f"/v1/tasks/{cancelled}/cancel")
+        assert answer.status_code == 200 and answer.json()["status"] == "CANCELLED", answer.text
+        await eventually(lambda: len(receiver.delivered()) == 2, timeout=90, message="2 deliveries", stack=stack)
+        assert (await alice.post(f"/v1/tasks/{cancelled}/cancel")).status_code == 409  # told once, not again
+
+    bodies = {}
+    for request in receiver.received:
+        body = Webhook(secret).verify(request.body, request.headers)
+        bodies[body["data"]["task_id"]] = body
+    assert {t: (b["type"], b["data"]["status"]) for t, b in bodies.items()} == {
+        cancelled: ("task.cancelled", "CANCELLED"),
+        expired: ("task.expired", "EXPIRED"),
+    }
+    assert all(b["data"]["event_id"] and b["data"]["documents"] for b in bodies.values())
+    rows = await db.fetch("SELECT task_id, event_type FROM webhook_deliveries WHERE endpoint_id = $1", endpoint_id)
+    assert sorted((r["task_id"], r["event_type"]) for r in rows) == sorted(
+        [(cancelled, "task.cancelled"), (expired, "task.expired")]
+    )
+
+
+def _docsum(stack: InProcessStack, owner: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """The `docsum` command, as the owner (its key in DOCSUM_API_KEY), against the stack's gateway."""
+    clean = {k: v for k, v in os.environ.items() if k not in ("DOCSUM_API_KEY", "DOCSUM_ADMIN_KEY")}
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("docsum")), "--url", stack.gateway_url, "webhooks", *args],
+        env={**clean, "DOCSUM_API_KEY": stack.keys[owner], "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+async def test_the_cli_manages_an_owners_webhooks(make_stack: StackFactory, receiver: Receiver) -> None:
+    """`docsum webhooks add|list|remove` on the real gateway: the secret `add` prints once verifies the
+    deliveries; another owner cannot remove the endpoint; the gateway's refusal of a URL is told."""
+    receiver.fail_first = 0
+    stack = make_stack.in_process(None, twice=False, **_webhook_env(receiver))
+    url = f"http://127.0.0.1:{receiver.port}/hook"
+    added = _docsum(stack, "alice", "add", url, "--events", "task.finished", "--json")
+    assert added.returncode == 0, added.stderr
+    kept = json.loads(added.stdout)
+    plain = _docsum(stack, "alice", "add", f"{url}/2")  # the secret alone on stdout, what it is on stderr
+    assert plain.returncode == 0 and plain.stdout.strip().startswith("whsec_") and "once" in plain.stderr
+    listed = _docsum(stack, "alice", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    endpoints = {e["id"]: e for e in json.loads(listed.stdout)}
+    assert kept["id"] in endpoints and len(endpoints) == 2 and "whsec_" not in listed.stdout
+    (other,) = set(endpoints) - {kept["id"]}
+    assert endpoints[other]["events"] == sorted(["task.finished", "task.failed", "task.cancelled", "task.expired"])
+    table = _docsum(stack, "alice", "list")
+    assert table.returncode == 0 and kept["id"] in table.stdout and f"{url}/2" in table.stdout
+
+    theirs = _docsum(stack, "bob", "remove", other)
+    assert theirs.returncode == 2 and "404" in theirs.stderr
+    refused = _docsum(stack, "bob", "add", url)
+    assert refused.returncode == 2 and "DOCSUM_INTAKE_HTTP_HOSTS" in refused.stderr, refused.stderr
+    assert json.loads(_docsum(stack, "bob", "list", "--json").stdout) == []
+    removed = _docsum(stack, "alice", "remove", other)
+    assert removed.returncode == 0 and f"removed {other}" in removed.stdout, removed.stderr
+    assert [e["id"] for e in json.loads(_docsum(stack, "alice", "list", "--json").stdout)] == [kept["id"]]
+
+    marker = new_marker()
+    async with stack.client("alice") as alice:
+        task_id = await submit(alice, [txt(f"{marker}.txt", f"{marker} The gate opened at nine.")])
+        await wait_for_task(alice, task_id, stack)
+    await eventually(lambda: len(receiver.delivered()) == 1, timeout=60, message="the delivery", stack=stack)
+    (delivered,) = receiver.delivered().values()
+    body = Webhook(kept["secret"]).verify(delivered.body, delivered.headers)  # the secret `add` showed
+    assert body["type"] == "task.finished" and body["data"]["task_id"] == task_id
+    assert all(r.headers.get("webhook-id") == delivered.headers["webhook-id"] for r in receiver.received)

@@ -14,7 +14,7 @@ from docsum_cli import main as cli
 from docsum_gateway.routers.tasks import _form
 from docsum_gateway.webhooks.policy import Backoff, answered, new_secret
 from docsum_shared.outbox import WebhookEvent, body, task_event
-from docsum_shared.states import TaskStatus
+from docsum_shared.states import TASK_FINAL, TaskStatus
 from tests.cli_doubles import recording_gateway
 
 T0 = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
@@ -54,7 +54,11 @@ def test_a_task_end_is_the_event_endpoints_ask_for() -> None:
     finished = WebhookEvent.TASK_FINISHED
     assert task_event(TaskStatus.COMPLETED) is task_event(TaskStatus.COMPLETED_WITH_ERRORS) is finished
     assert task_event(TaskStatus.FAILED) is WebhookEvent.TASK_FAILED
-    assert task_event(TaskStatus.CANCELLED) is None and task_event(TaskStatus.PROCESSING) is None
+    assert task_event(TaskStatus.CANCELLED) is WebhookEvent.TASK_CANCELLED
+    assert task_event(TaskStatus.EXPIRED) is WebhookEvent.TASK_EXPIRED
+    # Every final status is told: an endpoint hears of each task's end, however it ends.
+    assert all(task_event(status) is not None for status in TASK_FINAL)
+    assert task_event(TaskStatus.PROCESSING) is None and task_event(TaskStatus.PAUSED) is None
 
 
 def test_the_body_is_standard_webhooks_type_timestamp_and_data() -> None:

@@ -13,6 +13,7 @@ import asyncpg
 from docsum_shared import taskrate
 from docsum_shared.blobs import BlobStore, NewBlob
 from docsum_shared.options import TaskOptions
+from docsum_shared.scope import Scope
 from docsum_shared.states import DocumentStatus, TaskStatus
 
 from .idempotency import InFlight, Stored
@@ -65,20 +66,22 @@ class TaskRepository:
 
     async def create_task_once(
         self,
-        owner: str,
+        scope: Scope,
         key: KeyedRequest,
         title: str | None,
         documents: list[NewDocument],
         options: TaskOptions,
         answer: Callable[[str], str],
         *,
-        deployment: str = "",
         webhook_id: str | None = None,
     ) -> Created | Stored | InFlight:
-        """`create_task` under an idempotency key of `owner`: the key's stored row if it has a live one
-        (the caller compares fingerprints), InFlight while another transaction holds the key, else the new
-        task and its answer (`answer(task_id)`, the JSON text, status `key.status_code`), stored with the key in the
-        task's own transaction: a key never names a task that is not stored, nor a stored task its answer."""
+        """`create_task` under an idempotency key of the scope's owner in its deployment: the key's stored row
+        if it has a live one (the caller compares fingerprints), InFlight while another transaction holds the
+        key, else the new task and its answer (`answer(task_id)`, the JSON text, status `key.status_code`),
+        stored with the key in the task's own transaction: a key never names a task that is not stored, nor a
+        stored task its answer. Another deployment's key of the same owner and string is another key: its
+        answer names a task this deployment does not have."""
+        owner, deployment = scope.owner, scope.deployment
         task_id = new_id()
         # Objects before the transaction: a replay finds its blobs' rows and writes nothing again.
         await self.blobs.upload(self.pool, new_blobs(documents))
@@ -87,12 +90,14 @@ class TaskRepository:
             # decides, the others are told to come back (409) instead of queueing behind an upload's copy.
             # Two keys sharing a lock (hashtext is 32 bits) only ever see a 409 they did not need.
             if not await conn.fetchval(
-                "SELECT pg_try_advisory_xact_lock($1, hashtext($2 || chr(31) || $3))", KEY_LOCK_CLASS, owner, key.key
-            ):
+                "SELECT pg_try_advisory_xact_lock($1, hashtext($2 || chr(31) || $3 || chr(31) || $4))",
+                KEY_LOCK_CLASS, deployment, owner, key.key,
+            ):  # fmt: skip
                 return InFlight()
             row = await conn.fetchrow(
                 "SELECT fingerprint, status_code, response FROM idempotency_keys"
-                " WHERE owner = $1 AND key = $2 AND expires_at > now()",
+                " WHERE deployment = $1 AND owner = $2 AND key = $3 AND expires_at > now()",
+                deployment,
                 owner,
                 key.key,
             )
@@ -103,13 +108,14 @@ class TaskRepository:
             # An expired row not pruned yet is the only one the key can have here (the lock is held, a live
             # row was just looked for): it is replaced.
             stored = await conn.fetchval(
-                "INSERT INTO idempotency_keys (owner, key, fingerprint, task_id, status_code, response, expires_at)"
-                " VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7))"
-                " ON CONFLICT (owner, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,"
+                "INSERT INTO idempotency_keys"
+                " (deployment, owner, key, fingerprint, task_id, status_code, response, expires_at)"
+                " VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8))"
+                " ON CONFLICT (deployment, owner, key) DO UPDATE SET fingerprint = EXCLUDED.fingerprint,"
                 " task_id = EXCLUDED.task_id, status_code = EXCLUDED.status_code, response = EXCLUDED.response,"
                 " created_at = now(), expires_at = EXCLUDED.expires_at"
                 " WHERE idempotency_keys.expires_at <= now() RETURNING true",
-                owner, key.key, key.fingerprint, task_id, key.status_code, body, key.ttl_s,
+                deployment, owner, key.key, key.fingerprint, task_id, key.status_code, body, key.ttl_s,
             )  # fmt: skip
             if not stored:
                 raise RuntimeError(f"idempotency key of {owner} stored by another transaction under its lock")

@@ -45,7 +45,7 @@ async def maintain_once(pool: asyncpg.Pool, publish: Publish, settings: MergerSe
         if not await conn.fetchval("SELECT pg_try_advisory_lock($1::int, hashtext($2))", *lock):
             return 0, 0  # another process of the deployment is at it
         try:
-            expired = await expire_idle(pool, settings.task_ttl_s, deployment=settings.deployment)
+            expired = await expire_idle(pool, settings, settings.task_ttl_s, deployment=settings.deployment)
             for task_id in expired:
                 log.info("task %s expired after %.0fs idle", task_id, settings.task_ttl_s)
             await publish([TaskEvent(task_id=t, status=TaskStatus.EXPIRED) for t in expired], sender=EXPIRY)

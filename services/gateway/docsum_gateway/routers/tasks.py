@@ -275,13 +275,12 @@ async def create_task(
             )
             keyed = repository.KeyedRequest(key, sent, settings.idempotency_key_ttl_s, status.HTTP_201_CREATED)
             outcome = await tasks.create_task_once(
-                owner,
+                Scope(settings.deployment, owner),
                 keyed,
                 form.title,
                 documents,
                 options,
                 lambda t: _created(t, documents).model_dump_json(),
-                deployment=settings.deployment,
                 webhook_id=webhook_id,
             )
             if not isinstance(outcome, repository.Created):
@@ -465,26 +464,38 @@ async def get_document_text(
     )
 
 
+_Move = Callable[[asyncpg.Pool, str, GatewaySettings], Awaitable[bool | int]]
+
+
 @dataclass(frozen=True)
 class _Control:
     """One lifecycle route: the guarded transition, what it is called in a 409, and what follows it."""
 
-    move: Callable[[asyncpg.Pool, str], Awaitable[bool | int]]
+    move: _Move  # cancel writes the webhook deliveries its end owes (outbox.py): hence the settings
     verb: str
     status: TaskStatus  # the task's status after it
     redrive: bool  # re-drive the freed work from Postgres (else: announce the new status)
     doc: str
 
 
+def _plain(move: Callable[[asyncpg.Pool, str], Awaitable[bool | int]]) -> _Move:
+    """A transition that owes no webhook delivery: it needs no settings."""
+
+    async def moved(pool: asyncpg.Pool, task_id: str, _settings: GatewaySettings) -> bool | int:
+        return await move(pool, task_id)
+
+    return moved
+
+
 _CONTROLS = {
-    "pause": _Control(lifecycle.pause, "paused", TaskStatus.PAUSED, False,
+    "pause": _Control(_plain(lifecycle.pause), "paused", TaskStatus.PAUSED, False,
                       "Work in flight finishes and is stored; no new LLM call starts for this task."),
-    "resume": _Control(lifecycle.resume, "resumed", TaskStatus.PROCESSING, True,
+    "resume": _Control(_plain(lifecycle.resume), "resumed", TaskStatus.PROCESSING, True,
                        "Back to PROCESSING; the remaining work is re-driven from Postgres (published after the"
                        " answer; `redriven_events` counts it), except chunks being summarized now."),
     "cancel": _Control(lifecycle.cancel, "cancelled", TaskStatus.CANCELLED, False,
                        "Terminal: nothing more is spent on the task."),
-    "retry": _Control(lifecycle.retry_failed, "retried (nothing failed)", TaskStatus.PROCESSING, True,
+    "retry": _Control(_plain(lifecycle.retry_failed), "retried (nothing failed)", TaskStatus.PROCESSING, True,
                       "Re-drive the FAILED documents and chunks; every stored summary is reused. Published after"
                       " the answer, like resume's."),
 }  # fmt: skip
@@ -498,7 +509,7 @@ def _control_route(action: str, control: _Control) -> None:
         await _owned(pool, scope, task_id)
         if control.redrive:
             return await _move_and_redrive(action, control, task_id, scope.owner, pool, publish, settings)
-        if not await control.move(pool, task_id):
+        if not await control.move(pool, task_id, settings):
             raise await _conflict(pool, task_id, control.verb)
         await publish([TaskEvent(task_id=task_id, status=control.status)], sender=GATEWAY)
         return LifecycleResult(task_id=task_id, status=control.status)
@@ -523,7 +534,7 @@ async def _move_and_redrive(
     then the freed work claimed and counted now and published after the answer."""
     gate = await claim_gate(pool, owner, settings)
     try:
-        if not await control.move(pool, task_id):
+        if not await control.move(pool, task_id, settings):
             raise await _conflict(pool, task_id, control.verb)
         # Said on task-events first (the progress log's "resumed"/"retried"), then the work re-driven.
         await publish([TaskEvent(task_id=task_id, status=control.status, detail={"action": action})], sender=GATEWAY)

@@ -276,6 +276,14 @@ function showHome(main) {
 
 // --- webhooks -----------------------------------------------------------------------------------
 
+// What an endpoint may be told of (the gateway's WebhookEvent), each with what it means; the task's ends
+// are checked at first.
+const WEBHOOK_EVENTS = [
+  ["task.finished", "a task finished", true], ["task.failed", "a task failed", true],
+  ["task.cancelled", "a task was cancelled", true], ["task.expired", "a task expired (idle too long)", true],
+  ["task.awaiting_approval", "a task needs approval", false], ["document.failed", "a document failed", false],
+];
+
 // What a delivery came to: delivered, being tried again, or given up (after a day of tries, or deleted).
 function deliveryState(d) {
   if (d.delivered_at) return ["COMPLETED", "delivered"];
@@ -309,20 +317,73 @@ function webhookCard(hook) {
     }).catch((e) => deliveries.replaceChildren(el("li", { class: "notice", text: e.message })));
   }
   reload();
-  return el("section", { class: "card webhook", "data-webhook": hook.id },
-    el("h2", { text: hook.url }),
+  // Two presses: the first asks, the second removes (nothing more is sent to it; a new one has a new secret).
+  const remove = el("button", { class: "link danger remove", type: "button", text: "Remove", onclick: async () => {
+    if (remove.dataset.sure !== "yes") { remove.dataset.sure = "yes"; remove.textContent = "Remove for good?"; return; }
+    remove.disabled = true;
+    try { await api("DELETE", `/v1/webhooks/${hook.id}`); card.remove(); } catch (e) { deliveries.replaceChildren(el("li", { class: "notice", text: e.message })); }
+  } });
+  const card = el("section", { class: "card webhook", "data-webhook": hook.id },
+    el("div", { class: "row spread" }, el("h2", { text: hook.url }), remove),
     el("p", { class: "muted small", text: hook.events.join(", ") + (hook.all_tasks ? " · every task" : " · the tasks that name it") }),
     deliveries);
+  return card;
+}
+
+// Register an endpoint: its secret is in the gateway's answer only, so it is shown here once, as text.
+function webhookForm(added) {
+  const problem = el("p", { class: "notice hidden", id: "webhook-error" });
+  const secret = el("div", { class: "notice info hidden", id: "webhook-secret" });
+  const button = el("button", { class: "primary", type: "submit", id: "webhook-add", text: "Add endpoint" });
+  const form = el("form", { class: "card stack", id: "new-webhook", onsubmit: async (event) => {
+    event.preventDefault();
+    const fields = new FormData(form);
+    const body = JSON.stringify({
+      url: (fields.get("url") || "").toString().trim(),
+      events: fields.getAll("events").map(String),
+      all_tasks: !fields.get("only_named"),
+    });
+    button.disabled = true; problem.classList.add("hidden"); secret.classList.add("hidden");
+    try {
+      const made = await api("POST", "/v1/webhooks", body, { "Content-Type": "application/json" });
+      secret.replaceChildren(
+        el("span", { text: "Its signing secret, shown this once — store it now: " }),
+        el("code", { id: "webhook-secret-value", text: made.secret }));
+      secret.classList.remove("hidden");
+      form.reset();
+      added(made);
+    } catch (error) {
+      if (error.status === 401) return;
+      problem.textContent = "Could not add it: " + error.message; problem.classList.remove("hidden");
+    } finally {
+      button.disabled = false;
+    }
+  } },
+    el("h2", { text: "Add an endpoint" }),
+    el("div", {}, el("label", { for: "webhook-url", text: "URL" }),
+      el("input", { type: "text", id: "webhook-url", name: "url", required: true, placeholder: "https://hooks.example.com/docsum" })),
+    el("fieldset", { class: "events" }, el("legend", { text: "Tell it when" }),
+      WEBHOOK_EVENTS.map(([value, text, checked]) => el("label", { class: "check" },
+        el("input", { type: "checkbox", name: "events", value, checked }), el("span", { text: `${text} (${value})` })))),
+    el("label", { class: "check" }, el("input", { type: "checkbox", name: "only_named", id: "webhook-only-named" }),
+      el("span", { text: "Only for the tasks that name it (otherwise for all your tasks)" })),
+    problem, secret, button);
+  return form;
 }
 
 function showWebhooks(main) {
   const list = el("div", { id: "webhook-list" }, el("p", { class: "muted", text: "Loading…" }));
+  const none = () => el("p", { class: "muted", id: "no-webhooks", text: "No webhooks yet: add one below (or with POST /v1/webhooks, see the README, Integrating)." });
+  const form = webhookForm((made) => {
+    const empty = $("no-webhooks");
+    if (empty) empty.remove();
+    list.prepend(webhookCard(made));
+  });
   main.append(el("h1", { text: "Webhooks" }),
-    el("p", { class: "muted small", text: "Your endpoints (register one with POST /v1/webhooks) and their latest deliveries." }),
-    list);
+    el("p", { class: "muted small", text: "Your endpoints and their latest deliveries; each delivery is signed with its endpoint's secret (Standard Webhooks)." }),
+    list, form);
   api("GET", "/v1/webhooks").then((hooks) => {
-    list.replaceChildren(...(hooks.length ? hooks.map(webhookCard)
-      : [el("p", { class: "muted", text: "No webhooks yet: register one with POST /v1/webhooks (see the README, Integrating)." })]));
+    list.replaceChildren(...(hooks.length ? hooks.map(webhookCard) : [none()]));
   }).catch((e) => list.replaceChildren(el("p", { class: "notice", text: e.message })));
 }
 
