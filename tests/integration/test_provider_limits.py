@@ -152,3 +152,34 @@ async def test_many_calls_finding_the_budget_stale_read_it_once(repository_db: a
     budgets = await asyncio.gather(*(limits.budget() for _ in range(32)))
     assert budgets == [3000] * 32
     assert counted.reads == 1
+
+
+async def test_an_endpoint_that_states_no_window_is_asked_once(
+    repository_db: asyncpg.Pool, server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenAI's API answers the probe with no window. Asking again changes nothing, and every call of the
+    process waits for the probe: it is asked once, not once a minute (a minute here: at once)."""
+    import docsum_llm
+    from docsum_llm import Summarizing
+    from docsum_shared.settings import LLMSettings
+
+    monkeypatch.setattr(docsum_llm, "PROBE_AGAIN_S", 0.0)
+    settings = LLMSettings(
+        database_url="postgresql://unused", llm_backend="openai", llm_model="stand-in-1",
+        openai_base_url=server.base_url, openai_api_key="k",
+    )  # fmt: skip
+    llm = Summarizing.from_settings(settings, repository_db)
+    probes = 0
+    real_probe = llm.backend.probe  # type: ignore[attr-defined]
+
+    async def counted() -> object:
+        nonlocal probes
+        probes += 1
+        return await real_probe()
+
+    llm.backend.probe = counted  # type: ignore[attr-defined]
+    try:
+        assert [await llm.budget() for _ in range(3)] == [None] * 3
+    finally:
+        await llm.aclose()
+    assert probes == 1
