@@ -92,11 +92,13 @@ class Summarizing:
                 return
             facts = await probe()
             if facts is None:
-                log.info("%s: the endpoint states no context window; learned from refusals", self.limits.key)
+                log.info("%s: the endpoint did not answer what it can; asked again in a minute", self.limits.key)
                 self._probed_at = time.monotonic()
                 return
             if facts.context_tokens:
                 await self.limits.observe(facts.context_tokens, facts.source)
+            else:  # never asked again: every call would wait for the same answer once a minute
+                log.info("%s: the endpoint states no context window; learned from refusals", self.limits.key)
             # Only now: a call that finds the probe done plans under what it stated.
             self._probed_at = float("inf")  # asked and answered: never again in this process
 
