@@ -36,6 +36,17 @@ def test_a_newcomer_behind_a_backlog_gets_the_next_slot_and_starts_at_the_lowest
     assert both.floors["alice"] == 0.0  # not lifted: her counter is left as it is
 
 
+def test_owners_returning_together_to_an_idle_deployment_share_the_slots_from_one_level() -> None:
+    # Nobody is served: no running counter to lift to. Bob's counter is far below alice's only because he
+    # was away while she was served alone, long ago: he is lifted to hers, and the slots alternate.
+    view = ShareView({}, [_waiting("alice", 100), _waiting("bob", 100)], {"alice": 5e6, "bob": 1_000.0})
+    decided = plan(view, 10, {})
+    assert decided.grants == {("alice", Priority.NORMAL): 5, ("bob", Priority.NORMAL): 5}
+    assert decided.floors == {"alice": 0.0, "bob": pytest.approx(5e6)}  # only bob lifted, alice as she was
+    alone = plan(ShareView({}, [_waiting("bob", 100)], {"bob": 1_000.0}), 3, {})
+    assert alone.floors == {"bob": 0.0}  # a lone returning owner is left where it is
+
+
 def test_no_free_slot_admits_nothing_and_the_slots_go_round_the_owners_with_work() -> None:
     view = ShareView({}, [_waiting("alice", 100), _waiting("bob", 100), _waiting("carol", 1)], {})
     assert plan(view, 0, {}).grants == {}

@@ -80,16 +80,26 @@ class Plan:
 def plan(view: ShareView, free: int, weights: Mapping[str, float], policy: Policy = DEFAULT_POLICY) -> Plan:
     """The next `free` slots in the fair order. An owner with work waiting and none running comes back
     at the lowest counter of the owners being served (idleness is not saved up, else it would take
-    every slot until it caught up), and so gets the next slot."""
+    every slot until it caught up), and so gets the next slot. When no one is served, the owners coming
+    back are lifted to the highest of their counters: none keeps a lead saved up from when it was away."""
     ready = ready_by_owner(view.waiting)
     owners = {o for o, _ in ready} | set(view.running)
     accounts = {o: Account(counter=view.counters.get(o, 0.0), running=view.running.get(o, 0)) for o in owners}
     state = State(weighted(accounts, weights), ready, policy)
     served = [account(state, o).counter for o in owners if view.running.get(o, 0) > 0]
-    # Just below the lowest: level with it, a tie would go to the owner that has waited longest (the
-    # backlog's), and the returning owner would wait one slot more.
-    floor = math.nextafter(min(served), -math.inf) if served else 0.0
-    lifted = {o: max(account(state, o).counter, floor) for o, _ in ready if view.running.get(o, 0) == 0}
+    returning = {o for o, _ in ready if view.running.get(o, 0) == 0}
+    if served:
+        # Just below the lowest: level with it, a tie would go to the owner that has waited longest (the
+        # backlog's), and the returning owner would wait one slot more.
+        floor = math.nextafter(min(served), -math.inf)
+    else:
+        # VTC lifts a client coming back to an empty queue to the counter of the last client to leave
+        # it: the level service had reached. The highest of the returning owners' counters is that
+        # level (counters only grow while served, and each was lifted to the others' when it came
+        # back), and the others, arriving with it, are lifted to it as to any active counter. Level,
+        # the tie goes to the owner that has waited longest.
+        floor = max((account(state, o).counter for o in returning), default=0.0)
+    lifted = {o: max(account(state, o).counter, floor) for o in returning}
     for owner, counter in lifted.items():
         state = State({**state.accounts, owner: Account(counter, account(state, owner).weight, 0)}, ready, policy)
     grants: list[Grant] = next_grants(state, free) if free > 0 else []
