@@ -15,7 +15,7 @@ from docsum_cli import main as cli
 from docsum_gateway.routers.tasks import _form
 from docsum_shared.events import DocumentSubmitted, Topic, decode
 from docsum_shared.options import PRIORITIES
-from docsum_summarizer.admission import plan
+from docsum_summarizer.admission import Wake, plan
 from docsum_summarizer.repository import ShareView
 from docsum_summarizer.schedule import Policy, Priority, Waiting
 from docsum_summarizer.settings import SummarizerSettings, parse_weights
@@ -80,6 +80,19 @@ def test_urgent_work_goes_first_within_its_credit_and_background_last() -> None:
     assert first.grants == {("bob", Priority.URGENT): 4, ("alice", Priority.NORMAL): 1}
     background = ShareView({}, [_waiting("alice", 5, priority=Priority.BACKGROUND), _waiting("bob", 5)], {})
     assert plan(background, 5, {}).grants == {("bob", Priority.NORMAL): 5}
+
+
+async def test_a_burst_of_chunks_finishing_wakes_the_admission_once_and_stored_chunks_always() -> None:
+    wake = Wake(gap_s=3_600.0)
+    for _ in range(1_000):
+        wake.finished()
+    assert wake.event.is_set()  # the first at once
+    wake.event.clear()
+    for _ in range(1_000):
+        wake.finished()
+    assert not wake.event.is_set()  # within the gap: one more admission due at its end, not a thousand
+    wake.stored()  # a chunker's notification is not held back
+    assert wake.event.is_set()
 
 
 def test_owner_weights_are_read_as_owner_equals_weight() -> None:

@@ -125,20 +125,57 @@ class Every:
         return True
 
 
-async def admit_fairly(repo: Admissions, publish: Publish, settings: SummarizerSettings) -> None:
-    """Admit as soon as a chunker has stored chunks (its notification), and every `admission_interval_s`
-    all the same (a notification sent while the database restarts is lost; slots freed by calls that
-    finished); until cancelled. The database or broker away: next time."""
+# A burst of chunks finishing at once (0 ms calls, a batch's answers) is one more admission every this
+# long, not one transaction per chunk: about the time an admission itself takes.
+FINISHED_GAP_S = 0.01
+
+
+class Wake:
+    """Wakes this process's admission: at once when a chunker has stored chunks (`stored`), and when a
+    chunk finished here (`finished`: its slot is free) at most once every `gap_s`, later ones within the
+    gap coalesced into one at its end."""
+
+    def __init__(self, gap_s: float = FINISHED_GAP_S) -> None:
+        self.event = asyncio.Event()
+        self.gap_s = gap_s
+        self._last = -math.inf
+        self._pending: asyncio.TimerHandle | None = None
+
+    def stored(self) -> None:
+        self.event.set()
+
+    def finished(self) -> None:
+        if self._pending is not None:
+            return  # already due: this one goes with it
+        wait = self._last + self.gap_s - time.monotonic()
+        if wait <= 0:
+            self._fire()
+        else:
+            self._pending = asyncio.get_running_loop().call_later(wait, self._fire)
+
+    def _fire(self) -> None:
+        self._pending = None
+        self._last = time.monotonic()
+        self.event.set()
+
+
+async def admit_fairly(
+    repo: Admissions, publish: Publish, settings: SummarizerSettings, wake: Wake | None = None
+) -> None:
+    """Admit as soon as a chunker has stored chunks (its notification) or a chunk finished in this
+    process (`wake`: the handlers say so), and every `admission_interval_s` all the same (a notification
+    sent while the database restarts is lost; slots freed by other replicas' calls); until cancelled.
+    The database or broker away: next time."""
     touching = Every(ACTIVITY_EVERY_S)
-    stored = asyncio.Event()
+    wake = wake or Wake()
     async with asyncio.TaskGroup() as together:
-        together.create_task(db.listen(settings.database_url, CHUNKS_STORED, lambda _: stored.set(), "admission"))
+        together.create_task(db.listen(settings.database_url, CHUNKS_STORED, lambda _: wake.stored(), "admission"))
         together.create_task(
             keep_running(
                 "admission",
                 lambda: admit_once(repo, publish, settings, touch=touching.due()),
                 every_s=settings.admission_interval_s,
-                wake=stored,
+                wake=wake.event,
             )
         )
 

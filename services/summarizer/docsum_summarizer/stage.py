@@ -45,7 +45,9 @@ def loops(settings: SummarizerSettings, pool: asyncpg.Pool, deps: Deps) -> Backg
         async with asyncio.TaskGroup() as together:
             rounds = ChunkRepository(pool, deployment=settings.deployment)
             together.create_task(schedule_rounds(rounds, publish, settings))
-            together.create_task(admit_fairly(admissions(pool, settings), publish, settings))
+            # Woken by the handlers' chunks finishing (`deps.admission`) as well as by the chunkers'.
+            admission = admissions(pool, settings)
+            together.create_task(admit_fairly(admission, publish, settings, deps.admission))
             if isinstance(backend, OpenAIBackend):
                 batches = BatchRepository(pool, batch_endpoint(settings))
                 driver = BatchDriver(batches, backend, publish, settings, earlier_endpoint=endpoint_key(settings))
