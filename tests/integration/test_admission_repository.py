@@ -73,13 +73,14 @@ async def test_a_waiting_chunk_is_admitted_charged_and_announced_once(repository
 
 
 async def test_fifo_admits_the_oldest_ready_chunk_whoever_is_served_most(repository_db: asyncpg.Pool) -> None:
-    """DOCSUM_ADMISSION_ORDER=fifo: one free slot goes to the chunk ready first, though its owner's counter
-    is far ahead of the other's and the fair order would give it to the other; its owner is charged."""
+    """DOCSUM_ADMISSION_ORDER=fifo: one free slot goes to the chunk ready first, though its owner is being
+    served and the fair order would give it to the other, coming back; its owner is charged."""
     deployment = f"fifo-{uuid.uuid4().hex[:6]}."
     first, second = f"owner-{uuid.uuid4().hex[:8]}", f"owner-{uuid.uuid4().hex[:8]}"
     await repository_db.execute(
         "INSERT INTO owner_shares (deployment, owner, counter) VALUES ($1, $2, 50000)", deployment, first
     )
+    await _chunk(repository_db, first, admitted_ago_s=1.0, deployment=deployment)  # its slot: one left
     older = await _chunk(repository_db, first, admitted_ago_s=None, deployment=deployment)
     newer = await _chunk(repository_db, second, admitted_ago_s=None, deployment=deployment)
     await repository_db.execute(
@@ -88,7 +89,7 @@ async def test_fifo_admits_the_oldest_ready_chunk_whoever_is_served_most(reposit
     chosen = {}
     for order in ("fair", "fifo"):
         settings = SummarizerSettings(
-            _env_file=None, topic_prefix=deployment, admission_window=1, admission_order=order
+            _env_file=None, topic_prefix=deployment, admission_window=2, admission_order=order
         )  # type: ignore[call-arg]
         published = Published()
         await admit_once(admissions(repository_db, settings), published, settings)
@@ -162,3 +163,4 @@ async def test_a_deployments_round_scheduler_announces_only_its_own_chunks_due(r
     for d in (east, west):
         rounds = await ChunkRepository(repository_db, deployment=d).due_rounds(10_000)
         assert {r.chunk_id for r in rounds} & set(due.values()) == {due[d]}
+
