@@ -341,3 +341,25 @@ async def test_a_chunk_finishing_admits_the_next_at_once_not_at_the_admissions_n
     for before, after in zip(chunks, chunks[1:], strict=False):
         assert after["admitted_at"] >= before["updated_at"], "admitted while the window's one slot was taken"
     assert len(chunk_calls(llm, marker)) == len(chunks)
+
+
+async def test_each_summarizer_records_its_calls_in_flight_while_it_runs_and_not_once_stopped(
+    make_stack: StackFactory, own_db: tuple[str, asyncpg.Pool]
+) -> None:
+    """The admission's window follows the live summarizers: each one records itself with its
+    DOCSUM_LLM_MAX_INFLIGHT while it runs, and a clean stop takes its row away at once (not a few
+    heartbeats later): its calls no longer count."""
+    url, db = own_db
+    stack = make_stack.in_process(DATABASE_URL=url, DOCSUM_LLM_MAX_INFLIGHT="3")
+    deployment = stack.env["DOCSUM_TOPIC_PREFIX"]
+
+    async def live() -> list[int]:
+        rows = await db.fetch("SELECT llm_max_inflight FROM summarizer_replicas WHERE deployment = $1", deployment)
+        return [r["llm_max_inflight"] for r in rows]
+
+    async def recorded() -> bool:
+        return await live() == [3]
+
+    await eventually(recorded, timeout=30, interval=0.05, message="the summarizer's row", stack=stack)
+    stack.stop_all()
+    assert await live() == []

@@ -4,8 +4,9 @@ Kafka is not the schedule: a broker has no fairness, and what a consumer pauses 
 rebalance. So a stored chunk waits in PostgreSQL (`admitted_at` NULL) until this loop gives it one of
 the deployment's slots, and only then is it announced on chunk-created; a summarizer's claim takes only
 an admitted chunk (an announcement of one not admitted, from a re-drive, comes back DEFERRED). At most
-`SummarizerSettings.window()` chunks are admitted and unfinished at once, so an owner arriving behind
-another's backlog waits for a few calls to finish, not for the backlog.
+`SummarizerSettings.window()` chunks are admitted and unfinished at once (the live summarizers' calls in
+flight and a few spare slots each), so an owner arriving behind another's backlog waits for a few calls
+to finish, not for the backlog.
 
 Each deployment (its topic prefix) admits only its own tasks' chunks, onto its own topics, and keeps its
 owners' counters apart: deployments may share one database, never their summarizers or their slots.
@@ -19,6 +20,7 @@ unleased, the admission announces them again (charged once all the same).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -125,6 +127,11 @@ class Every:
         return True
 
 
+# A summarizer records itself alive this often; its row counts in the window while seen within three of
+# these (a process that died leaves it within seconds), and is deleted after a minute unseen.
+ALIVE_EVERY_S = 2.0
+LIVE_S = 3 * ALIVE_EVERY_S
+FORGET_S = 60.0
 # A burst of chunks finishing at once (0 ms calls, a batch's answers) is one more admission every this
 # long, not one transaction per chunk: about the time an admission itself takes.
 FINISHED_GAP_S = 0.01
@@ -160,24 +167,37 @@ class Wake:
 
 
 async def admit_fairly(
-    repo: Admissions, publish: Publish, settings: SummarizerSettings, wake: Wake | None = None
+    repo: Admissions, publish: Publish, settings: SummarizerSettings, wake: Wake | None = None, *, holder: str
 ) -> None:
     """Admit as soon as a chunker has stored chunks (its notification) or a chunk finished in this
     process (`wake`: the handlers say so), and every `admission_interval_s` all the same (a notification
     sent while the database restarts is lost; slots freed by other replicas' calls); until cancelled.
-    The database or broker away: next time."""
+    Meanwhile this process, as `holder`, is recorded alive with its calls in flight (the window follows
+    the live summarizers), and no longer once stopped. The database or broker away: next time."""
     touching = Every(ACTIVITY_EVERY_S)
     wake = wake or Wake()
-    async with asyncio.TaskGroup() as together:
-        together.create_task(db.listen(settings.database_url, CHUNKS_STORED, lambda _: wake.stored(), "admission"))
-        together.create_task(
-            keep_running(
-                "admission",
-                lambda: admit_once(repo, publish, settings, touch=touching.due()),
-                every_s=settings.admission_interval_s,
-                wake=wake.event,
+    try:
+        async with asyncio.TaskGroup() as together:
+            together.create_task(
+                keep_running(
+                    "summarizer heartbeat",
+                    lambda: repo.alive(holder, settings.llm_max_inflight, forget_s=FORGET_S),
+                    every_s=ALIVE_EVERY_S,
+                )
             )
-        )
+            together.create_task(db.listen(settings.database_url, CHUNKS_STORED, lambda _: wake.stored(), "admission"))
+            together.create_task(
+                keep_running(
+                    "admission",
+                    lambda: admit_once(repo, publish, settings, touch=touching.due()),
+                    every_s=settings.admission_interval_s,
+                    wake=wake.event,
+                )
+            )
+    finally:
+        # A clean stop: its calls leave the window now, not a few heartbeats from now.
+        with contextlib.suppress(Exception):
+            await asyncio.shield(repo.gone(holder))
 
 
 async def admit_once(repo: Admissions, publish: Publish, settings: SummarizerSettings, *, touch: bool = False) -> int:
@@ -221,7 +241,8 @@ async def admit_once(repo: Admissions, publish: Publish, settings: SummarizerSet
 
 async def _admit(turn: AdmissionTurn, settings: SummarizerSettings) -> list[Admitted]:
     running = await turn.running()
-    free = settings.window() - sum(running.values())
+    live = await turn.live_inflight(LIVE_S) if settings.admission_window is None else []
+    free = settings.window(live) - sum(running.values())
     if free <= 0:
         return []
     if settings.admission_order == "fifo":
