@@ -73,13 +73,14 @@ async def test_a_waiting_chunk_is_admitted_charged_and_announced_once(repository
 
 
 async def test_fifo_admits_the_oldest_ready_chunk_whoever_is_served_most(repository_db: asyncpg.Pool) -> None:
-    """DOCSUM_ADMISSION_ORDER=fifo: one free slot goes to the chunk ready first, though its owner's counter
-    is far ahead of the other's and the fair order would give it to the other; its owner is charged."""
+    """DOCSUM_ADMISSION_ORDER=fifo: one free slot goes to the chunk ready first, though its owner is being
+    served and the fair order would give it to the other, coming back; its owner is charged."""
     deployment = f"fifo-{uuid.uuid4().hex[:6]}."
     first, second = f"owner-{uuid.uuid4().hex[:8]}", f"owner-{uuid.uuid4().hex[:8]}"
     await repository_db.execute(
         "INSERT INTO owner_shares (deployment, owner, counter) VALUES ($1, $2, 50000)", deployment, first
     )
+    await _chunk(repository_db, first, admitted_ago_s=1.0, deployment=deployment)  # its slot: one left
     older = await _chunk(repository_db, first, admitted_ago_s=None, deployment=deployment)
     newer = await _chunk(repository_db, second, admitted_ago_s=None, deployment=deployment)
     await repository_db.execute(
@@ -88,7 +89,7 @@ async def test_fifo_admits_the_oldest_ready_chunk_whoever_is_served_most(reposit
     chosen = {}
     for order in ("fair", "fifo"):
         settings = SummarizerSettings(
-            _env_file=None, topic_prefix=deployment, admission_window=1, admission_order=order
+            _env_file=None, topic_prefix=deployment, admission_window=2, admission_order=order
         )  # type: ignore[call-arg]
         published = Published()
         await admit_once(admissions(repository_db, settings), published, settings)
@@ -162,3 +163,38 @@ async def test_a_deployments_round_scheduler_announces_only_its_own_chunks_due(r
     for d in (east, west):
         rounds = await ChunkRepository(repository_db, deployment=d).due_rounds(10_000)
         assert {r.chunk_id for r in rounds} & set(due.values()) == {due[d]}
+
+
+async def test_the_window_follows_the_live_summarizers_calls_in_flight_plus_a_spare_each(
+    repository_db: asyncpg.Pool,
+) -> None:
+    """Without DOCSUM_ADMISSION_WINDOW, one admission admits up to the live summarizers' calls in flight
+    plus `admission_spare` each: two replicas of 2 and 5 calls, spare 2, admit 11 of 20 waiting chunks; a
+    replica not seen for a few heartbeats (its process died) and one that stopped cleanly count nothing."""
+    owner, deployment = f"owner-{uuid.uuid4().hex[:8]}", f"live-{uuid.uuid4().hex[:6]}."
+    waiting = {await _chunk(repository_db, owner, admitted_ago_s=None, deployment=deployment) for _ in range(20)}
+    settings = SummarizerSettings(_env_file=None, topic_prefix=deployment, llm_max_inflight=2, admission_spare=2)  # type: ignore[call-arg]
+    repo = admissions(repository_db, settings)
+    for holder, inflight in (("a", 2), ("b", 5), ("dead", 7), ("stopped", 11)):
+        await repo.alive(holder, inflight, forget_s=60.0)
+    await repository_db.execute(
+        "UPDATE summarizer_replicas SET seen_at = now() - make_interval(secs => $2) WHERE deployment = $1"
+        " AND holder = 'dead'",
+        deployment, 30.0,  # ten heartbeats
+    )  # fmt: skip
+    await repo.gone("stopped")
+    published = Published()
+    assert await admit_once(repo, published, settings) == (2 + 2) + (5 + 2)  # not 4 × its own 2
+    assert published.chunk_ids() < waiting
+    # Explicitly set, the window is that, whoever is alive.
+    narrow = SummarizerSettings(_env_file=None, topic_prefix=deployment, admission_window=14)  # type: ignore[call-arg]
+    assert await admit_once(admissions(repository_db, narrow), Published(), narrow) == 14 - 11
+    # A replica gone a minute is forgotten by the next heartbeat.
+    await repository_db.execute(
+        "UPDATE summarizer_replicas SET seen_at = now() - make_interval(secs => $2) WHERE deployment = $1"
+        " AND holder = 'dead'",
+        deployment, 120.0,
+    )  # fmt: skip
+    await repo.alive("a", 2, forget_s=60.0)
+    holders = await repository_db.fetch("SELECT holder FROM summarizer_replicas WHERE deployment = $1", deployment)
+    assert sorted(r["holder"] for r in holders) == ["a", "b"]

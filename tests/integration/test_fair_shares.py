@@ -314,3 +314,52 @@ async def test_stored_chunks_are_admitted_at_once_not_at_the_admissions_next_loo
         task = await wait_for_task(alice, task_id, stack, timeout=60)
     assert task["status"] == "COMPLETED", task
     assert chunk_calls(llm, marker)
+
+
+async def test_a_chunk_finishing_admits_the_next_at_once_not_at_the_admissions_next_look(
+    make_stack: StackFactory, llm: FakeLLMServer, own_db: tuple[str, asyncpg.Pool]
+) -> None:
+    """A chunk finishing in a summarizer wakes that summarizer's admission: with a window of one chunk and
+    a look only every 10 minutes, a task of 26 chunks completes all the same (without the wake its first
+    chunk alone would be admitted, by the chunker's notification, and the next ones 10 minutes later),
+    each chunk admitted in a round of its own once the one before it had finished."""
+    url, db = own_db
+    stack = make_stack.in_process(
+        DATABASE_URL=url,
+        DOCSUM_ADMISSION_INTERVAL_S="600",
+        DOCSUM_ADMISSION_WINDOW="1",
+        DOCSUM_CHUNK_CHARS="600",
+        DOCSUM_OVERLAP_CHARS="50",
+    )
+    marker = new_marker()
+    async with stack.client("alice") as alice:
+        task_id = await submit(alice, [txt("note.txt", marked_text(10_000, seed=36, marker=marker))])
+        task = await wait_for_task(alice, task_id, stack, timeout=60)
+    assert task["status"] == "COMPLETED", task
+    chunks = sorted(await chunks_of(db, task_id), key=lambda c: c["admitted_at"])
+    assert len(chunks) >= 4
+    for before, after in zip(chunks, chunks[1:], strict=False):
+        assert after["admitted_at"] >= before["updated_at"], "admitted while the window's one slot was taken"
+    assert len(chunk_calls(llm, marker)) == len(chunks)
+
+
+async def test_each_summarizer_records_its_calls_in_flight_while_it_runs_and_not_once_stopped(
+    make_stack: StackFactory, own_db: tuple[str, asyncpg.Pool]
+) -> None:
+    """The admission's window follows the live summarizers: each one records itself with its
+    DOCSUM_LLM_MAX_INFLIGHT while it runs, and a clean stop takes its row away at once (not a few
+    heartbeats later): its calls no longer count."""
+    url, db = own_db
+    stack = make_stack.in_process(DATABASE_URL=url, DOCSUM_LLM_MAX_INFLIGHT="3")
+    deployment = stack.env["DOCSUM_TOPIC_PREFIX"]
+
+    async def live() -> list[int]:
+        rows = await db.fetch("SELECT llm_max_inflight FROM summarizer_replicas WHERE deployment = $1", deployment)
+        return [r["llm_max_inflight"] for r in rows]
+
+    async def recorded() -> bool:
+        return await live() == [3]
+
+    await eventually(recorded, timeout=30, interval=0.05, message="the summarizer's row", stack=stack)
+    stack.stop_all()
+    assert await live() == []

@@ -15,7 +15,7 @@ from docsum_cli import main as cli
 from docsum_gateway.routers.tasks import _form
 from docsum_shared.events import DocumentSubmitted, Topic, decode
 from docsum_shared.options import PRIORITIES
-from docsum_summarizer.admission import plan
+from docsum_summarizer.admission import Wake, plan
 from docsum_summarizer.repository import ShareView
 from docsum_summarizer.schedule import Policy, Priority, Waiting
 from docsum_summarizer.settings import SummarizerSettings, parse_weights
@@ -34,6 +34,17 @@ def test_a_newcomer_behind_a_backlog_gets_the_next_slot_and_starts_at_the_lowest
     both = plan(view, 2, {})  # then alice's turn: bob is charged his estimate first
     assert both.grants == {("alice", Priority.NORMAL): 1, ("bob", Priority.NORMAL): 1}
     assert both.floors["alice"] == 0.0  # not lifted: her counter is left as it is
+
+
+def test_owners_returning_together_to_an_idle_deployment_share_the_slots_from_one_level() -> None:
+    # Nobody is served: no running counter to lift to. Bob's counter is far below alice's only because he
+    # was away while she was served alone, long ago: he is lifted to hers, and the slots alternate.
+    view = ShareView({}, [_waiting("alice", 100), _waiting("bob", 100)], {"alice": 5e6, "bob": 1_000.0})
+    decided = plan(view, 10, {})
+    assert decided.grants == {("alice", Priority.NORMAL): 5, ("bob", Priority.NORMAL): 5}
+    assert decided.floors == {"alice": 0.0, "bob": pytest.approx(5e6)}  # only bob lifted, alice as she was
+    alone = plan(ShareView({}, [_waiting("bob", 100)], {"bob": 1_000.0}), 3, {})
+    assert alone.floors == {"bob": 0.0}  # a lone returning owner is left where it is
 
 
 def test_no_free_slot_admits_nothing_and_the_slots_go_round_the_owners_with_work() -> None:
@@ -69,6 +80,19 @@ def test_urgent_work_goes_first_within_its_credit_and_background_last() -> None:
     assert first.grants == {("bob", Priority.URGENT): 4, ("alice", Priority.NORMAL): 1}
     background = ShareView({}, [_waiting("alice", 5, priority=Priority.BACKGROUND), _waiting("bob", 5)], {})
     assert plan(background, 5, {}).grants == {("bob", Priority.NORMAL): 5}
+
+
+async def test_a_burst_of_chunks_finishing_wakes_the_admission_once_and_stored_chunks_always() -> None:
+    wake = Wake(gap_s=3_600.0)
+    for _ in range(1_000):
+        wake.finished()
+    assert wake.event.is_set()  # the first at once
+    wake.event.clear()
+    for _ in range(1_000):
+        wake.finished()
+    assert not wake.event.is_set()  # within the gap: one more admission due at its end, not a thousand
+    wake.stored()  # a chunker's notification is not held back
+    assert wake.event.is_set()
 
 
 def test_owner_weights_are_read_as_owner_equals_weight() -> None:

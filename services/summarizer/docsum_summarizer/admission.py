@@ -4,8 +4,9 @@ Kafka is not the schedule: a broker has no fairness, and what a consumer pauses 
 rebalance. So a stored chunk waits in PostgreSQL (`admitted_at` NULL) until this loop gives it one of
 the deployment's slots, and only then is it announced on chunk-created; a summarizer's claim takes only
 an admitted chunk (an announcement of one not admitted, from a re-drive, comes back DEFERRED). At most
-`SummarizerSettings.window()` chunks are admitted and unfinished at once, so an owner arriving behind
-another's backlog waits for a few calls to finish, not for the backlog.
+`SummarizerSettings.window()` chunks are admitted and unfinished at once (the live summarizers' calls in
+flight and a few spare slots each), so an owner arriving behind another's backlog waits for a few calls
+to finish, not for the backlog.
 
 Each deployment (its topic prefix) admits only its own tasks' chunks, onto its own topics, and keeps its
 owners' counters apart: deployments may share one database, never their summarizers or their slots.
@@ -19,6 +20,7 @@ unleased, the admission announces them again (charged once all the same).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -80,16 +82,26 @@ class Plan:
 def plan(view: ShareView, free: int, weights: Mapping[str, float], policy: Policy = DEFAULT_POLICY) -> Plan:
     """The next `free` slots in the fair order. An owner with work waiting and none running comes back
     at the lowest counter of the owners being served (idleness is not saved up, else it would take
-    every slot until it caught up), and so gets the next slot."""
+    every slot until it caught up), and so gets the next slot. When no one is served, the owners coming
+    back are lifted to the highest of their counters: none keeps a lead saved up from when it was away."""
     ready = ready_by_owner(view.waiting)
     owners = {o for o, _ in ready} | set(view.running)
     accounts = {o: Account(counter=view.counters.get(o, 0.0), running=view.running.get(o, 0)) for o in owners}
     state = State(weighted(accounts, weights), ready, policy)
     served = [account(state, o).counter for o in owners if view.running.get(o, 0) > 0]
-    # Just below the lowest: level with it, a tie would go to the owner that has waited longest (the
-    # backlog's), and the returning owner would wait one slot more.
-    floor = math.nextafter(min(served), -math.inf) if served else 0.0
-    lifted = {o: max(account(state, o).counter, floor) for o, _ in ready if view.running.get(o, 0) == 0}
+    returning = {o for o, _ in ready if view.running.get(o, 0) == 0}
+    if served:
+        # Just below the lowest: level with it, a tie would go to the owner that has waited longest (the
+        # backlog's), and the returning owner would wait one slot more.
+        floor = math.nextafter(min(served), -math.inf)
+    else:
+        # VTC lifts a client coming back to an empty queue to the counter of the last client to leave
+        # it: the level service had reached. The highest of the returning owners' counters is that
+        # level (counters only grow while served, and each was lifted to the others' when it came
+        # back), and the others, arriving with it, are lifted to it as to any active counter. Level,
+        # the tie goes to the owner that has waited longest.
+        floor = max((account(state, o).counter for o in returning), default=0.0)
+    lifted = {o: max(account(state, o).counter, floor) for o in returning}
     for owner, counter in lifted.items():
         state = State({**state.accounts, owner: Account(counter, account(state, owner).weight, 0)}, ready, policy)
     grants: list[Grant] = next_grants(state, free) if free > 0 else []
@@ -115,22 +127,77 @@ class Every:
         return True
 
 
-async def admit_fairly(repo: Admissions, publish: Publish, settings: SummarizerSettings) -> None:
-    """Admit as soon as a chunker has stored chunks (its notification), and every `admission_interval_s`
-    all the same (a notification sent while the database restarts is lost; slots freed by calls that
-    finished); until cancelled. The database or broker away: next time."""
+# A summarizer records itself alive this often; its row counts in the window while seen within three of
+# these (a process that died leaves it within seconds), and is deleted after a minute unseen.
+ALIVE_EVERY_S = 2.0
+LIVE_S = 3 * ALIVE_EVERY_S
+FORGET_S = 60.0
+# A burst of chunks finishing at once (0 ms calls, a batch's answers) is one more admission every this
+# long, not one transaction per chunk: about the time an admission itself takes.
+FINISHED_GAP_S = 0.01
+
+
+class Wake:
+    """Wakes this process's admission: at once when a chunker has stored chunks (`stored`), and when a
+    chunk finished here (`finished`: its slot is free) at most once every `gap_s`, later ones within the
+    gap coalesced into one at its end."""
+
+    def __init__(self, gap_s: float = FINISHED_GAP_S) -> None:
+        self.event = asyncio.Event()
+        self.gap_s = gap_s
+        self._last = -math.inf
+        self._pending: asyncio.TimerHandle | None = None
+
+    def stored(self) -> None:
+        self.event.set()
+
+    def finished(self) -> None:
+        if self._pending is not None:
+            return  # already due: this one goes with it
+        wait = self._last + self.gap_s - time.monotonic()
+        if wait <= 0:
+            self._fire()
+        else:
+            self._pending = asyncio.get_running_loop().call_later(wait, self._fire)
+
+    def _fire(self) -> None:
+        self._pending = None
+        self._last = time.monotonic()
+        self.event.set()
+
+
+async def admit_fairly(
+    repo: Admissions, publish: Publish, settings: SummarizerSettings, wake: Wake | None = None, *, holder: str
+) -> None:
+    """Admit as soon as a chunker has stored chunks (its notification) or a chunk finished in this
+    process (`wake`: the handlers say so), and every `admission_interval_s` all the same (a notification
+    sent while the database restarts is lost; slots freed by other replicas' calls); until cancelled.
+    Meanwhile this process, as `holder`, is recorded alive with its calls in flight (the window follows
+    the live summarizers), and no longer once stopped. The database or broker away: next time."""
     touching = Every(ACTIVITY_EVERY_S)
-    stored = asyncio.Event()
-    async with asyncio.TaskGroup() as together:
-        together.create_task(db.listen(settings.database_url, CHUNKS_STORED, lambda _: stored.set(), "admission"))
-        together.create_task(
-            keep_running(
-                "admission",
-                lambda: admit_once(repo, publish, settings, touch=touching.due()),
-                every_s=settings.admission_interval_s,
-                wake=stored,
+    wake = wake or Wake()
+    try:
+        async with asyncio.TaskGroup() as together:
+            together.create_task(
+                keep_running(
+                    "summarizer heartbeat",
+                    lambda: repo.alive(holder, settings.llm_max_inflight, forget_s=FORGET_S),
+                    every_s=ALIVE_EVERY_S,
+                )
             )
-        )
+            together.create_task(db.listen(settings.database_url, CHUNKS_STORED, lambda _: wake.stored(), "admission"))
+            together.create_task(
+                keep_running(
+                    "admission",
+                    lambda: admit_once(repo, publish, settings, touch=touching.due()),
+                    every_s=settings.admission_interval_s,
+                    wake=wake.event,
+                )
+            )
+    finally:
+        # A clean stop: its calls leave the window now, not a few heartbeats from now.
+        with contextlib.suppress(Exception):
+            await asyncio.shield(repo.gone(holder))
 
 
 async def admit_once(repo: Admissions, publish: Publish, settings: SummarizerSettings, *, touch: bool = False) -> int:
@@ -174,7 +241,8 @@ async def admit_once(repo: Admissions, publish: Publish, settings: SummarizerSet
 
 async def _admit(turn: AdmissionTurn, settings: SummarizerSettings) -> list[Admitted]:
     running = await turn.running()
-    free = settings.window() - sum(running.values())
+    live = await turn.live_inflight(LIVE_S) if settings.admission_window is None else []
+    free = settings.window(live) - sum(running.values())
     if free <= 0:
         return []
     if settings.admission_order == "fifo":

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from docsum_llm.base import SummaryRequest, SummaryResult
@@ -35,6 +35,7 @@ from docsum_shared.retry import (
 )
 from docsum_shared.retry import Step as RetryStep
 
+from .admission import Wake
 from .batches.policy import Route, batch_endpoint, call_mode, request_json, route
 from .policy import Answer, Step, StoredChunk, answer_of, cannot_fit, next_step, offsets_of, request_for
 from .repository import Claim, Claimed
@@ -93,6 +94,9 @@ class Deps:
     settings: SummarizerSettings
     holder: str  # this process, as lease holder
     backoff: Backoff = PROVIDER
+    # This process's admission, told when a handling here is done with a leased chunk (final, handed
+    # back, or waiting for its next round or its batch): its slot is free, and it is filled at once.
+    admission: Wake = field(default_factory=Wake)
 
 
 handlers = Handlers[Deps]("summarizer")
@@ -144,6 +148,7 @@ async def _under_lease(event: ChunkCreated, chunk: StoredChunk, holder: str, dep
         raise
     finally:
         renewer.cancel()
+        deps.admission.finished()
 
 
 async def _keep_lease(chunk_id: str, holder: str, deps: Deps) -> None:

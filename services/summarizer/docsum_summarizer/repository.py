@@ -323,6 +323,16 @@ class AdmissionTurn:
             for r in rows
         ]
 
+    async def live_inflight(self, live_s: float) -> list[int]:
+        """The calls in flight (DOCSUM_LLM_MAX_INFLIGHT) of each summarizer of the deployment seen within
+        `live_s`: the processes the admitted chunks are for."""
+        rows = await self._conn.fetch(
+            "SELECT llm_max_inflight FROM summarizer_replicas"
+            " WHERE deployment = $1 AND seen_at > now() - make_interval(secs => $2)",
+            self.deployment, live_s,
+        )  # fmt: skip
+        return [r["llm_max_inflight"] for r in rows]
+
     async def counters(self, owners: list[str]) -> dict[str, float]:
         rows = await self._conn.fetch(
             "SELECT owner, counter FROM owner_shares WHERE deployment = $1 AND owner = ANY($2::text[])",
@@ -428,6 +438,27 @@ class Admissions:
             ChunkStatus.PENDING, UNFINISHED_TASK, sorted(DOCUMENT_FINAL), self.deployment,
         )  # fmt: skip
         return {Priority(r["priority"]): r["n"] for r in rows}
+
+    async def alive(self, holder: str, llm_max_inflight: int, *, forget_s: float) -> None:
+        """`holder` (a summarizer process of the deployment) is alive with `llm_max_inflight` calls at
+        once; the rows of the deployment not refreshed for `forget_s` (processes that died) deleted."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(
+                "INSERT INTO summarizer_replicas (deployment, holder, llm_max_inflight) VALUES ($1, $2, $3)"
+                " ON CONFLICT (deployment, holder) DO UPDATE SET llm_max_inflight = $3, seen_at = now()",
+                self.deployment, holder, llm_max_inflight,
+            )  # fmt: skip
+            await conn.execute(
+                "DELETE FROM summarizer_replicas WHERE deployment = $1"
+                " AND seen_at < now() - make_interval(secs => $2)",
+                self.deployment, forget_s,
+            )  # fmt: skip
+
+    async def gone(self, holder: str) -> None:
+        """`holder` stopped: its calls no longer count in the window."""
+        await self.pool.execute(
+            "DELETE FROM summarizer_replicas WHERE deployment = $1 AND holder = $2", self.deployment, holder
+        )
 
     @contextlib.asynccontextmanager
     async def turn(self) -> AsyncIterator[AdmissionTurn | None]:

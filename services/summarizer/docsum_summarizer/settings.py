@@ -4,6 +4,7 @@ calls are retried and leased."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
@@ -34,11 +35,14 @@ class SummarizerSettings(LLMSettings, ReconcileSettings):
     llm_batch_max_bytes: int = Field(200 * 1024 * 1024, ge=1024, le=200 * 1024 * 1024)
     llm_batch_deadline_margin_s: float = Field(900.0, ge=0)
     # Fair shares between owners (admission.py): at most `admission_window` chunks admitted and not yet
-    # finished across every replica (None: 4 × DOCSUM_LLM_MAX_INFLIGHT, enough to keep two replicas'
-    # calls busy while the next are announced), the rest waiting in PostgreSQL, admitted in the fair
-    # order every `admission_interval_s`. An admitted chunk no summarizer has leased within
-    # `admission_hold_s` (its announcement lost) is announced again.
+    # finished across every replica (None: the live summarizers' DOCSUM_LLM_MAX_INFLIGHT summed, plus
+    # `admission_spare` each: the calls running and some announced behind them, so a call ending has
+    # its next chunk in hand while the admission refills the slot, and a newcomer waits behind a few
+    # calls, not a backlog), the rest waiting in PostgreSQL, admitted in the fair order every
+    # `admission_interval_s` and as soon as a chunk finishes. An admitted chunk no summarizer has leased
+    # within `admission_hold_s` (its announcement lost) is announced again.
     admission_window: int | None = Field(None, ge=1)
+    admission_spare: int = Field(16, ge=0)
     admission_interval_s: float = Field(0.1, gt=0)
     admission_hold_s: float = Field(60.0, gt=0)
     # An owner's share relative to the others' (1 when not listed): "alice=3,bob=1" gives alice three
@@ -60,8 +64,13 @@ class SummarizerSettings(LLMSettings, ReconcileSettings):
     def _weights_of(cls, value: object) -> object:
         return parse_weights(value) if isinstance(value, str) else value
 
-    def window(self) -> int:
-        return self.admission_window or 4 * self.llm_max_inflight
+    def window(self, live_inflight: Sequence[int] = ()) -> int:
+        """The chunks admitted and unfinished at once: `admission_window` when set, else what the live
+        summarizers run at once (their DOCSUM_LLM_MAX_INFLIGHT each, as they recorded it) plus
+        `admission_spare` each; this process's own when none is recorded yet."""
+        if self.admission_window is not None:
+            return self.admission_window
+        return sum(n + self.admission_spare for n in live_inflight or [self.llm_max_inflight])
 
     def policy(self) -> Policy:
         return Policy(urgent_credit=self.urgent_credit_tokens, background_after_s=self.background_after_s)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import uuid
 
 import asyncpg
 
@@ -45,7 +46,11 @@ def loops(settings: SummarizerSettings, pool: asyncpg.Pool, deps: Deps) -> Backg
         async with asyncio.TaskGroup() as together:
             rounds = ChunkRepository(pool, deployment=settings.deployment)
             together.create_task(schedule_rounds(rounds, publish, settings))
-            together.create_task(admit_fairly(admissions(pool, settings), publish, settings))
+            # Woken by the handlers' chunks finishing (`deps.admission`) as well as by the chunkers'.
+            admission = admissions(pool, settings)
+            # Each stage its own name in the live summarizers (two in one process count twice).
+            alive = f"{deps.holder}:{uuid.uuid4().hex[:8]}"
+            together.create_task(admit_fairly(admission, publish, settings, deps.admission, holder=alive))
             if isinstance(backend, OpenAIBackend):
                 batches = BatchRepository(pool, batch_endpoint(settings))
                 driver = BatchDriver(batches, backend, publish, settings, earlier_endpoint=endpoint_key(settings))
