@@ -1307,14 +1307,15 @@ def free_port() -> int:
     """A port nothing listens on now and that this process has not handed out before: the kernel may
     give the same free port twice before the first taker binds it (a stack's gateway port and a service's
     health port, both picked before either process starts). Under pytest-xdist, only ports of this
-    worker's share (port modulo the workers): another worker's picks, seconds before its processes bind
-    them, are not in this process's memory."""
+    worker's share: another worker's picks, seconds before its processes bind them, are not in this
+    process's memory. The share goes by port // 2: Linux hands out odd ports to bind() (even ones it keeps
+    for connect()), so by port modulo two workers one of them waited for an even port for minutes."""
     index, workers = _worker_share()
     while True:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        if port not in _handed_out and port % workers == index:
+        if port not in _handed_out and port // 2 % workers == index:
             _handed_out.add(port)
             return port
 
