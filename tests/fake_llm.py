@@ -105,6 +105,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import re
 import signal
 import socket
@@ -1296,15 +1297,25 @@ def _validate(name: str, value: Any) -> Any:
 _handed_out: set[int] = set()
 
 
+def _worker_share() -> tuple[int, int]:
+    """(this process's index, how many) among the suite's pytest-xdist workers; (0, 1) outside them."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(worker.removeprefix("gw")), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+
+
 def free_port() -> int:
     """A port nothing listens on now and that this process has not handed out before: the kernel may
     give the same free port twice before the first taker binds it (a stack's gateway port and a service's
-    health port, both picked before either process starts)."""
+    health port, both picked before either process starts). Under pytest-xdist, only ports of this
+    worker's share: another worker's picks, seconds before its processes bind them, are not in this
+    process's memory. The share goes by port // 2: Linux hands out odd ports to bind() (even ones it keeps
+    for connect()), so by port modulo two workers one of them waited for an even port for minutes."""
+    index, workers = _worker_share()
     while True:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        if port not in _handed_out:
+        if port not in _handed_out and port // 2 % workers == index:
             _handed_out.add(port)
             return port
 

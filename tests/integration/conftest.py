@@ -3,6 +3,9 @@
 The broker and the database server are started once by the project's own scripts (idempotent, so a
 running `make up` stack is reused). Each test session gets its own database and its own topic and
 consumer-group prefix: tests never see the events or rows of a `make up` stack or of another run.
+Under pytest-xdist each worker is a session of its own: its own database (dropped by it alone), stand-in
+LLM server, stacks and ports (`free_port`: the worker's share), on the broker and database server all
+share; a module's fixtures (a second broker, the S3 server on its fixed ports) need --dist loadfile.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +31,7 @@ import pytest_asyncio
 from docsum_shared.db import migrate
 from tests.fake_llm import FakeLLM, FakeLLMServer, free_port
 from tests.inprocess import InProcessStack
-from tests.integration.helpers import eventually_blocking, read_topics
+from tests.integration.helpers import delete_topics, eventually_blocking, read_topics
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("parser", "chunker", "summarizer", "merger", "gateway")
@@ -187,13 +191,16 @@ AnyStack = Stack | InProcessStack
 
 class StackFactory:
     """Starts stacks of the five services as real processes; each stack has its own topic and consumer
-    group prefix, so tests that kill, pause or reconfigure services never disturb one another."""
+    group prefix, so tests that kill, pause or reconfigure services never disturb one another. A stack's
+    topics go with it when it ends (`end`): the broker keeps a directory, open files and timers per
+    partition, and a suite's thousands of partitions left behind slowed the broker for every later run."""
 
     def __init__(
         self, infra: dict[str, str], llm: FakeLLMServer, logs: pytest.TempPathFactory, python: str = sys.executable
     ) -> None:
         self.infra, self.llm, self.logs, self.python = infra, llm, logs, python
         self.stacks: list[Stack | InProcessStack] = []
+        self.ended: set[int] = set()  # id() of the stacks `end` has ended
 
     def __call__(self, services: tuple[str, ...] = SERVICES, **overrides: str) -> Stack:
         env, keys, port = self.environment(**overrides)
@@ -245,15 +252,44 @@ class StackFactory:
         }
         return env, keys, port
 
+    def end(self, stack: Stack | InProcessStack) -> None:
+        """A stack nothing is asked of any more: its processes killed (what a stop does is the graceful-stop
+        tests' business: a drain waits seconds for work in flight), an in-process one stopped; then its
+        topics deleted from the session's broker. Topics are looked up there by the stack's prefix whatever
+        broker the stack was pointed at (a proxy in front of it; a broker of a test's own has its own
+        prefix, so nothing here, and goes with its state dir). An in-process stack's bus is in memory."""
+        if id(stack) in self.ended:
+            return
+        self.ended.add(id(stack))
+        if isinstance(stack, Stack):
+            stack.kill_all()
+        else:
+            stack.stop_all()
+        prefix = stack.env["DOCSUM_TOPIC_PREFIX"]
+        # A test may start a stack in another's deployment (its prefix): the topics go with the last of them,
+        # if any of them was a stack of processes.
+        deployment = [s for s in self.stacks if s.env["DOCSUM_TOPIC_PREFIX"] == prefix]
+        live = [s for s in deployment if id(s) not in self.ended]
+        if not live and any(isinstance(s, Stack) for s in deployment):
+            # In a thread of its own: asyncio.run would unset this thread's event loop (pytest-asyncio's).
+            session_broker = {**os.environ, **self.infra, "DOCSUM_TOPIC_PREFIX": prefix}
+            with ThreadPoolExecutor(1) as aside:
+                aside.submit(asyncio.run, delete_topics(session_broker)).result()
+
+    def end_all(self, stacks: list[Stack | InProcessStack]) -> None:
+        """`end` each of `stacks`; one that fails to end (its topics, say) leaves none of the others running."""
+        failures = []
+        for stack in stacks:
+            try:
+                self.end(stack)
+            except Exception as failure:
+                failures.append(failure)
+        if failures:
+            raise failures[0]
+
     def stop_all(self) -> None:
-        """The session's end: every stack's processes killed (what a stop does is the graceful-stop tests'
-        business, not the session's end's: a drain waited seconds for work in flight); the in-process ones
-        stopped."""
-        for stack in self.stacks:
-            if isinstance(stack, Stack):
-                stack.kill_all()
-            else:
-                stack.stop_all()
+        """The session's end: every stack not ended yet (the session's and the modules') ended."""
+        self.end_all(self.stacks)
 
 
 def stop_together(processes: list[subprocess.Popen[bytes]], timeout: float) -> None:
@@ -286,13 +322,9 @@ def _stacks_end_with_their_test(make_stack: StackFactory) -> Iterator[None]:
     processes would still take the machine's CPU and the database's connections from the next tests."""
     before = len(make_stack.stacks)
     yield
-    for stack in make_stack.stacks[before:]:
-        # A graceful stop has its own test (test_crash_recovery.py::test_sigterm_drains_the_summarizer): here
-        # the processes need only be gone, so they are killed, not drained (seconds per stack of processes).
-        if isinstance(stack, Stack):
-            stack.kill_all()
-        else:
-            stack.stop_all()
+    # A graceful stop has its own test (test_crash_recovery.py::test_sigterm_drains_the_summarizer): here
+    # the processes need only be gone, so they are killed, not drained (seconds per stack of processes).
+    make_stack.end_all(make_stack.stacks[before:])
 
 
 @pytest.fixture(scope="session")
