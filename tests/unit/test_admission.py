@@ -134,3 +134,16 @@ def test_the_priority_is_taken_from_the_form_the_cli_and_kafka_and_nothing_else_
     with pytest.raises(ValidationError):  # the parser dead-letters it, like any bad option
         decode(Topic.DOCUMENT_SUBMITTED, json.dumps({**message, "options": {"priority": "asap"}}).encode())
     assert {p.value for p in Priority} == set(PRIORITIES) == set(cli.PRIORITIES)
+
+
+def test_the_window_is_each_live_summarizers_calls_in_flight_and_three_times_as_many_spare() -> None:
+    """Unset, each summarizer's spare is three times its calls in flight: one summarizer of 16 keeps 64
+    admitted (48 announced behind its calls, enough for a lone owner's calls never to run dry); a spare
+    set is the same for every summarizer; a window set is the window, whoever is alive."""
+    settings = SummarizerSettings(_env_file=None, llm_max_inflight=16)  # type: ignore[call-arg]
+    assert settings.window() == 64
+    assert settings.window([16, 4]) == 64 + 16
+    spare = SummarizerSettings(_env_file=None, llm_max_inflight=16, admission_spare=2)  # type: ignore[call-arg]
+    assert spare.window([2, 5]) == 11
+    fixed = SummarizerSettings(_env_file=None, admission_window=10)  # type: ignore[call-arg]
+    assert fixed.window([16, 16]) == 10

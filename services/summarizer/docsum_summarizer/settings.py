@@ -36,13 +36,14 @@ class SummarizerSettings(LLMSettings, ReconcileSettings):
     llm_batch_deadline_margin_s: float = Field(900.0, ge=0)
     # Fair shares between owners (admission.py): at most `admission_window` chunks admitted and not yet
     # finished across every replica (None: the live summarizers' DOCSUM_LLM_MAX_INFLIGHT summed, plus
-    # `admission_spare` each: the calls running and some announced behind them, so a call ending has
+    # `admission_spare` each, 3 × its own calls in flight when unset: the calls running and some announced
+    # behind them, so a call ending has
     # its next chunk in hand while the admission refills the slot, and a newcomer waits behind a few
     # calls, not a backlog), the rest waiting in PostgreSQL, admitted in the fair order every
     # `admission_interval_s` and as soon as a chunk finishes. An admitted chunk no summarizer has leased
     # within `admission_hold_s` (its announcement lost) is announced again.
     admission_window: int | None = Field(None, ge=1)
-    admission_spare: int = Field(16, ge=0)
+    admission_spare: int | None = Field(None, ge=0)
     admission_interval_s: float = Field(0.1, gt=0)
     admission_hold_s: float = Field(60.0, gt=0)
     # An owner's share relative to the others' (1 when not listed): "alice=3,bob=1" gives alice three
@@ -70,7 +71,8 @@ class SummarizerSettings(LLMSettings, ReconcileSettings):
         `admission_spare` each; this process's own when none is recorded yet."""
         if self.admission_window is not None:
             return self.admission_window
-        return sum(n + self.admission_spare for n in live_inflight or [self.llm_max_inflight])
+        spare = self.admission_spare
+        return sum(n + (3 * n if spare is None else spare) for n in live_inflight or [self.llm_max_inflight])
 
     def policy(self) -> Policy:
         return Policy(urgent_credit=self.urgent_credit_tokens, background_after_s=self.background_after_s)
