@@ -25,7 +25,7 @@ import pytest
 
 from docsum_shared.outbox import WebhookEvent, task_event
 from docsum_shared.states import TASK_FINAL
-from tests.integration.conftest import ROOT, Stack, StackFactory
+from tests.integration.conftest import ROOT, AnyStack, Stack, StackFactory
 from tests.integration.helpers import eventually, submit, txt, wait_for_task
 from tests.lossy_proxy import LossyProxy
 from tests.webhook_receiver import serving
@@ -328,6 +328,20 @@ def _shot(page, tmp_path: Path, name: str, full_page: bool = True) -> Path:  # t
     return path
 
 
+async def _webhooks_view(p, chromium: str, stack: AnyStack):  # type: ignore[no-untyped-def]
+    """A browser signed in as alice on the Webhooks view, and the page errors it collects."""
+    browser = await p.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+    page = await browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    await page.goto(stack.gateway_url + "/")
+    await page.fill("#api-key", stack.keys["alice"])
+    await page.click("#signin-button")
+    await page.click("#webhooks-link")
+    await page.wait_for_url("**/webhooks")
+    return browser, page, errors
+
+
 def test_an_unsupported_sentence_is_marked_on_the_page_and_in_the_markdown(chromium: str) -> None:
     """The page's own showSummary and asMarkdown (app.js, with style.css, in the browser): a sentence that
     its sources do not support is marked as such — a class and a mark a reader sees, and "(unsupported)"
@@ -434,15 +448,7 @@ async def test_the_page_shows_the_owners_webhooks_and_sends_a_delivery_again(
             await wait_for_task(alice, task_id, stack)
             await eventually(lambda: len(receiver.delivered()) == 1, message="the delivery", stack=stack)
         async with async_playwright() as p:
-            browser = await p.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
-            page = await browser.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            await page.goto(stack.gateway_url + "/")
-            await page.fill("#api-key", stack.keys["alice"])
-            await page.click("#signin-button")
-            await page.click("#webhooks-link")
-            await page.wait_for_url("**/webhooks")
+            browser, page, errors = await _webhooks_view(p, chromium, stack)
             card = page.locator(f'[data-webhook="{hook["id"]}"]')
             await expect(card.locator("h2")).to_have_text(url)
             row = card.locator(".delivery").first
@@ -474,15 +480,7 @@ async def test_the_page_adds_and_removes_an_owners_webhook(
         )
         url = f"http://127.0.0.1:{receiver.port}/hook"
         async with async_playwright() as p:
-            browser = await p.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
-            page = await browser.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            await page.goto(stack.gateway_url + "/")
-            await page.fill("#api-key", stack.keys["alice"])
-            await page.click("#signin-button")
-            await page.click("#webhooks-link")
-            await page.wait_for_url("**/webhooks")
+            browser, page, errors = await _webhooks_view(p, chromium, stack)
             await expect(page.locator("#no-webhooks")).to_be_visible()
             boxes = page.locator('#new-webhook input[name="events"]')
             offered = {await b.get_attribute("value"): await b.is_checked() for b in await boxes.all()}
