@@ -38,8 +38,9 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 from bench.figures import Figure
+from docsum_llm.shares import served_tokens
 from docsum_shared.states import TASK_FINAL
-from docsum_summarizer.schedule import jain_index, served_tokens
+from docsum_summarizer.schedule import jain_index
 from tests.integration.helpers import marked_text, new_marker
 
 if TYPE_CHECKING:
@@ -388,6 +389,8 @@ def backlogged(
         owners.cut(submitted)  # in turn: each owner's chunks ready after the one before's
     if chunk_chars != 2_000:
         bench.restart("chunker")
+    if weights:  # the merger charges its calls at the owners' weights too
+        bench.restart("merger", **env)
     begun = time.time()
     ordered(bench, order, env=env)
     while not [c for c in attribute(bench.llm.llm.entries(200), markers) if c.started >= begun]:
@@ -492,6 +495,7 @@ def b15(bench: Bench) -> list[Figure]:
     urgent = {order: behind_backlog(bench, order, newcomer="alice", run=f"b15urgent-{order}",
                                     options={"priority": "urgent"}) for order in ORDERS}  # fmt: skip
     restored(bench)
+    bench.restart("merger")
     (alice, gain, chunk_gain), (fifo_alice, fifo_gain, fifo_chunk_gain) = split["fair"], split["fifo"]
     u, fifo_u = urgent["fair"], urgent["fifo"]
     passed = abs(alice - 0.75) <= 0.05 and gain < 0.05 and u.wait_s <= CALL_S

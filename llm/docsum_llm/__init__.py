@@ -21,6 +21,7 @@ from .base import SummarizerBackend, SummaryRequest, SummaryResult
 from .budget import TokenCalibration, completion_reserve, estimate_request_tokens, fits, plan_chunk
 from .cache import CallContext, ResultCache, cache_key, summarize_cached
 from .openai.endpoint import EndpointLimits
+from .shares import OwnerShares
 
 if TYPE_CHECKING:
     from .openai.client import OpenAIBackend
@@ -46,6 +47,9 @@ class Summarizing:
     limiter: RateLimiter | None
     calibration: TokenCalibration
     settings: LLMSettings
+    # Whose shares the paid calls are charged to (the merger's: its calls take no admission's slot); None
+    # for the summarizer's chunks, charged by the admission.
+    shares: OwnerShares | None = None
     _probed_at: float | None = field(default=None, init=False)
     _probing: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
     _calls: asyncio.Semaphore = field(init=False)  # calls in flight in this process, whoever makes them
@@ -56,7 +60,8 @@ class Summarizing:
         self.cache = ResultCache(self.pool)
 
     @classmethod
-    def from_settings(cls, settings: LLMSettings, pool: asyncpg.Pool) -> Summarizing:
+    def from_settings(cls, settings: LLMSettings, pool: asyncpg.Pool, *, charged: bool = False) -> Summarizing:
+        """The port for `settings`; `charged`: its paid calls charged to their owners' shares."""
         backend = make_backend(settings)
         limiter = limits = None
         if settings.llm_backend == "openai":
@@ -64,7 +69,8 @@ class Summarizing:
             limits = EndpointLimits(pool, key, configured=settings.llm_context_tokens)
             if settings.llm_rpm or settings.llm_tpm:
                 limiter = RateLimiter(pool, key, rpm=settings.llm_rpm, tpm=settings.llm_tpm)
-        return cls(pool, backend, limits, limiter, TokenCalibration(), settings)
+        shares = OwnerShares(settings.deployment, settings.owner_weights) if charged else None
+        return cls(pool, backend, limits, limiter, TokenCalibration(), settings, shares)
 
     @property
     def model(self) -> str:
@@ -127,6 +133,7 @@ class Summarizing:
                 shared=self.settings.shared_cache,
                 mode=(context.mode if context else None) or self.settings.llm_mode,
                 slot=self._call_slot(request),
+                shares=self.shares,
             )
         except StalePlan:
             raise  # no call was made

@@ -11,12 +11,13 @@ with an environment variable `DOCSUM_<NAME>` (plus the standard `DATABASE_URL`, 
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
-from typing import Literal, TypeVar, cast
+from typing import Annotated, Literal, TypeVar, cast
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .approval import Ceiling
 from .blobs import parse_blob_store, parse_s3_uri
@@ -247,6 +248,15 @@ class LLMSettings(Settings):
     llm_batch_price_factor: float = Field(0.5, ge=0)
     openai_base_url: str | None = Field(None, validation_alias=AliasChoices("OPENAI_BASE_URL"))
     openai_api_key: str | None = Field(None, validation_alias=AliasChoices("OPENAI_API_KEY"))
+    # An owner's share relative to the others' (1 when not listed): "alice=3,bob=1" gives alice three
+    # times bob's tokens while both have work waiting. The summarizer's admission orders owners by it;
+    # the merger charges its calls to the owners' shares by it (docsum_llm/shares.py).
+    owner_weights: Annotated[dict[str, float], NoDecode] = Field(default_factory=dict)
+
+    @field_validator("owner_weights", mode="before")
+    @classmethod
+    def _weights_of(cls, value: object) -> object:
+        return parse_weights(value) if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _no_placeholder_api_key(self) -> LLMSettings:
@@ -271,6 +281,21 @@ class LLMSettings(Settings):
         prompt_price, completion_price = self.llm_prices.get(model, (0.0, 0.0))
         factor = {"flex": self.llm_flex_price_factor, "batch": self.llm_batch_price_factor}.get(tier, 1.0)
         return (prompt_tokens * prompt_price + completion_tokens * completion_price) * factor / 1_000_000
+
+
+def parse_weights(text: str) -> dict[str, float]:
+    """'alice=3,bob=1' as {'alice': 3.0, 'bob': 1.0}; a weight is a positive number."""
+    weights: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        owner, sep, number = item.partition("=")
+        try:
+            weight = float(number)
+        except ValueError:
+            weight = math.nan
+        if not sep or not owner.strip() or not math.isfinite(weight) or weight <= 0:
+            raise ValueError(f"{item[:80]!r} is not owner=weight with a positive weight (as in alice=3,bob=1)")
+        weights[owner.strip()] = weight
+    return weights
 
 
 def endpoint_key(settings: LLMSettings) -> str:

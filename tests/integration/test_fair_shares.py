@@ -175,17 +175,27 @@ async def _finished(stack: Stack, tasks: dict[str, tuple[str, str]]) -> None:
             assert (await wait_for_task(client, task_id, stack))["status"] == "COMPLETED"
 
 
-async def _consistent(db: asyncpg.Pool, deployment: str | None = None) -> dict[str, tuple[float, float]]:
+async def _consistent(
+    db: asyncpg.Pool, deployment: str | None = None, weights: dict[str, float] | None = None
+) -> dict[str, tuple[float, float]]:
     """Each owner's counter in `deployment` (the only one there is when None), and what its chunks there
-    were charged plus its lifts: equal when every charge and correction was made exactly once."""
+    were charged and its merges' paid calls cost, over its weight, plus its lifts: equal when every
+    charge and correction was made exactly once."""
     rows = await db.fetch(
-        "SELECT s.owner, s.counter, s.lifted + coalesce(sum(c.charged), 0) AS accounted FROM owner_shares s"
-        " LEFT JOIN tasks t ON t.owner = s.owner AND t.deployment = s.deployment"
-        " LEFT JOIN documents d ON d.task_id = t.id LEFT JOIN chunks c ON c.document_id = d.id"
-        " WHERE $1::text IS NULL OR s.deployment = $1 GROUP BY s.owner, s.counter, s.lifted",
+        "SELECT s.owner, s.counter, s.lifted,"
+        " (SELECT coalesce(sum(c.charged), 0) FROM tasks t JOIN documents d ON d.task_id = t.id"
+        "   JOIN chunks c ON c.document_id = d.id WHERE t.owner = s.owner AND t.deployment = s.deployment)"
+        "   AS chunks,"
+        " (SELECT coalesce(sum(l.prompt_tokens + 2 * l.completion_tokens), 0) FROM tasks t"
+        "   JOIN llm_calls l ON l.task_id = t.id WHERE t.owner = s.owner AND t.deployment = s.deployment"
+        "   AND l.kind <> 'chunk' AND NOT l.cached) AS merges"
+        " FROM owner_shares s WHERE $1::text IS NULL OR s.deployment = $1",
         deployment,
     )
-    return {r["owner"]: (r["counter"], r["accounted"]) for r in rows}
+    weight = (weights or {}).get
+    return {
+        r["owner"]: (r["counter"], r["lifted"] + (r["chunks"] + r["merges"]) / weight(r["owner"], 1.0)) for r in rows
+    }
 
 
 async def test_kill_9_of_the_summarizer_mid_run_leaves_the_counters_consistent_and_pays_nothing_twice(
@@ -300,6 +310,30 @@ async def test_two_deployments_on_one_database_each_admit_only_their_own_tasks_c
         [(counter, accounted)] = (await _consistent(db, deployment)).values()
         assert counter == pytest.approx(accounted, rel=1e-9) and counter > 0
     assert await db.fetchval("SELECT count(*) FROM owner_shares WHERE owner = 'alice'") == 2
+
+
+async def test_an_owners_merges_are_charged_to_its_share_at_its_weight(
+    make_stack: StackFactory, llm: FakeLLMServer, own_db: tuple[str, asyncpg.Pool]
+) -> None:
+    """The merger's calls take no admission's slot, but they are served to their owner all the same: each
+    paid merge is charged to its owner's counter, at its weight, with its line in the ledger. Otherwise
+    an owner splitting its work over many tasks, each with merges of its own, is served more than its
+    share (uncharged, the counter holds only the chunks' charges: it falls short by the merges' cost)."""
+    url, db = own_db
+    stack = make_stack.in_process(
+        DATABASE_URL=url, DOCSUM_OWNER_WEIGHTS="alice=2", DOCSUM_CHUNK_CHARS="600", DOCSUM_OVERLAP_CHARS="50"
+    )
+    marker = new_marker()
+    files = [txt(f"part-{n}.txt", marked_text(10_000, seed=37 + n, marker=marker)) for n in range(2)]
+    async with stack.client("alice") as alice:
+        task = await wait_for_task(alice, await submit(alice, files), stack, timeout=60)
+    assert task["status"] == "COMPLETED", task
+    merges = await db.fetchval(
+        "SELECT count(*) FROM llm_calls WHERE task_id = $1 AND kind <> 'chunk' AND NOT cached", task["task_id"]
+    )
+    assert merges >= 3  # each document's merge and the task's
+    counter, accounted = (await _consistent(db, weights={"alice": 2.0}))["alice"]
+    assert counter == pytest.approx(accounted, rel=1e-9)
 
 
 async def test_stored_chunks_are_admitted_at_once_not_at_the_admissions_next_look(

@@ -15,10 +15,11 @@ from docsum_cli import main as cli
 from docsum_gateway.routers.tasks import _form
 from docsum_shared.events import DocumentSubmitted, Topic, decode
 from docsum_shared.options import PRIORITIES
+from docsum_shared.settings import parse_weights
 from docsum_summarizer.admission import Wake, plan
 from docsum_summarizer.repository import ShareView
 from docsum_summarizer.schedule import Policy, Priority, Waiting
-from docsum_summarizer.settings import SummarizerSettings, parse_weights
+from docsum_summarizer.settings import SummarizerSettings
 from tests.cli_doubles import recording_gateway
 
 

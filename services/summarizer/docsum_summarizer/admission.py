@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from docsum_llm.shares import OUTPUT_WEIGHT
 from docsum_shared import db, metrics, telemetry
 from docsum_shared.approval import EXPECTED_COMPLETION_TOKENS
 from docsum_shared.db import CHUNKS_STORED
@@ -39,7 +40,6 @@ from docsum_shared.retry import keep_running
 
 from .repository import ACTIVITY_EVERY_S, Admissions, AdmissionTurn, Admitted, ShareView
 from .schedule import (
-    OUTPUT_WEIGHT,
     Account,
     Grant,
     Policy,

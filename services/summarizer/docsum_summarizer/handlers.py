@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from docsum_llm.base import SummaryRequest, SummaryResult
 from docsum_llm.cache import CallContext
+from docsum_llm.shares import served_tokens
 from docsum_shared import metrics
 from docsum_shared.errors import ContextLimitExceeded, ItemFailed, Kind
 from docsum_shared.events import ChunkCreated, ChunkSummarized, Event
@@ -39,7 +40,7 @@ from .admission import Wake
 from .batches.policy import Route, batch_endpoint, call_mode, request_json, route
 from .policy import Answer, Step, StoredChunk, answer_of, cannot_fit, next_step, offsets_of, request_for
 from .repository import Claim, Claimed
-from .schedule import Priority, served_tokens
+from .schedule import Priority
 from .settings import SummarizerSettings
 
 log = logging.getLogger("docsum_summarizer")
@@ -239,7 +240,7 @@ async def _summarize_within_budget(
 ) -> tuple[list[tuple[SummaryResult, int]], int]:
     """The answers to the chunk's parts, each with where its text starts in the chunk's, planned under
     the endpoint's input budget (in parts when it must be), and what the answers not from the result
-    cache cost (schedule.served_tokens); a refusal as too long lowers the budget and plans again.
+    cache cost (docsum_llm.shares.served_tokens); a refusal as too long lowers the budget and plans again.
     ItemFailed when it cannot shrink further."""
     for _ in range(MAX_REPLANS):
         parts = await deps.llm.plan_chunk(request)

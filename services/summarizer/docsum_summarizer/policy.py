@@ -66,7 +66,7 @@ class Answer:
     model: str
     truncated: bool
     sentences: tuple[CitedSentence, ...] | None
-    # What its owner's share is charged for it, from the provider's usage (schedule.served_tokens; 0 for
+    # What its owner's share is charged for it, from the provider's usage (docsum_llm.shares.served_tokens; 0 for
     # an answer from the result cache, which cost nothing); None: not known, the estimate charged stands.
     served: int | None = None
 

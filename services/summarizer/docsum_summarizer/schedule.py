@@ -49,10 +49,6 @@ class Priority(enum.StrEnum):
 # The order in which an owner's own work goes: lower first (background ages: `_own_first`).
 _RANK = {Priority.URGENT: 0, Priority.NORMAL: 1, Priority.BACKGROUND: 2}
 
-# A completion token costs the provider (and the wait of everyone else) about twice an input token: the
-# weights the VTC paper uses for input and output.
-OUTPUT_WEIGHT = 2
-
 
 @dataclass(frozen=True)
 class Policy:
@@ -118,11 +114,6 @@ class Place:
     items: int  # other owners' items ahead
     tokens: int  # their estimated tokens
     eta_s: float | None  # when its own work is done, at the given throughput (None: throughput unknown)
-
-
-def served_tokens(prompt_tokens: int, completion_tokens: int) -> int:
-    """What a call costs its owner's counter, from the provider's usage."""
-    return prompt_tokens + OUTPUT_WEIGHT * completion_tokens
 
 
 def ready_by_owner(waiting: Iterable[Waiting]) -> dict[tuple[str, Priority], Work]:

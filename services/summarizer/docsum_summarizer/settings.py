@@ -3,12 +3,10 @@ calls are retried and leased."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import Field, field_validator
-from pydantic_settings import NoDecode
+from pydantic import Field
 
 from docsum_shared.settings import LLMSettings, ReconcileSettings
 
@@ -45,9 +43,6 @@ class SummarizerSettings(LLMSettings, ReconcileSettings):
     admission_spare: int | None = Field(None, ge=0)
     admission_interval_s: float = Field(0.1, gt=0)
     admission_hold_s: float = Field(60.0, gt=0)
-    # An owner's share relative to the others' (1 when not listed): "alice=3,bob=1" gives alice three
-    # times bob's tokens while both have work waiting.
-    owner_weights: Annotated[dict[str, float], NoDecode] = Field(default_factory=dict)
     # A task's priority (its options): how many tokens (at its owner's weight) an owner's urgent work may
     # be served ahead of the owner served least, before other owners' normal work (so urgent is never a
     # way around fairness: at most this much early); how long background work waits for idle capacity
@@ -58,11 +53,6 @@ class SummarizerSettings(LLMSettings, ReconcileSettings):
     # it is, weights and priorities unused: the order of the broker alone, first in, first out. Within
     # the same window; the counters are still charged, so that going back to "fair" starts from them.
     admission_order: Literal["fair", "fifo"] = "fair"
-
-    @field_validator("owner_weights", mode="before")
-    @classmethod
-    def _weights_of(cls, value: object) -> object:
-        return parse_weights(value) if isinstance(value, str) else value
 
     def window(self, live_inflight: Sequence[int] = ()) -> int:
         """The chunks admitted and unfinished at once: `admission_window` when set, else what the live
@@ -75,18 +65,3 @@ class SummarizerSettings(LLMSettings, ReconcileSettings):
 
     def policy(self) -> Policy:
         return Policy(urgent_credit=self.urgent_credit_tokens, background_after_s=self.background_after_s)
-
-
-def parse_weights(text: str) -> dict[str, float]:
-    """'alice=3,bob=1' as {'alice': 3.0, 'bob': 1.0}; a weight is a positive number."""
-    weights: dict[str, float] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        owner, sep, number = item.partition("=")
-        try:
-            weight = float(number)
-        except ValueError:
-            weight = math.nan
-        if not sep or not owner.strip() or not math.isfinite(weight) or weight <= 0:
-            raise ValueError(f"{item[:80]!r} is not owner=weight with a positive weight (as in alice=3,bob=1)")
-        weights[owner.strip()] = weight
-    return weights
