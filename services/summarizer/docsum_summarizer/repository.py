@@ -21,7 +21,7 @@ from docsum_shared.together import Together
 
 from .batches.policy import LIVE, ChunkLine, LineStatus
 from .policy import Answer, StoredChunk
-from .schedule import Priority, Waiting
+from .schedule import Priority, Rank, Waiting
 
 UNFINISHED_TASK = list(TASK_TAKES_WORK)
 UNFINISHED_CHUNK = [ChunkStatus.PENDING, ChunkStatus.SUMMARIZING]
@@ -78,7 +78,7 @@ class ChunkRepository:
     async def load(self, chunk_id: str) -> StoredChunk | None:
         row = await self.pool.fetchrow(
             "SELECT c.status, c.text, c.context_before, c.context_after, c.failures,"
-            " d.status AS document_status, t.status AS task_status, t.options, t.owner,"
+            " d.status AS document_status, t.status AS task_status, t.options, t.owner, c.fair_tier, c.fair_start,"
             f" {_LINE}, {_WINDOW}"
             " FROM chunks c JOIN documents d ON d.id = c.document_id JOIN tasks t ON t.id = d.task_id"
             " WHERE c.id = $1",
@@ -272,6 +272,8 @@ class ShareView:
     running: dict[str, int]
     waiting: list[Waiting]
     counters: dict[str, float]
+    # The lowest start tag of the ranked chunks holding slots (AdmissionTurn.level): where service stands.
+    level: float | None = None
 
 
 class AdmissionTurn:
@@ -292,18 +294,22 @@ class AdmissionTurn:
         and not leased yet (their announcement on its way), of tasks that take work. A chunk waiting for
         its next round or for the provider's batch holds no slot."""
         rows = await self._conn.fetch(
-            "SELECT t.owner, count(*) AS n FROM chunks c JOIN documents d ON d.id = c.document_id"
-            " JOIN tasks t ON t.id = d.task_id"
-            " WHERE c.admitted_at IS NOT NULL AND c.status = ANY($1::text[]) AND t.deployment = $8"
-            " AND t.status = ANY($2::text[]) AND d.status <> ALL($3::text[])"
-            " AND (c.status = $4 AND c.lease_expires_at > now()"
-            "   OR c.status = $5 AND c.retry_at IS NULL AND c.admitted_at > now() - make_interval(secs => $6)"
-            "   AND NOT EXISTS (SELECT 1 FROM batch_lines b WHERE b.chunk_id = c.id AND b.status = ANY($7::text[])))"
-            " GROUP BY t.owner",
+            f"SELECT t.owner, count(*) AS n {_HOLDING} GROUP BY t.owner",
             UNFINISHED_CHUNK, UNFINISHED_TASK, sorted(DOCUMENT_FINAL), ChunkStatus.SUMMARIZING, ChunkStatus.PENDING,
             self.hold_s, LIVE, self.deployment,
         )  # fmt: skip
         return {r["owner"]: r["n"] for r in rows}
+
+    async def level(self) -> float | None:
+        """The lowest start tag of the ranked chunks holding slots (as `running` counts them): the chunks
+        being called now, as the summarizers serve what they hold lowest rank first. None when none is
+        ranked."""
+        level: float | None = await self._conn.fetchval(
+            f"SELECT min(c.fair_start) {_HOLDING}",
+            UNFINISHED_CHUNK, UNFINISHED_TASK, sorted(DOCUMENT_FINAL), ChunkStatus.SUMMARIZING, ChunkStatus.PENDING,
+            self.hold_s, LIVE, self.deployment,
+        )  # fmt: skip
+        return level
 
     async def waiting(self) -> list[Waiting]:
         """The chunks waiting for admission, per task: how many, their estimated tokens, the oldest's wait."""
@@ -340,21 +346,25 @@ class AdmissionTurn:
         )  # fmt: skip
         return {r["owner"]: r["counter"] for r in rows}
 
-    async def admit(self, owner: str, priority: Priority, n: int) -> list[Admitted]:
+    async def admit(self, owner: str, priority: Priority, n: int, ranks: list[Rank]) -> list[Admitted]:
         """`owner`'s `n` oldest chunks waiting at `priority` admitted: announced from now on (marked so:
-        re-drives leave them to this announcement), each charged its estimate."""
+        re-drives leave them to this announcement), each charged its estimate and given its rank, the
+        oldest the first of `ranks` (one a chunk, lowest first)."""
         rows = await self._conn.fetch(
-            "WITH picked AS (SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id"
+            "WITH locked AS (SELECT c.id, c.ready_at FROM chunks c JOIN documents d ON d.id = c.document_id"
             "   JOIN tasks t ON t.id = d.task_id"
             f"  WHERE c.admitted_at IS NULL AND c.status = $1 AND t.owner = $2 AND {_PRIORITY} = $3"
             "   AND t.status = ANY($5::text[]) AND d.status <> ALL($6::text[]) AND t.deployment = $9"
-            "   ORDER BY c.ready_at, c.id LIMIT $4 FOR UPDATE OF c SKIP LOCKED)"
+            "   ORDER BY c.ready_at, c.id LIMIT $4 FOR UPDATE OF c SKIP LOCKED),"
+            # Numbered apart: a locking SELECT cannot number its rows (no window function with FOR UPDATE).
+            " picked AS (SELECT id, row_number() OVER (ORDER BY ready_at, id) AS i FROM locked)"
             " UPDATE chunks c SET admitted_at = now(), announced_at = now(),"
-            "   charged = coalesce(c.token_estimate, $7::int) + $8::int"
+            "   charged = coalesce(c.token_estimate, $7::int) + $8::int,"
+            "   fair_tier = ($10::smallint[])[picked.i], fair_start = ($11::float8[])[picked.i]"
             " FROM picked, documents d WHERE c.id = picked.id AND d.id = c.document_id AND c.admitted_at IS NULL"
             " RETURNING d.task_id, c.document_id, c.id, c.chunk_index, c.charged, c.trace_id, c.traceparent",
             ChunkStatus.PENDING, owner, priority, n, UNFINISHED_TASK, sorted(DOCUMENT_FINAL), self.default_tokens,
-            self.answer_tokens, self.deployment,
+            self.answer_tokens, self.deployment, [r.tier for r in ranks], [r.start for r in ranks],
         )  # fmt: skip
         return [_admitted(r) for r in rows]
 
@@ -479,6 +489,18 @@ class Admissions:
             )
 
 
+# The chunks of a deployment holding slots (after the SELECT list; $1 to $8 as AdmissionTurn.running
+# passes them): admitted chunks under a live lease, or admitted within the hold and not leased yet, of
+# tasks that take work. A chunk waiting for its next round or for the provider's batch holds no slot.
+_HOLDING = (
+    "FROM chunks c JOIN documents d ON d.id = c.document_id JOIN tasks t ON t.id = d.task_id"
+    " WHERE c.admitted_at IS NOT NULL AND c.status = ANY($1::text[]) AND t.deployment = $8"
+    " AND t.status = ANY($2::text[]) AND d.status <> ALL($3::text[])"
+    " AND (c.status = $4 AND c.lease_expires_at > now()"
+    "   OR c.status = $5 AND c.retry_at IS NULL AND c.admitted_at > now() - make_interval(secs => $6)"
+    "   AND NOT EXISTS (SELECT 1 FROM batch_lines b WHERE b.chunk_id = c.id AND b.status = ANY($7::text[])))"
+)
+
 # Followed by the deployment: the lock of its admission (two deployments whose names hash alike only
 # take turns, which changes no admission).
 ADMISSION_LOCK = "docsum summarizer admission"
@@ -502,6 +524,7 @@ def _stored(row: asyncpg.Record) -> StoredChunk:
         positions=None
         if row["position_unit"] is None
         else window(row["position_unit"], row["units_before"], tuple(row["unit_starts"] or ())),
+        rank=None if row["fair_start"] is None else Rank(row["fair_tier"], row["fair_start"]),
     )
 
 
@@ -546,7 +569,7 @@ _CLAIM = (
     "     AND (c.lease_owner = w.holder OR c.lease_expires_at IS NULL OR c.lease_expires_at < now())))"
     "   RETURNING w.n, c.id, d.task_id, (old.was = $4 AND old.held_by IS DISTINCT FROM w.holder) AS taken_over,"
     "     c.status, c.text, c.context_before, c.context_after, c.failures,"
-    "     d.status AS document_status, t.status AS task_status, t.options, t.owner,"
+    "     d.status AS document_status, t.status AS task_status, t.options, t.owner, c.fair_tier, c.fair_start,"
     f"    {_LINE}, {_WINDOW}),"
     # An announcement taken up, whatever came of it (one of a held task is dropped): the next re-drive
     # announces the chunk again if it still needs it (migration 0028). A chunk taken is cleared by its
@@ -558,7 +581,7 @@ _CLAIM = (
     " SELECT w.n, w.id, taken.n IS NOT NULL AS taken, taken.taken_over, taken.status, taken.text,"
     "   taken.context_before, taken.context_after, taken.failures, taken.document_status, taken.task_status,"
     "   taken.options, taken.owner, taken.line_status, taken.line_key, taken.start_char, taken.position_unit,"
-    "   taken.units_before, taken.unit_starts,"
+    "   taken.units_before, taken.unit_starts, taken.fair_tier, taken.fair_start,"
     "   f.status AS was, (f.retry_at > now() OR f.status = $6 AND f.admitted_at IS NULL) AS deferred,"
     "   EXISTS (SELECT 1 FROM batch_lines b WHERE b.chunk_id = w.id AND b.status = ANY($8::text[])) AS batched"
     " FROM w LEFT JOIN taken ON taken.n = w.n LEFT JOIN chunks f ON f.id = w.id ORDER BY w.n"
