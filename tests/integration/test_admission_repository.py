@@ -104,13 +104,13 @@ async def test_fifo_admits_the_oldest_ready_chunk_whoever_is_served_most(reposit
 async def test_a_newcomer_is_ranked_below_the_chunks_holding_slots_and_its_claim_carries_the_rank(
     repository_db: asyncpg.Pool,
 ) -> None:
-    """Alice's counter was charged for the chunks she holds (ranked from 500 up): bob, coming back, is
-    ranked just below them, not at her counter, and so is his counter; the claim gives the rank with the
-    chunk. A chunk admitted first in, first out has none."""
+    """Alice's counter (1,300) was charged for the two chunks she holds (ranked 500 and 900, charged 400
+    each): bob, coming back, is ranked just below them, not at her counter, and so is his counter; the
+    claim gives the rank with the chunk. A chunk admitted first in, first out has none."""
     deployment = f"rank-{uuid.uuid4().hex[:6]}."
     alice, bob = f"owner-{uuid.uuid4().hex[:8]}", f"owner-{uuid.uuid4().hex[:8]}"
     await repository_db.execute(
-        "INSERT INTO owner_shares (deployment, owner, counter) VALUES ($1, $2, 9000)", deployment, alice
+        "INSERT INTO owner_shares (deployment, owner, counter) VALUES ($1, $2, 1300)", deployment, alice
     )
     for start in (500.0, 900.0):
         held = await _chunk(repository_db, alice, admitted_ago_s=1.0, charged=400.0, deployment=deployment)

@@ -5,6 +5,7 @@ each way in takes it."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -89,7 +90,10 @@ def test_a_newcomer_behind_a_backlogs_spare_is_ranked_before_it_and_alternates_w
     he catches up with her counter, his chunks' ranks interleave with those of her spare."""
     spare = [1_000.0 + 1_300.0 * i for i in range(64)]  # her 64 chunks in hand, as admitted one by one
     counter = spare[-1] + 1_300.0
-    view = ShareView({"alice": 64}, [_waiting("alice", 7_000), _waiting("bob", 3)], {"alice": counter}, spare[0])
+    view = ShareView(
+        {"alice": 64}, [_waiting("alice", 7_000), _waiting("bob", 3)], {"alice": counter}, {"alice": spare[0]},
+        {"alice": 64 * 1_300.0},
+    )  # fmt: skip
     first = plan(view, 1, {})
     assert first.grants == {("bob", Priority.NORMAL): 1}
     ((tier, start),) = first.ranks[("bob", Priority.NORMAL)]
@@ -100,6 +104,10 @@ def test_a_newcomer_behind_a_backlogs_spare_is_ranked_before_it_and_alternates_w
     bobs = [rank.start for rank in three.ranks[("bob", Priority.NORMAL)]]
     assert bobs == sorted(bobs) and bobs[1] == pytest.approx(start + 1_300.0)
     assert sum(1 for s in spare if s < bobs[2]) == 2  # one of hers between each of his
+    # A chunk of hers holding its slot since long ago (a slow call, a retry): its old rank does not lift
+    # bob to where service stood then, only to where her oldest chunk in hand would have started.
+    stale = replace(view, started={"alice": 10.0})
+    assert plan(stale, 1, {}).floors["bob"] == pytest.approx(counter - 64 * 1_300.0)
 
 
 def test_urgent_work_is_ranked_before_normal_work_whatever_the_counters() -> None:
@@ -107,7 +115,8 @@ def test_urgent_work_is_ranked_before_normal_work_whatever_the_counters() -> Non
         {"alice": 8},
         [_waiting("alice", 50), _waiting("alice", 1, priority=Priority.URGENT), _waiting("bob", 5)],
         {"alice": 90_000.0, "bob": 80_000.0},
-        60_000.0,
+        {"alice": 60_000.0},
+        {"alice": 8 * 1_300.0},
     )
     decided = plan(view, 3, {}, Policy(urgent_credit=50_000))
     assert decided.ranks[("alice", Priority.URGENT)] == [(0, 90_000.0)]  # tier 0: before bob's tier 1

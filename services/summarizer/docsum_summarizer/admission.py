@@ -86,13 +86,9 @@ class Plan:
 def plan(view: ShareView, free: int, weights: Mapping[str, float], policy: Policy = DEFAULT_POLICY) -> Plan:
     """The next `free` slots in the fair order, each with its rank. An owner with work waiting and none
     running comes back at the level service has reached (idleness is not saved up, else it would take
-    every slot until it caught up), and so gets the next slot. That level is the lowest start tag of
-    the chunks admitted and unfinished (`view.level`: the summarizers serve the chunks they hold lowest
-    rank first, so what is being called now started there), not the lowest counter of the owners served:
-    their counters were charged at admission for the spare chunks announced behind their calls, and a
-    newcomer lifted to them would be served after all of those. Without ranked chunks in flight, the
-    lowest counter of the owners being served is the level. When no one is served, the owners coming
-    back are lifted to the highest of their counters: none keeps a lead saved up from when it was away."""
+    every slot until it caught up), and so gets the next slot: see `_level`. When no one is served, the
+    owners coming back are lifted to the highest of their counters: none keeps a lead saved up from
+    when it was away."""
     ready = ready_by_owner(view.waiting)
     owners = {o for o, _ in ready} | set(view.running)
     accounts = {o: Account(counter=view.counters.get(o, 0.0), running=view.running.get(o, 0)) for o in owners}
@@ -102,8 +98,7 @@ def plan(view: ShareView, free: int, weights: Mapping[str, float], policy: Polic
     if served:
         # Just below the lowest: level with it, a tie would go to the owner that has waited longest (the
         # backlog's), and the returning owner would wait one slot more.
-        level = min(served) if view.level is None else min(min(served), view.level)
-        floor = math.nextafter(level, -math.inf)
+        floor = math.nextafter(_level(state, view), -math.inf)
     else:
         # VTC lifts a client coming back to an empty queue to the counter of the last client to leave
         # it: the level service had reached. The highest of the returning owners' counters is that
@@ -123,6 +118,29 @@ def plan(view: ShareView, free: int, weights: Mapping[str, float], policy: Polic
     # down that another replica stored since.
     raised = {o: c for o, c in lifted.items() if c > view.counters.get(o, 0.0)}
     return Plan(chosen, {o: raised.get(o, 0.0) for o, _ in chosen}, ranks)
+
+
+def _level(state: State, view: ShareView) -> float:
+    """Where service stands: the lowest, over the owners being served, of where the chunks each holds
+    started (its lowest rank: the summarizers call what they hold lowest rank first), not of their
+    counters, which were charged at admission for the spare announced behind their calls: a newcomer
+    lifted to those would be called after all of that spare. Never below where an owner's oldest chunk
+    in hand would have started had no correction been made since (its counter less what those chunks
+    were charged): a chunk holding its slot long (a slow call, a retry) keeps the rank it was given long
+    ago, and a newcomer lifted to that would save up the service since. An owner with no ranked chunk
+    in hand (admitted first in, first out, or before ranks) stands at its counter, as before ranks."""
+    levels: list[float] = []
+    for owner, running in view.running.items():
+        if running <= 0:
+            continue
+        had = account(state, owner)
+        started = view.started.get(owner)
+        if started is None:
+            levels.append(had.counter)
+        else:
+            oldest = had.counter - view.in_hand.get(owner, 0.0) / had.weight
+            levels.append(min(had.counter, max(started, oldest)))
+    return min(levels)
 
 
 @dataclass
@@ -253,7 +271,8 @@ async def admit_once(repo: Admissions, publish: Publish, settings: SummarizerSet
 
 
 async def _admit(turn: AdmissionTurn, settings: SummarizerSettings) -> list[Admitted]:
-    running = await turn.running()
+    holding = await turn.holding()
+    running = holding.running
     live = await turn.live_inflight(LIVE_S) if settings.admission_window is None else []
     free = settings.window(live) - sum(running.values())
     if free <= 0:
@@ -264,7 +283,7 @@ async def _admit(turn: AdmissionTurn, settings: SummarizerSettings) -> list[Admi
     if not waiting:
         return []
     owners = sorted({w.owner for w in waiting} | set(running))
-    view = ShareView(running, waiting, await turn.counters(owners), await turn.level())
+    view = ShareView(running, waiting, await turn.counters(owners), holding.started, holding.in_hand)
     decided = plan(view, free, settings.owner_weights, settings.policy())
     admitted: list[Admitted] = []
     for (owner, priority), n in sorted(decided.grants.items()):

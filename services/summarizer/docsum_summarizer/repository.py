@@ -6,7 +6,7 @@ import contextlib
 import enum
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
@@ -265,6 +265,16 @@ def _admitted(row: asyncpg.Record) -> Admitted:
 
 
 @dataclass(frozen=True)
+class Holding:
+    """Per owner: its chunks holding slots, the lowest start tag of those ranked (ShareView.started), and
+    the tokens they were charged."""
+
+    running: dict[str, int]
+    started: dict[str, float]
+    in_hand: dict[str, float]
+
+
+@dataclass(frozen=True)
 class ShareView:
     """What the admission decides from: the slots in use per owner, the work waiting per task, the
     owners' counters."""
@@ -272,8 +282,11 @@ class ShareView:
     running: dict[str, int]
     waiting: list[Waiting]
     counters: dict[str, float]
-    # The lowest start tag of the ranked chunks holding slots (AdmissionTurn.level): where service stands.
-    level: float | None = None
+    # Per owner holding slots: the lowest start tag of its ranked chunks holding them (those the
+    # summarizers call first, as they serve what they hold lowest rank first), and the tokens they were
+    # charged at admission (its counter is ahead of where they started by that much).
+    started: dict[str, float] = field(default_factory=dict)
+    in_hand: dict[str, float] = field(default_factory=dict)
 
 
 class AdmissionTurn:
@@ -289,27 +302,28 @@ class AdmissionTurn:
         self.deployment = deployment
         self.hold_s, self.default_tokens, self.answer_tokens = hold_s, default_tokens, answer_tokens
 
-    async def running(self) -> dict[str, int]:
+    async def holding(self) -> Holding:
         """The slots in use per owner: admitted chunks under a live lease, or admitted within `hold_s`
-        and not leased yet (their announcement on its way), of tasks that take work. A chunk waiting for
-        its next round or for the provider's batch holds no slot."""
+        and not leased yet (their announcement on its way), of tasks that take work; the lowest rank of
+        each owner's, and what they were charged. A chunk waiting for its next round or for the
+        provider's batch holds no slot."""
         rows = await self._conn.fetch(
-            f"SELECT t.owner, count(*) AS n {_HOLDING} GROUP BY t.owner",
+            "SELECT t.owner, count(*) AS n, min(c.fair_start) AS started, sum(c.charged)::float8 AS charged"
+            " FROM chunks c JOIN documents d ON d.id = c.document_id JOIN tasks t ON t.id = d.task_id"
+            " WHERE c.admitted_at IS NOT NULL AND c.status = ANY($1::text[]) AND t.deployment = $8"
+            " AND t.status = ANY($2::text[]) AND d.status <> ALL($3::text[])"
+            " AND (c.status = $4 AND c.lease_expires_at > now()"
+            "   OR c.status = $5 AND c.retry_at IS NULL AND c.admitted_at > now() - make_interval(secs => $6)"
+            "   AND NOT EXISTS (SELECT 1 FROM batch_lines b WHERE b.chunk_id = c.id AND b.status = ANY($7::text[])))"
+            " GROUP BY t.owner",
             UNFINISHED_CHUNK, UNFINISHED_TASK, sorted(DOCUMENT_FINAL), ChunkStatus.SUMMARIZING, ChunkStatus.PENDING,
             self.hold_s, LIVE, self.deployment,
         )  # fmt: skip
-        return {r["owner"]: r["n"] for r in rows}
-
-    async def level(self) -> float | None:
-        """The lowest start tag of the ranked chunks holding slots (as `running` counts them): the chunks
-        being called now, as the summarizers serve what they hold lowest rank first. None when none is
-        ranked."""
-        level: float | None = await self._conn.fetchval(
-            f"SELECT min(c.fair_start) {_HOLDING}",
-            UNFINISHED_CHUNK, UNFINISHED_TASK, sorted(DOCUMENT_FINAL), ChunkStatus.SUMMARIZING, ChunkStatus.PENDING,
-            self.hold_s, LIVE, self.deployment,
-        )  # fmt: skip
-        return level
+        return Holding(
+            {r["owner"]: r["n"] for r in rows},
+            {r["owner"]: r["started"] for r in rows if r["started"] is not None},
+            {r["owner"]: r["charged"] or 0.0 for r in rows},
+        )
 
     async def waiting(self) -> list[Waiting]:
         """The chunks waiting for admission, per task: how many, their estimated tokens, the oldest's wait."""
@@ -488,18 +502,6 @@ class Admissions:
                 answer_tokens=self.answer_tokens,
             )
 
-
-# The chunks of a deployment holding slots (after the SELECT list; $1 to $8 as AdmissionTurn.running
-# passes them): admitted chunks under a live lease, or admitted within the hold and not leased yet, of
-# tasks that take work. A chunk waiting for its next round or for the provider's batch holds no slot.
-_HOLDING = (
-    "FROM chunks c JOIN documents d ON d.id = c.document_id JOIN tasks t ON t.id = d.task_id"
-    " WHERE c.admitted_at IS NOT NULL AND c.status = ANY($1::text[]) AND t.deployment = $8"
-    " AND t.status = ANY($2::text[]) AND d.status <> ALL($3::text[])"
-    " AND (c.status = $4 AND c.lease_expires_at > now()"
-    "   OR c.status = $5 AND c.retry_at IS NULL AND c.admitted_at > now() - make_interval(secs => $6)"
-    "   AND NOT EXISTS (SELECT 1 FROM batch_lines b WHERE b.chunk_id = c.id AND b.status = ANY($7::text[])))"
-)
 
 # Followed by the deployment: the lock of its admission (two deployments whose names hash alike only
 # take turns, which changes no admission).
