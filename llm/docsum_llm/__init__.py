@@ -22,6 +22,7 @@ from .budget import TokenCalibration, completion_reserve, estimate_request_token
 from .cache import CallContext, ResultCache, cache_key, summarize_cached
 from .openai.endpoint import EndpointLimits
 from .shares import OwnerShares
+from .slots import RankedSlots
 
 if TYPE_CHECKING:
     from .openai.client import OpenAIBackend
@@ -52,11 +53,12 @@ class Summarizing:
     shares: OwnerShares | None = None
     _probed_at: float | None = field(default=None, init=False)
     _probing: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
-    _calls: asyncio.Semaphore = field(init=False)  # calls in flight in this process, whoever makes them
+    # Calls in flight in this process, whoever makes them: a free one to the waiting call of lowest rank.
+    _calls: RankedSlots = field(init=False)
     cache: ResultCache = field(init=False)
 
     def __post_init__(self) -> None:
-        self._calls = asyncio.Semaphore(self.settings.llm_max_inflight)
+        self._calls = RankedSlots(self.settings.llm_max_inflight)
         self.cache = ResultCache(self.pool)
 
     @classmethod
@@ -120,7 +122,8 @@ class Summarizing:
     ) -> tuple[SummaryResult, bool]:
         """The answer to `request` (from the result cache, or the provider), and whether it was cached.
         At most `DOCSUM_LLM_MAX_INFLIGHT` of them at once per process: the summarizer's chunks and the
-        merger's merges alike."""
+        merger's merges alike, a call waiting for one of those slots served in its `context.rank` (the
+        fair order's, lowest first; unranked first, in the order they came: slots.py)."""
         kind = str(request.kind)
         try:
             result, cached = await summarize_cached(
@@ -132,7 +135,7 @@ class Summarizing:
                 calibration=self.calibration,
                 shared=self.settings.shared_cache,
                 mode=(context.mode if context else None) or self.settings.llm_mode,
-                slot=self._call_slot(request),
+                slot=self._call_slot(request, context.rank if context else None),
                 shares=self.shares,
             )
         except StalePlan:
@@ -144,10 +147,11 @@ class Summarizing:
         return result, cached
 
     @contextlib.asynccontextmanager
-    async def _call_slot(self, request: SummaryRequest) -> AsyncIterator[None]:
-        """One of the process's call slots. A request planned before its wait for one, under a budget a
-        refusal has lowered meanwhile, is not sent to be refused too: ContextLimitExceeded, planned again."""
-        async with self._calls:
+    async def _call_slot(self, request: SummaryRequest, rank: tuple[float, ...] | None) -> AsyncIterator[None]:
+        """One of the process's call slots, in `rank`'s turn. A request planned before its wait for one,
+        under a budget a refusal has lowered meanwhile, is not sent to be refused too:
+        ContextLimitExceeded, planned again."""
+        async with self._calls.slot(rank):
             if self.limits is not None and not fits(request, await self.limits.budget(), self.calibration):
                 raise StalePlan("planned under a larger input budget than the one learned meanwhile")
             try:

@@ -42,6 +42,9 @@ class CallContext:
     # How the task's calls are sent (its options' mode; None: the deployment's default). Not part of the
     # cache key: the same request gets the same answer at any tier.
     mode: Mode | None = None
+    # Its chunk's rank in the fair order between owners (lower first): the order in which it gets one
+    # of the process's call slots (slots.py). None: unranked (a merge; a chunk admitted first in, first out).
+    rank: tuple[float, ...] | None = None
 
 
 def cache_key(

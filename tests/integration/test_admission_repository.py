@@ -101,6 +101,37 @@ async def test_fifo_admits_the_oldest_ready_chunk_whoever_is_served_most(reposit
     assert await _counter(repository_db, first, deployment) == 50_000 + 100 + 300
 
 
+async def test_a_newcomer_is_ranked_below_the_chunks_holding_slots_and_its_claim_carries_the_rank(
+    repository_db: asyncpg.Pool,
+) -> None:
+    """Alice's counter (1,300) was charged for the two chunks she holds (ranked 500 and 900, charged 400
+    each): bob, coming back, is ranked just below them, not at her counter, and so is his counter; the
+    claim gives the rank with the chunk. A chunk admitted first in, first out has none."""
+    deployment = f"rank-{uuid.uuid4().hex[:6]}."
+    alice, bob = f"owner-{uuid.uuid4().hex[:8]}", f"owner-{uuid.uuid4().hex[:8]}"
+    await repository_db.execute(
+        "INSERT INTO owner_shares (deployment, owner, counter) VALUES ($1, $2, 1300)", deployment, alice
+    )
+    for start in (500.0, 900.0):
+        held = await _chunk(repository_db, alice, admitted_ago_s=1.0, charged=400.0, deployment=deployment)
+        await repository_db.execute("UPDATE chunks SET fair_tier = 1, fair_start = $2 WHERE id = $1", held, start)
+    newcomer = await _chunk(repository_db, bob, admitted_ago_s=None, deployment=deployment)
+    settings = SummarizerSettings(_env_file=None, topic_prefix=deployment, admission_window=3)  # type: ignore[call-arg]
+    published = Published()
+    await admit_once(admissions(repository_db, settings), published, settings)
+    assert published.chunk_ids() == {newcomer}
+    claimed = await ChunkRepository(repository_db).claim(newcomer, "here", 30.0)
+    assert claimed.chunk is not None and claimed.chunk.rank is not None
+    tier, start = claimed.chunk.rank
+    assert tier == 1 and start < 500.0 and start == pytest.approx(500.0)
+    assert await _counter(repository_db, bob, deployment) == pytest.approx(500.0 + 400.0)  # from there, charged
+    fifo = SummarizerSettings(_env_file=None, topic_prefix=deployment, admission_window=4, admission_order="fifo")  # type: ignore[call-arg]
+    later = await _chunk(repository_db, bob, admitted_ago_s=None, deployment=deployment)
+    await admit_once(admissions(repository_db, fifo), Published(), fifo)
+    unranked = await ChunkRepository(repository_db).claim(later, "here", 30.0)
+    assert unranked.chunk is not None and unranked.chunk.rank is None
+
+
 async def test_an_admitted_chunk_nobody_took_up_is_announced_again_and_not_charged_again(
     repository_db: asyncpg.Pool,
 ) -> None:

@@ -8,6 +8,7 @@ after at most the chunks admitted before it was ready, not after alice's backlog
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Iterator
 
@@ -18,7 +19,7 @@ import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
 from docsum_shared.events import Topic
-from tests.fake_llm import FakeLLMServer
+from tests.fake_llm import FakeLLMServer, LedgerEntry
 from tests.integration.conftest import SERVICES, Stack, StackFactory, create_database, drop_database
 from tests.integration.helpers import (
     chunk_calls,
@@ -104,6 +105,64 @@ async def test_a_one_chunk_task_behind_another_owners_backlog_is_served_at_the_n
     assert len(alices_chunks) > 40
     assert await admitted_ahead(db, alices, seen, bobs_chunk["id"]) == 0
     assert any(c["admitted_at"] > bobs_chunk["admitted_at"] for c in alices_chunks)  # her backlog was not over
+
+
+@pytest.fixture
+def slower_calls(llm: FakeLLMServer) -> Iterator[None]:
+    """Calls long beside a chunk's way from its admission to its summarizer, so that the backlog's spare
+    chunks in hand when the newcomer's reaches the summarizer are those in hand when it was admitted."""
+    llm.llm.configure(latency_s=0.3)
+    try:
+        yield
+    finally:
+        llm.llm.configure(latency_s=0.0)
+
+
+async def test_a_newcomers_chunk_is_called_before_the_backlogs_spare_chunks_already_in_hand(
+    make_stack: StackFactory, llm: FakeLLMServer, db: asyncpg.Pool, slower_calls: None
+) -> None:
+    """With the default spare (three times the calls in flight, announced behind them), the summarizer
+    holds every chunk admitted to it and calls them in their rank's order: bob's chunk, admitted after
+    alice's spare but ahead of it in the fair order, is called before them, not after all of them."""
+    spare = 3 * INFLIGHT
+    stack = make_stack(SERVICES, **{k: v for k, v in FAIR.items() if k != "DOCSUM_ADMISSION_WINDOW"})
+    alices_marker, bobs_marker = new_marker(), new_marker()
+    async with stack.client("alice") as alice, stack.client("bob") as bob:
+        alices = await submit(alice, [txt("backlog.txt", marked_text(30_000, seed=35, marker=alices_marker))])
+
+        async def spare_in_hand() -> bool:
+            in_hand = await db.fetchval(
+                "SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id"
+                " WHERE d.task_id = $1 AND c.admitted_at IS NOT NULL AND c.status IN ('PENDING', 'SUMMARIZING')",
+                alices,
+            )
+            return len(chunk_calls(llm, alices_marker)) >= 2 and in_hand == INFLIGHT + spare
+
+        await eventually(spare_in_hand, timeout=60, interval=0.02, message="alice's spare admitted", stack=stack)
+        bobs = await submit(bob, [txt("note.txt", f"{bobs_marker} A short note of bob's. {bobs_marker}")])
+        assert (await wait_for_task(bob, bobs, stack))["status"] == "COMPLETED"
+        assert (await wait_for_task(alice, alices, stack))["status"] == "COMPLETED"
+
+    [bobs_chunk] = await chunks_of(db, bobs)
+    [bobs_call] = chunk_calls(llm, bobs_marker)
+    called_at = {_called_text(e): e.started for e in reversed(chunk_calls(llm, alices_marker))}  # its first
+    before_his = [c for c in await chunks_of(db, alices) if c["admitted_at"] < bobs_chunk["admitted_at"]]
+    called_after_his = [c for c in before_his if called_at[" ".join(c["text"].split())] > bobs_call.started]
+    # Alice's chunks admitted before his (her calls running and her spare in hand, as he was admitted
+    # when one of hers finished): most of her spare is called after his chunk, not before it. In the
+    # order they reached the summarizer, none would be (his came last).
+    assert len(called_after_his) >= spare // 2, (len(before_his), len(called_after_his))
+
+
+# The chunk's text in a chunk's prompt, each sentence after its id ("[S1] "): matched to its chunk's.
+_SHOWN = re.compile(r"<text>\n(.*?)\n</text>", re.S)
+_IDS = re.compile(r"\[S\d+\] ")
+
+
+def _called_text(entry: LedgerEntry) -> str:
+    shown = _SHOWN.search(entry.prompt)
+    assert shown is not None, entry.prompt[:200]
+    return " ".join(_IDS.sub("", shown.group(1)).split())
 
 
 async def test_an_urgent_task_behind_its_owners_normal_backlog_goes_first(

@@ -5,6 +5,7 @@ each way in takes it."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,47 @@ def test_urgent_work_goes_first_within_its_credit_and_background_last() -> None:
     assert first.grants == {("bob", Priority.URGENT): 4, ("alice", Priority.NORMAL): 1}
     background = ShareView({}, [_waiting("alice", 5, priority=Priority.BACKGROUND), _waiting("bob", 5)], {})
     assert plan(background, 5, {}).grants == {("bob", Priority.NORMAL): 5}
+
+
+def test_a_newcomer_behind_a_backlogs_spare_is_ranked_before_it_and_alternates_with_it_after() -> None:
+    """Alice's counter was charged at admission for the spare chunks announced behind her calls: ranked
+    at her counter, bob's chunk would be served after all of them. He is ranked at the level service has
+    reached (the lowest rank of the chunks holding slots, just below it), ahead of her spare; and while
+    he catches up with her counter, his chunks' ranks interleave with those of her spare."""
+    spare = [1_000.0 + 1_300.0 * i for i in range(64)]  # her 64 chunks in hand, as admitted one by one
+    counter = spare[-1] + 1_300.0
+    view = ShareView(
+        {"alice": 64}, [_waiting("alice", 7_000), _waiting("bob", 3)], {"alice": counter}, {"alice": spare[0]},
+        {"alice": 64 * 1_300.0},
+    )  # fmt: skip
+    first = plan(view, 1, {})
+    assert first.grants == {("bob", Priority.NORMAL): 1}
+    ((tier, start),) = first.ranks[("bob", Priority.NORMAL)]
+    assert tier == 1 and start < spare[0]  # before every chunk of hers in hand
+    assert first.floors["bob"] == start  # his counter starts where his rank does
+    three = plan(view, 3, {})
+    assert three.grants == {("bob", Priority.NORMAL): 3}  # he is behind her counter: his turn, not hers
+    bobs = [rank.start for rank in three.ranks[("bob", Priority.NORMAL)]]
+    assert bobs == sorted(bobs) and bobs[1] == pytest.approx(start + 1_300.0)
+    assert sum(1 for s in spare if s < bobs[2]) == 2  # one of hers between each of his
+    # A chunk of hers holding its slot since long ago (a slow call, a retry): its old rank does not lift
+    # bob to where service stood then, only to where her oldest chunk in hand would have started.
+    stale = replace(view, started={"alice": 10.0})
+    assert plan(stale, 1, {}).floors["bob"] == pytest.approx(counter - 64 * 1_300.0)
+
+
+def test_urgent_work_is_ranked_before_normal_work_whatever_the_counters() -> None:
+    view = ShareView(
+        {"alice": 8},
+        [_waiting("alice", 50), _waiting("alice", 1, priority=Priority.URGENT), _waiting("bob", 5)],
+        {"alice": 90_000.0, "bob": 80_000.0},
+        {"alice": 60_000.0},
+        {"alice": 8 * 1_300.0},
+    )
+    decided = plan(view, 3, {}, Policy(urgent_credit=50_000))
+    assert decided.ranks[("alice", Priority.URGENT)] == [(0, 90_000.0)]  # tier 0: before bob's tier 1
+    assert [r.tier for r in decided.ranks[("bob", Priority.NORMAL)]] == [1, 1]
+    assert decided.ranks[("bob", Priority.NORMAL)][0] == (1, 80_000.0)  # not lifted: ahead of the level
 
 
 async def test_a_burst_of_chunks_finishing_wakes_the_admission_once_and_stored_chunks_always() -> None:

@@ -6,7 +6,9 @@ the deployment's slots, and only then is it announced on chunk-created; a summar
 an admitted chunk (an announcement of one not admitted, from a re-drive, comes back DEFERRED). At most
 `SummarizerSettings.window()` chunks are admitted and unfinished at once (the live summarizers' calls in
 flight and a few spare slots each), so an owner arriving behind another's backlog waits for a few calls
-to finish, not for the backlog.
+to finish, not for the backlog. Each admitted chunk is given its rank in the fair order (schedule.Rank),
+and a summarizer holds every chunk admitted to it and calls them lowest rank first (docsum_llm.slots):
+the newcomer's chunk is not called after the spare announced before it either.
 
 Each deployment (its topic prefix) admits only its own tasks' chunks, onto its own topics, and keeps its
 owners' counters apart: deployments may share one database, never their summarizers or their slots.
@@ -26,7 +28,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import asyncpg
 
@@ -44,9 +46,10 @@ from .schedule import (
     Grant,
     Policy,
     Priority,
+    Rank,
     State,
     account,
-    next_grants,
+    ranked_grants,
     ready_by_owner,
     weighted,
 )
@@ -72,18 +75,20 @@ def admissions(pool: asyncpg.Pool, settings: SummarizerSettings) -> Admissions:
 
 @dataclass(frozen=True)
 class Plan:
-    """Who is admitted how many of which work, and the counter each granted owner comes back from idle
-    at (0: not lifted)."""
+    """Who is admitted how many of which work, the counter each granted owner comes back from idle at
+    (0: not lifted), and the ranks of each one's grants (its oldest chunks first)."""
 
     grants: Counter[tuple[str, Priority]]
     floors: dict[str, float]
+    ranks: dict[tuple[str, Priority], list[Rank]] = field(default_factory=dict)
 
 
 def plan(view: ShareView, free: int, weights: Mapping[str, float], policy: Policy = DEFAULT_POLICY) -> Plan:
-    """The next `free` slots in the fair order. An owner with work waiting and none running comes back
-    at the lowest counter of the owners being served (idleness is not saved up, else it would take
-    every slot until it caught up), and so gets the next slot. When no one is served, the owners coming
-    back are lifted to the highest of their counters: none keeps a lead saved up from when it was away."""
+    """The next `free` slots in the fair order, each with its rank. An owner with work waiting and none
+    running comes back at the level service has reached (idleness is not saved up, else it would take
+    every slot until it caught up), and so gets the next slot: see `_level`. When no one is served, the
+    owners coming back are lifted to the highest of their counters: none keeps a lead saved up from
+    when it was away."""
     ready = ready_by_owner(view.waiting)
     owners = {o for o, _ in ready} | set(view.running)
     accounts = {o: Account(counter=view.counters.get(o, 0.0), running=view.running.get(o, 0)) for o in owners}
@@ -93,7 +98,7 @@ def plan(view: ShareView, free: int, weights: Mapping[str, float], policy: Polic
     if served:
         # Just below the lowest: level with it, a tie would go to the owner that has waited longest (the
         # backlog's), and the returning owner would wait one slot more.
-        floor = math.nextafter(min(served), -math.inf)
+        floor = math.nextafter(_level(state, view), -math.inf)
     else:
         # VTC lifts a client coming back to an empty queue to the counter of the last client to leave
         # it: the level service had reached. The highest of the returning owners' counters is that
@@ -104,12 +109,38 @@ def plan(view: ShareView, free: int, weights: Mapping[str, float], policy: Polic
     lifted = {o: max(account(state, o).counter, floor) for o in returning}
     for owner, counter in lifted.items():
         state = State({**state.accounts, owner: Account(counter, account(state, owner).weight, 0)}, ready, policy)
-    grants: list[Grant] = next_grants(state, free) if free > 0 else []
-    chosen = Counter((g.owner, g.priority) for g in grants)
+    grants: list[tuple[Grant, Rank]] = ranked_grants(state, free) if free > 0 else []
+    chosen = Counter((g.owner, g.priority) for g, _ in grants)
+    ranks: dict[tuple[str, Priority], list[Rank]] = {}
+    for g, rank in grants:
+        ranks.setdefault((g.owner, g.priority), []).append(rank)
     # Only a lift is passed on (0 otherwise): a floor at the counter as read would undo a correction
     # down that another replica stored since.
     raised = {o: c for o, c in lifted.items() if c > view.counters.get(o, 0.0)}
-    return Plan(chosen, {o: raised.get(o, 0.0) for o, _ in chosen})
+    return Plan(chosen, {o: raised.get(o, 0.0) for o, _ in chosen}, ranks)
+
+
+def _level(state: State, view: ShareView) -> float:
+    """Where service stands: the lowest, over the owners being served, of where the chunks each holds
+    started (its lowest rank: the summarizers call what they hold lowest rank first), not of their
+    counters, which were charged at admission for the spare announced behind their calls: a newcomer
+    lifted to those would be called after all of that spare. Never below where an owner's oldest chunk
+    in hand would have started had no correction been made since (its counter less what those chunks
+    were charged): a chunk holding its slot long (a slow call, a retry) keeps the rank it was given long
+    ago, and a newcomer lifted to that would save up the service since. An owner with no ranked chunk
+    in hand (admitted first in, first out, or before ranks) stands at its counter, as before ranks."""
+    levels: list[float] = []
+    for owner, running in view.running.items():
+        if running <= 0:
+            continue
+        had = account(state, owner)
+        started = view.started.get(owner)
+        if started is None:
+            levels.append(had.counter)
+        else:
+            oldest = had.counter - view.in_hand.get(owner, 0.0) / had.weight
+            levels.append(min(had.counter, max(started, oldest)))
+    return min(levels)
 
 
 @dataclass
@@ -240,7 +271,8 @@ async def admit_once(repo: Admissions, publish: Publish, settings: SummarizerSet
 
 
 async def _admit(turn: AdmissionTurn, settings: SummarizerSettings) -> list[Admitted]:
-    running = await turn.running()
+    holding = await turn.holding()
+    running = holding.running
     live = await turn.live_inflight(LIVE_S) if settings.admission_window is None else []
     free = settings.window(live) - sum(running.values())
     if free <= 0:
@@ -251,11 +283,11 @@ async def _admit(turn: AdmissionTurn, settings: SummarizerSettings) -> list[Admi
     if not waiting:
         return []
     owners = sorted({w.owner for w in waiting} | set(running))
-    view = ShareView(running, waiting, await turn.counters(owners))
+    view = ShareView(running, waiting, await turn.counters(owners), holding.started, holding.in_hand)
     decided = plan(view, free, settings.owner_weights, settings.policy())
     admitted: list[Admitted] = []
     for (owner, priority), n in sorted(decided.grants.items()):
-        taken = await turn.admit(owner, priority, n)
+        taken = await turn.admit(owner, priority, n, decided.ranks[(owner, priority)])
         weight = settings.owner_weights.get(owner, 1.0)
         await turn.charge(owner, at_least=decided.floors[owner], virtual_tokens=sum(a.charged for a in taken) / weight)
         admitted.extend(taken)
@@ -264,7 +296,8 @@ async def _admit(turn: AdmissionTurn, settings: SummarizerSettings) -> list[Admi
 
 async def _admit_oldest(turn: AdmissionTurn, settings: SummarizerSettings, free: int) -> list[Admitted]:
     """DOCSUM_ADMISSION_ORDER=fifo: the `free` oldest ready chunks, whoever's; each owner charged for its
-    own as the fair order would (the counters stay true for a return to it)."""
+    own as the fair order would (the counters stay true for a return to it). They are given no rank:
+    a summarizer serves unranked chunks in the order they reach it, which is this one."""
     taken = await turn.admit_oldest(free)
     by_owner: dict[str, list[Admitted]] = {}
     for owner, admitted in taken:

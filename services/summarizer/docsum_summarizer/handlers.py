@@ -166,7 +166,9 @@ async def _summarize(event: ChunkCreated, chunk: StoredChunk, holder: str, deps:
     settings = deps.settings
     # The task's mode (None: the deployment's default, applied by the LLM port).
     mode = chunk.options.mode
-    context = CallContext(event.task_id, event.document_id, event.chunk_id, owner=chunk.owner, mode=mode)
+    context = CallContext(
+        event.task_id, event.document_id, event.chunk_id, owner=chunk.owner, mode=mode, rank=chunk.rank
+    )
     match route(settings.mode(chunk.options), chunk.line, deps.llm.batching is not None):
         case Route.TAKE_ANSWER if chunk.line is not None:
             if (answer := await deps.llm.stored(chunk.line.custom_id)) is not None:

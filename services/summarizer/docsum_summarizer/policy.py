@@ -33,6 +33,9 @@ class StoredChunk:
     line: ChunkLine | None = None  # its line in batch mode, once it has one
     start_char: int = 0  # where the chunk's text starts in its document's text
     positions: Positions | None = None  # where the document's pages start, around the chunk (positions.window)
+    # Its rank in the fair order (schedule.Rank, given at admission): the order its call waits for a slot
+    # in (None: admitted first in, first out, or before ranks were given).
+    rank: tuple[int, float] | None = None
 
 
 class Step(enum.Enum):

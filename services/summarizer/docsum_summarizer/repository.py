@@ -6,7 +6,7 @@ import contextlib
 import enum
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
@@ -21,7 +21,7 @@ from docsum_shared.together import Together
 
 from .batches.policy import LIVE, ChunkLine, LineStatus
 from .policy import Answer, StoredChunk
-from .schedule import Priority, Waiting
+from .schedule import Priority, Rank, Waiting
 
 UNFINISHED_TASK = list(TASK_TAKES_WORK)
 UNFINISHED_CHUNK = [ChunkStatus.PENDING, ChunkStatus.SUMMARIZING]
@@ -78,7 +78,7 @@ class ChunkRepository:
     async def load(self, chunk_id: str) -> StoredChunk | None:
         row = await self.pool.fetchrow(
             "SELECT c.status, c.text, c.context_before, c.context_after, c.failures,"
-            " d.status AS document_status, t.status AS task_status, t.options, t.owner,"
+            " d.status AS document_status, t.status AS task_status, t.options, t.owner, c.fair_tier, c.fair_start,"
             f" {_LINE}, {_WINDOW}"
             " FROM chunks c JOIN documents d ON d.id = c.document_id JOIN tasks t ON t.id = d.task_id"
             " WHERE c.id = $1",
@@ -265,6 +265,16 @@ def _admitted(row: asyncpg.Record) -> Admitted:
 
 
 @dataclass(frozen=True)
+class Holding:
+    """Per owner: its chunks holding slots, the lowest start tag of those ranked (ShareView.started), and
+    the tokens they were charged."""
+
+    running: dict[str, int]
+    started: dict[str, float]
+    in_hand: dict[str, float]
+
+
+@dataclass(frozen=True)
 class ShareView:
     """What the admission decides from: the slots in use per owner, the work waiting per task, the
     owners' counters."""
@@ -272,6 +282,11 @@ class ShareView:
     running: dict[str, int]
     waiting: list[Waiting]
     counters: dict[str, float]
+    # Per owner holding slots: the lowest start tag of its ranked chunks holding them (those the
+    # summarizers call first, as they serve what they hold lowest rank first), and the tokens they were
+    # charged at admission (its counter is ahead of where they started by that much).
+    started: dict[str, float] = field(default_factory=dict)
+    in_hand: dict[str, float] = field(default_factory=dict)
 
 
 class AdmissionTurn:
@@ -287,13 +302,14 @@ class AdmissionTurn:
         self.deployment = deployment
         self.hold_s, self.default_tokens, self.answer_tokens = hold_s, default_tokens, answer_tokens
 
-    async def running(self) -> dict[str, int]:
+    async def holding(self) -> Holding:
         """The slots in use per owner: admitted chunks under a live lease, or admitted within `hold_s`
-        and not leased yet (their announcement on its way), of tasks that take work. A chunk waiting for
-        its next round or for the provider's batch holds no slot."""
+        and not leased yet (their announcement on its way), of tasks that take work; the lowest rank of
+        each owner's, and what they were charged. A chunk waiting for its next round or for the
+        provider's batch holds no slot."""
         rows = await self._conn.fetch(
-            "SELECT t.owner, count(*) AS n FROM chunks c JOIN documents d ON d.id = c.document_id"
-            " JOIN tasks t ON t.id = d.task_id"
+            "SELECT t.owner, count(*) AS n, min(c.fair_start) AS started, sum(c.charged)::float8 AS charged"
+            " FROM chunks c JOIN documents d ON d.id = c.document_id JOIN tasks t ON t.id = d.task_id"
             " WHERE c.admitted_at IS NOT NULL AND c.status = ANY($1::text[]) AND t.deployment = $8"
             " AND t.status = ANY($2::text[]) AND d.status <> ALL($3::text[])"
             " AND (c.status = $4 AND c.lease_expires_at > now()"
@@ -303,7 +319,11 @@ class AdmissionTurn:
             UNFINISHED_CHUNK, UNFINISHED_TASK, sorted(DOCUMENT_FINAL), ChunkStatus.SUMMARIZING, ChunkStatus.PENDING,
             self.hold_s, LIVE, self.deployment,
         )  # fmt: skip
-        return {r["owner"]: r["n"] for r in rows}
+        return Holding(
+            {r["owner"]: r["n"] for r in rows},
+            {r["owner"]: r["started"] for r in rows if r["started"] is not None},
+            {r["owner"]: r["charged"] or 0.0 for r in rows},
+        )
 
     async def waiting(self) -> list[Waiting]:
         """The chunks waiting for admission, per task: how many, their estimated tokens, the oldest's wait."""
@@ -340,21 +360,25 @@ class AdmissionTurn:
         )  # fmt: skip
         return {r["owner"]: r["counter"] for r in rows}
 
-    async def admit(self, owner: str, priority: Priority, n: int) -> list[Admitted]:
+    async def admit(self, owner: str, priority: Priority, n: int, ranks: list[Rank]) -> list[Admitted]:
         """`owner`'s `n` oldest chunks waiting at `priority` admitted: announced from now on (marked so:
-        re-drives leave them to this announcement), each charged its estimate."""
+        re-drives leave them to this announcement), each charged its estimate and given its rank, the
+        oldest the first of `ranks` (one a chunk, lowest first)."""
         rows = await self._conn.fetch(
-            "WITH picked AS (SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id"
+            "WITH locked AS (SELECT c.id, c.ready_at FROM chunks c JOIN documents d ON d.id = c.document_id"
             "   JOIN tasks t ON t.id = d.task_id"
             f"  WHERE c.admitted_at IS NULL AND c.status = $1 AND t.owner = $2 AND {_PRIORITY} = $3"
             "   AND t.status = ANY($5::text[]) AND d.status <> ALL($6::text[]) AND t.deployment = $9"
-            "   ORDER BY c.ready_at, c.id LIMIT $4 FOR UPDATE OF c SKIP LOCKED)"
+            "   ORDER BY c.ready_at, c.id LIMIT $4 FOR UPDATE OF c SKIP LOCKED),"
+            # Numbered apart: a locking SELECT cannot number its rows (no window function with FOR UPDATE).
+            " picked AS (SELECT id, row_number() OVER (ORDER BY ready_at, id) AS i FROM locked)"
             " UPDATE chunks c SET admitted_at = now(), announced_at = now(),"
-            "   charged = coalesce(c.token_estimate, $7::int) + $8::int"
+            "   charged = coalesce(c.token_estimate, $7::int) + $8::int,"
+            "   fair_tier = ($10::smallint[])[picked.i], fair_start = ($11::float8[])[picked.i]"
             " FROM picked, documents d WHERE c.id = picked.id AND d.id = c.document_id AND c.admitted_at IS NULL"
             " RETURNING d.task_id, c.document_id, c.id, c.chunk_index, c.charged, c.trace_id, c.traceparent",
             ChunkStatus.PENDING, owner, priority, n, UNFINISHED_TASK, sorted(DOCUMENT_FINAL), self.default_tokens,
-            self.answer_tokens, self.deployment,
+            self.answer_tokens, self.deployment, [r.tier for r in ranks], [r.start for r in ranks],
         )  # fmt: skip
         return [_admitted(r) for r in rows]
 
@@ -502,6 +526,7 @@ def _stored(row: asyncpg.Record) -> StoredChunk:
         positions=None
         if row["position_unit"] is None
         else window(row["position_unit"], row["units_before"], tuple(row["unit_starts"] or ())),
+        rank=None if row["fair_start"] is None else Rank(row["fair_tier"], row["fair_start"]),
     )
 
 
@@ -546,7 +571,7 @@ _CLAIM = (
     "     AND (c.lease_owner = w.holder OR c.lease_expires_at IS NULL OR c.lease_expires_at < now())))"
     "   RETURNING w.n, c.id, d.task_id, (old.was = $4 AND old.held_by IS DISTINCT FROM w.holder) AS taken_over,"
     "     c.status, c.text, c.context_before, c.context_after, c.failures,"
-    "     d.status AS document_status, t.status AS task_status, t.options, t.owner,"
+    "     d.status AS document_status, t.status AS task_status, t.options, t.owner, c.fair_tier, c.fair_start,"
     f"    {_LINE}, {_WINDOW}),"
     # An announcement taken up, whatever came of it (one of a held task is dropped): the next re-drive
     # announces the chunk again if it still needs it (migration 0028). A chunk taken is cleared by its
@@ -558,7 +583,7 @@ _CLAIM = (
     " SELECT w.n, w.id, taken.n IS NOT NULL AS taken, taken.taken_over, taken.status, taken.text,"
     "   taken.context_before, taken.context_after, taken.failures, taken.document_status, taken.task_status,"
     "   taken.options, taken.owner, taken.line_status, taken.line_key, taken.start_char, taken.position_unit,"
-    "   taken.units_before, taken.unit_starts,"
+    "   taken.units_before, taken.unit_starts, taken.fair_tier, taken.fair_start,"
     "   f.status AS was, (f.retry_at > now() OR f.status = $6 AND f.admitted_at IS NULL) AS deferred,"
     "   EXISTS (SELECT 1 FROM batch_lines b WHERE b.chunk_id = w.id AND b.status = ANY($8::text[])) AS batched"
     " FROM w LEFT JOIN taken ON taken.n = w.n LEFT JOIN chunks f ON f.id = w.id ORDER BY w.n"

@@ -60,9 +60,13 @@ def loops(settings: SummarizerSettings, pool: asyncpg.Pool, deps: Deps) -> Backg
 
 
 def max_inflight(settings: SummarizerSettings) -> int:
-    # Twice as many chunks in hand as calls in flight: while some store their answers and report them,
-    # the others are claimed and waiting, and a call ending lets the next one start at once.
-    return 2 * settings.llm_max_inflight
+    # Every chunk the admission gives this process in hand at once (its calls in flight and their spare:
+    # the window as this process alone counts it), each waiting for a call slot in its rank's turn: a
+    # chunk left in Kafka behind the others would be called after all of them whatever its rank, so a
+    # newcomer's chunk, admitted ahead of the spare, would still wait for the spare. Plus one a call in
+    # flight: a chunk's slot in the window is freed (and refilled) once its answer is stored, before its
+    # handling has reported it, and the chunk admitted in its place must not wait for that report.
+    return settings.window() + settings.llm_max_inflight
 
 
 async def close(deps: Deps) -> None:
