@@ -55,6 +55,9 @@ FAST = {
     "DOCSUM_LLM_MAX_INFLIGHT": str(INFLIGHT),
     "DOCSUM_MAX_INFLIGHT": str(INFLIGHT),
     "DOCSUM_LEASE_TTL_S": "4",  # a killed summarizer's chunk is taken over within seconds
+    # A kill between the admission's commit and its publish loses announcements: announced again within
+    # seconds, not the default minute (a duplicate is harmless: the lease decides).
+    "DOCSUM_ADMISSION_HOLD_S": "5",
 }
 MERGE_PROMPT = "summaries of consecutive parts"
 LOOK_S = 0.05  # between two looks at a condition: a kill moment is caught within a few tenths of a second
