@@ -330,10 +330,13 @@ case "${1:-}" in
     exit $status
     ;;
   down)
-    for pidfile in "$STATE"/*.pid; do  # every service process and replica that `up` started
+    # Every service process and replica that `up` started, side by side (each drains its work in flight
+    # on SIGTERM, for a second or more: one after another, their drains added up).
+    for pidfile in "$STATE"/*.pid; do
       name=$(basename "$pidfile" .pid)
-      case $name in kafka|postgres) ;; *) stop_service "$name" ;; esac
+      case $name in kafka|postgres) ;; *) stop_service "$name" & ;; esac
     done
+    wait
     "$ROOT/scripts/s3.sh" stop  # started by the tests that store blobs in S3, if they ran
     "$ROOT/scripts/kafka.sh" stop
     "$ROOT/scripts/postgres.sh" stop
