@@ -35,6 +35,9 @@ async def test_one_partition_keeps_the_in_flight_limit_busy(make_stack: StackFac
         DOCSUM_CHUNK_TOPIC_PARTITIONS="1",
         DOCSUM_LLM_MAX_INFLIGHT="8",
         DOCSUM_LEASE_TTL_S="4",
+        # A kill between the admission's commit and its publish loses that round's announcements: sent
+        # again once unleased this long (the default minute would be most of the test's time).
+        DOCSUM_ADMISSION_HOLD_S="5",
     )
     async with stack.client() as client:
         task_id = await submit(client, [txt("wide.txt", english_prose(70_000, seed=41))])
