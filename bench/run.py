@@ -79,11 +79,17 @@ def shipped_python() -> str:
 
 
 class Bench:
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, *, s3: bool = False) -> None:
         # The stand-in in a process of its own, as a provider is: in this one, it would answer late
         # whenever the bench's own threads (the baseline's client, the waits) hold the interpreter.
         self.llm = FakeLLMProcess()
         self.llm.__enter__()
+        # With `s3`, every stack keeps the documents' bytes in S3 (a bucket of its own on the server
+        # scripts/s3.sh runs), not in PostgreSQL: `--blob-store s3`.
+        self.blobs: dict[str, str] = {}
+        self.s3_ran = True
+        if s3:
+            self.blobs, self.s3_ran = start_s3()
         infra = start_infra("docsum_bench")
         self.factory = StackFactory(infra, self.llm, _Temp(workdir), python=shipped_python())  # type: ignore[arg-type]
         self.seed = 1000
@@ -98,6 +104,7 @@ class Bench:
             "DOCSUM_MAX_CHUNKS_PER_DOCUMENT": "5000",
             "DOCSUM_LLM_MAX_INFLIGHT": "16",
             "DOCSUM_MAX_INFLIGHT": "16",
+            **self.blobs,
             **env,
         }
         stack = self.factory(SERVICES, **settings)
@@ -130,6 +137,8 @@ class Bench:
         self.factory.stop_all()
         self.llm.__exit__(None, None, None)
         asyncio.run(drop_database(self.factory.infra["DATABASE_URL"]))
+        if not self.s3_ran:
+            stop_s3()
 
     def text(self, chars: int) -> str:
         self.seed += 1
@@ -565,7 +574,9 @@ def write(figures: list[Figure], pictures: list[str], seconds: float, profiled: 
     )
     images = "\n".join(f"![{p}]({p})" for p in pictures)
     details = "".join(f"\n## {f.id}\n\n{f.detail}\n" for f in figures if f.detail)
-    title = "a profiled run (py-spy on every service: slower)" if name == "profiled.md" else "latest run"
+    title = "a profiled run (py-spy on every service: slower)" if name.startswith("profiled") else "latest run"
+    if name.endswith("-s3.md"):
+        title += ", the documents' bytes in S3 (`--blob-store s3`)"
     text = f"""# docsum bench — {title}
 
 {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, {os.cpu_count()} cores, the whole run {seconds:.0f} s.
@@ -594,6 +605,8 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(MEASURES), help="comma-separated: " + ",".join(MEASURES))
     parser.add_argument("--profile", action="store_true",
                         help="py-spy every service during each measure (bench/results/profiles/)")  # fmt: skip
+    parser.add_argument("--blob-store", choices=("postgresql", "s3"), default="postgresql",
+                        help="where the stacks keep the documents' bytes (s3: results in latest-s3.md)")  # fmt: skip
     args = parser.parse_args()
     profiles = Profiles(RESULTS / "profiles", sample=args.profile)
     only = set(args.only.split(","))
@@ -602,7 +615,7 @@ def main() -> None:
     figures: list[Figure] = []
     plots: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="docsum-bench-") as workdir:
-        bench = Bench(Path(workdir))
+        bench = Bench(Path(workdir), s3=args.blob_store == "s3")
         try:
             steps: list[tuple[str, Callable[[], None]]] = [
                 ("B8", lambda: b8_idle(bench, figures)),  # first: idle means before any work
@@ -649,6 +662,8 @@ def main() -> None:
     # A profiled run is slower (py-spy takes its share of the cores): its figures go beside the latest
     # run's, not over them.
     name, pictures = ("profiled.md", []) if args.profile else ("latest.md", plot(plots))
+    if args.blob_store == "s3":  # beside the default run's figures, not over them
+        name, pictures = name.replace(".md", "-s3.md"), []
     out = write(figures, pictures, time.monotonic() - started, profiles.summary(chunks), name)
     print(out.read_text())
 
