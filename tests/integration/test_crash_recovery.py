@@ -456,7 +456,7 @@ async def test_kill_9_amid_claims_and_stores_of_many_chunks_at_once(
     stand_in.configure(latency_s=0.0)
     kills: list[tuple[set[str], float]] = []
     async with stack.client() as client:
-        files = [txt(f"{marker}-book.txt", tagged(english_prose(200_000, seed=81), marker))]  # ~110 chunks
+        files = [txt(f"{marker}-book.txt", tagged(english_prose(600_000, seed=81), marker))]  # ~330 chunks
         task_id = await submit(client, files, title=marker)
         for share in BATCHED_KILLS:
 
