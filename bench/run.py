@@ -661,10 +661,13 @@ def main() -> None:
     figures.sort(key=lambda f: (int("".join(c for c in f.id if c.isdigit())), f.id))  # B8a, B9, B11
     # A profiled run is slower (py-spy takes its share of the cores): its figures go beside the latest
     # run's, not over them.
+    pictures: list[str] = []
     if args.blob_store == "s3":  # beside the default run's figures and pictures, not over them
-        name, pictures = ("profiled-s3.md" if args.profile else "latest-s3.md"), []
+        name = "profiled-s3.md" if args.profile else "latest-s3.md"
+    elif args.profile:
+        name = "profiled.md"
     else:
-        name, pictures = ("profiled.md", []) if args.profile else ("latest.md", plot(plots))
+        name, pictures = "latest.md", plot(plots)
     out = write(figures, pictures, time.monotonic() - started, profiles.summary(chunks), name)
     print(out.read_text())
 
