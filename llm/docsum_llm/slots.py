@@ -51,7 +51,7 @@ class RankedSlots:
             self.release()
 
     async def acquire(self, rank: tuple[float, ...] | None = None) -> None:
-        if self._free > 0 and not self.waiting:
+        if self._free > 0:  # then nobody waits: a slot freed goes to a waiter before it counts as free
             self._free -= 1
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()

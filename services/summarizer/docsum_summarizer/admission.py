@@ -93,9 +93,8 @@ def plan(view: ShareView, free: int, weights: Mapping[str, float], policy: Polic
     owners = {o for o, _ in ready} | set(view.running)
     accounts = {o: Account(counter=view.counters.get(o, 0.0), running=view.running.get(o, 0)) for o in owners}
     state = State(weighted(accounts, weights), ready, policy)
-    served = [account(state, o).counter for o in owners if view.running.get(o, 0) > 0]
     returning = {o for o, _ in ready if view.running.get(o, 0) == 0}
-    if served:
+    if any(view.running.get(o, 0) > 0 for o in owners):  # someone is served
         # Just below the lowest: level with it, a tie would go to the owner that has waited longest (the
         # backlog's), and the returning owner would wait one slot more.
         floor = math.nextafter(_level(state, view), -math.inf)
