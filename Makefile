@@ -46,6 +46,8 @@ TEST_WORKERS ?= 2
 test: setup deploy-tools
 	scripts/chromium.sh >/dev/null  # the web page's browser test drives Debian's Chromium
 	scripts/s3.sh install
+	scripts/prometheus.sh install  # the scrape test's server and promtool
+	scripts/asyncapi.sh install  # the contract test's AsyncAPI parser
 	scripts/stack.sh with-infra bash -c '\
 	  .venv/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone" --durations=30; shared=$$?; \
 	  .venv/bin/pytest -q -m alone; alone=$$?; \
