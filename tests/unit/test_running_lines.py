@@ -101,6 +101,33 @@ def test_headers_of_left_and_right_pages_are_both_running() -> None:
     assert drop_running_lines(pages) == body
 
 
+@pytest.mark.parametrize("head", ["Chapter {c}: {title} {n}", "{n} CHAPTER {c}. {title}"])
+def test_a_books_running_heads_naming_each_chapter_are_dropped(head: str) -> None:
+    # Thirteen pages, the first a cover; three chapters, each opening on a page without a head. A chapter's
+    # head is on fewer than half of the pages, but its number counts them.
+    titles = {1: "Planning", 5: "Delivery", 9: "Operations"}
+    body = bodies(13, seed=120)
+    pages, chapter, title = [], 0, ""
+    for place, text in enumerate(body):
+        if place in titles:
+            chapter, title = chapter + 1, titles[place]
+            pages.append(f"{text}\n{place - 1}")  # the chapter's first page: its number alone at the foot
+        elif chapter:
+            pages.append(f"{head.format(c=chapter, title=title, n=place - 1)}\n{text}")
+        else:
+            pages.append(text)
+
+    assert drop_running_lines(pages) == body
+
+
+def test_a_number_at_a_lines_end_that_does_not_count_the_pages_is_content() -> None:
+    body = bodies(10, seed=130)
+    # The same line, ending in the same number, on three pages: the number does not follow the pages.
+    pages = [f"Continued from table 4\n{text}" if place in (0, 3, 6) else text for place, text in enumerate(body)]
+
+    assert drop_running_lines(pages) == pages
+
+
 def test_three_pages_are_enough_and_two_are_left_alone() -> None:
     three = framed(bodies(3, seed=80), header="Short Memo", footer="Page {n} of {total}")
     assert drop_running_lines(three) == bodies(3, seed=80)

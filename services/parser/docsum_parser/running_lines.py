@@ -10,11 +10,15 @@ page number at either end as "#"), its whitespace collapsed, its case folded: "P
 "Page 8 of 112", or two dates, have one shape. A shape found in the zone of at least half of the pages
 with text, and of at least `MIN_PAGES` of them, is a running line - or, for headers that alternate
 between left and right pages, in the zone of at least 75% (and `MIN_PAGES`) of the odd or of the even
-pages. Its lines are dropped from every zone they are in, the first page's included; the same line
-inside a page (out of the zones) is content and stays. A line in a zone that is only a page number
-("7", "- 7 -", "Page 7 of 9", "iv") is dropped whatever the other pages show. Documents with fewer
-than `MIN_PAGES` pages with text are left as they are: there "most pages" means too little; so are
-documents that would be left with no text at all (the same page printed again and again).
+pages. So is, on fewer pages, a line that counts the pages: one shape, and a number at its start or end
+that follows the pages' places (the number less the page's place the same), on at least `MIN_PAGES`
+pages - a book's running head, the chapter's title and the page number ("Chapter 3: Introduction 13"),
+which changes with each chapter. Running lines are dropped from every zone they are in, the first
+page's included; the same line inside a page (out of the zones) is content and stays. A line in a zone
+that is only a page number ("7", "- 7 -", "Page 7 of 9", "iv") is dropped whatever the other pages
+show. Documents with fewer than `MIN_PAGES` pages with text are left as they are: there "most pages"
+means too little; so are documents that would be left with no text at all (the same page printed
+again and again).
 """
 
 from __future__ import annotations
@@ -33,12 +37,22 @@ _PAGE_NUMBER_LINE = re.compile(
 )
 _EDGE_ROMAN = re.compile(rf"^{_ROMAN}(?=\s)|(?<=\s){_ROMAN}$")
 _DIGITS = re.compile(r"\d+")
+_EDGE_NUMBER = re.compile(r"^\s*(\d{1,4})\s|\s(\d{1,4})\s*$")
 
 
 def running_shape(line: str) -> str:
     """What a running line keeps from page to page: the line with its numbers as "#"."""
     shape = _DIGITS.sub("#", " ".join(line.split()))
     return _EDGE_ROMAN.sub("#", shape).casefold()
+
+
+def _page_count(line: str, place: int) -> tuple[str, int] | None:
+    """The line's shape and, if a number starts or ends it, that number less the page's place: the same
+    on every page of a running head that carries the page number."""
+    found = _EDGE_NUMBER.search(line)
+    if found is None:
+        return None
+    return running_shape(line), int(found.group(1) or found.group(2)) - place
 
 
 def _zone(lines: list[str]) -> list[int]:
@@ -59,23 +73,27 @@ def drop_running_lines(pages: Sequence[str]) -> list[str]:
         return list(pages)
     shapes: Counter[str] = Counter()
     sides: tuple[Counter[str], Counter[str]] = (Counter(), Counter())  # pages 1, 3, 5... and 2, 4, 6...
+    counting: Counter[tuple[str, int]] = Counter()
     for number in with_text:
         for shape in {running_shape(lines[number][i]) for i in zones[number]}:
             shapes[shape] += 1
             sides[number % 2][shape] += 1
+        counting.update({c for i in zones[number] if (c := _page_count(lines[number][i], number)) is not None})
     side_pages = (sum(1 for n in with_text if n % 2 == 0), sum(1 for n in with_text if n % 2 == 1))
 
-    def running(shape: str) -> bool:
+    def running(line: str, place: int) -> bool:
+        shape = running_shape(line)
         count = shapes[shape]
         if count >= MIN_PAGES and 2 * count >= len(with_text):
             return True
-        return any(side[shape] >= max(MIN_PAGES, _SIDE_SHARE * n) for side, n in zip(sides, side_pages, strict=True))
+        if any(side[shape] >= max(MIN_PAGES, _SIDE_SHARE * n) for side, n in zip(sides, side_pages, strict=True)):
+            return True
+        counted = _page_count(line, place)
+        return counted is not None and counting[counted] >= MIN_PAGES
 
     out: list[str] = []
-    for page, page_lines, zone in zip(pages, lines, zones, strict=True):
-        dropped = {
-            i for i in zone if _PAGE_NUMBER_LINE.fullmatch(page_lines[i]) or running(running_shape(page_lines[i]))
-        }
+    for place, (page, page_lines, zone) in enumerate(zip(pages, lines, zones, strict=True)):
+        dropped = {i for i in zone if _PAGE_NUMBER_LINE.fullmatch(page_lines[i]) or running(page_lines[i], place)}
         out.append(_without(page_lines, dropped) if dropped else page)
     # Pages that are nothing but lines repeated page after page (one page printed many times): there is
     # no body for them to frame, so they are the text.
