@@ -92,6 +92,26 @@ def test_a_mixed_pdf_keeps_its_digital_page_and_reads_its_scanned_page_in_page_o
     assert " ".join(text[second:].split()) == " ".join(digital.split())
 
 
+def test_a_scans_running_header_and_footer_read_by_ocr_are_dropped_from_every_page() -> None:
+    bodies = [english_prose(400, seed=200 + n) for n in range(3)]
+    drawn = [
+        f"Northwind Operations Review\n\n{body}\n\nPage {n} of 3 \u00b7 printed 2026-12-05"
+        for n, body in enumerate(bodies, start=1)
+    ]
+    data = make_scanned_pdf(drawn)
+
+    _, texts = ocr_all(data)
+    assert all("Northwind" in texts[page] and "printed" in texts[page] for page in range(3))  # OCR read them
+    extracted = run_job(job(data, ocr_texts=texts))
+
+    text = extracted.text
+    assert extracted.ocr_pages == (0, 1, 2)
+    assert "Northwind" not in text and "printed" not in text and "of 3" not in text
+    ends = [*extracted.positions.starts[1:], len(text)]
+    for body, start, end in zip(bodies, extracted.positions.starts, ends, strict=True):
+        assert character_error_rate(body, text[start:end]) <= MAX_CER, text[start:end]
+
+
 def test_a_scan_with_more_pages_than_the_ocr_cap_fails_before_any_page_is_read() -> None:
     data = make_scanned_pdf(["One.", "Two.", "Three."])
     with pytest.raises(ParseError) as failed:

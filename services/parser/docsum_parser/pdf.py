@@ -6,7 +6,6 @@ import io
 import re
 import struct
 import zlib
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -19,6 +18,7 @@ from docsum_shared.text import dehyphenate
 from .limits import SPLIT_IT, Limits, too_many_chars
 from .normalize import normalize
 from .parse_error import ParseError, short_reason
+from .running_lines import drop_running_lines
 
 MSG_ENCRYPTED = "PDF is encrypted; remove the password (or submit an unencrypted copy) and try again"
 
@@ -100,10 +100,10 @@ def extract_pdf(data: bytes, limits: Limits, ocr_texts: Mapping[int, str] | None
             _check_page_contents(reader)
     except _PDF_ERRORS as exc:
         raise _damaged(short_reason(exc)) from exc
-    # Normalize per page so a page of only whitespace does not leave a double separator.
-    pages = [normalize(p) for p in page_texts]
-    if len(pages) >= _RUNNING_MIN_PAGES:
-        pages = _drop_running_lines(pages)
+    # Normalize per page so a page of only whitespace does not leave a double separator. Running headers
+    # and footers go page by page, before the pages are joined, so each page's start is where its own
+    # text does; and before words hyphenated at a line end are joined, so none is joined to a footer.
+    pages = drop_running_lines([normalize(p) for p in page_texts])
     return PdfText(*_joined([dehyphenate(p) for p in pages]))
 
 
@@ -129,60 +129,6 @@ def _joined(pages: list[str]) -> tuple[str, list[int]]:
         if page:
             following += len(page) + 2
     return text, starts
-
-
-# Running headers and footers: a line among the first or last `_EDGE_LINES` lines of a page whose
-# shape (digits as "#", a Roman page number at either end as "#") is on the edge of more than half
-# of the pages - or of at least 75% of the odd or of the even pages, for left/right headers - is
-# dropped; the top lines of the first page are kept, as a running header usually repeats the
-# document's title there. A line that is only a page number ("7", "- 7 -", "Page 7 of 9", "iv") is
-# dropped from page edges. Short documents are left alone: with fewer than four pages "most pages"
-# means too little.
-_RUNNING_MIN_PAGES = 4
-_EDGE_LINES = 2
-_ROMAN = r"(?:x{0,3}(?:ix|iv|vi{0,3}|i{1,3})|x{1,3}|X{0,3}(?:IX|IV|VI{0,3}|I{1,3})|X{1,3})"
-_PAGE_NUMBER_LINE = re.compile(
-    rf"[-–—\s]*(?:(?:page|p\.)\s*)?(?:\d{{1,4}}|{_ROMAN})(?:\s*(?:/|of)\s*\d{{1,4}})?[-–—\s]*", re.IGNORECASE
-)
-_EDGE_ROMAN = re.compile(rf"^{_ROMAN}(?=\s)|(?<=\s){_ROMAN}$")
-_DIGITS = re.compile(r"\d+")
-
-
-def _running_key(line: str) -> str:
-    key = _DIGITS.sub("#", " ".join(line.split()))
-    return _EDGE_ROMAN.sub("#", key).casefold()
-
-
-def _drop_running_lines(pages: list[str]) -> list[str]:
-    lines = [page.split("\n") for page in pages]
-    edges: list[list[int]] = []
-    counts: Counter[str] = Counter()
-    parity_counts: tuple[Counter[str], Counter[str]] = (Counter(), Counter())
-    for number, page_lines in enumerate(lines):
-        filled = [i for i, line in enumerate(page_lines) if line.strip()]
-        edge = sorted(set(filled[:_EDGE_LINES] + filled[-_EDGE_LINES:]))
-        edges.append(edge)
-        for key in {_running_key(page_lines[i]) for i in edge}:
-            counts[key] += 1
-            parity_counts[number % 2][key] += 1
-    parity_pages = ((len(pages) + 1) // 2, len(pages) // 2)
-
-    def running(key: str) -> bool:
-        if counts[key] > len(pages) / 2:
-            return True
-        return any(c[key] >= max(3, 0.75 * n) for c, n in zip(parity_counts, parity_pages, strict=True))
-
-    out = []
-    for number, (page_lines, edge) in enumerate(zip(lines, edges, strict=True)):
-        keep_top = edge[:_EDGE_LINES] if number == 0 else []
-        drop = {
-            i
-            for i in edge
-            if _PAGE_NUMBER_LINE.fullmatch(page_lines[i])
-            or (i not in keep_top and running(_running_key(page_lines[i])))
-        }
-        out.append("\n".join(line for i, line in enumerate(page_lines) if i not in drop).strip("\n"))
-    return out
 
 
 def _check_page_count(reader: PdfReader, limits: Limits) -> None:
