@@ -327,13 +327,17 @@ class AdmissionTurn:
 
     async def waiting(self) -> list[Waiting]:
         """The chunks waiting for admission, per task: how many, their estimated tokens, the oldest's wait."""
+        # Counted per document first, from the waiting chunks' own index: their documents and tasks are
+        # then looked up once each, not once a chunk (1.5 ms a call with 424 chunks waiting, most of it
+        # those lookups, run at every admission).
         rows = await self._conn.fetch(
-            f"SELECT d.task_id, t.owner, {_PRIORITY} AS priority, count(*) AS items,"
-            " sum(coalesce(c.token_estimate, $4::int) + $5::int)::bigint AS tokens,"
-            " extract(epoch FROM now() - min(c.ready_at))::float8 AS oldest_s"
-            " FROM chunks c JOIN documents d ON d.id = c.document_id JOIN tasks t ON t.id = d.task_id"
-            " WHERE c.admitted_at IS NULL AND c.status = $1 AND t.status = ANY($2::text[])"
-            " AND d.status <> ALL($3::text[]) AND t.deployment = $6"
+            "WITH c AS (SELECT document_id, count(*) AS items,"
+            "   sum(coalesce(token_estimate, $4::int) + $5::int) AS tokens, min(ready_at) AS oldest"
+            "   FROM chunks WHERE admitted_at IS NULL AND status = $1 GROUP BY document_id)"
+            f" SELECT d.task_id, t.owner, {_PRIORITY} AS priority, sum(c.items)::bigint AS items,"
+            " sum(c.tokens)::bigint AS tokens, extract(epoch FROM now() - min(c.oldest))::float8 AS oldest_s"
+            " FROM c JOIN documents d ON d.id = c.document_id JOIN tasks t ON t.id = d.task_id"
+            " WHERE t.status = ANY($2::text[]) AND d.status <> ALL($3::text[]) AND t.deployment = $6"
             " GROUP BY d.task_id, t.owner, 3",
             ChunkStatus.PENDING, UNFINISHED_TASK, sorted(DOCUMENT_FINAL), self.default_tokens, self.answer_tokens,
             self.deployment,
