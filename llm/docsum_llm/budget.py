@@ -95,7 +95,9 @@ def plan_chunk(
         while i < len(spans) and fits_text(start, spans[i][1]):
             end = spans[i][1]
             i += 1
-        wanted = min(MIN_PART_CHARS, len(text) - start)
+        # (the whitespace after the last sentence is no text: counted, a short last sentence followed
+        # by a blank line could never reach it, and the chunk would fail)
+        wanted = min(MIN_PART_CHARS, len(text.rstrip()) - start)
         if end - start < wanted:
             low, high = end, spans[i][1] if i < len(spans) else len(text)
             while high - low > 1:  # the longest prefix of the next sentence that fits

@@ -112,3 +112,19 @@ def test_a_refusal_lowers_the_budget_to_the_stated_window_then_below_it() -> Non
     assert lowered_budget(300, 100, stated_limit=None) is None
     higher = lowered_budget(1_000, 500, stated_limit=4_000)
     assert higher is not None and higher < 1_000
+
+
+def test_a_chunk_ending_in_a_short_sentence_and_a_blank_line_is_planned_in_parts() -> None:
+    # A chunk cut at a paragraph start ends with the blank line before it; here its last part is one
+    # short sentence. Counted with that blank line, the sentence never reached the part's minimum, and
+    # the chunk failed as "does not fit the model's context window, not even in parts".
+    text = chinese_prose(1_900, seed=7).replace("\n\n", "")
+    last = "孩子们常常在村口的大树下谈起突如其来的暴雨。"
+    assert len(last) < MIN_PART_CHARS
+    # a budget that holds `text` to the token, so the last sentence is a part of its own
+    budget = estimate_request_tokens(SummaryRequest(SummaryKind.CHUNK, (text,))) + 600
+    assert budget >= 2_400  # the room kept for the answer is then 600 tokens
+    request = SummaryRequest(SummaryKind.CHUNK, (text + last + "\n\n",))
+    parts = plan_chunk(request, budget)
+    assert parts is not None
+    assert [p.texts[0] for p in parts] == [text, last]
