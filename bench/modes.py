@@ -162,9 +162,9 @@ def _run_mode(bench: Bench, mode: str, seed: int) -> ModeRun:
     seconds, task = bench.run_task(files, options={"mode": mode})
     provider.wait_idle()
     by_tier = cost_by_tier(calls(provider, marker), PRICES)
-    batches = [b for b in provider.batches.batches.values() if b.created >= since]
-    done = [b.completed_at for b in batches if b.completed_at is not None]
-    batch_s = max(done) - min(b.created for b in batches) if done else math.nan
+    batches = [b for b in provider.batch_times() if b["created"] >= since]
+    done = [b["completed_at"] for b in batches if b["completed_at"] is not None]
+    batch_s = max(done) - min(b["created"] for b in batches) if done else math.nan
     return ModeRun(
         mode=mode,
         status=task["status"],

@@ -80,14 +80,14 @@ class OfflineRun:
             f" bench's process (the in-process runner) with `DOCSUM_LLM_BACKEND=extractive`: {self.chunks} chunks,"
             f" {self.status} in {self.seconds:.1f} s. Raw pypdf, `PdfReader(...).pages[i].extract_text()` over"
             f" the same {PAGES} pages in the bench's process: {raw} s (the best counts). The CPU table's"
-            ' "stand-in + client" holds these runs, the pipeline\'s included.'
+            ' "bench (the client)" holds these runs, the pipeline\'s included.'
         )
 
 
 @functools.cache
 def sample() -> Sample | str:
     """The first `PAGES` pages of the package's PDF (fetched once); a string says why there are none."""
-    sys.path.insert(0, str(EVAL))  # real_pdfs imports its neighbour pipeline.py by name
+    sys.path.insert(0, str(EVAL))  # real_pdfs imports its neighbour inprocess.py by name
     from real_pdfs import PACKAGES, fetch
 
     package = next(p for p in PACKAGES if p.name == PACKAGE)

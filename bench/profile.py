@@ -92,13 +92,14 @@ def _state_pid(name: str) -> int | None:
 
 
 def cpu_snapshot(pids: Mapping[str, int]) -> dict[str, float]:
-    """CPU seconds so far: each service (with its worker), the stand-in provider and client (this
-    process), PostgreSQL (its server and every backend), Kafka (the broker's JVM), the whole machine."""
+    """CPU seconds so far: each service (with its worker), the stand-in provider (a process among
+    `pids`), the bench's client (this process), PostgreSQL (its server and every backend), Kafka (the
+    broker's JVM), the whole machine."""
     taken: dict[str, float] = {}
     for service, pid in pids.items():
         taken[f"{service}@{pid}"] = _proc_cpu(pid) + sum(_proc_cpu(c) for c in children(pid))
     # Not its children's: the services it stopped are its children too.
-    taken["stand-in + client"] = _proc_cpu(os.getpid(), reaped=False)
+    taken["bench (the client)"] = _proc_cpu(os.getpid(), reaped=False)
     broker, database = _state_pid("kafka"), _state_pid("postgres")
     taken["kafka"] = _proc_cpu(broker) if broker else 0.0
     taken["postgres"] = (_proc_cpu(database) + sum(_proc_cpu(c) for c in children(database))) if database else 0.0

@@ -151,6 +151,6 @@ def _submit(bench: Bench, marker: str, name: str, paragraphs: list[str]) -> Edit
     since = time.time()
     _, task = bench.run_task([(FILENAME, "\n\n".join(paragraphs).encode())])
     bench.llm.llm.wait_idle()
-    answered = calls(bench.llm, marker, since=since)
+    answered = calls(bench.llm.llm, marker, since=since)
     chunk_calls = sum(1 for e in answered if "<text>\n" in e.prompt)
     return Edit(name, bench.chunks_of(task), len(answered), chunk_calls, task["status"])

@@ -145,7 +145,9 @@ SENDS: dict[tuple[str, str], str] = {
     ("the re-drives", "document-submitted"): REDRIVES,
     ("the parser", "document-parsed"): "once the document's plain text is stored",
     ("the re-drives", "document-parsed"): REDRIVES,
-    ("the chunker", "chunk-created"): "once every chunk of the document is stored",
+    ("the summarizer's admission", "chunk-created"): (
+        "when the stored chunk is admitted: given its slot in the fair order between owners"
+    ),
     ("the re-drives", "chunk-created"): REDRIVES,
     ("the summarizer's round scheduler", "chunk-created"): "when a chunk's next round is due",
     ("the summarizer's batch driver", "chunk-created"): (

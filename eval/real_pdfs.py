@@ -6,11 +6,12 @@ The PDFs are made by real toolchains (texinfo, DocBook, LaTeX) and come from Deb
 package that `apt-cache policy` no longer offers is skipped and said so; fewer than `MIN_FOUND` found
 fails the part.
 
-Each PDF is parsed by the parser (`extract_text`, its caps as they are: a PDF over one fails with the
-parser's message) and summarized as the services do (eval/pipeline.py: chunks, the document's merge
-tree), then a TASK merge over all of them. Every sentence of the extractive backend quotes its
-document, so every one must pass `check_sources` and carry, for each source, the page that
-`position_of` gives for the source's start; a sentence that does not is a miss, listed with its source
+The PDFs are submitted as one task to the pipeline, run in this process with the extractive backend
+(eval/inprocess.py): parsed by the parser (its caps as they are: a PDF over one fails alone, with the
+parser's message), chunked, summarized, each document's merge tree, and the TASK merge over all of them.
+Every sentence of the extractive backend quotes its document, so every one must pass `check_sources`
+against the document's text (as the gateway's text route gives it) and carry, for each source, the page
+the text route gives for the source's start; a sentence that does not is a miss, listed with its source
 and why.
 
     .run/bootstrap/bin/uv run --locked --group eval python eval/real_pdfs.py   # prints the section
@@ -30,13 +31,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from inprocess import Pipeline, TaskSummary, running
+
 from docsum_llm.citations import check_sources
-from docsum_llm.extractive import ExtractiveBackend
-from docsum_parser.extract import extract_text
-from docsum_parser.parse_error import ParseError
 from docsum_shared.cited import CitedSentence, Source
-from docsum_shared.positions import Positions, position_of
-from pipeline import DocumentSummary, Port, Summary, summarize_document, summarize_task
+from docsum_shared.settings import LLMSettings
 
 CACHE = Path(__file__).resolve().parent.parent / ".run" / "eval" / "pdfs"
 MIN_FOUND = 4
@@ -80,7 +79,10 @@ class Miss:
     quoted: str = ""  # the source's text, when its range is in the text
 
 
-def miss_of(sentence: CitedSentence, texts: Mapping[str, str], positions: Mapping[str, Positions]) -> Miss | None:
+Pages = Mapping[tuple[str, int], int | None]  # (document, character) -> the page it is on, as the text route says
+
+
+def miss_of(sentence: CitedSentence, texts: Mapping[str, str], pages: Pages) -> Miss | None:
     """Why `sentence` fails: no source, a range outside its document, quotes that do not hold it
     (`check_sources`), or a source whose page is not the one its start is on; None when it passes."""
     if not sentence.sources:
@@ -96,20 +98,18 @@ def miss_of(sentence: CitedSentence, texts: Mapping[str, str], positions: Mappin
         quoted = texts[first.document_id][first.start : first.end]
         return Miss(sentence, first, "its sources' text does not hold the sentence", quoted)
     for source in sentence.sources:
-        page = position_of(positions[source.document_id], source.start)
+        page = pages.get((source.document_id, source.start))
         if source.page != page:
             quoted = texts[source.document_id][source.start : source.end]
             return Miss(sentence, source, f"page {source.page}, but its start is on page {page}", quoted)
     return None
 
 
-def misses(
-    sentences: Iterable[CitedSentence] | None, texts: Mapping[str, str], positions: Mapping[str, Positions]
-) -> list[Miss]:
+def misses(sentences: Iterable[CitedSentence] | None, texts: Mapping[str, str], pages: Pages) -> list[Miss]:
     """The misses among `sentences`; a summary whose backend did not say where they come from is one."""
     if sentences is None:
         return [Miss(CitedSentence("(the whole summary)", (), "synthesis", (0, 0)), None, "no sentences mapped")]
-    return [m for m in (miss_of(s, texts, positions) for s in sentences) if m is not None]
+    return [m for m in (miss_of(s, texts, pages) for s in sentences) if m is not None]
 
 
 def candidate_of(policy: str) -> str | None:
@@ -196,14 +196,13 @@ class PdfRow:
     chunks: int
     chunk: Checked
     document: Checked
-    seconds: float
 
 
 @dataclass(frozen=True)
 class Outcome:
     rows: tuple[PdfRow, ...]
     task: Checked | None
-    task_seconds: float
+    seconds: float  # the task's, from its submission to its end
     skipped: tuple[str, ...]  # packages not found, with why
     failed: tuple[str, ...]  # PDFs the parser or the summary refused, with the message
 
@@ -212,20 +211,35 @@ class Outcome:
         return len(self.rows) + len(self.failed)
 
 
-def check(
-    sentences: Sequence[CitedSentence] | None, texts: Mapping[str, str], positions: Mapping[str, Positions]
-) -> Checked:
-    return Checked(0 if sentences is None else len(sentences), tuple(misses(sentences, texts, positions)))
+def check(sentences: Sequence[CitedSentence] | None, texts: Mapping[str, str], pages: Pages) -> Checked:
+    return Checked(0 if sentences is None else len(sentences), tuple(misses(sentences, texts, pages)))
 
 
-async def run(packages: Sequence[Package] = PACKAGES, cache: Path = CACHE, verbose: bool = True) -> Outcome:
-    port = Port(ExtractiveBackend())
-    rows: list[PdfRow] = []
+async def pages_of(
+    pipeline: Pipeline, task: TaskSummary, sentences: Iterable[CitedSentence]
+) -> dict[tuple[str, int], int | None]:
+    """The page each source's start is on, as the gateway's text route gives it (a range that is not in
+    its document's text has none: `miss_of` says so first)."""
+    documents = {d.name: d for d in task.documents}
+    pages: dict[tuple[str, int], int | None] = {}
+    for sentence in sentences:
+        for source in sentence.sources:
+            document = documents.get(source.document_id)
+            at = (source.document_id, source.start)
+            if at in pages or document is None or not 0 <= source.start < len(document.extracted):
+                continue
+            quoted = await pipeline.quote(task.task_id, document.document_id, source.start, source.start + 1)
+            pages[at] = quoted["page"]
+    return pages
+
+
+async def run(
+    packages: Sequence[Package] = PACKAGES, cache: Path = CACHE, verbose: bool = True, database_url: str | None = None
+) -> Outcome:
+    """The PDFs found, as one task of the pipeline run here on a database of its own on `database_url`'s
+    server (None: `inprocess.server_url()`), checked."""
     skipped: list[str] = []
-    failed: list[str] = []
-    texts: dict[str, str] = {}
-    positions: dict[str, Positions] = {}
-    documents: list[DocumentSummary] = []
+    found: dict[str, tuple[Package, Path]] = {}
     for package in packages:
         pdf = fetch(package, cache)
         if isinstance(pdf, str):
@@ -233,38 +247,40 @@ async def run(packages: Sequence[Package] = PACKAGES, cache: Path = CACHE, verbo
             if verbose:
                 print(f"  skipped: {pdf}", flush=True)
             continue
-        began = time.monotonic()
-        try:
-            extracted = extract_text(pdf.read_bytes(), pdf.name)
-            summary = await summarize_document(
-                port, extracted.text, document_id=pdf.name, filename=pdf.name, positions=extracted.positions
-            )
-        except (ParseError, ValueError) as exc:
-            failed.append(f"{pdf.name}: {exc}")
-            continue
-        texts[pdf.name] = extracted.text
-        positions[pdf.name] = extracted.positions
-        documents.append(summary)
-        chunk_sentences = [s for c in summary.chunks for s in (c.sentences or ())]
+        found[pdf.name] = (package, pdf)
+    if not found:
+        return Outcome((), None, 0.0, tuple(skipped), ())
+    began = time.monotonic()
+    async with running(LLMSettings(llm_backend="extractive"), database_url) as pipeline:
+        task = await pipeline.summarize(
+            {name: (name, pdf.read_bytes()) for name, (_, pdf) in found.items()}, title="Debian's manuals"
+        )
+        seconds = time.monotonic() - began
+        summaries = [d for d in task.documents if d.text]
+        chunk_sentences = {d.name: [s for c in d.chunks for s in (c.sentences or ())] for d in summaries}
+        every = [s for d in summaries for s in (*chunk_sentences[d.name], *(d.sentences or ()))]
+        pages = await pages_of(pipeline, task, [*every, *(task.sentences or ())])
+        last_pages = {  # the page its text ends on
+            d.name: (await pipeline.quote(task.task_id, d.document_id, len(d.extracted) - 1, len(d.extracted)))["page"]
+            for d in summaries
+        }
+    texts = {d.name: d.extracted for d in summaries}
+    failed = [f"{d.name}: {d.error}" for d in task.documents if not d.text]
+    rows = []
+    for d in summaries:
         row = PdfRow(
-            package,
-            extracted.pages or 0,
-            len(extracted.text),
-            len(summary.chunks),
-            check(chunk_sentences, texts, positions),
-            check(summary.sentences, texts, positions),
-            time.monotonic() - began,
+            found[d.name][0],
+            last_pages[d.name] or 0,
+            len(d.extracted),
+            len(d.chunks),
+            check(chunk_sentences[d.name], texts, pages),
+            check(d.sentences, texts, pages),
         )
         rows.append(row)
         if verbose:
-            print(f"  {pdf.name}: {row.pages} pages, {row.chunks} chunks, {row.seconds:.1f} s", flush=True)
-    task, task_seconds = None, 0.0
-    if documents:
-        began = time.monotonic()
-        merged: Summary = await summarize_task(port, list(texts), documents, title="Debian's manuals")
-        task = check(merged.sentences, texts, positions)
-        task_seconds = time.monotonic() - began
-    return Outcome(tuple(rows), task, task_seconds, tuple(skipped), tuple(failed))
+            print(f"  {d.name}: {row.characters:,} characters, {row.chunks} chunks", flush=True)
+    checked = check(task.sentences, texts, pages) if summaries else None
+    return Outcome(tuple(rows), checked, seconds, tuple(skipped), tuple(failed))
 
 
 # --- the report -----------------------------------------------------------------------------------
@@ -293,28 +309,31 @@ def render(outcome: Outcome) -> str:
         "## Real PDFs: Debian's manuals",
         "",
         "Written by `make eval` (eval/real_pdfs.py). PDFs from Debian's documentation packages (`apt-get",
-        "download`, cached in .run/eval/pdfs), parsed by the parser and summarized by the extractive backend as",
-        "the services do: chunks, the document's merge tree, and a TASK merge over all of them. *passed*: the",
-        "share (%) of sentences whose sources all pass `check_sources` and carry the page `position_of` gives",
-        "for their start; 100 expected, since the extractive backend quotes. Any miss is listed below the table.",
+        "download`, cached in .run/eval/pdfs), submitted as one task to the pipeline run in this process with the",
+        "extractive backend (eval/inprocess.py): chunks, the document's merge tree, and a TASK merge over all of",
+        "them. *passed*: the share (%) of sentences whose sources all pass `check_sources` against the text the",
+        "gateway's text route gives and carry the page that route gives for their start; 100 expected, since the",
+        "extractive backend quotes. Any miss is listed below the table. *pages*: the page the text ends on.",
         "",
         "| PDF | package | made by | pages | characters | chunks | sentences (chunk) | passed (chunk) "
-        "| sentences (document) | passed (document) | seconds |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| sentences (document) | passed (document) |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in outcome.rows:
         lines.append(
             f"| {r.package.pdf_name} | {r.package.name} | {r.package.toolchain} | {r.pages:,} | {r.characters:,} "
             f"| {r.chunks} | {r.chunk.sentences} | {_passed(r.chunk)} | {r.document.sentences} "
-            f"| {_passed(r.document)} | {r.seconds:.1f} |"
+            f"| {_passed(r.document)} |"
         )
     if outcome.task is not None:
         lines.append(
             f"| task: all {len(outcome.rows)} | | | {sum(r.pages for r in outcome.rows):,} "
             f"| {sum(r.characters for r in outcome.rows):,} | | | | {outcome.task.sentences} "
-            f"| {_passed(outcome.task)} | {outcome.task_seconds:.1f} |"
+            f"| {_passed(outcome.task)} |"
         )
     lines.append("")
+    if outcome.rows:
+        lines.append(f"- the task, from its submission to its end: {outcome.seconds:.1f} s.")
     if outcome.found < MIN_FOUND:
         lines.append(f"- **failed**: {outcome.found} PDFs found, fewer than {MIN_FOUND}.")
     lines += [f"- skipped: {s}" for s in outcome.skipped]

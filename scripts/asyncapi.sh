@@ -7,6 +7,7 @@
 #                                            line per file on stdout; exit 1 when any file has an error
 # Needs Node.js 18+ and npm; as root, installs Debian's nodejs and npm when they are missing.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 STATE=${DOCSUM_STATE_DIR:-$ROOT/.run}
@@ -17,11 +18,7 @@ die() { echo "asyncapi.sh: $*" >&2; exit 1; }
 
 need_node() {
   if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-    [[ $EUID -eq 0 ]] || die "Node.js and npm not found; install them (e.g. sudo apt-get install -y nodejs npm)"
-    echo "asyncapi.sh: installing nodejs and npm with apt-get" >&2
-    # apt's and npm's output go to stderr: `validate` prints one JSON line per file on stdout.
-    apt-get update -q >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm >&2
+    apt_install asyncapi.sh --recommends nodejs npm || exit 1
   fi
   local major
   major=$(node -p 'process.versions.node.split(".")[0]')

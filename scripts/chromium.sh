@@ -4,22 +4,14 @@
 # Hei, 1.6 MB), so that Chinese summaries show as text and not as boxes in the test's screenshots.
 # Idempotent; prints the browser's path.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"
 
 # Where Debian's packages put them (the variables exist so that the script can be tried without touching /usr).
 CHROMIUM=${DOCSUM_CHROMIUM:-/usr/bin/chromium}
 CJK_FONT=${DOCSUM_CJK_FONT:-/usr/share/fonts/truetype/wqy/wqy-microhei.ttc}
-log() { echo "chromium: $*" >&2; }
 
 missing=()
 [[ -x "$CHROMIUM" ]] || missing+=(chromium)
 [[ -f "$CJK_FONT" ]] || missing+=(fonts-wqy-microhei)
-if (( ${#missing[@]} )); then
-  if [[ $(id -u) -ne 0 ]]; then
-    log "missing ${missing[*]}; install as root: apt-get install -y --no-install-recommends ${missing[*]}"
-    exit 1
-  fi
-  log "installing ${missing[*]} with apt-get"
-  apt-get update -q >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
-fi
+(( ${#missing[@]} == 0 )) || apt_install chromium "${missing[@]}"
 echo "$CHROMIUM"

@@ -30,6 +30,8 @@
 # Kafka is assembled from Maven Central (scripts/kafka/pom.xml) because that is
 # the only source of Kafka we can download from; there is no tarball install.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/daemon.sh"
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_DIR="$(dirname "$SCRIPT_DIR")"
@@ -76,56 +78,17 @@ JAVA_OPTS=(
   "-Dlog4j2.configurationFile=$LOG4J_CONFIG"
 )
 
-log() { echo "kafka.sh: $*" >&2; }
-die() { log "error: $*"; exit 1; }
+DAEMON_NAME="kafka.sh"
 
-# Whole-command lock: make (or two test runs) may call start/stop concurrently.
-take_lock() {
-  mkdir -p "$STATE_DIR"
-  exec 9>"$LOCK_FILE"
-  flock 9
-}
-
-# kill -0 is not enough: on machines whose init reaps late (containers, VMs with
-# a minimal pid 1) a dead process stays a zombie for a while and kill -0 still
-# succeeds. A zombie counts as dead.
-pid_alive() {
-  local state
-  state="$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)" || return 1
-  [[ -n "$state" && "$state" != Z ]]
-}
-
-port_open() {
-  # bash's /dev/tcp: no client tools needed. timeout guards against a hung connect.
-  timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null
-}
-
-# Prints the pid of our broker if it is running. Checks the command line, not just
-# that the pid exists: after kill -9 or a reboot the pid may belong to something else.
-running_pid() {
-  [[ -f "$PID_FILE" ]] || return 1
-  local pid
-  pid="$(cat "$PID_FILE" 2>/dev/null || true)"
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-  [[ -r "/proc/$pid/cmdline" ]] || return 1
-  # No grep -q in pipes: it exits at the first match, the writer gets SIGPIPE
-  # and pipefail turns the match into a failure.
-  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -F -- "kafka.Kafka $PROPS" >/dev/null || return 1
-  echo "$pid"
-}
+# The pid of our broker, if it is running.
+running_pid() { pid_file_process "kafka.Kafka $PROPS"; }
 
 ensure_tools() {
   local missing=()
   command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
   command -v mvn >/dev/null || missing+=(maven)
   if ((${#missing[@]})); then
-    if [[ $EUID -ne 0 ]]; then
-      die "missing ${missing[*]}; install them (e.g. sudo apt-get install -y ${missing[*]})"
-    fi
-    log "installing ${missing[*]} with apt-get"
-    # apt's output goes to stderr: stdout carries only what a caller reads (`libs`).
-    apt-get update -q >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >&2
+    apt_install kafka.sh --recommends "${missing[@]}" || exit 1
   fi
   # Kafka 4.x brokers need Java 17+.
   local major
@@ -299,17 +262,16 @@ ensure_formatted() {
   security_mode >"$SECURITY_FILE"
 }
 
+# Replaces daemon.sh's: the cause is usually an ERROR line followed by a long shutdown sequence,
+# so show the first errors of this start as well as the tail.
 fail_with_log() {
   log "error: $1"
-  # The cause is usually an ERROR line followed by a long shutdown sequence,
-  # so show the first errors of this start as well as the tail.
   if [[ -n "$START_OFFSET" ]]; then
     local errors
     errors="$(tail -c +"$((START_OFFSET + 1))" "$LOG_FILE" | grep -E -A 3 '^\[[^]]*\] (ERROR|FATAL) ' | head -n 16 || true)"
     [[ -n "$errors" ]] && printf 'kafka.sh: first errors in this start:\n%s\n' "$errors" >&2
   fi
-  log "last lines of $LOG_FILE:"
-  tail -n 30 "$LOG_FILE" >&2 2>/dev/null || true
+  show_log_tail 30
   exit 1
 }
 
@@ -351,10 +313,7 @@ do_start() {
   done
   write_config
 
-  # Keep one old log around instead of letting it grow without bound.
-  if [[ -f "$LOG_FILE" ]] && (($(stat -c %s "$LOG_FILE") > 20 * 1024 * 1024)); then
-    mv -f "$LOG_FILE" "$LOG_FILE.1"
-  fi
+  rotate_log
   touch "$LOG_FILE"
   ensure_formatted
   # Readiness is judged only from what this start appends to the log.
@@ -363,66 +322,19 @@ do_start() {
   echo "=== $(date -Is) $START_MARKER (Kafka $KAFKA_VERSION, 127.0.0.1:$PORT) ===" >>"$LOG_FILE"
   START_OFFSET="$offset"
 
-  # setsid: own session, so the broker outlives the calling shell/make and gets
-  # no SIGHUP or terminal signals. The wrapper writes its own pid and then execs
-  # java, so the pid file holds the JVM's pid whether or not setsid forked.
-  # Lock fd 9 is closed for the broker, otherwise it would hold the lock forever.
-  # shellcheck disable=SC2016 # $$ and $@ are for the inner bash
-  setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$PID_FILE" \
-    java "${JAVA_OPTS[@]}" -cp "$LIBS_DIR/*" kafka.Kafka "$PROPS" \
-    </dev/null >>"$LOG_FILE" 2>&1 9>&- &
-
-  # The wrapper writes the pid file almost at once.
-  for ((i = 0; i < 50; i++)); do
-    [[ -s "$PID_FILE" ]] && break
-    sleep 0.1
-  done
-  [[ -s "$PID_FILE" ]] || fail_with_log "broker did not start"
+  spawn java "${JAVA_OPTS[@]}" -cp "$LIBS_DIR/*" kafka.Kafka "$PROPS" || fail_with_log "broker did not start"
   wait_ready "$(cat "$PID_FILE")" "$offset"
 }
 
-wait_ready() {
-  local pid="$1" offset="$2" start=$SECONDS
-  while ((SECONDS - start < START_TIMEOUT)); do
-    if ! pid_alive "$pid"; then
-      rm -f "$PID_FILE"
-      fail_with_log "broker exited during start-up"
-    fi
-    if tail -c +"$((offset + 1))" "$LOG_FILE" | grep -F "$READY_LINE" >/dev/null && port_open "$PORT"; then
-      log "ready on 127.0.0.1:$PORT (pid $pid, ${SECONDS}s)"
-      return 0
-    fi
-    sleep 0.2
-  done
-  fail_with_log "broker not ready after ${START_TIMEOUT}s (still running as pid $pid; 'scripts/kafka.sh stop' to stop it)"
+# Ready: this start (from byte OFFSET of the log) logged READY_LINE and the client port accepts connections.
+started_since() {
+  tail -c +"$(($1 + 1))" "$LOG_FILE" | grep -F "$READY_LINE" >/dev/null && port_open "$PORT"
 }
 
-do_stop() {
-  take_lock
-  local pid
-  if ! pid="$(running_pid)"; then
-    rm -f "$PID_FILE"
-    log "not running"
-    return 0
-  fi
-  log "stopping pid $pid"
-  # SIGTERM = controlled shutdown: logs are flushed and the next start needs no recovery.
-  kill -TERM "$pid" 2>/dev/null || true
-  local i
-  for ((i = 0; i < 200; i++)); do
-    pid_alive "$pid" || break
-    sleep 0.1
-  done
-  if pid_alive "$pid"; then
-    log "still running after 20s, sending SIGKILL"
-    kill -KILL "$pid" 2>/dev/null || true
-    for ((i = 0; i < 50; i++)); do
-      pid_alive "$pid" || break
-      sleep 0.1
-    done
-  fi
-  rm -f "$PID_FILE"
-  log "stopped"
+wait_ready() {
+  await_ready "$1" "broker exited during start-up" \
+    "broker not ready after ${START_TIMEOUT}s (still running as pid $1; 'scripts/kafka.sh stop' to stop it)" \
+    started_since "$2"
 }
 
 do_status() {

@@ -15,6 +15,8 @@
 # The cluster is private: its own data dir, its own socket dir, its own port.
 # It never touches a system cluster the Debian package may have created.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/lib/daemon.sh"
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_DIR="$(dirname "$SCRIPT_DIR")"
@@ -33,23 +35,8 @@ PW_FILE="$PG_DIR/password"
 PID_FILE="$STATE_DIR/postgres.pid"
 LOG_FILE="$STATE_DIR/postgres.log"
 LOCK_FILE="$STATE_DIR/postgres.lock"
-
-log() { echo "postgres.sh: $*" >&2; }
-die() { log "error: $*"; exit 1; }
-
-fail_with_log() {
-  log "error: $1"
-  log "last lines of $LOG_FILE:"
-  tail -n 40 "$LOG_FILE" >&2 2>/dev/null || true
-  exit 1
-}
-
-# Whole-command lock: make (or two test runs) may call start/stop concurrently.
-take_lock() {
-  mkdir -p "$STATE_DIR"
-  exec 9>"$LOCK_FILE"
-  flock 9
-}
+DAEMON_NAME="postgres.sh"
+LOG_TAIL_LINES=40
 
 is_root() { [[ $EUID -eq 0 ]]; }
 
@@ -112,10 +99,7 @@ do_install() {
   if find_bindir; then
     :
   elif is_root; then
-    log "PostgreSQL server not found; installing Debian's postgresql package"
-    # apt's output goes to stderr: stdout carries only what a caller reads (`url`).
-    apt-get update -q >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >&2
+    apt_install postgres.sh --recommends postgresql || exit 1
     find_bindir || die "postgresql installed, but no initdb found under $PG_LIB_ROOT/*/bin"
   else
     die "PostgreSQL server binaries (initdb, pg_ctl) not found; install them as root: apt-get install -y postgresql"
@@ -153,18 +137,6 @@ orphan_pids() {
   done
   return 0
 }
-
-# kill -0 is not enough: on machines whose init reaps late (containers, VMs with
-# a minimal pid 1) a dead process stays a zombie for a while and kill -0 still
-# succeeds. A zombie counts as dead.
-pid_alive() {
-  local state
-  state="$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)" || return 1
-  [[ -n "$state" && "$state" != Z ]]
-}
-
-# bash's /dev/tcp: no client tools needed; timeout guards against a hung connect.
-port_taken() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
 
 ready_tcp() { "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PORT" -d "$DB_NAME" -U "$DB_USER"; }
 
@@ -296,7 +268,7 @@ do_start() {
     rm -f "$DATA_DIR/postmaster.pid" "$PID_FILE" "$SOCK_DIR"/.s.PGSQL.*
     wait_for_orphans
     # Not ours, yet something answers there: say so in one line rather than in PostgreSQL's log.
-    port_taken "$PORT" && die "port 127.0.0.1:$PORT is already in use by another process (set DOCSUM_PG_PORT to another port)"
+    port_open "$PORT" && die "port 127.0.0.1:$PORT is already in use by another process (set DOCSUM_PG_PORT to another port)"
   fi
 
   ensure_password
@@ -304,13 +276,10 @@ do_start() {
   write_config
 
   if ! running_pid >/dev/null; then
-    # Keep one old log around instead of letting it grow without bound (only
-    # while stopped: a running server keeps writing to the file it opened).
-    if (($(stat -c %s "$LOG_FILE") > 20 * 1024 * 1024)); then
-      mv -f "$LOG_FILE" "$LOG_FILE.1"
-      touch "$LOG_FILE"
-      if is_root; then chown postgres:postgres "$LOG_FILE"; fi
-    fi
+    rotate_log
+    # pg_ctl -l opens it as postgres: a new one after the rotation must be the server's.
+    touch "$LOG_FILE"
+    if is_root; then chown postgres:postgres "$LOG_FILE"; fi
     # pg_ctl -w returns once the postmaster reports "ready" in postmaster.pid
     # and answers a connection attempt. fd 9 (our lock) must not be inherited
     # by the postmaster, or it would hold the lock for its whole life.
@@ -352,16 +321,10 @@ wait_for_orphans() {
   sleep 0.5
 }
 
-do_stop() {
-  take_lock
-  local pid
-  if ! pid="$(running_pid)"; then
-    rm -f "$PID_FILE"
-    log "not running"
-    return 0
-  fi
+# Replaces daemon.sh's: pg_ctl, then harder.
+stop_server() {
+  local pid="$1"
   find_bindir || die "PostgreSQL binaries not found, cannot stop pid $pid cleanly"
-  log "stopping pid $pid"
   # "fast" = SIGINT: disconnect clients, checkpoint, exit. (SIGTERM, "smart",
   # would wait for every client to disconnect first.) Then "immediate"
   # (SIGQUIT, crash recovery on next start), then SIGKILL as a last resort.
@@ -373,8 +336,6 @@ do_stop() {
       wait_for_orphans
     }
   fi
-  rm -f "$PID_FILE"
-  log "stopped"
 }
 
 do_status() {

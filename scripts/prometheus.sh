@@ -9,6 +9,7 @@
 #   prometheus --config.file=FILE --storage.tsdb.path=DIR --web.listen-address=127.0.0.1:PORT
 # itself (tests/integration/test_prometheus.py does, against the test stack's health ports).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/apt.sh"
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_DIR="$(dirname "$SCRIPT_DIR")"
@@ -29,11 +30,7 @@ do_install() {
   exec 9>"$LOCK_FILE"
   flock 9
   have && return 0
-  [[ $EUID -eq 0 ]] || die "prometheus/promtool not found; install them as root: apt-get install -y --no-install-recommends prometheus"
-  log "prometheus not found; installing Debian's prometheus package"
-  # apt's output goes to stderr: `bin` prints one path on stdout, and its callers read exactly that.
-  apt-get update -q >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >&2
+  apt_install prometheus.sh prometheus || exit 1
   have || die "the prometheus package is installed, but prometheus or promtool is not in PATH"
 }
 

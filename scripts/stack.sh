@@ -200,12 +200,14 @@ print_metrics() {
 # Debian's Prometheus with the shipped alert rules, scraping every running process of the stack.
 observe() {
   local port=${DOCSUM_PROMETHEUS_PORT:-9090} dir="$STATE/prometheus" prometheus name config
+  local scrape=${DOCSUM_PROMETHEUS_SCRAPE_S:-5}  # seconds between scrapes (and rule evaluations)
+  [[ $scrape =~ ^[1-9][0-9]*$ ]] || { echo "observe: DOCSUM_PROMETHEUS_SCRAPE_S must be a whole number of seconds, not '$scrape'" >&2; exit 1; }
   prometheus=$("$ROOT/scripts/prometheus.sh" bin prometheus)
   mkdir -p "$dir/data"
   config="$dir/prometheus.yml"
   {
     echo "# Written by scripts/stack.sh observe: the local stack's processes, on their health ports."
-    echo "global: {scrape_interval: 5s, evaluation_interval: 5s}"
+    echo "global: {scrape_interval: ${scrape}s, evaluation_interval: ${scrape}s}"
     echo "rule_files: ['$ROOT/deploy/observability/alerts.yml']"
     echo "scrape_configs:"
     echo "  - job_name: docsum-local"
@@ -328,10 +330,14 @@ case "${1:-}" in
     exit $status
     ;;
   down)
-    for pidfile in "$STATE"/*.pid; do  # every service process and replica that `up` started
+    # Every service process and replica that `up` started, side by side (each drains its work in flight
+    # on SIGTERM, for a second or more: one after another, their drains added up).
+    for pidfile in "$STATE"/*.pid; do
       name=$(basename "$pidfile" .pid)
-      case $name in kafka|postgres) ;; *) stop_service "$name" ;; esac
+      case $name in kafka|postgres) ;; *) stop_service "$name" & ;; esac
     done
+    wait
+    "$ROOT/scripts/s3.sh" stop  # started by the tests that store blobs in S3, if they ran
     "$ROOT/scripts/kafka.sh" stop
     "$ROOT/scripts/postgres.sh" stop
     ;;

@@ -18,6 +18,7 @@ from typing import cast
 
 import docx
 import pptx
+import pypdfium2 as pdfium
 from fpdf import FPDF
 from PIL import Image, ImageDraw, ImageFont
 from pptx.util import Inches
@@ -94,18 +95,63 @@ def scanned_and_digital_pdf(scanned: str, digital: str) -> bytes:
     return out.getvalue()
 
 
-def _scanned_page(text: str, chinese: bool, size_in: tuple[float, float], dpi: int) -> Image.Image:
+A4_IN = (8.27, 11.69)
+
+
+def paged_scan(text: str, *, chinese: bool = False, size_in: tuple[float, float] = A4_IN) -> tuple[bytes, list[str]]:
+    """`text` printed and scanned: its paragraphs laid on as few pages as hold them, as an images-only PDF,
+    and the text drawn on each page."""
+    pages: list[str] = []
+    for paragraph in text.strip().split("\n\n"):
+        longer = f"{pages[-1]}\n\n{paragraph}" if pages else paragraph
+        if pages and _layout(longer, chinese, size_in, SCAN_DPI) is not None:
+            pages[-1] = longer
+        else:
+            pages.append(paragraph)
+    return make_scanned_pdf(pages, chinese=chinese, size_in=size_in), pages
+
+
+def rendered_scan(pdf: bytes, dpi: int = SCAN_DPI) -> bytes:
+    """A born-digital PDF printed and scanned: each page rendered by PDFium to an 8-bit grey image, the
+    images put back into a PDF with no text layer."""
+    document = pdfium.PdfDocument(pdf)
+    try:
+        images = [page.render(scale=dpi / 72, grayscale=True).to_pil().convert("L") for page in document]
+    finally:
+        document.close()
+    out = io.BytesIO()
+    images[0].save(out, "PDF", save_all=True, append_images=images[1:], resolution=dpi)
+    return out.getvalue()
+
+
+@dataclass(frozen=True)
+class _Layout:
+    font: ImageFont.FreeTypeFont
+    margin: int
+    step: int
+    lines: list[str]
+
+
+def _layout(text: str, chinese: bool, size_in: tuple[float, float], dpi: int) -> _Layout | None:
+    """Where `text` goes on one page at 11 pt, or None when it does not fit."""
     width, height = int(size_in[0] * dpi), int(size_in[1] * dpi)
     font = ImageFont.truetype(_SCAN_FONTS[chinese], round(11 / 72 * dpi))
     margin = round(0.5 * dpi)
-    page = Image.new("L", (width, height), 255)
-    draw = ImageDraw.Draw(page)
     lines = _wrapped(text, font, width - 2 * margin, chinese)
     step = round(font.size * 1.5)
     if margin + step * len(lines) > height - margin // 2:
+        return None
+    return _Layout(font, margin, step, lines)
+
+
+def _scanned_page(text: str, chinese: bool, size_in: tuple[float, float], dpi: int) -> Image.Image:
+    layout = _layout(text, chinese, size_in, dpi)
+    if layout is None:
         raise ValueError("the text does not fit on one scanned page: give less per page")
-    for number, line in enumerate(lines):
-        draw.text((margin, margin + number * step), line, font=font, fill=0)
+    page = Image.new("L", (int(size_in[0] * dpi), int(size_in[1] * dpi)), 255)
+    draw = ImageDraw.Draw(page)
+    for number, line in enumerate(layout.lines):
+        draw.text((layout.margin, layout.margin + number * layout.step), line, font=layout.font, fill=0)
     return page
 
 

@@ -105,17 +105,21 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import re
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -595,11 +599,18 @@ class FakeLLM:
             "max_in_flight": max_in_flight,
             "cost_by_tier": (costs := self.batches.costs(ledger)),
             "cost_usd": round(sum(tier["cost_usd"] for tier in costs.values()), 9),
+            "batches": self.batch_times(),
             "config": self.config(),
         }
         if entries:
             data["entries"] = [e.as_dict(text) for e in ledger[since:]]
         return data
+
+    def batch_times(self) -> list[dict[str, Any]]:
+        """Each batch's id, and when it was created and completed (None: not yet), in real seconds: the
+        Batch objects say it to the second only."""
+        batches = list(self.batches.batches.values())
+        return [{"id": b.id, "created": b.created, "completed_at": b.completed_at} for b in batches]
 
     def wait_idle(self, timeout: float = 5.0) -> bool:
         """Wait until no request is in flight (e.g. until abandoned requests are recorded)."""
@@ -1286,15 +1297,25 @@ def _validate(name: str, value: Any) -> Any:
 _handed_out: set[int] = set()
 
 
+def _worker_share() -> tuple[int, int]:
+    """(this process's index, how many) among the suite's pytest-xdist workers; (0, 1) outside them."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(worker.removeprefix("gw")), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+
+
 def free_port() -> int:
     """A port nothing listens on now and that this process has not handed out before: the kernel may
     give the same free port twice before the first taker binds it (a stack's gateway port and a service's
-    health port, both picked before either process starts)."""
+    health port, both picked before either process starts). Under pytest-xdist, only ports of this
+    worker's share: another worker's picks, seconds before its processes bind them, are not in this
+    process's memory. The share goes by port // 2: Linux hands out odd ports to bind() (even ones it keeps
+    for connect()), so by port modulo two workers one of them waited for an even port for minutes."""
+    index, workers = _worker_share()
     while True:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        if port not in _handed_out:
+        if port not in _handed_out and port // 2 % workers == index:
             _handed_out.add(port)
             return port
 
@@ -1386,6 +1407,108 @@ class FakeLLMServer:
         if self._thread is not None:
             self._thread.join(timeout=10)
         self._socket.close()
+
+
+class FakeLLMProcess:
+    """A FakeLLM in a process of its own (``python -m tests.fake_llm``), read and configured over its
+    controls (`RemoteFakeLLM`): as a provider is, sharing no interpreter with its clients. Measures of
+    how many calls a client keeps in flight need it so: a stand-in in the measuring process answers late
+    whenever that process's own threads hold the interpreter."""
+
+    def __init__(self, *args: str) -> None:
+        self._args = args
+        self._process: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> FakeLLMProcess:
+        command = [sys.executable, "-m", "tests.fake_llm", "--port", "0", *self._args]
+        root = Path(__file__).resolve().parents[1]
+        self._process = subprocess.Popen(command, cwd=root, stdout=subprocess.PIPE, text=True)
+        assert self._process.stdout is not None
+        line = self._process.stdout.readline().strip()  # its base URL, once it listens
+        if not line.startswith("http://"):
+            self.__exit__()
+            raise RuntimeError(f"the stand-in LLM process did not start (it printed {line!r})")
+        self.base_url = line
+        self.url = line.removesuffix("/v1")
+        deadline = time.monotonic() + 10
+        while True:  # the port is bound before the server listens
+            try:
+                httpx.get(f"{self.url}/healthz", timeout=5).raise_for_status()
+                break
+            except httpx.ConnectError:
+                if time.monotonic() > deadline or self._process.poll() is not None:
+                    self.__exit__()
+                    raise RuntimeError("the stand-in LLM process did not listen") from None
+                time.sleep(0.05)
+        self.llm = RemoteFakeLLM(self.url)
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self._process is not None
+        return self._process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """How it ended (None: not yet)."""
+        assert self._process is not None
+        return self._process.poll()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._process is None:
+            return
+        self._process.terminate()
+        try:
+            self._process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+
+
+class RemoteFakeLLM:
+    """A FakeLLM in another process, through GET /_ledger and POST /_config: what the ledger's readers
+    and the knobs' setters use of a FakeLLM (entries, config, configure, wait_idle, batch_times)."""
+
+    def __init__(self, url: str) -> None:
+        self._http = httpx.Client(base_url=url, timeout=60)
+        self._ledger: list[LedgerEntry] = []  # the entries fetched so far (the ledger only grows)
+
+    def configure(self, **changes: Any) -> dict[str, Any]:
+        answer = self._http.post("/_config", json=changes)
+        if answer.status_code != 200:
+            raise ValueError(answer.json()["error"])
+        config: dict[str, Any] = answer.json()
+        return config
+
+    def _summary(self, **params: Any) -> dict[str, Any]:
+        answer = self._http.get("/_ledger", params=params)
+        answer.raise_for_status()
+        summary: dict[str, Any] = answer.json()
+        return summary
+
+    def config(self) -> dict[str, Any]:
+        config: dict[str, Any] = self._summary(entries=False)["config"]
+        return config
+
+    def entries(self, status: int | None = None) -> list[LedgerEntry]:
+        summary = self._summary(since=len(self._ledger))
+        if summary["count"] < len(self._ledger):  # reset meanwhile: read it whole
+            self._ledger = []
+            summary = self._summary()
+        self._ledger += [LedgerEntry(**e) for e in summary["entries"]]
+        return [e for e in self._ledger if status is None or e.status == status]
+
+    def batch_times(self) -> list[dict[str, Any]]:
+        batches: list[dict[str, Any]] = self._summary(entries=False)["batches"]
+        return batches
+
+    def wait_idle(self, timeout: float = 5.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while self._summary(entries=False)["in_flight"]:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(_POLL_S)
+        return True
 
 
 def main(argv: list[str] | None = None) -> None:

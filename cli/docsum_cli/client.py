@@ -6,9 +6,11 @@ import json
 import mimetypes
 import os
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -18,6 +20,11 @@ LOCAL_KEY_FILE = Path(".run") / "api-key"
 # A re-drive (resume, retry, reconcile) refused because another of the owner's runs, or over the rate,
 # is tried again after the gateway's Retry-After, for up to this long in all; then the 429 is shown.
 REDRIVE_PATIENCE_S = 15.0
+# A submission whose answer was lost (the connection dropped, the answer timed out) is sent again with the
+# same Idempotency-Key, after each of these waits in turn: the gateway answers a retry of a task it stored
+# with that task, and makes it only if it did not. The first retry goes at once (an answer lost on the way
+# back), the later ones give a restarting gateway time. A 409 (the first is being stored) waits its Retry-After.
+SUBMIT_RETRY_WAITS_S = (0.0, 1.0, 2.0, 4.0, 8.0)
 
 
 class GatewayError(Exception):
@@ -71,17 +78,35 @@ class Gateway:
     def submit(
         self, paths: list[Path], title: str | None = None, options: dict[str, str] | None = None
     ) -> dict[str, Any]:
-        handles = [p.open("rb") for p in paths]
-        try:
-            files = [
-                ("files", (p.name, h, mimetypes.guess_type(p.name)[0] or "application/octet-stream"))
-                for p, h in zip(paths, handles, strict=True)
-            ]
-            data = {**(options or {}), **({"title": title} if title else {})}
-            return self._call("POST", "/v1/tasks", files=files, data=data or None)
-        finally:
-            for h in handles:
-                h.close()
+        """POST /v1/tasks with a fresh Idempotency-Key; an answer lost on the way is asked for again with
+        the same key (SUBMIT_RETRY_WAITS_S), so a retry never makes a second task."""
+        data = {**(options or {}), **({"title": title} if title else {})}
+        headers = {"Idempotency-Key": f'"{uuid.uuid4()}"'}
+        waits = iter(SUBMIT_RETRY_WAITS_S)
+        while True:
+            handles = [p.open("rb") for p in paths]  # again for each try: a try reads them to the end
+            try:
+                files = [
+                    ("files", (p.name, h, mimetypes.guess_type(p.name)[0] or "application/octet-stream"))
+                    for p, h in zip(paths, handles, strict=True)
+                ]
+                response = self._http.request("POST", "/v1/tasks", files=files, data=data or None, headers=headers)
+            except httpx.TransportError as exc:
+                wait_s = next(waits, None)
+                if wait_s is None:
+                    raise GatewayError(f"cannot reach the gateway at {self._http.base_url}: {exc}") from exc
+                time.sleep(wait_s)
+                continue
+            except httpx.HTTPError as exc:
+                raise GatewayError(f"cannot reach the gateway at {self._http.base_url}: {exc}") from exc
+            finally:
+                for h in handles:
+                    h.close()
+            in_flight = _retry_after(response) if response.status_code == 409 else None
+            if in_flight is not None and next(waits, None) is not None:
+                time.sleep(in_flight)
+                continue
+            return self._answer(response)
 
     def task(self, task_id: str) -> dict[str, Any]:
         return self._call("GET", f"/v1/tasks/{task_id}")
@@ -111,7 +136,7 @@ class Gateway:
 
 
 def _retry_after(response: httpx.Response) -> float | None:
-    """The seconds a 429 asks to wait, when it says (as a number)."""
+    """The seconds a 429 or 409 asks to wait, when it says (as a number)."""
     value = response.headers.get("Retry-After", "")
     return float(value) if value.isascii() and value.isdigit() else None
 
@@ -180,6 +205,20 @@ class OwnerClient(Gateway):
 
     def tasks(self, limit: int = 50) -> list[dict[str, Any]]:
         return self._call("GET", "/v1/tasks", params={"limit": limit})
+
+
+class WebhookClient(Gateway):
+    """/v1/webhooks: the owner's webhook endpoints, for `docsum webhooks add|list|remove`."""
+
+    def add(self, url: str, events: list[str], all_tasks: bool = True) -> dict[str, Any]:
+        return self._call("POST", "/v1/webhooks", json={"url": url, "events": events, "all_tasks": all_tasks})
+
+    def list(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/v1/webhooks")
+
+    def remove(self, webhook_id: str) -> dict[str, Any]:
+        # Quoted: an id is the gateway's to judge (404 for one it never made), never a path of its own.
+        return self._call("DELETE", f"/v1/webhooks/{quote(webhook_id, safe='')}")
 
 
 class KeyAdmin(Gateway):

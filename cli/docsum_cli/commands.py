@@ -1,6 +1,6 @@
-"""`docsum tasks`, `docsum show TASK` and `docsum keys create|list|revoke`: the owner's tasks, one task
-in full, and the operator's stored API keys. Each prints a table (or text) for people, or with
-`--json` the gateway's own JSON."""
+"""`docsum tasks`, `docsum show TASK`, `docsum webhooks add|list|remove` and `docsum keys create|list|revoke`:
+the owner's tasks, one task in full, the owner's webhook endpoints, and the operator's stored API keys. Each
+prints a table (or text) for people, or with `--json` the gateway's own JSON."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from .client import KeyAdmin, OwnerClient
+from .client import KeyAdmin, OwnerClient, WebhookClient
 from .footnotes import printable
 from .shown import as_markup, as_text
 
@@ -21,7 +21,12 @@ from .shown import as_markup, as_text
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True)
 
-COMMANDS = ("tasks", "show", "keys")
+COMMANDS = ("tasks", "show", "webhooks", "keys")
+# What an endpoint may be told of (the gateway's WebhookEvent); by default, every way a task ends.
+WEBHOOK_EVENTS = (
+    "task.finished", "task.failed", "task.cancelled", "task.expired", "task.awaiting_approval", "document.failed",
+)  # fmt: skip
+TASK_ENDS = ["task.finished", "task.failed", "task.cancelled", "task.expired"]
 _STORED_KEY = re.compile(r"dsk_([0-9a-f]{12})_.+")
 
 
@@ -33,6 +38,28 @@ def add_commands(sub: Any) -> None:
     show = sub.add_parser("show", help="one task: its status, documents and summaries")
     show.add_argument("task_id")
     show.add_argument("--json", action="store_true", help="print the task as the gateway answers it")
+    hooks = sub.add_parser("webhooks", help="your webhook endpoints: told of your tasks' ends by signed POSTs")
+    hook_actions = hooks.add_subparsers(dest="webhooks_command", required=True)
+    add = hook_actions.add_parser("add", help="register an endpoint; its signing secret is shown this once")
+    # Not `url`: that is the gateway's (--url).
+    add.add_argument("endpoint_url", metavar="URL", help="where deliveries are POSTed (http:// or https://)")
+    add.add_argument(
+        "--events",
+        nargs="+",
+        choices=WEBHOOK_EVENTS,
+        default=TASK_ENDS,
+        metavar="EVENT",
+        help=f"what it is told of: {', '.join(WEBHOOK_EVENTS)} (default: {' '.join(TASK_ENDS)})",
+    )
+    add.add_argument(
+        "--only-named", action="store_true", help="only the tasks submitted with --webhook ID (default: all yours)"
+    )
+    add.add_argument("--json", action="store_true", help="print JSON")
+    hook_list = hook_actions.add_parser("list", help="your endpoints: id, URL, events (never their secrets)")
+    hook_list.add_argument("--json", action="store_true", help="print JSON")
+    remove = hook_actions.add_parser("remove", help="stop an endpoint: nothing more is sent to it")
+    remove.add_argument("webhook_id", help="the id `webhooks list` shows")
+    remove.add_argument("--json", action="store_true", help="print JSON")
     keys = sub.add_parser("keys", help="stored API keys (needs the gateway's DOCSUM_ADMIN_KEY)")
     actions = keys.add_subparsers(dest="keys_command", required=True)
     create = actions.add_parser("create", help="make a key for OWNER; it is shown this once")
@@ -56,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "show":
         task = OwnerClient(args.url).task(args.task_id)
         return _print(task, args.json, lambda: _show_task(task))
+    if args.command == "webhooks":
+        return _webhooks(args)
     admin = KeyAdmin(args.url)
     if args.keys_command == "create":
         made = admin.create(args.owner, args.name)
@@ -67,6 +96,40 @@ def run(args: argparse.Namespace) -> int:
     revoked = admin.revoke(whole.group(1) if whole else args.key_id)
     said = f"revoked {as_markup(revoked['key_id'])} ({as_markup(revoked['owner'])})"
     return _print(revoked, args.json, lambda: out.print(said))
+
+
+def _webhooks(args: argparse.Namespace) -> int:
+    hooks = WebhookClient(args.url)
+    if args.webhooks_command == "add":
+        made = hooks.add(args.endpoint_url, sorted(set(args.events)), all_tasks=not args.only_named)
+        return _print(made, args.json, lambda: _webhook_added(made))
+    if args.webhooks_command == "list":
+        listed = hooks.list()
+        return _print(listed, args.json, lambda: _webhooks_table(listed))
+    removed = hooks.remove(args.webhook_id)
+    said = f"removed {as_markup(removed['id'])} ({as_markup(removed['url'])}): nothing more is sent to it"
+    return _print(removed, args.json, lambda: out.print(said))
+
+
+def _webhook_added(made: dict[str, Any]) -> None:
+    out.print(as_text(made["secret"]), markup=False)
+    err.print(
+        f"webhook {as_markup(made['id'])} for {as_markup(made['url'])}: its secret (above) verifies each"
+        " delivery's webhook-signature; shown this once, store it now"
+    )
+
+
+def _webhooks_table(hooks: list[dict[str, Any]]) -> None:
+    if not hooks:
+        out.print("no webhooks")
+        return
+    table = Table("webhook", "url", "events", "tasks", "created (UTC)", box=None)
+    for h in hooks:
+        table.add_row(
+            as_markup(h["id"]), as_markup(h["url"]), as_markup(" ".join(h["events"])),
+            "all" if h["all_tasks"] else "named", _when(h["created_at"]),
+        )  # fmt: skip
+    out.print(table)
 
 
 def _print(value: Any, as_json: bool, human: Any) -> int:

@@ -19,6 +19,8 @@ from .shown import as_markup, as_text
 
 # How the LLM calls are sent (the gateway's TaskOptions.mode); realtime is the usual one, and unnamed.
 MODES = ("realtime", "flex", "batch")
+# Which of an owner's work goes first (the gateway's TaskOptions.priority).
+PRIORITIES = ("urgent", "normal", "background")
 FINAL = {"COMPLETED", "COMPLETED_WITH_ERRORS", "FAILED", "CANCELLED", "EXPIRED"}
 DOC_FINAL = {"COMPLETED", "FAILED", "CANCELLED"}
 
@@ -183,9 +185,19 @@ def main(argv: list[str] | None = None) -> int:
         "(default: the deployment's, DOCSUM_LLM_MODE)",
     )
     summarize.add_argument(
+        "--priority",
+        choices=PRIORITIES,
+        help="which of your work goes first: urgent (also before other owners' normal work, from your own "
+        "share), normal, or background (when nothing else waits) (default: normal)",
+    )
+    summarize.add_argument(
         "--deadline",
         help="when the task must be finished: a duration from now (45m, 6h, 2d, 1h30m) or an ISO 8601 instant "
         "with its zone (2026-12-03T08:00:00Z), at most 7 days away",
+    )
+    summarize.add_argument(
+        "--webhook",
+        help="the id of one of your webhook endpoints (POST /v1/webhooks) to tell of this task's end as well",
     )
     waiting = sub.add_parser("wait", help="wait for a task and print its summaries")
     waiting.add_argument("task_id")
@@ -227,8 +239,12 @@ def main(argv: list[str] | None = None) -> int:
                 options["language"] = args.language
             if args.mode:
                 options["mode"] = args.mode
+            if args.priority:
+                options["priority"] = args.priority
             if args.deadline:  # sent as given: the gateway reads it, and says what it refuses
                 options["deadline"] = args.deadline
+            if args.webhook:  # the gateway says if it is not one of the owner's endpoints
+                options["webhook"] = args.webhook
             created = gateway.submit(args.files, args.title, options)
             if args.no_wait:
                 print(json.dumps({"task_id": created["task_id"]}))

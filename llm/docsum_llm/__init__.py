@@ -21,6 +21,8 @@ from .base import SummarizerBackend, SummaryRequest, SummaryResult
 from .budget import TokenCalibration, completion_reserve, estimate_request_tokens, fits, plan_chunk
 from .cache import CallContext, ResultCache, cache_key, summarize_cached
 from .openai.endpoint import EndpointLimits
+from .shares import OwnerShares
+from .slots import RankedSlots
 
 if TYPE_CHECKING:
     from .openai.client import OpenAIBackend
@@ -46,17 +48,22 @@ class Summarizing:
     limiter: RateLimiter | None
     calibration: TokenCalibration
     settings: LLMSettings
+    # Whose shares the paid calls are charged to (the merger's: its calls take no admission's slot); None
+    # for the summarizer's chunks, charged by the admission.
+    shares: OwnerShares | None = None
     _probed_at: float | None = field(default=None, init=False)
     _probing: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
-    _calls: asyncio.Semaphore = field(init=False)  # calls in flight in this process, whoever makes them
+    # Calls in flight in this process, whoever makes them: a free one to the waiting call of lowest rank.
+    _calls: RankedSlots = field(init=False)
     cache: ResultCache = field(init=False)
 
     def __post_init__(self) -> None:
-        self._calls = asyncio.Semaphore(self.settings.llm_max_inflight)
+        self._calls = RankedSlots(self.settings.llm_max_inflight)
         self.cache = ResultCache(self.pool)
 
     @classmethod
-    def from_settings(cls, settings: LLMSettings, pool: asyncpg.Pool) -> Summarizing:
+    def from_settings(cls, settings: LLMSettings, pool: asyncpg.Pool, *, charged: bool = False) -> Summarizing:
+        """The port for `settings`; `charged`: its paid calls charged to their owners' shares."""
         backend = make_backend(settings)
         limiter = limits = None
         if settings.llm_backend == "openai":
@@ -64,7 +71,8 @@ class Summarizing:
             limits = EndpointLimits(pool, key, configured=settings.llm_context_tokens)
             if settings.llm_rpm or settings.llm_tpm:
                 limiter = RateLimiter(pool, key, rpm=settings.llm_rpm, tpm=settings.llm_tpm)
-        return cls(pool, backend, limits, limiter, TokenCalibration(), settings)
+        shares = OwnerShares(settings.deployment, settings.owner_weights) if charged else None
+        return cls(pool, backend, limits, limiter, TokenCalibration(), settings, shares)
 
     @property
     def model(self) -> str:
@@ -92,11 +100,13 @@ class Summarizing:
                 return
             facts = await probe()
             if facts is None:
-                log.info("%s: the endpoint states no context window; learned from refusals", self.limits.key)
+                log.info("%s: the endpoint did not answer what it can; asked again in a minute", self.limits.key)
                 self._probed_at = time.monotonic()
                 return
             if facts.context_tokens:
                 await self.limits.observe(facts.context_tokens, facts.source)
+            else:  # never asked again: every call would wait for the same answer once a minute
+                log.info("%s: the endpoint states no context window; learned from refusals", self.limits.key)
             # Only now: a call that finds the probe done plans under what it stated.
             self._probed_at = float("inf")  # asked and answered: never again in this process
 
@@ -112,7 +122,8 @@ class Summarizing:
     ) -> tuple[SummaryResult, bool]:
         """The answer to `request` (from the result cache, or the provider), and whether it was cached.
         At most `DOCSUM_LLM_MAX_INFLIGHT` of them at once per process: the summarizer's chunks and the
-        merger's merges alike."""
+        merger's merges alike, a call waiting for one of those slots served in its `context.rank` (the
+        fair order's, lowest first; unranked first, in the order they came: slots.py)."""
         kind = str(request.kind)
         try:
             result, cached = await summarize_cached(
@@ -124,7 +135,8 @@ class Summarizing:
                 calibration=self.calibration,
                 shared=self.settings.shared_cache,
                 mode=(context.mode if context else None) or self.settings.llm_mode,
-                slot=self._call_slot(request),
+                slot=self._call_slot(request, context.rank if context else None),
+                shares=self.shares,
             )
         except StalePlan:
             raise  # no call was made
@@ -135,10 +147,11 @@ class Summarizing:
         return result, cached
 
     @contextlib.asynccontextmanager
-    async def _call_slot(self, request: SummaryRequest) -> AsyncIterator[None]:
-        """One of the process's call slots. A request planned before its wait for one, under a budget a
-        refusal has lowered meanwhile, is not sent to be refused too: ContextLimitExceeded, planned again."""
-        async with self._calls:
+    async def _call_slot(self, request: SummaryRequest, rank: tuple[float, ...] | None) -> AsyncIterator[None]:
+        """One of the process's call slots, in `rank`'s turn. A request planned before its wait for one,
+        under a budget a refusal has lowered meanwhile, is not sent to be refused too:
+        ContextLimitExceeded, planned again."""
+        async with self._calls.slot(rank):
             if self.limits is not None and not fits(request, await self.limits.budget(), self.calibration):
                 raise StalePlan("planned under a larger input budget than the one learned meanwhile")
             try:

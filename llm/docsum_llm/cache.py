@@ -26,6 +26,7 @@ from docsum_shared.together import Together
 from .base import Span, SummarizerBackend, SummaryRequest, SummaryResult, SummarySentence, Support
 from .budget import COMPLETION_RESERVE, TokenCalibration, estimate_request_tokens
 from .openai.prompts import PROMPT_VERSION
+from .shares import OwnerShares
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,9 @@ class CallContext:
     # How the task's calls are sent (its options' mode; None: the deployment's default). Not part of the
     # cache key: the same request gets the same answer at any tier.
     mode: Mode | None = None
+    # Its chunk's rank in the fair order between owners (lower first): the order in which it gets one
+    # of the process's call slots (slots.py). None: unranked (a merge; a chunk admitted first in, first out).
+    rank: tuple[float, ...] | None = None
 
 
 def cache_key(
@@ -82,14 +86,24 @@ class ResultCache:
         return result
 
     async def store(
-        self, context: CallContext, request: SummaryRequest, key: str, result: SummaryResult, latency_ms: int
+        self,
+        context: CallContext,
+        request: SummaryRequest,
+        key: str,
+        result: SummaryResult,
+        latency_ms: int,
+        shares: OwnerShares | None = None,
     ) -> None:
-        """A paid answer and its ledger line, both or neither. An answer PostgreSQL refuses fails its item
-        for good (ItemFailed): asked again, the model would most likely write it again, and be paid again."""
+        """A paid answer and its ledger line, both or neither, and with `shares` its owner's charge in the
+        same statement. An answer PostgreSQL refuses fails its item for good (ItemFailed): asked again, the
+        model would most likely write it again, and be paid again."""
+        owner = context.owner if shares is not None else None
+        charge = shares.charge(owner, result.prompt_tokens, result.completion_tokens) if shares and owner else None
         try:
             await self._store(
                 (*_ledger(context, request, key, result, cached=False, latency_ms=latency_ms),
-                 result.text, result.truncated, sentences_json(result.sentences))
+                 result.text, result.truncated, sentences_json(result.sentences),
+                 shares.deployment if shares else None, owner, charge)
             )  # fmt: skip
         except asyncpg.DataError as exc:
             raise ItemFailed(f"the LLM provider's answer could not be stored: {_first_line(exc)}") from exc
@@ -120,8 +134,10 @@ async def summarize_cached(
     shared: bool = False,
     mode: Mode = "realtime",
     slot: AbstractAsyncContextManager[object] | None = None,
+    shares: OwnerShares | None = None,
 ) -> tuple[SummaryResult, bool]:
-    """The backend's answer to `request`, and whether it came from the cache.
+    """The backend's answer to `request`, and whether it came from the cache; with `shares`, a paid
+    answer charged to its owner's share.
 
     A call that goes to the provider first takes its slot from the cluster-wide rate limiter, and is
     sent in `mode`; its ledger line says the tier it was answered at, which is what it is priced at.
@@ -151,7 +167,7 @@ async def summarize_cached(
         await limiter.settle(reservation, result.prompt_tokens + result.completion_tokens)
     if calibration is not None:
         calibration.observe(estimate, result.prompt_tokens)
-    await cache.store(context, request, key, result, int(result.seconds * 1000))
+    await cache.store(context, request, key, result, int(result.seconds * 1000), shares)
     return result, False
 
 
@@ -208,14 +224,21 @@ _LEDGER_COLUMNS = (
 )
 _RECORD = f"INSERT INTO llm_calls ({_LEDGER_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
 # Paid answers with their ledger lines: `_ledger`'s columns, then the answer's text, whether it was cut
-# and its sentences, each an array over the calls.
+# and its sentences, then the owner's share charged for it (its deployment, owner and charge; NULL when
+# the call is charged otherwise: a chunk's, by the admission), each an array over the calls.
 _STORE = (
     "WITH w AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],"
     "   $7::bool[], $8::int[], $9::int[], $10::int[], $11::text[], $12::int[], $13::text[], $14::bool[],"
-    f"   $15::jsonb[]) AS w({_LEDGER_COLUMNS}, result, truncated, sentences)),"
+    "   $15::jsonb[], $16::text[], $17::text[], $18::float8[])"
+    f"   AS w({_LEDGER_COLUMNS}, result, truncated, sentences, share_deployment, share_owner, share_charge)),"
     " stored AS (INSERT INTO llm_results (key, model, kind, result, prompt_tokens, completion_tokens, truncated,"
     "   sentences) SELECT cache_key, model, kind, result, prompt_tokens, completion_tokens, truncated, sentences"
-    "   FROM w ON CONFLICT (key) DO NOTHING)"
+    "   FROM w ON CONFLICT (key) DO NOTHING),"
+    " charged AS (INSERT INTO owner_shares (deployment, owner, counter, lifted)"
+    "   SELECT share_deployment, share_owner, sum(share_charge), 0 FROM w WHERE share_charge IS NOT NULL"
+    "   GROUP BY share_deployment, share_owner"
+    "   ON CONFLICT (deployment, owner) DO UPDATE SET counter = owner_shares.counter + excluded.counter,"
+    "   updated_at = now())"
     f" INSERT INTO llm_calls ({_LEDGER_COLUMNS}) SELECT {_LEDGER_COLUMNS} FROM w"
 )
 

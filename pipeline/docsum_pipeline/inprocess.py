@@ -37,6 +37,7 @@ from docsum_shared.events import TOPIC_OF, Event, Topic
 from docsum_shared.handlers import Bound, Publish, Sender
 from docsum_shared.handling import Handling, Message, Routes
 from docsum_shared.kafka import DLQ_SUFFIX
+from docsum_shared.lanes import Lanes
 from docsum_shared.settings import Settings
 from docsum_shared.stage import Attach, Stage
 
@@ -76,42 +77,34 @@ class _Group:
     def __init__(self, handling: Handling, max_inflight: int) -> None:
         self.handling = handling
         self.max_inflight = max_inflight
-        self.lanes: dict[tuple[str, bytes | None], collections.deque[BusRecord]] = {}
-        self.ready: collections.deque[tuple[str, bytes | None]] = collections.deque()
+        self.lanes: Lanes[tuple[str, bytes | None], BusRecord] = Lanes()
         self.running: dict[tuple[str, bytes | None], asyncio.Task[None]] = {}
 
     def put(self, record: BusRecord) -> None:
         lane = (record.topic, record.key)
-        if lane in self.lanes:
-            self.lanes[lane].append(record)
+        if not self.lanes.add(lane, record):
             return
-        self.lanes[lane] = collections.deque([record])
         if len(self.running) < self.max_inflight:
             self.running[lane] = asyncio.create_task(self._run(lane))
         else:
-            self.ready.append(lane)
+            self.lanes.ready.append(lane)
 
     @property
     def idle(self) -> bool:
-        return not self.lanes
+        return not self.lanes.waiting
 
     async def _run(self, lane: tuple[str, bytes | None]) -> None:
-        queue = self.lanes[lane]
         most = self.handling.most(lane[0])
         try:
-            while queue:
-                records = list(itertools.islice(queue, most))
+            while records := self.lanes.leading(lane, most):
                 done = await self.handling.leading(records)
                 if not done:
                     return  # stopping: what is left is dropped with the bus
                 for _ in range(done):
-                    queue.popleft()
+                    self.lanes.done(lane)
         finally:
-            if not queue:
-                del self.lanes[lane]
             del self.running[lane]
-            if self.ready and not self.handling.stopping.is_set():
-                waiting = self.ready.popleft()
+            if not self.handling.stopping.is_set() and (waiting := self.lanes.next_ready()) is not None:
                 self.running[waiting] = asyncio.create_task(self._run(waiting))
 
     async def stop(self) -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import itertools
 import logging
 import signal
 import sys
@@ -36,11 +35,12 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord
 from . import logs, metrics, telemetry
 from .db import connect_pool, migrate
 from .errors import Kind, classify
-from .events import TOPIC_OF, Event, Topic
+from .events import Event, Topic
 from .handlers import Bound, Publish
 from .handling import Handling, Message
 from .health import Ready, database_ready, listen, serve_health
-from .kafka import DLQ_SUFFIX, KafkaPublish, client_options, ensure_topics, make_producer, publish
+from .kafka import DLQ_SUFFIX, KafkaPublish, client_options, ensure_topics, make_producer
+from .lanes import Lanes
 from .retry import MESSAGES, Tally, retry_until
 from .settings import S, Settings, service_settings
 
@@ -85,57 +85,6 @@ class _PartitionProgress:
 Lane = tuple[TopicPartition, bytes | None]
 
 
-@dataclass
-class _Lanes:
-    """Messages waiting per key, in offset order: the head of each lane is being handled, or waits for
-    a free slot (`ready`, in the order the lanes opened)."""
-
-    waiting: dict[Lane, collections.deque[ConsumerRecord]] = field(default_factory=dict)
-    held: int = 0  # messages in all lanes, heads included
-    ready: collections.deque[Lane] = field(default_factory=collections.deque)
-
-    def add(self, lane: Lane, record: ConsumerRecord) -> bool:
-        """Queue `record`; True when it opens a new lane (to be handled now, or once a slot is free)."""
-        self.held += 1
-        queue = self.waiting.get(lane)
-        if queue is not None:
-            queue.append(record)
-            return False
-        self.waiting[lane] = collections.deque([record])
-        return True
-
-    def head(self, lane: Lane) -> ConsumerRecord | None:
-        queue = self.waiting.get(lane)
-        return queue[0] if queue else None
-
-    def leading(self, lane: Lane, most: int) -> list[ConsumerRecord]:
-        """The head of `lane` and up to `most` - 1 records behind it, in order."""
-        queue = self.waiting.get(lane)
-        return list(itertools.islice(queue, most)) if queue else []
-
-    def done(self, lane: Lane) -> None:
-        """The head of `lane` is done; the lane closes when nothing waits behind it."""
-        queue = self.waiting[lane]
-        queue.popleft()
-        self.held -= 1
-        if not queue:
-            del self.waiting[lane]
-
-    def close(self, lane: Lane) -> None:
-        """Hand back what `lane` still holds (its offsets stay uncommitted)."""
-        self.held -= len(self.waiting.pop(lane, ()))
-
-    def next_ready(self) -> Lane | None:
-        """The lane that has waited longest for a slot."""
-        return self.ready.popleft() if self.ready else None
-
-    def close_ready(self, partitions: list[TopicPartition] | None = None) -> None:
-        """Hand back the lanes of `partitions` (all if None) still waiting for a slot."""
-        for lane in [lane for lane in self.ready if partitions is None or lane[0] in partitions]:
-            self.ready.remove(lane)
-            self.close(lane)
-
-
 class ConsumerService:
     def __init__(
         self,
@@ -164,6 +113,8 @@ class ConsumerService:
         self.handlers.update(carriers or {})
         self.max_inflight = max_inflight or settings.max_inflight
         self.producer = make_producer(settings)
+        # What the handlers return and what the stage's loops publish, counted as this service's.
+        self._publish = KafkaPublish(self.producer, settings, name)
         self.consumer = AIOKafkaConsumer(
             **client_options(settings),
             group_id=settings.group(name),
@@ -177,7 +128,7 @@ class ConsumerService:
         self._handling = Handling(name, settings, self.handlers, self._emit, self._dead_letter, self._stopping)
         self._progress: dict[TopicPartition, _PartitionProgress] = {}
         self._tasks: dict[Lane, asyncio.Task[None]] = {}  # one per lane being handled
-        self._lanes = _Lanes()
+        self._lanes: Lanes[Lane, ConsumerRecord] = Lanes()
         self._room = asyncio.Event()  # set when handled messages leave the buffer
         self.joined = False  # the group has given this member its partitions (readiness)
         self._lag_at = 0.0
@@ -199,7 +150,7 @@ class ConsumerService:
         await self._wait_for_topics()
         self.consumer.subscribe(list(self.handlers), listener=_Rebalance(self))
         log.info("%s consuming %s (%d in flight)", self.name, ", ".join(self.handlers), self.max_inflight)
-        port = KafkaPublish(self.producer, self.settings)
+        port = self._publish
         beside: asyncio.Task[None] | None = asyncio.create_task(self.background(port)) if self.background else None
         loop = asyncio.get_running_loop()
         try:
@@ -324,7 +275,9 @@ class ConsumerService:
 
     async def _drain(self, partitions: list[TopicPartition] | None = None) -> None:
         """Let in-flight work on `partitions` (all if None) finish, hand back the rest, commit."""
-        self._lanes.close_ready(partitions)  # not started: handed back as they are
+        self._lanes.close_ready(
+            lambda lane: partitions is None or lane[0] in partitions
+        )  # not started: handed back as they are
         tasks = [t for (tp, _), t in self._tasks.items() if partitions is None or tp in partitions]
         if tasks:
             log.info("%s: waiting for %d messages in flight", self.name, len(tasks))
@@ -340,9 +293,7 @@ class ConsumerService:
 
     async def _emit(self, events: list[Event]) -> None:
         """Publish what a handler returned; done once Kafka has acknowledged every event."""
-        await publish(self.producer, self.settings, events, sender=None)  # checked by the handlers' registry
-        for event in events:
-            metrics.PRODUCED.labels(self.name, self.settings.topic(TOPIC_OF[type(event)])).inc()
+        await self._publish(events, sender=None)  # checked by the handlers' registry
 
     async def _dead_letter(self, record: Message, reason: str) -> None:
         if not self.dead_letters:

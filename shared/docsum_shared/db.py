@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import re
+from collections.abc import Callable
 from importlib import resources
+from typing import Any
 
 import asyncpg
 
-from .retry import retry_until, until_deadline
+from .retry import keep_running, retry_until, until_deadline
 
 log = logging.getLogger(__name__)
+
+# Notified in the chunker's transaction that stores a document's chunks: the summarizers' admission
+# wakes at its commit.
+CHUNKS_STORED = "docsum_chunks_stored"
+# Notified in the transaction that writes webhook deliveries to the outbox (and by a resend): the gateways'
+# sending loop wakes at its commit.
+WEBHOOKS_DUE = "docsum_webhooks_due"
 
 # Any number would do; it only has to be the same for every process that migrates this database.
 _MIGRATION_LOCK_ID = 0x646F6373756D  # "docsum"
@@ -34,6 +45,26 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     a round trip per query; no docsum code leaves session state on a pooled connection (no SET, no
     LISTEN — the progress streams listen on a connection of their own —, no held cursor, and session
     advisory locks are unlocked in `finally`)."""
+
+
+async def listen(database_url: str, channel: str, notified: Callable[[str], Any], what: str) -> None:
+    """Call `notified(payload)` for each notification on `channel`, until cancelled: LISTEN on a connection
+    of its own (a pooled one is given back without UNLISTEN), again after the database restarts. A
+    notification sent while no connection listens is lost: each listener also looks on its own."""
+
+    async def once() -> None:
+        conn = await asyncpg.connect(database_url)
+        try:
+            await conn.add_listener(channel, lambda _conn, _pid, _channel, payload: notified(payload))
+            while not conn.is_closed():
+                await asyncio.sleep(5.0)
+                await conn.execute("SELECT 1")  # notices a dead connection
+        finally:
+            if not conn.is_closed():
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(conn.close(), 2)
+
+    await keep_running(what, once)
 
 
 def _migrations() -> list[tuple[int, str, str]]:

@@ -110,7 +110,8 @@ _SUBMISSION_FORMS: list[Any] = [
     {
         "title": "by URI",
         "description": (
-            "Another system's document, fetched by the parser from a file:// or http(s):// URI, on intake.<producer>."
+            "Another system's document, fetched by the parser from a file://, http(s):// or s3:// URI, on"
+            " intake.<producer>."
         ),
         "required": ["task_documents", "source_uri"],
         "properties": {
@@ -134,7 +135,7 @@ class DocumentSubmitted(Event):
       (the gateway and the re-drives publish this form, on document-submitted: the only form it takes);
     - inline: another system publishes the bytes in `content_base64`;
     - by URI: another system names them by `source_uri` (file:// under the owner's roots, http(s):// to
-      the owner's hosts).
+      the owner's hosts, s3:// in the owner's buckets).
 
     Another system publishes the inline and URI forms on its own topic, intake.<producer>, for the owners
     it may act for. The task is created on first sight, from `owner`, `title`, `options` and
@@ -180,8 +181,8 @@ class DocumentSubmitted(Event):
         default=None,
         description=(
             "URI form: where the parser fetches the bytes: file:///path under DOCSUM_INTAKE_FILE_ROOTS, or"
-            " http(s)://host/... for a host in DOCSUM_INTAKE_HTTP_HOSTS (no redirect to another origin, at"
-            " most DOCSUM_MAX_FILE_BYTES). s3:// is not supported."
+            " http(s)://host/... for a host in DOCSUM_INTAKE_HTTP_HOSTS (no redirect to another origin), or"
+            " s3://bucket/key under a bucket and prefix in DOCSUM_INTAKE_S3_PLACES; at most DOCSUM_MAX_FILE_BYTES."
         ),
     )
     title: str | None = Field(

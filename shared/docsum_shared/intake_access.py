@@ -1,5 +1,6 @@
 """Where an owner's documents may come from when another system publishes them (file roots, web hosts and
-ports), and which names a producer may have. IntakeSettings reads these; the parser's intake decides with them.
+ports, buckets and key prefixes), and which names a producer may have. IntakeSettings reads these; the
+parser's intake decides with them.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class IntakeAccess(BaseModel):
     file_roots: list[str] = Field(default_factory=list)
     http_hosts: list[str] = Field(default_factory=list)
     http_ports: list[int] | None = None  # None: DOCSUM_INTAKE_HTTP_PORTS
+    s3_places: list[str] = Field(default_factory=list)  # s3://bucket/prefix an s3:// URI may be under
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class OwnerAccess:
     # The file roots DOCSUM_INTAKE_OWNERS gives to other owners: a file is read only when none of them holds
     # it more closely than one of file_roots (a global /srv does not open alice's /srv/alice to bob).
     other_roots: list[str] = field(default_factory=list)
+    s3_places: list[str] = field(default_factory=list)  # s3://bucket or s3://bucket/prefix
 
     @classmethod
     def of(cls, owner: str | None, entry: IntakeAccess | None, settings: IntakeSettings) -> OwnerAccess:
@@ -48,13 +51,14 @@ class OwnerAccess:
         others = [root for name, e in settings.intake_owners.items() if name != owner for root in e.file_roots]
         if entry is None:
             return cls(settings.intake_file_roots, settings.intake_http_hosts, settings.intake_http_ports, None,
-                       other_roots=others)  # fmt: skip
+                       other_roots=others, s3_places=settings.intake_s3_places)  # fmt: skip
         own_ports = entry.http_ports is not None
         ports = entry.http_ports if entry.http_ports is not None else settings.intake_http_ports
-        return cls(entry.file_roots, entry.http_hosts, ports, owner, own_ports, others)
+        return cls(entry.file_roots, entry.http_hosts, ports, owner, own_ports, others, entry.s3_places)
 
     def setting(self, field: str) -> str:
-        """The setting that lists `field` ("file_roots", "http_hosts", "http_ports") for this owner."""
+        """The setting that lists `field` ("file_roots", "http_hosts", "http_ports", "s3_places") for this
+        owner."""
         if self.owner is None or (field == "http_ports" and not self.own_ports):
             return f"DOCSUM_INTAKE_{field.upper()}"
         return f"DOCSUM_INTAKE_OWNERS ({self.owner}: {field})"

@@ -12,6 +12,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 from aiokafka.helpers import create_ssl_context
 
+from . import metrics
 from .errors import EventRefused, Kind, kafka_kind
 from .events import TOPIC_OF, Event, Topic, intake_topic
 from .handlers import Sender
@@ -146,13 +147,19 @@ async def publish(
 
 @dataclass(frozen=True)
 class KafkaPublish:
-    """The `Publish` port on Kafka: `publish` through this producer, with every guarantee it gives."""
+    """The `Publish` port on Kafka: `publish` through this producer, with every guarantee it gives. With
+    `service`, what it published is counted as that service's (docsum_messages_produced_total), as what
+    its handlers return is."""
 
     producer: AIOKafkaProducer
     settings: Settings
+    service: str | None = None
 
-    async def __call__(self, events: Sequence[Event], *, sender: Sender) -> None:
+    async def __call__(self, events: Sequence[Event], *, sender: Sender | None) -> None:
         await publish(self.producer, self.settings, events, sender=sender)
+        if self.service is not None:
+            for event in events:
+                metrics.PRODUCED.labels(self.service, self.settings.topic(TOPIC_OF[type(event)])).inc()
 
 
 def _raise_if_refused(exc: KafkaError, topic: str, event: Event) -> None:

@@ -1,4 +1,5 @@
-"""Task lifecycle transitions in Postgres: pause, resume, cancel, retry, expiry, reconcile.
+"""Task lifecycle transitions in Postgres: pause, resume, cancel, retry, expiry, reconcile; and a document's
+failure in whichever stage it fails.
 
 Each is one guarded transition: it happens only from the statuses it names, so calling it twice (or
 racing the pipeline) is harmless. Re-driving the work that a transition frees is redrive.py's job;
@@ -8,9 +9,12 @@ the loop that runs expiry and reconcile lives beside the merger (docsum_merger.m
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 import asyncpg
 
+from . import outbox
+from .settings import LLMSettings
 from .states import DOCUMENT_FINAL, TASK_HELD, TASK_TAKES_WORK, ChunkStatus, DocumentStatus, TaskStatus
 
 log = logging.getLogger(__name__)
@@ -39,7 +43,9 @@ async def resume(pool: asyncpg.Pool, task_id: str) -> bool:
     return moved is not None
 
 
-async def cancel(pool: asyncpg.Pool, task_id: str) -> bool:
+async def cancel(pool: asyncpg.Pool, task_id: str, settings: LLMSettings) -> bool:
+    """Cancelled, with its unfinished documents, and the webhook deliveries its end owes written in the same
+    transaction (outbox.py): a cancel stored is always told."""
     async with pool.acquire() as conn, conn.transaction():
         moved = await _move(conn, task_id, [*UNFINISHED, *TASK_HELD], TaskStatus.CANCELLED)
         if moved:
@@ -49,6 +55,7 @@ async def cancel(pool: asyncpg.Pool, task_id: str) -> bool:
                 DocumentStatus.CANCELLED,
                 list(DOCUMENT_FINAL),
             )
+            await outbox.enqueue_task(conn, settings, task_id, TaskStatus.CANCELLED)
         return moved
 
 
@@ -113,26 +120,54 @@ async def recount_documents(conn: asyncpg.Connection, document_ids: list[str]) -
     )
 
 
-async def expire_idle(pool: asyncpg.Pool, ttl_s: float) -> list[str]:
-    rows = await pool.fetch(
-        "UPDATE tasks SET status = $3, updated_at = now()"
-        " WHERE status = ANY($1::text[]) AND last_active_at < now() - make_interval(secs => $2) RETURNING id",
-        [*UNFINISHED, *TASK_HELD],
-        ttl_s,
-        TaskStatus.EXPIRED,
-    )
+async def expire_idle(pool: asyncpg.Pool, settings: LLMSettings, ttl_s: float, *, deployment: str) -> list[str]:
+    """`deployment`'s unfinished or held tasks idle beyond `ttl_s`, EXPIRED now: their ids. Another
+    deployment's are its own maintenance's (it announces the end on its own topics). The webhook
+    deliveries each end owes are written in the same transaction: an expiry stored is always told."""
+    async with pool.acquire() as conn, conn.transaction():
+        rows = await conn.fetch(
+            "UPDATE tasks SET status = $3, updated_at = now()"
+            " WHERE status = ANY($1::text[]) AND last_active_at < now() - make_interval(secs => $2)"
+            " AND deployment = $4 RETURNING id",
+            [*UNFINISHED, *TASK_HELD],
+            ttl_s,
+            TaskStatus.EXPIRED,
+            deployment,
+        )
+        for row in rows:
+            await outbox.enqueue_task(conn, settings, row["id"], TaskStatus.EXPIRED)
     return [r["id"] for r in rows]
 
 
-async def idle_unfinished(pool: asyncpg.Pool, idle_s: float, owner: str | None = None) -> list[str]:
+async def idle_unfinished(pool: asyncpg.Pool, idle_s: float, owner: str | None = None, *, deployment: str) -> list[str]:
+    """`deployment`'s unfinished tasks (of `owner`, if given) idle beyond `idle_s`, longest idle first: a
+    re-drive publishes on the deployment's topics, where only its own tasks' work belongs."""
     rows = await pool.fetch(
         "SELECT id FROM tasks WHERE status = ANY($1::text[]) AND last_active_at < now() - make_interval(secs => $2)"
-        " AND ($3::text IS NULL OR owner = $3) ORDER BY last_active_at",
+        " AND ($3::text IS NULL OR owner = $3) AND deployment = $4 ORDER BY last_active_at",
         UNFINISHED,
         idle_s,
         owner,
+        deployment,
     )
     return [r["id"] for r in rows]
+
+
+async def fail_document(pool: asyncpg.Pool, document_id: str, error: str, sources: Iterable[DocumentStatus]) -> None:
+    """The document FAILED with `error` if it is in one of `sources` (the statuses of the stage that fails
+    it: handled twice, or after another stage moved it on, nothing changes), and the webhook deliveries that
+    owes, in one transaction. What the parser was reading is cleared: a failed document reads nothing."""
+    async with pool.acquire() as conn, conn.transaction():
+        moved = await conn.fetchval(
+            "UPDATE documents SET status = $2, error = $3, reading = NULL, updated_at = now()"
+            " WHERE id = $1 AND status = ANY($4::text[]) RETURNING true",
+            document_id,
+            DocumentStatus.FAILED,
+            error,
+            list(sources),
+        )
+        if moved:
+            await outbox.enqueue_document_failed(conn, document_id)
 
 
 async def _move(

@@ -85,6 +85,21 @@ RECOVERY_SECONDS = Histogram(
     buckets=(1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200),
 )
 
+# --- fair shares (the summarizer's admission) -------------------------------------------------------------
+# By priority only: an owner label would have no bound on its number.
+READY_CHUNKS = Gauge(
+    "docsum_ready_chunks",
+    "Chunks waiting for their turn (stored, not admitted yet), of tasks that take work, by their task's priority"
+    " (every summarizer reads the same count every few seconds: read it as max by priority).",
+    ["priority"],
+)
+TOKENS_SERVED = Counter(
+    "docsum_tokens_served_total",
+    "What the summarizer's answers cost their owners' shares (prompt + 2 x completion tokens; an answer from the"
+    " result cache: 0), by their task's priority.",
+    ["priority"],
+)
+
 # --- tasks ----------------------------------------------------------------------------------------------
 TASKS = Gauge("docsum_tasks", "Tasks by status (counted by the maintenance loop).", ["status"])
 STALLED_SECONDS = Gauge(

@@ -16,6 +16,11 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validato
 # A new mode is one more name here.
 Mode = Literal["realtime", "flex", "batch"]
 MODES: tuple[str, ...] = get_args(Mode)
+# Which of its owner's work goes first (the summarizer's admission, docsum_summarizer/schedule.py): urgent
+# (also before other owners' normal work, within a bounded credit of its owner's own share), normal, or
+# background (after everyone's normal work, until it has waited long enough).
+TaskPriority = Literal["urgent", "normal", "background"]
+PRIORITIES: tuple[str, ...] = get_args(TaskPriority)
 
 
 class TaskOptions(BaseModel):
@@ -44,6 +49,12 @@ class TaskOptions(BaseModel):
         description='How the LLM calls are sent: "realtime"; "flex" (about half the price, slower, may wait for '
         'capacity); or "batch" (the chunks through the provider\'s Batch API at about half the price, answered '
         "within hours); null: the deployment's default (DOCSUM_LLM_MODE).",
+    )
+    priority: TaskPriority | None = Field(
+        None,
+        description="Which of its owner's work goes first: \"urgent\" (also before other owners' normal work, "
+        'spending its owner\'s own share early), "normal", or "background" (when nothing else waits, or once it has '
+        "waited DOCSUM_BACKGROUND_AFTER_S); null: normal. Owners share the LLM fairly whatever their priorities.",
     )
     deadline: AwareDatetime | None = Field(
         None,

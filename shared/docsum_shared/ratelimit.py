@@ -28,6 +28,9 @@ _INCREASE = 0.02  # per successful call
 class Reservation:
     tokens: int
     waited_s: float
+    # When the slot booked began, in seconds since the epoch on the database's clock, the one every limiter
+    # of the key books on: the pace itself, whatever the delay between a call and its booking.
+    slot_at: float
 
 
 class RateLimiter:
@@ -48,7 +51,7 @@ class RateLimiter:
     async def acquire(self, tokens: int) -> Reservation:
         """Book the next slot for one call of about `tokens` tokens, and wait for it."""
         await self._ensure_row()
-        wait_s = await self.pool.fetchval(
+        booked = await self.pool.fetchrow(
             "WITH booked AS ("
             " UPDATE llm_rate_limits SET"
             "  request_tat = greatest(request_tat, clock_timestamp()) + make_interval(secs => $2::float8 / factor),"
@@ -58,16 +61,17 @@ class RateLimiter:
             " RETURNING request_tat - make_interval(secs => $2::float8 / factor) AS request_slot,"
             "  token_tat - make_interval(secs => $3::float8 * $4::float8 / factor) AS token_slot)"
             " SELECT greatest(0, extract(epoch FROM greatest(request_slot, token_slot) - clock_timestamp()))::float8"
+            "  AS wait_s, extract(epoch FROM greatest(request_slot, token_slot))::float8 AS slot_at"
             " FROM booked",
             self.key,
             self.request_interval,
             float(tokens),
             self.token_interval,
         )
-        wait_s = float(wait_s or 0.0)
+        wait_s = float(booked["wait_s"] or 0.0)
         if wait_s > 0:
             await asyncio.sleep(wait_s)
-        return Reservation(tokens, wait_s)
+        return Reservation(tokens, wait_s, float(booked["slot_at"]))
 
     async def settle(self, reservation: Reservation, used_tokens: int) -> None:
         """Correct the token booking by what the call really used, and win back some rate."""

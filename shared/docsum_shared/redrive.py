@@ -26,7 +26,7 @@ from datetime import datetime
 
 import asyncpg
 
-from . import metrics, telemetry
+from . import metrics, outbox, telemetry
 from .events import (
     ChunkCreated,
     ChunkSummarized,
@@ -468,6 +468,8 @@ async def fail_stalled(pool: asyncpg.Pool, task_id: str, limit: int) -> list[str
         if not stalled:
             return []
         failed = await conn.fetch(_FAIL_STALLED, stalled, final, DocumentStatus.FAILED)
+        for row in failed:
+            await outbox.enqueue_document_failed(conn, row["id"])
     for row in failed:
         log.warning("document %s of task %s failed: %s", row["id"], task_id, row["error"])
     return [r["id"] for r in failed]

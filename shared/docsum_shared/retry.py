@@ -237,10 +237,11 @@ async def keep_running(
     every_s: float = 0.0,
     stop: asyncio.Event | None = None,
     backoff: Backoff = LOOPS,
+    wake: asyncio.Event | None = None,
 ) -> None:
-    """Run `one_round` again and again, `every_s` apart, until `stop` is set (or the task is cancelled).
-    A round that fails is logged as `what` and the next starts after a back-off (at most `every_s`,
-    when that is set): the database or broker away stops nothing for good."""
+    """Run `one_round` again and again, `every_s` apart (sooner when `wake` is set), until `stop` is set
+    (or the task is cancelled). A round that fails is logged as `what` and the next starts after a
+    back-off (at most `every_s`, when that is set): the database or broker away stops nothing for good."""
     failures = 0
     while stop is None or not stop.is_set():
         try:
@@ -251,20 +252,29 @@ async def keep_running(
             delay = backoff.delay(failures)
             delay = min(delay, every_s) if every_s else delay
             log.warning("%s: %s; again in %.1fs", what, exc, delay)
-        if not await _waited(delay, stop):
+        if not await _waited(delay, stop, wake):
             return
 
 
-async def _waited(seconds: float, stop: asyncio.Event | None) -> bool:
-    """Wait `seconds`; False when `stop` was set meanwhile."""
-    if stop is None:
-        await asyncio.sleep(seconds)
-        return True
+async def _waited(seconds: float, stop: asyncio.Event | None, wake: asyncio.Event | None = None) -> bool:
+    """Wait `seconds`, or until `wake` is set (which it clears); False when `stop` was set meanwhile."""
+    if wake is None:
+        if stop is None:
+            await asyncio.sleep(seconds)
+            return True
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=seconds)
+        except TimeoutError:
+            return True
+        return False
+    waiters = [asyncio.ensure_future(event.wait()) for event in (stop, wake) if event is not None]
     try:
-        await asyncio.wait_for(stop.wait(), timeout=seconds)
-    except TimeoutError:
-        return True
-    return False
+        await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+    wake.clear()
+    return stop is None or not stop.is_set()
 
 
 def until_deadline(

@@ -2,8 +2,8 @@
 several services share.
 
 `Settings` is what every process reads (Kafka, PostgreSQL, consumers, health, logs, re-drives); each group
-that more than one service reads extends it (`LLMSettings`, `IntakeSettings`, `SizeSettings`,
-`ReconcileSettings`), and each service's own class (`docsum_<service>.settings`) extends the groups it
+that more than one service reads extends it (`LLMSettings`, `BlobSettings`, `IntakeSettings`,
+`SizeSettings`, `ReconcileSettings`), and each service's own class (`docsum_<service>.settings`) extends the groups it
 reads. Defaults work on one machine with the stack that `make up` starts; every name can be overridden
 with an environment variable `DOCSUM_<NAME>` (plus the standard `DATABASE_URL`, `KAFKA_BOOTSTRAP_SERVERS`,
 `OPENAI_BASE_URL` and `OPENAI_API_KEY`).
@@ -11,14 +11,16 @@ with an environment variable `DOCSUM_<NAME>` (plus the standard `DATABASE_URL`, 
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
-from typing import Literal, TypeVar, cast
+from typing import Annotated, Literal, TypeVar, cast
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .approval import Ceiling
+from .blobs import parse_blob_store, parse_s3_uri
 from .intake_access import PRODUCER_PATTERN, IntakeAccess, OwnerAccess
 from .options import Mode, TaskOptions
 
@@ -63,7 +65,9 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("DATABASE_URL", "DOCSUM_DATABASE_URL"),
     )
     # Prepended to every topic and consumer group name, so that several deployments (or test runs)
-    # can share one cluster without seeing each other's events.
+    # can share one cluster without seeing each other's events. It names the deployment too: each task
+    # records the one that created it, and a deployment's summarizers admit only their own tasks' work
+    # (several deployments may share one database as well).
     topic_prefix: str = ""
     topic_partitions: int = Field(6, ge=1)
     chunk_topic_partitions: int = Field(12, ge=1)  # chunk-created spreads one document's chunks
@@ -159,6 +163,12 @@ class Settings(BaseSettings):
     def group(self, service: str) -> str:
         return f"{self.topic_prefix}docsum-{service}"
 
+    @property
+    def deployment(self) -> str:
+        """The deployment this process belongs to, as tasks record it (migration 0031): its topic prefix,
+        since the topics are what a deployment's services share and other deployments do not."""
+        return self.topic_prefix
+
 
 class SizeSettings(Settings):
     """Where a document's size level ends (SMALL, MEDIUM, LARGE): the parser levels each document, the
@@ -238,6 +248,15 @@ class LLMSettings(Settings):
     llm_batch_price_factor: float = Field(0.5, ge=0)
     openai_base_url: str | None = Field(None, validation_alias=AliasChoices("OPENAI_BASE_URL"))
     openai_api_key: str | None = Field(None, validation_alias=AliasChoices("OPENAI_API_KEY"))
+    # An owner's share relative to the others' (1 when not listed): "alice=3,bob=1" gives alice three
+    # times bob's tokens while both have work waiting. The summarizer's admission orders owners by it;
+    # the merger charges its calls to the owners' shares by it (docsum_llm/shares.py).
+    owner_weights: Annotated[dict[str, float], NoDecode] = Field(default_factory=dict)
+
+    @field_validator("owner_weights", mode="before")
+    @classmethod
+    def _weights_of(cls, value: object) -> object:
+        return parse_weights(value) if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _no_placeholder_api_key(self) -> LLMSettings:
@@ -264,12 +283,49 @@ class LLMSettings(Settings):
         return (prompt_tokens * prompt_price + completion_tokens * completion_price) * factor / 1_000_000
 
 
+def parse_weights(text: str) -> dict[str, float]:
+    """'alice=3,bob=1' as {'alice': 3.0, 'bob': 1.0}; a weight is a positive number."""
+    weights: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        owner, sep, number = item.partition("=")
+        try:
+            weight = float(number)
+        except ValueError:
+            weight = math.nan
+        if not sep or not owner.strip() or not math.isfinite(weight) or weight <= 0:
+            raise ValueError(f"{item[:80]!r} is not owner=weight with a positive weight (as in alice=3,bob=1)")
+        weights[owner.strip()] = weight
+    return weights
+
+
 def endpoint_key(settings: LLMSettings) -> str:
     """The endpoint and model the rate limit and the learned budget belong to."""
     return f"{settings.openai_base_url or 'openai'}|{settings.llm_model}"
 
 
-class IntakeSettings(Settings):
+class BlobSettings(Settings):
+    """Where document bytes are kept (docsum_shared.blobs): written by the gateway and the parser's intake,
+    read by the parser, swept of orphans by the merger's maintenance."""
+
+    # "postgresql" (the default: in the blobs table) or s3://bucket/prefix: S3-compatible storage, with
+    # credentials, endpoint and region from the standard AWS variables (AWS_ACCESS_KEY_ID,
+    # AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, AWS_REGION). A bucket and prefix belong to one database.
+    blob_store: str = "postgresql"
+    # An object no row names (its writer was killed before the row, or the row was refused) is removed once
+    # it was last written this long ago: longer than any upload takes from its object to its row.
+    blob_orphan_grace_s: float = Field(3600.0, gt=0)
+    blob_sweep_interval_s: float = Field(3600.0, gt=0)  # how often the maintenance looks for orphans
+
+    @model_validator(mode="after")
+    def _blob_store_is_known(self) -> BlobSettings:
+        try:
+            parse_blob_store(self.blob_store)
+        except ValueError as exc:
+            raise SettingConflict("DOCSUM_BLOB_STORE", f"{exc}: use postgresql or s3://bucket/prefix") from None
+        return self
+
+
+class IntakeSettings(BlobSettings):
     """What a task may bring and how fast an owner may create tasks, whether it comes through the gateway
     or by a producer on Kafka (the parser's intake), and where a producer's documents may come from."""
 
@@ -283,17 +339,33 @@ class IntakeSettings(Settings):
     intake_http_hosts: list[str] = Field(default_factory=list)
     # Ports an http(s):// URI may name (on any allowed host): by default only the web's own.
     intake_http_ports: list[int] = Field(default_factory=lambda: [80, 443])
+    # Buckets and key prefixes an s3:// URI may name ("s3://bucket" or "s3://bucket/prefix"), read with the
+    # AWS_* variables' credentials and endpoint.
+    intake_s3_places: list[str] = Field(default_factory=list)
     intake_http_timeout_s: float = Field(10.0, gt=0)  # to connect, and between two reads
     intake_http_total_s: float = Field(120.0, gt=0)  # for a whole download
     # All the files of one task together (each file is also held to max_file_bytes), from any producer.
     max_task_bytes: int = Field(256 * 1024 * 1024, ge=1)
-    # Where an owner's documents may come from: '{"alice": {"file_roots": [...], "http_hosts": [...]}}'
+    # Where an owner's documents may come from:
+    # '{"alice": {"file_roots": [...], "http_hosts": [...], "s3_places": ["s3://alice-docs/in"]}}'
     # (an owner listed gets exactly that; the others the global intake_file_roots and intake_http_hosts). A
     # file is read only for the owners of the deepest root holding it (intake_access.OwnerAccess.other_roots).
     intake_owners: dict[str, IntakeAccess] = Field(default_factory=dict)
     # Tasks one owner may create per minute, through the gateway or by a producer on Kafka, counted in
     # PostgreSQL across every replica (docsum_shared.taskrate). 0: no limit.
     tasks_per_minute: int = Field(60, ge=0)
+
+    @model_validator(mode="after")
+    def _s3_places_are_buckets(self) -> IntakeSettings:
+        places = {"DOCSUM_INTAKE_S3_PLACES": self.intake_s3_places}
+        places |= {f"DOCSUM_INTAKE_OWNERS ({o}: s3_places)": e.s3_places for o, e in self.intake_owners.items()}
+        for setting, listed in places.items():
+            for place in listed:
+                try:
+                    parse_s3_uri(place)
+                except ValueError as exc:
+                    raise SettingConflict(setting.split(" ")[0], f"{setting}: {exc}") from None
+        return self
 
     def intake_access(self, owner: str) -> OwnerAccess:
         """Where `owner`'s documents may come from: its own entry of intake_owners, else the global lists."""

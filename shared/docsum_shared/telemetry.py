@@ -134,6 +134,29 @@ def headers() -> Headers:
     return carrier
 
 
+def carried() -> str | None:
+    """The current span's context as a W3C `traceparent` value, stored with work that another process
+    announces later (the chunks the summarizer's admission publishes); None without a span."""
+    if not active():
+        return None
+    carrier: Headers = []
+    propagate.inject(carrier, setter=_setter)
+    return next((value.decode("latin-1") for key, value in carrier if key == "traceparent"), None)
+
+
+@contextmanager
+def resumed(traceparent: str | None, name: str, ids: Mapping[str, str | None]) -> Iterator[None]:
+    """Continue the trace `traceparent` carries (`carried`) in a span `name`: what is published inside
+    carries that trace on."""
+    if not active() or not traceparent:
+        yield
+        return
+    tracer = _state["provider"].get_tracer(TRACER)
+    context = _extract([("traceparent", traceparent.encode("latin-1"))])
+    with tracer.start_as_current_span(name, context=context, attributes=_attributes(ids)):
+        yield
+
+
 def _extract(record_headers: Sequence[tuple[str, bytes]] | None) -> Context:
     return propagate.extract(list(record_headers or ()), getter=_getter)
 

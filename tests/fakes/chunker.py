@@ -47,7 +47,7 @@ class FakeChunkTransaction:
         self._document_id = document_id
         self.task = task
 
-    async def store_chunks(self, rows: Sequence[CutChunk]) -> bool:
+    async def store_chunks(self, rows: Sequence[CutChunk], *, trace_id: str | None = None) -> bool:
         doc = self._state.documents.get(self._document_id)
         if doc is None or doc.status is not DocumentStatus.CHUNKING:
             return False

@@ -60,6 +60,7 @@ class ChunkTableRow:
     summary_truncated: bool = False
     error: str | None = None
     line: ChunkLine | None = None  # its batch line (batch mode)
+    admitted: bool = True  # given its slot in the fair order (admission.py); not yet: claims defer it
     line_request: dict[str, Any] | None = None
     start_char: int = 0  # where it starts in its document's text
     summary_sentences: tuple[CitedSentence, ...] | None = None
@@ -107,7 +108,7 @@ class FakeChunkRepository:
         task = self.tasks[document.task_id]
         wanted = takes_work(task.status) and document.status not in DOCUMENT_FINAL
         batched = self._waits_for_batch(row)
-        if wanted and not batched and self._free_for(row, holder):
+        if wanted and not batched and row.admitted and self._free_for(row, holder):
             taken_over = row.status is ChunkStatus.SUMMARIZING and row.lease != holder
             row.status, row.attempts = ChunkStatus.SUMMARIZING, row.attempts + 1
             row.interruptions += int(taken_over)
@@ -119,7 +120,7 @@ class FakeChunkRepository:
             return Claimed(Claim.HELD)
         if row.status is ChunkStatus.PENDING and batched:
             return Claimed(Claim.BATCHED)
-        if row.retry_at is not None and row.retry_at > self.now:
+        if row.retry_at is not None and row.retry_at > self.now or not row.admitted:
             return Claimed(Claim.DEFERRED)
         return Claimed(Claim.UNAVAILABLE)
 
@@ -171,7 +172,7 @@ class FakeChunkRepository:
             if row is not None and row.retry_at == announced.retry_at:  # not deferred again meanwhile
                 row.retry_at = None
 
-    async def complete(self, chunk_id: str, task_id: str, answer: Answer) -> bool:
+    async def complete(self, chunk_id: str, task_id: str, answer: Answer, *, weight: float = 1.0) -> bool:
         row = self.rows.get(chunk_id)
         if row is None or not self._unfinished(row):
             return False

@@ -3,6 +3,9 @@
 The broker and the database server are started once by the project's own scripts (idempotent, so a
 running `make up` stack is reused). Each test session gets its own database and its own topic and
 consumer-group prefix: tests never see the events or rows of a `make up` stack or of another run.
+Under pytest-xdist each worker is a session of its own: its own database (dropped by it alone), stand-in
+LLM server, stacks and ports (`free_port`: the worker's share), on the broker and database server all
+share; a module's fixtures (a second broker, the S3 server on its fixed ports) need --dist loadfile.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +31,7 @@ import pytest_asyncio
 from docsum_shared.db import migrate
 from tests.fake_llm import FakeLLM, FakeLLMServer, free_port
 from tests.inprocess import InProcessStack
-from tests.integration.helpers import eventually_blocking, read_topics
+from tests.integration.helpers import delete_topics, eventually_blocking, read_topics
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("parser", "chunker", "summarizer", "merger", "gateway")
@@ -139,6 +143,15 @@ class Stack:
         process.kill()
         process.wait()
 
+    def kill_all(self) -> None:
+        """SIGKILL to every process at once, then wait for each: the end of a stack nothing is asked of
+        any more (a graceful stop waits for work in flight, seconds per stack)."""
+        processes = [self.processes.pop(name) for name in list(self.processes)]
+        for process in processes:
+            process.kill()
+        for process in processes:
+            process.wait()
+
     def wait_ready(self, timeout: float = 90.0) -> None:
         def healthy() -> bool:
             if self.processes["gateway"].poll() is not None:
@@ -178,13 +191,16 @@ AnyStack = Stack | InProcessStack
 
 class StackFactory:
     """Starts stacks of the five services as real processes; each stack has its own topic and consumer
-    group prefix, so tests that kill, pause or reconfigure services never disturb one another."""
+    group prefix, so tests that kill, pause or reconfigure services never disturb one another. A stack's
+    topics go with it when it ends (`end`): the broker keeps a directory, open files and timers per
+    partition, and a suite's thousands of partitions left behind slowed the broker for every later run."""
 
     def __init__(
         self, infra: dict[str, str], llm: FakeLLMServer, logs: pytest.TempPathFactory, python: str = sys.executable
     ) -> None:
         self.infra, self.llm, self.logs, self.python = infra, llm, logs, python
         self.stacks: list[Stack | InProcessStack] = []
+        self.ended: set[int] = set()  # id() of the stacks `end` has ended
 
     def __call__(self, services: tuple[str, ...] = SERVICES, **overrides: str) -> Stack:
         env, keys, port = self.environment(**overrides)
@@ -236,15 +252,44 @@ class StackFactory:
         }
         return env, keys, port
 
-    def stop_all(self, timeout: float = 5.0) -> None:
-        """The session's end: every stack's processes SIGTERMed at once, SIGKILLed past `timeout` (what a
-        stop does is the graceful-stop tests' business, not the session's end's); the in-process ones
-        stopped."""
-        stacks = [s for s in self.stacks if isinstance(s, Stack)]
-        stop_together([s.processes.pop(name) for s in stacks for name in list(s.processes)], timeout)
-        for stack in self.stacks:
-            if isinstance(stack, InProcessStack):
-                stack.stop_all()
+    def end(self, stack: Stack | InProcessStack) -> None:
+        """A stack nothing is asked of any more: its processes killed (what a stop does is the graceful-stop
+        tests' business: a drain waits seconds for work in flight), an in-process one stopped; then its
+        topics deleted from the session's broker. Topics are looked up there by the stack's prefix whatever
+        broker the stack was pointed at (a proxy in front of it; a broker of a test's own has its own
+        prefix, so nothing here, and goes with its state dir). An in-process stack's bus is in memory."""
+        if id(stack) in self.ended:
+            return
+        self.ended.add(id(stack))
+        if isinstance(stack, Stack):
+            stack.kill_all()
+        else:
+            stack.stop_all()
+        prefix = stack.env["DOCSUM_TOPIC_PREFIX"]
+        # A test may start a stack in another's deployment (its prefix): the topics go with the last of them,
+        # if any of them was a stack of processes.
+        deployment = [s for s in self.stacks if s.env["DOCSUM_TOPIC_PREFIX"] == prefix]
+        live = [s for s in deployment if id(s) not in self.ended]
+        if not live and any(isinstance(s, Stack) for s in deployment):
+            # In a thread of its own: asyncio.run would unset this thread's event loop (pytest-asyncio's).
+            session_broker = {**os.environ, **self.infra, "DOCSUM_TOPIC_PREFIX": prefix}
+            with ThreadPoolExecutor(1) as aside:
+                aside.submit(asyncio.run, delete_topics(session_broker)).result()
+
+    def end_all(self, stacks: list[Stack | InProcessStack]) -> None:
+        """`end` each of `stacks`; one that fails to end (its topics, say) leaves none of the others running."""
+        failures = []
+        for stack in stacks:
+            try:
+                self.end(stack)
+            except Exception as failure:
+                failures.append(failure)
+        if failures:
+            raise failures[0]
+
+    def stop_all(self) -> None:
+        """The session's end: every stack not ended yet (the session's and the modules') ended."""
+        self.end_all(self.stacks)
 
 
 def stop_together(processes: list[subprocess.Popen[bytes]], timeout: float) -> None:
@@ -272,13 +317,14 @@ def make_stack(
 @pytest.fixture(autouse=True)
 def _stacks_end_with_their_test(make_stack: StackFactory) -> Iterator[None]:
     """A stack a test starts for itself stops when the test ends (session and module stacks, made before
-    the test, stay). Every stack shares the session's database, and a merger's reconcile loop re-drives
-    any idle task it finds there onto its own topics: a leftover stack — its own stand-in gone, or its
-    budget learned for another test — would then summarize another test's chunks."""
+    the test, stay). Every stack shares the session's database; each takes only its own deployment's
+    tasks (its topic prefix: its admission, round scheduler and maintenance), but a leftover stack's
+    processes would still take the machine's CPU and the database's connections from the next tests."""
     before = len(make_stack.stacks)
     yield
-    for stack in make_stack.stacks[before:]:
-        stack.stop_all()
+    # A graceful stop has its own test (test_crash_recovery.py::test_sigterm_drains_the_summarizer): here
+    # the processes need only be gone, so they are killed, not drained (seconds per stack of processes).
+    make_stack.end_all(make_stack.stacks[before:])
 
 
 @pytest.fixture(scope="session")
@@ -292,6 +338,50 @@ def stack(make_stack: StackFactory) -> Stack:
 def pipeline(make_stack: StackFactory) -> InProcessStack:
     """The in-process pipeline that tests about what docsum does share: default settings."""
     return make_stack.in_process()
+
+
+def start_s3() -> tuple[dict[str, str], bool]:
+    """The S3-compatible server scripts/s3.sh runs, started unless it runs, with a new bucket: the AWS
+    variables a client needs and DOCSUM_BLOB_STORE naming the bucket; whether it ran before (the bench
+    uses it too)."""
+    ran = subprocess.run([str(ROOT / "scripts" / "s3.sh"), "status"], capture_output=True).returncode == 0
+    subprocess.run([str(ROOT / "scripts" / "s3.sh"), "start"], check=True)
+    env = dict(line.split("=", 1) for line in _script("s3.sh", "env").splitlines())
+    bucket = f"docsum-test-{uuid.uuid4().hex[:12]}"
+    asyncio.run(create_bucket(env, bucket))
+    return {**env, "DOCSUM_BLOB_STORE": f"s3://{bucket}/blobs"}, ran
+
+
+def stop_s3() -> None:
+    subprocess.run([str(ROOT / "scripts" / "s3.sh"), "stop"], check=True)
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[dict[str, str]]:
+    """The S3 server (started for the first test that asks for it, stopped at the session's end if this
+    session started it), and a bucket of this session's: `start_s3`."""
+    env, ran = start_s3()
+    try:
+        yield env
+    finally:
+        if not ran:
+            stop_s3()
+
+
+async def create_bucket(env: dict[str, str], bucket: str) -> None:
+    from aiobotocore.session import get_session
+
+    from docsum_shared.blobs import s3_client_config
+
+    async with get_session().create_client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        region_name=env["AWS_REGION"],
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        config=s3_client_config(),
+    ) as client:
+        await client.create_bucket(Bucket=bucket)
 
 
 @pytest_asyncio.fixture(scope="session")

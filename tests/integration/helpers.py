@@ -22,12 +22,14 @@ import asyncpg
 import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import UnknownTopicOrPartitionError
 
 from docsum_shared.events import Topic
 from docsum_shared.kafka import DLQ_SUFFIX, client_options, topic_partitions
 from docsum_shared.settings import Settings
 from tests.documents import english_prose
-from tests.fake_llm import FakeLLM, FakeLLMServer, LedgerEntry
+from tests.fake_llm import FakeLLM, FakeLLMServer, LedgerEntry, RemoteFakeLLM
 
 T = TypeVar("T")
 Message = str | Callable[[], str]
@@ -174,7 +176,7 @@ def marked_text(n_chars: int, seed: int, marker: str) -> str:
 
 
 def calls(
-    llm: FakeLLM | FakeLLMServer, marker: str, status: int | None = None, *, since: float = 0.0
+    llm: FakeLLM | FakeLLMServer | RemoteFakeLLM, marker: str, status: int | None = None, *, since: float = 0.0
 ) -> list[LedgerEntry]:
     """The stand-in's requests whose prompt carries `marker` (with `status`, started at `since` or later),
     in the order they finished."""
@@ -233,6 +235,30 @@ def kafka_settings(env: Mapping[str, str]) -> Settings:
 def kafka_options(env: Mapping[str, str]) -> dict[str, Any]:
     """How a test's own Kafka client connects to the broker of `env`, as the services do."""
     return client_options(kafka_settings(env))
+
+
+async def delete_topics(env: Mapping[str, str]) -> list[str]:
+    """Delete every topic on the broker of `env` whose name starts with its topic prefix (a deployment's
+    topics, its DLQs and intake topics included); the names deleted. A topic gone already (deleted by a
+    test, or by a delete that timed out on the client after the broker did it) is no error."""
+    prefix = env["DOCSUM_TOPIC_PREFIX"]
+    admin = AIOKafkaAdminClient(**kafka_options(env))
+    await admin.start()
+    try:
+        topics = [topic for topic in await admin.list_topics() if topic.startswith(prefix)]
+        if not topics:
+            return []
+        response = await admin.delete_topics(topics)
+        failed = {
+            topic: code
+            for topic, code, *_ in response.topic_error_codes
+            if code not in (0, UnknownTopicOrPartitionError.errno)
+        }
+        if failed:
+            raise RuntimeError(f"cannot delete topics (name: Kafka error code): {failed}")
+        return topics
+    finally:
+        await admin.close()
 
 
 def _partitions(env: dict[str, str], topics: list[str]) -> list[TopicPartition]:

@@ -46,14 +46,18 @@ async def pool(database: str, gateway: AnyStack) -> AsyncIterator[asyncpg.Pool]:
     await pool.close()
 
 
-async def _task(pool: asyncpg.Pool, options: dict[str, object], chunks: int) -> tuple[str, list[str]]:
-    """A PROCESSING task of alice's with one document of `chunks` chunks; its id and its chunks' ids."""
+async def _task(
+    pool: asyncpg.Pool, gateway: AnyStack, options: dict[str, object], chunks: int
+) -> tuple[str, list[str]]:
+    """A PROCESSING task of alice's in the gateway's deployment with one document of `chunks` chunks; its
+    id and its chunks' ids."""
     task_id, document_id = str(uuid.uuid4()), str(uuid.uuid4())
     chunk_ids = [f"{document_id}:{i}" for i in range(chunks)]
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute(
-            "INSERT INTO tasks (id, owner, status, options) VALUES ($1, 'alice', 'PROCESSING', $2::jsonb)",
-            task_id, json.dumps(options),
+            "INSERT INTO tasks (id, owner, status, options, deployment)"
+            " VALUES ($1, 'alice', 'PROCESSING', $2::jsonb, $3)",
+            task_id, json.dumps(options), gateway.env["DOCSUM_TOPIC_PREFIX"],
         )  # fmt: skip
         await conn.execute(
             "INSERT INTO documents (id, task_id, filename, status, chunk_total)"
@@ -79,7 +83,7 @@ async def _line(pool: asyncpg.Pool, chunk_id: str, task_id: str, status: str, ba
 async def test_a_task_waiting_on_its_batch_shows_it(pool: asyncpg.Pool, gateway: AnyStack) -> None:
     deadline = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=6)
     submitted_at = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
-    task_id, chunks = await _task(pool, {"mode": "batch", "deadline": deadline.isoformat()}, 7)
+    task_id, chunks = await _task(pool, gateway, {"mode": "batch", "deadline": deadline.isoformat()}, 7)
     batch_id = str(uuid.uuid4())
     await pool.execute(
         "INSERT INTO llm_batches (id, task_id, owner, state, lines, provider_id, provider_status, lines_done,"
@@ -117,7 +121,7 @@ async def test_a_task_waiting_on_its_batch_shows_it(pool: asyncpg.Pool, gateway:
 
 
 async def test_a_task_without_batch_lines_has_no_batch(pool: asyncpg.Pool, gateway: AnyStack) -> None:
-    task_id, _ = await _task(pool, {"mode": "realtime"}, 2)
+    task_id, _ = await _task(pool, gateway, {"mode": "realtime"}, 2)
     async with gateway.client("alice") as client:
         task = await get_task(client, task_id)
     assert task["batch"] is None

@@ -3,7 +3,8 @@ nothing lost and no LLM call whose result was stored paid for twice.
 
 The tests share one stack of this module (its own processes, topics and consumer groups, so killing a
 service never disturbs another module's test): each kills, stops or reconfigures services of it, and
-the next is handed it whole again (`fast`, `summarizer_with`); the chaos test runs a stack of its own.
+the next is handed it whole again (`fast`, `summarizer_with`). The chaos test (kill -9 of random services)
+is in test_crash_chaos.py, on a stack of its own.
 The stand-in LLM (`llm`) is shared by the whole session, so each test puts a unique marker word in its
 documents' text and file names and looks only at the ledger entries whose prompt carries it
 (tests/integration/helpers.py). Its runtime config is restored after every test.
@@ -12,14 +13,12 @@ documents' text and file names and looks only at the ledger entries whose prompt
 from __future__ import annotations
 
 import asyncio
-import random
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
 import asyncpg
-import httpx
 import pytest
 
 from docsum_chunker.chunking import split_into_chunks
@@ -56,6 +55,9 @@ FAST = {
     "DOCSUM_LLM_MAX_INFLIGHT": str(INFLIGHT),
     "DOCSUM_MAX_INFLIGHT": str(INFLIGHT),
     "DOCSUM_LEASE_TTL_S": "4",  # a killed summarizer's chunk is taken over within seconds
+    # A kill between the admission's commit and its publish loses announcements: announced again within
+    # seconds, not the default minute (a duplicate is harmless: the lease decides).
+    "DOCSUM_ADMISSION_HOLD_S": "5",
 }
 MERGE_PROMPT = "summaries of consecutive parts"
 LOOK_S = 0.05  # between two looks at a condition: a kill moment is caught within a few tenths of a second
@@ -171,21 +173,6 @@ def summarizer_with(_shared: _Shared) -> Iterator[Callable[..., Stack]]:
     FAST: `summarizer_with(DOCSUM_LEASE_TTL_S="60")`."""
     yield _shared.summarizer_with
     _shared.end_of_test()
-
-
-@pytest.fixture
-def stacks(make_stack: StackFactory) -> Iterator[Callable[..., Stack]]:
-    """make_stack, plus: the stacks a test made are gone when it ends (no idle stacks eating the CPU)."""
-    made: list[Stack] = []
-
-    def make(services: tuple[str, ...] = SERVICES, **env: str) -> Stack:
-        made.append(make_stack(services, **env))
-        return made[-1]
-
-    yield make
-    for stack in made:
-        for name in list(stack.processes):
-            stack.kill(name)  # its topics and groups are never used again
 
 
 # --- Postgres -----------------------------------------------------------------------------------
@@ -322,100 +309,7 @@ async def _final(db: asyncpg.Pool, task_id: str) -> bool:
     return await task_status(db, task_id) in FINAL
 
 
-# --- 2. chaos: kill -9 a random service every few seconds ---------------------------------------
-
-CHAOS_INFLIGHT = 2
-CHAOS_S = 45.0
-
-
-def chaos_batch(marker: str) -> list:
-    """Twenty documents: two MEDIUM ones (~12 chunks each) and eighteen small ones of four kinds."""
-    files = [
-        txt(f"{marker}-medium-en.txt", tagged(english_prose(22_000, seed=60), marker)),
-        docx(f"{marker}-medium-zh.docx", tagged(chinese_prose(21_000, seed=61), marker)),
-    ]
-    for i in range(18):
-        seed, size = 70 + i, 800 + 200 * i
-        kind = i % 4
-        if kind == 0:
-            files.append(txt(f"{marker}-{i:02d}-en.txt", tagged(english_prose(size, seed=seed), marker)))
-        elif kind == 1:
-            files.append(txt(f"{marker}-{i:02d}-zh.md", tagged(chinese_prose(size // 2, seed=seed), marker)))
-        elif kind == 2:
-            files.append(pdf(f"{marker}-{i:02d}.pdf", [tagged(english_prose(size, seed=seed), marker)]))
-        else:
-            files.append(docx(f"{marker}-{i:02d}.docx", tagged(english_prose(size, seed=seed), marker)))
-    return files
-
-
-async def summaries(client: httpx.AsyncClient, task_id: str, stack: Stack) -> tuple[dict, dict[str, str]]:
-    task = await wait_for_task(client, task_id, stack, timeout=180)
-    return task, {d["filename"]: d["summary"] for d in task["documents"]}
-
-
-def cited_by_name(task: dict) -> dict[str, list]:
-    """Each summary's sentences with their support and sources, documents named by file (two runs of the
-    same files differ in their ids only)."""
-    names = {d["document_id"]: d["filename"] for d in task["documents"]}
-    return {
-        holder.get("filename", ""): [
-            (
-                s["text"],
-                s["support"],
-                [(names[x["document_id"]], x["page"], x["start"], x["end"]) for x in s["sources"]],
-            )
-            for s in holder["sentences"] or ()
-        ]
-        for holder in [task, *task["documents"]]
-    }
-
-
-async def test_chaos_kill_9_random_services(stacks: Callable[..., Stack], stand_in: FakeLLM, db: asyncpg.Pool) -> None:
-    marker = new_marker()
-    files = chaos_batch(marker)
-    stack = stacks(
-        **{**FAST, "DOCSUM_LLM_MAX_INFLIGHT": str(CHAOS_INFLIGHT), "DOCSUM_MAX_INFLIGHT": str(CHAOS_INFLIGHT)}
-    )
-
-    # The clean run: no kill, as bob. The result cache is per owner (test_tenants.py), so alice's chaos
-    # run below finds none of these answers cached: every one of its summaries is made again.
-    async with stack.client("bob") as client:
-        expected_task, expected = await summaries(client, await submit(client, files, title=marker), stack)
-    assert expected_task["status"] == "COMPLETED", expected_task
-    assert expected_task["usage"]["cached_calls"] == 0, expected_task["usage"]
-
-    # The same documents with kills: a random service every few seconds, restarted at once or soon.
-    stand_in.configure(latency_s=0.8, jitter_s=0.4)
-    started = time.time()
-    async with stack.client() as client:
-        task_id = await submit(client, files, title=marker)
-    rng = random.Random(20_240_611)
-    kills: list[str] = []
-    chaos_end = time.monotonic() + CHAOS_S
-    while time.monotonic() < chaos_end and not await _final(db, task_id):
-        await asyncio.sleep(rng.uniform(1.5, 3.5))  # pacing the chaos, not waiting for anything
-        victim = rng.choice(SERVICES)
-        stack.kill(victim)
-        kills.append(victim)
-        if rng.random() < 0.5:
-            await asyncio.sleep(rng.uniform(0.2, 2.0))  # down for a while: the chaos, not a wait
-        stack.start(victim)
-    stand_in.configure(latency_s=0.1, jitter_s=0.0)
-    stack.wait_ready()
-    async with stack.client() as client:
-        task, got = await summaries(client, task_id, stack)
-    await asyncio.to_thread(stand_in.wait_idle, 10)
-    print(f"\nchaos: {len(kills)} kills {kills}, {time.time() - started:.0f}s")
-
-    await assert_complete(db, task, marker)
-    assert len(kills) >= 5, f"the task finished before the chaos got going: {kills}"
-    assert got == expected
-    assert task["summary"] == expected_task["summary"]
-    assert cited_by_name(task) == cited_by_name(expected_task)  # the same sentences on the same sources
-    assert paid_twice(calls(stand_in, marker, since=started)) <= len(kills) * CHAOS_INFLIGHT
-
-
-# --- 3. SIGTERM: the summarizer drains ----------------------------------------------------------
+# --- 2. SIGTERM: the summarizer drains ----------------------------------------------------------
 
 DRAIN_S = 4
 
@@ -471,7 +365,7 @@ async def test_sigterm_drains_the_summarizer(
     assert paid_twice(entries) == 0
 
 
-# --- 4. a call slower than max_poll_interval_ms -------------------------------------------------
+# --- 3. a call slower than max_poll_interval_ms -------------------------------------------------
 
 
 async def test_llm_call_slower_than_poll_interval(
@@ -511,7 +405,7 @@ async def test_llm_call_slower_than_poll_interval(
     assert log.count("summarizer: assigned") == 1, "the summarizer left its group and joined again"
 
 
-# --- 5. two replicas and rebalances -------------------------------------------------------------
+# --- 4. two replicas and rebalances -------------------------------------------------------------
 
 
 async def test_rebalance_pays_no_chunk_twice(
@@ -548,7 +442,7 @@ async def test_rebalance_pays_no_chunk_twice(
     assert paid_twice(calls(stand_in, marker)) == 0
 
 
-# --- 6. kill -9 amid statements for many chunks at once -----------------------------------------
+# --- 5. kill -9 amid statements for many chunks at once -----------------------------------------
 
 BATCHED_INFLIGHT = 16
 BATCHED_KILLS = (0.25, 0.6)  # the shares of the chunks done at which the summarizer is killed
@@ -567,7 +461,7 @@ async def test_kill_9_amid_claims_and_stores_of_many_chunks_at_once(
     stand_in.configure(latency_s=0.0)
     kills: list[tuple[set[str], float]] = []
     async with stack.client() as client:
-        files = [txt(f"{marker}-book.txt", tagged(english_prose(200_000, seed=81), marker))]  # ~110 chunks
+        files = [txt(f"{marker}-book.txt", tagged(english_prose(600_000, seed=81), marker))]  # ~330 chunks
         task_id = await submit(client, files, title=marker)
         for share in BATCHED_KILLS:
 
@@ -603,7 +497,7 @@ async def test_kill_9_amid_claims_and_stores_of_many_chunks_at_once(
     assert not booked_twice, "a stored answer was booked as paid twice"
 
 
-# --- 5. kill -9 the parser in the middle of a scanned PDF ----------------------------------------
+# --- 6. kill -9 the parser in the middle of a scanned PDF ----------------------------------------
 
 SCAN_PAGES = 40
 _OCR_READ = r"document {document} \(.*?\): page (\d+) of \d+ read by OCR"

@@ -162,6 +162,7 @@ async def _outage_mid_task(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer, s
     return calls(llm, marker)
 
 
+@pytest.mark.alone
 async def test_broker_outage_mid_task(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
     if not OWN_BROKER:
         pytest.skip("KAFKA_BOOTSTRAP_SERVERS is set: the broker is not ours to stop and start")
@@ -171,6 +172,7 @@ async def test_broker_outage_mid_task(stack: Stack, db: asyncpg.Pool, llm: FakeL
     assert set(answered.values()) == {1}, "a summary was paid for twice"
 
 
+@pytest.mark.alone
 async def test_database_outage_mid_task(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
     if not OWN_DATABASE:
         pytest.skip("DATABASE_URL is set: the database server is not ours to stop and start")

@@ -235,8 +235,9 @@ async def test_documents_published_by_another_kafka_client(
     assert "Kafka" in pdf_text  # the PDF read from the file:// URI, parsed like an upload
     assert docs["broken.txt"]["status"] == "FAILED"
     assert "content_base64 is not valid base64" in docs["broken.txt"]["error"]
-    stored = await db.fetchrow("SELECT options, expected_documents, owner FROM tasks WHERE id = $1", task)
+    stored = await db.fetchrow("SELECT options, expected_documents, owner, deployment FROM tasks WHERE id = $1", task)
     assert json.loads(stored["options"])["length"] == "brief" and stored["expected_documents"] == 3
+    assert stored["deployment"] == stack.env["DOCSUM_TOPIC_PREFIX"]  # its chunks are this deployment's to admit
     blob = await db.fetchval(
         "SELECT b.data FROM blobs b JOIN documents d ON d.blob_sha256 = b.sha256 WHERE d.id = $1",
         good[0]["document_id"],
@@ -400,7 +401,12 @@ async def test_uris_no_request_can_be_made_for_fail_their_documents(make_stack: 
     """A control character in the URI (httpx's InvalidURL) and a name IDNA cannot encode (UnicodeError)
     used to escape as unexpected errors: dead-lettered, no row, the producer never told. Each now fails
     its document with the reason, and task-finished says so."""
-    stack = make_stack(DOCSUM_INTAKE_HTTP_HOSTS=json.dumps(["*"]), DOCSUM_INTAKE_PRODUCERS=producers(crm=["alice"]))
+    # The parser fails the documents and the merger finishes the task: no other service has a part in it.
+    stack = make_stack(
+        ("parser", "merger"),
+        DOCSUM_INTAKE_HTTP_HOSTS=json.dumps(["*"]),
+        DOCSUM_INTAKE_PRODUCERS=producers(crm=["alice"]),
+    )
     task = f"crm.uris:{uuid.uuid4().hex}"
     uris = {"control.pdf": "http://93.184.216.34/a\x01b.pdf", "dots.pdf": "http://a..example.com/a.pdf"}
     await asyncio.to_thread(publish, stack, [

@@ -71,7 +71,7 @@ def children(pid: int) -> list[int]:
 
 
 def footprint(pid: int) -> tuple[int, int]:
-    """The parser's own resident memory, and its child processes' (the worker, multiprocessing's tracker)."""
+    """The parser's own resident memory, and its child processes' (the worker)."""
     return resident(pid), sum(resident(c) for c in children(pid))
 
 

@@ -1,5 +1,10 @@
 """Task lifecycle controls on the real broker and database: pause, resume, cancel, retry, expiry, reconcile.
 
+The controls run on the in-process pipeline (what is tested is what a control does to a task, its rows
+and its calls, not processes or the broker), expiry and the periodic reconcile on a merger of their own
+in-process; a paused task's submission and a cancel amid a task's announcement are published on the
+broker (the session's processes).
+
 The stand-in LLM's ledger is shared by the whole session, so every test marks its documents with a
 word of its own (every paragraph opens with it) and only looks at the requests whose prompt carries it.
 """
@@ -20,11 +25,14 @@ from pathlib import Path
 import asyncpg
 import pytest
 from aiokafka import AIOKafkaProducer
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
 
 from docsum_shared.events import DocumentSubmitted
 from tests.documents import english_prose
 from tests.fake_llm import FakeLLMServer
-from tests.integration.conftest import Stack, StackFactory
+from tests.inprocess import InProcessStack
+from tests.integration.conftest import AnyStack, Stack, StackFactory
 from tests.integration.helpers import (
     calls,
     chunk_calls,
@@ -55,7 +63,7 @@ def _marked_text(marker: str, chars: int, seed: int) -> str:
     return tagged(english_prose(chars, seed=seed), marker, numbered=True)
 
 
-async def _settle(db: asyncpg.Pool, llm: FakeLLMServer, task_id: str, marker: str, stack: Stack) -> float:
+async def _settle(db: asyncpg.Pool, llm: FakeLLMServer, task_id: str, marker: str, stack: AnyStack) -> float:
     """Wait until no chunk of the task is being summarized and its calls stopped coming; returns when."""
     seen = -1
 
@@ -84,13 +92,15 @@ async def _insert_task(
     db: asyncpg.Pool,
     text: str,
     *,
+    deployment: str,
     owner: str = "alice",
     task_status: str = "PROCESSING",
     doc_status: str = "PENDING",
     idle_s: float = 0.0,
     filename: str = "stuck.txt",
 ) -> tuple[str, str]:
-    """A task with one text document, written straight into Postgres: no event announces it."""
+    """A task of `deployment` (the topic prefix of the stack that is to take its work) with one text
+    document, written straight into Postgres: no event announces it."""
     task_id, doc_id = str(uuid.uuid4()), str(uuid.uuid4())
     data = text.encode()
     sha = hashlib.sha256(data).hexdigest()
@@ -103,12 +113,13 @@ async def _insert_task(
             len(data),
         )
         await conn.execute(
-            "INSERT INTO tasks (id, owner, title, status, last_active_at)"
-            " VALUES ($1, $2, 'stuck', $3, now() - make_interval(secs => $4))",
+            "INSERT INTO tasks (id, owner, title, status, last_active_at, deployment)"
+            " VALUES ($1, $2, 'stuck', $3, now() - make_interval(secs => $4), $5)",
             task_id,
             owner,
             task_status,
             idle_s,
+            deployment,
         )
         await conn.execute(
             "INSERT INTO documents (id, task_id, position, filename, content_type, blob_sha256, size_bytes, status,"
@@ -125,6 +136,11 @@ async def _insert_task(
         if chunking:
             await conn.execute("INSERT INTO document_texts (document_id, text) VALUES ($1, $2)", doc_id, text)
     return task_id, doc_id
+
+
+def _deployment(stack: AnyStack) -> str:
+    """The deployment a stack's tasks belong to: its topic prefix."""
+    return stack.env["DOCSUM_TOPIC_PREFIX"]
 
 
 async def _add_finished_document(db: asyncpg.Pool, task_id: str, filename: str) -> str:
@@ -170,7 +186,7 @@ async def _announce(stack: Stack, db: asyncpg.Pool, task_id: str, doc_id: str) -
         await producer.stop()
 
 
-async def _cli(stack: Stack, *args: str, owner: str = "alice") -> tuple[int, str, str]:
+async def _cli(stack: AnyStack, *args: str, owner: str = "alice") -> tuple[int, str, str]:
     env = {**os.environ, "DOCSUM_GATEWAY_URL": stack.gateway_url, "DOCSUM_API_KEY": stack.keys[owner]}
     process = await asyncio.create_subprocess_exec(
         str(DOCSUM_CLI), *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
@@ -192,9 +208,9 @@ def slow_llm(llm: FakeLLMServer) -> Iterator[FakeLLMServer]:
 
 
 async def test_pause_holds_the_task_and_resume_finishes_it_without_repeats(
-    stack: Stack, db: asyncpg.Pool, slow_llm: FakeLLMServer
+    pipeline: InProcessStack, db: asyncpg.Pool, slow_llm: FakeLLMServer
 ) -> None:
-    llm, marker = slow_llm, new_marker()
+    stack, llm, marker = pipeline, slow_llm, new_marker()
     files = [txt("paused.txt", _marked_text(marker, 54_000, seed=31))]
     async with stack.client() as alice:
         task_id = await submit(alice, files)
@@ -253,7 +269,9 @@ async def test_paused_task_is_not_parsed(stack: Stack, db: asyncpg.Pool, llm: Fa
     from tests.integration.replay import wait_until_consumed
 
     marker = new_marker()
-    task_id, doc_id = await _insert_task(db, _marked_text(marker, 1_200, seed=33), task_status="PAUSED")
+    task_id, doc_id = await _insert_task(
+        db, _marked_text(marker, 1_200, seed=33), task_status="PAUSED", deployment=_deployment(stack)
+    )
     await _announce(stack, db, task_id, doc_id)
     await wait_until_consumed(stack.env)
 
@@ -276,7 +294,9 @@ async def test_paused_task_is_not_parsed(stack: Stack, db: asyncpg.Pool, llm: Fa
 async def test_cancel_is_terminal_and_owned(stack: Stack, db: asyncpg.Pool, slow_llm: FakeLLMServer) -> None:
     llm, marker = slow_llm, new_marker()
     # A task with one document summarized already and a large one announced now.
-    task_id, large_id = await _insert_task(db, _marked_text(marker, 54_000, seed=42), filename="large.txt")
+    task_id, large_id = await _insert_task(
+        db, _marked_text(marker, 54_000, seed=42), filename="large.txt", deployment=_deployment(stack)
+    )
     await _add_finished_document(db, task_id, "small.txt")
     await _announce(stack, db, task_id, large_id)
     async with stack.client("alice") as alice, stack.client("bob") as bob:
@@ -319,7 +339,8 @@ async def test_cancel_is_terminal_and_owned(stack: Stack, db: asyncpg.Pool, slow
     assert task["summary"] is None
 
 
-async def test_retry_with_nothing_failed_conflicts(stack: Stack) -> None:
+async def test_retry_with_nothing_failed_conflicts(pipeline: InProcessStack) -> None:
+    stack = pipeline
     files = [txt("fine.txt", _marked_text(new_marker(), 800, seed=51))]
     async with stack.client() as alice, stack.client("bob") as bob:
         task_id = await submit(alice, files)
@@ -332,33 +353,104 @@ async def test_retry_with_nothing_failed_conflicts(stack: Stack) -> None:
         assert (await get_task(alice, task_id))["status"] == "COMPLETED"
 
 
+# --- deployments sharing the database ---------------------------------------------------------------------
+
+
+async def test_a_task_of_another_deployment_is_no_task_through_its_gateway(
+    pipeline: InProcessStack, make_stack: StackFactory, db: asyncpg.Pool, slow_llm: FakeLLMServer
+) -> None:
+    """Two deployments on one database, alice with a key in each: her paused task of the first is, through
+    the second's gateway, no task at all. Every route answers 404 (the WebSocket is refused), exactly as
+    for another owner's task; the task does not move and nothing of it is published on the second's
+    topics (a resume there would re-drive it onto them). Through its own gateway it is hers."""
+    other = make_stack.in_process(services=("gateway",))
+    llm, marker = slow_llm, new_marker()
+    async with pipeline.client() as alice:
+        task_id = await submit(alice, [txt("theirs.txt", _marked_text(marker, 54_000, seed=91))])
+
+        async def some_chunks_answered() -> bool:
+            return len(chunk_calls(llm, marker)) >= 2
+
+        await eventually(some_chunks_answered, timeout=60, message="the first chunk summaries", stack=pipeline)
+        assert (await alice.post(f"/v1/tasks/{task_id}/pause")).status_code == 200
+        await _settle(db, llm, task_id, marker, pipeline)
+        [document] = (await get_task(alice, task_id))["documents"]
+        text = f"/v1/tasks/{task_id}/documents/{document['document_id']}/text?start=0&end=20"
+        assert (await alice.get(text)).status_code == 200  # the text is there to be quoted
+    before = await db.fetchrow("SELECT status, updated_at, redrives FROM tasks WHERE id = $1", task_id)
+    counts = await _chunk_counts(db, task_id)
+
+    async with other.client() as alice_there:
+        answers = {
+            "view": await alice_there.get(f"/v1/tasks/{task_id}"),
+            "failures": await alice_there.get(f"/v1/tasks/{task_id}/failures"),
+            "text": await alice_there.get(text),
+            "ticket": await alice_there.post(f"/v1/tasks/{task_id}/ticket"),
+        }
+        sse = alice_there.stream("GET", f"/v1/tasks/{task_id}/events", headers={"Accept": "text/event-stream"})
+        async with sse as answers["sse"]:  # the head first: a stream that opened would not end
+            if answers["sse"].status_code == 404:
+                await answers["sse"].aread()
+        for action in ("pause", "resume", "cancel", "retry"):
+            answers[action] = await alice_there.post(f"/v1/tasks/{task_id}/{action}")
+        assert {name: a.status_code for name, a in answers.items()} == dict.fromkeys(answers, 404)
+        assert all(a.json()["detail"] == f"no task {task_id}" for a in answers.values())
+        listed = await alice_there.get("/v1/tasks")
+        assert listed.status_code == 200 and task_id not in {t["task_id"] for t in listed.json()}
+        reconciled = await alice_there.post("/v1/reconcile")
+        assert reconciled.status_code == 200 and task_id not in reconciled.json()["tasks"]
+    ws_url = other.gateway_url.replace("http://", "ws://") + f"/v1/tasks/{task_id}/events"
+    with pytest.raises(InvalidStatus) as refused:
+        async with connect(
+            ws_url, open_timeout=10, additional_headers={"Authorization": f"Bearer {other.keys['alice']}"}
+        ):
+            pass
+    assert refused.value.response.status_code == 403
+
+    assert await db.fetchrow("SELECT status, updated_at, redrives FROM tasks WHERE id = $1", task_id) == before
+    assert await _chunk_counts(db, task_id) == counts
+    assert other.bus is not None
+    assert [r.topic for r in other.bus.kept or [] if task_id.encode() in (r.value or b"")] == []
+
+    async with pipeline.client() as alice:
+        resumed = await alice.post(f"/v1/tasks/{task_id}/resume")
+        assert resumed.status_code == 200, resumed.text
+        task = await wait_for_task(alice, task_id, pipeline, timeout=120)
+    assert task["status"] == "COMPLETED" and task["summary"], task
+    assert paid_twice(calls(llm, marker)) == 0
+
+
 # --- expiry -----------------------------------------------------------------------------------------------
 
 
 async def test_paused_task_expires_and_is_never_resumed(
-    stack: Stack, make_stack: StackFactory, db: asyncpg.Pool, llm: FakeLLMServer
+    make_stack: StackFactory, db: asyncpg.Pool, llm: FakeLLMServer
 ) -> None:
     marker = new_marker()
     # A task no event will move (nothing announces it), paused through the API.
-    task_id, _ = await _insert_task(db, _marked_text(marker, 800, seed=61))
-    async with stack.client() as alice:
-        paused = await alice.post(f"/v1/tasks/{task_id}/pause")
-        assert paused.status_code == 200 and paused.json()["status"] == "PAUSED", paused.text
-        # Only a merger (where the maintenance loop runs) with a 3 s TTL.
-        short = make_stack(services=("merger",), DOCSUM_TASK_TTL_S="3", DOCSUM_MAINTENANCE_INTERVAL_S="1")
-        try:
+    # A deployment of its own, whose maintenance is a merger with a 3 s TTL: it expires its own tasks only;
+    # its gateway is the one that reaches them. In-process: what is tested is what the TTL does to the
+    # task's rows, not how the merger is reached.
+    prefix = f"test-{uuid.uuid4().hex[:8]}."
+    task_id, _ = await _insert_task(db, _marked_text(marker, 800, seed=61), deployment=prefix)
+    short = make_stack.in_process(
+        ("gateway", "merger"), DOCSUM_TOPIC_PREFIX=prefix, DOCSUM_TASK_TTL_S="3", DOCSUM_MAINTENANCE_INTERVAL_S="1"
+    )
+    try:
+        async with short.client() as alice:
+            paused = await alice.post(f"/v1/tasks/{task_id}/pause")
+            assert paused.status_code == 200 and paused.json()["status"] == "PAUSED", paused.text
 
             async def expired() -> bool:
                 return (await get_task(alice, task_id))["status"] == "EXPIRED"
 
-            # The shared stack's merger may hold the maintenance lock in a round: poll generously.
             await eventually(expired, timeout=90, message=f"task {task_id} to expire", stack=short)
-        finally:
-            short.stop_all()  # its 3 s TTL would expire other tests' tasks
-        for action in ("resume", "pause", "cancel", "retry"):
-            response = await alice.post(f"/v1/tasks/{task_id}/{action}")
-            assert response.status_code == 409, (action, response.text)
-        task = await get_task(alice, task_id)
+            for action in ("resume", "pause", "cancel", "retry"):
+                response = await alice.post(f"/v1/tasks/{task_id}/{action}")
+                assert response.status_code == 409, (action, response.text)
+            task = await get_task(alice, task_id)
+    finally:
+        short.stop_all()
     assert task["status"] == "EXPIRED" and task["summary"] is None
     assert task["documents"][0]["status"] != "COMPLETED"
     assert calls(llm, marker) == []
@@ -367,9 +459,11 @@ async def test_paused_task_expires_and_is_never_resumed(
 # --- reconcile --------------------------------------------------------------------------------------------
 
 
-async def test_reconcile_redrives_a_task_no_event_moves(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
-    marker = new_marker()
-    task_id, _ = await _insert_task(db, _marked_text(marker, 1_200, seed=71))
+async def test_reconcile_redrives_a_task_no_event_moves(
+    pipeline: InProcessStack, db: asyncpg.Pool, llm: FakeLLMServer
+) -> None:
+    stack, marker = pipeline, new_marker()
+    task_id, _ = await _insert_task(db, _marked_text(marker, 1_200, seed=71), deployment=_deployment(stack))
     async with stack.client("alice") as alice, stack.client("bob") as bob:
         theirs = await bob.post("/v1/reconcile")
         assert theirs.status_code == 200 and task_id not in theirs.json()["tasks"]
@@ -386,9 +480,9 @@ async def test_reconcile_redrives_a_task_no_event_moves(stack: Stack, db: asyncp
     assert len(chunk_calls(llm, marker)) == 1 and paid_twice(calls(llm, marker)) == 0
 
 
-async def test_cli_reconcile(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
-    marker = new_marker()
-    task_id, _ = await _insert_task(db, _marked_text(marker, 1_200, seed=72))
+async def test_cli_reconcile(pipeline: InProcessStack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
+    stack, marker = pipeline, new_marker()
+    task_id, _ = await _insert_task(db, _marked_text(marker, 1_200, seed=72), deployment=_deployment(stack))
     code, out, err = await _cli(stack, "reconcile")
     assert code == 0, err
     result = json.loads(out)
@@ -399,9 +493,10 @@ async def test_cli_reconcile(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer)
     assert len(chunk_calls(llm, marker)) == 1
 
 
-async def test_cli_pause_resume_cancel(stack: Stack, db: asyncpg.Pool) -> None:
-    first, _ = await _insert_task(db, _marked_text(new_marker(), 1_000, seed=73))
-    second, _ = await _insert_task(db, _marked_text(new_marker(), 1_000, seed=74))
+async def test_cli_pause_resume_cancel(pipeline: InProcessStack, db: asyncpg.Pool) -> None:
+    stack = pipeline
+    first, _ = await _insert_task(db, _marked_text(new_marker(), 1_000, seed=73), deployment=_deployment(stack))
+    second, _ = await _insert_task(db, _marked_text(new_marker(), 1_000, seed=74), deployment=_deployment(stack))
 
     # Independent calls run side by side: each CLI run is a fresh interpreter.
     (code, out, err), (code2, out2, err2) = await asyncio.gather(
@@ -436,10 +531,15 @@ async def test_periodic_reconcile_finishes_a_stuck_task(
 ) -> None:
     """A document left in CHUNKING with no event: the maintenance loop alone re-drives it (no API call)."""
     marker = new_marker()
-    # Idle longer than this stack's 2 s, shorter than the shared stack's 60 s: this stack's loop does it.
-    task_id, doc_id = await _insert_task(db, _marked_text(marker, 1_200, seed=75), doc_status="CHUNKING", idle_s=10)
-    quick = make_stack(
-        services=("chunker", "summarizer", "merger"),
+    # Idle longer than this stack's 2 s: its deployment's maintenance loop re-drives it.
+    prefix = f"test-{uuid.uuid4().hex[:8]}."  # the deployment whose maintenance is to re-drive it
+    task_id, doc_id = await _insert_task(
+        db, _marked_text(marker, 1_200, seed=75), deployment=prefix, doc_status="CHUNKING", idle_s=10
+    )
+    # In-process: the re-drive and the work it starts go over the bus of this stack alone.
+    quick = make_stack.in_process(
+        ("chunker", "summarizer", "merger"),
+        DOCSUM_TOPIC_PREFIX=prefix,
         DOCSUM_RECONCILE_IDLE_S="2",
         DOCSUM_MAINTENANCE_INTERVAL_S="1",
     )
@@ -450,7 +550,7 @@ async def test_periodic_reconcile_finishes_a_stuck_task(
 
         await eventually(completed, timeout=90, message=f"task {task_id} to be reconciled and completed", stack=quick)
     finally:
-        quick.stop_all()  # its 2 s reconcile would re-drive other tests' tasks
+        quick.stop_all()
     row = await db.fetchrow("SELECT summary, redrives FROM tasks WHERE id = $1", task_id)
     assert row["summary"] and row["redrives"] >= 1
     assert await db.fetchval("SELECT status FROM documents WHERE id = $1", doc_id) == "COMPLETED"

@@ -35,6 +35,9 @@ async def test_one_partition_keeps_the_in_flight_limit_busy(make_stack: StackFac
         DOCSUM_CHUNK_TOPIC_PARTITIONS="1",
         DOCSUM_LLM_MAX_INFLIGHT="8",
         DOCSUM_LEASE_TTL_S="4",
+        # A kill between the admission's commit and its publish loses that round's announcements: sent
+        # again once unleased this long (the default minute would be most of the test's time).
+        DOCSUM_ADMISSION_HOLD_S="5",
     )
     async with stack.client() as client:
         task_id = await submit(client, [txt("wide.txt", english_prose(70_000, seed=41))])
@@ -97,7 +100,9 @@ async def test_a_thousand_chunks_merge_in_a_tree_within_the_budget(
 ) -> None:
     budget = 1_500
     provider = server.llm
-    provider.configure(max_prompt_tokens=budget, latency_s=0.2)
+    # The chunks' calls answer in 0.02 s (a thousand of them at 0.2 s, 16 at a time, were 14 s of the test);
+    # the tree's merges take 0.2 s each as before, so that the kill lands on merges in flight.
+    provider.configure(max_prompt_tokens=budget, latency_s=0.02)
     stack = make_stack(
         OPENAI_BASE_URL=server.base_url,
         DOCSUM_CHUNK_CHARS="300",
@@ -109,6 +114,13 @@ async def test_a_thousand_chunks_merge_in_a_tree_within_the_budget(
     async with stack.client() as client:
         task_id = await submit(client, [txt("book.txt", english_prose(290_000, seed=71))])
         document_id = await db.fetchval("SELECT id FROM documents WHERE task_id = $1", task_id)
+
+        async def every_chunk_summarized() -> bool:
+            row = await db.fetchrow("SELECT chunk_total, chunks_completed FROM documents WHERE id = $1", document_id)
+            return row["chunk_total"] is not None and row["chunks_completed"] >= row["chunk_total"]
+
+        await eventually(every_chunk_summarized, timeout=300, interval=0.05, message="every chunk summarized")
+        provider.configure(latency_s=0.2)
 
         async def some_nodes_stored() -> bool:
             return (await db.fetchval("SELECT count(*) FROM merge_nodes WHERE scope_id = $1", document_id)) >= 5

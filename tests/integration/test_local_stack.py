@@ -59,6 +59,9 @@ def test_up_prints_metrics_that_answer_and_observe_scrapes_them(infra: dict[str,
         "DOCSUM_GATEWAY_PORT": str(free_port()),
         "DOCSUM_HEALTH_PORT_BASE": str(base),
         "DOCSUM_PROMETHEUS_PORT": str(free_port()),
+        # Every second: the first scrape of each process comes within a second of Prometheus's start, not
+        # five (what is tested is that it scrapes them all with the rules, not how often).
+        "DOCSUM_PROMETHEUS_SCRAPE_S": "1",
     }
 
     def stack(*args: str) -> str:

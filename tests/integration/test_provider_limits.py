@@ -11,6 +11,7 @@ tested is what the settings and the provider's answers do, not processes or the 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -124,3 +125,61 @@ async def test_a_merge_refused_for_another_reason_fails_its_document_and_the_tas
     refused = [e for e in server.llm.entries(status=400) if "summaries of consecutive parts" in e.prompt]
     assert len(refused) == 1  # a refusal is final: not retried, not re-driven
     assert await stack.read_topics(dlq_names(stack.env)) == []
+
+
+class _CountedPool:
+    """The session's pool, counting the reads sent through it."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool, self.reads = pool, 0
+
+    async def fetchrow(self, query: str, *args: object) -> asyncpg.Record | None:
+        self.reads += 1
+        return await self.pool.fetchrow(query, *args)
+
+
+async def test_many_calls_finding_the_budget_stale_read_it_once(repository_db: asyncpg.Pool) -> None:
+    """A summarizer's handlings all ask for the budget at once when it goes stale: one query answers them
+    all (each sent its own, dozens every REFRESH_S), and each plans under what is stored."""
+    from docsum_llm.openai.endpoint import EndpointLimits
+
+    key = f"http://limits.test/{uuid.uuid4().hex}|m"
+    await repository_db.execute(
+        "INSERT INTO llm_endpoints (key, context_tokens, learned_from) VALUES ($1, 3000, 'refused: test')", key
+    )
+    counted = _CountedPool(repository_db)
+    limits = EndpointLimits(counted, key, configured=8000)  # type: ignore[arg-type]
+    budgets = await asyncio.gather(*(limits.budget() for _ in range(32)))
+    assert budgets == [3000] * 32
+    assert counted.reads == 1
+
+
+async def test_an_endpoint_that_states_no_window_is_asked_once(
+    repository_db: asyncpg.Pool, server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenAI's API answers the probe with no window. Asking again changes nothing, and every call of the
+    process waits for the probe: it is asked once, not once a minute (a minute here: at once)."""
+    import docsum_llm
+    from docsum_llm import Summarizing
+    from docsum_shared.settings import LLMSettings
+
+    monkeypatch.setattr(docsum_llm, "PROBE_AGAIN_S", 0.0)
+    settings = LLMSettings(
+        database_url="postgresql://unused", llm_backend="openai", llm_model="stand-in-1",
+        openai_base_url=server.base_url, openai_api_key="k",
+    )  # fmt: skip
+    llm = Summarizing.from_settings(settings, repository_db)
+    probes = 0
+    real_probe = llm.backend.probe  # type: ignore[attr-defined]
+
+    async def counted() -> object:
+        nonlocal probes
+        probes += 1
+        return await real_probe()
+
+    llm.backend.probe = counted  # type: ignore[attr-defined]
+    try:
+        assert [await llm.budget() for _ in range(3)] == [None] * 3
+    finally:
+        await llm.aclose()
+    assert probes == 1

@@ -22,10 +22,13 @@ async def test_two_limiters_share_one_pace(db: asyncpg.Pool) -> None:
     started = time.monotonic()
     reservations = await asyncio.gather(*(limiter.acquire(10) for limiter in (first, second) * 10))
     elapsed = time.monotonic() - started
-    waits = sorted(r.waited_s for r in reservations)
-    # 20 calls at 10 per second: the slots are 0.1 s apart, across both limiters.
-    assert waits[-1] >= 1.8 and elapsed >= 1.8
-    assert all(b - a >= 0.05 for a, b in zip(waits, waits[1:], strict=False))
+    # 20 calls at 10 per second: the slots are 0.1 s apart, across both limiters. On the database's clock
+    # (where they are booked): a wait is from its call's booking, and on a busy machine the bookings of
+    # calls made together are spread over a tenth of a second and more.
+    slots = sorted(r.slot_at for r in reservations)
+    assert slots[-1] - slots[0] >= 1.8 and elapsed >= 1.8
+    assert all(b - a >= 0.05 for a, b in zip(slots, slots[1:], strict=False))
+    assert max(r.waited_s for r in reservations) > 0  # the calls waited for their slots
 
 
 async def test_a_refusal_halves_the_rate_and_successes_win_it_back(db: asyncpg.Pool) -> None:

@@ -72,9 +72,11 @@ async def test_llama_cpp_window_read_from_props_and_a_slow_stream_waited_for(
     # 4 s reconcile idle; slower pieces made the test longer for no more of either.
     server.llm.configure(dialect="llamacpp", max_prompt_tokens=2_048, latency_s=0.05, token_latency_s=0.08)
     server.llm.configure(answer_min_tokens=40)
-    # Reconcile looks for tasks idle 4 s, every second: each merge lasts longer than that.
+    # Reconcile looks for tasks idle 4 s, every second: each merge lasts longer than that. Eight calls in
+    # flight (a llama.cpp server with eight slots): the 32 chunk calls of ~1.5 s took 12 s four at a time.
     stack = make_stack.in_process(
         OPENAI_BASE_URL=server.base_url,
+        DOCSUM_LLM_MAX_INFLIGHT="8",
         DOCSUM_LLM_STALL_TIMEOUT_S="1",
         DOCSUM_RECONCILE_IDLE_S="4",
         DOCSUM_MAINTENANCE_INTERVAL_S="1",

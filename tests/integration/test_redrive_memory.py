@@ -80,14 +80,17 @@ async def broker(make_stack: StackFactory) -> AsyncIterator[tuple[AIOKafkaProduc
         await producer.stop()
 
 
-async def _task(db: asyncpg.Pool, owner: str, chunks: int, *, status: str, idle_s: float) -> tuple[str, list[str]]:
-    """A task with one SUMMARIZING document of `chunks` PENDING chunks, nothing moved for `idle_s`."""
+async def _task(
+    db: asyncpg.Pool, owner: str, chunks: int, *, status: str, idle_s: float, deployment: str
+) -> tuple[str, list[str]]:
+    """A task of `deployment` with one SUMMARIZING document of `chunks` PENDING chunks, nothing moved for
+    `idle_s`."""
     task_id, doc_id = str(uuid.uuid4()), str(uuid.uuid4())
     async with db.acquire() as conn, conn.transaction():
         await conn.execute(
-            "INSERT INTO tasks (id, owner, title, status, last_active_at)"
-            " VALUES ($1, $2, 'backlog', $3, now() - make_interval(secs => $4))",
-            task_id, owner, status, idle_s,
+            "INSERT INTO tasks (id, owner, title, status, last_active_at, deployment)"
+            " VALUES ($1, $2, 'backlog', $3, now() - make_interval(secs => $4), $5)",
+            task_id, owner, status, idle_s, deployment,
         )  # fmt: skip
         await conn.execute(
             "INSERT INTO documents (id, task_id, filename, content_type, status, text_chars, size_level,"
@@ -98,8 +101,8 @@ async def _task(db: asyncpg.Pool, owner: str, chunks: int, *, status: str, idle_
         )  # fmt: skip
         ids = [f"{doc_id}:{i:05d}" for i in range(chunks)]
         await conn.executemany(
-            "INSERT INTO chunks (id, document_id, chunk_index, start_char, end_char, text, status)"
-            " VALUES ($1, $2, $3, 0, 1, 'x', 'PENDING')",
+            "INSERT INTO chunks (id, document_id, chunk_index, start_char, end_char, text, status, admitted_at)"
+            " VALUES ($1, $2, $3, 0, 1, 'x', 'PENDING', now())",  # admitted (admission.py): announced before
             [(chunk_id, doc_id, i) for i, chunk_id in enumerate(ids)],
         )
     return task_id, ids
@@ -112,7 +115,9 @@ async def test_a_reconcile_of_a_large_backlog_holds_one_batch_of_events_at_a_tim
     owner = f"owner-{uuid.uuid4().hex[:8]}"
     backlog: list[str] = []
     for _ in range(TASKS):
-        task_id, ids = await _task(repository_db, owner, CHUNKS_PER_TASK, status="PROCESSING", idle_s=120)
+        task_id, ids = await _task(
+            repository_db, owner, CHUNKS_PER_TASK, status="PROCESSING", idle_s=120, deployment=kafka["topic_prefix"]
+        )
         counted.tasks.add(task_id)
         backlog += ids
     settings = GatewaySettings(_env_file=None, **kafka, redrive_batch_events=BATCH, redrive_idle_s=30)
@@ -134,7 +139,7 @@ async def test_a_resume_announces_only_chunks_whose_announcement_is_not_on_its_w
 ) -> None:
     producer, kafka = broker
     owner = f"owner-{uuid.uuid4().hex[:8]}"
-    task_id, ids = await _task(repository_db, owner, 120, status="PAUSED", idle_s=0)
+    task_id, ids = await _task(repository_db, owner, 120, status="PAUSED", idle_s=0, deployment=kafka["topic_prefix"])
     counted.tasks.add(task_id)
     settings = GatewaySettings(_env_file=None, **kafka, redrive_batch_events=BATCH, redrive_announced_s=300)
 

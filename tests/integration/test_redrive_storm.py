@@ -28,13 +28,13 @@ from tests.integration.helpers import eventually
 TASKS, CHUNKS_PER_TASK, LEASED_PER_TASK = 5, 600, 60  # a backlog of 3,000 chunks, 300 of them leased
 STORM = 20
 PROBES = 4  # /healthz clients probing side by side during the storms
-# Older than the stack's DOCSUM_REDRIVE_IDLE_S below, younger than the 60 s after which another stack's
-# merger (they share the database) would re-drive these tasks onto its own topics.
+# Older than the stack's DOCSUM_REDRIVE_IDLE_S below (another stack's merger sharing the database leaves
+# them alone: they are of this stack's deployment).
 IDLE_S, REDRIVE_IDLE_S = 20.0, 10.0
 
 
-async def _backlog(db: asyncpg.Pool, owner: str) -> tuple[list[str], set[str], set[str], str]:
-    """Tasks idle for IDLE_S, each with one SUMMARIZING document of PENDING chunks, some of them leased
+async def _backlog(db: asyncpg.Pool, owner: str, deployment: str) -> tuple[list[str], set[str], set[str], str]:
+    """Tasks of `deployment` idle for IDLE_S, each with one SUMMARIZING document of PENDING chunks, some of them leased
     (a summarizer is answering them), and one task that was active a moment ago. Returns the idle tasks,
     the ids of their unleased and leased chunks, and the active task's id."""
     data = b"backlog"
@@ -50,9 +50,9 @@ async def _backlog(db: asyncpg.Pool, owner: str) -> tuple[list[str], set[str], s
             task_id, doc_id = str(uuid.uuid4()), str(uuid.uuid4())
             idle_s = IDLE_S if n < TASKS else 0.0  # the last one: active now, nothing of it is re-driven
             await conn.execute(
-                "INSERT INTO tasks (id, owner, title, status, last_active_at)"
-                " VALUES ($1, $2, 'backlog', 'PROCESSING', now() - make_interval(secs => $3))",
-                task_id, owner, idle_s,
+                "INSERT INTO tasks (id, owner, title, status, last_active_at, deployment)"
+                " VALUES ($1, $2, 'backlog', 'PROCESSING', now() - make_interval(secs => $3), $4)",
+                task_id, owner, idle_s, deployment,
             )  # fmt: skip
             await conn.execute(
                 "INSERT INTO documents (id, task_id, filename, content_type, blob_sha256, size_bytes, status,"
@@ -145,7 +145,7 @@ async def test_reconcile_storm_publishes_one_backlog_at_most(
         DOCSUM_API_KEYS=f"{owner}={key}",
     )
     stack.keys[owner] = key
-    tasks, free, leased, active = await _backlog(db, owner)
+    tasks, free, leased, active = await _backlog(db, owner, stack.env["DOCSUM_TOPIC_PREFIX"])
     try:
         quiet = await _healthz_sample(stack.gateway_url, 100)  # the same probe with no storm, for comparison
         stop = asyncio.Event()

@@ -52,8 +52,8 @@ class TestChunkRepositoryOnPostgres(SummarizerRepositoryContract):
         self, chunk_id: str, document_id: str, index: int, status: ChunkStatus, text: str, failures: int, start: int = 0
     ) -> None:
         await self.pool.execute(
-            "INSERT INTO chunks (id, document_id, chunk_index, start_char, end_char, text, status, failures)"
-            " VALUES ($1, $2, $3, $8::int, $8::int + $4::int, $5, $6, $7)",
+            "INSERT INTO chunks (id, document_id, chunk_index, start_char, end_char, text, status, failures,"
+            " admitted_at) VALUES ($1, $2, $3, $8::int, $8::int + $4::int, $5, $6, $7, now())",
             chunk_id, document_id, index, len(text), text, status, failures, start,
         )  # fmt: skip
 
@@ -72,6 +72,11 @@ class TestChunkRepositoryOnPostgres(SummarizerRepositoryContract):
     async def lease_runs_out(self, chunk_id: str) -> None:
         await self.pool.execute(
             "UPDATE chunks SET lease_expires_at = now() - interval '1 second' WHERE id = $1", chunk_id
+        )
+
+    async def admitted(self, chunk_id: str, admitted: bool) -> None:
+        await self.pool.execute(
+            "UPDATE chunks SET admitted_at = CASE WHEN $2 THEN now() END WHERE id = $1", chunk_id, admitted
         )
 
     async def given_line(self, chunk_id: str, status: LineStatus, custom_id: str) -> None:

@@ -27,6 +27,7 @@ from docsum_shared.cited import MAX_SOURCES, CitedSentence, Source, to_json
 from docsum_shared.levels import SizeLevel
 from docsum_shared.positions import Positions, position_of
 from docsum_shared.readmodel import queries
+from docsum_shared.scope import Scope
 from tests.inprocess import InProcessStack
 from tests.integration.conftest import AnyStack, StackFactory
 from tests.integration.helpers import submit, txt, wait_for_task
@@ -168,9 +169,10 @@ async def test_forty_quotes_of_a_19_mb_text_read_no_more_than_their_cap(
     tail = {"start": len(text) - MAX_QUOTE_CHARS, "end": len(text)}
 
     # What the repository hands the gateway: no text for a range over the cap, at most the cap otherwise.
-    everything = await queries.quote(db, "alice", task_id, doc_id, 0, 2**31 - 1, MAX_QUOTE_CHARS)
+    alice = Scope(stack.env["DOCSUM_TOPIC_PREFIX"], "alice")
+    everything = await queries.quote(db, alice, task_id, doc_id, 0, 2**31 - 1, MAX_QUOTE_CHARS)
     assert everything is not None and everything["text"] is None and everything["text_chars"] == len(text)
-    capped = await queries.quote(db, "alice", task_id, doc_id, 5, 5 + MAX_QUOTE_CHARS, MAX_QUOTE_CHARS)
+    capped = await queries.quote(db, alice, task_id, doc_id, 5, 5 + MAX_QUOTE_CHARS, MAX_QUOTE_CHARS)
     assert capped is not None and capped["text"] == text[5 : 5 + MAX_QUOTE_CHARS]
 
     pid = stack.processes["gateway"].pid

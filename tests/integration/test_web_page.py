@@ -2,22 +2,33 @@
 documents, watch the bars fill live, pause and resume, reload mid-task, read the summaries — and a
 hostile file name and summary stay text; open the passage a summary sentence quotes, with its page.
 
+The live page runs on the services as processes on Kafka (the session's stack); the tests of what one
+sentence or one format shows run on the in-process pipeline (tests/inprocess.py).
+
 Screenshots (just submitted, mid-way, finished) go to the test's tmp dir and to .run/screenshots/.
 """
 
 from __future__ import annotations
 
 import html
+import json
 import re
 import shutil
 import subprocess
+import uuid
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
-from tests.integration.conftest import ROOT, Stack, StackFactory
+from docsum_shared.outbox import WebhookEvent, task_event
+from docsum_shared.states import TASK_FINAL
+from tests.integration.conftest import ROOT, AnyStack, Stack, StackFactory
+from tests.integration.helpers import eventually, submit, txt, wait_for_task
+from tests.lossy_proxy import LossyProxy
+from tests.webhook_receiver import serving
 
 pytestmark = pytest.mark.integration
 
@@ -125,7 +136,7 @@ def test_a_sentence_opens_the_passage_it_quotes(make_stack: StackFactory, chromi
     sentence, clicked or opened from the keyboard, shows the passage of the document it quotes."""
     from playwright.sync_api import expect, sync_playwright
 
-    stack = make_stack(DOCSUM_LLM_BACKEND="extractive")
+    stack = make_stack.in_process(DOCSUM_LLM_BACKEND="extractive")
     with sync_playwright() as p:
         browser = _launch(p, chromium)
         page = browser.new_page(viewport={"width": 1180, "height": 1000}, reduced_motion="reduce")
@@ -186,7 +197,7 @@ def test_slides_pages_and_books_are_offered_and_cited_by_their_units(
     deck.write_bytes(
         make_pptx([Slide(title=f"Part {n}", texts=[english_prose(700, seed=260 + n)]) for n in range(1, 4)])
     )
-    stack = make_stack(DOCSUM_LLM_BACKEND="extractive")
+    stack = make_stack.in_process(DOCSUM_LLM_BACKEND="extractive")
     with sync_playwright() as p:
         browser = _launch(p, chromium)
         page = browser.new_page(viewport={"width": 1180, "height": 1000}, reduced_motion="reduce")
@@ -303,19 +314,32 @@ def _words(text: str) -> set[str]:
     return set(re.findall(r"\w+", text.lower()))
 
 
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]  # fmt: skip
+
+
 def _launch(p, chromium: str):  # type: ignore[no-untyped-def]
-    return p.chromium.launch(
-        executable_path=chromium,
-        headless=True,
-        args=["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-              "--disable-component-update", "--disable-sync"],
-    )  # fmt: skip
+    return p.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
 
 
 def _shot(page, tmp_path: Path, name: str, full_page: bool = True) -> Path:  # type: ignore[no-untyped-def]
     path = tmp_path / f"{name}.png"
     page.screenshot(path=str(path), full_page=full_page)
     return path
+
+
+async def _webhooks_view(p, chromium: str, stack: AnyStack):  # type: ignore[no-untyped-def]
+    """A browser signed in as alice on the Webhooks view, and the page errors it collects."""
+    browser = await p.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+    page = await browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    await page.goto(stack.gateway_url + "/")
+    await page.fill("#api-key", stack.keys["alice"])
+    await page.click("#signin-button")
+    await page.click("#webhooks-link")
+    await page.wait_for_url("**/webhooks")
+    return browser, page, errors
 
 
 def test_an_unsupported_sentence_is_marked_on_the_page_and_in_the_markdown(chromium: str) -> None:
@@ -353,3 +377,144 @@ def test_an_unsupported_sentence_is_marked_on_the_page_and_in_the_markdown(chrom
         markdown = page.evaluate("(task) => asMarkdown(task)", task)
         browser.close()
     assert "Penguins juggle violet umbrellas. (unsupported)" in markdown
+
+
+async def test_the_page_submits_again_with_its_key_after_a_lost_answer(
+    make_stack: StackFactory, chromium: str, tmp_path: Path
+) -> None:
+    """The page's first submission reaches the gateway, which makes the task, and its answer is lost (a
+    proxy resets the connection instead of passing it on). Pressing "Summarize" again sends the same
+    Idempotency-Key: the page opens the task the first press made, and there is one task."""
+    from playwright.async_api import async_playwright, expect
+
+    stack = make_stack.in_process(services=("gateway",))
+    title = f"Lost answer {uuid.uuid4().hex[:8]}"
+    note = tmp_path / "note.txt"
+    note.write_text("The tide came in at dawn, and the boats went out with it.")
+    keys: set[str] = set()
+
+    def first_keyed(request: dict[str, str]) -> bool:
+        key = request.get("idempotency-key")
+        first = key is not None and key not in keys
+        keys.add(key or "")
+        return first
+
+    port = int(stack.gateway_url.rsplit(":", 1)[1])
+    async with LossyProxy(port, drop=first_keyed) as proxy, async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+        page = await browser.new_page()
+        await page.goto(proxy.url + "/")
+        await page.fill("#api-key", stack.keys["alice"])
+        await page.click("#signin-button")
+        await expect(page.locator("#sign-out")).to_be_visible()
+        await page.set_input_files("#file-input", [str(note)])
+        await page.fill("#title", title)
+        await page.click("#submit")
+        await expect(page.locator("#submit-error")).to_be_visible()
+        await page.click("#submit")
+        await page.wait_for_url("**/tasks/*")
+        opened = page.url.rsplit("/", 1)[1]
+        await browser.close()
+
+    posted = [e for e in proxy.exchanges if "idempotency-key" in e.head]
+    assert len(posted) == 2 and posted[0].dropped and not posted[1].dropped
+    assert posted[0].head["idempotency-key"] == posted[1].head["idempotency-key"]
+    assert posted[1].headers["idempotent-replayed"] == "true" and posted[1].body == posted[0].body
+    assert opened == posted[0].json()["task_id"]
+    async with stack.client() as client:
+        listed = (await client.get("/v1/tasks", params={"limit": 500})).json()
+    assert [t["task_id"] for t in listed if t["title"] == title] == [opened]
+
+
+async def test_the_page_shows_the_owners_webhooks_and_sends_a_delivery_again(
+    make_stack: StackFactory, chromium: str
+) -> None:
+    """The page's Webhooks view: the owner's endpoint, its delivery (delivered, one attempt, its task), and
+    "Send again", which sends it once more under the same webhook-id."""
+    from playwright.async_api import async_playwright, expect
+
+    with serving() as receiver:
+        receiver.fail_first = 0
+        stack = make_stack.in_process(
+            None,
+            twice=False,
+            DOCSUM_INTAKE_OWNERS=json.dumps({"alice": {"http_hosts": ["127.0.0.1"], "http_ports": [receiver.port]}}),
+            DOCSUM_WEBHOOK_POLL_S="0.2",
+        )
+        url = f"http://127.0.0.1:{receiver.port}/hook"
+        async with stack.client("alice") as alice:
+            hook = (await alice.post("/v1/webhooks", json={"url": url, "events": ["task.finished"]})).json()
+            task_id = await submit(alice, [txt("note.txt", "The tide came in at dawn, and the boats went out.")])
+            await wait_for_task(alice, task_id, stack)
+            await eventually(lambda: len(receiver.delivered()) == 1, message="the delivery", stack=stack)
+        async with async_playwright() as p:
+            browser, page, errors = await _webhooks_view(p, chromium, stack)
+            card = page.locator(f'[data-webhook="{hook["id"]}"]')
+            await expect(card.locator("h2")).to_have_text(url)
+            row = card.locator(".delivery").first
+            await expect(row).to_contain_text("delivered")
+            await expect(row).to_contain_text("1 attempt ")
+            await expect(row.locator("a")).to_have_attribute("href", f"/tasks/{task_id}")
+            await row.get_by_role("button", name="Send again").click()
+            await eventually(lambda: len(receiver.received) == 2, message="the delivery sent again", stack=stack)
+            await page.reload()
+            await expect(card.locator(".delivery").first).to_contain_text("2 attempts", timeout=10_000)
+            await browser.close()
+        assert errors == []
+    first, again = receiver.received
+    assert first.headers["webhook-id"] == again.headers["webhook-id"] and first.body == again.body
+
+
+async def test_the_page_adds_and_removes_an_owners_webhook(
+    make_stack: StackFactory, chromium: str, db: asyncpg.Pool
+) -> None:
+    """The Webhooks view registers an endpoint (the events offered are the gateway's, every way a task ends
+    checked), shows its secret once, says why a URL is refused, and removes an endpoint on a second press."""
+    from playwright.async_api import async_playwright, expect
+
+    with serving() as receiver:
+        stack = make_stack.in_process(
+            ("gateway",),
+            twice=False,
+            DOCSUM_INTAKE_OWNERS=json.dumps({"alice": {"http_hosts": ["127.0.0.1"], "http_ports": [receiver.port]}}),
+        )
+        url = f"http://127.0.0.1:{receiver.port}/hook"
+        async with async_playwright() as p:
+            browser, page, errors = await _webhooks_view(p, chromium, stack)
+            await expect(page.locator("#no-webhooks")).to_be_visible()
+            boxes = page.locator('#new-webhook input[name="events"]')
+            offered = {await b.get_attribute("value"): await b.is_checked() for b in await boxes.all()}
+            task_ends = {event.value for event in map(task_event, TASK_FINAL) if event is not None}
+            assert set(offered) == {e.value for e in WebhookEvent}
+            assert {e for e, checked in offered.items() if checked} == task_ends  # every way a task ends
+
+            await page.fill("#webhook-url", f"http://127.0.0.1:{receiver.port + 1}/hook")  # a port not hers
+            await page.click("#webhook-add")
+            await expect(page.locator("#webhook-error")).to_contain_text("port")
+            await page.fill("#webhook-url", url)
+            await page.check("#webhook-only-named")
+            await page.click("#webhook-add")
+            shown = await page.locator("#webhook-secret-value").text_content()
+            assert shown and shown.startswith("whsec_")
+            async with stack.client("alice") as alice:
+                (hook,) = (await alice.get("/v1/webhooks")).json()
+            assert hook["url"] == url and set(hook["events"]) == task_ends and not hook["all_tasks"]
+            assert await db.fetchval("SELECT secret FROM webhook_endpoints WHERE id = $1", hook["id"]) == shown
+            card = page.locator(f'[data-webhook="{hook["id"]}"]')
+            await expect(card.locator("h2")).to_have_text(url)
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            await page.screenshot(path=str(SHOTS / "webhooks.png"), full_page=True)
+
+            await card.locator("button.remove").click()
+            await expect(card.locator("button.remove")).to_have_text("Remove for good?")
+            async with stack.client("alice") as alice:
+                assert len((await alice.get("/v1/webhooks")).json()) == 1  # the first press only asks
+            await card.locator("button.remove").click()
+            await expect(card).to_have_count(0)
+            async with stack.client("alice") as alice:
+                assert (await alice.get("/v1/webhooks")).json() == []
+            await page.reload()
+            await expect(page.locator("#no-webhooks")).to_be_visible()
+            await browser.close()
+        assert errors == []
+    assert receiver.received == []  # registering and removing send nothing

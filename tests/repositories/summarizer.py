@@ -95,6 +95,10 @@ class SummarizerRepositoryContract(abc.ABC):
         """The chunk's lease expiry, whoever holds it, put in the past."""
 
     @abc.abstractmethod
+    async def admitted(self, chunk_id: str, admitted: bool) -> None:
+        """The chunk given its slot in the fair order, or not yet (as the admission leaves it)."""
+
+    @abc.abstractmethod
     async def given_line(self, chunk_id: str, status: LineStatus, custom_id: str) -> None:
         """The chunk's batch line, as the batch driver left it."""
 
@@ -221,6 +225,17 @@ class SummarizerRepositoryContract(abc.ABC):
         assert await self.due(chunk_id) == []
         assert (await self.repo.claim(chunk_id, "b", TTL)).outcome is Claim.TAKEN
         assert (await self.facts(chunk_id)).interruptions == 0  # handed back, not taken over
+
+    # --- admission -----------------------------------------------------------------------------------
+
+    async def test_a_chunk_not_admitted_yet_is_deferred_and_taken_once_admitted(self) -> None:
+        _, _, chunk_id = await self.chunk()
+        await self.admitted(chunk_id, False)
+        deferred = await self.repo.claim(chunk_id, "a", TTL)
+        assert deferred.outcome is Claim.DEFERRED and deferred.chunk is None
+        assert await self.status(chunk_id) is ChunkStatus.PENDING and (await self.facts(chunk_id)).lease is None
+        await self.admitted(chunk_id, True)
+        assert (await self.repo.claim(chunk_id, "a", TTL)).outcome is Claim.TAKEN
 
     # --- rounds --------------------------------------------------------------------------------------
 

@@ -8,12 +8,14 @@ from typing import Any
 import pytest
 
 from docsum_shared.readmodel import queries, views
+from docsum_shared.scope import Scope
 from docsum_shared.settings import LLMSettings
 
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 DEADLINE = NOW + timedelta(hours=6)
 SETTINGS = LLMSettings(llm_model="m1", llm_prices={"m1": (1.0, 2.0)})
 POOL: Any = object()  # never touched: the queries functions are replaced below
+ALICE = Scope("", "alice")
 
 
 def _lines(
@@ -178,7 +180,7 @@ def _fake_queries(monkeypatch: pytest.MonkeyPatch, batch_lines: list[dict[str, A
 
 async def test_a_task_waiting_on_its_batch_takes_the_eta_from_it(monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_queries(monkeypatch, [_lines("submitted", 8, batch="b1", state="submitted", of=8, submitted_at=NOW)])
-    view = await views.task_view(POOL, SETTINGS, "alice", "t1")
+    view = await views.task_view(POOL, SETTINGS, ALICE, "t1")
     assert view is not None and view.batch is not None
     assert (view.batch.state, view.batch.lines, view.batch.deadline) == ("waiting", 8, DEADLINE)
     assert view.estimate.remaining_chunks == 8 and view.estimate.eta_s is None  # not 8 s from the call rate
@@ -186,12 +188,12 @@ async def test_a_task_waiting_on_its_batch_takes_the_eta_from_it(monkeypatch: py
 
 async def test_a_task_done_with_its_batch_takes_the_eta_from_its_calls(monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_queries(monkeypatch, [_lines("answered", 8)])
-    view = await views.task_view(POOL, SETTINGS, "alice", "t1")
+    view = await views.task_view(POOL, SETTINGS, ALICE, "t1")
     assert view is not None and view.batch is not None and view.batch.state == "done"
     assert view.estimate.eta_s == 8.0
 
 
 async def test_a_task_without_batch_lines_has_no_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_queries(monkeypatch, [])
-    view = await views.task_view(POOL, SETTINGS, "alice", "t1")
+    view = await views.task_view(POOL, SETTINGS, ALICE, "t1")
     assert view is not None and view.batch is None and view.estimate.eta_s == 8.0

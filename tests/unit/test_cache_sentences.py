@@ -57,7 +57,7 @@ async def test_the_cache_stores_an_answer_with_its_sentences_and_gives_them_back
     result, cached = await summarize_cached(cache, backend, request)
     assert not cached and result.sentences
     [(sql, *args)] = pool.executed or []
-    [stored] = cast(list[str], args[-1])  # a column a parameter: one call stored
+    [stored] = cast(list[str], args[14])  # a column a parameter ($15: the sentences): one call stored
     assert "sentences" in str(sql) and sentences_from_json(stored) == result.sentences
     pool.row = {
         "result": result.text,

@@ -44,7 +44,7 @@ class TestFakeChunkRepository(ChunkerRepositoryContract):
 class CutsTwice(FakeChunkTransaction):
     """Forgets that only a CHUNKING document takes its chunks: a redelivered event cuts it again."""
 
-    async def store_chunks(self, rows: Sequence[CutChunk]) -> bool:
+    async def store_chunks(self, rows: Sequence[CutChunk], *, trace_id: str | None = None) -> bool:
         doc = self._state.documents.get(self._document_id)
         if doc is None:
             return False

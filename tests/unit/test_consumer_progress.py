@@ -3,9 +3,8 @@ are done with no unfinished one before them, so a crash redelivers only (and all
 
 from __future__ import annotations
 
-from aiokafka import TopicPartition
-
-from docsum_shared.consumer import _Lanes, _PartitionProgress
+from docsum_shared.consumer import _PartitionProgress
+from docsum_shared.lanes import Lanes
 
 
 def progress(*offsets: int) -> _PartitionProgress:
@@ -124,18 +123,27 @@ def test_the_committed_offset_is_left_to_the_consumer() -> None:
 
 
 def test_a_busy_key_queues_its_messages_without_opening_a_lane() -> None:
-    tp = TopicPartition("t", 0)
-    lanes = _Lanes()
-    assert lanes.add((tp, b"a"), "a0")  # type: ignore[arg-type]
-    assert not lanes.add((tp, b"a"), "a1")  # type: ignore[arg-type]  # behind a0: no second slot
-    assert lanes.add((tp, b"b"), "b0")  # type: ignore[arg-type]
+    lanes: Lanes[str, str] = Lanes()
+    assert lanes.add("a", "a0")
+    assert not lanes.add("a", "a1")  # behind a0: no second slot
+    assert lanes.add("b", "b0")
     assert lanes.held == 3
-    assert lanes.head((tp, b"a")) == "a0"
-    lanes.done((tp, b"a"))
-    assert lanes.head((tp, b"a")) == "a1"  # the next of the key, in order, in the same slot
-    lanes.done((tp, b"a"))
-    assert lanes.head((tp, b"a")) is None
-    assert lanes.add((tp, b"a"), "a2")  # type: ignore[arg-type]  # the lane closed: a new one opens
-    lanes.close((tp, b"a"))
-    lanes.close((tp, b"b"))  # handed back: nothing held any more
+    assert lanes.leading("a", 1) == ["a0"] and lanes.leading("a", 5) == ["a0", "a1"]
+    lanes.done("a")
+    assert lanes.leading("a", 1) == ["a1"]  # the next of the key, in order, in the same slot
+    lanes.done("a")
+    assert lanes.leading("a", 1) == []
+    assert lanes.add("a", "a2")  # the lane closed: a new one opens
+    lanes.close("a")
+    lanes.close("b")  # handed back: nothing held any more
     assert lanes.held == 0
+
+
+def test_lanes_waiting_for_a_slot_are_handed_back_in_the_order_they_opened() -> None:
+    lanes: Lanes[tuple[str, int], str] = Lanes()
+    for lane in [("t", 0), ("u", 0), ("t", 1)]:
+        lanes.add(lane, f"{lane}")
+        lanes.ready.append(lane)
+    lanes.close_ready(lambda lane: lane[0] == "t")  # one topic's lanes: its partitions were revoked
+    assert list(lanes.ready) == [("u", 0)] and lanes.held == 1
+    assert lanes.next_ready() == ("u", 0) and lanes.next_ready() is None

@@ -1,19 +1,15 @@
-"""The citation evaluation's figures (eval/citation_metrics.py), on sentences made up here."""
+"""The citation evaluation's figures (eval/citation_metrics.py) and the real PDFs' checks (eval/real_pdfs.py),
+on sentences made up here; tests/integration/test_eval_pipeline.py runs them on the pipeline's."""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
-from dataclasses import replace
-from pathlib import Path
 from types import ModuleType
 
-from docsum_llm.citations import check_sources, supports
-from docsum_llm.extractive import ExtractiveBackend
-from docsum_parser.extract import extract_text
+from docsum_llm.citations import supports
 from docsum_shared.cited import CitedSentence, Source, Support
 from docsum_shared.positions import Positions, position_of
-from tests.documents import english_prose, make_pdf
 from tests.generators import ROOT
 
 
@@ -159,31 +155,6 @@ def test_shares_add_up() -> None:
     assert m.Share(1, 4).value == 0.25
 
 
-async def test_the_pipelines_sentences_cite_their_documents_with_pages() -> None:
-    pipeline = _eval_module("pipeline")
-    port = pipeline.Port(ExtractiveBackend())
-    texts: dict[str, str] = {}
-    documents = []
-    files = {
-        "prose.pdf": make_pdf([english_prose(3000, seed=page) for page in range(6)]),
-        "chinese-essay.txt": (ROOT / "examples" / "chinese-essay.txt").read_bytes(),
-    }
-    for name, data in files.items():
-        extracted = extract_text(data, name)
-        texts[name] = extracted.text
-        summary = await pipeline.summarize_document(
-            port, extracted.text, document_id=name, filename=name, positions=extracted.positions
-        )
-        assert len(summary.chunks) > 1 or name.endswith(".txt")  # a DOCUMENT merge, through the chunks' sentences
-        for s in [*summary.sentences, *(c for chunk in summary.chunks for c in chunk.sentences)]:
-            assert check_sources(s, texts) and s.support == "cited"
-            assert [x.page for x in s.sources] == [position_of(extracted.positions, x.start) for x in s.sources]
-        documents.append(summary)
-    task = await pipeline.summarize_task(port, list(texts), documents, title="examples")
-    assert {x.document_id for s in task.sentences for x in s.sources} == set(texts)
-    assert all(check_sources(s, texts) for s in task.sentences)
-
-
 # --- real PDFs (eval/real_pdfs.py): the checks and the report; the download is not exercised here ---
 
 PAGED = "Kafka keeps a log.\nConsumers read it in order.\nA crash repeats work, never loses it."
@@ -197,7 +168,8 @@ def on_page(text: str, page: int | None) -> Source:
 
 def test_a_quoted_sentence_on_its_page_passes_and_each_fault_is_a_miss_saying_why() -> None:
     r = _eval_module("real_pdfs")
-    texts, positions = {"manual.pdf": PAGED}, {"manual.pdf": PAGE_STARTS}
+    texts = {"manual.pdf": PAGED}
+    positions = {("manual.pdf", i): position_of(PAGE_STARTS, i) for i in range(len(PAGED))}  # the text route's
     good = sentence("Consumers read it in order.", on_page("Consumers read it in order.", 2))
     wrong_page = sentence("Consumers read it in order.", on_page("Consumers read it in order.", 1))
     elsewhere = sentence("Consumers read it in order.", on_page("Kafka keeps a log.", 1))
@@ -228,24 +200,3 @@ def test_the_candidate_is_read_from_apt_cache_policy_and_none_when_not_offered()
     assert r.candidate_of(offered) == "2.6.4-8.2"
     assert r.candidate_of("flex-doc:\n  Installed: (none)\n  Candidate: (none)\n") is None
     assert r.candidate_of("") is None  # a name apt knows nothing of
-
-
-async def test_a_cached_pdf_is_summarized_checked_and_reported_and_too_few_fail(tmp_path: Path) -> None:
-    r = _eval_module("real_pdfs")
-    package = r.Package("prose-doc", "usr/share/doc/prose-doc/prose.pdf.gz", "fpdf2")
-    (tmp_path / "prose.pdf").write_bytes(make_pdf([english_prose(3000, seed=page) for page in range(6)]))
-    outcome = await r.run([package], tmp_path, verbose=False)  # found in the cache: no download
-    [row] = outcome.rows
-    assert row.pages == 6 and row.chunks > 1 and row.chunk.sentences > 0 and row.document.sentences > 0
-    assert row.chunk.misses == row.document.misses == () and outcome.task is not None
-    report = r.render(outcome)
-    assert "| prose.pdf | prose-doc | fpdf2 | 6 |" in report
-    assert f"**failed**: 1 PDFs found, fewer than {r.MIN_FOUND}." in report
-    assert "- misses: none." in report
-    miss = r.Miss(
-        sentence("Said.", Source("prose.pdf", 2, 0, 5)), Source("prose.pdf", 2, 0, 5), "page 2, but …", "Said"
-    )
-    wrong = r.Checked(1, (miss,))
-    shown = r.render(r.Outcome((replace(row, document=wrong),) * 4, outcome.task, 0.0, ("gone-doc: not offered",), ()))
-    assert "**failed**" not in shown and "misses: none" not in shown and "- skipped: gone-doc: not offered" in shown
-    assert "| 1 | 0.0 |" in shown and "“Said.” ← prose.pdf page 2 [0:5]: page 2, but … (it quotes “Said”)" in shown

@@ -5,8 +5,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -26,7 +24,7 @@ from openai.types.chat import (
 from docsum_llm.base import SummaryKind, SummaryRequest
 from docsum_llm.openai.citations import CitationMode
 from docsum_llm.openai.prompts import build_messages
-from tests.fake_llm import FakeLLM, FakeLLMServer, estimate_tokens
+from tests.fake_llm import FakeLLM, FakeLLMProcess, FakeLLMServer, estimate_tokens
 
 MODEL = "stand-in-1"
 
@@ -746,34 +744,39 @@ def test_new_config_fields_are_validated(server: FakeLLMServer, llm: FakeLLM) ->
 
 
 def test_cli_flags() -> None:
-    args = ["--port", "0", "--no-streaming", "--ignores-stream", "--token-latency", "0.01", "--answer-min-tokens", "40"]
+    args = ["--no-streaming", "--ignores-stream", "--token-latency", "0.01", "--answer-min-tokens", "40"]
     args += ["--dialect", "ollama", "--num-ctx", "512", "--model-context-length", "4096"]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.fake_llm", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    try:
-        assert process.stdout is not None
-        base_url = process.stdout.readline().strip()
-        assert base_url.endswith("/v1")
-        deadline = time.monotonic() + 10
-        while True:  # the port is bound before the server listens
-            try:
-                config = httpx.get(base_url.removesuffix("/v1") + "/_ledger", timeout=5).json()["config"]
-                break
-            except httpx.ConnectError:
-                assert time.monotonic() < deadline and process.poll() is None
-                time.sleep(0.05)
-        assert {k: config[k] for k in ("streaming", "ignores_stream", "token_latency_s", "answer_min_tokens")} == {
-            "streaming": False,
-            "ignores_stream": True,
-            "token_latency_s": 0.01,
-            "answer_min_tokens": 40,
-        }
-        assert (config["dialect"], config["num_ctx"], config["model_context_length"]) == ("ollama", 512, 4096)
-    finally:
-        process.terminate()
-        process.communicate(timeout=10)
+    with FakeLLMProcess(*args) as process:
+        config = process.llm.config()
+    assert {k: config[k] for k in ("streaming", "ignores_stream", "token_latency_s", "answer_min_tokens")} == {
+        "streaming": False,
+        "ignores_stream": True,
+        "token_latency_s": 0.01,
+        "answer_min_tokens": 40,
+    }
+    assert (config["dialect"], config["num_ctx"], config["model_context_length"]) == ("ollama", 512, 4096)
     assert process.returncode == 0
+
+
+def test_a_stand_in_in_its_own_process_is_read_and_set_as_one_in_this_process() -> None:
+    with FakeLLMProcess() as process:
+        remote = process.llm
+        assert remote.configure(latency_s=0.01)["latency_s"] == 0.01
+        with pytest.raises(ValueError, match="fail_rate"):
+            remote.configure(fail_rate=2)
+        client = openai.OpenAI(base_url=process.base_url, api_key="k", max_retries=0)
+        for text in ("Kafka stores events.", "Brokers replicate them."):
+            client.chat.completions.create(model="stand-in-1", messages=[{"role": "user", "content": text}])
+        first = remote.entries()
+        remote.configure(fail_next=1)
+        with pytest.raises(openai.InternalServerError):
+            client.chat.completions.create(model="stand-in-1", messages=[{"role": "user", "content": "Again."}])
+        assert remote.wait_idle()
+        entries = remote.entries()  # read on from where the first read ended
+        assert [e.user for e in entries] == ["Kafka stores events.", "Brokers replicate them.", "Again."]
+        assert entries[:2] == first and [e.status for e in remote.entries(200)] == [200, 200]
+        assert entries[0].started < entries[0].finished and entries[0].completion_tokens > 0
+        assert remote.batch_times() == []
 
 
 # --- citations ---------------------------------------------------------------------------------------------

@@ -12,11 +12,13 @@ from docsum_cli.main import as_json, printed_json
 from docsum_shared.cited import CitedSentence, Source, to_json
 from docsum_shared.readmodel import queries, views
 from docsum_shared.readmodel.schemas import Usage
+from docsum_shared.scope import Scope
 from docsum_shared.settings import LLMSettings
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 SETTINGS = LLMSettings(llm_model="m1", llm_prices={"m1": (1.0, 2.0), "m2": (10.0, 20.0)})
 POOL: Any = object()  # never touched: the queries functions are replaced below
+ALICE = Scope("", "alice")
 
 
 def _task(**fields: object) -> dict[str, object]:
@@ -119,7 +121,7 @@ def rows(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
 
 async def test_task_view_shapes_the_rows(rows: dict[str, Any]) -> None:
-    view = await views.task_view(POOL, SETTINGS, "alice", "t1")
+    view = await views.task_view(POOL, SETTINGS, ALICE, "t1")
     assert view is not None
     assert (view.task_id, view.title, view.status, view.created_at) == ("t1", "a title", "PROCESSING", T0)
     assert view.options.strict and view.options.length == "brief"
@@ -155,7 +157,7 @@ async def test_task_view_shapes_the_rows(rows: dict[str, Any]) -> None:
 
 async def test_task_view_of_a_missing_or_foreign_task_is_none(rows: dict[str, Any]) -> None:
     rows["get_task"] = None
-    assert await views.task_view(POOL, SETTINGS, "bob", "t1") is None
+    assert await views.task_view(POOL, SETTINGS, Scope("", "bob"), "t1") is None
 
 
 @pytest.mark.parametrize(
@@ -174,18 +176,18 @@ def test_document_view_keeps_coverage_and_failed_chunks() -> None:
 
 
 async def test_failures(rows: dict[str, Any]) -> None:
-    listed = await views.failures(POOL, "alice", "t1")
+    listed = await views.failures(POOL, ALICE, "t1")
     assert listed is not None
     assert [(f.document_id, f.chunk_index, f.error, f.attempts) for f in listed] == [
         ("d1", 2, "no", 3),
         ("d2", None, "damaged", None),
     ]
     rows["owns"] = False
-    assert await views.failures(POOL, "bob", "t1") is None
+    assert await views.failures(POOL, Scope("", "bob"), "t1") is None
 
 
 async def test_list_tasks(rows: dict[str, Any]) -> None:
-    listed = await views.list_tasks(POOL, "alice", 50)
+    listed = await views.list_tasks(POOL, ALICE, 50)
     assert [(t.task_id, t.title, t.name, t.status) for t in listed] == [
         ("t2", None, "r.pdf and 2 more", "COMPLETED"),
         ("t1", "a title", "a title", "PROCESSING"),
@@ -202,7 +204,7 @@ def test_a_task_without_a_title_is_named_after_its_files() -> None:
 
 async def test_the_published_result_is_what_the_cli_prints_as_json(rows: dict[str, Any]) -> None:
     rows["get_task"] = rows["load_task"] = (_task(status="COMPLETED", summary="all of it"), [_document("d1")])
-    view = await views.task_view(POOL, SETTINGS, "alice", "t1")
+    view = await views.task_view(POOL, SETTINGS, ALICE, "t1")
     result = await views.task_result(POOL, SETTINGS, "t1")
     assert view is not None and result is not None
     printed = as_json(json.loads(view.model_dump_json()))  # the CLI reads the gateway's JSON
@@ -234,7 +236,7 @@ async def test_sentences_are_mapped_with_their_sources_places(rows: dict[str, An
         {"holder": None, "sentences": TASK_SENTENCES, "places": TASK_PLACES},
         {"holder": "d1", "sentences": D1_SENTENCES, "places": D1_PLACES},
     ]
-    view = await views.task_view(POOL, SETTINGS, "alice", "t1")
+    view = await views.task_view(POOL, SETTINGS, ALICE, "t1")
     assert view is not None
     d1, d2 = view.documents
     assert d2.sentences is None  # no row: none known
@@ -275,7 +277,7 @@ async def test_sentences_are_mapped_with_their_sources_places(rows: dict[str, An
 
 
 async def test_without_rows_every_sentences_is_null(rows: dict[str, Any]) -> None:
-    view = await views.task_view(POOL, SETTINGS, "alice", "t1")
+    view = await views.task_view(POOL, SETTINGS, ALICE, "t1")
     assert view is not None and view.sentences is None and all(d.sentences is None for d in view.documents)
     assert json.loads(view.model_dump_json())["sentences"] is None
 
@@ -291,7 +293,7 @@ async def test_the_pipelines_views_read_no_sentences(rows: dict[str, Any], monke
     assert await views.pipeline_view(POOL, SETTINGS, "t1") is not None
     assert await views.task_result(POOL, SETTINGS, "t1") is not None
     with pytest.raises(AssertionError, match="the sentences were read"):
-        await views.task_view(POOL, SETTINGS, "alice", "t1")
+        await views.task_view(POOL, SETTINGS, ALICE, "t1")
 
 
 async def test_the_progress_logs_view_reads_no_chunk_nor_the_endpoint(
@@ -331,7 +333,7 @@ async def test_a_strict_task_shows_and_publishes_its_summaries_without_their_uns
     for support, shown in (("all", summary), ("strict", "Rain fell. The river rose.")):
         task = _task(status="COMPLETED", summary=summary, options=json.dumps({"support": support}))
         rows["get_task"] = rows["load_task"] = (task, [_document("d1", summary=summary)])
-        view = await views.task_view(POOL, SETTINGS, "alice", "t1")
+        view = await views.task_view(POOL, SETTINGS, ALICE, "t1")
         result = await views.task_result(POOL, SETTINGS, "t1")
         assert view is not None and result is not None
         for text, sentences in (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from docsum_chunker.policy import announce, chunk_id, cut, should_announce_again
+from docsum_chunker.policy import chunk_id, cut
 from docsum_chunker.settings import ChunkerSettings
 from docsum_llm.base import SummaryKind
 from docsum_merger.policy import ChunkState, DocumentState, MergeChunks, decide_document, decide_task
@@ -70,15 +70,11 @@ def test_parser_emits_again_what_followed_a_stored_parse() -> None:
     assert isinstance(failed.emit[0], DocumentMerged)
 
 
-def test_chunker_ids_are_derived_and_every_chunk_is_announced() -> None:
+def test_chunker_ids_are_derived() -> None:
     rows = cut("doc", english_prose(30_000, seed=3), CHUNKER)
     assert isinstance(rows, list)
     assert [r.id for r in rows] == [chunk_id("doc", i) for i in range(len(rows))]
     assert rows == cut("doc", english_prose(30_000, seed=3), CHUNKER)
-    parsed = DocumentParsed(task_id="t", document_id="doc", text_chars=30_000, size_level="MEDIUM")
-    assert [e.chunk_id for e in announce(parsed, rows)] == [r.id for r in rows]
-    assert should_announce_again(DocumentStatus.SUMMARIZING)
-    assert not should_announce_again(DocumentStatus.COMPLETED)
 
 
 def _chunk(

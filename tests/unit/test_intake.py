@@ -7,6 +7,7 @@ import base64
 import ipaddress
 import json
 import os
+import re
 import socket
 import threading
 from collections.abc import Iterator
@@ -20,8 +21,10 @@ from pydantic import ValidationError
 from docsum_merger.policy import DocumentState, decide_task, with_awaited
 from docsum_parser import intake, sources
 from docsum_parser.settings import ParserSettings
+from docsum_shared.blobs import S3Place
 from docsum_shared.errors import ItemFailed, Poison
 from docsum_shared.events import DocumentSubmitted, Topic, decode
+from docsum_shared.intake_access import IntakeAccess
 from docsum_shared.redrive import DocumentRow, plan
 from docsum_shared.states import DocumentStatus, TaskStatus
 from tests import generators
@@ -147,7 +150,7 @@ def test_no_content_or_two_fail_the_document(fields: dict[str, object], reason: 
 @pytest.mark.parametrize(
     ("uri", "reason"),
     [
-        ("s3://bucket/key.pdf", "s3:// URIs are not supported"),
+        ("s3://bucket/key.pdf", "s3:// URIs are not allowed here: no bucket is configured (DOCSUM_INTAKE_S3_PLACES)"),
         ("ftp://host/a.txt", "scheme 'ftp' is not supported"),
         ("file:///srv/a.txt", "no directory is configured (DOCSUM_INTAKE_FILE_ROOTS)"),
         ("file://otherhost/srv/a.txt", "not a host"),
@@ -158,6 +161,27 @@ def test_no_content_or_two_fail_the_document(fields: dict[str, object], reason: 
 def test_uris_the_settings_do_not_allow_fail_the_document(uri: str, reason: str) -> None:
     with pytest.raises(ItemFailed, match=reason.replace("(", r"\(").replace(")", r"\)")):
         intake.parse_uri(uri, SETTINGS)
+
+
+def test_s3_uris_are_read_only_under_the_owners_buckets_and_prefixes() -> None:
+    settings = ParserSettings(
+        _env_file=None,
+        intake_s3_places=["s3://shared-docs"],
+        intake_owners={"alice": IntakeAccess(s3_places=["s3://alice-docs/in"])},
+    )
+    alice, bob = settings.intake_access("alice"), settings.intake_access("bob")
+    assert intake.parse_uri("s3://alice-docs/in/q3/a.pdf", settings, alice) == S3Place("alice-docs", "in/q3/a.pdf")
+    assert intake.parse_uri("s3://shared-docs/x.pdf", settings, bob) == S3Place("shared-docs", "x.pdf")
+    refusals = [
+        ("s3://alice-docs/in/a.pdf", bob, "not under a bucket and prefix DOCSUM_INTAKE_S3_PLACES allows"),
+        ("s3://shared-docs/x.pdf", alice, "not under a bucket and prefix DOCSUM_INTAKE_OWNERS (alice: s3_places)"),
+        ("s3://alice-docs/inbox/a.pdf", alice, "not under a bucket"),  # a prefix is whole path segments
+        ("s3://alice-docs/in/", alice, "names no object"),
+        ("s3://A_B/x", alice, "not a valid s3:// URI"),
+    ]
+    for uri, access, reason in refusals:
+        with pytest.raises(ItemFailed, match=re.escape(reason)):
+            intake.parse_uri(uri, settings, access)
 
 
 def test_allowed_uris_name_their_place() -> None:

@@ -23,7 +23,7 @@ from docsum_llm.openai.client import (
 from docsum_shared.errors import ContextLimitExceeded, ProviderUnavailable
 from docsum_shared.settings import LLMSettings
 from tests.documents import english_prose
-from tests.fake_llm import FakeLLM, FakeLLMServer, LedgerEntry
+from tests.fake_llm import FakeLLM, FakeLLMServer, LedgerEntry, free_port
 from tests.integration.helpers import eventually
 
 
@@ -227,7 +227,7 @@ async def test_a_server_that_ignores_stream_is_read_whole_then_gets_plain_calls(
     [
         ("llamacpp", {"max_prompt_tokens": 4_096}, "llama.cpp", 4_096),
         ("ollama", {"num_ctx": 2_048, "model_context_length": 32_768}, "Ollama", 2_048),
-        ("openai", {}, None, None),
+        ("openai", {}, "OpenAI-compatible", None),
     ],
 )
 async def test_the_endpoint_is_asked_what_it_can(
@@ -235,10 +235,17 @@ async def test_the_endpoint_is_asked_what_it_can(
 ) -> None:
     server.llm.configure(dialect=dialect, **config)
     facts = await _backend(server).probe()
-    if server_name is None:
-        assert facts is None  # OpenAI says nothing: the window is learned from refusals
-    else:
-        assert facts is not None and (facts.server, facts.context_tokens) == (server_name, window)
+    # OpenAI answers with no window (learned from refusals then), and is not asked again.
+    assert facts is not None and (facts.server, facts.context_tokens) == (server_name, window)
+
+
+async def test_an_endpoint_that_answers_nothing_is_asked_again_later() -> None:
+    """Nothing listening: no facts, so the next probe (a minute later) asks again."""
+    backend = OpenAIBackend("stand-in-1", base_url=f"http://127.0.0.1:{free_port()}/v1", api_key="k")
+    try:
+        assert await backend.probe() is None
+    finally:
+        await backend.aclose()
 
 
 @pytest.mark.parametrize(("dialect", "streams"), [("openai", False), ("llamacpp", True), ("ollama", True)])

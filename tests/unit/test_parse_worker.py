@@ -84,8 +84,8 @@ def test_a_worker_killed_between_documents_is_rebuilt(worker: ParseWorker) -> No
     process = worker._process
     assert process is not None and process.pid is not None
     os.kill(process.pid, signal.SIGKILL)
-    process.join(10)  # the worker is this process's child: join returns once it is gone
-    assert not process.is_alive(), "the killed worker still runs"
+    process.wait(10)  # the worker is this process's child: wait returns once it is gone
+    assert process.poll() is not None, "the killed worker still runs"
     assert worker(GOOD).text and pid(worker) != process.pid
 
 
@@ -101,7 +101,7 @@ def test_an_idle_worker_stops_and_the_next_document_starts_another() -> None:
         assert pid(worker) is None  # nothing runs before the first document
         assert worker(GOOD).text and (first := worker._process) is not None
         eventually_blocking(
-            lambda: worker._process is None and not first.is_alive(),
+            lambda: worker._process is None and first.poll() is not None,
             timeout=10,
             interval=0.05,
             message="the idle worker to stop",
@@ -115,9 +115,9 @@ def test_a_worker_started_ahead_stops_when_no_document_comes() -> None:
     worker = ParseWorker(timeout_s=3.0, memory_bytes=512 * 2**20, idle_s=0.5, run=misbehave)
     try:
         worker.start()
-        assert (first := worker._process) is not None and first.is_alive()
+        assert (first := worker._process) is not None and first.poll() is None
         eventually_blocking(
-            lambda: worker._process is None and not first.is_alive(),
+            lambda: worker._process is None and first.poll() is not None,
             timeout=10,
             interval=0.05,
             message="the worker started ahead to stop",

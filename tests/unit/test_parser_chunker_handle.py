@@ -16,7 +16,6 @@ from docsum_parser.settings import ParserSettings
 from docsum_shared.approval import Plan
 from docsum_shared.errors import Poison
 from docsum_shared.events import (
-    ChunkCreated,
     DocumentMerged,
     DocumentOutcome,
     DocumentParsed,
@@ -82,24 +81,19 @@ async def test_parser_poison_for_unknown_documents_or_missing_bytes() -> None:
 PARSED = DocumentParsed(task_id="t", document_id="d", text_chars=30_000, size_level=SizeLevel.MEDIUM)
 
 
-async def test_chunker_stores_every_chunk_then_announces_each() -> None:
+async def test_chunker_stores_every_chunk_and_leaves_announcing_to_the_admission() -> None:
     repo = FakeChunkRepository.holding(
         "d", ParsedDocument(DocumentStatus.CHUNKING, english_prose(30_000), TaskStatus.PROCESSING)
     )
     out = await chunker.handle(PARSED, chunker.Deps(repo, CHUNKER))
-    assert repo.transactions == 1 and len(out) == len(await repo.stored_chunks("d")) > 10
-    assert all(isinstance(e, ChunkCreated) and e.causation_id == PARSED.event_id for e in out)
-    assert [e.chunk_index for e in out if isinstance(e, ChunkCreated)] == list(range(len(out)))
+    assert repo.transactions == 1 and len(await repo.stored_chunks("d")) > 10 and out == []
 
 
-async def test_chunker_replay_announces_stored_chunks_again_without_cutting() -> None:
+async def test_chunker_replay_neither_cuts_nor_announces_stored_chunks() -> None:
     repo = FakeChunkRepository.holding("d", ParsedDocument(DocumentStatus.SUMMARIZING, "text", TaskStatus.PROCESSING))
     repo.add_chunks("d", [ChunkRef("d-c00000", 0), ChunkRef("d-c00001", 1)])
     out = await chunker.handle(PARSED, chunker.Deps(repo, CHUNKER))
-    assert repo.transactions == 0 and [e.chunk_id for e in out if isinstance(e, ChunkCreated)] == [
-        "d-c00000",
-        "d-c00001",
-    ]
+    assert repo.transactions == 0 and out == []
 
 
 @pytest.mark.parametrize(
@@ -130,11 +124,10 @@ async def test_a_task_over_its_owners_ceiling_waits_for_approval_before_any_call
     repo = FakeChunkRepository.holding(
         "d", ParsedDocument(DocumentStatus.CHUNKING, english_prose(30_000), TaskStatus.PROCESSING)
     )
-    waiting, *announced = await chunker.handle(PARSED, chunker.Deps(repo, settings))
+    [waiting] = await chunker.handle(PARSED, chunker.Deps(repo, settings))
     assert isinstance(waiting, TaskEvent) and waiting.status is TaskStatus.AWAITING_APPROVAL
     assert "DOCSUM_TASK_MAX_CALLS" in waiting.detail["reason"] and "ceiling of 5" in waiting.detail["reason"]
     assert repo.tasks["t"].status is TaskStatus.AWAITING_APPROVAL and repo.tasks["t"].asked is not None
-    assert len(announced) == len(await repo.stored_chunks("d"))  # announced all the same: held, they wait for resume
 
 
 def test_ceilings_per_owner_and_by_cost() -> None:

@@ -16,7 +16,7 @@ from docsum_shared.handlers import Publish
 TABLE: dict[Topic, tuple[set[str], str | None]] = {
     Topic.DOCUMENT_SUBMITTED: (set(), "parser"),  # sent by the gateway's routes and by other systems
     Topic.DOCUMENT_PARSED: ({"parser"}, "chunker"),
-    Topic.CHUNK_CREATED: ({"chunker"}, "summarizer"),
+    Topic.CHUNK_CREATED: (set(), "summarizer"),  # sent by the summarizer's admission once a chunk is admitted
     Topic.CHUNK_SUMMARIZED: ({"summarizer"}, "merger"),
     # A document that cannot be parsed or cut FAILED: its stage says so on document-merged.
     Topic.DOCUMENT_MERGED: ({"parser", "chunker", "merger"}, "merger"),
@@ -29,7 +29,7 @@ SENT_BESIDE: dict[Topic, set[str]] = {
     # and from the merger's maintenance (reconcile).
     Topic.DOCUMENT_SUBMITTED: {"gateway", "merger"},  # and every upload
     Topic.DOCUMENT_PARSED: {"gateway", "merger"},
-    Topic.CHUNK_CREATED: {"gateway", "merger", "summarizer"},  # and the summarizer's rounds and batch mode
+    Topic.CHUNK_CREATED: {"gateway", "merger", "summarizer"},  # admission, rounds, batch mode; re-drives
     Topic.CHUNK_SUMMARIZED: {"gateway", "merger"},
     Topic.DOCUMENT_MERGED: {"gateway", "merger"},
     Topic.TASK_EVENTS: {"gateway", "parser", "merger", "summarizer"},  # lifecycle; OCR pages; expiry; batch mode

@@ -247,3 +247,21 @@ async def test_start_up_waits_out_an_outage_until_its_deadline_then_gives_up() -
 
     with pytest.raises(RuntimeError):  # not a passing outage: no waiting at all
         await retry_until(wrong, until_deadline(5.0, seen.append))
+
+
+async def test_a_loop_woken_runs_its_next_round_before_its_period() -> None:
+    rounds: list[float] = []
+    wake, stop = asyncio.Event(), asyncio.Event()
+
+    async def one_round() -> None:
+        rounds.append(asyncio.get_running_loop().time())
+        if len(rounds) == 3:
+            stop.set()
+
+    loop = asyncio.create_task(keep_running("woken", one_round, every_s=3600, stop=stop, wake=wake))
+    for expected in (1, 2):
+        while len(rounds) < expected:
+            await asyncio.sleep(0)
+        wake.set()  # the next round now, not in an hour
+    await asyncio.wait_for(loop, timeout=5)
+    assert len(rounds) == 3 and not wake.is_set()

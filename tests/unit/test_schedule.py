@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from docsum_llm.shares import served_tokens
 from docsum_summarizer.schedule import (
     Account,
     Grant,
@@ -28,7 +29,6 @@ from docsum_summarizer.schedule import (
     place,
     ready_by_owner,
     refund,
-    served_tokens,
     take,
     weighted,
 )

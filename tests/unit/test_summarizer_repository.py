@@ -46,6 +46,9 @@ class InMemory(SummarizerRepositoryContract):
     async def lease_runs_out(self, chunk_id: str) -> None:
         self.fake.rows[chunk_id].lease_expires_at = self.fake.now - 1.0
 
+    async def admitted(self, chunk_id: str, admitted: bool) -> None:
+        self.fake.rows[chunk_id].admitted = admitted
+
     async def given_line(self, chunk_id: str, status: LineStatus, custom_id: str) -> None:
         self.fake.rows[chunk_id].line = ChunkLine(status, custom_id)
 

@@ -15,7 +15,8 @@ What real servers do, and what this backend does about it:
 - Some servers and proxies ignore `stream` and answer with one JSON chat completion: it is read as
   the completion it is, and that endpoint gets plain calls from then on.
 - `probe()` asks the endpoint what it can: llama.cpp's `/props` (n_ctx), Ollama's `/api/show` (the
-  num_ctx it runs the model with, else its default), vLLM's `max_model_len` in `/v1/models`.
+  num_ctx it runs the model with, else its default), vLLM's `max_model_len` in `/v1/models`. An endpoint
+  that answers `/v1/models` with no window (OpenAI's) is not asked again; one that answers nothing is.
 - Ollama never refuses a prompt longer than its num_ctx: it cuts it silently (and its OpenAI-compatible
   endpoint takes no num_ctx from the request). Its usage says how much it read, so an answer to a
   prompt it read only in part is refused here as too long, and the budget is learned from it.
@@ -500,7 +501,8 @@ class OpenAIBackend(SummarizerBackend):
     # --- what the endpoint can do ----------------------------------------------------------------
 
     async def probe(self) -> EndpointFacts | None:
-        """Ask the endpoint what it can; None when it says nothing useful (or is not there)."""
+        """Ask the endpoint what it can (its window None when it answers without one); None when it
+        answered none of the questions (not there, or not yet)."""
         root = _server_root(self.base_url)
         headers = {"Authorization": f"Bearer {self.api_key}"}
         ask = functools.partial(_json, self._http, headers=headers, timeout=PROBE_TIMEOUT_S)  # the calls' client
@@ -520,11 +522,13 @@ class OpenAIBackend(SummarizerBackend):
             source = f"Ollama /api/show: num_ctx {num_ctx}{'' if found else ' (its default)'}"
             return EndpointFacts("Ollama", min(num_ctx, trained or num_ctx), source)
         models = await ask("GET", f"{(self.base_url or 'https://api.openai.com/v1').rstrip('/')}/models")
-        if isinstance(models, dict):
-            for card in models.get("data") or []:
-                if isinstance(card, dict) and card.get("id") == self.model and _positive(card.get("max_model_len")):
-                    return EndpointFacts("vLLM", int(card["max_model_len"]), "vLLM /v1/models max_model_len")
-        return None
+        if not isinstance(models, dict):
+            return None
+        for card in models.get("data") or []:
+            if isinstance(card, dict) and card.get("id") == self.model and _positive(card.get("max_model_len")):
+                return EndpointFacts("vLLM", int(card["max_model_len"]), "vLLM /v1/models max_model_len")
+        # It answered, and says nothing of a window (OpenAI's own API): asking again will not change that.
+        return EndpointFacts("OpenAI-compatible", None, "/v1/models states no window")
 
     async def aclose(self) -> None:
         await self._client.close()

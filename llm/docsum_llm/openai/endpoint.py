@@ -7,6 +7,7 @@ under it within `REFRESH_S` and a restart keeps it. A learned budget only ever g
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -29,6 +30,9 @@ class EndpointLimits:
         self.learned: int | None = None
         self.learned_from: str | None = None
         self._read_at = -REFRESH_S
+        # One read at a time: the calls that find the budget stale while it is being read wait for that
+        # read, not each send their own (a summarizer's 32 handlings asked at once, every REFRESH_S).
+        self._reading = asyncio.Lock()
 
     def effective(self) -> int | None:
         values = [v for v in (self.configured, self.learned) if v is not None]
@@ -36,13 +40,20 @@ class EndpointLimits:
 
     async def budget(self) -> int | None:
         """The input budget to plan under now, in tokens (None: unlimited)."""
-        if time.monotonic() - self._read_at >= REFRESH_S:
-            row = await self.pool.fetchrow(
-                "SELECT context_tokens, learned_from FROM llm_endpoints WHERE key = $1", self.key
-            )
-            self.learned, self.learned_from = (row["context_tokens"], row["learned_from"]) if row else (None, None)
-            self._read_at = time.monotonic()
+        if self._stale():
+            async with self._reading:
+                if self._stale():
+                    row = await self.pool.fetchrow(
+                        "SELECT context_tokens, learned_from FROM llm_endpoints WHERE key = $1", self.key
+                    )
+                    self.learned, self.learned_from = (
+                        (row["context_tokens"], row["learned_from"]) if row else (None, None)
+                    )
+                    self._read_at = time.monotonic()
         return self.effective()
+
+    def _stale(self) -> bool:
+        return time.monotonic() - self._read_at >= REFRESH_S
 
     async def learn(
         self,

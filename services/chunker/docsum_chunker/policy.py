@@ -1,14 +1,13 @@
-"""The chunker's decisions: cut a parsed document into chunk rows, then announce every one of them."""
+"""The chunker's decisions: cut a parsed document into chunk rows (the summarizer's admission announces them)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from docsum_shared.approval import EXPECTED_COMPLETION_TOKENS, Approved, Hold, needs_approval, plan_of
 from docsum_shared.errors import Fail
-from docsum_shared.events import ChunkCreated, DocumentMerged, DocumentOutcome, DocumentParsed
-from docsum_shared.states import DocumentStatus
+from docsum_shared.events import DocumentMerged, DocumentOutcome, DocumentParsed
 
 from .chunking import Chunk, TooManyChunks, split_into_chunks
 from .settings import ChunkerSettings
@@ -58,18 +57,6 @@ def cut(document_id: str, text: str, settings: ChunkerSettings) -> list[CutChunk
 def failed(event: DocumentParsed) -> DocumentMerged:
     """A document failed before its chunks: the merger hears of it as of any finished document."""
     return event.next(DocumentMerged, document_id=event.document_id, outcome=DocumentOutcome.FAILED)
-
-
-def announce(event: DocumentParsed, rows: Sequence[ChunkRef | CutChunk]) -> list[ChunkCreated]:
-    return [event.next(ChunkCreated, document_id=event.document_id, chunk_id=r.id, chunk_index=r.index) for r in rows]
-
-
-def should_announce_again(status: DocumentStatus) -> bool:
-    """Chunks are stored but maybe never announced (a crash between the two): announce them again.
-
-    Past SUMMARIZING the merger has seen every chunk finished, which proves they were announced.
-    """
-    return status is DocumentStatus.SUMMARIZING
 
 
 # Whether a task waits for its owner's approval, given its owner, the chunk count of every document cut so

@@ -8,8 +8,11 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from docsum_shared import lifecycle, outbox, telemetry
 from docsum_shared.approval import Approved, Hold
+from docsum_shared.db import CHUNKS_STORED
 from docsum_shared.positions import chunk_window
+from docsum_shared.settings import LLMSettings
 from docsum_shared.states import DocumentStatus, TaskStatus
 from docsum_shared.text import estimate_tokens_upper
 
@@ -63,21 +66,26 @@ def token_estimate(cut: CutChunk) -> int:
 class ChunkTransaction:
     """What may be read and written while the task's row is locked, in one transaction."""
 
-    def __init__(self, conn: asyncpg.Connection, document_id: str, task: LockedTask | None) -> None:
+    def __init__(
+        self, conn: asyncpg.Connection, document_id: str, task: LockedTask | None, settings: LLMSettings | None = None
+    ) -> None:
         self._conn = conn
         self._document_id = document_id
         self.task = task
+        self._settings = settings
 
-    async def store_chunks(self, rows: Sequence[CutChunk]) -> bool:
+    async def store_chunks(self, rows: Sequence[CutChunk], *, trace_id: str | None = None) -> bool:
         """Every chunk row and the document's move from CHUNKING to SUMMARIZING; False (nothing stored)
-        when the document is not CHUNKING any more."""
+        when the document is not CHUNKING any more. `trace_id`: the envelope's of the event they were
+        cut for, which their announcement carries on."""
         starts = await self._conn.fetchval(
             "SELECT position_starts FROM document_texts WHERE document_id = $1", self._document_id
         )
+        trace = telemetry.carried()  # the admission announces them later: in this trace
         records = [
             (
                 r.id, self._document_id, r.index, r.chunk.start, r.chunk.end, r.chunk.text, r.chunk.context_before,
-                r.chunk.context_after, token_estimate(r), *_window(starts, r),
+                r.chunk.context_after, token_estimate(r), *_window(starts, r), trace_id, trace,
             )
             for r in rows
         ]  # fmt: skip
@@ -95,11 +103,14 @@ class ChunkTransaction:
             return False
         await self._conn.executemany(
             "INSERT INTO chunks (id, document_id, chunk_index, start_char, end_char, text, context_before,"
-            " context_after, token_estimate, units_before, unit_starts)"
-            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::int[])"
+            " context_after, token_estimate, units_before, unit_starts, trace_id, traceparent)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::int[], $12, $13)"
             " ON CONFLICT (id) DO NOTHING",
             records,
         )
+        # The summarizers' admission wakes when this commits, instead of at its next look (notifications
+        # are delivered at commit, and not at all on a rollback).
+        await self._conn.execute("SELECT pg_notify($1, '')", CHUNKS_STORED)
         return True
 
     async def cuts(self) -> TaskCuts:
@@ -119,9 +130,12 @@ class ChunkTransaction:
         (cancelled, finished)."""
         if self.task is None:
             return False
-        held = await self._conn.fetchval(
-            "UPDATE tasks SET status = $2, hold_reason = $3, held_calls = $5, held_cost_usd = $6,"
-            " updated_at = now() WHERE id = $1 AND status = ANY($4::text[]) RETURNING id",
+        # The status it had (the row is locked: no one moves it meanwhile): a task held already, as another
+        # of its documents is cut, was told of its hold then.
+        was = await self._conn.fetchval(
+            "UPDATE tasks t SET status = $2, hold_reason = $3, held_calls = $5, held_cost_usd = $6,"
+            " updated_at = now() FROM (SELECT status FROM tasks WHERE id = $1) o"
+            " WHERE t.id = $1 AND t.status = ANY($4::text[]) RETURNING o.status",
             self.task.id,
             TaskStatus.AWAITING_APPROVAL,
             waits.reason,
@@ -129,12 +143,19 @@ class ChunkTransaction:
             waits.calls,
             waits.cost_usd,
         )
-        return held is not None
+        if was is None:
+            return False
+        if was != TaskStatus.AWAITING_APPROVAL and self._settings is not None:
+            await outbox.enqueue_task(self._conn, self._settings, self.task.id, TaskStatus.AWAITING_APPROVAL)
+        return True
 
 
 class ChunkRepository:
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, settings: LLMSettings | None = None) -> None:
         self.pool = pool
+        # The prices a held task's result shows, in the webhook deliveries its hold owes (None: none are
+        # written, as in the repository contract's cases, which have no endpoints).
+        self.settings = settings
 
     async def load(self, document_id: str) -> ParsedDocument | None:
         row = await self.pool.fetchrow(
@@ -174,17 +195,12 @@ class ChunkRepository:
                     " WHERE d.id = $1 FOR NO KEY UPDATE OF t",
                     document_id,
                 )
-            yield ChunkTransaction(conn, document_id, _locked_task(row))
+            yield ChunkTransaction(conn, document_id, _locked_task(row), self.settings)
 
     async def fail(self, document_id: str, error: str) -> None:
-        """The document fails before any chunk row is stored (a guarded transition from CHUNKING)."""
-        await self.pool.execute(
-            "UPDATE documents SET status = $2, error = $3, updated_at = now() WHERE id = $1 AND status = $4",
-            document_id,
-            DocumentStatus.FAILED,
-            error,
-            DocumentStatus.CHUNKING,
-        )
+        """The document fails before any chunk row is stored (a guarded transition from CHUNKING), with the
+        webhook deliveries that owes, in one transaction."""
+        await lifecycle.fail_document(self.pool, document_id, error, [DocumentStatus.CHUNKING])
 
 
 def _locked_task(row: asyncpg.Record | None) -> LockedTask | None:

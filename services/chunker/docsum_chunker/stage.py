@@ -12,7 +12,7 @@ from .settings import ChunkerSettings
 
 
 def deps(settings: ChunkerSettings, pool: asyncpg.Pool) -> Deps:
-    return Deps(ChunkRepository(pool), settings)
+    return Deps(ChunkRepository(pool, settings), settings)
 
 
 STAGE = Stage("chunker", ChunkerSettings, handlers, deps)

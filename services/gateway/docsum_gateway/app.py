@@ -18,6 +18,7 @@ from prometheus_fastapi_instrumentator import Instrumentator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from docsum_shared import telemetry
+from docsum_shared.blobs import BlobStore, ObjectStoreUnavailable
 from docsum_shared.db import connect_pool, migrate
 from docsum_shared.handlers import Publish
 from docsum_shared.health import database_ready, listen, serve_health
@@ -27,7 +28,7 @@ from docsum_shared.stage import Attach
 from . import settings as gateway_settings
 from .progress.recorder.consumer import record_until
 from .progress.streams import ProgressFeed
-from .routers import keys, maintenance, progress, tasks, web
+from .routers import keys, maintenance, progress, tasks, web, webhooks
 from .security import Tickets, ticket_secret
 from .settings import GatewaySettings
 from .stage import STAGE
@@ -59,6 +60,10 @@ async def on_kafka(settings: GatewaySettings, pool: asyncpg.Pool) -> AsyncIterat
         except Exception:  # noqa: BLE001 - stopping anyway; what it did not commit is redelivered
             recording.cancel()
         await producer.stop()
+
+
+# What a client told that the object store is away waits: the SDK has retried for seconds already.
+OBJECT_STORE_RETRY_AFTER_S = 5
 
 
 def server(settings: GatewaySettings, app: FastAPI, **options: Any) -> uvicorn.Config:
@@ -101,6 +106,9 @@ def create_app(
             app.state.pool = await connect_pool(settings.database_url, max_size=settings.db_pool_max)
             running.push_async_callback(app.state.pool.close)
             await migrate(app.state.pool)
+            running.push_async_callback(app.state.blobs.close)
+            if app.state.blobs.objects is not None:  # botocore's models loaded now, not at the first upload
+                await app.state.blobs.objects.client()
             app.state.publish = await running.enter_async_context(attach(settings, app.state.pool))
             app.state.progress = ProgressFeed(
                 settings.database_url,
@@ -121,6 +129,7 @@ def create_app(
     app = FastAPI(title="docsum", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings
     app.state.api_keys = api_keys
+    app.state.blobs = BlobStore.of(settings.blob_store)  # its client made at start-up (lifespan)
     app.state.uploads = SpoolBudget(settings.upload_inflight_bytes, settings.upload_inflight_bytes_per_owner)
     admin_key = settings.admin_key.get_secret_value() if settings.admin_key else None
     app.state.tickets = Tickets(
@@ -133,6 +142,7 @@ def create_app(
     app.include_router(tasks.router)
     app.include_router(maintenance.router)
     app.include_router(progress.router)
+    app.include_router(webhooks.router)
     if admin_key is not None:  # no operator credential, no key management
         app.include_router(keys.router)
     web.install(app)
@@ -144,6 +154,17 @@ def create_app(
             # Starlette names the methods of the first route of the path only (POST /v1/tasks, not GET).
             exc.headers = {**(exc.headers or {}), "Allow": ", ".join(allowed)}
         return await http_exception_handler(request, exc)
+
+    @app.exception_handler(ObjectStoreUnavailable)
+    async def object_store_away(request: Request, exc: ObjectStoreUnavailable) -> Response:
+        # The upload's objects could not be written (the task was not made): the client sends it again.
+        away = StarletteHTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            "the document store (DOCSUM_BLOB_STORE) is not answering now: nothing was stored; send the"
+            f" request again after Retry-After seconds ({exc})",
+            headers={"Retry-After": str(OBJECT_STORE_RETRY_AFTER_S)},
+        )
+        return await http_exception_handler(request, away)
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:

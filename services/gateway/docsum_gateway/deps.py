@@ -1,4 +1,5 @@
-"""Dependencies of the routes: settings, the pool, the publishing port, the calling owner and the task id."""
+"""Dependencies of the routes: settings, the pool, the blob store, the publishing port, the calling owner
+(and its scope) and the task id."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import asyncpg
 from fastapi import Depends, HTTPException, Request, Security, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from docsum_shared.blobs import BlobStore
 from docsum_shared.handlers import Publish
+from docsum_shared.scope import Scope
 
 from . import keystore
 from .inputs import task_id_path
@@ -34,6 +37,10 @@ def get_settings(request: Request) -> GatewaySettings:
 
 def get_pool(request: Request) -> asyncpg.Pool:
     return request.app.state.pool
+
+
+def get_blobs(request: Request) -> BlobStore:
+    return request.app.state.blobs
 
 
 def get_publish(request: Request) -> Publish:
@@ -78,8 +85,17 @@ def require_admin(request: Request, _: Annotated[HTTPAuthorizationCredentials | 
 SettingsDep = Annotated[GatewaySettings, Depends(get_settings)]
 PoolDep = Annotated[asyncpg.Pool, Depends(get_pool)]
 PublishDep = Annotated[Publish, Depends(get_publish)]
+BlobsDep = Annotated[BlobStore, Depends(get_blobs)]
 OwnerDep = Annotated[str, Depends(get_owner)]
-# After OwnerDep in a signature: a caller without a key learns nothing about ids.
+
+
+def get_scope(owner: OwnerDep, settings: SettingsDep) -> Scope:
+    """The caller's tasks and endpoints: its owner's, in this gateway's deployment."""
+    return Scope(settings.deployment, owner)
+
+
+ScopeDep = Annotated[Scope, Depends(get_scope)]
+# After OwnerDep (or ScopeDep) in a signature: a caller without a key learns nothing about ids.
 TaskIdDep = Annotated[str, Depends(task_id_path)]
 
 

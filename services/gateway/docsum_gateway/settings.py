@@ -71,6 +71,26 @@ class GatewaySettings(IntakeSettings, LLMSettings):
     progress_stall_s: float = Field(30.0, gt=0, le=600)
     # A finished task's progress log is deleted this long after the task ended (its summaries stay).
     progress_retain_s: float = Field(7 * 24 * 3600.0, gt=0)
+    # An Idempotency-Key of POST /v1/tasks is kept this long after its first use: a retry within it gets the
+    # first answer; after it the key is free again (and pruned by the same loop as the progress log).
+    idempotency_key_ttl_s: float = Field(24 * 3600.0, gt=0)
+
+    # --- Webhooks (README: "Webhooks") ---
+    # Each delivery's outbox is looked at this often for deliveries due (a failed one waits its back-off).
+    webhook_poll_s: float = Field(1.0, gt=0, le=60)
+    # Deliveries one gateway process sends at once (claimed with FOR UPDATE SKIP LOCKED: replicas share).
+    webhook_batch: int = Field(20, ge=1, le=1000)
+    # A failed delivery waits webhook_backoff_first_s, then twice as long each time up to webhook_backoff_max_s,
+    # and is given up webhook_retry_for_s after its event (a day, as Standard Webhooks senders do).
+    webhook_backoff_first_s: float = Field(10.0, gt=0)
+    webhook_backoff_max_s: float = Field(3600.0, gt=0)
+    webhook_retry_for_s: float = Field(24 * 3600.0, gt=0)
+    # An endpoint must answer within this long (connect, and between two reads; the whole request: 3x).
+    webhook_timeout_s: float = Field(10.0, gt=0, le=300)
+    # The most of an endpoint's answer read (its status is what counts; the rest is not read).
+    webhook_response_max_bytes: int = Field(64 * KiB, ge=0)
+    # A delivery done (delivered, or given up) is kept in the delivery log this long, then pruned.
+    webhook_retain_s: float = Field(7 * 24 * 3600.0, gt=0)
 
     # --- Stored API keys and the task rate limit (README: "API keys and rate limits") ---
     # The operator's credential for /v1/keys (create, list, revoke stored keys). Unset: no /v1/keys routes.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncpg
 
 from docsum_llm.openai.prompts import PROMPT_VERSION
-from docsum_shared import metrics
+from docsum_shared import lifecycle, metrics, outbox
 from docsum_shared.cited import from_json, to_json
 from docsum_shared.options import TaskOptions
 from docsum_shared.readmodel import views
@@ -92,11 +92,9 @@ class MergeRepository:
         )  # fmt: skip
 
     async def fail_document(self, document_id: str, error: str) -> None:
-        await self.pool.execute(
-            "UPDATE documents SET status = $2, error = $3, updated_at = now()"
-            " WHERE id = $1 AND status = ANY($4::text[])",
-            document_id, DocumentStatus.FAILED, error, MERGEABLE,
-        )  # fmt: skip
+        """The document FAILED with `error` while its chunks are summarized, and the webhook deliveries that
+        owes, in one transaction."""
+        await lifecycle.fail_document(self.pool, document_id, error, MERGEABLE)
 
     async def record_document_merge_failure(self, document_id: str) -> int:
         """One more failed attempt at the document's merge; the total so far."""
@@ -127,15 +125,20 @@ class MergeRepository:
         return TaskWithDocuments(TaskStatus(task["status"]), task["title"], docs, options, task["owner"])
 
     async def finish_task(self, task_id: str, status: TaskStatus, merged: Merged | None, error: str | None) -> None:
-        """The task final with its summary (None: no summary, e.g. every document failed)."""
-        moved = await self.pool.fetchrow(
-            "UPDATE tasks SET status = $2, summary = $3, summary_model = $4, error = $5, summary_prompt_version = $6,"
-            " summary_truncated = $8, summary_sentences = $9::jsonb, updated_at = now(), last_active_at = now()"
-            " WHERE id = $1 AND status = ANY($7::text[])"
-            " RETURNING extract(epoch FROM now() - recovering_since)::float8 AS recovery_s",
-            task_id, status, merged and merged.text, merged and merged.model, error, PROMPT_VERSION, UNFINISHED_TASK,
-            bool(merged and merged.truncated), _json(merged.sentences) if merged else None,
-        )  # fmt: skip
+        """The task final with its summary (None: no summary, e.g. every document failed), and in the same
+        transaction the webhook deliveries its end owes (outbox.py): an end stored is always told."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            moved = await conn.fetchrow(
+                "UPDATE tasks SET status = $2, summary = $3, summary_model = $4, error = $5,"
+                " summary_prompt_version = $6, summary_truncated = $8, summary_sentences = $9::jsonb,"
+                " updated_at = now(), last_active_at = now()"
+                " WHERE id = $1 AND status = ANY($7::text[])"
+                " RETURNING extract(epoch FROM now() - recovering_since)::float8 AS recovery_s",
+                task_id, status, merged and merged.text, merged and merged.model, error, PROMPT_VERSION,
+                UNFINISHED_TASK, bool(merged and merged.truncated), _json(merged.sentences) if merged else None,
+            )  # fmt: skip
+            if moved is not None:  # a handling again (a replay, a re-drive) moves nothing and owes nothing
+                await outbox.enqueue_task(conn, self.settings, task_id, status)
         if moved is not None and moved["recovery_s"] is not None:  # it got here through a recovery
             recovered = status in (TaskStatus.COMPLETED, TaskStatus.COMPLETED_WITH_ERRORS)
             metrics.RECOVERIES.labels("recovered" if recovered else "failed").inc()

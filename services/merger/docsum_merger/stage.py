@@ -17,7 +17,9 @@ from .settings import MergerSettings
 
 
 def deps(settings: MergerSettings, pool: asyncpg.Pool) -> Deps:
-    return Deps(MergeRepository(pool, settings), Summarizing.from_settings(settings, pool), settings)
+    # Its calls take no admission's slot: each is charged to its owner's share as it is answered, so that
+    # work split over many tasks, each with merges of its own, costs its owner what it was served.
+    return Deps(MergeRepository(pool, settings), Summarizing.from_settings(settings, pool, charged=True), settings)
 
 
 def maintenance(settings: MergerSettings, pool: asyncpg.Pool, deps: Deps) -> Background:

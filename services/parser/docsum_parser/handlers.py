@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Protocol
 
+from docsum_shared.blobs import S3Connection
 from docsum_shared.errors import Fail, ItemFailed
 from docsum_shared.events import DocumentMerged, DocumentParsed, DocumentSubmitted, Event
 from docsum_shared.handlers import Handlers, required
@@ -63,6 +64,7 @@ class Deps:
     producer: str | None = None
     # The pages being read, for the progress stream (the stage's loop publishes them).
     progress: ReadingProgress = field(default_factory=ReadingProgress)
+    s3: S3Connection = field(default_factory=S3Connection)  # what s3:// URIs are read through
 
 
 handlers = Handlers[Deps]("parser")
@@ -149,7 +151,7 @@ async def take_in(event: DocumentSubmitted, deps: Deps) -> None:
     data: bytes | None = None
     error: str | None = None
     try:
-        data = await sources.content(event, deps.settings)  # no lock held while fetching
+        data = await sources.content(event, deps.settings, deps.s3)  # no lock held while fetching
     except ItemFailed as exc:
         error = str(exc)
     await deps.repo.take_in(event, data, error, deps.settings)

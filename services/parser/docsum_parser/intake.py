@@ -10,27 +10,39 @@ from __future__ import annotations
 
 import base64
 import binascii
-import ipaddress
 import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import PurePosixPath
-from typing import Literal
 from urllib.parse import unquote, urlsplit
 
+from docsum_shared.blobs import S3Place, parse_s3_uri
 from docsum_shared.errors import ItemFailed, Poison, RateLimited
 from docsum_shared.events import ID_PATTERN, DocumentSubmitted, intake_topic
 from docsum_shared.intake_access import OwnerAccess
 from docsum_shared.options import deadline_error
+from docsum_shared.outbound import (  # noqa: F401 - the rules of where an http(s):// URI may lead, shared
+    MAX_URI,
+    NOT_PUBLIC,
+    Address,
+    HttpSource,
+    address_error,
+    embedded_ipv4,
+    host_allowed,
+    host_error,
+    http_source,
+    not_public,
+    split_uri,
+    uri_error,
+)
 from docsum_shared.taskrate import Admission
 
 from .settings import ParserSettings
-from .uris import CONTROL, shown
+from .uris import shown
 
 _ID = re.compile(ID_PATTERN)
 MAX_FILENAME = 255
 MAX_CONTENT_TYPE = 255
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 @dataclass(frozen=True)
@@ -223,50 +235,13 @@ class FileSource:
     path: str  # absolute, as the URI names it (not resolved yet)
 
 
-@dataclass(frozen=True)
-class HttpSource:
-    url: str
-    scheme: Literal["http", "https"]
-    host: str  # lowercased; an IPv6 address without brackets
-    port: int
-
-
-# Longer than any URL a client takes (httpx's own limit), in a source_uri or a redirect's Location.
-MAX_URI = 65_536
-
-
-def uri_error(uri: str, what: str = "source_uri") -> str | None:
-    """Why `uri` cannot even be requested (None: it can): a control character or space, or a length no
-    client takes."""
-    if len(uri) > MAX_URI:
-        return f"{what} is longer than {MAX_URI:,} characters"
-    if (bad := CONTROL.search(uri)) is not None:
-        return f"{what} contains the control character or space {bad.group()!r}: percent-encode it"
-    return None
-
-
-def host_error(host: str) -> str | None:
-    """Why `host` is no name DNS can be asked for (None: it is): e.g. an empty label ("a..example.com")."""
-    if _address(host) is not None:
-        return None
-    try:
-        host.encode("idna")
-    except UnicodeError as exc:
-        return f"host {host[:100]} is not a valid host name ({exc})"
-    return None
-
-
-def parse_uri(uri: str, settings: ParserSettings, access: OwnerAccess | None = None) -> FileSource | HttpSource:
+def parse_uri(
+    uri: str, settings: ParserSettings, access: OwnerAccess | None = None
+) -> FileSource | HttpSource | S3Place:
     """What `source_uri` names, if the owner's access (default: the global lists) allows that kind of
     place at all; ItemFailed otherwise."""
     access = access or global_access(settings)
-    if (problem := uri_error(uri)) is not None:
-        raise ItemFailed(problem)
-    try:
-        parts = urlsplit(uri)
-        port = parts.port
-    except ValueError as exc:
-        raise ItemFailed(f"source_uri is not a valid URI ({exc})") from None
+    parts, port = split_uri(uri)
     scheme = parts.scheme.lower()
     if scheme == "file":
         if parts.netloc not in ("", "localhost"):
@@ -280,24 +255,38 @@ def parse_uri(uri: str, settings: ParserSettings, access: OwnerAccess | None = N
             )
         return FileSource(path)
     if scheme in ("http", "https"):
-        host = (parts.hostname or "").lower()
-        if not host:
-            raise ItemFailed("an http(s):// URI needs a host")
-        if (problem := host_error(host)) is not None:
-            raise ItemFailed(problem)
-        if not host_allowed(host, access.http_hosts):
-            raise ItemFailed(f"host {host} is not allowed: list it in {access.setting('http_hosts')}")
-        secure = scheme == "https"
-        port = port or (443 if secure else 80)
-        if port not in access.http_ports:
-            raise ItemFailed(f"port {port} is not allowed: list it in {access.setting('http_ports')}")
-        return HttpSource(uri, "https" if secure else "http", host, port)
+        return http_source(uri, parts.hostname or "", scheme, port, access)
     if scheme == "s3":
-        raise ItemFailed(
-            "s3:// URIs are not supported: publish the bytes inline (content_base64), or by an http(s):// URI"
-            " (e.g. a presigned URL, its host in DOCSUM_INTAKE_HTTP_HOSTS) or a file:// URI"
-        )
-    raise ItemFailed(f"source_uri scheme {scheme or '(none)'!r} is not supported: use file://, http:// or https://")
+        try:
+            place = parse_s3_uri(uri)
+        except ValueError as exc:
+            raise ItemFailed(f"source_uri is not a valid s3:// URI: {exc}") from None
+        if not place.key or place.key.endswith("/"):
+            raise ItemFailed(f"{uri[:200]} names no object: s3://bucket/key")
+        if not access.s3_places:
+            raise ItemFailed(
+                f"s3:// URIs are not allowed here: no bucket is configured ({access.setting('s3_places')})"
+            )
+        if not s3_allowed(place, access.s3_places):
+            raise ItemFailed(
+                f"s3://{place.bucket}/{place.key[:200]} is not under a bucket and prefix"
+                f" {access.setting('s3_places')} allows"
+            )
+        return place
+    raise ItemFailed(
+        f"source_uri scheme {scheme or '(none)'!r} is not supported: use file://, http://, https:// or s3://"
+    )
+
+
+def s3_allowed(place: S3Place, places: list[str]) -> bool:
+    """The object is in one of the listed buckets, under its prefix (whole path segments: s3://b/in allows
+    s3://b/in/x, not s3://b/inbox)."""
+    for listed in places:
+        allowed = parse_s3_uri(listed)
+        prefix = allowed.key.strip("/")
+        if allowed.bucket == place.bucket and (not prefix or place.key.startswith(prefix + "/")):
+            return True
+    return False
 
 
 def under_roots(resolved: str, roots: list[str]) -> bool:
@@ -324,103 +313,6 @@ def place_error(path: str, resolved: str, roots: list[str], other_roots: list[st
     if _closest(resolved, other_roots) > _closest(resolved, roots):
         return f"{path} is in a directory DOCSUM_INTAKE_OWNERS gives to another owner: it is not read for this one"
     return None
-
-
-def _listed_address(entry: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
-    try:
-        return ipaddress.ip_network(entry.strip("[]"), strict=False)
-    except ValueError:
-        return None
-
-
-def host_allowed(host: str, listed: list[str]) -> bool:
-    """The host is listed: by name or address, by a network (10.0.0.0/8) for an address, by "*.domain"
-    for the domain's subdomains, or by "*" for any host."""
-    for entry in (e.strip().lower() for e in listed):
-        if entry in (host, "*") or (entry.startswith("*.") and host.endswith(entry[1:])):
-            return True
-        network = _listed_address(entry)
-        if network is not None and (address := _address(host)) is not None and address in network:
-            return True
-    return False
-
-
-def _address(text: str) -> Address | None:
-    try:
-        return ipaddress.ip_address(text)
-    except ValueError:
-        return None
-
-
-_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052: the IPv4 address in the last 32 bits
-_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215: a site's own translator, never public
-_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")  # ::a.b.c.d (deprecated, still routed by some stacks)
-
-# Ranges Python's is_global calls global (3.11 to 3.13) that no public server is reached at: each is
-# refused like a private address, with its reason.
-NOT_PUBLIC: tuple[tuple[ipaddress.IPv6Network, str], ...] = (
-    (ipaddress.IPv6Network("fec0::/10"), "site-local (fec0::/10, deprecated by RFC 3879, still routed in some sites)"),
-    (ipaddress.IPv6Network("5f00::/16"), "segment-routing (SRv6 SID, 5f00::/16, RFC 9602: one operator's network)"),
-    (ipaddress.IPv6Network("3fff::/20"), "documentation (3fff::/20, RFC 9637)"),
-)
-
-
-def not_public(address: Address) -> str | None:
-    """What `address` is when it is in a range of NOT_PUBLIC (None: in none of them)."""
-    if isinstance(address, ipaddress.IPv6Address):
-        for network, kind in NOT_PUBLIC:
-            if address in network:
-                return kind
-    return None
-
-
-def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 address leads to, when it carries one: IPv4-mapped (::ffff:a.b.c.d),
-    6to4 (2002::/16), NAT64 (64:ff9b::/96) or IPv4-compatible (::a.b.c.d). Python calls most of these
-    global whatever they carry: a translator or tunnel would take 64:ff9b::7f00:1 to 127.0.0.1."""
-    if address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    if address.sixtofour is not None:
-        return address.sixtofour
-    if address in _NAT64 or (address in _IPV4_COMPATIBLE and int(address) > 1):  # not :: nor ::1
-        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-    return None
-
-
-def address_error(
-    host: str, address: Address, listed: list[str], setting: str = "DOCSUM_INTAKE_HTTP_HOSTS"
-) -> str | None:
-    """Why `host` may not be reached at `address` (None: it may). Only a public address is reached
-    unless this very address (or a network holding it), or the host by its exact name, is listed: a
-    name allowed by a wildcard never leads to a loopback, link-local, private or NOT_PUBLIC address. An IPv6
-    address that carries an IPv4 one is judged by the IPv4 address."""
-    given = address
-    if isinstance(address, ipaddress.IPv6Address) and (inner := embedded_ipv4(address)) is not None:
-        address = inner  # ::ffff:127.0.0.1, 64:ff9b::7f00:1, 2002:7f00:1:: are 127.0.0.1
-    public = not (isinstance(address, ipaddress.IPv6Address) and address in _NAT64_LOCAL)
-    listed_kind = not_public(address)
-    if public and listed_kind is None and address.is_global and not address.is_multicast:
-        return None
-    for entry in (e.strip().lower() for e in listed):
-        network = _listed_address(entry)
-        if entry == host and network is None:
-            return None  # the host itself, by name
-        if network is not None and (address in network or given in network):
-            return None
-    kind = listed_kind or (
-        "loopback"
-        if address.is_loopback
-        else "link-local"
-        if address.is_link_local
-        else "private"
-        if address.is_private
-        else "non-public"
-    )
-    via = f" (by {given})" if given != address else ""
-    return (
-        f"host {host} resolves to {address}{via}, a {kind} address: list that address (or the host by its"
-        f" exact name) in {setting} to allow it"
-    )
 
 
 def redirect_error(source: HttpSource, location: str) -> str | None:

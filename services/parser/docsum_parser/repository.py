@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncpg
 
-from docsum_shared import taskrate
-from docsum_shared.blobs import store_blob
+from docsum_shared import lifecycle, outbox, taskrate
+from docsum_shared.blobs import BlobStore, NewBlob
 from docsum_shared.events import DocumentSubmitted
 from docsum_shared.levels import SizeLevel
 from docsum_shared.options import TaskOptions
@@ -18,8 +18,9 @@ from .settings import ParserSettings
 
 
 class DocumentRepository:
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, blobs: BlobStore | None = None) -> None:
         self.pool = pool
+        self.blobs = blobs or BlobStore()  # where document bytes are (DOCSUM_BLOB_STORE)
 
     async def load(self, document_id: str) -> StoredDocument | None:
         row = await self.pool.fetchrow(
@@ -42,7 +43,7 @@ class DocumentRepository:
         )
 
     async def load_bytes(self, sha256: str) -> bytes | None:
-        return await self.pool.fetchval("SELECT data FROM blobs WHERE sha256 = $1", sha256)
+        return await self.blobs.read(self.pool, sha256)
 
     async def store_text(self, document_id: str, text: str, size_level: SizeLevel, positions: Positions) -> None:
         """Store the text, with where its units start, and move the document on; TextRefused if the text
@@ -106,14 +107,8 @@ class DocumentRepository:
             raise TextRefused(type(exc).__name__) from exc
 
     async def fail(self, document_id: str, error: str) -> None:
-        await self.pool.execute(
-            "UPDATE documents SET status = $2, error = $3, reading = NULL, updated_at = now()"
-            " WHERE id = $1 AND status = ANY($4::text[])",
-            document_id,
-            DocumentStatus.FAILED,
-            error,
-            list(NEEDS_PARSE),
-        )
+        """The document FAILED with `error` while it needs its parse, and the webhook deliveries that owes."""
+        await lifecycle.fail_document(self.pool, document_id, error, NEEDS_PARSE)
 
     # --- intake: documents other systems publish (inline or by URI) ---------------------------------
 
@@ -130,14 +125,18 @@ class DocumentRepository:
     ) -> None:
         """Create the task on first sight and the document, with its bytes stored once by sha256, or FAILED
         with `error`; in one transaction under the task's row lock, which re-checks what intake decided
-        before (a concurrent message of the same task may have come first). Poison rolls it all back."""
+        before (a concurrent message of the same task may have come first). Poison rolls it all back. In an
+        object store, the object is written first (refused afterwards, it is an orphan the sweep removes)."""
         options = event.options or TaskOptions()
+        blob = NewBlob.of(data) if data is not None else None
+        if blob is not None:
+            await self.blobs.upload(self.pool, [blob])
         async with self.pool.acquire() as conn, conn.transaction():
             created = await conn.fetchval(
-                "INSERT INTO tasks (id, owner, title, status, options, expected_documents)"
-                " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING RETURNING true",
+                "INSERT INTO tasks (id, owner, title, status, options, expected_documents, deployment)"
+                " VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING RETURNING true",
                 event.task_id, event.owner, event.title, TaskStatus.PROCESSING, options.model_dump_json(),
-                event.task_documents,
+                event.task_documents, settings.deployment,
             )  # fmt: skip
             if created and settings.tasks_per_minute:
                 # The task counts against its owner's limit, as one made through the gateway does; refused,
@@ -153,7 +152,10 @@ class DocumentRepository:
             assert task is not None
             if data is not None and (too_big := intake.task_bytes_error(task.total_bytes, len(data), settings)):
                 data, error = None, too_big
-            sha256 = await store_blob(conn, data) if data is not None else None
+            sha256 = None
+            if data is not None and blob is not None:
+                await self.blobs.store(conn, [blob])
+                sha256 = blob.sha256
             size = len(data) if data is not None else None
             status = DocumentStatus.PENDING if data is not None else DocumentStatus.FAILED
             if existing is None:
@@ -174,6 +176,8 @@ class DocumentRepository:
                     " updated_at = now() WHERE id = $1 AND blob_sha256 IS NULL AND status = ANY($6::text[])",
                     event.document_id, sha256, size, status, error, list(NEEDS_PARSE),
                 )  # fmt: skip
+            if status is DocumentStatus.FAILED:
+                await outbox.enqueue_document_failed(conn, event.document_id)
             await conn.execute("UPDATE tasks SET last_active_at = now() WHERE id = $1", event.task_id)
 
 

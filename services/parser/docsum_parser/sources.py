@@ -1,18 +1,18 @@
 """The bytes of a document another system published: decoded from the message, read from a file under
-the configured roots, or downloaded from a configured host. Each way either returns the bytes or raises
-`ItemFailed` with what to do; what may be reached is decided in intake.py.
+the configured roots, downloaded from a configured host, or read from a configured bucket. Each way either
+returns the bytes or raises `ItemFailed` with what to do; what may be reached is decided in intake.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import os
-import socket
 import stat
 
 import httpx2
 
+from docsum_shared import outbound
+from docsum_shared.blobs import ObjectTooLarge, S3Connection, S3Place, missing, passing_as_unavailable, read_object
 from docsum_shared.errors import ItemFailed
 from docsum_shared.events import DocumentSubmitted
 from docsum_shared.intake_access import OwnerAccess
@@ -24,9 +24,9 @@ MAX_REDIRECTS = 5
 READ_BLOCK = 64 * 1024
 
 
-async def content(event: DocumentSubmitted, settings: ParserSettings) -> bytes:
+async def content(event: DocumentSubmitted, settings: ParserSettings, s3: S3Connection | None = None) -> bytes:
     """The document's bytes, whichever way the message gives them; a URI only to where its owner's
-    access allows (DOCSUM_INTAKE_OWNERS, else the global lists)."""
+    access allows (DOCSUM_INTAKE_OWNERS, else the global lists). An s3:// object is read through `s3`."""
     problem = intake.form_error(event)
     if problem is not None:
         raise ItemFailed(problem)
@@ -37,7 +37,35 @@ async def content(event: DocumentSubmitted, settings: ParserSettings) -> bytes:
     source = intake.parse_uri(event.source_uri, settings, access)
     if isinstance(source, intake.FileSource):
         return await asyncio.to_thread(read_file, source.path, settings, access)
+    if isinstance(source, S3Place):
+        return await read_s3(source, settings, s3 or S3Connection())
     return await download(source, settings, access)
+
+
+# --- s3:// --------------------------------------------------------------------------------------------
+
+
+async def read_s3(place: S3Place, settings: ParserSettings, s3: S3Connection) -> bytes:
+    """The object, at most DOCSUM_MAX_FILE_BYTES, with the AWS_* variables' credentials; a missing object
+    or bucket or a refusal is the document's failure, said so; a server away or overloaded
+    (ObjectStoreUnavailable) passes, and the message is handled again."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    cap = settings.max_file_bytes
+    try:
+        with passing_as_unavailable():  # a server away or overloaded: the message is retried, not failed
+            return await read_object(await s3.client(), place, max_bytes=cap)
+    except ObjectTooLarge:
+        raise ItemFailed(f"{place.uri} has over {cap:,} bytes, the limit (DOCSUM_MAX_FILE_BYTES)") from None
+    except ClientError as exc:
+        if missing(exc):
+            raise ItemFailed(f"{place.uri} does not exist") from None
+        error = exc.response.get("Error", {})
+        raise ItemFailed(
+            f"{place.uri} could not be read: {error.get('Code')} {error.get('Message', '')}".rstrip()
+        ) from None
+    except BotoCoreError as exc:
+        raise ItemFailed(f"{place.uri} could not be read: {exc}") from None
 
 
 # --- file:// ------------------------------------------------------------------------------------------
@@ -92,21 +120,8 @@ def read_file(path: str, settings: ParserSettings, access: OwnerAccess | None = 
 async def resolve(
     source: intake.HttpSource, settings: ParserSettings, access: OwnerAccess | None = None
 ) -> intake.Address:
-    """The address to connect to: every address the host resolves to must be allowed (a name with one
-    private address among public ones is refused), and the connection goes to the one checked."""
-    try:
-        infos = await asyncio.get_running_loop().getaddrinfo(source.host, source.port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError) as exc:  # UnicodeError: a name IDNA cannot encode
-        raise ItemFailed(f"host {source.host} cannot be resolved ({exc})") from None
-    addresses = list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos))
-    if not addresses:
-        raise ItemFailed(f"host {source.host} has no address")
-    access = access or intake.global_access(settings)
-    for address in addresses:
-        problem = intake.address_error(source.host, address, access.http_hosts, access.setting("http_hosts"))
-        if problem is not None:
-            raise ItemFailed(problem)
-    return addresses[0]
+    """The address to connect to (outbound.resolve), by the owner's access or else the global lists."""
+    return await outbound.resolve(source, access or intake.global_access(settings))
 
 
 async def download(source: intake.HttpSource, settings: ParserSettings, access: OwnerAccess | None = None) -> bytes:
@@ -152,12 +167,7 @@ async def _get(
     access: OwnerAccess | None,
 ) -> tuple[bytes | None, str]:
     """One request, to the address checked just before: (the body, "") or (None, the redirect's Location)."""
-    address = await resolve(source, settings, access)
-    pinned = httpx2.URL(url).copy_with(host=str(address))
-    host = f"[{source.host}]" if ":" in source.host else source.host
-    default_port = 443 if source.scheme == "https" else 80
-    headers = {"Host": host if source.port == default_port else f"{host}:{source.port}"}
-    request = client.build_request("GET", pinned, headers=headers, extensions={"sni_hostname": source.host})
+    request = await outbound.pinned_request(client, "GET", source, url, access or intake.global_access(settings))
     response = await client.send(request, stream=True)
     try:
         if response.is_redirect:

@@ -8,9 +8,10 @@ from dataclasses import replace
 
 import asyncpg
 
+from docsum_shared.blobs import BlobStore
 from docsum_shared.consumer import Background
 from docsum_shared.events import Topic
-from docsum_shared.handlers import Bound
+from docsum_shared.handlers import Bound, Publish
 from docsum_shared.kafka import intake_topics
 from docsum_shared.stage import Stage
 
@@ -31,7 +32,7 @@ def deps(settings: ParserSettings, pool: asyncpg.Pool) -> Deps:
         idle_s=settings.parse_worker_idle_s,
     )
     worker.start()
-    return Deps(DocumentRepository(pool), settings, worker)
+    return Deps(DocumentRepository(pool, BlobStore.of(settings.blob_store)), settings, worker)
 
 
 def intake_carriers(deps: Deps) -> Mapping[str, tuple[Topic, Bound[Deps]]]:
@@ -44,13 +45,23 @@ def intake_carriers(deps: Deps) -> Mapping[str, tuple[Topic, Bound[Deps]]]:
 
 
 def loops(settings: ParserSettings, pool: asyncpg.Pool, deps: Deps) -> Background:
-    """The reading progress's publisher: the pages the handler notes, on task-events."""
-    return deps.progress.run
+    """The reading progress's publisher: the pages the handler notes, on task-events. On an object store,
+    its client is made first: botocore loads its models then (a second or more), not at the first document."""
+
+    async def run(publish: Publish) -> None:
+        if isinstance(deps.repo, DocumentRepository) and deps.repo.blobs.objects is not None:
+            await deps.repo.blobs.objects.client()
+        await deps.progress.run(publish)
+
+    return run
 
 
 async def close(deps: Deps) -> None:
     if isinstance(deps.extract, ParseWorker):
         deps.extract.close()
+    if isinstance(deps.repo, DocumentRepository):
+        await deps.repo.blobs.close()
+    await deps.s3.close()
 
 
 STAGE = Stage(

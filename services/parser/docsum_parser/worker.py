@@ -15,6 +15,7 @@ the `ExtractedText` or raise `ParseError`, so the handler's Deps can hold either
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import logging
@@ -23,12 +24,13 @@ import multiprocessing
 import os
 import resource
 import signal
+import subprocess
+import sys
 import threading
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
 from typing import Any
 
 from docsum_shared.positions import Positions
@@ -95,9 +97,8 @@ class ParseWorker:
         self._jobs = 0  # jobs taken so far: a retirement scheduled before the latest one is void
         self._retirement: threading.Timer | None = None
         self._run = run
-        self._context = multiprocessing.get_context("spawn")  # never fork a process running threads
         self._lock = threading.Lock()
-        self._process: BaseProcess | None = None
+        self._process: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
         self._ready = False
         self._closed = False
@@ -161,9 +162,10 @@ class ParseWorker:
         if self._retirement is not None:
             self._retirement.cancel()
         process = self._process
-        if process is not None and process.is_alive():
+        if process is not None and process.poll() is None:
             process.kill()
-            process.join(5.0)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(5.0)
 
     def _retire_when_idle(self) -> None:
         if self.idle_s <= 0 or self._closed:
@@ -190,7 +192,7 @@ class ParseWorker:
         for attempt in (1, 2):
             if self._closed:
                 raise WorkerClosed("the parser is stopping")
-            if self._process is None or not self._process.is_alive():
+            if self._process is None or self._process.poll() is not None:
                 self._replace()
             conn = self._wait_ready()
             try:
@@ -204,15 +206,21 @@ class ParseWorker:
         raise AssertionError("unreachable")
 
     def _spawn(self) -> None:
-        parent, child = self._context.Pipe()
-        process = self._context.Process(
-            target=_serve,
-            args=(child, self.memory_bytes, self.timeout_s, self._run),
-            name="docsum-parse-worker",
-            daemon=True,
+        # A new interpreter (a process running threads is never forked) that imports this module only,
+        # and no multiprocessing start method: theirs also keep a resource tracker, an interpreter of
+        # its own (~12 MB) for the parser's lifetime, for semaphores and shared memory it never makes.
+        parent, child = multiprocessing.Pipe()
+        process = subprocess.Popen(
+            [sys.executable, "-P", "-c", f"from {__name__} import _main; _main({child.fileno()})"],
+            pass_fds=(child.fileno(),),
+            stdin=subprocess.DEVNULL,
         )
-        process.start()
         child.close()
+        try:  # where to import `run` from, as here, then what to serve
+            parent.send(sys.path)
+            parent.send((self.memory_bytes, self.timeout_s, self._run))
+        except OSError:
+            pass  # it died at once: found dead at the first job, and replaced
         self._process, self._conn, self._ready = process, parent, False
         log.info("parse worker %s started", process.pid)
 
@@ -235,13 +243,13 @@ class ParseWorker:
         if self._conn is not None:
             self._conn.close()
         if self._process is not None:
-            self._process.join(wait_s)
-            if self._process.is_alive():
+            try:
+                self._process.wait(wait_s)
+                how = _exit_description(self._process.returncode)
+            except subprocess.TimeoutExpired:
                 self._process.kill()
-                self._process.join()
+                self._process.wait()
                 how = "killed"
-            else:
-                how = _exit_description(self._process.exitcode)
             log.info("parse worker %s stopped (%s)", self._process.pid, how)
         self._process = self._conn = None
         return how
@@ -279,6 +287,18 @@ def _exit_description(code: int | None) -> str:
 
 
 # --- inside the worker ---------------------------------------------------------------------------
+
+
+def _main(fd: int) -> None:
+    """The worker process: its end of the pipe is `fd`; the parser sends its import path, then what
+    `_serve` takes."""
+    conn = Connection(fd)
+    try:
+        sys.path[:] = conn.recv()
+        memory_bytes, timeout_s, run = conn.recv()
+    except (EOFError, OSError):
+        return  # the parser is gone
+    _serve(conn, memory_bytes, timeout_s, run)
 
 
 def _serve(conn: Connection, memory_bytes: int, timeout_s: float, run: Callable[[Job], ExtractedText]) -> None:

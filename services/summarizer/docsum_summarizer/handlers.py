@@ -11,11 +11,13 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from docsum_llm.base import SummaryRequest, SummaryResult
 from docsum_llm.cache import CallContext
+from docsum_llm.shares import served_tokens
+from docsum_shared import metrics
 from docsum_shared.errors import ContextLimitExceeded, ItemFailed, Kind
 from docsum_shared.events import ChunkCreated, ChunkSummarized, Event
 from docsum_shared.handlers import Handlers, required
@@ -34,9 +36,11 @@ from docsum_shared.retry import (
 )
 from docsum_shared.retry import Step as RetryStep
 
+from .admission import Wake
 from .batches.policy import Route, batch_endpoint, call_mode, request_json, route
 from .policy import Answer, Step, StoredChunk, answer_of, cannot_fit, next_step, offsets_of, request_for
 from .repository import Claim, Claimed
+from .schedule import Priority
 from .settings import SummarizerSettings
 
 log = logging.getLogger("docsum_summarizer")
@@ -51,7 +55,7 @@ class Repository(Protocol):
     async def claim(self, chunk_id: str, holder: str, ttl_s: float) -> Claimed: ...
     async def renew(self, chunk_id: str, holder: str, ttl_s: float) -> None: ...
     async def release(self, chunk_id: str, holder: str, *, retry_in_s: float | None = None) -> None: ...
-    async def complete(self, chunk_id: str, task_id: str, answer: Answer) -> bool: ...
+    async def complete(self, chunk_id: str, task_id: str, answer: Answer, *, weight: float = 1.0) -> bool: ...
     async def fail(self, chunk_id: str, error: str) -> bool: ...
     async def record_failure(self, chunk_id: str, error: str, *, retry_now: bool) -> None: ...
     async def queue_line(
@@ -91,6 +95,9 @@ class Deps:
     settings: SummarizerSettings
     holder: str  # this process, as lease holder
     backoff: Backoff = PROVIDER
+    # This process's admission, told when a handling here is done with a leased chunk (final, handed
+    # back, or waiting for its next round or its batch): its slot is free, and it is filled at once.
+    admission: Wake = field(default_factory=Wake)
 
 
 handlers = Handlers[Deps]("summarizer")
@@ -142,6 +149,7 @@ async def _under_lease(event: ChunkCreated, chunk: StoredChunk, holder: str, dep
         raise
     finally:
         renewer.cancel()
+        deps.admission.finished()
 
 
 async def _keep_lease(chunk_id: str, holder: str, deps: Deps) -> None:
@@ -158,11 +166,15 @@ async def _summarize(event: ChunkCreated, chunk: StoredChunk, holder: str, deps:
     settings = deps.settings
     # The task's mode (None: the deployment's default, applied by the LLM port).
     mode = chunk.options.mode
-    context = CallContext(event.task_id, event.document_id, event.chunk_id, owner=chunk.owner, mode=mode)
+    context = CallContext(
+        event.task_id, event.document_id, event.chunk_id, owner=chunk.owner, mode=mode, rank=chunk.rank
+    )
     match route(settings.mode(chunk.options), chunk.line, deps.llm.batching is not None):
         case Route.TAKE_ANSWER if chunk.line is not None:
             if (answer := await deps.llm.stored(chunk.line.custom_id)) is not None:
-                return await _completed(event, answer_of([(answer, 0)], event.document_id, chunk), deps)
+                paid = served_tokens(answer.prompt_tokens, answer.completion_tokens)  # a batch line, paid
+                stored = answer_of([(answer, 0)], event.document_id, chunk, served=paid)
+                return await _completed(event, stored, chunk, deps)
             # its stored answer is gone: call
         case Route.QUEUE:
             if (queued := await _queue_line(event, chunk, request, context, holder, deps)) is not None:
@@ -182,7 +194,7 @@ async def _summarize(event: ChunkCreated, chunk: StoredChunk, holder: str, deps:
             log.info("chunk %s: %s; retrying in %.1fs", event.chunk_id, exc, step.seconds)
 
     try:
-        parts = await retry_until(
+        parts, paid = await retry_until(
             lambda: _summarize_within_budget(request, context, deps), llm_retry(limits, stored_attempts, then)
         )
     except NextRound as later:
@@ -193,11 +205,14 @@ async def _summarize(event: ChunkCreated, chunk: StoredChunk, holder: str, deps:
         failed = await deps.repo.fail(event.chunk_id, str(exc))
         log.warning("chunk %s failed: %s", event.chunk_id, exc)
         return failed
-    return await _completed(event, answer_of(parts, event.document_id, chunk), deps)
+    return await _completed(event, answer_of(parts, event.document_id, chunk, served=paid), chunk, deps)
 
 
-async def _completed(event: ChunkCreated, answer: Answer, deps: Deps) -> bool:
-    completed = await deps.repo.complete(event.chunk_id, event.task_id, answer)
+async def _completed(event: ChunkCreated, answer: Answer, chunk: StoredChunk, deps: Deps) -> bool:
+    weight = deps.settings.owner_weights.get(chunk.owner, 1.0)  # its share's counter is in tokens / weight
+    completed = await deps.repo.complete(event.chunk_id, event.task_id, answer, weight=weight)
+    if completed and answer.served:
+        metrics.TOKENS_SERVED.labels(chunk.options.priority or Priority.NORMAL).inc(answer.served)
     log.info("chunk %s summarized", event.chunk_id)
     return completed
 
@@ -212,7 +227,7 @@ async def _queue_line(
     if parts is None or len(parts) != 1:
         return None
     if (cached := await deps.llm.cached(parts[0], context)) is not None:
-        return await _completed(event, answer_of([(cached, 0)], event.document_id, chunk), deps)
+        return await _completed(event, answer_of([(cached, 0)], event.document_id, chunk, served=0), chunk, deps)
     key = deps.llm.cache_key(parts[0], context)
     await deps.repo.queue_line(
         event.chunk_id, holder, event.task_id, chunk.owner, key, request_json(parts[0]),
@@ -224,22 +239,25 @@ async def _queue_line(
 
 async def _summarize_within_budget(
     request: SummaryRequest, context: CallContext, deps: Deps
-) -> list[tuple[SummaryResult, int]]:
+) -> tuple[list[tuple[SummaryResult, int]], int]:
     """The answers to the chunk's parts, each with where its text starts in the chunk's, planned under
-    the endpoint's input budget (in parts when it must be); a refusal as too long lowers the budget and
-    plans again. ItemFailed when it cannot shrink further."""
+    the endpoint's input budget (in parts when it must be), and what the answers not from the result
+    cache cost (docsum_llm.shares.served_tokens); a refusal as too long lowers the budget and plans again.
+    ItemFailed when it cannot shrink further."""
     for _ in range(MAX_REPLANS):
         parts = await deps.llm.plan_chunk(request)
         if parts is None:
             raise ItemFailed(cannot_fit(deps.llm.describe_budget()))
         results: list[SummaryResult] = []
+        paid = 0
         try:
             for part in parts:
-                result, _ = await deps.llm.summarize(part, context)
+                result, cached = await deps.llm.summarize(part, context)
                 results.append(result)
+                paid += 0 if cached else served_tokens(result.prompt_tokens, result.completion_tokens)
         except ContextLimitExceeded as refusal:
             if not await deps.llm.learn(refusal, part):
                 raise ItemFailed(cannot_fit(deps.llm.describe_budget(), str(refusal))) from refusal
             continue
-        return list(zip(results, offsets_of(parts, request.texts[0]), strict=True))
+        return list(zip(results, offsets_of(parts, request.texts[0]), strict=True)), paid
     raise ItemFailed(cannot_fit(deps.llm.describe_budget(), "it kept refusing every smaller request"))

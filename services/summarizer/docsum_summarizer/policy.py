@@ -33,6 +33,9 @@ class StoredChunk:
     line: ChunkLine | None = None  # its line in batch mode, once it has one
     start_char: int = 0  # where the chunk's text starts in its document's text
     positions: Positions | None = None  # where the document's pages start, around the chunk (positions.window)
+    # Its rank in the fair order (schedule.Rank, given at admission): the order its call waits for a slot
+    # in (None: admitted first in, first out, or before ranks were given).
+    rank: tuple[int, float] | None = None
 
 
 class Step(enum.Enum):
@@ -66,9 +69,14 @@ class Answer:
     model: str
     truncated: bool
     sentences: tuple[CitedSentence, ...] | None
+    # What its owner's share is charged for it, from the provider's usage (docsum_llm.shares.served_tokens; 0 for
+    # an answer from the result cache, which cost nothing); None: not known, the estimate charged stands.
+    served: int | None = None
 
 
-def answer_of(parts: Sequence[tuple[SummaryResult, int]], document_id: str, chunk: StoredChunk) -> Answer:
+def answer_of(
+    parts: Sequence[tuple[SummaryResult, int]], document_id: str, chunk: StoredChunk, *, served: int | None = None
+) -> Answer:
     """The chunk's answer from the answers to its parts, each given with where its text starts in the
     chunk's text (a chunk too long for one request is summarized in consecutive parts, joined by a line
     break)."""
@@ -84,7 +92,11 @@ def answer_of(parts: Sequence[tuple[SummaryResult, int]], document_id: str, chun
         shift += len(result.text) + 1
     first = parts[0][0]
     return Answer(
-        text, first.model, any(r.truncated for r, _ in parts), None if sentences is None else tuple(sentences)
+        text,
+        first.model,
+        any(r.truncated for r, _ in parts),
+        None if sentences is None else tuple(sentences),
+        served,
     )
 
 

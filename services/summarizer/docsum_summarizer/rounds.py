@@ -2,8 +2,9 @@
 
 A chunk whose attempts in place are spent (retry.py's Later) waits for its next round as a row in
 Postgres, not as a sleeping handler: no consumer slot is held while it waits, and nothing on the wire
-can make it wait longer than the configured delay. Every summarizer process runs one scheduler; two
-announcing the same chunk is harmless (the lease decides who calls).
+can make it wait longer than the configured delay. Every summarizer process runs one scheduler, for its
+own deployment's chunks only (deployments may share a database, not topics); two announcing the same
+chunk is harmless (the lease decides who calls).
 """
 
 from __future__ import annotations

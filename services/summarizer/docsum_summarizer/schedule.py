@@ -38,6 +38,7 @@ import enum
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 
 class Priority(enum.StrEnum):
@@ -48,10 +49,6 @@ class Priority(enum.StrEnum):
 
 # The order in which an owner's own work goes: lower first (background ages: `_own_first`).
 _RANK = {Priority.URGENT: 0, Priority.NORMAL: 1, Priority.BACKGROUND: 2}
-
-# A completion token costs the provider (and the wait of everyone else) about twice an input token: the
-# weights the VTC paper uses for input and output.
-OUTPUT_WEIGHT = 2
 
 
 @dataclass(frozen=True)
@@ -111,6 +108,16 @@ class Grant:
     tokens: int
 
 
+class Rank(NamedTuple):
+    """Where a granted item stands in the fair order, lower first: the tier it was granted in (urgent
+    within its credit, then normal and aged background, then background), then its owner's counter when
+    it was granted (the start tag of weighted fair queueing). Compared as a tuple; kept on the chunk so
+    that a summarizer serves the chunks it holds in this order too, not in the order they reached it."""
+
+    tier: int
+    start: float
+
+
 @dataclass(frozen=True)
 class Place:
     """Where a waiting owner's work stands: the other owners' work served before it, at its share."""
@@ -118,11 +125,6 @@ class Place:
     items: int  # other owners' items ahead
     tokens: int  # their estimated tokens
     eta_s: float | None  # when its own work is done, at the given throughput (None: throughput unknown)
-
-
-def served_tokens(prompt_tokens: int, completion_tokens: int) -> int:
-    """What a call costs its owner's counter, from the provider's usage."""
-    return prompt_tokens + OUTPUT_WEIGHT * completion_tokens
 
 
 def ready_by_owner(waiting: Iterable[Waiting]) -> dict[tuple[str, Priority], Work]:
@@ -185,12 +187,18 @@ def next_grants(state: State, free_slots: int) -> list[Grant]:
     """Who gets the next `free_slots` slots, in order; each grant charged its estimate before the next is
     decided (as the claim that takes it does). Fewer when there is less ready work: never a slot left
     idle while work is ready (work-conserving)."""
-    grants: list[Grant] = []
+    return [grant for grant, _ in ranked_grants(state, free_slots)]
+
+
+def ranked_grants(state: State, free_slots: int) -> list[tuple[Grant, Rank]]:
+    """`next_grants`, each with its rank: its tier and its owner's counter before it was charged."""
+    grants: list[tuple[Grant, Rank]] = []
     for _ in range(free_slots):
-        grant = _pick(state)
-        if grant is None:
+        picked = _pick(state)
+        if picked is None:
             break
-        grants.append(grant)
+        grant, tier = picked
+        grants.append((grant, Rank(tier, account(state, grant.owner).counter)))
         state = take(state, grant)
     return grants
 
@@ -248,10 +256,10 @@ def jain_index(values: Iterable[float]) -> float:
     return 1.0 if square == 0 else sum(xs) ** 2 / (len(xs) * square)
 
 
-def _pick(state: State) -> Grant | None:
-    """The next slot's grant: an owner's urgent work within its credit, else the fair order over urgent,
-    normal and aged background work, else the fair order over background work; then that owner's own
-    next item."""
+def _pick(state: State) -> tuple[Grant, int] | None:
+    """The next slot's grant, and the tier it was granted in: an owner's urgent work within its credit,
+    else the fair order over urgent, normal and aged background work, else the fair order over
+    background work; then that owner's own next item."""
     owners = {o for o, _ in state.ready}
     if not owners:
         return None
@@ -264,12 +272,12 @@ def _pick(state: State) -> Grant | None:
     ]
     if urgent:
         owner = _lowest(state, urgent, Priority.URGENT)
-        return _grant(state, owner, _own_first(state, owner, _BACKGROUND))
+        return _grant(state, owner, _own_first(state, owner, _BACKGROUND)), _URGENT
     for tier in (_NORMAL, _BACKGROUND):
         candidates = [o for o in owners if _tier(state, o) <= tier]
         if candidates:
             owner = _lowest(state, candidates, None)
-            return _grant(state, owner, _own_first(state, owner, tier))
+            return _grant(state, owner, _own_first(state, owner, tier)), tier
     return None
 
 

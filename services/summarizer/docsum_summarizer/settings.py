@@ -3,9 +3,14 @@ calls are retried and leased."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Literal
+
 from pydantic import Field
 
 from docsum_shared.settings import LLMSettings, ReconcileSettings
+
+from .schedule import Policy
 
 
 class SummarizerSettings(LLMSettings, ReconcileSettings):
@@ -27,3 +32,36 @@ class SummarizerSettings(LLMSettings, ReconcileSettings):
     llm_batch_max_lines: int = Field(5_000, ge=1, le=50_000)
     llm_batch_max_bytes: int = Field(200 * 1024 * 1024, ge=1024, le=200 * 1024 * 1024)
     llm_batch_deadline_margin_s: float = Field(900.0, ge=0)
+    # Fair shares between owners (admission.py): at most `admission_window` chunks admitted and not yet
+    # finished across every replica (None: the live summarizers' DOCSUM_LLM_MAX_INFLIGHT summed, plus
+    # `admission_spare` each, 3 × its own calls in flight when unset: the calls running and some announced
+    # behind them, so a call ending has its next chunk in hand while the admission refills the slot, and a
+    # newcomer waits behind a few calls, not a backlog), the rest waiting in PostgreSQL, admitted in the
+    # fair order every `admission_interval_s` and as soon as a chunk finishes. An admitted chunk no
+    # summarizer has leased within `admission_hold_s` (its announcement lost) is announced again.
+    admission_window: int | None = Field(None, ge=1)
+    admission_spare: int | None = Field(None, ge=0)
+    admission_interval_s: float = Field(0.1, gt=0)
+    admission_hold_s: float = Field(60.0, gt=0)
+    # A task's priority (its options): how many tokens (at its owner's weight) an owner's urgent work may
+    # be served ahead of the owner served least, before other owners' normal work (so urgent is never a
+    # way around fairness: at most this much early); how long background work waits for idle capacity
+    # before it competes as normal work (so it is never starved).
+    urgent_credit_tokens: float = Field(16_000.0, ge=0)
+    background_after_s: float = Field(300.0, ge=0)
+    # The order of admission: "fair" (the shares above) or "fifo", the oldest ready chunk first whoever's
+    # it is, weights and priorities unused: the order of the broker alone, first in, first out. Within
+    # the same window; the counters are still charged, so that going back to "fair" starts from them.
+    admission_order: Literal["fair", "fifo"] = "fair"
+
+    def window(self, live_inflight: Sequence[int] = ()) -> int:
+        """The chunks admitted and unfinished at once: `admission_window` when set, else what the live
+        summarizers run at once (their DOCSUM_LLM_MAX_INFLIGHT each, as they recorded it) plus
+        `admission_spare` each; this process's own when none is recorded yet."""
+        if self.admission_window is not None:
+            return self.admission_window
+        spare = self.admission_spare
+        return sum(n + (3 * n if spare is None else spare) for n in live_inflight or [self.llm_max_inflight])
+
+    def policy(self) -> Policy:
+        return Policy(urgent_credit=self.urgent_credit_tokens, background_after_s=self.background_after_s)

@@ -1,9 +1,16 @@
-"""The read model's SQL: a task as its owner (or, inside the pipeline, its result) sees it."""
+"""The read model's SQL: a task as its owner (or, inside the pipeline, its result) sees it.
+
+Every read for a caller names its `Scope` (deployment and owner): a task of another owner, or one taken
+in by another deployment sharing the database, is no task at all."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+
 import asyncpg
 
+from ..scope import Scope
 from ..states import ChunkStatus, DocumentStatus
 
 
@@ -13,9 +20,11 @@ async def load_task(pool: asyncpg.Pool, task_id: str) -> tuple[asyncpg.Record, l
     return None if task is None else (task, await _documents(pool, task_id))
 
 
-async def get_task(pool: asyncpg.Pool, owner: str, task_id: str) -> tuple[asyncpg.Record, list[asyncpg.Record]] | None:
-    """The task and its documents if `owner` owns it."""
-    task = await pool.fetchrow("SELECT * FROM tasks WHERE id = $1 AND owner = $2", task_id, owner)
+async def get_task(
+    pool: asyncpg.Pool, scope: Scope, task_id: str
+) -> tuple[asyncpg.Record, list[asyncpg.Record]] | None:
+    """The task and its documents if it is in `scope`."""
+    task = await pool.fetchrow(f"SELECT * FROM tasks WHERE id = $1 AND {_scoped(2)}", task_id, *_of(scope))
     return None if task is None else (task, await _documents(pool, task_id))
 
 
@@ -38,11 +47,23 @@ async def sentences(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
     The filename and unit are read once per document of the task. The unit a range ends in is stored
     with it (citations.to_json's fifth item); only a source stored before that is looked up in its
     document's positions, one lookup each."""
-    async with pool.acquire() as conn, conn.transaction():
+    async with _transaction(pool) as conn:
         # PostgreSQL guesses 100 rows for each jsonb_array_elements, which puts the lookups' estimate over
         # jit_above_cost: compiling the query (~50 ms) would cost more than running it (~2 ms).
         await conn.execute("SET LOCAL jit = off")
         return await conn.fetch(_SENTENCES, task_id)
+
+
+@contextlib.asynccontextmanager
+async def _transaction(db: asyncpg.Pool | asyncpg.Connection) -> AsyncIterator[asyncpg.Connection]:
+    """A transaction on `db`: on a connection of the pool, or within the transaction a connection is in
+    (a task's result is read in the transaction that ends the task, for the webhooks' outbox)."""
+    if isinstance(db, asyncpg.Pool):
+        async with db.acquire() as conn, conn.transaction():
+            yield conn
+    else:
+        async with db.transaction():
+            yield db
 
 
 _SENTENCES = (
@@ -65,7 +86,7 @@ _SENTENCES = (
 
 
 async def quote(
-    pool: asyncpg.Pool, owner: str, task_id: str, document_id: str, start: int, end: int, max_chars: int
+    pool: asyncpg.Pool, scope: Scope, task_id: str, document_id: str, start: int, end: int, max_chars: int
 ) -> asyncpg.Record | None:
     """The characters [start, end) of a document's extracted text (as many as it has; none unless the
     range is non-empty and at most `max_chars` long), its length, and the units the range starts and ends
@@ -84,15 +105,16 @@ async def quote(
         "  THEN substr(x.text, $4::int + 1, $5::int - $4::int) END AS text,"
         " x.position_unit AS unit, width_bucket($4::int, x.position_starts) AS page,"
         " width_bucket(greatest($4::int, $5::int - 1), x.position_starts) AS last_page"
-        " FROM documents d JOIN tasks t ON t.id = d.task_id AND t.owner = $3"
+        " FROM documents d JOIN tasks t ON t.id = d.task_id AND t.owner = $3 AND t.deployment = $7"
         " LEFT JOIN document_texts x ON x.document_id = d.id"
         " WHERE d.id = $2 AND d.task_id = $1) q",
         task_id,
         document_id,
-        owner,
+        scope.owner,
         start,
         end,
         max_chars,
+        scope.deployment,
     )
 
 
@@ -157,17 +179,29 @@ async def failures(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
     )
 
 
-async def owns(pool: asyncpg.Pool, owner: str, task_id: str) -> bool:
-    return bool(await pool.fetchval("SELECT 1 FROM tasks WHERE id = $1 AND owner = $2", task_id, owner))
+async def owns(pool: asyncpg.Pool, scope: Scope, task_id: str) -> bool:
+    """The task is in `scope`."""
+    return bool(await pool.fetchval(f"SELECT 1 FROM tasks WHERE id = $1 AND {_scoped(2)}", task_id, *_of(scope)))
 
 
-async def list_tasks(pool: asyncpg.Pool, owner: str, limit: int) -> list[asyncpg.Record]:
+async def list_tasks(pool: asyncpg.Pool, scope: Scope, limit: int) -> list[asyncpg.Record]:
     return await pool.fetch(
         "SELECT t.id, t.title, t.status, t.created_at,"
         " ARRAY(SELECT d.filename FROM documents d WHERE d.task_id = t.id ORDER BY d.position, d.id LIMIT 2)"
         "   AS first_files,"
         " (SELECT count(*) FROM documents d WHERE d.task_id = t.id) AS files"
-        " FROM tasks t WHERE t.owner = $1 ORDER BY t.created_at DESC LIMIT $2",
-        owner,
+        f" FROM tasks t WHERE {_scoped(2, 't.')} ORDER BY t.created_at DESC LIMIT $1",
         limit,
+        *_of(scope),
     )
+
+
+def _scoped(n: int, alias: str = "") -> str:
+    """The scope's tasks, its deployment and owner the parameters $n and $n+1 (`alias`: "t." when the
+    tasks' table is named so)."""
+    return f"{alias}deployment = ${n} AND {alias}owner = ${n + 1}"
+
+
+def _of(scope: Scope) -> tuple[str, str]:
+    """The parameters `_scoped` names, in its order."""
+    return scope.deployment, scope.owner

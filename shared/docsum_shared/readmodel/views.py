@@ -3,7 +3,8 @@ finished task's result is.
 
 Each function takes the pool (and the settings where prices matter), reads through `queries` (which
 holds all the SQL) and shapes the rows into the models of `schemas`. The gateway's routes and progress
-WebSocket answer with these (a task of another owner reads as None, like a missing one); the merger
+WebSocket answer with these (a task of another owner, or of another deployment, reads as None, like a
+missing one); the merger
 publishes `task_result` on task-finished.
 """
 
@@ -19,6 +20,7 @@ import asyncpg
 
 from ..cited import CitedSentence, Source, at_most, from_json, without_unsupported
 from ..options import TaskOptions
+from ..scope import Scope
 from ..settings import LLMSettings, endpoint_key
 from ..states import BatchState, LineStatus
 from . import queries
@@ -44,10 +46,10 @@ EXPECTED_COMPLETION_TOKENS = 150
 Row = Mapping[str, Any]  # an asyncpg.Record, or anything that reads like one
 
 
-async def task_view(pool: asyncpg.Pool, settings: LLMSettings, owner: str, task_id: str) -> TaskView | None:
+async def task_view(pool: asyncpg.Pool, settings: LLMSettings, scope: Scope, task_id: str) -> TaskView | None:
     """The task with its documents, usage, estimate, recovery and its summaries' sentences; None if
-    `owner` has no such task."""
-    found = await queries.get_task(pool, owner, task_id)
+    `scope` has no such task."""
+    found = await queries.get_task(pool, scope, task_id)
     if found is None:
         return None
     view = await _view(pool, settings, *found)
@@ -127,8 +129,8 @@ async def endpoint_view(pool: asyncpg.Pool, settings: LLMSettings) -> EndpointVi
     )
 
 
-async def list_tasks(pool: asyncpg.Pool, owner: str, limit: int) -> list[TaskListItem]:
-    """The owner's latest tasks, newest first."""
+async def list_tasks(pool: asyncpg.Pool, scope: Scope, limit: int) -> list[TaskListItem]:
+    """The owner's latest tasks in the deployment, newest first."""
     return [
         TaskListItem(
             task_id=r["id"],
@@ -137,7 +139,7 @@ async def list_tasks(pool: asyncpg.Pool, owner: str, limit: int) -> list[TaskLis
             status=r["status"],
             created_at=r["created_at"],
         )
-        for r in await queries.list_tasks(pool, owner, limit)
+        for r in await queries.list_tasks(pool, scope, limit)
     ]
 
 
@@ -154,9 +156,9 @@ def task_name(title: str | None, first_files: Sequence[str], files: int) -> str:
     return f"{first_files[0]} and {files - 1} more"
 
 
-async def failures(pool: asyncpg.Pool, owner: str, task_id: str) -> list[FailureView] | None:
-    """The failed chunks and documents of the task; None if `owner` has no such task."""
-    if not await queries.owns(pool, owner, task_id):
+async def failures(pool: asyncpg.Pool, scope: Scope, task_id: str) -> list[FailureView] | None:
+    """The failed chunks and documents of the task; None if `scope` has no such task."""
+    if not await queries.owns(pool, scope, task_id):
         return None
     return [
         FailureView(

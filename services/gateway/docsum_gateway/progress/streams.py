@@ -23,10 +23,10 @@ import logging
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import asyncpg
 
+from docsum_shared import db
 from docsum_shared.retry import keep_running
 
 from .. import keystore
@@ -149,7 +149,7 @@ class ProgressFeed:
     # ----------------------------------------------------------------------------------------------
     # What wakes the streams: NOTIFY, and one poll for all of them
 
-    def _notified(self, _conn: Any, _pid: int, _channel: str, task_id: str) -> None:
+    def _notified(self, task_id: str) -> None:
         for stream in self._streams.get(task_id, ()):
             stream.woken.set()
 
@@ -175,17 +175,4 @@ class ProgressFeed:
 
     async def _listen(self) -> None:
         # The database may restart: listen again (the poll covers the gap).
-        await keep_running("progress listener", self._listen_once)
-
-    async def _listen_once(self) -> None:
-        """LISTEN on one connection until it dies."""
-        conn = await asyncpg.connect(self.database_url)
-        try:
-            await conn.add_listener(CHANNEL, self._notified)
-            while not conn.is_closed():
-                await asyncio.sleep(5.0)
-                await conn.execute("SELECT 1")  # notices a dead connection
-        finally:
-            if not conn.is_closed():
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(conn.close(), 2)
+        await db.listen(self.database_url, CHANNEL, self._notified, "progress listener")

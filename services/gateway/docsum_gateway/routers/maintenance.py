@@ -108,7 +108,7 @@ async def reconcile(owner: OwnerDep, pool: PoolDep, publish: PublishDep, setting
     gate = await claim_gate(pool, owner, settings)
     try:
         redrives = []
-        for task_id in await idle_unfinished(pool, settings.redrive_idle_s, owner):
+        for task_id in await idle_unfinished(pool, settings.redrive_idle_s, owner, deployment=settings.deployment):
             redrive = await prepare_redrive(pool, settings, task_id, idle_s=settings.redrive_idle_s)
             if redrive is not None:  # else another re-drive took it meanwhile
                 redrives.append(redrive)

@@ -48,10 +48,11 @@ from pydantic import BaseModel
 from starlette.types import Message, Receive, Scope, Send
 
 from docsum_shared.readmodel import queries, views
+from docsum_shared.scope import Scope as TaskScope
 from docsum_shared.states import TASK_FINAL
 
 from .. import keystore
-from ..deps import OwnerDep, PoolDep, SettingsDep, TaskIdDep, owner_of
+from ..deps import PoolDep, ScopeDep, SettingsDep, TaskIdDep, owner_of
 from ..inputs import is_task_id
 from ..progress.recorder import repository
 from ..progress.recorder.policy import TERMINAL_KINDS
@@ -96,13 +97,13 @@ class Caller:
     " subprotocols `docsum` and `bearer.<ticket>`. It expires after `expires_in_s` seconds and is good for"
     " one connection, on any gateway replica.",
 )
-async def ticket(request: Request, owner: OwnerDep, task_id: TaskIdDep, pool: PoolDep, settings: SettingsDep) -> Ticket:
-    if not await queries.owns(pool, owner, task_id):
+async def ticket(request: Request, scope: ScopeDep, task_id: TaskIdDep, pool: PoolDep, settings: SettingsDep) -> Ticket:
+    if not await queries.owns(pool, scope, task_id):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no task {task_id}")
     tickets: Tickets = request.app.state.tickets
     token = bearer_token(request.headers.get("authorization")) or ""
     key_id = revocable_key_id(request.app.state.api_keys, token)
-    return Ticket(ticket=tickets.issue(owner, task_id, key_id=key_id), expires_in_s=settings.ws_ticket_ttl_s)
+    return Ticket(ticket=tickets.issue(scope.owner, task_id, key_id=key_id), expires_in_s=settings.ws_ticket_ttl_s)
 
 
 async def _with_key(app: Any, token: str) -> Caller | None:
@@ -153,9 +154,14 @@ async def _redeem(app: Any, ticket: str, task_id: str) -> Caller | None:
 # The stream both transports send: a snapshot, then the log's entries, then the end
 
 
+def _scope(app: Any, owner: str) -> TaskScope:
+    """The owner's tasks in this gateway's deployment: what a stream may follow."""
+    return TaskScope(app.state.settings.deployment, owner)
+
+
 async def _snapshot(app: Any, owner: str, task_id: str) -> dict[str, Any] | None:
     head = await repository.head(app.state.pool, task_id)  # first: the view shows at least what it numbers
-    view = await views.task_view(app.state.pool, app.state.settings, owner, task_id)
+    view = await views.task_view(app.state.pool, app.state.settings, _scope(app, owner), task_id)
     if view is None:
         return None
     return {**json.loads(view.model_dump_json()), "progress_seq": head}
@@ -324,7 +330,7 @@ async def task_events(websocket: WebSocket, task_id: str) -> None:
     app = websocket.app
     settings: GatewaySettings = app.state.settings
     caller, subprotocol = await _caller(websocket, task_id) if is_task_id(task_id) else (None, None)
-    if caller is None or not await queries.owns(app.state.pool, caller.owner, task_id):
+    if caller is None or not await queries.owns(app.state.pool, _scope(app, caller.owner), task_id):
         await websocket.close(code=status.WS_1008_POLICY_VIOLATION, reason="unknown task or bad API key")
         return
     try:

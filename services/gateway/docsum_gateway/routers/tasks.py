@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 import asyncpg
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, status
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
 
@@ -18,20 +19,22 @@ from docsum_shared import lifecycle, logs, telemetry
 from docsum_shared.errors import Kind, classify
 from docsum_shared.events import DocumentSubmitted, TaskEvent
 from docsum_shared.handlers import Publish, Sender
-from docsum_shared.options import MODES, Mode, TaskOptions, deadline_from
+from docsum_shared.options import MODES, PRIORITIES, Mode, TaskOptions, TaskPriority, deadline_from
 from docsum_shared.readmodel import queries, views
 from docsum_shared.readmodel.schemas import FailureView, TaskListItem, TaskView
 from docsum_shared.redrive import prepare_redrive
 from docsum_shared.retry import retry_until, until_deadline
+from docsum_shared.scope import Scope
 from docsum_shared.states import TaskStatus
 
-from .. import repository
-from ..deps import OwnerDep, PoolDep, PublishDep, SettingsDep, TaskIdDep, within_task_rate
+from .. import idempotency, repository
+from ..deps import BlobsDep, OwnerDep, PoolDep, PublishDep, ScopeDep, SettingsDep, TaskIdDep, within_task_rate
 from ..inputs import StoredText, check_text, echo, invalid, is_task_id
-from ..responses import errors
+from ..responses import ErrorBody, errors
 from ..schemas import CreatedDocument, LifecycleResult, QuotedText, TaskCreated
 from ..settings import GatewaySettings
 from ..uploads import FILE_FIELD, UploadLimits, read_upload
+from ..webhooks import repository as webhooks
 from .maintenance import REDRIVE_REFUSED, claim_gate, publish_after_answer, release_gate
 
 log = logging.getLogger(__name__)
@@ -82,10 +85,12 @@ class TaskForm(BaseModel):
     style: Literal["prose", "bullets"] = "prose"
     support: Literal["all", "strict"] = "all"  # strict: sentences their sources do not support are left out
     mode: Mode | None = None  # how the LLM calls are sent; default: DOCSUM_LLM_MODE
+    priority: TaskPriority | None = None  # which of the owner's work goes first; default: normal
     deadline: Annotated[datetime | None, BeforeValidator(_form_deadline)] = None  # when the task must be finished
+    webhook: str | None = None  # the id of one of the owner's webhook endpoints, told of this task's end
 
 
-_OPTIONAL_TEXT = {"title", "language"}
+_OPTIONAL_TEXT = {"title", "language", "webhook"}
 _NO_NUL = "^[^\\x00]*$"  # documents what `StoredText` enforces (PostgreSQL text holds no NUL)
 # The deadlines the schema admits: durations that are all within the 7 days, so that every value it admits
 # is accepted whenever it is sent. The gateway takes more (deadline_from): any such duration, and instants.
@@ -122,6 +127,13 @@ UPLOAD_BODY: dict[str, Any] = {
                     "mode": {"type": "string", "enum": list(MODES),
                              "description": "how the LLM calls are sent (flex: about half the price, slower); "
                                             "default: the deployment's (DOCSUM_LLM_MODE)"},
+                    "priority": {"type": "string", "enum": list(PRIORITIES),
+                                 "description": "which of your work goes first: urgent (also before other owners' "
+                                                "normal work, from your own share), normal, or background (when "
+                                                "nothing else waits); default: normal"},
+                    "webhook": {"type": "string", "format": "uuid",
+                                "description": "the id of one of your webhook endpoints (POST /v1/webhooks) to "
+                                               "tell of this task's end, besides those told of every task"},
                     "deadline": {"type": "string", "pattern": _DEADLINE_DURATION,
                                  "description": "when the task must be finished: a duration from now (45m, 6h, 2d, "
                                                 "1h30m, 90s) or an ISO 8601 instant with its zone "
@@ -133,6 +145,17 @@ UPLOAD_BODY: dict[str, Any] = {
         }
     },
 }  # fmt: skip
+
+
+# Declared here, read by _idempotency_key (which sees every value sent, and says what is wrong with one).
+_KEY_PARAMETER: dict[str, Any] = {
+    "name": idempotency.HEADER,
+    "in": "header",
+    "required": False,
+    "description": "A key of the client's own for this request, kept per owner: a UUID, quoted as the IETF draft"
+    ' writes it (`"8e03978e-40d5-43e8-bc93-6894a57f9324"`) or bare.',
+    "schema": {"type": "string", "pattern": idempotency.KEY_PATTERN, "maxLength": idempotency.MAX_KEY_CHARS},
+}
 
 
 # What the new task's id opens (OpenAPI links: clients and test generators follow them).
@@ -181,17 +204,44 @@ def _form(fields: dict[str, list[str]]) -> TaskForm:
     "",
     status_code=status.HTTP_201_CREATED,
     response_model=TaskCreated,
-    responses={201: {"links": _TASK_LINKS}, **errors(400, 401, 408, 413, 422, 429, 503)},
+    responses={
+        201: {
+            "links": _TASK_LINKS,
+            "headers": {
+                idempotency.REPLAYED_HEADER: {
+                    "description": "`true` when this is the stored answer of an earlier request with the same"
+                    " Idempotency-Key",
+                    "schema": {"type": "string", "enum": ["true"]},
+                }
+            },
+        },
+        **errors(400, 401, 408, 413, 422, 429, 503),
+        409: {
+            "model": ErrorBody,
+            "description": "Another request with the same Idempotency-Key is being stored now: send this one"
+            " again after `Retry-After` seconds, and it gets that request's answer.",
+            "headers": {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}},
+        },
+    },
     dependencies=[Depends(within_task_rate)],
-    openapi_extra={"requestBody": UPLOAD_BODY},
+    openapi_extra={"requestBody": UPLOAD_BODY, "parameters": [_KEY_PARAMETER]},
     description="Multipart: one or more `files`, and optionally `title`, `strict`, `language`, `length`, `style`,"
-    " `support`, `mode`, `deadline`."
+    " `support`, `mode`, `priority`, `deadline`."
     " The upload streams: each file is spooled and hashed as it arrives, and a request over a limit is"
-    " answered 413 as soon as it crosses it; a body that sends nothing for DOCSUM_UPLOAD_IDLE_S is a 408.",
+    " answered 413 as soon as it crosses it; a body that sends nothing for DOCSUM_UPLOAD_IDLE_S is a 408."
+    " With an `Idempotency-Key` (README: Integrating), the same request sent again within"
+    " DOCSUM_IDEMPOTENCY_KEY_TTL_S gets the first answer (marked `Idempotent-Replayed: true`) and makes no"
+    " second task; the key with a different request is a 422; while the first is being stored, a 409.",
 )
 async def create_task(
-    request: Request, owner: OwnerDep, settings: SettingsDep, pool: PoolDep, publish: PublishDep
-) -> TaskCreated:
+    request: Request,
+    owner: OwnerDep,
+    settings: SettingsDep,
+    pool: PoolDep,
+    blobs: BlobsDep,
+    publish: PublishDep,
+) -> Any:
+    key = _idempotency_key(request)
     upload = await read_upload(request, upload_limits(settings), request.app.state.uploads.claim(owner))
     try:
         form = _form(upload.fields)
@@ -208,9 +258,34 @@ async def create_task(
             style=form.style,
             support=form.support,
             mode=form.mode,
+            priority=form.priority,
             deadline=form.deadline,
         )
-        task_id = await repository.TaskRepository(pool).create_task(owner, form.title, documents, options)
+        webhook_id = await _webhook_of(form.webhook, owner, settings, pool)
+        tasks = repository.TaskRepository(pool, blobs)
+        stored_answer: str | None = None  # with a key: the answer as stored, what a replay sends again
+        if key is None:
+            task_id = await tasks.create_task(
+                owner, form.title, documents, options, deployment=settings.deployment, webhook_id=webhook_id
+            )
+        else:
+            sent = idempotency.fingerprint(
+                [idempotency.SentFile(f.filename, f.content_type, f.sha256, f.size) for f in upload.files],
+                upload.fields,
+            )
+            keyed = repository.KeyedRequest(key, sent, settings.idempotency_key_ttl_s, status.HTTP_201_CREATED)
+            outcome = await tasks.create_task_once(
+                Scope(settings.deployment, owner),
+                keyed,
+                form.title,
+                documents,
+                options,
+                lambda t: _created(t, documents).model_dump_json(),
+                webhook_id=webhook_id,
+            )
+            if not isinstance(outcome, repository.Created):
+                return _keyed_answer(outcome, sent)
+            task_id, stored_answer = outcome.task_id, outcome.body
     finally:
         upload.close()
     logs.bind(task_id=task_id)  # the request's log lines and span name the task from here on
@@ -237,6 +312,22 @@ async def create_task(
         # broker is back. The client gets its task id (and does not submit the same files twice).
         log.warning("task %s stored, not yet announced (%s): reconcile will announce it", task_id, exc)
     log.info("task %s: %d documents submitted by %s", task_id, len(documents), owner)
+    if stored_answer is not None:
+        return Response(stored_answer, status.HTTP_201_CREATED, media_type="application/json")
+    return _created(task_id, documents)
+
+
+async def _webhook_of(given: str | None, owner: str, settings: GatewaySettings, pool: asyncpg.Pool) -> str | None:
+    """The webhook endpoint the task names, if it is one of the owner's (in this deployment); else 422."""
+    if given is None:
+        return None
+    scope = Scope(settings.deployment, owner)
+    if not is_task_id(given) or not await webhooks.owned_endpoint(pool, scope, given):
+        raise invalid(("body", "webhook"), f"no webhook {given[:100]} of yours: register one with POST /v1/webhooks")
+    return given
+
+
+def _created(task_id: str, documents: list[repository.NewDocument]) -> TaskCreated:
     return TaskCreated(
         task_id=task_id,
         status="PROCESSING",
@@ -244,24 +335,61 @@ async def create_task(
     )
 
 
+def _idempotency_key(request: Request) -> str | None:
+    """The request's Idempotency-Key, checked before its body is read; 422 if it is not one key."""
+    values = request.headers.getlist(idempotency.HEADER)
+    loc = ("header", idempotency.HEADER)
+    if not values:
+        return None
+    if len(values) > 1:
+        raise invalid(loc, f"the header is sent {len(values)} times; send one key", values)
+    try:
+        return idempotency.parse_key(values[0])
+    except idempotency.BadKey as exc:
+        raise invalid(loc, str(exc), values[0]) from None
+
+
+def _keyed_answer(outcome: idempotency.Stored | idempotency.InFlight, sent: str) -> Response:
+    """The answer to a request whose key is taken: the first answer again, or why not."""
+    if isinstance(outcome, idempotency.InFlight):
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            "a request with this Idempotency-Key is being stored now: send this one again after Retry-After"
+            " seconds to get its answer",
+            headers={"Retry-After": str(idempotency.IN_FLIGHT_RETRY_AFTER_S)},
+        )
+    decided = idempotency.decide(outcome, sent)
+    if isinstance(decided, idempotency.Mismatch):
+        raise invalid(
+            ("header", idempotency.HEADER),
+            "this Idempotency-Key was used for a different request (other files or fields) within"
+            " DOCSUM_IDEMPOTENCY_KEY_TTL_S: send the same request to get its answer, or a new key for a new task",
+            kind="idempotency_key_reused",
+        )
+    log.info("answer replayed for an Idempotency-Key: %s", decided.body[:200])
+    return Response(
+        decided.body, decided.status_code, headers={idempotency.REPLAYED_HEADER: "true"}, media_type="application/json"
+    )
+
+
 @router.get("", response_model=list[TaskListItem], responses=errors(401, 422))
 async def list_tasks(
-    owner: OwnerDep, pool: PoolDep, limit: Annotated[int, Query(ge=1, le=500)] = 50
+    scope: ScopeDep, pool: PoolDep, limit: Annotated[int, Query(ge=1, le=500)] = 50
 ) -> list[TaskListItem]:
-    return await views.list_tasks(pool, owner, limit)
+    return await views.list_tasks(pool, scope, limit)
 
 
 @router.get("/{task_id}", response_model=TaskView, responses=errors(401, 404, 422))
-async def get_task(owner: OwnerDep, task_id: TaskIdDep, pool: PoolDep, settings: SettingsDep) -> TaskView:
-    view = await views.task_view(pool, settings, owner, task_id)
-    if view is None:  # another owner's task looks exactly like a missing one
+async def get_task(scope: ScopeDep, task_id: TaskIdDep, pool: PoolDep, settings: SettingsDep) -> TaskView:
+    view = await views.task_view(pool, settings, scope, task_id)
+    if view is None:  # another owner's (or deployment's) task looks exactly like a missing one
         raise _not_found(task_id)
     return view
 
 
 @router.get("/{task_id}/failures", response_model=list[FailureView], responses=errors(401, 404, 422))
-async def get_failures(owner: OwnerDep, task_id: TaskIdDep, pool: PoolDep) -> list[FailureView]:
-    listed = await views.failures(pool, owner, task_id)
+async def get_failures(scope: ScopeDep, task_id: TaskIdDep, pool: PoolDep) -> list[FailureView]:
+    listed = await views.failures(pool, scope, task_id)
     if listed is None:
         raise _not_found(task_id)
     return listed
@@ -294,7 +422,7 @@ def document_id_path(
     " characters; a range that is empty, longer, or not inside the text is a 422 saying why.",
 )
 async def get_document_text(
-    owner: OwnerDep,
+    scope: ScopeDep,
     task_id: TaskIdDep,
     document_id: Annotated[str, Depends(document_id_path)],
     pool: PoolDep,
@@ -303,9 +431,9 @@ async def get_document_text(
 ) -> QuotedText:
     # The query reads no text for a range that is empty or over the cap, and never more than the cap: 40
     # requests for the whole of a 19 MB text grew the gateway by 177 MiB when the text was read first.
-    found = await queries.quote(pool, owner, task_id, document_id, start, end, MAX_QUOTE_CHARS)
+    found = await queries.quote(pool, scope, task_id, document_id, start, end, MAX_QUOTE_CHARS)
     if found is None:  # another owner's task, or a document of another task: as missing as no task at all
-        await _owned(pool, owner, task_id)
+        await _owned(pool, scope, task_id)
         raise _no_document(task_id, document_id)
     if not found["has_text"]:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"document {document_id} has no extracted text yet")
@@ -336,26 +464,38 @@ async def get_document_text(
     )
 
 
+_Move = Callable[[asyncpg.Pool, str, GatewaySettings], Awaitable[bool | int]]
+
+
 @dataclass(frozen=True)
 class _Control:
     """One lifecycle route: the guarded transition, what it is called in a 409, and what follows it."""
 
-    move: Callable[[asyncpg.Pool, str], Awaitable[bool | int]]
+    move: _Move  # cancel writes the webhook deliveries its end owes (outbox.py): hence the settings
     verb: str
     status: TaskStatus  # the task's status after it
     redrive: bool  # re-drive the freed work from Postgres (else: announce the new status)
     doc: str
 
 
+def _plain(move: Callable[[asyncpg.Pool, str], Awaitable[bool | int]]) -> _Move:
+    """A transition that owes no webhook delivery: it needs no settings."""
+
+    async def moved(pool: asyncpg.Pool, task_id: str, _settings: GatewaySettings) -> bool | int:
+        return await move(pool, task_id)
+
+    return moved
+
+
 _CONTROLS = {
-    "pause": _Control(lifecycle.pause, "paused", TaskStatus.PAUSED, False,
+    "pause": _Control(_plain(lifecycle.pause), "paused", TaskStatus.PAUSED, False,
                       "Work in flight finishes and is stored; no new LLM call starts for this task."),
-    "resume": _Control(lifecycle.resume, "resumed", TaskStatus.PROCESSING, True,
+    "resume": _Control(_plain(lifecycle.resume), "resumed", TaskStatus.PROCESSING, True,
                        "Back to PROCESSING; the remaining work is re-driven from Postgres (published after the"
                        " answer; `redriven_events` counts it), except chunks being summarized now."),
     "cancel": _Control(lifecycle.cancel, "cancelled", TaskStatus.CANCELLED, False,
                        "Terminal: nothing more is spent on the task."),
-    "retry": _Control(lifecycle.retry_failed, "retried (nothing failed)", TaskStatus.PROCESSING, True,
+    "retry": _Control(_plain(lifecycle.retry_failed), "retried (nothing failed)", TaskStatus.PROCESSING, True,
                       "Re-drive the FAILED documents and chunks; every stored summary is reused. Published after"
                       " the answer, like resume's."),
 }  # fmt: skip
@@ -363,12 +503,13 @@ _CONTROLS = {
 
 def _control_route(action: str, control: _Control) -> None:
     async def route(
-        owner: OwnerDep, task_id: TaskIdDep, pool: PoolDep, publish: PublishDep, settings: SettingsDep
+        scope: ScopeDep, task_id: TaskIdDep, pool: PoolDep, publish: PublishDep, settings: SettingsDep
     ) -> LifecycleResult:
-        await _owned(pool, owner, task_id)
+        # A task of another deployment is not touched: its re-drive would publish on this one's topics.
+        await _owned(pool, scope, task_id)
         if control.redrive:
-            return await _move_and_redrive(action, control, task_id, owner, pool, publish, settings)
-        if not await control.move(pool, task_id):
+            return await _move_and_redrive(action, control, task_id, scope.owner, pool, publish, settings)
+        if not await control.move(pool, task_id, settings):
             raise await _conflict(pool, task_id, control.verb)
         await publish([TaskEvent(task_id=task_id, status=control.status)], sender=GATEWAY)
         return LifecycleResult(task_id=task_id, status=control.status)
@@ -393,7 +534,7 @@ async def _move_and_redrive(
     then the freed work claimed and counted now and published after the answer."""
     gate = await claim_gate(pool, owner, settings)
     try:
-        if not await control.move(pool, task_id):
+        if not await control.move(pool, task_id, settings):
             raise await _conflict(pool, task_id, control.verb)
         # Said on task-events first (the progress log's "resumed"/"retried"), then the work re-driven.
         await publish([TaskEvent(task_id=task_id, status=control.status, detail={"action": action})], sender=GATEWAY)
@@ -419,8 +560,8 @@ def _no_document(task_id: str, document_id: str) -> HTTPException:
     return HTTPException(status.HTTP_404_NOT_FOUND, f"no document {document_id} in task {task_id}")
 
 
-async def _owned(pool: asyncpg.Pool, owner: str, task_id: str) -> None:
-    if not await queries.owns(pool, owner, task_id):
+async def _owned(pool: asyncpg.Pool, scope: Scope, task_id: str) -> None:
+    if not await queries.owns(pool, scope, task_id):
         raise _not_found(task_id)
 
 

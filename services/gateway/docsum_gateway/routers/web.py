@@ -45,7 +45,7 @@ class SecurityHeaders:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        page = scope["path"] == "/" or scope["path"].startswith(("/static/", "/tasks/"))
+        page = scope["path"] in ("/", "/webhooks") or scope["path"].startswith(("/static/", "/tasks/"))
 
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -66,3 +66,4 @@ def install(app: FastAPI) -> None:
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_api_route("/", _page, methods=["GET"], include_in_schema=False)
     app.add_api_route("/tasks/{task_id}", _page, methods=["GET"], include_in_schema=False)
+    app.add_api_route("/webhooks", _page, methods=["GET"], include_in_schema=False)

@@ -65,9 +65,9 @@ class ApiError extends Error {
   constructor(status, message) { super(message); this.status = status; }
 }
 
-async function api(method, path, body) {
+async function api(method, path, body, extraHeaders) {
   const response = await fetch(path, {
-    method, body, headers: { Authorization: "Bearer " + key(), Accept: "application/json" },
+    method, body, headers: { Authorization: "Bearer " + key(), Accept: "application/json", ...(extraHeaders || {}) },
   });
   if (response.status === 401) { signOut("Your API key was not accepted. Check it and sign in again."); throw new ApiError(401, "signed out"); }
   let data = null;
@@ -110,6 +110,7 @@ function route() {
   if (!key()) return showSignIn(main);
   const match = location.pathname.match(/^\/tasks\/([0-9a-f-]{8,64})$/i);
   if (match) return showTask(main, match[1]);
+  if (location.pathname === "/webhooks") return showWebhooks(main);
   return showHome(main);
 }
 
@@ -167,8 +168,21 @@ function segmented(name, choices, chosen) {
     el("label", {}, el("input", { type: "radio", name, value, checked: value === chosen }), el("span", { text }))));
 }
 
+// A fresh Idempotency-Key (a UUID; crypto.randomUUID only exists on https and localhost pages).
+function newIdempotencyKey() {
+  if (crypto.randomUUID) return crypto.randomUUID();
+  const b = crypto.getRandomValues(new Uint8Array(16));
+  b[6] = (b[6] & 0x0f) | 0x40; b[8] = (b[8] & 0x3f) | 0x80;
+  const hex = [...b].map((x) => x.toString(16).padStart(2, "0")).join("");
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
 function showHome(main) {
   const chosen = [];
+  // The submission's Idempotency-Key: kept while the form stays as it is, so that submitting again after an
+  // answer that never came (a dropped connection) gets that task instead of making a second one; a new
+  // one once the gateway answered or the files or options change.
+  let submissionKey = null;
   const list = el("ul", { class: "files", id: "chosen-files" });
   const submit = el("button", { class: "primary", type: "submit", id: "submit", disabled: true, text: "Summarize" });
   const problem = el("p", { class: "notice hidden", id: "submit-error" });
@@ -176,6 +190,7 @@ function showHome(main) {
   const folder = el("input", { type: "file", id: "folder-input", multiple: true, class: "hidden", webkitdirectory: true });
 
   function refresh() {
+    submissionKey = null;
     list.replaceChildren(...chosen.map((file, i) => el("li", {},
       el("span", { title: file.name, text: file.name }),
       el("span", { class: "row" }, el("span", { class: "muted small", text: size(file.size) }),
@@ -212,13 +227,17 @@ function showHome(main) {
     }
     data.append("strict", fields.get("strict") ? "true" : "false");
     submit.disabled = true; submit.textContent = "Uploading…"; problem.classList.add("hidden");
+    const idempotencyKey = submissionKey || newIdempotencyKey();
     try {
-      const created = await api("POST", "/v1/tasks", data);
+      const created = await api("POST", "/v1/tasks", data, { "Idempotency-Key": `"${idempotencyKey}"` });
       go("/tasks/" + created.task_id);
     } catch (error) {
       if (error.status === 401) return;
       problem.textContent = "Could not submit: " + error.message; problem.classList.remove("hidden");
       refresh();
+      // No answer (the connection dropped), or the first try is still being stored (409): the same key
+      // again, so that a second try gets the task the first made.
+      if (error.status === undefined || error.status === 409) submissionKey = idempotencyKey;
     }
   } },
     el("h1", { text: "Summarize documents" }),
@@ -240,6 +259,7 @@ function showHome(main) {
     problem,
     el("div", { class: "row" }, submit),
   );
+  form.addEventListener("change", () => { submissionKey = null; });  // other options: another request
 
   const tasks = el("ul", { class: "tasks", id: "task-list" }, el("li", { class: "muted", text: "Loading…" }));
   main.append(el("div", { class: "grid" }, form, el("section", { class: "card" }, el("h2", { text: "Your tasks" }), tasks)));
@@ -252,6 +272,119 @@ function showHome(main) {
         el("span", { class: "badge " + t.status, text: label(t.status) }))))
       : [el("li", { class: "muted", text: "No tasks yet. Your first summary starts on the left." })]));
   }).catch(() => {});
+}
+
+// --- webhooks -----------------------------------------------------------------------------------
+
+// What an endpoint may be told of (the gateway's WebhookEvent), each with what it means; the task's ends
+// are checked at first.
+const WEBHOOK_EVENTS = [
+  ["task.finished", "a task finished", true], ["task.failed", "a task failed", true],
+  ["task.cancelled", "a task was cancelled", true], ["task.expired", "a task expired (idle too long)", true],
+  ["task.awaiting_approval", "a task needs approval", false], ["document.failed", "a document failed", false],
+];
+
+// What a delivery came to: delivered, being tried again, or given up (after a day of tries, or deleted).
+function deliveryState(d) {
+  if (d.delivered_at) return ["COMPLETED", "delivered"];
+  if (d.next_attempt_at) return ["PROCESSING", "trying again " + new Date(d.next_attempt_at).toLocaleTimeString()];
+  return ["FAILED", "given up"];
+}
+
+function deliveryRow(hook, d, reload) {
+  const [badge, state] = deliveryState(d);
+  const last = d.last_error || (d.last_status ? "answered " + d.last_status : "not tried yet");
+  const resend = el("button", { class: "link", type: "button", text: "Send again", onclick: async () => {
+    resend.disabled = true;
+    try { await api("POST", `/v1/webhooks/${hook.id}/deliveries/${encodeURIComponent(d.id)}/resend`); } catch (_) { /* shown on reload */ }
+    reload();
+  } });
+  return el("li", { class: "delivery", "data-delivery": d.id },
+    el("span", { class: "name" },
+      el("span", { text: d.event_type + " " }),
+      d.task_id ? el("a", { href: "/tasks/" + d.task_id, "data-link": true, text: d.task_id.slice(0, 8) }) : null,
+      el("br"),
+      el("span", { class: "muted small", text: `${new Date(d.created_at).toLocaleString()} · ${d.attempts} attempt${d.attempts === 1 ? "" : "s"} · ${last}` })),
+    el("span", { class: "row" }, el("span", { class: "badge " + badge, text: state }), resend));
+}
+
+function webhookCard(hook) {
+  const deliveries = el("ul", { class: "tasks" }, el("li", { class: "muted", text: "Loading…" }));
+  function reload() {
+    api("GET", `/v1/webhooks/${hook.id}/deliveries?limit=20`).then((items) => {
+      deliveries.replaceChildren(...(items.length ? items.map((d) => deliveryRow(hook, d, reload))
+        : [el("li", { class: "muted", text: "Nothing sent yet." })]));
+    }).catch((e) => deliveries.replaceChildren(el("li", { class: "notice", text: e.message })));
+  }
+  reload();
+  // Two presses: the first asks, the second removes (nothing more is sent to it; a new one has a new secret).
+  const remove = el("button", { class: "link danger remove", type: "button", text: "Remove", onclick: async () => {
+    if (remove.dataset.sure !== "yes") { remove.dataset.sure = "yes"; remove.textContent = "Remove for good?"; return; }
+    remove.disabled = true;
+    try { await api("DELETE", `/v1/webhooks/${hook.id}`); card.remove(); } catch (e) { deliveries.replaceChildren(el("li", { class: "notice", text: e.message })); }
+  } });
+  const card = el("section", { class: "card webhook", "data-webhook": hook.id },
+    el("div", { class: "row spread" }, el("h2", { text: hook.url }), remove),
+    el("p", { class: "muted small", text: hook.events.join(", ") + (hook.all_tasks ? " · every task" : " · the tasks that name it") }),
+    deliveries);
+  return card;
+}
+
+// Register an endpoint: its secret is in the gateway's answer only, so it is shown here once, as text.
+function webhookForm(added) {
+  const problem = el("p", { class: "notice hidden", id: "webhook-error" });
+  const secret = el("div", { class: "notice info hidden", id: "webhook-secret" });
+  const button = el("button", { class: "primary", type: "submit", id: "webhook-add", text: "Add endpoint" });
+  const form = el("form", { class: "card stack", id: "new-webhook", onsubmit: async (event) => {
+    event.preventDefault();
+    const fields = new FormData(form);
+    const body = JSON.stringify({
+      url: (fields.get("url") || "").toString().trim(),
+      events: fields.getAll("events").map(String),
+      all_tasks: !fields.get("only_named"),
+    });
+    button.disabled = true; problem.classList.add("hidden"); secret.classList.add("hidden");
+    try {
+      const made = await api("POST", "/v1/webhooks", body, { "Content-Type": "application/json" });
+      secret.replaceChildren(
+        el("span", { text: "Its signing secret, shown this once — store it now: " }),
+        el("code", { id: "webhook-secret-value", text: made.secret }));
+      secret.classList.remove("hidden");
+      form.reset();
+      added(made);
+    } catch (error) {
+      if (error.status === 401) return;
+      problem.textContent = "Could not add it: " + error.message; problem.classList.remove("hidden");
+    } finally {
+      button.disabled = false;
+    }
+  } },
+    el("h2", { text: "Add an endpoint" }),
+    el("div", {}, el("label", { for: "webhook-url", text: "URL" }),
+      el("input", { type: "text", id: "webhook-url", name: "url", required: true, placeholder: "https://hooks.example.com/docsum" })),
+    el("fieldset", { class: "events" }, el("legend", { text: "Tell it when" }),
+      WEBHOOK_EVENTS.map(([value, text, checked]) => el("label", { class: "check" },
+        el("input", { type: "checkbox", name: "events", value, checked }), el("span", { text: `${text} (${value})` })))),
+    el("label", { class: "check" }, el("input", { type: "checkbox", name: "only_named", id: "webhook-only-named" }),
+      el("span", { text: "Only for the tasks that name it (otherwise for all your tasks)" })),
+    problem, secret, button);
+  return form;
+}
+
+function showWebhooks(main) {
+  const list = el("div", { id: "webhook-list" }, el("p", { class: "muted", text: "Loading…" }));
+  const none = () => el("p", { class: "muted", id: "no-webhooks", text: "No webhooks yet: add one below (or with POST /v1/webhooks, see the README, Integrating)." });
+  const form = webhookForm((made) => {
+    const empty = $("no-webhooks");
+    if (empty) empty.remove();
+    list.prepend(webhookCard(made));
+  });
+  main.append(el("h1", { text: "Webhooks" }),
+    el("p", { class: "muted small", text: "Your endpoints and their latest deliveries; each delivery is signed with its endpoint's secret (Standard Webhooks)." }),
+    list, form);
+  api("GET", "/v1/webhooks").then((hooks) => {
+    list.replaceChildren(...(hooks.length ? hooks.map(webhookCard) : [none()]));
+  }).catch((e) => list.replaceChildren(el("p", { class: "notice", text: e.message })));
 }
 
 function size(bytes) {
