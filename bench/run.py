@@ -2,7 +2,7 @@
 
 Starts its own stack (the project's broker and PostgreSQL, a database and topic prefix of its own, the
 five services as processes) and its own OpenAI-compatible stand-in (tests/fake_llm.py: latency, jitter
-and concurrency as parameters), measures B1–B16 (bench/README.md says what each is and why), and writes
+and concurrency as parameters), measures B1–B17 (bench/README.md says what each is and why), and writes
 bench/results/latest.md (each figure, its goal, pass or miss) with PNG plots beside it. Every figure
 is a ratio or a rate measured within this run: absolute times on a shared 2-core machine drift.
 
@@ -31,7 +31,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import baseline, fairness, modes, offline  # noqa: E402
+from bench import baseline, fairness, modes, offline, versions  # noqa: E402
 from bench.figures import Figure  # noqa: E402
 from bench.profile import Profiles, children  # noqa: E402
 from tests.documents import (  # noqa: E402
@@ -543,6 +543,15 @@ def b11_modes(bench: Bench, figures: list[Figure]) -> None:
                           f"≤ {modes.GOAL}×, same statuses", result.passed, result.table()))  # fmt: skip
 
 
+def b17_versions(bench: Bench, figures: list[Figure]) -> None:
+    """A document summarized once, then edited and summarized again by its owner (bench/versions.py)."""
+    result = versions.measure(bench)
+    figures.append(Figure("B17", f"LLM calls to summarize again an edited {versions.PAGES}-page text (same owner):"
+                          " a sentence added mid-document, a paragraph inserted at the top, the last one deleted",
+                          result.worst, result.shown(), f"≤ {versions.GOAL} calls each", result.passed,
+                          result.table()))  # fmt: skip
+
+
 # --- output -----------------------------------------------------------------------------------------------
 
 
@@ -617,7 +626,7 @@ why a missed goal is missed).
 
 
 MEASURES = ("B1", "B2", "curve", "B3", "B4", "B5", "B6", "B7", "B8", "B9", "B10", "B11", "B12", "B13", "B14", "B15",
-            "B16")  # fmt: skip
+            "B16", "B17")  # fmt: skip
 
 
 def main() -> None:
@@ -656,6 +665,7 @@ def main() -> None:
                 ("B14", lambda: figures.extend(fairness.b14(bench))),
                 ("B15", lambda: figures.extend(fairness.b15(bench))),
                 ("B16", lambda: b16_ocr(figures)),  # in this process: the worker's own steps
+                ("B17", lambda: b17_versions(bench, figures)),  # it restarts every service twice
                 # Last: its 500 pages are cancelled once parsed, and a cut that won the race with the
                 # cancel still sends the summarizer ~500 chunks to skip, which no measure should meet.
                 ("B8b", lambda: b8_parser_peak(bench, figures)),

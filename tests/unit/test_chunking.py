@@ -252,3 +252,80 @@ def test_overlap_is_capped_at_a_quarter_of_the_chunk() -> None:
     text = english_document(20_000)
     chunks = split_into_chunks(text, chunk_chars=400, overlap_chars=300, small_max=100)
     check_invariants(text, chunks, chunk_chars=400, overlap=100)
+
+
+# --- cuts chosen by the content: an edit moves only the cuts near it --------------------------------
+
+
+def requests(chunks: list[Chunk]) -> list[tuple[str, str, str]]:
+    """What a chunk's summary request is made of: an unchanged one is answered from the result cache."""
+    return [(c.text, c.context_before, c.context_after) for c in chunks]
+
+
+def pages(n: int, *, seed: int, chars: int = 900) -> list[str]:
+    """`n` paragraphs of at least `chars` characters each, one a page."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        sentences: list[str] = []
+        while sum(len(s) + 1 for s in sentences) < chars:
+            words = [rng.choice(_EN_WORDS) for _ in range(rng.randint(5, 14))]
+            sentences.append(" ".join(words).capitalize() + ".")
+        out.append(" ".join(sentences))
+    return out
+
+
+def changed(before: str, after: str) -> tuple[list[int], int]:
+    """The indexes of `after`'s chunks whose request `before`'s chunks do not have, and its chunk count."""
+    old = set(requests(split_into_chunks(before)))
+    new = split_into_chunks(after)
+    check_invariants(after, new)
+    return [c.index for c, r in zip(new, requests(new), strict=True) if r not in old], len(new)
+
+
+# Page-long paragraphs two of which fill a chunk: cut by the count, a page inserted at the top moves
+# every later cut by one page, and every chunk after it changes.
+DOCUMENTS = [("\n\n".join(pages(100, seed=s)), s) for s in range(6)] + [
+    (english_document(120_000, seed=s, heading_every=None), s) for s in range(3)
+]
+
+
+@pytest.mark.parametrize(("text", "seed"), DOCUMENTS[:6])
+def test_a_page_inserted_at_the_top_changes_only_the_first_chunks(text: str, seed: int) -> None:
+    inserted = "\n\n".join(pages(1, seed=1000 + seed))
+    new, total = changed(text, inserted + "\n\n" + text)
+    assert total > 40
+    assert len(new) <= 6 and max(new) < 6, f"chunks {new} of {total} changed"
+
+
+@pytest.mark.parametrize(("text", "seed"), DOCUMENTS)
+def test_the_last_paragraph_deleted_changes_only_the_last_chunks(text: str, seed: int) -> None:
+    shorter = text[: text.rstrip().rfind("\n\n")]
+    new, total = changed(text, shorter)
+    assert len(new) <= 2 and min(new) >= total - 2, f"chunks {new} of {total} changed"
+
+
+@pytest.mark.parametrize(("text", "seed"), DOCUMENTS)
+def test_a_sentence_added_in_the_middle_changes_the_chunks_around_it(text: str, seed: int) -> None:
+    middle = text.index(". ", len(text) // 2) + 2
+    edited = text[:middle] + "Kafka brokers keep a log of every record they accept. " + text[middle:]
+    new, total = changed(text, edited)
+    # The chunks from the one holding the new sentence on, until the cuts fall in step again (where
+    # they do is a draw of the hashes: one to three chunks mostly, eight at most on these texts).
+    assert 1 <= len(new) <= 8 and max(new) - min(new) < len(new), f"chunks {new} of {total} changed"
+
+
+def test_chinese_cuts_are_chosen_by_the_content_too() -> None:
+    text = chinese_document(60_000, seed=4).replace("# ", "")  # no headings: every cut chosen by the text
+    inserted = chinese_document(900, seed=40).replace("# ", "")
+    new, total = changed(text, inserted + "\n\n" + text)
+    assert len(new) <= 6 and max(new) < 6, f"chunks {new} of {total} changed"
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_content_chosen_sizes_stay_within_bounds(seed: int) -> None:
+    rng = random.Random(seed)
+    chunk_chars = rng.choice([400, 1000, 2000, 4000])
+    text = "\n\n".join(pages(rng.randint(30, 120), seed=seed, chars=rng.randint(100, 3000)))
+    chunks = split_into_chunks(text, chunk_chars=chunk_chars, small_max=chunk_chars)
+    check_invariants(text, chunks, chunk_chars=chunk_chars, overlap=min(200, chunk_chars // 4))

@@ -32,8 +32,15 @@ Where cuts go
     between half that and ``1.25 * chunk_chars``; inside that window a cut prefers, in this order: the
     start of a Markdown heading line (``# ...``), the start of a paragraph (after a blank line), the
     start of a sentence (``docsum_shared.text.sentence_spans``, Chinese 。！？； included), the start of
-    a line; among cuts of the best kind present, the one nearest the target wins. Only a window with
-    none of those (a giant table row, unpunctuated text) is cut after a whitespace, or, with no
+    a line. Among headings, the one nearest the target wins. Among cuts of any other kind, the
+    content chooses (FastCDC's idea, applied to sentences and paragraphs): each position draws a
+    number from a hash of the 64 characters around it, and the first position of the best kind present
+    whose draw passes is the cut, a draw that passes rarely before the target and often after it, the
+    more likely the longer the stretch since the previous position of its kind (else the lowest draw).
+    So an edit moves only the cuts near it, until the cuts fall in step again, mostly within one to
+    three chunks: a page inserted at the top of a 100-page text changes about three chunks and leaves
+    every later one as it was (cut greedily by the count, every later chunk changed). Only a window
+    with none of those (a giant table row, unpunctuated text) is cut after a whitespace, or, with no
     whitespace either, at the target exactly. No cut leaves a tail shorter than ``chunk_chars / 5``:
     the last chunk takes it instead (it then may grow up to ``1.25 * chunk_chars``).
 
@@ -44,6 +51,8 @@ Where cuts go
 from __future__ import annotations
 
 import bisect
+import hashlib
+import math
 import re
 from dataclasses import dataclass
 
@@ -54,6 +63,14 @@ __all__ = ["Chunk", "TooManyChunks", "split_into_chunks"]
 MAX_CHUNK_FACTOR = 1.25  # a chunk (overlap included) is at most this many times chunk_chars
 MIN_CHUNK_FACTOR = 0.5  # ... and, except the last, at least this many times
 MIN_TAIL_FACTOR = 0.2  # no cut leaves less than this many times chunk_chars after it
+# A cut is taken where the hash of the text around it draws below 1 - exp(-gap / spacing), `gap` being
+# the characters since the previous position of its kind: the chance grows with the text a position
+# closes, not with how many positions there are (dense sentences cut no sooner than sparse paragraphs).
+# Rarely before the target size, often after it (FastCDC's normalized chunking: content decides, and
+# sizes still gather near the target). A 950-character paragraph passes 25% before the target, 61% after.
+SPACING_BEFORE = 3300
+SPACING_AFTER = 1000
+HASH_RADIUS = 32  # characters on each side of a cut that its hash reads
 
 # A Markdown heading line (what the parser emits for DOCX headings); group 1 is where it starts.
 _HEADING_RE = re.compile(r"\n[ \t]{0,3}(#{1,6})(?=[ \t\r\n]|\Z)")
@@ -109,6 +126,32 @@ class _Cuts:
         j = bisect.bisect_right(ps, hi) - 1
         return ps[j] if j >= 0 and ps[j] >= lo else None
 
+    def by_content(self, lo: int, hi: int, target: int, landmarks: _Landmarks) -> int | None:
+        """The position in [lo, hi] the text chooses (None if there is none): the first one whose
+        landmark draw passes (below 1 - exp(-gap / spacing): SPACING_BEFORE before `target`,
+        SPACING_AFTER from it on); if none does, the lowest draw from `target` on, else the lowest before.
+
+        What decides is the text around each position, not how far it lies from the document's
+        start, so two versions of a document that differ before `lo` mostly choose the same cut here,
+        and once one cut is the same, every later one is."""
+        ps = self.positions
+        j = bisect.bisect_left(ps, lo)
+        after: int | None = None
+        before: int | None = None
+        while j < len(ps) and ps[j] <= hi:
+            p = ps[j]
+            draw = landmarks.draw(p)
+            gap = p - ps[j - 1] if j > 0 else p
+            spacing = SPACING_BEFORE if p < target else SPACING_AFTER
+            if draw < 1 - math.exp(-gap / spacing):
+                return p
+            if p >= target and (after is None or draw < landmarks.draw(after)):
+                after = p
+            elif p < target and (before is None or draw < landmarks.draw(before)):
+                before = p
+            j += 1
+        return after if after is not None else before
+
     def first_in(self, lo: int, hi: int) -> int | None:
         """The smallest position in [lo, hi), or None."""
         j = bisect.bisect_left(self.positions, lo)
@@ -122,6 +165,23 @@ class _Cuts:
         if j >= 0 and self.positions[j] > lo:
             return self.positions[j]
         return None
+
+
+class _Landmarks:
+    """A number in [0, 1) per position, drawn from the text around it (HASH_RADIUS characters on
+    each side): the same wherever that text moves in the document. Drawn once per position."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.drawn: dict[int, float] = {}
+
+    def draw(self, pos: int) -> float:
+        value = self.drawn.get(pos)
+        if value is None:
+            around = self.text[max(0, pos - HASH_RADIUS) : pos + HASH_RADIUS].encode("utf-8", "surrogatepass")
+            value = int.from_bytes(hashlib.blake2b(around, digest_size=8).digest(), "big") / 2**64
+            self.drawn[pos] = value
+        return value
 
 
 def _whitespace_cut(text: str, lo: int, hi: int, target: int) -> int | None:
@@ -176,7 +236,8 @@ def split_into_chunks(
     heading_set = set(heading_positions)
     paragraphs = _Cuts([m.end() for m in _PARAGRAPH_RE.finditer(text) if m.end() < n])
     lines = _Cuts([m.end() for m in _LINE_RE.finditer(text)])
-    by_preference = (headings, paragraphs, sentence_starts, lines)
+    by_preference = (paragraphs, sentence_starts, lines)
+    landmarks = _Landmarks(text)
 
     def lead_in(pos: int, width: int, floor: int) -> int:
         """Where a stretch of at most `width` chars ending at `pos` should begin (>= floor)."""
@@ -191,7 +252,7 @@ def split_into_chunks(
             return m.end()
         return lo
 
-    # 1. The owned slices: cut points, chosen greedily from the start.
+    # 1. The owned slices: each cut chosen by the content around it, from where the chunk starts.
     owned: list[tuple[int, int]] = []  # (chunk start incl. overlap, cut) per chunk
     own_start = 0
     prev_own_start = 0
@@ -209,10 +270,13 @@ def split_into_chunks(
         target = start + chunk_chars
         cut: int | None = None
         if lo <= hi:
+            # A section starts a chunk: the heading nearest the target. Else the best kind of cut
+            # in reach, chosen by the text around it (so an edit elsewhere does not move it).
+            cut = headings.nearest(lo, hi, target)
             for kind in by_preference:
-                cut = kind.nearest(lo, hi, target)
                 if cut is not None:
                     break
+                cut = kind.by_content(lo, hi, target, landmarks)
         if cut is None and remaining <= max_len:
             owned.append((start, n))
             break

@@ -1,8 +1,10 @@
 """Hierarchical merging: summaries that do not fit the model's input budget are merged in groups.
 
 Each level merges consecutive groups that fit, side by side, and stores every group's result (a
-merge node); the results are merged the same way, level by level, until one request fits. A crash
-costs at most the nodes in flight: every finished node's request is answered from the result cache
+merge node); the results are merged the same way, level by level, until one request fits. Where a
+group ends is chosen by its texts (`groups.groups_by_content`), so a document edited in one place is
+merged again only along that place's path up the tree: every other node's request is answered from
+the cache. A crash costs at most the nodes in flight: every finished node's request is answered from the result cache
 on the way back up. It always ends: a level that cannot pair any two texts is trimmed to fit in one
 request. A refusal as too long lowers the endpoint's budget and the merge is planned again under it.
 
@@ -19,12 +21,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from docsum_llm.base import SummaryRequest, SummaryResult
-from docsum_llm.budget import TokenCalibration, fits, group_to_fit, next_level, part_of, trim_to_fit
+from docsum_llm.budget import TokenCalibration, fits, next_level, part_of, trim_to_fit
 from docsum_llm.cache import CallContext
 from docsum_llm.citations import merged_sentences
 from docsum_shared.cited import without_unsupported
 from docsum_shared.errors import ContextLimitExceeded, ItemFailed
 
+from .groups import groups_by_content
 from .policy import Cited
 
 # Each refusal lowers the budget, so this only bounds a provider that refuses whatever it is sent.
@@ -164,7 +167,7 @@ async def _merge_under(
 
     level = 0
     while budget is not None and not fits(request, budget, calibration):
-        groups = group_to_fit(request, budget, calibration)
+        groups = groups_by_content(request, budget, calibration)
         if len(groups) == len(request.texts) and level > 0:
             break  # nothing pairs up any more: trim below and finish in one request
         results = await asyncio.gather(
