@@ -4,6 +4,9 @@ A 100-page text (one paragraph a page) is summarized once; then each edit of it 
 the same file name and by the same owner, whose result cache answers every request it has seen: one
 sentence added to a paragraph in the middle, one paragraph inserted at the top, the last paragraph
 deleted. The figure is the LLM calls the stand-in answered for each edit: the requests the edit made new.
+Then the same pages printed as a PDF (a running title over every page, "Page N of 100 · printed <date>"
+under it) are summarized, and printed again on another day: only the footers' dates differ, which the
+parser keeps out of the text (running lines), so the reprint should cost nothing.
 
 It runs twice: with the services as they are (no context budget: a document's chunk summaries are
 merged in one call), and restarted with a context budget small enough that the chunk summaries are
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from bench.modes import _restart_all
-from tests.documents import english_prose
+from tests.documents import english_prose, printed_report
 from tests.integration.helpers import calls, new_marker
 
 if TYPE_CHECKING:
@@ -32,6 +35,8 @@ GOAL = 9  # LLM calls per edit, at most
 # Small enough that ~60 chunk summaries do not fit one merge request, large enough for a chunk's.
 MERGE_BUDGET_ENV = {"DOCSUM_LLM_CONTEXT_TOKENS": "1600"}
 FILENAME = "report.txt"
+PRINTED = ("2026-11-30", "2026-12-06")  # the PDF's first printing, and its reprint's
+TITLE = "Quarterly Operations Review"
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,8 @@ class VersionsRun:
     setting: str
     first: Edit  # the first version
     edits: tuple[Edit, ...]
+    printed: Edit  # the pages printed as a PDF, first summarized
+    reprint: Edit  # the same PDF printed on another day: its footers' dates alone differ (goal: no call)
 
 
 @dataclass(frozen=True)
@@ -60,11 +67,17 @@ class VersionsResult:
 
     @property
     def passed(self) -> bool:
-        return self.worst <= GOAL and all(e.status == "COMPLETED" for r in self.runs for e in (r.first, *r.edits))
+        return (
+            self.worst <= GOAL
+            and all(r.reprint.calls == 0 for r in self.runs)
+            and all(e.status == "COMPLETED" for r in self.runs for e in (r.first, *r.edits, r.printed, r.reprint))
+        )
 
     def shown(self) -> str:
         return "; ".join(
-            f"{r.setting}: " + ", ".join(f"{e.name} {e.calls}" for e in r.edits) + f" (first {r.first.calls})"
+            f"{r.setting}: "
+            + ", ".join(f"{e.name} {e.calls}" for e in (*r.edits, r.reprint))
+            + f" (first {r.first.calls})"
             for r in self.runs
         )
 
@@ -78,7 +91,7 @@ class VersionsResult:
             "|---|---|---|---|---|---|---|",
         ]
         for r in self.runs:
-            for e in (r.first, *r.edits):
+            for e in (r.first, *r.edits, r.printed, r.reprint):
                 rows.append(
                     f"| {r.setting} | {e.name} | {e.chunks} | {e.calls} | {e.chunk_calls} |"
                     f" {e.calls - e.chunk_calls} | {e.status} |"
@@ -142,14 +155,20 @@ def _run(bench: Bench, setting: str) -> VersionsRun:
     base = pages(bench.seed, marker)
     first = _submit(bench, marker, "first version", base)
     done = tuple(_submit(bench, marker, name, edited) for name, edited in edits(base, bench.seed, marker))
-    return VersionsRun(setting, first, done)
+    printed = _submit(bench, marker, "printed as a PDF", base, printed_on=PRINTED[0])
+    reprinted = _submit(bench, marker, "the PDF reprinted: only its footers' date changed", base, printed_on=PRINTED[1])
+    return VersionsRun(setting, first, done, printed, reprinted)
 
 
-def _submit(bench: Bench, marker: str, name: str, paragraphs: list[str]) -> Edit:
-    """One submission of `paragraphs`: the calls the stand-in answered for it (a chunk's prompt holds a
-    <text> section, a merge's does not)."""
+def _submit(bench: Bench, marker: str, name: str, paragraphs: list[str], *, printed_on: str | None = None) -> Edit:
+    """One submission of `paragraphs` (as text, or `printed_on` a day as a PDF, a page each): the calls the
+    stand-in answered for it (a chunk's prompt holds a <text> section, a merge's does not)."""
     since = time.time()
-    _, task = bench.run_task([(FILENAME, "\n\n".join(paragraphs).encode())])
+    if printed_on is None:
+        document = (FILENAME, "\n\n".join(paragraphs).encode())
+    else:
+        document = (FILENAME.replace(".txt", ".pdf"), printed_report(paragraphs, printed_on, TITLE))
+    _, task = bench.run_task([document])
     bench.llm.llm.wait_idle()
     answered = calls(bench.llm.llm, marker, since=since)
     chunk_calls = sum(1 for e in answered if "<text>\n" in e.prompt)

@@ -51,6 +51,38 @@ def make_pdf(pages: list[str]) -> bytes:
     return bytes(pdf.output())
 
 
+class _PrintedReport(FPDF):
+    """Pages whose every one has a running title at its top and "Page N of M · printed <date>" at its
+    foot, as word processors print them."""
+
+    def __init__(self, title: str, printed: str, pages: int) -> None:
+        super().__init__(format="A4")
+        self.set_creation_date(FIXED_TIME)
+        self.title_line, self.printed, self.total = title, printed, pages
+
+    def header(self) -> None:
+        self.set_font("Helvetica", size=9)
+        self.cell(0, 6, self.title_line)
+        self.ln(10)
+
+    def footer(self) -> None:
+        self.set_y(-15)
+        self.set_font("Helvetica", size=9)
+        self.cell(0, 6, f"Page {self.page_no()} of {self.total} \u00b7 printed {self.printed}", align="C")
+
+
+def printed_report(bodies: Sequence[str], printed: str, title: str) -> bytes:
+    """One page a body (each must fit its page), under a running `title` and over a footer that counts
+    the pages and says when it was `printed`; latin-1 text only."""
+    pdf = _PrintedReport(title, printed, len(bodies))
+    pdf.set_auto_page_break(auto=False)  # one body a page: each page's text is known
+    for body in bodies:
+        pdf.add_page()
+        pdf.set_font("Helvetica", size=11)
+        pdf.multi_cell(0, 5.5, body)
+    return bytes(pdf.output())
+
+
 def make_encrypted_pdf(text: str, user_password: str = "secret", owner_password: str = "owner") -> bytes:
     """A one-page PDF encrypted with AES-256.
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import asyncpg
 import pytest
-from fpdf import FPDF
 
+from tests.documents import printed_report
 from tests.fake_llm import FakeLLMServer
 from tests.inprocess import InProcessStack
 from tests.integration.helpers import calls, chunks_of, marked_text, new_marker, submit, wait_for_task
@@ -26,33 +26,8 @@ TITLE = "Northwind Quarterly Operations Review"
 FOOTER = re.compile(r"Page \d+ of \d+|printed")
 
 
-class _Report(FPDF):
-    """A report whose every page has the running title at its top and "Page N of M · printed <date>" at
-    its foot, as word processors print them."""
-
-    def __init__(self, printed: str, pages: int) -> None:
-        super().__init__(format="A4")
-        self.printed, self.total = printed, pages
-
-    def header(self) -> None:
-        self.set_font("Helvetica", size=9)
-        self.cell(0, 6, TITLE)
-        self.ln(10)
-
-    def footer(self) -> None:
-        self.set_y(-15)
-        self.set_font("Helvetica", size=9)
-        self.cell(0, 6, f"Page {self.page_no()} of {self.total} \u00b7 printed {self.printed}", align="C")
-
-
 def report(bodies: list[str], printed: str) -> bytes:
-    pdf = _Report(printed, len(bodies))
-    pdf.set_auto_page_break(auto=False)  # one body a page: each page's text is known
-    for body in bodies:
-        pdf.add_page()
-        pdf.set_font("Helvetica", size=11)
-        pdf.multi_cell(0, 5.5, body)
-    return bytes(pdf.output())
+    return printed_report(bodies, printed, TITLE)
 
 
 def _words(text: str) -> str:
