@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 
 from docsum_shared.text import estimate_tokens_upper, sentence_spans
@@ -114,9 +115,14 @@ def plan_chunk(
 
 
 def group_to_fit(
-    request: SummaryRequest, budget: int, calibration: TokenCalibration | None = None
+    request: SummaryRequest,
+    budget: int,
+    calibration: TokenCalibration | None = None,
+    *,
+    ends_after: Callable[[int, int], bool] | None = None,
 ) -> list[tuple[int, int]]:
-    """Split a merge request's texts into consecutive groups whose merge requests each fit the budget.
+    """Split a merge request's texts into consecutive groups whose merge requests each fit the budget,
+    each as full as fits, or ended sooner where `ends_after(start, end)` says [start, end) is a group.
 
     Returns [start, end) index ranges. A text that does not fit even alone is a group of its own
     (the caller trims it).
@@ -128,6 +134,8 @@ def group_to_fit(
         end = start + 1
         while end < n and fits(part_of(request, start, end + 1), budget, calibration):
             end += 1
+            if ends_after is not None and ends_after(start, end):
+                break
         groups.append((start, end))
         start = end
     return groups

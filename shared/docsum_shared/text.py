@@ -33,6 +33,7 @@ Clean-up of extracted text
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import re
 import unicodedata
@@ -413,3 +414,10 @@ def tokens_for_similarity(sentence: str) -> list[str]:
             continue
         out.append(_fold(low))
     return out
+
+
+def content_draw(text: str) -> float:
+    """A number in [0, 1) drawn from `text` alone (a hash of it): the same wherever that text stands in
+    a document, which is what content-defined cuts (the chunker's) and groups (the merger's) decide by."""
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64

@@ -51,12 +51,11 @@ Where cuts go
 from __future__ import annotations
 
 import bisect
-import hashlib
 import math
 import re
 from dataclasses import dataclass
 
-from docsum_shared.text import sentence_spans
+from docsum_shared.text import content_draw, sentence_spans
 
 __all__ = ["Chunk", "TooManyChunks", "split_into_chunks"]
 
@@ -178,8 +177,7 @@ class _Landmarks:
     def draw(self, pos: int) -> float:
         value = self.drawn.get(pos)
         if value is None:
-            around = self.text[max(0, pos - HASH_RADIUS) : pos + HASH_RADIUS].encode("utf-8", "surrogatepass")
-            value = int.from_bytes(hashlib.blake2b(around, digest_size=8).digest(), "big") / 2**64
+            value = content_draw(self.text[max(0, pos - HASH_RADIUS) : pos + HASH_RADIUS])
             self.drawn[pos] = value
         return value
 

@@ -13,10 +13,10 @@ tree: about log(n) merges, not a new tree. The same rule serves every level.
 from __future__ import annotations
 
 import functools
-import hashlib
 
 from docsum_llm.base import SummaryRequest
-from docsum_llm.budget import TokenCalibration, completion_reserve, estimate_request_tokens, fits, part_of
+from docsum_llm.budget import TokenCalibration, completion_reserve, estimate_request_tokens, group_to_fit, part_of
+from docsum_shared.text import content_draw
 
 # Past half the room, a group ends after a text whose draw is below this. Measured on trees of 80
 # summaries: 1/6 makes 18 merges where packing full makes 15.5, and an edit redoes 3 to 5 of them (packed
@@ -24,11 +24,9 @@ from docsum_llm.budget import TokenCalibration, completion_reserve, estimate_req
 PASS = 1 / 6
 
 
-@functools.lru_cache(maxsize=4096)
-def draw(text: str) -> float:
-    """A number in [0, 1) from the text's own words: the same wherever the text stands in the level."""
-    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2**64
+# A text's draw, from its own words: the same wherever the text stands in the level (each summary is
+# drawn again at every replan of its merge).
+draw = functools.lru_cache(maxsize=4096)(content_draw)
 
 
 def groups_by_content(
@@ -39,18 +37,12 @@ def groups_by_content(
     is a group of its own (the caller trims it)."""
     n = len(request.texts)
     room = budget - completion_reserve(budget, request)
-    groups: list[tuple[int, int]] = []
-    start = 0
-    while start < n:
-        end = start + 1
-        while end < n and fits(part_of(request, start, end + 1), budget, calibration):
-            end += 1
-            if end >= n - 1:
-                continue  # a group ended here would leave one text alone: a merge of one is no merge
-            if draw(request.texts[end - 1]) < PASS and (
-                2 * estimate_request_tokens(part_of(request, start, end), calibration) >= room
-            ):
-                break
-        groups.append((start, end))
-        start = end
-    return groups
+
+    def ends_after(start: int, end: int) -> bool:
+        if end >= n - 1:
+            return False  # a group ended here would leave one text alone: a merge of one is no merge
+        return draw(request.texts[end - 1]) < PASS and (
+            2 * estimate_request_tokens(part_of(request, start, end), calibration) >= room
+        )
+
+    return group_to_fit(request, budget, calibration, ends_after=ends_after)
