@@ -14,7 +14,6 @@ import asyncio
 import os
 import secrets
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -31,6 +30,7 @@ import pytest_asyncio
 from docsum_shared.db import migrate
 from tests.fake_llm import FakeLLM, FakeLLMServer, free_port
 from tests.inprocess import InProcessStack
+from tests.integration import launcher
 from tests.integration.helpers import delete_topics, eventually_blocking, read_topics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,21 +107,30 @@ class Stack:
     gateway_url: str
     keys: dict[str, str]  # owner -> API key
     logs: Path
-    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    processes: dict[str, subprocess.Popen[bytes] | launcher.Forked] = field(default_factory=dict)
     health_ports: dict[str, int] = field(default_factory=dict)  # /healthz, /readyz and /metrics per process
-    python: str = sys.executable  # the interpreter (and so the environment) the services run in
+    # The interpreter (and so the environment) the services run in; None: this one, each service forked
+    # from the services imported once (tests/integration/launcher.py).
+    python: str | None = None
 
     def start(self, name: str, **env: str) -> None:
-        """Start service `name` ("summarizer", or "summarizer-2" for a second replica) as a process."""
-        log = (self.logs / f"{name}.log").open("ab")
+        """Start service `name` ("summarizer", or "summarizer-2" for a second replica) as a process: forked
+        from the services imported once (tests/integration/launcher.py), or under another interpreter
+        `python -m` in it."""
+        service = name.partition("-")[0]
         self.health_ports[name] = free_port()
-        self.processes[name] = subprocess.Popen(
-            [self.python, "-m", f"docsum_{name.partition('-')[0]}"],
-            env={**self.env, "DOCSUM_HEALTH_PORT": str(self.health_ports[name]), **env},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
+        environment = {**self.env, "DOCSUM_HEALTH_PORT": str(self.health_ports[name]), **env}
+        if self.python is None:
+            self.processes[name] = launcher.start(service, environment, self.logs / f"{name}.log", ROOT)
+            return
+        with (self.logs / f"{name}.log").open("ab") as log:
+            self.processes[name] = subprocess.Popen(
+                [self.python, "-m", f"docsum_{service}"],
+                env=environment,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+            )
 
     def stop(self, name: str, timeout: float = 20.0) -> None:
         process = self.processes.pop(name)
@@ -196,7 +205,7 @@ class StackFactory:
     partition, and a suite's thousands of partitions left behind slowed the broker for every later run."""
 
     def __init__(
-        self, infra: dict[str, str], llm: FakeLLMServer, logs: pytest.TempPathFactory, python: str = sys.executable
+        self, infra: dict[str, str], llm: FakeLLMServer, logs: pytest.TempPathFactory, python: str | None = None
     ) -> None:
         self.infra, self.llm, self.logs, self.python = infra, llm, logs, python
         self.stacks: list[Stack | InProcessStack] = []
@@ -292,7 +301,7 @@ class StackFactory:
         self.end_all(self.stacks)
 
 
-def stop_together(processes: list[subprocess.Popen[bytes]], timeout: float) -> None:
+def stop_together(processes: list[subprocess.Popen[bytes] | launcher.Forked], timeout: float) -> None:
     """SIGTERM to every one of `processes` at once, then wait for each; SIGKILL past `timeout`."""
     for process in processes:
         process.terminate()
