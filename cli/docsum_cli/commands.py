@@ -181,6 +181,18 @@ def batch_note(task: dict[str, Any]) -> str | None:
     return ", ".join(parts)
 
 
+def reuse_note(summary: dict[str, Any]) -> str | None:
+    """What of a document's (or the task's) summary was reused, for a new version or when anything was:
+    "reused: 98 of 100 chunk summaries reused, 3 merges redone"; else None."""
+    reuse = summary.get("reuse")
+    if not reuse:
+        return None
+    new_version = summary.get("previous_document_id") or summary.get("previous_task")
+    if not new_version and not (reuse["chunk_summaries_reused"] or reuse["merges_reused"]):
+        return None
+    return f"reused: {reuse['said']}"
+
+
 def _show_task(task: dict[str, Any]) -> None:
     out.print(
         f"[bold]Task {as_markup(task['task_id'])}[/] — {task['status']}{as_markup(mode_note(task))}"
@@ -190,6 +202,10 @@ def _show_task(task: dict[str, Any]) -> None:
     if task.get("hold_reason"):
         out.print(f"held: {as_markup(task['hold_reason'])}")
     if note := batch_note(task):
+        out.print(as_markup(note))
+    if task.get("previous_task"):
+        out.print(f"a new version of task {as_markup(task['previous_task'])}")
+    if note := reuse_note(task):
         out.print(as_markup(note))
     table = Table("document", "status", "chunks", "", box=None)
     for d in task["documents"]:
@@ -205,6 +221,8 @@ def _show_task(task: dict[str, Any]) -> None:
     for d in task["documents"]:
         if d.get("summary"):
             out.rule(f"[bold]{as_markup(d['filename'])}[/]")
+            if note := reuse_note(d):
+                out.print(as_markup(note))
             out.print(as_text(printable(d["summary"], d.get("sentences"))), markup=False)
     if task.get("summary"):
         out.rule("[bold]Task summary[/]")
