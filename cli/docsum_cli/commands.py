@@ -193,6 +193,35 @@ def reuse_note(summary: dict[str, Any]) -> str | None:
     return f"reused: {reuse['said']}"
 
 
+def changes_lines(doc: dict[str, Any]) -> list[str]:
+    """What changed in a new version's summary, the changes first (the view's marks: SentenceView.change):
+    a count, then each changed sentence with what it was, each new one, each previous one removed; none for a
+    document whose sentences are not marked."""
+    sentences = doc.get("sentences") or []
+    removed = doc.get("removed_sentences")
+    if removed is None or not any(s.get("change") for s in sentences):
+        return []
+    changed = [s for s in sentences if s.get("change") == "changed"]
+    new = [s for s in sentences if s.get("change") == "new"]
+    unchanged = len(sentences) - len(changed) - len(new)
+    lines = [
+        f"since the previous version: {len(changed)} changed, {len(new)} new, {len(removed)} removed,"
+        f" {unchanged} unchanged"
+    ]
+    lines += [line for s in changed for line in (f"  changed: {s['text']}", f"      was: {s.get('was') or ''}")]
+    lines += [f"  new: {s['text']}" for s in new]
+    lines += [f"  removed: {text}" for text in removed]
+    return lines
+
+
+def print_changes(doc: dict[str, Any]) -> None:
+    """A document's reuse and what changed in its summary, before the summary."""
+    if note := reuse_note(doc):
+        out.print(as_markup(note))
+    for line in changes_lines(doc):
+        out.print(as_text(line), markup=False)
+
+
 def _show_task(task: dict[str, Any]) -> None:
     out.print(
         f"[bold]Task {as_markup(task['task_id'])}[/] — {task['status']}{as_markup(mode_note(task))}"
@@ -221,8 +250,7 @@ def _show_task(task: dict[str, Any]) -> None:
     for d in task["documents"]:
         if d.get("summary"):
             out.rule(f"[bold]{as_markup(d['filename'])}[/]")
-            if note := reuse_note(d):
-                out.print(as_markup(note))
+            print_changes(d)
             out.print(as_text(printable(d["summary"], d.get("sentences"))), markup=False)
     if task.get("summary"):
         out.rule("[bold]Task summary[/]")

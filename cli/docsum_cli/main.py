@@ -140,8 +140,7 @@ def show(task: dict[str, Any]) -> None:
     for doc in task["documents"]:
         out.rule(f"[bold]{as_markup(doc['filename'])}[/] — {doc['status']}")
         if doc["status"] == "COMPLETED":
-            if note := commands.reuse_note(doc):
-                out.print(as_markup(note))
+            commands.print_changes(doc)
             out.print(as_text(printable(doc["summary"] or "", doc.get("sentences"))), markup=False)
         else:
             out.print(f"[red]{as_markup(doc['error'] or '')}[/]")

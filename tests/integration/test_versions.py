@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -20,6 +21,8 @@ from typing import Any
 import asyncpg
 import pytest
 
+from docsum_chunker.chunking import split_into_chunks
+from tests.documents import english_prose
 from tests.fake_llm import FakeLLMServer
 from tests.inprocess import InProcessStack
 from tests.integration.helpers import (
@@ -164,3 +167,72 @@ async def test_the_cli_submits_a_new_version_and_prints_what_it_reused(
     assert " chunk summaries reused, " in second.stdout
     refused = await asyncio.to_thread(docsum, pipeline, "bob", "summarize", str(path), "--previous", first_id)
     assert refused.returncode == 2 and f"no task {first_id} of yours" in refused.stderr
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of a chunk's text, as the stand-in's summary of it quotes it."""
+    return re.split(r"(?<=[.!?])\s", text.strip(), maxsplit=1)[0]
+
+
+async def one_chunk_edited(db: asyncpg.Pool, task: dict[str, Any], text: str, revised: str) -> tuple[str, str]:
+    """`text` (the document of `task`) with one change: the word `revised` put into the first sentence of one of
+    its chunks, one whose edit moves no cut (the chunker's, run here, says so); the stand-in sums a chunk up by
+    its first sentence, so exactly one sentence of the document's summary changes. And that sentence as the
+    new text has it."""
+    firsts = [first_sentence(c["text"]) for c in await chunks_of(db, task["task_id"])]
+    middle = len(firsts) // 2
+    for at in sorted(range(1, len(firsts)), key=lambda i: abs(i - middle)):
+        sentence = firsts[at]
+        if text.count(sentence) != 1:
+            continue
+        words = sentence.split(" ")
+        changed = " ".join([*words[:3], revised, *words[3:]])
+        edited = text.replace(sentence, changed)
+        if [first_sentence(c.text) for c in split_into_chunks(edited)] == [*firsts[:at], changed, *firsts[at + 1 :]]:
+            return edited, changed
+    raise AssertionError("no chunk of the text takes an edit of its first sentence without a cut moving")
+
+
+async def test_a_new_versions_view_marks_the_sentence_its_edit_changed(
+    pipeline: InProcessStack, db: asyncpg.Pool
+) -> None:
+    text = english_prose(20_000, seed=74)
+    first = await summarized(pipeline, "alice", "brief.txt", text)
+    edited_text, _ = await one_chunk_edited(db, first, text, "revised")
+    second = await summarized(pipeline, "alice", "brief.txt", edited_text, previous_task=first["task_id"])
+    (doc,) = second["documents"]
+    marks = [s["change"] for s in doc["sentences"]]
+    assert marks.count("changed") == 1 and marks.count("unchanged") == len(marks) - 1, marks
+    (sentence,) = [s for s in doc["sentences"] if s["change"] == "changed"]
+    assert "revised" in sentence["text"] and sentence["was"].replace(" ", "") == sentence["text"].replace(
+        " revised", ""
+    ).replace(" ", "")
+    assert doc["removed_sentences"] == []
+    # The previous version's view is no new version: nothing in it is marked.
+    assert {s["change"] for s in first["documents"][0]["sentences"]} == {None}
+
+
+async def test_the_cli_prints_what_changed_before_the_summary(
+    pipeline: InProcessStack, db: asyncpg.Pool, tmp_path: Path
+) -> None:
+    text = english_prose(20_000, seed=76)
+    first = await summarized(pipeline, "alice", "memo.txt", text)
+    edited_text, _ = await one_chunk_edited(db, first, text, "amended")
+    path = tmp_path / "memo.txt"
+    path.write_text(edited_text)
+    done = await asyncio.to_thread(docsum, pipeline, "alice", "summarize", str(path), "--previous", first["task_id"])
+    assert done.returncode == 0, done.stderr
+    async with pipeline.client("alice") as client:
+        task_id = (await client.get("/v1/tasks")).json()[0]["task_id"]
+        task = (await client.get(f"/v1/tasks/{task_id}")).json()
+    (sentence,) = [s for s in task["documents"][0]["sentences"] if s["change"] == "changed"]
+    shown = await asyncio.to_thread(docsum, pipeline, "alice", "show", task_id)
+    for printed in (done.stdout, shown.stdout):
+        lines = printed.splitlines()
+        said = lines.index(f"  changed: {sentence['text']}")
+        assert lines[said + 1] == f"      was: {sentence['was']}"
+        unchanged = len(task["documents"][0]["sentences"]) - 1
+        assert lines[said - 1] == f"since the previous version: 1 changed, 0 new, 0 removed, {unchanged} unchanged"
+        assert lines[said - 2].startswith("reused: ") and " chunk summaries reused, " in lines[said - 2]
+        # The changes first, then the summary, which holds the changed sentence too.
+        assert any(sentence["text"] in line for line in lines[said + 2 :]), printed

@@ -365,7 +365,7 @@ async def test_a_new_version_says_what_it_reused_and_what_each_document_is_a_ver
         _made("d2", "chunk", 1, 1),
         _made(None, "task", 1, 0),  # the task's own merge: in the task's figures only
     ]  # fmt: skip
-    rows["previous_documents"] = [{"id": "d1", "previous": "p1"}]
+    rows["previous_documents"] = [{"id": "d1", "previous": "p1", "previous_sentences": None}]
     view = await views.task_view(POOL, SETTINGS, ALICE, "t1")
     assert view is not None and view.previous_task == "t0"
     d1, d2 = view.documents
@@ -393,3 +393,29 @@ def test_reuse_in_words(counts: tuple[int, int, int, int], said: str) -> None:
 
 def test_a_task_nothing_was_made_for_yet_has_no_reuse() -> None:
     assert views.reuse_by_document([]) == (None, {})
+
+
+async def test_a_new_versions_sentences_are_marked_against_the_previous_summary(rows: dict[str, Any]) -> None:
+    def said(*texts: str) -> str:
+        return to_json([CitedSentence(t, (), "synthesis", (0, len(t))) for t in texts])
+
+    rows["get_task"] = (_task(previous_task="t0"), [_document("d1", summary="x")])
+    rows["sentences"] = [
+        {"holder": "d1", "places": "[]", "sentences": said("Sales rose 5% in May.", "Costs fell.", "A plant opened.")}
+    ]
+    rows["previous_documents"] = [
+        {"id": "d1", "previous": "p1", "previous_sentences": said("Sales rose 4% in May.", "Costs fell.", "Old news.")}
+    ]
+    view = await views.task_view(POOL, SETTINGS, ALICE, "t1")
+    assert view is not None
+    (doc,) = view.documents
+    assert doc.sentences is not None
+    assert [(s.change, s.was) for s in doc.sentences] == [
+        ("changed", "Sales rose 4% in May."), ("unchanged", None), ("new", None),
+    ]  # fmt: skip
+    assert doc.removed_sentences == ["Old news."]
+    # Either summary without known sentences: nothing is marked.
+    rows["previous_documents"] = [{"id": "d1", "previous": "p1", "previous_sentences": None}]
+    view = await views.task_view(POOL, SETTINGS, ALICE, "t1")
+    assert view is not None and view.documents[0].sentences is not None
+    assert {s.change for s in view.documents[0].sentences} == {None} and view.documents[0].removed_sentences is None

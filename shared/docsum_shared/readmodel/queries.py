@@ -147,8 +147,9 @@ async def reuse_rows(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
 
 async def previous_documents(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
     """Each document of the task that is a new version of one of its previous task's (`previous_task`, of the
-    same owner and deployment), with that document's id (`previous`): matched by key, the document key, else
-    the filename; the n-th document of a key to the n-th of the previous task's, in their order."""
+    same owner and deployment), with that document's id (`previous`) and its summary's stored sentences
+    (`previous_sentences`, null when none are known): matched by key, the document key, else the filename;
+    the n-th document of a key to the n-th of the previous task's, in their order."""
     return await pool.fetch(_PREVIOUS_DOCUMENTS, task_id)
 
 
@@ -158,7 +159,9 @@ _PREVIOUS_DOCUMENTS = (
     " keyed AS (SELECT d.id, d.task_id, coalesce(d.document_key, d.filename) AS k,"
     "  row_number() OVER (PARTITION BY d.task_id, coalesce(d.document_key, d.filename) ORDER BY d.position, d.id) AS n"
     "  FROM documents d WHERE d.task_id = $1 OR d.task_id = (SELECT id FROM linked))"
-    " SELECT d.id, p.id AS previous FROM keyed d JOIN keyed p ON p.k = d.k AND p.n = d.n AND p.task_id <> d.task_id"
+    " SELECT d.id, p.id AS previous,"
+    "  (SELECT x.summary_sentences::text FROM documents x WHERE x.id = p.id) AS previous_sentences"
+    " FROM keyed d JOIN keyed p ON p.k = d.k AND p.n = d.n AND p.task_id <> d.task_id"
     " WHERE d.task_id = $1"
 )
 

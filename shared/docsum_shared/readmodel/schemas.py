@@ -124,6 +124,13 @@ class SentenceView(BaseModel):
         'task asking for `support` "strict" is left out of the text, at the empty range where it was.'
     )
     sources: list[SourceView]
+    change: Literal["new", "changed", "unchanged"] | None = Field(
+        None,
+        description="In a new version's document summary (`previous_document_id`), against the previous version's: "
+        '"unchanged" (word for word there), "changed" (most of its words are those of one sentence there: `was`), '
+        '"new"; null: not a new version, or either summary\'s sentences are not known.',
+    )
+    was: str | None = Field(None, description='A "changed" sentence\'s wording in the previous version.')
 
 
 # What a summary's `sentences` say of it: null when none are known (a summary stored before sentences were
@@ -157,6 +164,11 @@ class DocumentView(BaseModel):
         "the same document key, else of the same filename; null: none.",
     )
     reuse: Reuse | None = Field(None, description="What of its summary was reused; null before any of it was made.")
+    removed_sentences: list[str] | None = Field(
+        None,
+        description="The previous version's summary sentences that none of this one's is (word for word or changed): "
+        "null when the sentences are not marked (see SentenceView.change).",
+    )
 
 
 class TaskView(BaseModel):

@@ -24,6 +24,7 @@ from ..scope import Scope
 from ..settings import LLMSettings, endpoint_key
 from ..states import BatchState, LineStatus
 from . import queries
+from .changes import changes
 from .schemas import (
     BatchProgress,
     ChunkProgress,
@@ -322,14 +323,31 @@ def with_versions(view: TaskView, previous_task: str | None, reuse: Iterable[Row
     """The view with what was reused (rows: queries.reuse_rows) and, for a new version, its previous task and
     each document's previous version (rows: queries.previous_documents)."""
     total, per_document = reuse_by_document(reuse)
-    previous = {r["id"]: r["previous"] for r in pairs}
-    documents = [
-        d.model_copy(
-            update={"reuse": per_document.get(d.document_id), "previous_document_id": previous.get(d.document_id)}
-        )
-        for d in view.documents
-    ]
+    previous = {r["id"]: r for r in pairs}
+    documents = []
+    for d in view.documents:
+        pair = previous.get(d.document_id)
+        update: dict[str, Any] = {"reuse": per_document.get(d.document_id)}
+        if pair is not None:
+            update["previous_document_id"] = pair["previous"]
+            if d.sentences is not None and pair["previous_sentences"] is not None:
+                before = [s.text for s in from_json(pair["previous_sentences"])]
+                update.update(marked(d.sentences, before))
+        documents.append(d.model_copy(update=update))
     return view.model_copy(update={"documents": documents, "reuse": total, "previous_task": previous_task})
+
+
+def marked(sentences: list[SentenceView], previous: list[str]) -> dict[str, Any]:
+    """A new version's summary sentences marked against the previous version's (changes.changes), and the
+    previous sentences that are gone: the DocumentView fields they update."""
+    found = changes([s.text for s in sentences], previous)
+    return {
+        "sentences": [
+            s.model_copy(update={"change": mark, "was": was})
+            for s, mark, was in zip(sentences, found.marks, found.was, strict=True)
+        ],
+        "removed_sentences": list(found.removed),
+    }
 
 
 def reuse_by_document(rows: Iterable[Row]) -> tuple[Reuse | None, dict[str | None, Reuse]]:
