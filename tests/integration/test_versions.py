@@ -22,6 +22,11 @@ import asyncpg
 import pytest
 
 from docsum_chunker.chunking import split_into_chunks
+from docsum_parser.repository import DocumentRepository
+from docsum_parser.settings import ParserSettings
+from docsum_shared.events import DocumentSubmitted
+from docsum_shared.options import TaskOptions
+from docsum_shared.readmodel import queries
 from tests.documents import english_prose
 from tests.fake_llm import FakeLLMServer
 from tests.inprocess import InProcessStack
@@ -236,3 +241,33 @@ async def test_the_cli_prints_what_changed_before_the_summary(
         assert lines[said - 2].startswith("reused: ") and " chunk summaries reused, " in lines[said - 2]
         # The changes first, then the summary, which holds the changed sentence too.
         assert any(sentence["text"] in line for line in lines[said + 2 :]), printed
+
+
+async def test_documents_are_paired_by_their_document_key_else_by_filename(repository_db: asyncpg.Pool) -> None:
+    """Intake's documents, on the real database: a new version's document is paired with the previous task's
+    of the same document_key whatever its filename, else with the one of the same filename (the n-th of a key
+    with the n-th); one with neither in the previous task is paired with none."""
+    owner = new_marker()
+    db = repository_db
+    repo, settings = DocumentRepository(db), ParserSettings(_env_file=None, tasks_per_minute=0)
+
+    async def take_in(task: str, documents: list[tuple[str, str, str | None]], previous: str | None = None) -> None:
+        options = TaskOptions(previous_task=previous)
+        for document_id, filename, key in documents:
+            event = DocumentSubmitted(
+                task_id=task, document_id=f"{task}:{document_id}", owner=owner, filename=filename,
+                content_base64="eA==", task_documents=len(documents), document_key=key, options=options,
+            )  # fmt: skip
+            await repo.take_in(event, f"{task} {document_id}".encode(), None, settings)
+
+    first = [("a", "report-2026-q3.pdf", "reports/q3"), ("b", "notes.txt", None), ("c", "notes.txt", None),
+             ("d", "gone.txt", None)]  # fmt: skip
+    second = [("c", "notes.txt", None), ("a", "report-final.pdf", "reports/q3"), ("b", "notes.txt", None),
+              ("e", "new.txt", None)]  # fmt: skip
+    await take_in(f"{owner}:v1", first)
+    await take_in(f"{owner}:v2", second, previous=f"{owner}:v1")
+    paired = {r["id"]: r["previous"] for r in await queries.previous_documents(db, f"{owner}:v2")}
+    v1, v2 = f"{owner}:v1:", f"{owner}:v2:"
+    # The new version's first notes.txt (its c, taken in first) is the first notes.txt of the previous task.
+    assert paired == {v2 + "a": v1 + "a", v2 + "c": v1 + "b", v2 + "b": v1 + "c"}
+    assert await db.fetchval("SELECT previous_task FROM tasks WHERE id = $1", f"{owner}:v2") == f"{owner}:v1"
