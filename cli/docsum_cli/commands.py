@@ -181,6 +181,47 @@ def batch_note(task: dict[str, Any]) -> str | None:
     return ", ".join(parts)
 
 
+def reuse_note(summary: dict[str, Any]) -> str | None:
+    """What of a document's (or the task's) summary was reused, for a new version or when anything was:
+    "reused: 98 of 100 chunk summaries reused, 3 merges redone"; else None."""
+    reuse = summary.get("reuse")
+    if not reuse:
+        return None
+    new_version = summary.get("previous_document_id") or summary.get("previous_task")
+    if not new_version and not (reuse["chunk_summaries_reused"] or reuse["merges_reused"]):
+        return None
+    return f"reused: {reuse['said']}"
+
+
+def changes_lines(doc: dict[str, Any]) -> list[str]:
+    """What changed in a new version's summary, the changes first (the view's marks: SentenceView.change):
+    a count, then each changed sentence with what it was, each new one, each previous one removed; none for a
+    document whose sentences are not marked."""
+    sentences = doc.get("sentences") or []
+    removed = doc.get("removed_sentences")
+    if removed is None or not any(s.get("change") for s in sentences):
+        return []
+    changed = [s for s in sentences if s.get("change") == "changed"]
+    new = [s for s in sentences if s.get("change") == "new"]
+    unchanged = len(sentences) - len(changed) - len(new)
+    lines = [
+        f"since the previous version: {len(changed)} changed, {len(new)} new, {len(removed)} removed,"
+        f" {unchanged} unchanged"
+    ]
+    lines += [line for s in changed for line in (f"  changed: {s['text']}", f"      was: {s.get('was') or ''}")]
+    lines += [f"  new: {s['text']}" for s in new]
+    lines += [f"  removed: {text}" for text in removed]
+    return lines
+
+
+def print_changes(doc: dict[str, Any]) -> None:
+    """A document's reuse and what changed in its summary, before the summary."""
+    if note := reuse_note(doc):
+        out.print(as_markup(note))
+    for line in changes_lines(doc):
+        out.print(as_text(line), markup=False)
+
+
 def _show_task(task: dict[str, Any]) -> None:
     out.print(
         f"[bold]Task {as_markup(task['task_id'])}[/] — {task['status']}{as_markup(mode_note(task))}"
@@ -190,6 +231,10 @@ def _show_task(task: dict[str, Any]) -> None:
     if task.get("hold_reason"):
         out.print(f"held: {as_markup(task['hold_reason'])}")
     if note := batch_note(task):
+        out.print(as_markup(note))
+    if task.get("previous_task"):
+        out.print(f"a new version of task {as_markup(task['previous_task'])}")
+    if note := reuse_note(task):
         out.print(as_markup(note))
     table = Table("document", "status", "chunks", "", box=None)
     for d in task["documents"]:
@@ -205,6 +250,7 @@ def _show_task(task: dict[str, Any]) -> None:
     for d in task["documents"]:
         if d.get("summary"):
             out.rule(f"[bold]{as_markup(d['filename'])}[/]")
+            print_changes(d)
             out.print(as_text(printable(d["summary"], d.get("sentences"))), markup=False)
     if task.get("summary"):
         out.rule("[bold]Task summary[/]")

@@ -140,6 +140,7 @@ def show(task: dict[str, Any]) -> None:
     for doc in task["documents"]:
         out.rule(f"[bold]{as_markup(doc['filename'])}[/] — {doc['status']}")
         if doc["status"] == "COMPLETED":
+            commands.print_changes(doc)
             out.print(as_text(printable(doc["summary"] or "", doc.get("sentences"))), markup=False)
         else:
             out.print(f"[red]{as_markup(doc['error'] or '')}[/]")
@@ -196,6 +197,12 @@ def main(argv: list[str] | None = None) -> int:
         "with its zone (2026-12-03T08:00:00Z), at most 7 days away",
     )
     summarize.add_argument(
+        "--previous",
+        metavar="TASK_ID",
+        help="one of your tasks whose documents these are new versions of (matched by file name): what did not "
+        "change is answered from your stored results, and each summary says what changed",
+    )
+    summarize.add_argument(
         "--webhook",
         help="the id of one of your webhook endpoints (POST /v1/webhooks) to tell of this task's end as well",
     )
@@ -245,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
                 options["deadline"] = args.deadline
             if args.webhook:  # the gateway says if it is not one of the owner's endpoints
                 options["webhook"] = args.webhook
+            if args.previous:  # the gateway says if it is not one of the owner's tasks
+                options["previous_task"] = args.previous
             created = gateway.submit(args.files, args.title, options)
             if args.no_wait:
                 print(json.dumps({"task_id": created["task_id"]}))

@@ -194,6 +194,16 @@ class DocumentSubmitted(Event):
         default=None,
         description="Inline and URI forms: how the task's summaries are written, taken from the first message.",
     )
+    document_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=255,
+        description=(
+            "Inline and URI forms: what stays the same across the versions of this document (its path in your"
+            " system, say): with options.previous_task, the document is compared with the previous task's"
+            " document of the same key (else of the same filename)."
+        ),
+    )
 
     KEY_FIELD = "document_id"
 

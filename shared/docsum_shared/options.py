@@ -62,6 +62,14 @@ class TaskOptions(BaseModel):
         "provider's batch that would end later is cancelled and the rest sent in realtime; null: no deadline.",
     )
 
+    previous_task: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9._:-]{1,64}$",
+        description="The id of a task of the same owner whose documents this task's are new versions of, matched "
+        "by document key (intake's document_key) or else by filename: each document's view then says what of its "
+        "summary changed. The owner's result cache answers what did not change, with or without it.",
+    )
+
     @field_validator("deadline", mode="before")
     @classmethod
     def _an_instant(cls, value: object) -> object:

@@ -186,6 +186,9 @@ def _take_in(
             admission = admit_task(state.task_rate.get(event.owner), time.time(), settings.tasks_per_minute)
             intake.check_admission(event, admission, settings)
             state.task_rate[event.owner] = admission.tat
+        if event.options is not None and event.options.previous_task is not None:
+            previous = state.tasks.get(event.options.previous_task)
+            intake.check_previous(event, previous.owner if previous is not None else None)
     task = _intake_task(state, event.task_id)
     existing = _existing(state, event.document_id)
     intake.check_document(event, existing)

@@ -39,6 +39,7 @@ from tests.integration.helpers import (
     clear_forced,
     eventually,
     get_task,
+    marked_text,
     new_marker,
     paid_twice,
     resolved_sentences,
@@ -497,7 +498,73 @@ async def test_kill_9_amid_claims_and_stores_of_many_chunks_at_once(
     assert not booked_twice, "a stored answer was booked as paid twice"
 
 
-# --- 6. kill -9 the parser in the middle of a scanned PDF ----------------------------------------
+# --- 6. kill -9 amid the re-summarizing of a new version -------------------------------------------
+
+
+def every_tenth_paragraph_edited(text: str, marker: str) -> str:
+    """`text` with the first sentence of every tenth paragraph changed: many chunks new, many as they were."""
+    paragraphs = text.split("\n\n")
+    return "\n\n".join(
+        p.replace(f"{marker} ", f"{marker} In the second edition, ", 1) if i % 10 == 5 else p
+        for i, p in enumerate(paragraphs)
+    )
+
+
+def chunk_request(chunk: asyncpg.Record) -> tuple[str, str, str]:
+    """What a chunk's summary request is made of (summarizer policy.request_for, the options aside)."""
+    return chunk["text"], chunk["context_before"], chunk["context_after"]
+
+
+async def test_kill_9_amid_a_new_version_pays_no_answer_twice(fast: Stack, stand_in: FakeLLM, db: asyncpg.Pool) -> None:
+    """A document summarized, then a new version of it (previous_task) with every tenth paragraph changed:
+    the summarizer is killed -9 when half of the changed chunks are summarized, and restarted. The new
+    version completes; no request answered for the first version is asked again, no chunk stored before the
+    kill is, at most the calls in flight at the kill are paid twice; and the view counts as reused exactly
+    the chunks whose requests the edit left as they were."""
+    marker = new_marker()
+    stack = fast
+    name = f"{marker}-handbook.txt"
+    text = marked_text(60_000, 83, marker)  # ~30 chunks
+    async with stack.client() as client:
+        first_id = await submit(client, [txt(name, text)])
+        first = await wait_for_task(client, first_id, stack, timeout=120)
+        assert first["status"] == "COMPLETED", first
+        before = {chunk_request(c) for c in await chunks_of(db, first_id)}
+        since = time.time()
+        stand_in.configure(latency_s=0.3)
+        task_id = await submit(client, [txt(name, every_tenth_paragraph_edited(text, marker))], previous_task=first_id)
+
+        async def changed_done() -> bool:
+            chunks = await chunks_of(db, task_id)
+            changed = [c for c in chunks if chunk_request(c) not in before]
+            return bool(changed) and sum(c["status"] == "COMPLETED" for c in changed) >= len(changed) // 2
+
+        await eventually(changed_done, timeout=90, interval=LOOK_S, message="half of the changed chunks", stack=stack)
+        done_before = await completed_texts(db, task_id)
+        stack.kill("summarizer")
+        killed_at = time.time()
+        stand_in.configure(latency_s=0.0)
+        stack.start("summarizer")
+        task = await wait_for_task(client, task_id, stack, timeout=120)
+    await asyncio.to_thread(stand_in.wait_idle, 10)
+
+    await assert_complete(db, task, marker)
+    chunks = await chunks_of(db, task_id)
+    unchanged = sum(chunk_request(c) in before for c in chunks)
+    assert len(chunks) // 3 <= unchanged < len(chunks) - 4, (unchanged, len(chunks))
+    assert unchanged < len(done_before) < len(chunks), "the kill was meant to land amid the changed chunks"
+    entries = calls(stand_in, marker)
+    first_prompts = {e.prompt_sha256 for e in entries if e.started < since and e.status == 200}
+    again = [e for e in entries if e.started >= since and e.status == 200 and e.prompt_sha256 in first_prompts]
+    assert not again, "a request answered for the first version was paid again"
+    assert not resent(entries, done_before, killed_at), "a chunk stored before the kill was sent again"
+    assert paid_twice(entries) <= INFLIGHT  # the calls in flight at the kill, whose answers were never stored
+    reuse = task["documents"][0]["reuse"]
+    assert (reuse["chunk_summaries"], reuse["chunk_summaries_reused"]) == (len(chunks), unchanged)
+    assert task["documents"][0]["previous_document_id"] == first["documents"][0]["document_id"]
+
+
+# --- 7. kill -9 the parser in the middle of a scanned PDF ----------------------------------------
 
 SCAN_PAGES = 40
 _OCR_READ = r"document {document} \(.*?\): page (\d+) of \d+ read by OCR"

@@ -25,8 +25,10 @@ import pytest
 
 from docsum_shared.outbox import WebhookEvent, task_event
 from docsum_shared.states import TASK_FINAL
+from tests.documents import english_prose
 from tests.integration.conftest import ROOT, AnyStack, Stack, StackFactory
-from tests.integration.helpers import eventually, submit, txt, wait_for_task
+from tests.integration.helpers import eventually, get_task, submit, txt, wait_for_task
+from tests.integration.test_versions import one_chunk_edited
 from tests.lossy_proxy import LossyProxy
 from tests.webhook_receiver import serving
 
@@ -377,6 +379,84 @@ def test_an_unsupported_sentence_is_marked_on_the_page_and_in_the_markdown(chrom
         markdown = page.evaluate("(task) => asMarkdown(task)", task)
         browser.close()
     assert "Penguins juggle violet umbrellas. (unsupported)" in markdown
+
+
+async def test_a_new_version_shows_what_changed_first_and_marks_the_changed_sentence(
+    pipeline: AnyStack, db: asyncpg.Pool, chromium: str, tmp_path: Path
+) -> None:
+    """A document submitted on the page, then a new version of it with one paragraph changed, named on the form
+    as a new version of the first task: the new task's page shows, before the document's summary, what was
+    reused and what changed (the changed sentence with what it was), and marks that sentence, and only it, in
+    the summary."""
+    from playwright.async_api import async_playwright, expect
+
+    text = english_prose(20_000, seed=77)
+    first_file, second_file = tmp_path / "first" / "plan.txt", tmp_path / "second" / "plan.txt"
+    for path in (first_file, second_file):
+        path.parent.mkdir()
+    first_file.write_text(text)
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+        page = await browser.new_page(viewport={"width": 1180, "height": 1000}, reduced_motion="reduce")
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        await page.goto(pipeline.gateway_url + "/")
+        await page.fill("#api-key", pipeline.keys["alice"])
+        await page.click("#signin-button")
+        await page.set_input_files("#file-input", [str(first_file)])
+        await page.click("#submit")
+        await page.wait_for_url("**/tasks/*")
+        first_id = page.url.rsplit("/", 1)[1]
+        await expect(page.locator("#task-status")).to_have_text("Done", timeout=120_000)
+        await expect(page.locator("#documents .changes")).to_be_hidden()  # the first version: nothing to compare
+
+        async with pipeline.client("alice") as client:
+            first = await get_task(client, first_id)
+        edited, changed = await one_chunk_edited(db, first, text, "revised")
+        second_file.write_text(edited)
+        await page.goto(pipeline.gateway_url + "/")
+        await page.set_input_files("#file-input", [str(second_file)])
+        await page.select_option("#previous-task", first_id)
+        await page.click("#submit")
+        await page.wait_for_url("**/tasks/*")
+        await expect(page.locator("#task-status")).to_have_text("Done", timeout=120_000)
+
+        article = page.locator("#documents article")
+        changes = article.locator(".changes")
+        await expect(changes).to_be_visible(timeout=20_000)
+        await expect(changes.locator("h3")).to_have_text("What changed since the previous version")
+        await expect(changes.locator(".reuse")).to_contain_text(
+            re.compile(r"Reused: \d+ of \d+ chunk summaries reused")
+        )
+        listed = changes.locator("li")
+        await expect(listed).to_have_count(1)
+        await expect(listed.first).to_have_attribute("data-change", "changed")
+        await expect(listed.first).to_contain_text(changed)
+        await expect(listed.first.locator(".was")).to_contain_text("was: ")
+        await expect(listed.first.locator(".was")).not_to_contain_text("revised")
+        marked = article.locator(".summary .sentence[data-change=changed]")
+        await expect(marked).to_have_count(1)
+        await expect(marked).to_contain_text(changed)
+        await expect(article.locator(".summary sup.change")).to_have_count(1)
+        # The summary reads as the view has it: only its marks and citations (sup) are added.
+        words = (
+            "(n) => { const c = n.cloneNode(true); c.querySelectorAll('sup').forEach((s) => s.remove());"
+            " return c.textContent }"
+        )
+        async with pipeline.client("alice") as client:
+            second = await get_task(client, page.url.rsplit("/", 1)[1])
+        assert await article.locator(".summary").evaluate(words) == second["documents"][0]["summary"]
+        unchanged = await article.locator(".summary .sentence[data-change=unchanged]").count()
+        assert unchanged >= 5
+        # The changes first: the list comes before the summary on the page.
+        assert await changes.evaluate("(n) => !!(n.compareDocumentPosition(n.parentNode.querySelector('.summary'))"
+                                      " & Node.DOCUMENT_POSITION_FOLLOWING)")  # fmt: skip
+        _shot_async = tmp_path / "6-new-version.png"
+        await page.screenshot(path=str(_shot_async), full_page=True)
+        assert not errors, errors
+        await browser.close()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    shutil.copy(_shot_async, SHOTS / _shot_async.name)
 
 
 async def test_the_page_submits_again_with_its_key_after_a_lost_answer(

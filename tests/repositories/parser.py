@@ -24,6 +24,7 @@ from docsum_parser.settings import ParserSettings
 from docsum_shared.errors import Poison
 from docsum_shared.events import DocumentSubmitted
 from docsum_shared.levels import SizeLevel
+from docsum_shared.options import TaskOptions
 from docsum_shared.positions import Positions
 from docsum_shared.states import DocumentStatus, TaskStatus
 
@@ -293,6 +294,30 @@ class ParserRepositoryContract(ABC):
         assert await self.repo.load_intake_task(other_task) is None  # the task it would have created
         with pytest.raises(Poison):
             await self.repo.take_in(published(task, document, owner="someone-else"), new_bytes(), None, SETTINGS)
+
+    async def test_a_previous_task_of_another_owner_or_none_is_refused_and_nothing_stored(self) -> None:
+        """options.previous_task names one of the owner's own tasks: another owner's is refused as one that
+        does not exist is (the same words), and the task it would have created is not stored."""
+        theirs, mine = new_id("task"), new_id("task")
+        await self.repo.take_in(published(theirs, new_id("doc"), owner="other-owner"), new_bytes(), None, SETTINGS)
+        await self.repo.take_in(published(mine, new_id("doc")), new_bytes(), None, SETTINGS)
+        said = []
+        for previous in (theirs, new_id("task")):
+            task = new_id("task")
+            event = published(task, new_id("doc")).model_copy(update={"options": TaskOptions(previous_task=previous)})
+            with pytest.raises(Poison) as refused:
+                await self.repo.take_in(event, new_bytes(), None, SETTINGS)
+            said.append(str(refused.value).replace(previous, "<id>"))
+            assert await self.repo.load_intake_task(task) is None
+        assert (
+            said[0]
+            == said[1]
+            == ("options.previous_task <id> is no task of owner producer-owner: name one of its own tasks, or none")
+        )
+        task = new_id("task")
+        event = published(task, new_id("doc")).model_copy(update={"options": TaskOptions(previous_task=mine)})
+        await self.repo.take_in(event, new_bytes(), None, SETTINGS)
+        assert await self.repo.load_intake_task(task) is not None
 
     async def test_a_task_of_another_owner_or_size_or_full_is_refused_and_nothing_stored(self) -> None:
         task = new_id("task")

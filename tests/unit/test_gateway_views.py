@@ -84,6 +84,8 @@ def rows(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         "recovery": {"attempts": 5, "interruptions": 1},
         "batch_lines": [],  # no batch lines: `batch` is null (tests/unit/test_batch_progress_view.py)
         "sentences": [],  # no summary's sentences known: each `sentences` is null
+        "reuse_rows": [],  # nothing made yet: each `reuse` is null
+        "previous_documents": [],  # not a new version: each `previous_document_id` is null
         "failures": [
             {"document_id": "d1", "filename": "d1.txt", "chunk_index": 2, "error": "no", "attempts": 3},
             {"document_id": "d2", "filename": "d2.txt", "chunk_index": None, "error": "damaged", "attempts": None},
@@ -348,3 +350,72 @@ async def test_a_strict_task_shows_and_publishes_its_summaries_without_their_uns
                 "The river rose.",
             ]
         assert result.summary == shown and result.documents[0].summary == shown  # what task-finished carries
+
+
+def _made(document_id: str | None, kind: str, made: int, reused: int) -> dict[str, object]:
+    return {"document_id": document_id, "kind": kind, "made": made, "reused": reused}
+
+
+async def test_a_new_version_says_what_it_reused_and_what_each_document_is_a_version_of(
+    rows: dict[str, Any],
+) -> None:
+    rows["get_task"] = (_task(previous_task="t0"), [_document("d1"), _document("d2")])
+    rows["reuse_rows"] = [
+        _made("d1", "chunk", 100, 98), _made("d1", "document", 5, 2),
+        _made("d2", "chunk", 1, 1),
+        _made(None, "task", 1, 0),  # the task's own merge: in the task's figures only
+    ]  # fmt: skip
+    rows["previous_documents"] = [{"id": "d1", "previous": "p1", "previous_sentences": None}]
+    view = await views.task_view(POOL, SETTINGS, ALICE, "t1")
+    assert view is not None and view.previous_task == "t0"
+    d1, d2 = view.documents
+    assert (d1.previous_document_id, d2.previous_document_id) == ("p1", None)
+    assert d1.reuse is not None and d1.reuse.model_dump() == {
+        "chunk_summaries": 100, "chunk_summaries_reused": 98, "merges": 5, "merges_reused": 2,
+        "said": "98 of 100 chunk summaries reused, 3 merges redone, 2 reused",
+    }  # fmt: skip
+    assert d2.reuse is not None and d2.reuse.said == "1 of 1 chunk summary reused"  # one chunk: no merge
+    assert view.reuse is not None and view.reuse.said == "99 of 101 chunk summaries reused, 4 merges redone, 2 reused"
+
+
+@pytest.mark.parametrize(
+    ("counts", "said"),
+    [
+        ((12, 11, 3, 0), "11 of 12 chunk summaries reused, 3 merges redone"),
+        ((12, 12, 1, 1), "12 of 12 chunk summaries reused, 0 merges redone, 1 reused"),
+        ((2, 0, 1, 0), "0 of 2 chunk summaries reused, 1 merge redone"),
+        ((0, 0, 1, 0), "1 merge redone"),
+    ],
+)
+def test_reuse_in_words(counts: tuple[int, int, int, int], said: str) -> None:
+    assert views.reuse(*counts).said == said
+
+
+def test_a_task_nothing_was_made_for_yet_has_no_reuse() -> None:
+    assert views.reuse_by_document([]) == (None, {})
+
+
+async def test_a_new_versions_sentences_are_marked_against_the_previous_summary(rows: dict[str, Any]) -> None:
+    def said(*texts: str) -> str:
+        return to_json([CitedSentence(t, (), "synthesis", (0, len(t))) for t in texts])
+
+    rows["get_task"] = (_task(previous_task="t0"), [_document("d1", summary="x")])
+    rows["sentences"] = [
+        {"holder": "d1", "places": "[]", "sentences": said("Sales rose 5% in May.", "Costs fell.", "A plant opened.")}
+    ]
+    rows["previous_documents"] = [
+        {"id": "d1", "previous": "p1", "previous_sentences": said("Sales rose 4% in May.", "Costs fell.", "Old news.")}
+    ]
+    view = await views.task_view(POOL, SETTINGS, ALICE, "t1")
+    assert view is not None
+    (doc,) = view.documents
+    assert doc.sentences is not None
+    assert [(s.change, s.was) for s in doc.sentences] == [
+        ("changed", "Sales rose 4% in May."), ("unchanged", None), ("new", None),
+    ]  # fmt: skip
+    assert doc.removed_sentences == ["Old news."]
+    # Either summary without known sentences: nothing is marked.
+    rows["previous_documents"] = [{"id": "d1", "previous": "p1", "previous_sentences": None}]
+    view = await views.task_view(POOL, SETTINGS, ALICE, "t1")
+    assert view is not None and view.documents[0].sentences is not None
+    assert {s.change for s in view.documents[0].sentences} == {None} and view.documents[0].removed_sentences is None

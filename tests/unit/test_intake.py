@@ -556,3 +556,20 @@ async def test_the_handler_takes_bytes_in_once_and_a_replay_fetches_nothing(tmp_
     await handlers.take_in(_inline(content_base64="%%%="), handlers.Deps(broken, settings))  # type: ignore[arg-type]
     [(data, error)] = broken.taken
     assert data is None and error is not None and "not valid base64" in error
+
+
+def test_a_previous_task_is_its_owners_or_refused_the_same_way_as_none() -> None:
+    named = _inline(owner="alice", options={"previous_task": "crm:task-0"})
+    intake.check_previous(named, "alice")  # alice's own
+    intake.check_previous(_inline(owner="alice"), None)  # names none
+    said = []
+    for previous_owner in ("bob", None):  # bob's task, and no task at all
+        with pytest.raises(Poison) as refused:
+            intake.check_previous(named, previous_owner)
+        said.append(str(refused.value))
+    assert said[0] == said[1] and "bob" not in said[0] and "options.previous_task crm:task-0" in said[0]
+
+
+def test_a_document_key_with_a_nul_is_refused() -> None:
+    with pytest.raises(Poison, match="document_key"):
+        intake.check_message(_inline(document_key="a\x00b"), SETTINGS)

@@ -171,9 +171,10 @@ async def _insert_task(
     their bytes (each distinct file once, by sha256: docsum_shared.blobs), in the caller's transaction."""
     await blobs.store(conn, new_blobs(documents))
     await conn.execute(
-        "INSERT INTO tasks (id, owner, title, status, options, deployment, webhook_id)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        "INSERT INTO tasks (id, owner, title, status, options, deployment, webhook_id, previous_task)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         task_id, owner, title, TaskStatus.PROCESSING, options.model_dump_json(), deployment, webhook_id,
+        options.previous_task,
     )  # fmt: skip
     await conn.executemany(
         "INSERT INTO documents (id, task_id, position, filename, content_type, blob_sha256, size_bytes, status)"

@@ -106,6 +106,8 @@ def check_message(event: DocumentSubmitted, settings: ParserSettings) -> None:
         raise Poison("title must not contain NUL")
     if event.options is not None and event.options.language is not None and "\x00" in event.options.language:
         raise Poison("options.language must not contain NUL")
+    if event.document_key is not None and "\x00" in event.document_key:
+        raise Poison("document_key must not contain NUL")
     if event.task_documents is None:
         raise Poison("task_documents is missing: say how many documents the task has, in each of its messages")
     if event.task_documents > settings.max_files_per_task:
@@ -137,6 +139,17 @@ def check_task(event: DocumentSubmitted, task: StoredTask | None, *, new_documen
         )
     if new_document and task.documents >= task.expected_documents:
         raise Poison(f"task {event.task_id} already has its {task.expected_documents} documents")
+
+
+def check_previous(event: DocumentSubmitted, previous_owner: str | None) -> None:
+    """The task the message's options name as previous (`options.previous_task`), of the owner
+    `previous_owner` in this deployment (None: no such task there): its owner's own, or refused. Said the same
+    way for a task of another owner as for none, so a producer learns nothing of other owners' tasks."""
+    previous = event.options.previous_task if event.options is not None else None
+    if previous is not None and previous_owner != event.owner:
+        raise Poison(
+            f"options.previous_task {previous} is no task of owner {event.owner}: name one of its own tasks, or none"
+        )
 
 
 def check_deadline(event: DocumentSubmitted, now: datetime) -> None:

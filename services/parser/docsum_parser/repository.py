@@ -132,11 +132,21 @@ class DocumentRepository:
         if blob is not None:
             await self.blobs.upload(self.pool, [blob])
         async with self.pool.acquire() as conn, conn.transaction():
+            if options.previous_task is not None:
+                # Judged by the message that makes the task, before it is made (the link's foreign key would
+                # refuse an id no task has, in words that tell nothing); a later message finds it stored.
+                found = await conn.fetchrow(
+                    "SELECT (SELECT owner FROM tasks WHERE id = $2 AND deployment = $3) AS previous_owner,"
+                    " EXISTS (SELECT 1 FROM tasks WHERE id = $1) AS stored",
+                    event.task_id, options.previous_task, settings.deployment,
+                )  # fmt: skip
+                if not found["stored"]:
+                    intake.check_previous(event, found["previous_owner"])
             created = await conn.fetchval(
-                "INSERT INTO tasks (id, owner, title, status, options, expected_documents, deployment)"
-                " VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING RETURNING true",
+                "INSERT INTO tasks (id, owner, title, status, options, expected_documents, deployment, previous_task)"
+                " VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (id) DO NOTHING RETURNING true",
                 event.task_id, event.owner, event.title, TaskStatus.PROCESSING, options.model_dump_json(),
-                event.task_documents, settings.deployment,
+                event.task_documents, settings.deployment, options.previous_task,
             )  # fmt: skip
             if created and settings.tasks_per_minute:
                 # The task counts against its owner's limit, as one made through the gateway does; refused,
@@ -161,10 +171,10 @@ class DocumentRepository:
             if existing is None:
                 inserted = await conn.fetchval(
                     "INSERT INTO documents (id, task_id, position, filename, content_type, blob_sha256, size_bytes,"
-                    " status, error) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING"
-                    " RETURNING id",
+                    " status, error, document_key) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+                    " ON CONFLICT (id) DO NOTHING RETURNING id",
                     event.document_id, event.task_id, task.documents, event.filename, event.content_type, sha256,
-                    size, status, error,
+                    size, status, error, event.document_key,
                 )  # fmt: skip
                 if inserted is None:  # the same id, just now, by a message of another task
                     intake.check_document(

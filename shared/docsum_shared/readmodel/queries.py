@@ -131,6 +131,41 @@ async def usage_rows(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
     )
 
 
+async def reuse_rows(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
+    """Per document (None: the task's own merge) and kind of request (chunk, document, task): how many items
+    were made and how many of them were answered from stored results only. An item is a chunk (all the requests
+    it took) or a merge request (its cache key); one a crash made ask twice, paid then answered from the cache,
+    counts as paid."""
+    return await pool.fetch(
+        "SELECT document_id, kind, count(*)::int AS made, count(*) FILTER (WHERE reused)::int AS reused FROM ("
+        "  SELECT document_id, kind, bool_and(cached) AS reused FROM llm_calls WHERE task_id = $1"
+        "  GROUP BY document_id, kind, coalesce(chunk_id, cache_key)) items"
+        " GROUP BY document_id, kind",
+        task_id,
+    )
+
+
+async def previous_documents(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:
+    """Each document of the task that is a new version of one of its previous task's (`previous_task`, of the
+    same owner and deployment), with that document's id (`previous`) and its summary's stored sentences
+    (`previous_sentences`, null when none are known): matched by key, the document key, else the filename;
+    the n-th document of a key to the n-th of the previous task's, in their order."""
+    return await pool.fetch(_PREVIOUS_DOCUMENTS, task_id)
+
+
+_PREVIOUS_DOCUMENTS = (
+    "WITH linked AS (SELECT p.id FROM tasks t JOIN tasks p ON p.id = t.previous_task AND p.owner = t.owner"
+    "  AND p.deployment = t.deployment WHERE t.id = $1),"
+    " keyed AS (SELECT d.id, d.task_id, coalesce(d.document_key, d.filename) AS k,"
+    "  row_number() OVER (PARTITION BY d.task_id, coalesce(d.document_key, d.filename) ORDER BY d.position, d.id) AS n"
+    "  FROM documents d WHERE d.task_id = $1 OR d.task_id = (SELECT id FROM linked))"
+    " SELECT d.id, p.id AS previous,"
+    "  (SELECT x.summary_sentences::text FROM documents x WHERE x.id = p.id) AS previous_sentences"
+    " FROM keyed d JOIN keyed p ON p.k = d.k AND p.n = d.n AND p.task_id <> d.task_id"
+    " WHERE d.task_id = $1"
+)
+
+
 async def remaining_work(pool: asyncpg.Pool, task_id: str) -> asyncpg.Record:
     """Chunks still to summarize and their estimated prompt tokens (counted on each document as its chunks
     finish, see migration 0006: a sum over the task's documents, not its chunks), and the recent call rate."""

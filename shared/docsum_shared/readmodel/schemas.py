@@ -75,6 +75,18 @@ class Recovery(BaseModel):
     calls_saved: int = 0  # requests answered from stored results instead of the provider
 
 
+class Reuse(BaseModel):
+    """What of a summary was answered from stored results (the owner's result cache: an earlier version, or any
+    request asked before) and what was paid for, counted from the calls ledger: a chunk summary is reused when
+    none of its requests was paid for, a merge when its request was not."""
+
+    chunk_summaries: int = Field(description="Chunk summaries made or taken so far.")
+    chunk_summaries_reused: int = Field(description="Of them, answered from stored results, at no cost.")
+    merges: int = Field(description="Merge requests (a document's groups and levels; the task's, in the task's).")
+    merges_reused: int = Field(description="Of them, answered from stored results.")
+    said: str = Field(description='The same in words: "98 of 100 chunk summaries reused, 3 merges redone".')
+
+
 class EndpointView(BaseModel):
     """What docsum knows of the LLM endpoint it plans requests for."""
 
@@ -112,6 +124,13 @@ class SentenceView(BaseModel):
         'task asking for `support` "strict" is left out of the text, at the empty range where it was.'
     )
     sources: list[SourceView]
+    change: Literal["new", "changed", "unchanged"] | None = Field(
+        None,
+        description="In a new version's document summary (`previous_document_id`), against the previous version's: "
+        '"unchanged" (word for word there), "changed" (most of its words are those of one sentence there: `was`), '
+        '"new"; null: not a new version, or either summary\'s sentences are not known.',
+    )
+    was: str | None = Field(None, description='A "changed" sentence\'s wording in the previous version.')
 
 
 # What a summary's `sentences` say of it: null when none are known (a summary stored before sentences were
@@ -139,6 +158,17 @@ class DocumentView(BaseModel):
         description='What the parser is reading now, page by page: "reading page 41 of 300 (OCR)" while a scanned'
         " PDF's pages are read by OCR; null otherwise.",
     )
+    previous_document_id: str | None = Field(
+        None,
+        description="The document of the previous task (`previous_task`) this one is a new version of: the one of "
+        "the same document key, else of the same filename; null: none.",
+    )
+    reuse: Reuse | None = Field(None, description="What of its summary was reused; null before any of it was made.")
+    removed_sentences: list[str] | None = Field(
+        None,
+        description="The previous version's summary sentences that none of this one's is (word for word or changed): "
+        "null when the sentences are not marked (see SentenceView.change).",
+    )
 
 
 class TaskView(BaseModel):
@@ -163,6 +193,12 @@ class TaskView(BaseModel):
     documents: list[DocumentView]
     batch: BatchProgress | None = Field(None, description="Its provider's batch lines; null: it has none.")
     sentences: list[SentenceView] | None = Field(None, description=SENTENCES)
+    previous_task: str | None = Field(
+        None, description="The task whose documents this task's are new versions of (options.previous_task)."
+    )
+    reuse: Reuse | None = Field(
+        None, description="What of the task's summaries was reused, its documents' and its own merge; null: none made."
+    )
 
 
 class FailureView(BaseModel):

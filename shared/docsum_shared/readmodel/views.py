@@ -24,6 +24,7 @@ from ..scope import Scope
 from ..settings import LLMSettings, endpoint_key
 from ..states import BatchState, LineStatus
 from . import queries
+from .changes import changes
 from .schemas import (
     BatchProgress,
     ChunkProgress,
@@ -32,6 +33,7 @@ from .schemas import (
     Estimate,
     FailureView,
     Recovery,
+    Reuse,
     SentenceView,
     SourceView,
     TaskListItem,
@@ -53,9 +55,13 @@ async def task_view(pool: asyncpg.Pool, settings: LLMSettings, scope: Scope, tas
     if found is None:
         return None
     view = await _view(pool, settings, *found)
-    # The sentences show here only: the pipeline's views (the progress log, the published result) show
-    # no summary text, and make no query for them.
-    return with_sentences(view, await queries.sentences(pool, task_id))
+    # The sentences, what was reused and what each document is a new version of show here only: the
+    # pipeline's views (the progress log, the published result) show none of them, and make no query for them.
+    view = with_sentences(view, await queries.sentences(pool, task_id))
+    return with_versions(
+        view, found[0].get("previous_task"), await queries.reuse_rows(pool, task_id),
+        await queries.previous_documents(pool, task_id),
+    )  # fmt: skip
 
 
 async def task_result(pool: asyncpg.Pool, settings: LLMSettings, task_id: str) -> TaskResult | None:
@@ -311,6 +317,74 @@ def with_sentences(view: TaskView, rows: Iterable[Row]) -> TaskView:
         for d in view.documents
     ]
     return view.model_copy(update={"documents": documents, **update(view.summary, by_holder.get(None))})
+
+
+def with_versions(view: TaskView, previous_task: str | None, reuse: Iterable[Row], pairs: Iterable[Row]) -> TaskView:
+    """The view with what was reused (rows: queries.reuse_rows) and, for a new version, its previous task and
+    each document's previous version (rows: queries.previous_documents)."""
+    total, per_document = reuse_by_document(reuse)
+    previous = {r["id"]: r for r in pairs}
+    documents = []
+    for d in view.documents:
+        pair = previous.get(d.document_id)
+        update: dict[str, Any] = {"reuse": per_document.get(d.document_id)}
+        if pair is not None:
+            update["previous_document_id"] = pair["previous"]
+            if d.sentences is not None and pair["previous_sentences"] is not None:
+                before = [s.text for s in from_json(pair["previous_sentences"])]
+                update.update(marked(d.sentences, before))
+        documents.append(d.model_copy(update=update))
+    return view.model_copy(update={"documents": documents, "reuse": total, "previous_task": previous_task})
+
+
+def marked(sentences: list[SentenceView], previous: list[str]) -> dict[str, Any]:
+    """A new version's summary sentences marked against the previous version's (changes.changes), and the
+    previous sentences that are gone: the DocumentView fields they update."""
+    found = changes([s.text for s in sentences], previous)
+    return {
+        "sentences": [
+            s.model_copy(update={"change": mark, "was": was})
+            for s, mark, was in zip(sentences, found.marks, found.was, strict=True)
+        ],
+        "removed_sentences": list(found.removed),
+    }
+
+
+def reuse_by_document(rows: Iterable[Row]) -> tuple[Reuse | None, dict[str | None, Reuse]]:
+    """The task's reuse and each document's (key None: the task's own merge), from queries.reuse_rows; the
+    task's is None when nothing was made yet."""
+    counts: dict[str | None, list[int]] = {}
+    for r in rows:
+        made = counts.setdefault(r["document_id"], [0, 0, 0, 0])
+        at = 0 if r["kind"] == "chunk" else 2
+        made[at] += r["made"]
+        made[at + 1] += r["reused"]
+    per_document = {document: reuse(*made) for document, made in counts.items()}
+    if not counts:
+        return None, per_document
+    total = reuse(*(sum(column) for column in zip(*counts.values(), strict=True)))
+    return total, per_document
+
+
+def reuse(chunk_summaries: int, chunk_summaries_reused: int, merges: int, merges_reused: int) -> Reuse:
+    """The counts, and what they say: "98 of 100 chunk summaries reused, 3 merges redone"."""
+    parts = []
+    if chunk_summaries:
+        noun = "summary" if chunk_summaries == 1 else "summaries"
+        parts.append(f"{chunk_summaries_reused} of {chunk_summaries} chunk {noun} reused")
+    if merges:
+        redone = merges - merges_reused
+        parts.append(
+            f"{redone} merge{'' if redone == 1 else 's'} redone"
+            + (f", {merges_reused} reused" if merges_reused else "")
+        )
+    return Reuse(
+        chunk_summaries=chunk_summaries,
+        chunk_summaries_reused=chunk_summaries_reused,
+        merges=merges,
+        merges_reused=merges_reused,
+        said=", ".join(parts),
+    )
 
 
 def shown(summary: str, sentences: list[SentenceView]) -> tuple[str, list[SentenceView]]:

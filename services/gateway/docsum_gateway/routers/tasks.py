@@ -88,9 +88,10 @@ class TaskForm(BaseModel):
     priority: TaskPriority | None = None  # which of the owner's work goes first; default: normal
     deadline: Annotated[datetime | None, BeforeValidator(_form_deadline)] = None  # when the task must be finished
     webhook: str | None = None  # the id of one of the owner's webhook endpoints, told of this task's end
+    previous_task: str | None = None  # the id of one of the owner's tasks whose documents these are new versions of
 
 
-_OPTIONAL_TEXT = {"title", "language", "webhook"}
+_OPTIONAL_TEXT = {"title", "language", "webhook", "previous_task"}
 _NO_NUL = "^[^\\x00]*$"  # documents what `StoredText` enforces (PostgreSQL text holds no NUL)
 # The deadlines the schema admits: durations that are all within the 7 days, so that every value it admits
 # is accepted whenever it is sent. The gateway takes more (deadline_from): any such duration, and instants.
@@ -134,6 +135,10 @@ UPLOAD_BODY: dict[str, Any] = {
                     "webhook": {"type": "string", "format": "uuid",
                                 "description": "the id of one of your webhook endpoints (POST /v1/webhooks) to "
                                                "tell of this task's end, besides those told of every task"},
+                    "previous_task": {"type": "string", "format": "uuid",
+                                      "description": "the id of one of your tasks whose documents these are new "
+                                                     "versions of (matched by filename): each document's view then "
+                                                     "marks what changed in its summary"},
                     "deadline": {"type": "string", "pattern": _DEADLINE_DURATION,
                                  "description": "when the task must be finished: a duration from now (45m, 6h, 2d, "
                                                 "1h30m, 90s) or an ISO 8601 instant with its zone "
@@ -226,7 +231,7 @@ def _form(fields: dict[str, list[str]]) -> TaskForm:
     dependencies=[Depends(within_task_rate)],
     openapi_extra={"requestBody": UPLOAD_BODY, "parameters": [_KEY_PARAMETER]},
     description="Multipart: one or more `files`, and optionally `title`, `strict`, `language`, `length`, `style`,"
-    " `support`, `mode`, `priority`, `deadline`."
+    " `support`, `mode`, `priority`, `deadline`, `webhook`, `previous_task`."
     " The upload streams: each file is spooled and hashed as it arrives, and a request over a limit is"
     " answered 413 as soon as it crosses it; a body that sends nothing for DOCSUM_UPLOAD_IDLE_S is a 408."
     " With an `Idempotency-Key` (README: Integrating), the same request sent again within"
@@ -260,6 +265,7 @@ async def create_task(
             mode=form.mode,
             priority=form.priority,
             deadline=form.deadline,
+            previous_task=await _previous_of(form.previous_task, owner, settings, pool),
         )
         webhook_id = await _webhook_of(form.webhook, owner, settings, pool)
         tasks = repository.TaskRepository(pool, blobs)
@@ -324,6 +330,16 @@ async def _webhook_of(given: str | None, owner: str, settings: GatewaySettings, 
     scope = Scope(settings.deployment, owner)
     if not is_task_id(given) or not await webhooks.owned_endpoint(pool, scope, given):
         raise invalid(("body", "webhook"), f"no webhook {given[:100]} of yours: register one with POST /v1/webhooks")
+    return given
+
+
+async def _previous_of(given: str | None, owner: str, settings: GatewaySettings, pool: asyncpg.Pool) -> str | None:
+    """The task the new one's documents are new versions of, if it is one of the owner's (in this deployment);
+    else 422, said the same way for another owner's task as for none (as GET answers both 404)."""
+    if given is None:
+        return None
+    if not is_task_id(given) or not await queries.owns(pool, Scope(settings.deployment, owner), given):
+        raise invalid(("body", "previous_task"), f"no task {given[:100]} of yours: give the id of one of your tasks")
     return given
 
 

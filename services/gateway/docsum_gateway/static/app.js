@@ -221,7 +221,7 @@ function showHome(main) {
     const data = new FormData();
     for (const file of chosen) data.append("files", file, file.name);
     const fields = new FormData(form);
-    for (const name of ["title", "language", "length", "style"]) {
+    for (const name of ["title", "language", "length", "style", "previous_task"]) {
       const value = (fields.get(name) || "").toString().trim();
       if (value) data.append(name, value);
     }
@@ -251,6 +251,8 @@ function showHome(main) {
         el("select", { id: "language", name: "language" },
           [["", "Each document's own"], ["en", "English"], ["zh", "中文 (Chinese)"], ["es", "Español"], ["fr", "Français"], ["de", "Deutsch"], ["ja", "日本語"], ["pt", "Português"]]
             .map(([value, text]) => el("option", { value, text })))),
+      el("div", {}, el("label", { for: "previous-task", text: "New version of" }),
+        el("select", { id: "previous-task", name: "previous_task" }, el("option", { value: "", text: "None: new documents" }))),
       el("div", {}, el("label", { text: "Length" }), segmented("length", [["brief", "Brief"], ["standard", "Standard"], ["detailed", "Detailed"]], "standard")),
       el("div", {}, el("label", { text: "Style" }), segmented("style", [["prose", "Prose"], ["bullets", "Bullet points"]], "prose")),
     ),
@@ -265,6 +267,9 @@ function showHome(main) {
   main.append(el("div", { class: "grid" }, form, el("section", { class: "card" }, el("h2", { text: "Your tasks" }), tasks)));
   refresh();
   api("GET", "/v1/tasks?limit=50").then((items) => {
+    // Your tasks, to name the one these files are new versions of (matched by file name).
+    $("previous-task").append(...items.map((t) => el("option", { value: t.task_id,
+      text: (t.name || t.title || "Untitled task") + " — " + new Date(t.created_at).toLocaleString() })));
     tasks.replaceChildren(...(items.length ? items.map((t) => el("li", {},
       el("a", { href: "/tasks/" + t.task_id, "data-link": true },
         el("span", { class: "name" }, el("span", { text: t.name || t.title || "Untitled task" }), el("br"),
@@ -431,7 +436,7 @@ function anchored(summary, sentences) {
 // A summary as text, or, when its sentences are known, each sentence a control that opens its sources,
 // followed by where they are.
 function showSummary(node, summary, sentences, taskId) {
-  const shown = JSON.stringify([summary || "", sentences || null]);
+  const shown = JSON.stringify([summary || "", sentences || null]);  // the marks (sentence.change) with them
   if (node.dataset.shown === shown) return;  // re-drawn only when it changed: focus stays where it is
   node.dataset.shown = shown;
   node.replaceChildren();
@@ -442,19 +447,52 @@ function showSummary(node, summary, sentences, taskId) {
     node.append(summary.slice(cursor, start));
     const places = [...new Set(sentence.sources.map((s) => place(s, false)))];
     const note = places.join(", ") + (sentence.support === "cited" ? "" : (places.length ? " · " : "") + sentence.support);
+    // In a new version: a changed or new sentence is marked, with what it was in the previous version.
+    const change = sentence.change && sentence.change !== "unchanged" ? sentence.change : null;
+    const marks = { "data-change": sentence.change || null, title: sentence.was ? "Was: " + sentence.was : null };
+    const changed = change ? el("sup", { class: "change " + change, text: change }) : null;
     if (!sentence.sources.length) {
-      node.append(el("span", { class: "sentence " + sentence.support, "data-support": sentence.support, text: sentence.text }),
-        note ? el("sup", { class: "cite", text: note }) : null);
+      node.append(...[changed, el("span", { class: "sentence " + sentence.support + (change ? " " + change : ""), "data-support": sentence.support, ...marks, text: sentence.text }),
+        note ? el("sup", { class: "cite", text: note }) : null].filter(Boolean));  // append() would write "null"
     } else {
       const open = () => showSources(taskId, sentence);
-      node.append(el("span", { class: "sentence linked " + sentence.support, role: "button", tabindex: 0, "data-support": sentence.support,
+      node.append(...[changed, el("span", { class: "sentence linked " + sentence.support + (change ? " " + change : ""), role: "button", tabindex: 0, "data-support": sentence.support, ...marks,
         "aria-label": "Show the source of: " + sentence.text, onclick: open,
         onkeydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); open(); } } }, sentence.text),
-        el("sup", { class: "cite", text: note }));
+        el("sup", { class: "cite", text: note })].filter(Boolean));
     }
     cursor = end;
   }
   node.append(summary.slice(cursor));
+}
+
+// What a new version changed in a document's summary, before the summary: what was reused, then the changed
+// sentences (each with what it was), the new ones and the previous version's that are gone.
+function showChanges(node, doc) {
+  const sentences = doc.sentences || [];
+  const marked = doc.removed_sentences && sentences.some((s) => s.change);
+  const reused = doc.reuse && (doc.previous_document_id || doc.reuse.chunk_summaries_reused || doc.reuse.merges_reused);
+  node.classList.toggle("hidden", !marked && !reused);
+  const shown = JSON.stringify([marked ? sentences.map((s) => [s.change, s.text, s.was]) : null, doc.removed_sentences, reused ? doc.reuse.said : null]);
+  if (node.dataset.shown === shown) return;
+  node.dataset.shown = shown;
+  node.replaceChildren();
+  if (reused) node.append(el("p", { class: "muted small reuse", text: "Reused: " + doc.reuse.said }));
+  if (!marked) return;
+  const changed = sentences.filter((s) => s.change === "changed");
+  const added = sentences.filter((s) => s.change === "new");
+  const removed = doc.removed_sentences;
+  const count = (n, what) => `${n} ${what}`;
+  node.append(el("h3", { text: "What changed since the previous version" }),
+    el("p", { class: "muted small", text: [count(changed.length, "changed"), count(added.length, "new"), count(removed.length, "removed"),
+      count(sentences.length - changed.length - added.length, "unchanged")].join(", ") }),
+    el("ul", { class: "change-list" },
+      changed.map((s) => el("li", { class: "changed", "data-change": "changed" }, el("span", { class: "change changed", text: "changed" }), " ", s.text,
+        el("span", { class: "was muted small", text: "was: " + (s.was || "") }))),
+      added.map((s) => el("li", { class: "new", "data-change": "new" }, el("span", { class: "change new", text: "new" }), " ", s.text)),
+      removed.map((text) => el("li", { class: "removed", "data-change": "removed" }, el("span", { class: "change removed", text: "removed" }), " ",
+        el("del", { text }))),
+    ));
 }
 
 // The passages a sentence rests on, quoted from its documents' text, in a dialog (Escape or Close shuts it).
@@ -574,12 +612,13 @@ function showTask(main, taskId) {
         state: el("span", { class: "badge" }),
         chunks: el("span", { class: "muted small" }),
         summary: el("p", { class: "summary" }),
+        changes: el("div", { class: "changes hidden" }),
         error: el("p", { class: "error hidden" }),
         name: el("span", { class: "fname" }),
       };
       view.card = el("article", { class: "doc", "data-document": doc.document_id },
         el("div", { class: "top" }, view.name, view.state), view.bar,
-        el("div", { class: "figures" }, view.chunks), view.error, view.summary);
+        el("div", { class: "figures" }, view.chunks), view.error, view.changes, view.summary);
       bars.set(doc.document_id, view);
       docs.append(view.card);
     }
@@ -590,6 +629,7 @@ function showTask(main, taskId) {
     const c = doc.chunks;
     view.chunks.textContent = c.total ? `${c.done} of ${c.total} part${c.total > 1 ? "s" : ""} summarized` + (c.failed ? `, ${c.failed} failed` : "") : (doc.status === "FAILED" ? "" : "Reading…");
     if (doc.summary !== undefined) showSummary(view.summary, doc.summary, doc.sentences, taskId);
+    if (doc.sentences !== undefined) showChanges(view.changes, doc);
     if (doc.error !== undefined) { view.error.textContent = doc.error || ""; view.error.classList.toggle("hidden", !doc.error); }
   }
 
