@@ -34,12 +34,17 @@ Where cuts go
     start of a sentence (``docsum_shared.text.sentence_spans``, Chinese 。！？； included), the start of
     a line. Among headings, the one nearest the target wins. Among cuts of any other kind, the
     content chooses (FastCDC's idea, applied to sentences and paragraphs): each position draws a
-    number from a hash of the 64 characters around it, and the first position of the best kind present
-    whose draw passes is the cut, a draw that passes rarely before the target and often after it, the
-    more likely the longer the stretch since the previous position of its kind (else the lowest draw).
-    So an edit moves only the cuts near it, until the cuts fall in step again, mostly within one to
-    three chunks: a page inserted at the top of a 100-page text changes about three chunks and leaves
-    every later one as it was (cut greedily by the count, every later chunk changed). Only a window
+    number from a hash of the 64 characters around it. A *landmark* is a position whose draw is the
+    lowest of its kind within ``0.75 * chunk_chars`` on either side: whether a position is one
+    depends on the text around it alone, never on where the previous cut fell. The first landmark of
+    the best kind in the window is the cut; with none there, the lowest draw from ``0.75 *
+    chunk_chars`` past the chunk's start (so sizes still gather near the target), else the lowest in
+    the window. So after an edit, both versions mostly cut at the first landmark past it and are in
+    step from there: a page inserted at the top of a 100-page text of one-paragraph pages changes the
+    chunk that holds it and mostly one more, and leaves every later one as it was (cut greedily by
+    the count, every later chunk changed; cut at the first position whose draw passed a threshold
+    that grew with the size, the two versions paired the pages otherwise for one to six chunks,
+    because the windows of chunks one page apart hold different paragraph ends). Only a window
     with none of those (a giant table row, unpunctuated text) is cut after a whitespace, or, with no
     whitespace either, at the target exactly. No cut leaves a tail shorter than ``chunk_chars / 5``:
     the last chunk takes it instead (it then may grow up to ``1.25 * chunk_chars``).
@@ -51,7 +56,6 @@ Where cuts go
 from __future__ import annotations
 
 import bisect
-import math
 import re
 from dataclasses import dataclass
 
@@ -62,13 +66,18 @@ __all__ = ["Chunk", "TooManyChunks", "split_into_chunks"]
 MAX_CHUNK_FACTOR = 1.25  # a chunk (overlap included) is at most this many times chunk_chars
 MIN_CHUNK_FACTOR = 0.5  # ... and, except the last, at least this many times
 MIN_TAIL_FACTOR = 0.2  # no cut leaves less than this many times chunk_chars after it
-# A cut is taken where the hash of the text around it draws below 1 - exp(-gap / spacing), `gap` being
-# the characters since the previous position of its kind: the chance grows with the text a position
-# closes, not with how many positions there are (dense sentences cut no sooner than sparse paragraphs).
-# Rarely before the target size, often after it (FastCDC's normalized chunking: content decides, and
-# sizes still gather near the target). A 950-character paragraph passes 25% before the target, 61% after.
-SPACING_BEFORE = 3300
-SPACING_AFTER = 1000
+# A position is a landmark (a cut wherever a window reaches it) when its draw is the lowest of its kind
+# within this many times chunk_chars on each side. Landmarks are then at least that far apart, so a
+# window rarely holds two, and a window that reaches one cuts there whatever its own start: two versions
+# of a text fall in step at the first landmark after the edit. Tuned on generated texts of paragraphs of
+# 300, 950 and 2,000-3,000 characters: smaller, the early landmarks make more, smaller chunks; larger,
+# more windows have none and fall in step later.
+LANDMARK_FACTOR = 0.75
+# A window with no landmark cuts at the lowest draw from this many times chunk_chars on (the target is 1):
+# late enough that sizes gather near the target, wide enough that windows from nearby starts share most
+# of their candidates and choose the same one (a narrower stretch, the cuts of two versions one page
+# apart may never meet: with pages of ~950 characters, every chunk would hold two, paired otherwise).
+SETTLE_FACTOR = 0.75
 HASH_RADIUS = 32  # characters on each side of a cut that its hash reads
 
 # A Markdown heading line (what the parser emits for DOCX headings); group 1 is where it starts.
@@ -106,6 +115,7 @@ class _Cuts:
 
     def __init__(self, positions: list[int]) -> None:
         self.positions = positions
+        self.landmark: dict[int, bool] = {}  # by index in `positions`, decided once
 
     def nearest(self, lo: int, hi: int, target: int) -> int | None:
         """The position in [lo, hi] closest to `target` (the earlier one on a tie), or None."""
@@ -125,31 +135,38 @@ class _Cuts:
         j = bisect.bisect_right(ps, hi) - 1
         return ps[j] if j >= 0 and ps[j] >= lo else None
 
-    def by_content(self, lo: int, hi: int, target: int, landmarks: _Landmarks) -> int | None:
-        """The position in [lo, hi] the text chooses (None if there is none): the first one whose
-        landmark draw passes (below 1 - exp(-gap / spacing): SPACING_BEFORE before `target`,
-        SPACING_AFTER from it on); if none does, the lowest draw from `target` on, else the lowest before.
+    def by_content(self, lo: int, hi: int, settle: int, radius: int, landmarks: _Landmarks) -> int | None:
+        """The position in [lo, hi] the text chooses (None if there is none): the first landmark (see
+        `is_landmark`), else the lowest draw from `settle` on, else the lowest draw in [lo, hi].
 
-        What decides is the text around each position, not how far it lies from the document's
-        start, so two versions of a document that differ before `lo` mostly choose the same cut here,
-        and once one cut is the same, every later one is."""
+        What decides is the text around each position, not how far it lies from the document's start
+        or from the previous cut, so two versions of a document that differ before `lo` mostly choose
+        the same cut here, and once one cut is the same, every later one is."""
         ps = self.positions
-        j = bisect.bisect_left(ps, lo)
-        after: int | None = None
-        before: int | None = None
-        while j < len(ps) and ps[j] <= hi:
-            p = ps[j]
-            draw = landmarks.draw(p)
-            gap = p - ps[j - 1] if j > 0 else p
-            spacing = SPACING_BEFORE if p < target else SPACING_AFTER
-            if draw < 1 - math.exp(-gap / spacing):
-                return p
-            if p >= target and (after is None or draw < landmarks.draw(after)):
-                after = p
-            elif p < target and (before is None or draw < landmarks.draw(before)):
-                before = p
-            j += 1
-        return after if after is not None else before
+        first, end = bisect.bisect_left(ps, lo), bisect.bisect_right(ps, hi)
+        if first >= end:
+            return None
+        for k in range(first, end):
+            if self.is_landmark(k, radius, landmarks):
+                return ps[k]
+        late = max(first, bisect.bisect_left(ps, settle))
+        return min(ps[late:end] if late < end else ps[first:end], key=landmarks.draw)
+
+    def is_landmark(self, k: int, radius: int, landmarks: _Landmarks) -> bool:
+        """Whether the `k`-th position's draw is lower than every other's within `radius` characters
+        (ties count against: repeated text has none). Two landmarks are thus more than `radius` apart."""
+        found = self.landmark.get(k)
+        if found is None:
+            ps, draw = self.positions, landmarks.draw(self.positions[k])
+            i = k - 1
+            while i >= 0 and ps[k] - ps[i] <= radius and landmarks.draw(ps[i]) > draw:
+                i -= 1
+            j = k + 1
+            while j < len(ps) and ps[j] - ps[k] <= radius and landmarks.draw(ps[j]) > draw:
+                j += 1
+            found = (i < 0 or ps[k] - ps[i] > radius) and (j >= len(ps) or ps[j] - ps[k] > radius)
+            self.landmark[k] = found
+        return found
 
     def first_in(self, lo: int, hi: int) -> int | None:
         """The smallest position in [lo, hi), or None."""
@@ -236,6 +253,7 @@ def split_into_chunks(
     lines = _Cuts([m.end() for m in _LINE_RE.finditer(text)])
     by_preference = (paragraphs, sentence_starts, lines)
     landmarks = _Landmarks(text)
+    radius = int(chunk_chars * LANDMARK_FACTOR)
 
     def lead_in(pos: int, width: int, floor: int) -> int:
         """Where a stretch of at most `width` chars ending at `pos` should begin (>= floor)."""
@@ -266,6 +284,7 @@ def split_into_chunks(
         lo = max(start + min_len, own_start + 1)
         hi = min(start + max_len, n - min_tail)
         target = start + chunk_chars
+        settle = start + int(chunk_chars * SETTLE_FACTOR)
         cut: int | None = None
         if lo <= hi:
             # A section starts a chunk: the heading nearest the target. Else the best kind of cut
@@ -274,7 +293,7 @@ def split_into_chunks(
             for kind in by_preference:
                 if cut is not None:
                     break
-                cut = kind.by_content(lo, hi, target, landmarks)
+                cut = kind.by_content(lo, hi, settle, radius, landmarks)
         if cut is None and remaining <= max_len:
             owned.append((start, n))
             break
