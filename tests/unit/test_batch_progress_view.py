@@ -166,6 +166,8 @@ def _fake_queries(monkeypatch: pytest.MonkeyPatch, batch_lines: list[dict[str, A
         "recovery": {"attempts": 0, "interruptions": 0},
         "batch_lines": batch_lines,
         "sentences": [],
+        "reuse_rows": [],  # no call answered from stored results
+        "previous_documents": [],  # not a new version
     }
 
     def answer(name: str) -> Any:
