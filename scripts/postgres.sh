@@ -221,7 +221,8 @@ port = $PORT
 listen_addresses = '127.0.0.1'
 # Private socket dir: never collides with a system cluster's /var/run/postgresql.
 unix_socket_directories = '$SOCK_DIR'
-max_connections = 200
+# The suite's three workers each run stacks of services, each service with its own pool.
+max_connections = 300
 shared_buffers = 128MB
 # Kept on: the tests exercise crash recovery and must see real durability.
 fsync = on

@@ -12,9 +12,7 @@ them run the services as processes on Kafka.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import subprocess
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -38,8 +36,8 @@ from docsum_shared.events import (
 )
 from docsum_shared.kafka import DLQ_SUFFIX
 from docsum_shared.states import TaskStatus
-from tests.fake_llm import FakeLLMServer, LedgerEntry
-from tests.integration.conftest import OWN_BROKER, OWN_DATABASE, ROOT, AnyStack, Stack, StackFactory
+from tests.fake_llm import FakeLLMServer
+from tests.integration.conftest import AnyStack, Stack, StackFactory
 from tests.integration.helpers import (
     CONSUMED,
     calls,
@@ -52,14 +50,12 @@ from tests.integration.helpers import (
     new_marker,
     read_topics,
     submit,
-    task_of,
     txt,
     wait_for_task,
 )
 
 pytestmark = pytest.mark.integration
 
-OUTAGE_S = 10.0  # how long the broker or the database stays down
 # The topics that have a consumer, and the service that consumes each.
 # --- helpers ----------------------------------------------------------------------------------------
 
@@ -70,14 +66,6 @@ def by_name(task: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def pids(stack: Stack) -> dict[str, int]:
     return {name: process.pid for name, process in stack.processes.items()}
-
-
-async def run_script(*args: str) -> None:
-    """scripts/<args[0]> with the test's environment (so DOCSUM_STATE_DIR and the ports carry over)."""
-    done = await asyncio.to_thread(
-        subprocess.run, [str(ROOT / "scripts" / args[0]), *args[1:]], capture_output=True, text=True
-    )
-    assert done.returncode == 0, f"{' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
 
 
 async def committed(env: dict[str, str], service: str) -> dict[TopicPartition, int]:
@@ -108,76 +96,6 @@ async def forced_task(
             return await wait_for_task(client, task_id, stack)
     finally:
         clear_forced(llm)
-
-
-# --- 1. the broker or the database goes away mid-task ---------------------------------------------------
-
-
-async def _outage_mid_task(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer, script: str) -> list[LedgerEntry]:
-    """Stop `script`'s server while chunks are being summarized, keep it down, start it again: the
-    services reconnect by themselves and the task completes with nothing lost. Returns the task's requests."""
-    marker = new_marker()
-    text = marked_text(40_000, seed=31, marker=marker)  # MEDIUM: ~20 chunks
-    before = pids(stack)
-    latency = llm.llm.config()["latency_s"]
-    llm.llm.configure(latency_s=0.2)
-    try:
-        async with stack.client() as client:
-            task_id = await submit(client, [txt("outage.txt", text)])
-        await eventually(
-            lambda: len(calls(llm, marker, 200)) >= 2, timeout=90, message="the first chunk summaries", stack=stack
-        )
-        # Mid-task: the task is unfinished and chunks remain to be summarized as the server goes down.
-        state = await db.fetchrow(
-            "SELECT t.status, d.chunk_total, now() AS now,"
-            " (SELECT count(*) FROM chunks c WHERE c.document_id = d.id AND c.status = 'COMPLETED') AS done"
-            " FROM tasks t JOIN documents d ON d.task_id = t.id WHERE t.id = $1",
-            task_id,
-        )
-        assert state["status"] == "PROCESSING" and state["done"] < state["chunk_total"], dict(state)
-        await run_script(script, "stop")
-        try:
-            await asyncio.sleep(OUTAGE_S)  # the outage itself, not a synchronization
-        finally:
-            await run_script(script, "start")
-        async with stack.client() as client:
-            task = await wait_for_task(client, task_id, stack)
-    finally:
-        llm.llm.configure(latency_s=latency)
-
-    assert task["status"] == "COMPLETED", task
-    document = task["documents"][0]
-    assert document["status"] == "COMPLETED" and document["summary"]
-    assert document["chunks"]["done"] == document["chunks"]["total"] == state["chunk_total"] > 1
-    # Nothing lost: every chunk stored with its summary, and no event of the task was dead-lettered.
-    chunks = await chunks_of(db, task_id)
-    assert len(chunks) == state["chunk_total"]
-    assert all(c["status"] == "COMPLETED" and c["summary"] for c in chunks)
-    assert await db.fetchval("SELECT updated_at > $2 FROM tasks WHERE id = $1", task_id, state["now"])
-    dead = [r for r in await read_topics(stack.env, dlq_names(stack.env)) if task_of(r) == task_id]
-    assert not dead, [(r.topic, dict(r.headers)) for r in dead]
-    # Reconnected on their own: the very same processes, all alive (none crashed, none restarted).
-    assert pids(stack) == before
-    assert {name: p.poll() for name, p in stack.processes.items()} == dict.fromkeys(before)
-    return calls(llm, marker)
-
-
-@pytest.mark.alone
-async def test_broker_outage_mid_task(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
-    if not OWN_BROKER:
-        pytest.skip("KAFKA_BOOTSTRAP_SERVERS is set: the broker is not ours to stop and start")
-    requests = await _outage_mid_task(stack, db, llm, "kafka.sh")
-    # The database never went away, so every summary stored before a failed publish was found again.
-    answered = Counter(e.prompt_sha256 for e in requests if e.status == 200)
-    assert set(answered.values()) == {1}, "a summary was paid for twice"
-
-
-@pytest.mark.alone
-async def test_database_outage_mid_task(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer) -> None:
-    if not OWN_DATABASE:
-        pytest.skip("DATABASE_URL is set: the database server is not ours to stop and start")
-    # A summary answered while the database was down could not be stored, so it may be asked for again.
-    await _outage_mid_task(stack, db, llm, "postgres.sh")
 
 
 # --- 2. poison messages ------------------------------------------------------------------------------
