@@ -87,4 +87,9 @@ async def test_an_answer_the_model_was_told_to_poison_costs_no_other_answer(
     assert alice_task["status"] == TaskStatus.COMPLETED, alice_task
     assert {c["status"] for c in await chunks_of(db, alice_id)} == {ChunkStatus.COMPLETED}
     assert paid_twice(calls(provider, alice_mark)) == 0
-    assert "\x00" not in str(alice_task) and "\ufffd\ufffd" not in str(alice_task)
+    # One replacement character per lone surrogate a model wrote. Where a chunk is cut just before the
+    # instruction, its summary quotes it and the merge's prompt carries it too: a sentence the poisoned merge
+    # repeats from a poisoned chunk summary then ends with two (the chunk's, then the merge's), never more.
+    merges_told = [e for e in calls(provider, TOLD, 200) if alice_mark in e.prompt and "<text>\n" not in e.prompt]
+    layers = 1 + bool(merges_told)
+    assert "\x00" not in str(alice_task) and "\ufffd" * (layers + 1) not in str(alice_task)
