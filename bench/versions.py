@@ -252,16 +252,9 @@ def page_of(unit: str | None, n: int) -> int:
 def about_untouched(sources: Sequence[Mapping[str, Any]], unit: str | None, untouched: frozenset[int]) -> bool:
     """Whether a sentence with these `sources` (as the task's view gives them: page, last_page in `unit`)
     is about untouched pages only: it has a source, and every page each spans is untouched."""
-    if not sources:
+    if not sources or any(source.get("page") is None for source in sources):
         return False
-    for source in sources:
-        if source.get("page") is None:
-            return False
-        first = page_of(unit, source["page"])
-        last = page_of(unit, source.get("last_page") or source["page"])
-        if not all(p in untouched for p in range(first, last + 1)):
-            return False
-    return True
+    return all(p in untouched for source in sources for p in _span(source, unit))
 
 
 def kept(
@@ -279,9 +272,14 @@ def kept(
     return Kept(len(about) - len(changed), len(about), changed)
 
 
+def _span(source: Mapping[str, Any], unit: str | None) -> range:
+    """The pages a source spans (its page to its last page, in pages of one paragraph)."""
+    return range(page_of(unit, source["page"]), page_of(unit, source.get("last_page") or source["page"]) + 1)
+
+
 def _pages(source: Mapping[str, Any], unit: str | None) -> str:
-    first, last = page_of(unit, source["page"]), page_of(unit, source.get("last_page") or source["page"])
-    return str(first) if first == last else f"{first}–{last}"
+    pages = _span(source, unit)
+    return str(pages[0]) if len(pages) == 1 else f"{pages[0]}–{pages[-1]}"
 
 
 def on_pages(passage: str, paragraphs: Sequence[str], first: int, last: int) -> bool:

@@ -15,6 +15,7 @@ are the stacks run by another interpreter (`Stack.python`: the built wheels, the
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import runpy
@@ -26,16 +27,14 @@ from pathlib import Path
 # setdefault at import, as docsum_parser.ocr's thread limit) is kept in every service started from it.
 _ENV_AT_START = dict(os.environ)
 _SERVICES = ("parser", "chunker", "summarizer", "merger", "gateway")
-_context: multiprocessing.context.ForkServerContext | None = None
 
 
+@functools.cache
 def _fork_server() -> multiprocessing.context.ForkServerContext:
-    global _context
-    if _context is None:
-        _context = multiprocessing.get_context("forkserver")
-        # This module first: its _ENV_AT_START is the server's environment before the services' imports.
-        _context.set_forkserver_preload([__name__, *(f"docsum_{name}.__main__" for name in _SERVICES)])
-    return _context
+    context = multiprocessing.get_context("forkserver")
+    # This module first: its _ENV_AT_START is the server's environment before the services' imports.
+    context.set_forkserver_preload([__name__, *(f"docsum_{name}.__main__" for name in _SERVICES)])
+    return context
 
 
 class Forked:

@@ -114,7 +114,12 @@ async def _outage_mid_task(make_stack: StackFactory, llm: FakeLLMServer, server:
     down, started again: the services reconnect by themselves and the task completes with nothing lost.
     Returns the task's requests."""
     stack = make_stack(SERVICES, **server.settings)
-    database_url = server.settings.get("DATABASE_URL") or stack.env["DATABASE_URL"]
+    # Across the outage: a connection the pool lost is made again when next used.
+    async with asyncpg.create_pool(stack.env["DATABASE_URL"], min_size=1, max_size=2) as db:
+        return await _outage(stack, db, llm, server)
+
+
+async def _outage(stack: Stack, db: asyncpg.Pool, llm: FakeLLMServer, server: Server) -> list[LedgerEntry]:
     marker = new_marker()
     text = marked_text(40_000, seed=31, marker=marker)  # MEDIUM: ~20 chunks
     before = pids(stack)
@@ -127,16 +132,12 @@ async def _outage_mid_task(make_stack: StackFactory, llm: FakeLLMServer, server:
             lambda: len(calls(llm, marker, 200)) >= 2, timeout=90, message="the first chunk summaries", stack=stack
         )
         # Mid-task: the task is unfinished and chunks remain to be summarized as the server goes down.
-        db = await asyncpg.connect(database_url)
-        try:
-            state = await db.fetchrow(
-                "SELECT t.status, d.chunk_total, now() AS now,"
-                " (SELECT count(*) FROM chunks c WHERE c.document_id = d.id AND c.status = 'COMPLETED') AS done"
-                " FROM tasks t JOIN documents d ON d.task_id = t.id WHERE t.id = $1",
-                task_id,
-            )
-        finally:
-            await db.close()
+        state = await db.fetchrow(
+            "SELECT t.status, d.chunk_total, now() AS now,"
+            " (SELECT count(*) FROM chunks c WHERE c.document_id = d.id AND c.status = 'COMPLETED') AS done"
+            " FROM tasks t JOIN documents d ON d.task_id = t.id WHERE t.id = $1",
+            task_id,
+        )
         assert state["status"] == "PROCESSING" and state["done"] < state["chunk_total"], dict(state)
         await server.run("stop")
         try:
@@ -153,14 +154,10 @@ async def _outage_mid_task(make_stack: StackFactory, llm: FakeLLMServer, server:
     assert document["status"] == "COMPLETED" and document["summary"]
     assert document["chunks"]["done"] == document["chunks"]["total"] == state["chunk_total"] > 1
     # Nothing lost: every chunk stored with its summary, and no event of the task was dead-lettered.
-    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
-    try:
-        chunks = await chunks_of(pool, task_id)
-        assert len(chunks) == state["chunk_total"]
-        assert all(c["status"] == "COMPLETED" and c["summary"] for c in chunks)
-        assert await pool.fetchval("SELECT updated_at > $2 FROM tasks WHERE id = $1", task_id, state["now"])
-    finally:
-        await pool.close()
+    chunks = await chunks_of(db, task_id)
+    assert len(chunks) == state["chunk_total"]
+    assert all(c["status"] == "COMPLETED" and c["summary"] for c in chunks)
+    assert await db.fetchval("SELECT updated_at > $2 FROM tasks WHERE id = $1", task_id, state["now"])
     dead = [r for r in await read_topics(stack.env, dlq_names(stack.env)) if task_of(r) == task_id]
     assert not dead, [(r.topic, dict(r.headers)) for r in dead]
     # Reconnected on their own: the very same processes, all alive (none crashed, none restarted).

@@ -135,7 +135,7 @@ class _Cuts:
         j = bisect.bisect_right(ps, hi) - 1
         return ps[j] if j >= 0 and ps[j] >= lo else None
 
-    def by_content(self, lo: int, hi: int, settle: int, radius: int, landmarks: _Landmarks) -> int | None:
+    def by_content(self, lo: int, hi: int, settle: int, radius: int, draws: _Draws) -> int | None:
         """The position in [lo, hi] the text chooses (None if there is none): the first landmark (see
         `is_landmark`), else the lowest draw from `settle` on, else the lowest draw in [lo, hi].
 
@@ -147,22 +147,22 @@ class _Cuts:
         if first >= end:
             return None
         for k in range(first, end):
-            if self.is_landmark(k, radius, landmarks):
+            if self.is_landmark(k, radius, draws):
                 return ps[k]
         late = max(first, bisect.bisect_left(ps, settle))
-        return min(ps[late:end] if late < end else ps[first:end], key=landmarks.draw)
+        return min(ps[late:end] if late < end else ps[first:end], key=draws.draw)
 
-    def is_landmark(self, k: int, radius: int, landmarks: _Landmarks) -> bool:
+    def is_landmark(self, k: int, radius: int, draws: _Draws) -> bool:
         """Whether the `k`-th position's draw is lower than every other's within `radius` characters
         (ties count against: repeated text has none). Two landmarks are thus more than `radius` apart."""
         found = self.landmark.get(k)
         if found is None:
-            ps, draw = self.positions, landmarks.draw(self.positions[k])
+            ps, draw = self.positions, draws.draw(self.positions[k])
             i = k - 1
-            while i >= 0 and ps[k] - ps[i] <= radius and landmarks.draw(ps[i]) > draw:
+            while i >= 0 and ps[k] - ps[i] <= radius and draws.draw(ps[i]) > draw:
                 i -= 1
             j = k + 1
-            while j < len(ps) and ps[j] - ps[k] <= radius and landmarks.draw(ps[j]) > draw:
+            while j < len(ps) and ps[j] - ps[k] <= radius and draws.draw(ps[j]) > draw:
                 j += 1
             found = (i < 0 or ps[k] - ps[i] > radius) and (j >= len(ps) or ps[j] - ps[k] > radius)
             self.landmark[k] = found
@@ -183,7 +183,7 @@ class _Cuts:
         return None
 
 
-class _Landmarks:
+class _Draws:
     """A number in [0, 1) per position, drawn from the text around it (HASH_RADIUS characters on
     each side): the same wherever that text moves in the document. Drawn once per position."""
 
@@ -252,7 +252,7 @@ def split_into_chunks(
     paragraphs = _Cuts([m.end() for m in _PARAGRAPH_RE.finditer(text) if m.end() < n])
     lines = _Cuts([m.end() for m in _LINE_RE.finditer(text)])
     by_preference = (paragraphs, sentence_starts, lines)
-    landmarks = _Landmarks(text)
+    draws = _Draws(text)
     radius = int(chunk_chars * LANDMARK_FACTOR)
 
     def lead_in(pos: int, width: int, floor: int) -> int:
@@ -293,7 +293,7 @@ def split_into_chunks(
             for kind in by_preference:
                 if cut is not None:
                     break
-                cut = kind.by_content(lo, hi, settle, radius, landmarks)
+                cut = kind.by_content(lo, hi, settle, radius, draws)
         if cut is None and remaining <= max_len:
             owned.append((start, n))
             break

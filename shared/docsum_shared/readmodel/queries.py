@@ -156,11 +156,10 @@ async def previous_documents(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.R
 _PREVIOUS_DOCUMENTS = (
     "WITH linked AS (SELECT p.id FROM tasks t JOIN tasks p ON p.id = t.previous_task AND p.owner = t.owner"
     "  AND p.deployment = t.deployment WHERE t.id = $1),"
-    " keyed AS (SELECT d.id, d.task_id, coalesce(d.document_key, d.filename) AS k,"
+    " keyed AS (SELECT d.id, d.task_id, d.summary_sentences, coalesce(d.document_key, d.filename) AS k,"
     "  row_number() OVER (PARTITION BY d.task_id, coalesce(d.document_key, d.filename) ORDER BY d.position, d.id) AS n"
     "  FROM documents d WHERE d.task_id = $1 OR d.task_id = (SELECT id FROM linked))"
-    " SELECT d.id, p.id AS previous,"
-    "  (SELECT x.summary_sentences::text FROM documents x WHERE x.id = p.id) AS previous_sentences"
+    " SELECT d.id, p.id AS previous, p.summary_sentences::text AS previous_sentences"
     " FROM keyed d JOIN keyed p ON p.k = d.k AND p.n = d.n AND p.task_id <> d.task_id"
     " WHERE d.task_id = $1"
 )

@@ -58,10 +58,9 @@ async def task_view(pool: asyncpg.Pool, settings: LLMSettings, scope: Scope, tas
     # The sentences, what was reused and what each document is a new version of show here only: the
     # pipeline's views (the progress log, the published result) show none of them, and make no query for them.
     view = with_sentences(view, await queries.sentences(pool, task_id))
-    return with_versions(
-        view, found[0].get("previous_task"), await queries.reuse_rows(pool, task_id),
-        await queries.previous_documents(pool, task_id),
-    )  # fmt: skip
+    previous_task = found[0].get("previous_task")
+    pairs = await queries.previous_documents(pool, task_id) if previous_task else []  # no query: not a new version
+    return with_versions(view, previous_task, await queries.reuse_rows(pool, task_id), pairs)
 
 
 async def task_result(pool: asyncpg.Pool, settings: LLMSettings, task_id: str) -> TaskResult | None:
