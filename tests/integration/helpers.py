@@ -115,6 +115,20 @@ async def wait_for_task(client: httpx.AsyncClient, task_id: str, stack: Logs, ti
     )
 
 
+async def wait_for_published_task(
+    client: httpx.AsyncClient, task_id: str, stack: Logs, timeout: float = 180.0
+) -> dict:
+    """`wait_for_task` for a task another system published onto its intake topic: the gateway knows it only
+    once the intake has created it on first sight, so until then its view is a 404 that is not yet an
+    answer."""
+
+    async def created() -> bool:
+        return (await client.get(f"/v1/tasks/{task_id}")).status_code == 200
+
+    await eventually(created, timeout=timeout, message=f"task {task_id}, created on first sight", stack=stack)
+    return await wait_for_task(client, task_id, stack, timeout=timeout)
+
+
 # --- the API and the database -------------------------------------------------------------------------
 
 

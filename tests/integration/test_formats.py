@@ -24,7 +24,7 @@ from docsum_shared.positions import Positions, position_of
 from tests.documents import Slide, english_prose, make_epub, make_html_page, make_pdf, make_pptx
 from tests.hostile import with_padding_member
 from tests.integration.conftest import StackFactory
-from tests.integration.helpers import eventually, submit, wait_for_task
+from tests.integration.helpers import submit, wait_for_published_task, wait_for_task
 from tests.integration.test_foreign_producers import producers, publish
 
 pytestmark = pytest.mark.integration
@@ -117,13 +117,8 @@ async def test_slides_pages_and_books_published_on_kafka(make_stack: StackFactor
     ]  # fmt: skip
     await asyncio.to_thread(publish, stack, messages)
 
-    async def created() -> bool:
-        async with stack.client("alice") as client:
-            return (await client.get(f"/v1/tasks/{task}")).status_code == 200
-
-    await eventually(created, timeout=90, message="the task, created on first sight", stack=stack)
     async with stack.client("alice") as client:
-        view = await wait_for_task(client, task, stack, timeout=120)
+        view = await wait_for_published_task(client, task, stack, timeout=120)
 
     assert view["status"] == "COMPLETED", view
     units = {"deck.pptx": "slide", "harbour.html": "section", "voyage.epub": "chapter"}
