@@ -46,6 +46,7 @@ observe: up
 # process that imported them (tests/integration/launcher.py).
 TEST_WORKERS ?= 3
 test: setup deploy-tools
+	scripts/fonts.sh  # the scans' fonts, which the page's screenshots also need
 	scripts/chromium.sh >/dev/null  # the web page's browser test drives Debian's Chromium
 	scripts/s3.sh install
 	scripts/prometheus.sh install  # the scrape test's server and promtool
@@ -53,6 +54,7 @@ test: setup deploy-tools
 	scripts/stack.sh with-infra .venv/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30  # the slowest, for keeping the suite short
 
 test-unit: setup deploy-tools
+	scripts/fonts.sh
 	.venv/bin/pytest -q tests/unit
 
 # ruff on the tree, its formatter on the packages, mypy on every package and the tests (with a cache of its
@@ -104,6 +106,7 @@ eval: setup
 # B1–B11 (bench/README.md) on its own stack and stand-in provider: writes bench/results/latest.md and
 # the plots. Timings live here, never in `make test`.
 bench: setup
+	scripts/fonts.sh  # B16 draws its scans
 	$(UV) run --locked --group bench python bench/run.py
 
 clean: down

@@ -98,7 +98,7 @@ def make_encrypted_pdf(text: str, user_password: str = "secret", owner_password:
 
 # Scans: text drawn on a white page image, the pages put in a PDF as images only (no text layer), as a
 # scanner's software writes them. DejaVu Serif for Latin text; WenQuanYi Micro Hei (installed by
-# scripts/chromium.sh, which `make test` runs) for Chinese.
+# scripts/fonts.sh, which `make test` and `make bench` run) for Chinese.
 SCAN_DPI = 150
 _SCAN_FONTS = {
     False: "/usr/share/fonts/truetype/dejavu/DejaVuSerif.ttf",

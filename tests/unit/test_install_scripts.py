@@ -53,6 +53,7 @@ PACKAGES: dict[str, dict[str, str]] = {
         **dict.fromkeys(("pg_ctl", "postgres", "psql", "pg_isready"), NOISE),
     },
     "chromium": {"chromium": ""},
+    "fonts-dejavu-core": {"DejaVuSerif.ttf": ""},
     "fonts-wqy-microhei": {"wqy-microhei.ttc": ""},
     "tesseract-ocr-eng": {"eng.traineddata": ""},
     "tesseract-ocr-chi-sim": {"chi_sim.traineddata": ""},
@@ -78,12 +79,13 @@ class Sandbox:
         _program(self.bin / "id", "echo 0\n")  # the postgres system user exists
         self.pg_lib = tmp / "usr-lib-postgresql"
         self.chromium = tmp / "usr-bin" / "chromium"
-        self.font = tmp / "fonts" / "wqy-microhei.ttc"
+        self.serif = tmp / "fonts" / "dejavu" / "DejaVuSerif.ttf"
+        self.font = tmp / "fonts" / "wqy" / "wqy-microhei.ttc"
         self.tessdata = tmp / "tessdata"
         # Where each package's files go: Debian's postgresql puts its programs under
         # /usr/lib/postgresql/15/bin, not in PATH; the rest land in PATH unless the script looks elsewhere.
         destinations = {"postgresql": self.pg_lib / "15" / "bin", "chromium": self.chromium.parent,
-                        "fonts-wqy-microhei": self.font.parent, "tesseract-ocr-eng": self.tessdata,
+                        "fonts-dejavu-core": self.serif.parent, "fonts-wqy-microhei": self.font.parent, "tesseract-ocr-eng": self.tessdata,
                         "tesseract-ocr-chi-sim": self.tessdata}  # fmt: skip
         # Staged packages: apt-get copies stage/NAME/* to the folder named in stage/NAME.dest.
         self.stage = tmp / "stage"
@@ -111,6 +113,7 @@ class Sandbox:
             "DOCSUM_STATE_DIR": str(self.root / ".run"),
             "DOCSUM_PG_LIB_ROOT": str(self.pg_lib),
             "DOCSUM_CHROMIUM": str(self.chromium),
+            "DOCSUM_SERIF_FONT": str(self.serif),
             "DOCSUM_CJK_FONT": str(self.font),
             "DOCSUM_OCR_TESSDATA": str(self.tessdata),
         }
@@ -141,6 +144,14 @@ def test_prometheus_bin_prints_only_the_path(sandbox: Sandbox) -> None:
 
 def test_chromium_prints_only_the_browser(sandbox: Sandbox) -> None:
     assert sandbox.lines("chromium.sh") == [str(sandbox.chromium)]
+
+
+def test_fonts_installs_both_scan_fonts_and_prints_nothing(sandbox: Sandbox) -> None:
+    assert sandbox.lines("fonts.sh") == []
+    assert sandbox.serif.exists() and sandbox.font.exists()
+    # Installed now: the second call installs nothing.
+    again = sandbox.run("fonts.sh")
+    assert again.returncode == 0 and again.stdout == "" and "InRelease" not in again.stderr
 
 
 def test_tesseract_installs_both_languages_and_prints_only_their_folder(sandbox: Sandbox) -> None:
