@@ -85,8 +85,8 @@ class Sandbox:
         # Where each package's files go: Debian's postgresql puts its programs under
         # /usr/lib/postgresql/15/bin, not in PATH; the rest land in PATH unless the script looks elsewhere.
         destinations = {"postgresql": self.pg_lib / "15" / "bin", "chromium": self.chromium.parent,
-                        "fonts-dejavu-core": self.serif.parent, "fonts-wqy-microhei": self.font.parent, "tesseract-ocr-eng": self.tessdata,
-                        "tesseract-ocr-chi-sim": self.tessdata}  # fmt: skip
+                        "fonts-dejavu-core": self.serif.parent, "fonts-wqy-microhei": self.font.parent,
+                        "tesseract-ocr-eng": self.tessdata, "tesseract-ocr-chi-sim": self.tessdata}  # fmt: skip
         # Staged packages: apt-get copies stage/NAME/* to the folder named in stage/NAME.dest.
         self.stage = tmp / "stage"
         for package, programs in PACKAGES.items():
