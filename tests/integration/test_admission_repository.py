@@ -72,6 +72,27 @@ async def test_a_waiting_chunk_is_admitted_charged_and_announced_once(repository
     assert chunk_id not in again.chunk_ids() and await _counter(repository_db, owner) == charged
 
 
+async def test_the_default_windows_last_slot_waits_for_a_newcomer_not_the_backlog(repository_db: asyncpg.Pool) -> None:
+    """The default window (calls in flight and spare behind them): an owner already served is admitted up
+    to one slot short of it, and that slot goes to the next owner to arrive, at its first admission
+    (before, the backlog took it and the newcomer waited for a call to finish)."""
+    deployment = f"spare-{uuid.uuid4().hex[:6]}."
+    backlog, newcomer = f"owner-{uuid.uuid4().hex[:8]}", f"owner-{uuid.uuid4().hex[:8]}"
+    settings = SummarizerSettings(
+        _env_file=None, topic_prefix=deployment, llm_max_inflight=1, admission_spare=2
+    )  # type: ignore[call-arg]
+    assert settings.admission_window is None and settings.window() == 3
+    await _chunk(repository_db, backlog, admitted_ago_s=1.0, deployment=deployment)  # its call: 2 slots left
+    waiting = {await _chunk(repository_db, backlog, admitted_ago_s=None, deployment=deployment) for _ in range(5)}
+    published = Published()
+    for _ in range(2):
+        await admit_once(admissions(repository_db, settings), published, settings)
+    assert len(published.chunk_ids()) == 1 and published.chunk_ids() <= waiting  # one slot kept free
+    arriving = await _chunk(repository_db, newcomer, admitted_ago_s=None, deployment=deployment)
+    await admit_once(admissions(repository_db, settings), published, settings)
+    assert arriving in published.chunk_ids() and len(published.chunk_ids()) == 2
+
+
 async def test_fifo_admits_the_oldest_ready_chunk_whoever_is_served_most(repository_db: asyncpg.Pool) -> None:
     """DOCSUM_ADMISSION_ORDER=fifo: one free slot goes to the chunk ready first, though its owner is being
     served and the fair order would give it to the other, coming back; its owner is charged."""

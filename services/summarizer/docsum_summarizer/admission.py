@@ -284,6 +284,11 @@ async def _admit(turn: AdmissionTurn, settings: SummarizerSettings) -> list[Admi
     owners = sorted({w.owner for w in waiting} | set(running))
     view = ShareView(running, waiting, await turn.counters(owners), holding.started, holding.in_hand)
     decided = plan(view, free, settings.owner_weights, settings.policy())
+    if settings.admission_window is None and sum(decided.grants.values()) == free and not _arriving(decided, running):
+        # The window's last slot is kept for whoever arrives next: a newcomer's chunk (or an owner's
+        # urgent one) is then admitted as soon as it is stored, not one finished call later. The window
+        # holds spare chunks beyond the calls that can run (admission_spare), so no call waits for it.
+        decided = plan(view, free - 1, settings.owner_weights, settings.policy())
     admitted: list[Admitted] = []
     for (owner, priority), n in sorted(decided.grants.items()):
         taken = await turn.admit(owner, priority, n, decided.ranks[(owner, priority)])
@@ -291,6 +296,11 @@ async def _admit(turn: AdmissionTurn, settings: SummarizerSettings) -> list[Admi
         await turn.charge(owner, at_least=decided.floors[owner], virtual_tokens=sum(a.charged for a in taken) / weight)
         admitted.extend(taken)
     return admitted
+
+
+def _arriving(decided: Plan, running: Mapping[str, int]) -> bool:
+    """Whether `decided` grants a slot to an owner with nothing running, or to urgent work."""
+    return any(running.get(owner, 0) == 0 or priority is Priority.URGENT for owner, priority in decided.grants)
 
 
 async def _admit_oldest(turn: AdmissionTurn, settings: SummarizerSettings, free: int) -> list[Admitted]:

@@ -36,8 +36,9 @@ class SummarizerSettings(LLMSettings, ReconcileSettings):
     # finished across every replica (None: the live summarizers' DOCSUM_LLM_MAX_INFLIGHT summed, plus
     # `admission_spare` each, 3 × its own calls in flight when unset: the calls running and some announced
     # behind them, so a call ending has its next chunk in hand while the admission refills the slot, and a
-    # newcomer waits behind a few calls, not a backlog), the rest waiting in PostgreSQL, admitted in the
-    # fair order every `admission_interval_s` and as soon as a chunk finishes. An admitted chunk no
+    # newcomer waits behind a few calls, not a backlog; its last slot kept for whoever arrives next), the
+    # rest waiting in PostgreSQL, admitted in the fair order every `admission_interval_s` and as soon as a
+    # chunk finishes. An admitted chunk no
     # summarizer has leased within `admission_hold_s` (its announcement lost) is announced again.
     admission_window: int | None = Field(None, ge=1)
     admission_spare: int | None = Field(None, ge=0)
