@@ -34,7 +34,7 @@ from tests.integration import launcher
 from tests.integration.helpers import delete_topics, eventually_blocking, read_topics
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVICES = ("parser", "chunker", "summarizer", "merger", "gateway")
+SERVICES = launcher.SERVICES
 # The broker the project's scripts start (or the one named by KAFKA_BOOTSTRAP_SERVERS).
 OWN_BROKER = not os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
 BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or f"127.0.0.1:{os.environ.get('DOCSUM_KAFKA_PORT', '9092')}"

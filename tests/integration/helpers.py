@@ -101,32 +101,27 @@ def _timed_out(timeout: float, message: Message, stack: Logs | None) -> NoReturn
     pytest.fail(f"timed out after {timeout:g}s waiting for {what}{logs}")
 
 
-async def wait_for_task(client: httpx.AsyncClient, task_id: str, stack: Logs, timeout: float = 180.0) -> dict:
-    """The task's view once it is final; the test fails (with the services' logs) if it is not in time."""
-    last: dict[str, Any] = {}
+async def wait_for_task(
+    client: httpx.AsyncClient, task_id: str, stack: Logs, timeout: float = 180.0, *, published: bool = False
+) -> dict:
+    """The task's view once it is final; the test fails (with the services' logs) if it is not in time.
+    `published`: a task another system published onto its intake topic, which the gateway knows only once
+    the intake has created it on first sight: until then its view is a 404 that is not yet an answer."""
+    last: dict[str, Any] | None = None
 
     async def final() -> dict[str, Any] | None:
         nonlocal last
-        last = await get_task(client, task_id)
+        response = await client.get(f"/v1/tasks/{task_id}")
+        if published and response.status_code == 404:
+            return None
+        response.raise_for_status()
+        last = response.json()
         return last if last["status"] in FINAL else None
 
-    return await eventually(
-        final, timeout=timeout, interval=0.3, message=lambda: f"task {task_id} to finish: {last}", stack=stack
-    )
+    def seen() -> str:
+        return f"task {task_id} to finish: {'not created yet' if last is None else last}"
 
-
-async def wait_for_published_task(
-    client: httpx.AsyncClient, task_id: str, stack: Logs, timeout: float = 180.0
-) -> dict:
-    """`wait_for_task` for a task another system published onto its intake topic: the gateway knows it only
-    once the intake has created it on first sight, so until then its view is a 404 that is not yet an
-    answer."""
-
-    async def created() -> bool:
-        return (await client.get(f"/v1/tasks/{task_id}")).status_code == 200
-
-    await eventually(created, timeout=timeout, message=f"task {task_id}, created on first sight", stack=stack)
-    return await wait_for_task(client, task_id, stack, timeout=timeout)
+    return await eventually(final, timeout=timeout, interval=0.3, message=seen, stack=stack)
 
 
 # --- the API and the database -------------------------------------------------------------------------

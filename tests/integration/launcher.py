@@ -26,14 +26,14 @@ from pathlib import Path
 # The environment the fork server started with: what importing the services added to it (a library's
 # setdefault at import, as docsum_parser.ocr's thread limit) is kept in every service started from it.
 _ENV_AT_START = dict(os.environ)
-_SERVICES = ("parser", "chunker", "summarizer", "merger", "gateway")
+SERVICES = ("parser", "chunker", "summarizer", "merger", "gateway")  # what a stack runs, and the server preloads
 
 
 @functools.cache
 def _fork_server() -> multiprocessing.context.ForkServerContext:
     context = multiprocessing.get_context("forkserver")
     # This module first: its _ENV_AT_START is the server's environment before the services' imports.
-    context.set_forkserver_preload([__name__, *(f"docsum_{name}.__main__" for name in _SERVICES)])
+    context.set_forkserver_preload([__name__, *(f"docsum_{name}.__main__" for name in SERVICES)])
     return context
 
 

@@ -38,7 +38,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from confluent_kafka import Consumer, KafkaException, Producer
 
 from tests.integration.conftest import ROOT, Stack, StackFactory
-from tests.integration.helpers import CONSUMED, eventually, read_topics, wait_for_published_task, wait_for_task
+from tests.integration.helpers import CONSUMED, eventually, read_topics, wait_for_task
 
 pytestmark = pytest.mark.integration
 
@@ -219,7 +219,7 @@ async def test_documents_published_by_another_kafka_client(
     await asyncio.to_thread(publish, stack, [*good, bad, *refused])
 
     async with stack.client("alice") as client:
-        view = await wait_for_published_task(client, task, stack, timeout=120)
+        view = await wait_for_task(client, task, stack, timeout=120, published=True)
     assert view["status"] == "COMPLETED_WITH_ERRORS", view
     assert view["title"] == "From the CRM"
     docs = {d["filename"]: d for d in view["documents"]}
@@ -340,7 +340,7 @@ async def test_the_stored_form_reads_only_its_own_documents_bytes(make_stack: St
          "source_uri": "s3://x"},
     ])  # fmt: skip
     async with stack.client("bob") as bob:
-        assert (await wait_for_published_task(bob, task, stack, timeout=90))["status"] == "FAILED"
+        assert (await wait_for_task(bob, task, stack, timeout=90, published=True))["status"] == "FAILED"
         assert (await bob.post(f"/v1/tasks/{task}/retry")).status_code == 200
     assert await db.fetchval("SELECT status FROM documents WHERE id = $1", document) == "PENDING"
 

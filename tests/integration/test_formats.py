@@ -24,7 +24,7 @@ from docsum_shared.positions import Positions, position_of
 from tests.documents import Slide, english_prose, make_epub, make_html_page, make_pdf, make_pptx
 from tests.hostile import with_padding_member
 from tests.integration.conftest import StackFactory
-from tests.integration.helpers import submit, wait_for_published_task, wait_for_task
+from tests.integration.helpers import submit, wait_for_task
 from tests.integration.test_foreign_producers import producers, publish
 
 pytestmark = pytest.mark.integration
@@ -118,7 +118,7 @@ async def test_slides_pages_and_books_published_on_kafka(make_stack: StackFactor
     await asyncio.to_thread(publish, stack, messages)
 
     async with stack.client("alice") as client:
-        view = await wait_for_published_task(client, task, stack, timeout=120)
+        view = await wait_for_task(client, task, stack, timeout=120, published=True)
 
     assert view["status"] == "COMPLETED", view
     units = {"deck.pptx": "slide", "harbour.html": "section", "voyage.epub": "chapter"}

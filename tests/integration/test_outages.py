@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from collections import Counter
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import asyncpg
@@ -99,7 +99,7 @@ async def own_database() -> AsyncIterator[Server]:
     try:
         await server.run("start")
         url = await create_database(await server.run("url"), "docsum_outage")
-        yield Server("postgres.sh", env, {"DATABASE_URL": url})
+        yield replace(server, settings={"DATABASE_URL": url})
     finally:
         await server.run("stop")
         shutil.rmtree(state, ignore_errors=True)
