@@ -92,7 +92,9 @@ async def test_a_new_version_pays_only_for_its_changed_chunks_and_says_what_it_r
     before = {request_of(c) for c in await chunks_of(db, first["task_id"])}
     chunks = await chunks_of(db, second["task_id"])
     unchanged = sum(request_of(c) in before for c in chunks)
-    assert len(chunks) >= 10 and len(chunks) - 3 <= unchanged < len(chunks), (len(chunks), unchanged)
+    # Changed: the chunk the words went into and its neighbours (their contexts show it), and one more when the
+    # added words move a cut (the cuts follow the text, whose marker is new each run: seen once, 14 of 18).
+    assert len(chunks) >= 10 and len(chunks) - 4 <= unchanged < len(chunks), (len(chunks), unchanged)
 
     # What the stand-in answered for the new version: its changed chunks, and the merges above them.
     paid = calls(llm, marker, 200, since=since)
