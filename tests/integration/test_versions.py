@@ -78,9 +78,8 @@ async def test_a_new_version_pays_only_for_its_changed_chunks_and_says_what_it_r
     assert first_doc["reuse"]["chunk_summaries_reused"] == 0 and first_doc["reuse"]["merges_reused"] == 0
 
     since = time.time()
-    second = await summarized(
-        pipeline, "alice", "report.txt", edited(first_text, marker), previous_task=first["task_id"]
-    )
+    edited_text = edited(first_text, marker)
+    second = await summarized(pipeline, "alice", "report.txt", edited_text, previous_task=first["task_id"])
     await asyncio.to_thread(llm.llm.wait_idle, 10)
     assert second["status"] == "COMPLETED", second
     doc = second["documents"][0]
@@ -92,9 +91,12 @@ async def test_a_new_version_pays_only_for_its_changed_chunks_and_says_what_it_r
     before = {request_of(c) for c in await chunks_of(db, first["task_id"])}
     chunks = await chunks_of(db, second["task_id"])
     unchanged = sum(request_of(c) in before for c in chunks)
-    # Changed: the chunk the words went into and its neighbours (their contexts show it), and one more when the
-    # added words move a cut (the cuts follow the text, whose marker is new each run: seen once, 14 of 18).
-    assert len(chunks) >= 10 and len(chunks) - 4 <= unchanged < len(chunks), (len(chunks), unchanged)
+    # As many as the chunker, run here on the two texts, leaves as they were. How many that is follows the text,
+    # whose marker is new each run (mostly 1 to 3 of 16 to 20 changed; how few an edit changes is
+    # test_chunking's, on fixed texts), but some are always reused and some never.
+    kept = {(c.text, c.context_before, c.context_after) for c in split_into_chunks(first_text)}
+    predicted = sum((c.text, c.context_before, c.context_after) in kept for c in split_into_chunks(edited_text))
+    assert len(chunks) >= 10 and unchanged == predicted and 0 < unchanged < len(chunks), (len(chunks), unchanged)
 
     # What the stand-in answered for the new version: its changed chunks, and the merges above them.
     paid = calls(llm, marker, 200, since=since)
