@@ -9,7 +9,8 @@ a chunk's ready time (`chunks.ready_at`, the chunker's transaction) is read from
 
 - B12: owner A's backlog is cut and being served; B submits a one-page task. How long after its chunk
   was ready B's first call starts (in calls' time, and in call completions meanwhile), and B's task's
-  time (submit → COMPLETED as `docsum` sees it) against (its depth + 1) calls' time.
+  time (submit → COMPLETED as `docsum` sees it) against (its depth + 1) calls' time, split into its hops:
+  to its chunk ready, to its first call, its calls, and from its last answer to done.
 - B13: three owners whose chunks differ 10× in size (the chunker restarted with 200, 630 and 2,000
   characters a chunk for each one's task), backlogged together: the summarizer stopped while the three
   are cut, then started. Tokens served per owner in each window (by the call's answer), the widest
@@ -294,11 +295,16 @@ class Behind:
     completions: int  # calls answered meanwhile
     task_s: float  # submit -> COMPLETED as `docsum` sees it
     depth: int  # its calls, one after another
+    to_ready_s: float  # submit -> its chunk ready (upload, parse, cut)
+    after_s: float  # its last call's answer -> COMPLETED as `docsum` sees it (store, merge, finish, stream)
 
     def shown(self) -> str:
+        calls = self.task_s - self.to_ready_s - self.wait_s - self.after_s
         return (f"first call {self.wait_s / CALL_S:.1f} calls' time ({self.completions} completions) after its"
                 f" chunk was ready, behind {self.backlog:,} chunks; done in {self.task_s / CALL_S:.1f} calls' time"
-                f" (depth {self.depth})")  # fmt: skip
+                f" (depth {self.depth}: to its chunk ready {self.to_ready_s / CALL_S:.1f}, to its first call"
+                f" {self.wait_s / CALL_S:.1f}, its calls {calls / CALL_S:.1f}, from the last answer to done"
+                f" {self.after_s / CALL_S:.1f})")  # fmt: skip
 
 
 def behind_backlog(
@@ -319,18 +325,21 @@ def behind_backlog(
     total = owners.cut([backlog])
     while len(attribute(bench.llm.llm.entries(200), {backlog_mark: "alice"})) < 48:  # served for 3 rounds
         time.sleep(0.05)
-    started = time.perf_counter()
+    started = time.time()  # the stand-in's ledger and the database's clocks are the wall's too
     task_id = owners.submit(newcomer, [text_of(bench, 1, mark)], options=options)
     owners.wait(newcomer, task_id)
-    task_s = time.perf_counter() - started
+    seen = time.time()
     ready = owners.ready_at(task_id)
     ledger = bench.llm.llm.entries()
     own = sorted(attribute(ledger, {mark: newcomer}), key=lambda c: c.started)
     served_before = sum(1 for c in attribute(ledger, {backlog_mark: "alice"}) if c.finished <= ready)
     owners.cancel_all()
     owners.close()
-    first = own[0].started
-    return Behind(total - served_before, first - ready, completions_between(ledger, ready, first), task_s, len(own))
+    first, answered = own[0].started, max(c.finished for c in own)
+    return Behind(
+        total - served_before, first - ready, completions_between(ledger, ready, first), seen - started, len(own),
+        ready - started, seen - answered,
+    )
 
 
 def b12(bench: Bench) -> list[Figure]:
