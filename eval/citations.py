@@ -613,6 +613,9 @@ def main(argv: list[str] | None = None) -> int:
         for name, summary in run.documents.items():
             print(f"{run.name}, {name}: the document's sentences")
             print(json.dumps(sentences_json(summary), ensure_ascii=False, indent=2))
+        if run.task is not None and run.task.view is not None:  # and the task's over them all
+            print(f"{run.name}, the task's sentences")
+            print(json.dumps(list(run.task.view.get("sentences") or []), ensure_ascii=False, indent=2))
     found = MIN_FOUND
     if not args.no_pdfs:
         print("real PDFs:", flush=True)

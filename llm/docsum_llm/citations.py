@@ -17,7 +17,7 @@ Nothing else: no other character may be added, dropped or changed, case included
 
 An LLM does not quote: it rewords. `lexically_supported` is the looser test its sentences meet: most of
 a sentence's content words (case-folded, lightly stemmed, each CJK character a word of its own) are
-in the text it cites.
+in the text it cites, and every name of code it uses (`code_names`: `idn2_malloc`, `getElementById`) is.
 
 Above them, the sentences of a chunk's summary are mapped to ranges of their document's text
 (`chunk_sentences`), and the sentences of a merge to the sources of the sentences they rest on
@@ -27,6 +27,7 @@ Above them, the sentences of a chunk's summary are mapped to ranges of their doc
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import get_args
@@ -175,18 +176,32 @@ _STOPWORDS = frozenset(
     what when where which while who whom why will with within without would you your""".split()
 )
 _CJK_STOPWORDS = frozenset("的了是在和与及或也就都而之其这那有为以于个")
+# A name of code: letters and digits joined by "_" (not at either end), or a word with a lower-case letter
+# followed by a capital (camelCase, PascalCase with a second capital).
+_CODE_NAME_RE = re.compile(r"(?<!\w)(?:[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+|[A-Za-z]*[a-z][A-Z][A-Za-z0-9]*)(?!\w)")
 # Suffixes a light stem drops (the first that fits), and what takes their place.
 _SUFFIXES = (("ies", "y"), ("ied", "y"), ("ings", ""), ("ing", ""), ("ed", ""), ("ly", ""), ("s", ""))
 _MIN_STEM = 3
 
 
 def lexically_supported(quoted: str, sentence: str) -> bool:
-    """Whether most of `sentence`'s content words (at least `LEXICAL_SUPPORT` of them) are in `quoted`;
-    a sentence without any is not supported."""
+    """Whether most of `sentence`'s content words (at least `LEXICAL_SUPPORT` of them) are in `quoted`,
+    and every name of code it uses (`code_names`) is; a sentence without any content word is not
+    supported."""
     words = content_words(sentence)
     if not words:
         return False
+    if not code_names(sentence) <= code_names(quoted):
+        return False  # an API, file or setting the source does not name: a model's invention, however worded
     return len(words & content_words(quoted)) >= LEXICAL_SUPPORT * len(words)
+
+
+def code_names(text: str) -> set[str]:
+    """The names of code in `text` (case-folded): words joined by "_" (`idn2_malloc`, `MAX_LEN`) and
+    words with a capital inside (`getElementById`, `ByteBuffer`). A model that rewords a technical text
+    keeps them as they are, or it names something else: a sentence that names one its source does not
+    has no support for it, whatever else it shares."""
+    return {m.casefold() for m in _CODE_NAME_RE.findall(text)}
 
 
 def content_words(text: str) -> set[str]:

@@ -18,6 +18,7 @@ from docsum_llm.budget import group_to_fit, next_level, part_of
 from docsum_llm.citations import (
     check_sources,
     chunk_sentences,
+    code_names,
     lexical_support_rate,
     lexically_supported,
     merged_sentences,
@@ -206,6 +207,37 @@ def test_a_cited_sentence_in_other_words_is_checked_lexically_against_its_source
 def test_lexical_support_wants_most_content_words_in_the_quoted_text(sentence: str, supported: bool) -> None:
     quoted = "Kafka stores events in topics, and brokers keep them. 卡夫卡把事件存储在主题中。"
     assert lexically_supported(quoted, sentence) is supported
+
+
+# The page a local model summarized (libidn2's manual, Debian's PDF), and its sentence that named a function
+# the page does not: its other words passed the lexical check.
+IDN2_PAGE = (
+    "Chapter 2: Library Functions 9\n2.7 Memory Handling\nidn2 free\n[Function]void idn2_free (void * ptr)\n"
+    "ptr: pointer to deallocate\nCall free(3) on the given pointer."
+)
+
+
+@pytest.mark.parametrize(
+    ("sentence", "supported"),
+    [
+        ("The function `idn2_free` is used to deallocate memory allocated by `idn2_malloc`.", False),
+        ("The function `idn2_free` is used to deallocate memory.", True),
+        ("The function IDN2_FREE deallocates the memory a pointer holds.", True),  # case does not matter
+        ("Memory handling: idnFree deallocates the given pointer.", False),  # a name it does not have
+        ("Memory handling: the function deallocates the given pointer.", True),  # no name of code at all
+    ],
+)
+def test_a_sentence_naming_code_its_source_does_not_name_is_not_supported(sentence: str, supported: bool) -> None:
+    assert lexically_supported(IDN2_PAGE, sentence) is supported
+
+
+def test_names_of_code_are_words_joined_by_underscores_or_with_a_capital_inside() -> None:
+    assert code_names("`idn2_malloc`, MAX_LEN, getElementById and ByteBuffer; COVID-19, IPv6, HTTP, __init__, x_") == {
+        "idn2_malloc",
+        "max_len",
+        "getelementbyid",
+        "bytebuffer",
+    }
 
 
 # --- a sentence's sources are bounded -----------------------------------------------------------------------

@@ -105,6 +105,24 @@ def test_each_sentence_is_cited_aligned_or_unsupported_and_an_invented_id_is_dro
     )
 
 
+def test_a_sentence_naming_code_no_sentence_shown_names_is_unsupported_and_one_that_does_takes_it_along() -> None:
+    # A manual's page; a local model's sentence about it named a function the page does not (idn2_malloc).
+    page = SummaryRequest(
+        SummaryKind.CHUNK,
+        ("Memory handling frees the given pointer. The library heap may differ from the caller heap. Use idn2_free.",),
+    )
+    numbers = numbered(page)
+    found: list[tuple[str, tuple[str, ...]]] = [
+        # Its words are the first two sentences' together, but the name is made up: no sentence has it.
+        ("Memory handling frees the library heap pointer with idn2_malloc.", ()),
+        # The same with the name the page has: the sentence that names it is one of its sources too.
+        ("Memory handling frees the library heap pointer with idn2_free.", ()),
+    ]
+    made_up, put_together = cited_sentences(found, numbers)
+    assert made_up == SummarySentence(found[0][0], (), "unsupported")
+    assert put_together == SummarySentence(found[1][0], tuple(numbers.spans.values()), "synthesis")
+
+
 def test_the_summary_holds_each_sentence_verbatim_in_the_style_asked() -> None:
     sentences = (SummarySentence("One.", ()), SummarySentence("两个。", ()), SummarySentence("Three.", ()))
     assert summary_text(sentences, "") == "One. 两个。Three."

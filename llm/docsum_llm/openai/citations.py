@@ -32,7 +32,7 @@ from typing import Any, Literal
 from docsum_shared.text import sentence_spans, storable
 
 from ..base import Span, SummaryRequest, SummarySentence
-from ..citations import LEXICAL_SUPPORT, content_words, lexically_supported
+from ..citations import LEXICAL_SUPPORT, code_names, content_words, lexically_supported
 from ..extractive import join_sentences
 
 CitationMode = Literal["json_schema", "text", "off"]
@@ -322,8 +322,9 @@ def cited_sentences(found: list[Claim], numbers: Numbered) -> tuple[SummarySente
 
 def _together(text: str, numbers: Numbered, words: Mapping[str, set[str]]) -> list[str]:
     """The request's sentences that support `text` together, in the request's order: each next one the
-    one that adds most of its content words not yet found, until `LEXICAL_SUPPORT` of them are; none
-    when all of the request's sentences together do not."""
+    one that adds most of its content words not yet found, until `LEXICAL_SUPPORT` of them are, and then
+    for each name of code it uses (`code_names`) not yet among them, the first that has it; none when all
+    of the request's sentences together do not."""
     wanted = content_words(text)
     found: set[str] = set()
     chosen: list[str] = []
@@ -333,6 +334,13 @@ def _together(text: str, numbers: Numbered, words: Mapping[str, set[str]]) -> li
             return []
         found |= words[best] & wanted
         chosen.append(best)
+    named = set().union(*(code_names(numbers.texts[sid]) for sid in chosen)) if chosen else set()
+    for name in sorted(code_names(text) - named):
+        having = next((sid for sid in numbers.ids if name in code_names(numbers.texts.get(sid, ""))), None)
+        if having is None:
+            return []  # a name no sentence shown has: made up, not put together
+        if having not in chosen:
+            chosen.append(having)
     return sorted(chosen, key=numbers.ids.index)
 
 
