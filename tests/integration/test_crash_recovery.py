@@ -517,7 +517,7 @@ def chunk_request(chunk: asyncpg.Record) -> tuple[str, str, str]:
 
 async def test_kill_9_amid_a_new_version_pays_no_answer_twice(fast: Stack, stand_in: FakeLLM, db: asyncpg.Pool) -> None:
     """A document summarized, then a new version of it (previous_task) with every tenth paragraph changed:
-    the summarizer is killed -9 when half of the changed chunks are summarized, and restarted. The new
+    the summarizer is killed -9 once its first changed chunks are summarized, and restarted. The new
     version completes; no request answered for the first version is asked again, no chunk stored before the
     kill is, at most the calls in flight at the kill are paid twice; and the view counts as reused exactly
     the chunks whose requests the edit left as they were."""
@@ -531,15 +531,19 @@ async def test_kill_9_amid_a_new_version_pays_no_answer_twice(fast: Stack, stand
         assert first["status"] == "COMPLETED", first
         before = {chunk_request(c) for c in await chunks_of(db, first_id)}
         since = time.time()
-        stand_in.configure(latency_s=0.3)
+        # The kill comes once the first round of changed chunks is stored. At least 12 of the ~30 change (the
+        # cuts follow the marker, new each run), INFLIGHT at a time, so two rounds or more are still to go:
+        # a second of margin for the look that sees it on a loaded machine (half of them, with 0.3 s calls,
+        # left 0.3 s, and a run saw every chunk stored before the kill).
+        stand_in.configure(latency_s=0.5)
         task_id = await submit(client, [txt(name, every_tenth_paragraph_edited(text, marker))], previous_task=first_id)
 
         async def changed_done() -> bool:
             chunks = await chunks_of(db, task_id)
             changed = [c for c in chunks if chunk_request(c) not in before]
-            return bool(changed) and sum(c["status"] == "COMPLETED" for c in changed) >= len(changed) // 2
+            return any(c["status"] == "COMPLETED" for c in changed)
 
-        await eventually(changed_done, timeout=90, interval=LOOK_S, message="half of the changed chunks", stack=stack)
+        await eventually(changed_done, timeout=90, interval=LOOK_S, message="a changed chunk stored", stack=stack)
         done_before = await completed_texts(db, task_id)
         stack.kill("summarizer")
         killed_at = time.time()
@@ -552,7 +556,8 @@ async def test_kill_9_amid_a_new_version_pays_no_answer_twice(fast: Stack, stand
     chunks = await chunks_of(db, task_id)
     unchanged = sum(chunk_request(c) in before for c in chunks)
     assert len(chunks) // 3 <= unchanged < len(chunks) - 4, (unchanged, len(chunks))
-    assert unchanged < len(done_before) < len(chunks), "the kill was meant to land amid the changed chunks"
+    changed = {plain(c["text"]) for c in chunks if chunk_request(c) not in before}
+    assert 0 < len(changed & done_before) < len(changed), "the kill was meant to land amid the changed chunks"
     entries = calls(stand_in, marker)
     first_prompts = {e.prompt_sha256 for e in entries if e.started < since and e.status == 200}
     again = [e for e in entries if e.started >= since and e.status == 200 and e.prompt_sha256 in first_prompts]
