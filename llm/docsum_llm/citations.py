@@ -191,7 +191,7 @@ def lexically_supported(quoted: str, sentence: str) -> bool:
     words = content_words(sentence)
     if not words:
         return False
-    if not code_names(sentence) <= code_names(quoted):
+    if (names := code_names(sentence)) and not names <= code_names(quoted):  # the quoted text read only then
         return False  # an API, file or setting the source does not name: a model's invention, however worded
     return len(words & content_words(quoted)) >= LEXICAL_SUPPORT * len(words)
 

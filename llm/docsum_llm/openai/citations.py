@@ -334,13 +334,14 @@ def _together(text: str, numbers: Numbered, words: Mapping[str, set[str]]) -> li
             return []
         found |= words[best] & wanted
         chosen.append(best)
-    named = set().union(*(code_names(numbers.texts[sid]) for sid in chosen)) if chosen else set()
-    for name in sorted(code_names(text) - named):
-        having = next((sid for sid in numbers.ids if name in code_names(numbers.texts.get(sid, ""))), None)
-        if having is None:
-            return []  # a name no sentence shown has: made up, not put together
-        if having not in chosen:
-            chosen.append(having)
+    if wanted_names := code_names(text):
+        names = {sid: code_names(said) for sid, said in numbers.texts.items()}  # once, only when it names any
+        for name in sorted(wanted_names - set().union(*(names[sid] for sid in chosen))):
+            having = next((sid for sid in numbers.ids if name in names.get(sid, ())), None)
+            if having is None:
+                return []  # a name no sentence shown has: made up, not put together
+            if having not in chosen:
+                chosen.append(having)
     return sorted(chosen, key=numbers.ids.index)
 
 
