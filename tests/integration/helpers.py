@@ -148,6 +148,12 @@ async def get_task(client: httpx.AsyncClient, task_id: str) -> dict[str, Any]:
     return response.json()
 
 
+def chunk_request(chunk: asyncpg.Record | Mapping[str, Any]) -> tuple[str, str, str]:
+    """What a stored chunk's summary request is made of (summarizer policy.request_for, the options aside):
+    a chunk whose request a new version left as it was is answered from its owner's result cache."""
+    return chunk["text"], chunk["context_before"], chunk["context_after"]
+
+
 async def chunks_of(db: asyncpg.Pool, task_or_document_id: str) -> list[asyncpg.Record]:
     """The chunk rows of a task (or of one document), each with its document's filename, in document
     and chunk order."""

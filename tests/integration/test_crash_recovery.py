@@ -35,6 +35,7 @@ from tests.integration.conftest import SERVICES, Stack, StackFactory
 from tests.integration.helpers import (
     FINAL,
     calls,
+    chunk_request,
     chunks_of,
     clear_forced,
     eventually,
@@ -508,11 +509,6 @@ def every_tenth_paragraph_edited(text: str, marker: str) -> str:
         p.replace(f"{marker} ", f"{marker} In the second edition, ", 1) if i % 10 == 5 else p
         for i, p in enumerate(paragraphs)
     )
-
-
-def chunk_request(chunk: asyncpg.Record) -> tuple[str, str, str]:
-    """What a chunk's summary request is made of (summarizer policy.request_for, the options aside)."""
-    return chunk["text"], chunk["context_before"], chunk["context_after"]
 
 
 async def test_kill_9_amid_a_new_version_pays_no_answer_twice(fast: Stack, stand_in: FakeLLM, db: asyncpg.Pool) -> None:

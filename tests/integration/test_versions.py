@@ -32,6 +32,7 @@ from tests.fake_llm import FakeLLMServer
 from tests.inprocess import InProcessStack
 from tests.integration.helpers import (
     calls,
+    chunk_request,
     chunks_of,
     marked_text,
     new_marker,
@@ -53,11 +54,6 @@ def edited(text: str, marker: str) -> str:
     middle = len(paragraphs) // 2
     paragraphs[middle] = paragraphs[middle].replace(f"{marker} ", f"{marker} In the revised edition, ", 1)
     return "\n\n".join(paragraphs)
-
-
-def request_of(chunk: asyncpg.Record) -> tuple[str, str, str]:
-    """What a chunk's summary request is made of (summarizer policy.request_for, the options aside)."""
-    return chunk["text"], chunk["context_before"], chunk["context_after"]
 
 
 async def summarized(stack: InProcessStack, owner: str, name: str, text: str, **form: str) -> dict[str, Any]:
@@ -88,14 +84,14 @@ async def test_a_new_version_pays_only_for_its_changed_chunks_and_says_what_it_r
     assert doc["previous_document_id"] == first_doc["document_id"]
 
     # The chunks whose requests the edit left as they were: counted from the two versions' stored chunks.
-    before = {request_of(c) for c in await chunks_of(db, first["task_id"])}
+    before = {chunk_request(c) for c in await chunks_of(db, first["task_id"])}
     chunks = await chunks_of(db, second["task_id"])
-    unchanged = sum(request_of(c) in before for c in chunks)
+    unchanged = sum(chunk_request(c) in before for c in chunks)
     # As many as the chunker, run here on the two texts, leaves as they were. How many that is follows the text,
     # whose marker is new each run (mostly 1 to 3 of 16 to 20 changed; how few an edit changes is
     # test_chunking's, on fixed texts), but some are always reused and some never.
-    kept = {(c.text, c.context_before, c.context_after) for c in split_into_chunks(first_text)}
-    predicted = sum((c.text, c.context_before, c.context_after) in kept for c in split_into_chunks(edited_text))
+    kept = {chunk_request(vars(c)) for c in split_into_chunks(first_text)}
+    predicted = sum(chunk_request(vars(c)) in kept for c in split_into_chunks(edited_text))
     assert len(chunks) >= 10 and unchanged == predicted and 0 < unchanged < len(chunks), (len(chunks), unchanged)
 
     # What the stand-in answered for the new version: its changed chunks, and the merges above them.
