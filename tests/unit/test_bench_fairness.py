@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from bench.fairness import Served, attribute, backlogged_until, completions_between, shares, tallies, widest_gap
+from bench.fairness import (
+    Behind,
+    Newcomers,
+    Served,
+    attribute,
+    backlogged_until,
+    completions_between,
+    shares,
+    tallies,
+    widest_gap,
+)
 from docsum_summarizer.schedule import jain_index
 from tests.fake_llm import LedgerEntry
 
@@ -65,3 +75,42 @@ def test_completions_are_counted_between_two_moments_and_owners_backlogged_until
     assert completions_between(entries, 0.5, 1.5) == 2  # after the start, up to and with the end
     calls = [Served("alice", 4.0, 4.1, 1), Served("bob", 2.0, 2.1, 1), Served("bob", 3.0, 3.1, 1)]
     assert backlogged_until(calls, ["alice", "bob"]) == 3.0
+
+
+def _newcomer(wait_s: float, task_s: float, *, depth: int = 1) -> Behind:
+    return Behind(backlog=1_000, wait_s=wait_s, completions=16, task_s=task_s, depth=depth, to_ready_s=0.03,
+                  after_s=0.07, call_s=0.3)  # fmt: skip
+
+
+def test_newcomers_pass_on_their_median_and_show_their_worst_and_each_one() -> None:
+    # A fixed-time stand-in answers the calls in flight together: each newcomer's wait for a slot is a draw
+    # between none and one call. The median of them meets the goal; the worst is shown beside it.
+    drawn = Newcomers([_newcomer(0.05, 0.45), _newcomer(0.29, 0.69), _newcomer(0.12, 0.52)])
+    assert drawn.passed
+    assert drawn.median(lambda b: b.task_s) == pytest.approx(0.52)
+    assert drawn.worst(lambda b: b.task_s) == pytest.approx(0.69)
+    shown = drawn.shown()
+    assert "3 newcomers, median (worst): first call 0.4 (1.0) calls' time" in shown
+    assert "done in 1.7 (2.3) calls' time at depth 1" in shown
+    assert "its calls 1.0" in shown  # 0.52 - 0.03 - 0.12 - 0.07: what is left of the task's time
+    assert shown.endswith("each one done in 1.5, 2.3, 1.7")
+
+
+@pytest.mark.parametrize(
+    ("waits", "tasks", "depth"),
+    [
+        ((0.05, 0.35, 0.31), (0.4, 0.5, 0.5), 1),  # the median first call more than one call after ready
+        ((0.05, 0.1, 0.1), (0.4, 0.61, 0.7), 1),  # the median done beyond (depth + 1) calls' time
+        ((0.05, 0.1, 0.1), (0.7, 0.8, 0.95), 2),  # depth 2 allows 0.9 s: the median, 0.8, within it
+    ],
+)
+def test_newcomers_miss_when_their_median_misses(
+    waits: tuple[float, ...], tasks: tuple[float, ...], depth: int
+) -> None:
+    drawn = Newcomers([_newcomer(w, t, depth=depth) for w, t in zip(waits, tasks, strict=True)])
+    assert drawn.passed is (depth == 2)
+
+
+def test_one_newcomer_is_shown_alone() -> None:
+    shown = Newcomers([_newcomer(28.0, 28.5)]).shown()
+    assert shown.startswith("first call 93.3 calls' time (16 completions) after its chunk was ready, behind 1,000")
