@@ -49,6 +49,10 @@ class Scaling:
     topics: tuple[str, ...]
     lag_threshold: int
     why: str
+    # The summarizer's work waiting in PostgreSQL for its turn, which no lag counts: a query KEDA's
+    # PostgreSQL trigger runs (the database's URL from the service's own DATABASE_URL), scaled at the
+    # same threshold.
+    ready_query: str | None = None
 
 
 def consumed_topics() -> dict[str, tuple[Topic, ...]]:
@@ -72,6 +76,8 @@ def scaling(settings: LLMSettings) -> list[Scaling]:
     chunker: cutting a document is milliseconds of CPU; only a real backlog (5 × DOCSUM_MAX_INFLIGHT) scales it.
     merger: merges call the LLM like the summarizer: twice its DOCSUM_MAX_INFLIGHT messages in flight.
     """
+    from docsum_summarizer.repository import work_to_do_sql
+
     thresholds = {
         "parser": (2, "one document parsed at a time per replica: two waiting per replica"),
         "chunker": (settings.max_inflight * 5, "5 x DOCSUM_MAX_INFLIGHT: chunking is fast"),
@@ -89,6 +95,7 @@ def scaling(settings: LLMSettings) -> list[Scaling]:
             + (tuple(intake_topics(settings)) if name == "parser" else ()),
             lag_threshold=thresholds[name][0],
             why=thresholds[name][1],
+            ready_query=work_to_do_sql(settings.deployment) if name == "summarizer" else None,
         )
         for name, topics in consumed_topics().items()
     ]
@@ -153,26 +160,46 @@ def scaled_objects(settings: LLMSettings) -> list[dict[str, Any]]:
                             "behavior": {"scaleDown": {"stabilizationWindowSeconds": 300}},
                         }
                     },
-                    "triggers": [
-                        {
-                            "type": "kafka",
-                            "metadata": {
-                                "bootstrapServers": BOOTSTRAP_SERVERS,
-                                "consumerGroup": item.group,
-                                "topic": topic,
-                                "lagThreshold": str(item.lag_threshold),
-                                "activationLagThreshold": "0",
-                                "offsetResetPolicy": "earliest",
-                                "allowIdleConsumers": "false",
-                                "scaleToZeroOnInvalidOffset": "false",
-                            },
-                        }
-                        for topic in item.topics
-                    ],
+                    "triggers": triggers(item),
                 },
             }
         )
     return documents
+
+
+def triggers(item: Scaling) -> list[dict[str, Any]]:
+    """What KEDA scales `item` on: each topic's lag for its group; for the summarizer, also its work waiting
+    in PostgreSQL for its turn (announced on Kafka only once admitted), at the same threshold. KEDA takes
+    the largest number of replicas any trigger asks for."""
+    out: list[dict[str, Any]] = [
+        {
+            "type": "kafka",
+            "metadata": {
+                "bootstrapServers": BOOTSTRAP_SERVERS,
+                "consumerGroup": item.group,
+                "topic": topic,
+                "lagThreshold": str(item.lag_threshold),
+                "activationLagThreshold": "0",
+                "offsetResetPolicy": "earliest",
+                "allowIdleConsumers": "false",
+                "scaleToZeroOnInvalidOffset": "false",
+            },
+        }
+        for topic in item.topics
+    ]
+    if item.ready_query:
+        out.append(
+            {
+                "type": "postgresql",
+                "metadata": {
+                    "connectionFromEnv": "DATABASE_URL",  # the summarizer's own (envFrom its Secret)
+                    "query": item.ready_query,
+                    "targetQueryValue": str(item.lag_threshold),
+                    "activationTargetQueryValue": "0",
+                },
+            }
+        )
+    return out
 
 
 def topology_env(settings: LLMSettings) -> str:

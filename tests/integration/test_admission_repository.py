@@ -12,7 +12,7 @@ from docsum_shared.events import ChunkCreated, Event
 from docsum_shared.handlers import Sender
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from docsum_summarizer.admission import admissions, admit_once
-from docsum_summarizer.repository import ChunkRepository
+from docsum_summarizer.repository import ChunkRepository, work_to_do_sql
 from docsum_summarizer.settings import SummarizerSettings
 
 pytestmark = pytest.mark.integration
@@ -78,9 +78,7 @@ async def test_the_default_windows_last_slot_waits_for_a_newcomer_not_the_backlo
     (before, the backlog took it and the newcomer waited for a call to finish)."""
     deployment = f"spare-{uuid.uuid4().hex[:6]}."
     backlog, newcomer = f"owner-{uuid.uuid4().hex[:8]}", f"owner-{uuid.uuid4().hex[:8]}"
-    settings = SummarizerSettings(
-        _env_file=None, topic_prefix=deployment, llm_max_inflight=1, admission_spare=2
-    )  # type: ignore[call-arg]
+    settings = SummarizerSettings(_env_file=None, topic_prefix=deployment, llm_max_inflight=1, admission_spare=2)  # type: ignore[call-arg]
     assert settings.admission_window is None and settings.window() == 3
     await _chunk(repository_db, backlog, admitted_ago_s=1.0, deployment=deployment)  # its call: 2 slots left
     waiting = {await _chunk(repository_db, backlog, admitted_ago_s=None, deployment=deployment) for _ in range(5)}
@@ -250,3 +248,38 @@ async def test_the_window_follows_the_live_summarizers_calls_in_flight_plus_a_sp
     await repo.alive("a", 2, forget_s=60.0)
     holders = await repository_db.fetch("SELECT holder FROM summarizer_replicas WHERE deployment = $1", deployment)
     assert sorted(r["holder"] for r in holders) == ["a", "b"]
+
+
+async def test_the_query_keda_scales_the_summarizer_on_counts_the_work_waiting_and_in_hand(
+    repository_db: asyncpg.Pool,
+) -> None:
+    """The query of the summarizer's PostgreSQL trigger (its ScaledObject renders it: test_deploy_manifests),
+    on the real schema: it counts the deployment's chunks waiting for their turn (Kafka's lag does not: they
+    are announced once admitted) and those admitted and not finished, and nothing else."""
+    deployment = f"keda-{uuid.uuid4().hex[:6]}."
+    query = work_to_do_sql(deployment)
+    owner = f"owner-{uuid.uuid4().hex[:8]}"
+    assert await repository_db.fetchval(query) == 0
+    waiting = [await _chunk(repository_db, owner, admitted_ago_s=None, deployment=deployment) for _ in range(3)]
+    in_hand = await _chunk(repository_db, owner, admitted_ago_s=1.0, deployment=deployment)
+    called = await _chunk(repository_db, owner, admitted_ago_s=1.0, deployment=deployment)
+    await repository_db.execute("UPDATE chunks SET status = $2 WHERE id = $1", called, ChunkStatus.SUMMARIZING)
+    await _chunk(repository_db, owner, admitted_ago_s=None, deployment="another-deployment.")
+    assert await repository_db.fetchval(query) == 5
+    done = await _chunk(repository_db, owner, admitted_ago_s=1.0, deployment=deployment)
+    await repository_db.execute("UPDATE chunks SET status = $2 WHERE id = $1", done, ChunkStatus.COMPLETED)
+    paused = await _chunk(repository_db, owner, admitted_ago_s=None, deployment=deployment)
+    await repository_db.execute(
+        "UPDATE tasks SET status = $2 WHERE id = (SELECT d.task_id FROM documents d JOIN chunks c"
+        " ON c.document_id = d.id WHERE c.id = $1)",
+        paused, TaskStatus.PAUSED,
+    )  # fmt: skip
+    cancelled = await _chunk(repository_db, owner, admitted_ago_s=None, deployment=deployment)
+    await repository_db.execute(
+        "UPDATE documents SET status = $2 WHERE id = (SELECT document_id FROM chunks WHERE id = $1)",
+        cancelled, DocumentStatus.CANCELLED,
+    )  # fmt: skip
+    assert await repository_db.fetchval(query) == 5  # a finished chunk, a paused task, a cancelled document
+    await repository_db.execute("UPDATE chunks SET status = $2 WHERE id = ANY($1::text[])", [*waiting, in_hand],
+                                ChunkStatus.COMPLETED)  # fmt: skip
+    assert await repository_db.fetchval(query) == 1

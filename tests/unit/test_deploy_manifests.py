@@ -30,6 +30,7 @@ from docsum_gateway.settings import ConfigError, GatewaySettings, load_settings
 from docsum_shared.events import Topic
 from docsum_shared.kafka import DLQ_SUFFIX, topic_partitions
 from docsum_shared.settings import LLMSettings, S, Settings
+from docsum_summarizer.repository import work_to_do_sql
 from docsum_summarizer.settings import SummarizerSettings
 from tests.unit.deploy_support import (
     DEPLOY,
@@ -166,8 +167,8 @@ def _keda_validate(objects: list[dict[str, Any]]) -> dict[str, list[str]]:
     return {line["name"]: line["errors"] for line in lines}
 
 
-# What KEDA's ScaledObject and its kafka trigger take (keda.sh docs, v2.x): anything else is a typo the
-# models let through.
+# What KEDA's ScaledObject and its kafka and postgresql triggers take (keda.sh docs, v2.x): anything else
+# is a typo the models let through.
 SCALED_OBJECT_SPEC_KEYS = {
     "scaleTargetRef",
     "pollingInterval",
@@ -198,13 +199,27 @@ KAFKA_METADATA_KEYS = {
     "sasl",
     "tls",
 }
+POSTGRESQL_METADATA_KEYS = {
+    "connectionFromEnv",
+    "query",
+    "targetQueryValue",
+    "activationTargetQueryValue",
+    "host",
+    "port",
+    "userName",
+    "passwordFromEnv",
+    "dbName",
+    "sslmode",
+}
+METADATA_KEYS = {"kafka": KAFKA_METADATA_KEYS, "postgresql": POSTGRESQL_METADATA_KEYS}
 
 
 def _unknown_keda_keys(obj: dict[str, Any]) -> list[str]:
     unknown = [f"spec.{k}" for k in obj["spec"] if k not in SCALED_OBJECT_SPEC_KEYS]
     for i, trigger in enumerate(obj["spec"].get("triggers", [])):
         unknown += [f"triggers[{i}].{k}" for k in trigger if k not in KAFKA_TRIGGER_KEYS]
-        unknown += [f"triggers[{i}].metadata.{k}" for k in trigger.get("metadata", {}) if k not in KAFKA_METADATA_KEYS]
+        known = METADATA_KEYS.get(trigger.get("type", ""), set())
+        unknown += [f"triggers[{i}].metadata.{k}" for k in trigger.get("metadata", {}) if k not in known]
     return unknown
 
 
@@ -361,11 +376,10 @@ def test_keda_watches_each_consumer_groups_topics_within_their_partitions(overla
         spec = obj["spec"]
         assert spec["scaleTargetRef"]["name"] == obj["metadata"]["name"]
         assert {d["metadata"]["name"] for d in of_kind(overlay, "Deployment")} >= {spec["scaleTargetRef"]["name"]}
-        triggers = spec["triggers"]
+        triggers = [t for t in spec["triggers"] if t["type"] == "kafka"]
         assert {t["metadata"]["topic"] for t in triggers} == {settings.topic(t) for t in consumed[service]}
         for trigger in triggers:
             meta = trigger["metadata"]
-            assert trigger["type"] == "kafka"
             assert meta["consumerGroup"] == settings.group(service)
             assert meta["bootstrapServers"] == settings.kafka_bootstrap_servers
             assert meta["allowIdleConsumers"] == "false"
@@ -373,6 +387,22 @@ def test_keda_watches_each_consumer_groups_topics_within_their_partitions(overla
     (summarizer,) = [o for o in of_kind(overlay, "ScaledObject") if o["metadata"]["name"] == "docsum-summarizer"]
     llm_max_inflight = overlay_settings(overlay, SummarizerSettings).llm_max_inflight
     assert summarizer["spec"]["triggers"][0]["metadata"]["lagThreshold"] == str(2 * llm_max_inflight)
+    # Its chunks wait in PostgreSQL for their turn, announced on Kafka only once admitted: no lag counts
+    # them, so it also scales on the work there (the query: test_admission_repository), at the same threshold.
+    assert [t["type"] for t in summarizer["spec"]["triggers"]].count("postgresql") == 1
+    (ready,) = [t["metadata"] for t in summarizer["spec"]["triggers"] if t["type"] == "postgresql"]
+    assert ready["query"] == work_to_do_sql(settings.deployment)
+    assert ready["targetQueryValue"] == str(2 * llm_max_inflight)
+    # The URL is the summarizer's own: KEDA reads the variable from the container it scales.
+    assert ready["connectionFromEnv"] == "DATABASE_URL"
+    (deployment,) = [d for d in of_kind(overlay, "Deployment") if d["metadata"]["name"] == "docsum-summarizer"]
+    secret_names = {s["secretRef"]["name"] for c in deployment["spec"]["template"]["spec"]["containers"]
+               for s in c.get("envFrom", []) if "secretRef" in s}  # fmt: skip
+    (secret,) = [d for d in of_kind(overlay, "Secret") if d["metadata"]["name"] in secret_names]
+    assert "DATABASE_URL" in secret["stringData"]
+    for service in set(CONSUMERS) - {"summarizer"}:  # their work is all on Kafka
+        (obj,) = [o for o in of_kind(overlay, "ScaledObject") if o["metadata"]["name"] == f"docsum-{service}"]
+        assert {t["type"] for t in obj["spec"]["triggers"]} == {"kafka"}
 
 
 def test_without_operators_the_replicas_are_fixed_within_the_partitions() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,31 @@ UNFINISHED_CHUNK = [ChunkStatus.PENDING, ChunkStatus.SUMMARIZING]
 # How often chunk progress refreshes its task's last_active_at: one hot row, not one write per chunk;
 # well within reconcile's idle period, so a task making progress never looks idle.
 ACTIVITY_EVERY_S = 5.0
+
+
+def work_to_do_sql(deployment: str) -> str:
+    """How many chunks of `deployment` want a summarizer's slot: waiting for their turn (not admitted yet),
+    or admitted and not finished, of documents and tasks that take work. Kafka's lag no longer counts the
+    waiting ones (they are announced only once admitted), so this is what KEDA scales the summarizer on
+    (deploy/generate.py). A statement with its values written in: KEDA's PostgreSQL trigger takes a query,
+    not parameters. Each branch reads one of the chunks' partial indexes (migration 0030)."""
+
+    def listed(values: Sequence[str]) -> str:
+        return ", ".join(_literal(v) for v in sorted(values))
+
+    return (
+        "SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id JOIN tasks t ON t.id = d.task_id"
+        f" WHERE ((c.admitted_at IS NULL AND c.status = {_literal(ChunkStatus.PENDING)})"
+        f" OR (c.admitted_at IS NOT NULL AND c.status IN ({listed(UNFINISHED_CHUNK)})))"
+        f" AND t.status IN ({listed(UNFINISHED_TASK)}) AND d.status NOT IN ({listed(list(DOCUMENT_FINAL))})"
+        f" AND t.deployment = {_literal(deployment)}"
+    )
+
+
+def _literal(value: str) -> str:
+    """`value` as an SQL string literal."""
+    return "'" + str(value).replace("'", "''") + "'"
+
 
 # One more final chunk on its document, in the statement that made it final (`moved`): exactly once.
 _COUNT_FINAL = (
