@@ -181,6 +181,29 @@ def batch_note(task: dict[str, Any]) -> str | None:
     return ", ".join(parts)
 
 
+def place_note(task: dict[str, Any]) -> str | None:
+    """Where the task's chunks waiting for their turn stand (the view's `place`), else None: "waiting for
+    its turn: 40 of its chunks, 1,240 of your other chunks first; about 4 min at your share (320 calls a
+    minute)". Only the owner's own work is counted: nobody else's is shown."""
+    place = task.get("place")
+    if not place:
+        return None
+    note = f"waiting for its turn: {place['waiting_chunks']:,} of its chunks"
+    if place["ahead_chunks"]:
+        note += f", {place['ahead_chunks']:,} of your other chunks first"
+    if place.get("eta_s") is None:
+        return note + "; no call of yours answered in the last minute to time it by"
+    return note + f"; about {_duration(place['eta_s'])} at your share ({place['calls_per_minute']:,} calls a minute)"
+
+
+def _duration(seconds: float) -> str:
+    """ "40 s", "4 min", "2 h 5 min"."""
+    if seconds < 60:
+        return f"{max(1, round(seconds))} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
+
+
 def reuse_note(summary: dict[str, Any]) -> str | None:
     """What of a document's (or the task's) summary was reused, for a new version or when anything was:
     "reused: 98 of 100 chunk summaries reused, 3 merges redone"; else None."""
@@ -231,6 +254,8 @@ def _show_task(task: dict[str, Any]) -> None:
     if task.get("hold_reason"):
         out.print(f"held: {as_markup(task['hold_reason'])}")
     if note := batch_note(task):
+        out.print(as_markup(note))
+    if note := place_note(task):
         out.print(as_markup(note))
     if task.get("previous_task"):
         out.print(f"a new version of task {as_markup(task['previous_task'])}")

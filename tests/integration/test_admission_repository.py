@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 
@@ -10,6 +11,9 @@ import pytest
 
 from docsum_shared.events import ChunkCreated, Event
 from docsum_shared.handlers import Sender
+from docsum_shared.readmodel import views
+from docsum_shared.scope import Scope
+from docsum_shared.settings import LLMSettings
 from docsum_shared.states import ChunkStatus, DocumentStatus, TaskStatus
 from docsum_summarizer.admission import admissions, admit_once
 from docsum_summarizer.repository import ChunkRepository, work_to_do_sql
@@ -283,3 +287,62 @@ async def test_the_query_keda_scales_the_summarizer_on_counts_the_work_waiting_a
     await repository_db.execute("UPDATE chunks SET status = $2 WHERE id = ANY($1::text[])", [*waiting, in_hand],
                                 ChunkStatus.COMPLETED)  # fmt: skip
     assert await repository_db.fetchval(query) == 1
+
+
+async def _waiting_task(
+    db: asyncpg.Pool, owner: str, chunks: int, deployment: str, *, priority: str = "normal", ready_ago_s: float = 0.0
+) -> str:
+    """A task of `owner`'s whose `chunks` chunks wait for their turn, ready `ready_ago_s` ago."""
+    task_id, document_id = f"task-{uuid.uuid4().hex[:12]}", f"document-{uuid.uuid4().hex[:12]}"
+    await db.execute(
+        "INSERT INTO tasks (id, owner, status, deployment, options) VALUES ($1, $2, $3, $4, $5::jsonb)",
+        task_id, owner, TaskStatus.PROCESSING, deployment, json.dumps({"priority": priority}),
+    )  # fmt: skip
+    await db.execute(
+        "INSERT INTO documents (id, task_id, filename, status, chunk_total) VALUES ($1, $2, 'd.txt', $3, $4)",
+        document_id, task_id, DocumentStatus.SUMMARIZING, chunks,
+    )  # fmt: skip
+    await db.execute(
+        "INSERT INTO chunks (id, document_id, chunk_index, start_char, end_char, text, status, ready_at)"
+        " SELECT $1 || '-c' || i, $1, i, 0, 4, 'text', $2, now() - make_interval(secs => $3::float8)"
+        " FROM generate_series(0, $4 - 1) AS i",
+        document_id, ChunkStatus.PENDING, ready_ago_s, chunks,
+    )  # fmt: skip
+    return task_id
+
+
+async def test_a_waiting_tasks_place_counts_its_owners_own_work_first_and_nobody_elses(
+    repository_db: asyncpg.Pool,
+) -> None:
+    """The task view's `place`: bob's new task waits behind his own older normal task and his urgent one,
+    not behind his background one, and not (as a count or in its time) behind alice's backlog; his urgent
+    task has nothing of his before it. Its time is his own pace: his calls answered over the last minute."""
+    deployment = f"place-{uuid.uuid4().hex[:6]}."
+    alice, bob = f"alice-{uuid.uuid4().hex[:6]}", f"bob-{uuid.uuid4().hex[:6]}"
+    backlog = await _waiting_task(repository_db, alice, 500, deployment, ready_ago_s=60.0)
+    older = await _waiting_task(repository_db, bob, 7, deployment, ready_ago_s=30.0)
+    await _waiting_task(repository_db, bob, 11, deployment, priority="background", ready_ago_s=40.0)
+    new = await _waiting_task(repository_db, bob, 3, deployment, ready_ago_s=1.0)
+    urgent = await _waiting_task(repository_db, bob, 2, deployment, priority="urgent")
+    await _waiting_task(repository_db, bob, 13, "another-deployment.", ready_ago_s=50.0)  # not this one's
+    for task_id, calls in ((older, 4), (backlog, 90)):  # answered in the last minute; one from the cache
+        await repository_db.execute(
+            "INSERT INTO llm_calls (task_id, kind, cache_key, model, cached, created_at)"
+            " SELECT $1, 'chunk', 'k', 'm', i = 0, now() - interval '10 seconds' FROM generate_series(0, $2 - 1) AS i",
+            task_id, calls,
+        )  # fmt: skip
+    settings = LLMSettings(_env_file=None, topic_prefix=deployment)  # type: ignore[call-arg]
+    view = await views.task_view(repository_db, settings, Scope(deployment, bob), new)
+    assert view is not None and view.place is not None
+    # His older normal task's 7 and his urgent task's 2 go first: 12 chunks at 3 calls a minute.
+    assert view.place.model_dump() == {"waiting_chunks": 3, "ahead_chunks": 9, "calls_per_minute": 3, "eta_s": 240.0}
+    first = await views.task_view(repository_db, settings, Scope(deployment, bob), urgent)
+    assert first is not None and first.place is not None
+    assert (first.place.waiting_chunks, first.place.ahead_chunks) == (2, 0)
+    assert await views.task_view(repository_db, settings, Scope(deployment, bob), backlog) is None  # alice's
+    await repository_db.execute(
+        "UPDATE chunks SET admitted_at = now() WHERE document_id IN (SELECT id FROM documents WHERE task_id = $1)",
+        new,
+    )  # fmt: skip
+    admitted = await views.task_view(repository_db, settings, Scope(deployment, bob), new)
+    assert admitted is not None and admitted.place is None  # its chunks had their turn: none waits

@@ -101,3 +101,30 @@ def test_wait_prints_each_page_a_scan_is_read_at(
     cli.wait(Gateway(), "t1", quiet=False)  # type: ignore[arg-type]
     printed = capsys.readouterr().err
     assert "scan.pdf: reading page 1 of 2 (OCR)" in printed and "scan.pdf: reading page 2 of 2 (OCR)" in printed
+
+
+@pytest.mark.parametrize(
+    ("place", "note"),
+    [
+        (None, None),
+        (
+            {"waiting_chunks": 40, "ahead_chunks": 1_240, "calls_per_minute": 320, "eta_s": 240.0},
+            "waiting for its turn: 40 of its chunks, 1,240 of your other chunks first; about 4 min at your share"
+            " (320 calls a minute)",
+        ),
+        (
+            {"waiting_chunks": 2, "ahead_chunks": 0, "calls_per_minute": 60, "eta_s": 2.0},
+            "waiting for its turn: 2 of its chunks; about 2 s at your share (60 calls a minute)",
+        ),
+        (
+            {"waiting_chunks": 5_000, "ahead_chunks": 0, "calls_per_minute": 0, "eta_s": None},
+            "waiting for its turn: 5,000 of its chunks; no call of yours answered in the last minute to time it by",
+        ),
+        (
+            {"waiting_chunks": 9_000, "ahead_chunks": 0, "calls_per_minute": 60, "eta_s": 9_000.0},
+            "waiting for its turn: 9,000 of its chunks; about 2 h 30 min at your share (60 calls a minute)",
+        ),
+    ],
+)
+def test_a_waiting_tasks_place_is_told_in_its_owners_own_terms(place: dict[str, Any] | None, note: str | None) -> None:
+    assert commands.place_note({"place": place}) == note

@@ -81,6 +81,8 @@ def rows(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
             _usage(None, "m1", 500, 50, 1, 0),  # the task-level merge
         ],
         "remaining_work": {"chunks": 4, "prompt_tokens": 2000, "calls_last_minute": 30},
+        # 3 of them waiting for their turn, 10 of its owner's other chunks first, at 30 calls a minute
+        "place": {"waiting": 3, "ahead": 10, "calls_last_minute": 30},
         "recovery": {"attempts": 5, "interruptions": 1},
         "batch_lines": [],  # no batch lines: `batch` is null (tests/unit/test_batch_progress_view.py)
         "sentences": [],  # no summary's sentences known: each `sentences` is null
@@ -155,6 +157,9 @@ async def test_task_view_shapes_the_rows(rows: dict[str, Any]) -> None:
         "cost_usd": pytest.approx((2000 * 1.0 + 4 * views.EXPECTED_COMPLETION_TOKENS * 2.0) / 1e6),
         "eta_s": 8.0,
     }
+    # Where its waiting chunks stand: 13 chunks of its owner's at 30 calls a minute.
+    assert view.place is not None
+    assert view.place.model_dump() == {"waiting_chunks": 3, "ahead_chunks": 10, "calls_per_minute": 30, "eta_s": 26.0}
 
 
 async def test_task_view_of_a_missing_or_foreign_task_is_none(rows: dict[str, Any]) -> None:
@@ -419,3 +424,14 @@ async def test_a_new_versions_sentences_are_marked_against_the_previous_summary(
     view = await views.task_view(POOL, SETTINGS, ALICE, "t1")
     assert view is not None and view.documents[0].sentences is not None
     assert {s.change for s in view.documents[0].sentences} == {None} and view.documents[0].removed_sentences is None
+
+
+def test_a_waiting_tasks_place_counts_its_owners_work_and_times_it_by_its_owners_pace() -> None:
+    assert views.place_from(None) is None  # the task takes no work
+    assert views.place_from({"waiting": 0, "ahead": 50, "calls_last_minute": 10}) is None  # none of its waits
+    place = views.place_from({"waiting": 40, "ahead": 1_240, "calls_last_minute": 320})
+    assert place is not None
+    assert (place.waiting_chunks, place.ahead_chunks, place.calls_per_minute) == (40, 1_240, 320)
+    assert place.eta_s == 240.0  # 1,280 chunks at 320 a minute
+    idle = views.place_from({"waiting": 3, "ahead": 0, "calls_last_minute": 0})
+    assert idle is not None and idle.eta_s is None  # no pace to time it by

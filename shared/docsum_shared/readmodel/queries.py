@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 
 from ..scope import Scope
-from ..states import ChunkStatus, DocumentStatus
+from ..states import DOCUMENT_FINAL, TASK_TAKES_WORK, ChunkStatus, DocumentStatus
 
 
 async def load_task(pool: asyncpg.Pool, task_id: str) -> tuple[asyncpg.Record, list[asyncpg.Record]] | None:
@@ -176,6 +176,35 @@ async def remaining_work(pool: asyncpg.Pool, task_id: str) -> asyncpg.Record:
         " FROM documents d WHERE d.task_id = $1",
         task_id,
     )
+
+
+# An owner's own order (docsum_summarizer.schedule: urgent, normal, background), by a task's stored option.
+_TIER = "CASE coalesce({t}.options->>'priority', 'normal') WHEN 'urgent' THEN 0 WHEN 'background' THEN 2 ELSE 1 END"
+
+
+async def place(pool: asyncpg.Pool, task_id: str) -> asyncpg.Record | None:
+    """The task's chunks waiting for their turn, its owner's other waiting chunks that go first, and the
+    owner's calls answered over the last minute; None when the task takes no work. Its owner's rows only,
+    in its deployment: nothing of another owner's is read."""
+    return await pool.fetchrow(
+        "WITH me AS (SELECT t.id, t.owner, t.deployment, " + _TIER.format(t="t") + " AS tier FROM tasks t"
+        "   WHERE t.id = $1 AND t.status = ANY($2::text[])),"
+        " mine AS (SELECT d.task_id, c.ready_at, " + _TIER.format(t="t") + " AS tier"
+        "   FROM me JOIN tasks t ON t.owner = me.owner AND t.deployment = me.deployment"
+        "   JOIN documents d ON d.task_id = t.id JOIN chunks c ON c.document_id = d.id"
+        "   WHERE t.status = ANY($2::text[]) AND d.status <> ALL($3::text[])"
+        "   AND c.admitted_at IS NULL AND c.status = $4),"
+        " first AS (SELECT min(ready_at) AS ready_at FROM mine WHERE task_id = $1)"
+        " SELECT (SELECT count(*) FROM mine WHERE task_id = $1) AS waiting,"
+        "  (SELECT count(*) FROM mine, me, first WHERE mine.task_id <> $1"
+        "   AND (mine.tier < me.tier OR (mine.tier = me.tier AND mine.ready_at < first.ready_at))) AS ahead,"
+        "  (SELECT count(*) FROM llm_calls l JOIN tasks t ON t.id = l.task_id"
+        "   WHERE t.owner = me.owner AND t.deployment = me.deployment"
+        "   AND t.last_active_at > now() - interval '90 seconds'"  # a call of the last minute touched its task
+        "   AND NOT l.cached AND l.created_at > now() - interval '60 seconds') AS calls_last_minute"
+        " FROM me",
+        task_id, list(TASK_TAKES_WORK), sorted(DOCUMENT_FINAL), ChunkStatus.PENDING,
+    )  # fmt: skip
 
 
 async def batch_lines(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.Record]:

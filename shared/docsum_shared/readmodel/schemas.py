@@ -37,6 +37,26 @@ class Estimate(BaseModel):
     eta_s: float | None
 
 
+class Place(BaseModel):
+    """Where a task whose chunks wait for their turn stands. Only its owner's own work is counted: what other
+    owners have waiting, and how fast they are served, is theirs (it is never shown, as a count or as a time).
+    Under fair shares their backlogs do not hold this task back beyond the owner's share anyway: what
+    goes before it is the owner's own work of a higher priority, or of the same priority and older."""
+
+    waiting_chunks: int = Field(description="The task's chunks waiting for their turn (not admitted to a call yet).")
+    ahead_chunks: int = Field(
+        description="The owner's other chunks waiting that go first: of tasks of a higher priority, or of the same "
+        "priority and ready earlier (background work that has waited long goes earlier than this counts)."
+    )
+    calls_per_minute: int = Field(
+        description="The owner's calls answered over the last minute (not from the cache): its share, being served."
+    )
+    eta_s: float | None = Field(
+        description="When the task's last waiting chunk should have its turn, at that pace: (ahead + waiting) / pace; "
+        "null while the owner has had no call answered in the last minute."
+    )
+
+
 class BatchProgress(BaseModel):
     """The task's chunks that go through the provider's Batch API (mode batch): one line per chunk."""
 
@@ -192,6 +212,7 @@ class TaskView(BaseModel):
     recovery: Recovery
     documents: list[DocumentView]
     batch: BatchProgress | None = Field(None, description="Its provider's batch lines; null: it has none.")
+    place: Place | None = Field(None, description="Where its chunks waiting for their turn stand; null: none waits.")
     sentences: list[SentenceView] | None = Field(None, description=SENTENCES)
     previous_task: str | None = Field(
         None, description="The task whose documents this task's are new versions of (options.previous_task)."

@@ -32,6 +32,7 @@ from .schemas import (
     EndpointView,
     Estimate,
     FailureView,
+    Place,
     Recovery,
     Reuse,
     SentenceView,
@@ -58,6 +59,8 @@ async def task_view(pool: asyncpg.Pool, settings: LLMSettings, scope: Scope, tas
     # The sentences, what was reused and what each document is a new version of show here only: the
     # pipeline's views (the progress log, the published result) show none of them, and make no query for them.
     view = with_sentences(view, await queries.sentences(pool, task_id))
+    if view.estimate.remaining_chunks:  # only a task with chunks to summarize may have some waiting
+        view = view.model_copy(update={"place": place_from(await queries.place(pool, task_id))})
     previous_task = found[0].get("previous_task")
     pairs = await queries.previous_documents(pool, task_id) if previous_task else []  # no query: not a new version
     return with_versions(view, previous_task, await queries.reuse_rows(pool, task_id), pairs)
@@ -213,6 +216,20 @@ def estimate_from(settings: LLMSettings, remaining: Row, tier: str = "realtime")
         prompt_tokens=prompt_tokens,
         cost_usd=settings.cost_usd(settings.llm_model, prompt_tokens, chunks * EXPECTED_COMPLETION_TOKENS, tier),
         eta_s=round(chunks / rate_per_s, 1) if rate_per_s > 0 else (0.0 if not chunks else None),
+    )
+
+
+def place_from(row: Row | None) -> Place | None:
+    """Where the task's waiting chunks stand (queries.place); None when none waits."""
+    if row is None or not row["waiting"]:
+        return None
+    per_minute = row["calls_last_minute"]
+    work = row["ahead"] + row["waiting"]
+    return Place(
+        waiting_chunks=row["waiting"],
+        ahead_chunks=row["ahead"],
+        calls_per_minute=per_minute,
+        eta_s=round(work * 60.0 / per_minute, 1) if per_minute else None,
     )
 
 
