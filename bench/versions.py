@@ -1,7 +1,8 @@
 """B17 — versions: what summarizing an edited document again costs its owner.
 
 A 100-page text (one paragraph a page) is summarized once; then each edit of it is submitted again, under
-the same file name and by the same owner, whose result cache answers every request it has seen: one
+the same file name and by the same owner, as a new version of it (`previous_task`: the chunker keeps each
+chunk of the first version's it finds again), and the owner's result cache answers every request it has seen: one
 sentence added to a paragraph in the middle, one paragraph inserted at the top, the last paragraph
 deleted. The figure is the LLM calls the stand-in answered for each edit: the requests the edit made new.
 Then the same pages printed as a PDF (a running title over every page, "Page N of 100 · printed <date>"
@@ -331,23 +332,40 @@ def _run(bench: Bench, setting: str) -> VersionsRun:
     base = pages(bench.seed, marker)
     first = _submit(bench, marker, "first version", base)
     done = tuple(
-        _compared(bench, first, _submit(bench, marker, name, edited))
+        _compared(bench, first, _submit(bench, marker, name, edited, previous=first))
         for name, edited in edits(base, bench.seed, marker)
     )
     printed = _submit(bench, marker, "printed as a PDF", base, printed_on=PRINTED[0])
-    reprinted = _submit(bench, marker, "the PDF reprinted: only its footers' date changed", base, printed_on=PRINTED[1])
+    reprinted = _submit(
+        bench,
+        marker,
+        "the PDF reprinted: only its footers' date changed",
+        base,
+        printed_on=PRINTED[1],
+        previous=printed,
+    )
     return VersionsRun(setting, first.edit, done, printed.edit, _compared(bench, printed, reprinted))
 
 
-def _submit(bench: Bench, marker: str, name: str, paragraphs: list[str], *, printed_on: str | None = None) -> _Version:
-    """One submission of `paragraphs` (as text, or `printed_on` a day as a PDF, a page each): the calls the
-    stand-in answered for it (a chunk's prompt holds a <text> section, a merge's does not)."""
+def _submit(
+    bench: Bench,
+    marker: str,
+    name: str,
+    paragraphs: list[str],
+    *,
+    printed_on: str | None = None,
+    previous: _Version | None = None,
+) -> _Version:
+    """One submission of `paragraphs` (as text, or `printed_on` a day as a PDF, a page each), as a new version
+    of `previous`'s document (its task named, `previous_task`) when given: the calls the stand-in answered
+    for it (a chunk's prompt holds a <text> section, a merge's does not)."""
     since = time.time()
     if printed_on is None:
         document = (FILENAME, "\n\n".join(paragraphs).encode())
     else:
         document = (FILENAME.replace(".txt", ".pdf"), printed_report(paragraphs, printed_on, TITLE))
-    _, task = bench.run_task([document])
+    options = {"previous_task": previous.task["task_id"]} if previous is not None else None
+    _, task = bench.run_task([document], options=options)
     bench.llm.llm.wait_idle()
     answered = calls(bench.llm.llm, marker, since=since)
     chunk_calls = sum(1 for e in answered if "<text>\n" in e.prompt)

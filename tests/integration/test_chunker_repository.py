@@ -9,10 +9,13 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
+from docsum_chunker.chunking import split_into_chunks
+from docsum_chunker.policy import CutChunk, chunk_id
 from docsum_chunker.repository import ChunkRepository
 from docsum_shared.approval import Approved, Hold
 from docsum_shared.positions import chunk_window
 from docsum_shared.states import DocumentStatus, TaskStatus
+from tests.documents import english_prose
 from tests.repositories.chunker import ChunkerRepositoryContract, cut_chunks, new_id
 
 pytestmark = pytest.mark.integration
@@ -103,3 +106,27 @@ class TestChunkRepository(ChunkerRepositoryContract):
             [first, second],
         )
         assert {r["document_id"]: r["n"] for r in stored} == {first: 2, second: 3}
+
+    async def test_a_new_versions_document_is_loaded_with_its_previous_versions_owned_slices(self) -> None:
+        """The task names its previous task (of the same owner): the document of the same key there gives
+        the owned slices of its chunks, in order, for the cut to keep; a document of another key, or of a
+        task that names none, gives none."""
+        text = english_prose(30_000, seed=4)
+        first_task = await self.given_task()
+        first = await self.given_document(first_task, text=text)
+        chunks = split_into_chunks(text)
+        async with self.repo.locked(first) as tx:  # stored as the chunker stores them
+            assert await tx.store_chunks([CutChunk(chunk_id(first, c.index), c.index, c) for c in chunks])
+        unlinked = await self.given_document(await self.given_task(), text=text)
+        task = await self.given_task()
+        await self.pool.execute("UPDATE tasks SET previous_task = $2 WHERE id = $1", task, first_task)
+        again = await self.given_document(task, text=text + " One more sentence.")
+        other = await self.given_document(task, text="Another file.")
+        await self.pool.execute("UPDATE documents SET filename = 'b.txt' WHERE id = $1", other)
+        loaded = await self.repo.load(again)
+        assert loaded is not None and loaded.status is DocumentStatus.CHUNKING
+        owned = [c.text[chunks[i - 1].end - c.start if i else 0 :] for i, c in enumerate(chunks)]
+        assert len(owned) > 5 and loaded.previous == tuple(owned) and "".join(owned) == text
+        for document in (other, unlinked):  # another key; a task that names no previous one
+            loaded = await self.repo.load(document)
+            assert loaded is not None and loaded.status is DocumentStatus.CHUNKING and loaded.previous == ()

@@ -51,12 +51,24 @@ Where cuts go
 
     All candidate positions are found by a few linear passes up front and looked up by bisection, so
     cutting a 1,000,000-character document is linear (a fraction of a second).
+
+A new version of a document (`previous`)
+    Given the owned slices of the previous version's chunks, in order, each one found again in the text
+    (after the one before it, whole, as it was) keeps its chunk: its start and end are cuts, and only the
+    stretches between them (what the edit changed, and what is new) are cut by the rules above, their
+    last chunk ending where the next kept slice begins, however short. So a page inserted at the top is
+    a chunk of its own, and every later chunk is owned as before: only the first kept one after an edit
+    reads a new overlap (the new text before it), the rest are the same chunks with the same contexts.
+    The content-defined cuts already put most versions in step after an edit, but not all: where a
+    chunk of the first version ended beyond the reach of the new text's first window, the new version
+    cut inside it, and held its later pages under new starts.
 """
 
 from __future__ import annotations
 
 import bisect
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from docsum_shared.text import content_draw, sentence_spans
@@ -222,11 +234,14 @@ def split_into_chunks(
     context_after_chars: int = 200,
     small_max: int = 8000,
     max_chunks: int | None = None,
+    previous: Sequence[str] = (),
 ) -> list[Chunk]:
     """Cut `text` into chunks as the module docstring describes. Deterministic.
 
     With `max_chunks`, a text that needs more raises TooManyChunks, as early as that is known: at once
-    when even chunks of the greatest length could not cover it, else as soon as the cut passes it.
+    when even chunks of the greatest length could not cover it, else as soon as the cut passes it. With
+    `previous` (the owned slices of the previous version's chunks, in order), each slice found again
+    keeps its chunk.
     """
     if chunk_chars < 20:
         raise ValueError("chunk_chars must be at least 20")
@@ -268,7 +283,11 @@ def split_into_chunks(
             return m.end()
         return lo
 
-    # 1. The owned slices: each cut chosen by the content around it, from where the chunk starts.
+    # 1. The owned slices: each cut chosen by the content around it, from where the chunk starts; a slice
+    # of the previous version found again is kept whole, and a stretch between two ends where the next begins.
+    kept = _kept(text, previous)
+    kept_ends = dict(kept)
+    kept_starts = [a for a, _ in kept]
     owned: list[tuple[int, int]] = []  # (chunk start incl. overlap, cut) per chunk
     own_start = 0
     prev_own_start = 0
@@ -277,12 +296,25 @@ def split_into_chunks(
             start = own_start
         else:
             start = lead_in(own_start, overlap, prev_own_start + 1)
+        j = bisect.bisect_right(kept_starts, own_start)
+        bound = kept_starts[j] if j < len(kept_starts) else n  # where the next kept slice begins
+        forced = kept_ends.get(own_start)
+        if forced is None and bound < n and bound - start <= max_len:
+            forced = bound  # the rest of a stretch before a kept slice: one chunk, however short
+        if forced is not None:
+            owned.append((start, forced))
+            if forced >= n:
+                break
+            if max_chunks is not None and len(owned) >= max_chunks:
+                raise TooManyChunks(max_chunks, len(owned) + -(-(n - forced) // max_len))
+            prev_own_start, own_start = own_start, forced
+            continue
         remaining = n - start
         if remaining <= chunk_chars:
             owned.append((start, n))
             break
         lo = max(start + min_len, own_start + 1)
-        hi = min(start + max_len, n - min_tail)
+        hi = min(start + max_len, n - min_tail, bound - min_tail)
         target = start + chunk_chars
         settle = start + int(chunk_chars * SETTLE_FACTOR)
         cut: int | None = None
@@ -324,3 +356,19 @@ def split_into_chunks(
             after = text[end:stop]
         chunks.append(Chunk(i, start, end, text[start:end], before, after if i < last else ""))
     return chunks
+
+
+def _kept(text: str, previous: Sequence[str]) -> list[tuple[int, int]]:
+    """The previous version's owned slices found again in `text`, in order, each whole and after the one
+    before it: (start, end) of each. A slice is looked for from where the last one found ended, so repeated
+    text is matched to its own place and nothing is found twice; an empty slice is never found."""
+    found: list[tuple[int, int]] = []
+    at = 0
+    for piece in previous:
+        if not piece:
+            continue
+        i = text.find(piece, at)
+        if i >= 0:
+            found.append((i, i + len(piece)))
+            at = i + len(piece)
+    return found

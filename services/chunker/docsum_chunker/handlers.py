@@ -59,7 +59,7 @@ async def chunk_document(event: DocumentParsed, deps: Deps) -> list[Event]:
     if doc.status is DocumentStatus.CHUNKING:
         if doc.text is None:
             raise Poison(f"document {event.document_id} has no stored text")
-        rows = await asyncio.to_thread(cut, event.document_id, doc.text, deps.settings)
+        rows = await asyncio.to_thread(cut, event.document_id, doc.text, deps.settings, doc.previous)
         if isinstance(rows, Fail):
             await deps.repo.fail(event.document_id, rows.error)
             log.info("document %s failed: %s", event.document_id, rows.error)

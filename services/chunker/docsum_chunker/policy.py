@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from docsum_shared.approval import EXPECTED_COMPLETION_TOKENS, Approved, Hold, needs_approval, plan_of
@@ -35,8 +35,9 @@ def chunk_id(document_id: str, index: int) -> str:
     return f"{document_id}-c{index:05d}"
 
 
-def cut(document_id: str, text: str, settings: ChunkerSettings) -> list[CutChunk] | Fail:
-    """The document's chunk rows, or its failure when it needs more than `max_chunks_per_document`."""
+def cut(document_id: str, text: str, settings: ChunkerSettings, previous: Sequence[str] = ()) -> list[CutChunk] | Fail:
+    """The document's chunk rows, or its failure when it needs more than `max_chunks_per_document`; a new
+    version keeps each chunk of its `previous` version's (their owned slices) that it finds again."""
     try:
         chunks = split_into_chunks(
             text,
@@ -45,6 +46,7 @@ def cut(document_id: str, text: str, settings: ChunkerSettings) -> list[CutChunk
             context_after_chars=settings.context_after_chars,
             small_max=settings.small_max_chars,
             max_chunks=settings.max_chunks_per_document,
+            previous=previous,
         )
     except TooManyChunks as exc:
         return Fail(

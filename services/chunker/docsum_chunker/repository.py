@@ -12,6 +12,7 @@ from docsum_shared import lifecycle, outbox, telemetry
 from docsum_shared.approval import Approved, Hold
 from docsum_shared.db import CHUNKS_STORED
 from docsum_shared.positions import chunk_window
+from docsum_shared.readmodel import queries
 from docsum_shared.settings import LLMSettings
 from docsum_shared.states import DocumentStatus, TaskStatus
 from docsum_shared.text import estimate_tokens_upper
@@ -24,6 +25,9 @@ class ParsedDocument:
     status: DocumentStatus
     text: str | None
     task_status: TaskStatus
+    # A new version's (its task names a previous task, and that task has a document of the same key): the
+    # owned slices of that document's chunks, in order, for the cut to keep those it finds again.
+    previous: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -159,15 +163,34 @@ class ChunkRepository:
 
     async def load(self, document_id: str) -> ParsedDocument | None:
         row = await self.pool.fetchrow(
-            "SELECT d.status, x.text, t.status AS task_status FROM documents d JOIN tasks t ON t.id = d.task_id"
+            "SELECT d.status, x.text, t.status AS task_status, t.previous_task, d.task_id"
+            " FROM documents d JOIN tasks t ON t.id = d.task_id"
             " LEFT JOIN document_texts x ON x.document_id = d.id WHERE d.id = $1",
             document_id,
         )
         if row is None:
             return None
-        return ParsedDocument(
-            status=DocumentStatus(row["status"]), text=row["text"], task_status=TaskStatus(row["task_status"])
+        status = DocumentStatus(row["status"])
+        previous: tuple[str, ...] = ()
+        if row["previous_task"] is not None and status is DocumentStatus.CHUNKING:  # only a cut reads them
+            previous = await self._previous_slices(row["task_id"], document_id)
+        return ParsedDocument(status, row["text"], TaskStatus(row["task_status"]), previous)
+
+    async def _previous_slices(self, task_id: str, document_id: str) -> tuple[str, ...]:
+        """The owned slices of the chunks of the document this one is a new version of (paired as the
+        task's view pairs them: queries.previous_documents), in order; none when it has no such document."""
+        pairs = {r["id"]: r["previous"] for r in await queries.previous_documents(self.pool, task_id)}
+        if document_id not in pairs:
+            return ()
+        rows = await self.pool.fetch(
+            "SELECT start_char, end_char, text FROM chunks WHERE document_id = $1 ORDER BY chunk_index",
+            pairs[document_id],
         )
+        slices, owned_from = [], 0
+        for r in rows:  # a chunk's text is the document's [start_char, end_char): its overlap, then its own
+            slices.append(r["text"][max(0, owned_from - r["start_char"]) :])
+            owned_from = r["end_char"]
+        return tuple(slices)
 
     async def stored_chunks(self, document_id: str) -> list[ChunkRef]:
         rows = await self.pool.fetch(
