@@ -9,7 +9,7 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
-from docsum_chunker.chunking import split_into_chunks
+from docsum_chunker.chunking import owned_slices, split_into_chunks
 from docsum_chunker.policy import CutChunk, chunk_id
 from docsum_chunker.repository import ChunkRepository
 from docsum_shared.approval import Approved, Hold
@@ -125,7 +125,7 @@ class TestChunkRepository(ChunkerRepositoryContract):
         await self.pool.execute("UPDATE documents SET filename = 'b.txt' WHERE id = $1", other)
         loaded = await self.repo.load(again)
         assert loaded is not None and loaded.status is DocumentStatus.CHUNKING
-        owned = [c.text[chunks[i - 1].end - c.start if i else 0 :] for i, c in enumerate(chunks)]
+        owned = owned_slices(chunks)
         assert len(owned) > 5 and loaded.previous == tuple(owned) and "".join(owned) == text
         for document in (other, unlinked):  # another key; a task that names no previous one
             loaded = await self.repo.load(document)

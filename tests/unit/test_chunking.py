@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from docsum_chunker.chunking import Chunk, split_into_chunks
+from docsum_chunker.chunking import Chunk, owned_slices, split_into_chunks
 from docsum_shared.levels import SizeLevel, size_level
 from docsum_shared.text import sentence_spans
 
@@ -352,11 +352,6 @@ def test_content_chosen_sizes_stay_within_bounds(seed: int) -> None:
 # --- a new version: the previous version's chunks kept where found again ---------------------------------
 
 
-def _owned(chunks: list[Chunk]) -> list[str]:
-    """Each chunk's owned slice (its text after the overlap)."""
-    return [c.text[chunks[i - 1].end - c.start if i else 0 :] for i, c in enumerate(chunks)]
-
-
 def _requests(chunks: list[Chunk]) -> set[tuple[str, str, str]]:
     return {(c.text, c.context_before, c.context_after) for c in chunks}
 
@@ -373,17 +368,17 @@ def test_a_page_inserted_at_the_top_is_a_chunk_of_its_own_and_every_later_chunk_
     first = split_into_chunks("\n\n".join(pages))
     new_page = english_document(950, seed=seed + 50_000, heading_every=None)
     text = "\n\n".join([new_page, *pages])
-    again = split_into_chunks(text, previous=_owned(first))
-    assert "".join(_owned(again)) == text  # nothing lost, nothing twice
-    assert _owned(again)[1:] == _owned(first)  # every chunk of the first version owned as it was
-    assert _owned(again)[0] == text[: len(text) - len("\n\n".join(pages))]  # the new page alone
+    again = split_into_chunks(text, previous=owned_slices(first))
+    assert "".join(owned_slices(again)) == text  # nothing lost, nothing twice
+    assert owned_slices(again)[1:] == owned_slices(first)  # every chunk of the first version owned as it was
+    assert owned_slices(again)[0] == text[: len(text) - len("\n\n".join(pages))]  # the new page alone
     # Changed requests: the new page's, and the first kept chunk's, whose overlap is now the new page's end.
     assert len([c for c in again if (c.text, c.context_before, c.context_after) not in _requests(first)]) == 2
     # Without the previous version's cuts, the first window cannot reach every first chunk's end: some
     # draws cut inside it, and one chunk or more after the new page holds its pages under a new start.
     plain = [split_into_chunks("\n\n".join([english_document(950, seed=s + 50_000, heading_every=None), *_pages(s)]))
              for s in range(12)]  # fmt: skip
-    assert any(_owned(p)[1:] != _owned(split_into_chunks("\n\n".join(_pages(s))))
+    assert any(owned_slices(p)[1:] != owned_slices(split_into_chunks("\n\n".join(_pages(s))))
                for s, p in enumerate(plain))  # fmt: skip
 
 
@@ -393,24 +388,26 @@ def test_a_new_versions_edited_stretch_is_cut_anew_and_the_rest_kept() -> None:
     edited = list(pages)
     edited[50] = edited[50] + " " + english_document(3_000, seed=77, heading_every=None).replace("\n\n", " ")
     text = "\n\n".join(edited)
-    again = split_into_chunks(text, previous=_owned(first))
-    assert "".join(_owned(again)) == text
-    kept = [s for s in _owned(again) if s in _owned(first)]
-    new = [s for s in _owned(again) if s not in _owned(first)]
-    assert len(kept) == len(_owned(first)) - 1  # only the slice holding page 51 is not found again
+    again = split_into_chunks(text, previous=owned_slices(first))
+    assert "".join(owned_slices(again)) == text
+    kept = [s for s in owned_slices(again) if s in owned_slices(first)]
+    new = [s for s in owned_slices(again) if s not in owned_slices(first)]
+    assert len(kept) == len(owned_slices(first)) - 1  # only the slice holding page 51 is not found again
     assert 2 <= len(new) and all(len(s) <= MAX_LEN for s in new)  # the stretch, 3,000 longer, cut by the rules
-    assert _owned(again).index(new[0]) == _owned(first).index(next(s for s in _owned(first) if s not in kept))
+    assert owned_slices(again).index(new[0]) == owned_slices(first).index(
+        next(s for s in owned_slices(first) if s not in kept)
+    )
 
 
 def test_a_previous_version_found_nowhere_or_empty_changes_nothing() -> None:
     text = english_document(40_000, seed=11)
     assert split_into_chunks(text, previous=["not in the text at all", ""]) == split_into_chunks(text)
-    assert split_into_chunks(text, previous=_owned(split_into_chunks(text))) == split_into_chunks(text)
+    assert split_into_chunks(text, previous=owned_slices(split_into_chunks(text))) == split_into_chunks(text)
 
 
 def test_a_previous_slice_repeated_in_the_text_is_matched_in_order_and_once() -> None:
     block = english_document(2_000, seed=5, heading_every=None)
     text = "\n\n".join([block, english_document(6_000, seed=6, heading_every=None), block])
     again = split_into_chunks(text, previous=[block + "\n\n", block], small_max=1_000)
-    assert "".join(_owned(again)) == text
-    assert _owned(again)[0] == block + "\n\n" and _owned(again)[-1] == block
+    assert "".join(owned_slices(again)) == text
+    assert owned_slices(again)[0] == block + "\n\n" and owned_slices(again)[-1] == block

@@ -73,7 +73,7 @@ from dataclasses import dataclass
 
 from docsum_shared.text import content_draw, sentence_spans
 
-__all__ = ["Chunk", "TooManyChunks", "split_into_chunks"]
+__all__ = ["Chunk", "TooManyChunks", "owned_slices", "split_into_chunks"]
 
 MAX_CHUNK_FACTOR = 1.25  # a chunk (overlap included) is at most this many times chunk_chars
 MIN_CHUNK_FACTOR = 0.5  # ... and, except the last, at least this many times
@@ -356,6 +356,12 @@ def split_into_chunks(
             after = text[end:stop]
         chunks.append(Chunk(i, start, end, text[start:end], before, after if i < last else ""))
     return chunks
+
+
+def owned_slices(chunks: Sequence[Chunk]) -> list[str]:
+    """Each chunk's owned slice (its text after the overlap), in order: what a new version's cut is given
+    as `previous` (joined, they are the document)."""
+    return [c.text[chunks[i - 1].end - c.start if i else 0 :] for i, c in enumerate(chunks)]
 
 
 def _kept(text: str, previous: Sequence[str]) -> list[tuple[int, int]]:
