@@ -26,7 +26,6 @@ from docsum_summarizer.schedule import (
     jain_index,
     lift_on_return,
     next_grants,
-    place,
     ready_by_owner,
     refund,
     take,
@@ -172,29 +171,6 @@ def test_aged_background_goes_before_its_owners_normal_work_and_twice_aged_befor
         _state({"a": 0.0}, {("a", URGENT): Work(9, oldest_s=1_000), ("a", BACKGROUND): Work(1, oldest_s=600)},
                background_after_s=300), 1
     ) == [Grant("a", BACKGROUND, 1_000)]  # fmt: skip
-
-
-# --- place in line -----------------------------------------------------------------------------------
-
-
-def test_place_counts_other_owners_work_served_before_yours_at_your_share() -> None:
-    ready = {("a", NORMAL): Work(2_000, tokens=1_000_000), ("b", NORMAL): Work(1, tokens=300)}
-    state = _state({"a": 40_000.0, "b": 0.0}, ready)  # b returns: lifted to 40,000 first
-    assert place(state, "b", 300) == place(state, "b", 300, tokens_per_s=None)
-    assert place(state, "b", 300).items == 1  # 300 of a's tokens: one of its 500-token items
-    assert place(state, "b", 5_000, tokens_per_s=1_000).tokens == 5_000
-    assert place(state, "b", 5_000, tokens_per_s=1_000).eta_s == pytest.approx(10.0)
-
-
-def test_place_follows_the_weights_and_skips_background_that_has_not_aged() -> None:
-    ready = {
-        ("a", NORMAL): Work(2_000, tokens=1_000_000),
-        ("c", BACKGROUND): Work(50, tokens=25_000),
-        ("b", NORMAL): Work(10, tokens=5_000),
-    }
-    state = State({"a": Account(0.0, weight=3.0), "b": Account(0.0), "c": Account(0.0)}, ready)
-    assert place(state, "b", 5_000).tokens == 15_000  # a weighs 3: 3 of its tokens for each of b's
-    assert place(state, "b", 5_000).items == 30
 
 
 # --- simulation: the policy serving owners through the slots ------------------------------------------

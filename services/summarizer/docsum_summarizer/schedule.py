@@ -118,15 +118,6 @@ class Rank(NamedTuple):
     start: float
 
 
-@dataclass(frozen=True)
-class Place:
-    """Where a waiting owner's work stands: the other owners' work served before it, at its share."""
-
-    items: int  # other owners' items ahead
-    tokens: int  # their estimated tokens
-    eta_s: float | None  # when its own work is done, at the given throughput (None: throughput unknown)
-
-
 def ready_by_owner(waiting: Iterable[Waiting]) -> dict[tuple[str, Priority], Work]:
     """The tasks' ready work gathered per owner and priority: how many tasks it is spread over does not
     matter to anything that follows."""
@@ -221,32 +212,6 @@ def finish(state: State, owner: str) -> State:
     """One of `owner`'s running items finished (summarized, failed, or handed back)."""
     had = account(state, owner)
     return _with_account(state, owner, replace(had, running=max(0, had.running - 1)))
-
-
-def place(state: State, owner: str, tokens: int, *, tokens_per_s: float | None = None) -> Place:
-    """The other owners' work served before `owner` is served `tokens` more (its waiting task's and its
-    own work ordered before it): each other owner with ready work is served until its counter reaches
-    where `owner`'s will be (weights included), or its ready work runs out. Background work that has
-    not aged is not ahead of anyone's normal work, and is not counted."""
-    state = lift_on_return(state, owner)
-    mine = account(state, owner)
-    reaches = mine.counter + tokens / mine.weight
-    items = 0
-    ahead = 0
-    for other in {o for o, _ in state.ready if o != owner}:
-        theirs = account(state, other)
-        room = max(0.0, reaches - theirs.counter) * theirs.weight
-        for priority in Priority:
-            work = state.ready.get((other, priority))
-            if work is None or not _competes(work, priority, state.policy) or room <= 0:
-                continue
-            per_item = _estimate(work, state.policy)
-            served = min(room, per_item * work.items)
-            room -= served
-            ahead += math.ceil(served)
-            items += math.ceil(served / per_item)
-    eta = None if not tokens_per_s else (ahead + tokens) / tokens_per_s
-    return Place(items, ahead, eta)
 
 
 def jain_index(values: Iterable[float]) -> float:
