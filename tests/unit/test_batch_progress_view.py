@@ -168,6 +168,7 @@ def _fake_queries(monkeypatch: pytest.MonkeyPatch, batch_lines: list[dict[str, A
         "sentences": [],
         "reuse_rows": [],  # no call answered from stored results
         "previous_documents": [],  # not a new version
+        "place": None,  # none of its chunks waits for its turn (those in a batch were given theirs)
     }
 
     def answer(name: str) -> Any:
