@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from docsum_chunker.chunking import Chunk, owned_slices, split_into_chunks
+from docsum_chunker.chunking import KEPT_SCANS, Chunk, owned_slices, split_into_chunks
 from docsum_shared.levels import SizeLevel, size_level
 from docsum_shared.text import sentence_spans
 
@@ -411,3 +411,16 @@ def test_a_previous_slice_repeated_in_the_text_is_matched_in_order_and_once() ->
     again = split_into_chunks(text, previous=[block + "\n\n", block], small_max=1_000)
     assert "".join(owned_slices(again)) == text
     assert owned_slices(again)[0] == block + "\n\n" and owned_slices(again)[-1] == block
+
+
+def test_a_previous_version_that_matches_little_costs_a_few_passes_not_one_per_chunk() -> None:
+    """Each slice not found scans the rest of the text: past KEPT_SCANS passes in all, the rest of the
+    previous version is not looked for. Its first slices, found, are kept all the same."""
+    text = english_document(200_000, seed=12, heading_every=None)
+    first = split_into_chunks(text, chunk_chars=1_000)  # smaller than today's: a kept one shows
+    missing = [f"a chunk of another text {i}. " * 20 for i in range(KEPT_SCANS * 3)]
+    again = split_into_chunks(text, previous=[*owned_slices(first)[:3], *missing, *owned_slices(first)[3:]])
+    assert owned_slices(again)[:3] == owned_slices(first)[:3]  # found before the scans ran out
+    assert "".join(owned_slices(again)) == text
+    assert again == split_into_chunks(text, previous=owned_slices(first)[:3])  # the rest was not looked for
+    assert again != split_into_chunks(text, previous=owned_slices(first))  # which, looked for, would be kept

@@ -91,6 +91,7 @@ LANDMARK_FACTOR = 0.75
 # apart may never meet: with pages of ~950 characters, every chunk would hold two, paired otherwise).
 SETTLE_FACTOR = 0.75
 HASH_RADIUS = 32  # characters on each side of a cut that its hash reads
+KEPT_SCANS = 32  # a new version looks for its previous version's chunks over at most this many passes of its text
 
 # A Markdown heading line (what the parser emits for DOCX headings); group 1 is where it starts.
 _HEADING_RE = re.compile(r"\n[ \t]{0,3}(#{1,6})(?=[ \t\r\n]|\Z)")
@@ -367,14 +368,21 @@ def owned_slices(chunks: Sequence[Chunk]) -> list[str]:
 def _kept(text: str, previous: Sequence[str]) -> list[tuple[int, int]]:
     """The previous version's owned slices found again in `text`, in order, each whole and after the one
     before it: (start, end) of each. A slice is looked for from where the last one found ended, so repeated
-    text is matched to its own place and nothing is found twice; an empty slice is never found."""
+    text is matched to its own place and nothing is found twice; an empty slice is never found. A slice
+    not found costs a scan of the rest of the text: once the scans add up to KEPT_SCANS times the text,
+    the rest is left to the content-defined cuts (a text that matches little of its previous version
+    costs a few passes over it, not one per chunk)."""
     found: list[tuple[int, int]] = []
     at = 0
+    budget = KEPT_SCANS * len(text)
     for piece in previous:
         if not piece:
             continue
         i = text.find(piece, at)
+        budget -= (i + len(piece) if i >= 0 else len(text)) - at
         if i >= 0:
             found.append((i, i + len(piece)))
             at = i + len(piece)
+        if budget < 0:
+            break
     return found
