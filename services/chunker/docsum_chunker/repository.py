@@ -17,6 +17,7 @@ from docsum_shared.settings import LLMSettings
 from docsum_shared.states import DocumentStatus, TaskStatus
 from docsum_shared.text import estimate_tokens_upper
 
+from .chunking import Chunk, owned_slices
 from .policy import ChunkRef, CutChunk
 
 
@@ -178,19 +179,17 @@ class ChunkRepository:
 
     async def _previous_slices(self, task_id: str, document_id: str) -> tuple[str, ...]:
         """The owned slices of the chunks of the document this one is a new version of (paired as the
-        task's view pairs them: queries.previous_documents), in order; none when it has no such document."""
-        pairs = {r["id"]: r["previous"] for r in await queries.previous_documents(self.pool, task_id)}
-        if document_id not in pairs:
+        task's view pairs them: queries.previous_document), in order; none when it has no such document."""
+        previous = await queries.previous_document(self.pool, task_id, document_id)
+        if previous is None:
             return ()
         rows = await self.pool.fetch(
-            "SELECT start_char, end_char, text FROM chunks WHERE document_id = $1 ORDER BY chunk_index",
-            pairs[document_id],
+            "SELECT chunk_index, start_char, end_char, text FROM chunks WHERE document_id = $1 ORDER BY chunk_index",
+            previous,
         )
-        slices, owned_from = [], 0
-        for r in rows:  # a chunk's text is the document's [start_char, end_char): its overlap, then its own
-            slices.append(r["text"][max(0, owned_from - r["start_char"]) :])
-            owned_from = r["end_char"]
-        return tuple(slices)
+        return tuple(
+            owned_slices([Chunk(r["chunk_index"], r["start_char"], r["end_char"], r["text"], "", "") for r in rows])
+        )
 
     async def stored_chunks(self, document_id: str) -> list[ChunkRef]:
         rows = await self.pool.fetch(

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from typing import get_args
 
 import asyncpg
 
+from ..options import TaskPriority
 from ..scope import Scope
 from ..states import DOCUMENT_FINAL, TASK_TAKES_WORK, ChunkStatus, DocumentStatus
 
@@ -150,18 +152,33 @@ async def previous_documents(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.R
     same owner and deployment), with that document's id (`previous`) and its summary's stored sentences
     (`previous_sentences`, null when none are known): matched by key, the document key, else the filename;
     the n-th document of a key to the n-th of the previous task's, in their order."""
-    return await pool.fetch(_PREVIOUS_DOCUMENTS, task_id)
+    return await pool.fetch(
+        _PAIRED + " SELECT d.id, p.id AS previous, pd.summary_sentences::text AS previous_sentences"
+        " FROM keyed d JOIN keyed p ON p.k = d.k AND p.n = d.n AND p.task_id <> d.task_id"
+        " JOIN documents pd ON pd.id = p.id WHERE d.task_id = $1",
+        task_id,
+    )
 
 
-_PREVIOUS_DOCUMENTS = (
+async def previous_document(pool: asyncpg.Pool, task_id: str, document_id: str) -> str | None:
+    """The id of the document that `document_id` (of `task_id`) is a new version of, paired as
+    `previous_documents` pairs them; None when it is none's."""
+    found: str | None = await pool.fetchval(
+        _PAIRED + " SELECT p.id FROM keyed d JOIN keyed p ON p.k = d.k AND p.n = d.n AND p.task_id <> d.task_id"
+        " WHERE d.task_id = $1 AND d.id = $2",
+        task_id, document_id,
+    )  # fmt: skip
+    return found
+
+
+# The documents of task $1 and of its previous task (of the same owner and deployment), each with its key
+# (the document key, else the filename) and its place among the task's documents of that key.
+_PAIRED = (
     "WITH linked AS (SELECT p.id FROM tasks t JOIN tasks p ON p.id = t.previous_task AND p.owner = t.owner"
     "  AND p.deployment = t.deployment WHERE t.id = $1),"
-    " keyed AS (SELECT d.id, d.task_id, d.summary_sentences, coalesce(d.document_key, d.filename) AS k,"
+    " keyed AS (SELECT d.id, d.task_id, coalesce(d.document_key, d.filename) AS k,"
     "  row_number() OVER (PARTITION BY d.task_id, coalesce(d.document_key, d.filename) ORDER BY d.position, d.id) AS n"
     "  FROM documents d WHERE d.task_id = $1 OR d.task_id = (SELECT id FROM linked))"
-    " SELECT d.id, p.id AS previous, p.summary_sentences::text AS previous_sentences"
-    " FROM keyed d JOIN keyed p ON p.k = d.k AND p.n = d.n AND p.task_id <> d.task_id"
-    " WHERE d.task_id = $1"
 )
 
 
@@ -178,8 +195,8 @@ async def remaining_work(pool: asyncpg.Pool, task_id: str) -> asyncpg.Record:
     )
 
 
-# An owner's own order (docsum_summarizer.schedule: urgent, normal, background), by a task's stored option.
-_TIER = "CASE coalesce({t}.options->>'priority', 'normal') WHEN 'urgent' THEN 0 WHEN 'background' THEN 2 ELSE 1 END"
+# An owner's own order, by a task's stored option: its place in TaskPriority (urgent, normal, background), $5.
+_TIER = "array_position($5::text[], coalesce(t.options->>'priority', 'normal'))"
 
 
 async def place(pool: asyncpg.Pool, task_id: str) -> asyncpg.Record | None:
@@ -187,9 +204,9 @@ async def place(pool: asyncpg.Pool, task_id: str) -> asyncpg.Record | None:
     owner's calls answered over the last minute; None when the task takes no work. Its owner's rows only,
     in its deployment: nothing of another owner's is read."""
     return await pool.fetchrow(
-        "WITH me AS (SELECT t.id, t.owner, t.deployment, " + _TIER.format(t="t") + " AS tier FROM tasks t"
+        f"WITH me AS (SELECT t.id, t.owner, t.deployment, {_TIER} AS tier FROM tasks t"
         "   WHERE t.id = $1 AND t.status = ANY($2::text[])),"
-        " mine AS (SELECT d.task_id, c.ready_at, " + _TIER.format(t="t") + " AS tier"
+        f" mine AS (SELECT d.task_id, c.ready_at, {_TIER} AS tier"
         "   FROM me JOIN tasks t ON t.owner = me.owner AND t.deployment = me.deployment"
         "   JOIN documents d ON d.task_id = t.id JOIN chunks c ON c.document_id = d.id"
         "   WHERE t.status = ANY($2::text[]) AND d.status <> ALL($3::text[])"
@@ -203,7 +220,7 @@ async def place(pool: asyncpg.Pool, task_id: str) -> asyncpg.Record | None:
         "   AND t.last_active_at > now() - interval '90 seconds'"  # a call of the last minute touched its task
         "   AND NOT l.cached AND l.created_at > now() - interval '60 seconds') AS calls_last_minute"
         " FROM me",
-        task_id, list(TASK_TAKES_WORK), sorted(DOCUMENT_FINAL), ChunkStatus.PENDING,
+        task_id, list(TASK_TAKES_WORK), sorted(DOCUMENT_FINAL), ChunkStatus.PENDING, list(get_args(TaskPriority)),
     )  # fmt: skip
 
 
