@@ -63,6 +63,23 @@ class _Lines(logging.Handler):
             out.write(self.format(record) + "\n")
 
 
+# uvicorn closes a connection idle for 5 s (its timeout_keep_alive), and httpx keeps one for 5 s too: a
+# request sent on it as the server closes it fails with a ReadError before any answer (a test's client
+# idle while it waits for another owner's task, then asking for its own). Idle connections are dropped
+# here well before the server would.
+CLIENT_KEEPALIVE_S = 2.0
+
+
+def gateway_client(base_url: str, key: str) -> httpx.AsyncClient:
+    """A test's client of the gateway at `base_url`, with the API key `key`."""
+    return httpx.AsyncClient(
+        base_url=base_url,
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=60,
+        limits=httpx.Limits(keepalive_expiry=CLIENT_KEEPALIVE_S),
+    )
+
+
 @dataclass
 class InProcessStack:
     """The whole pipeline running in a thread of this process, until `stop_all`."""
@@ -119,9 +136,7 @@ class InProcessStack:
         return self
 
     def client(self, owner: str = "alice") -> httpx.AsyncClient:
-        return httpx.AsyncClient(
-            base_url=self.gateway_url, headers={"Authorization": f"Bearer {self.keys[owner]}"}, timeout=60
-        )
+        return gateway_client(self.gateway_url, self.keys[owner])
 
     def stop_all(self, timeout: float = 30.0) -> None:
         if self._loop is None or self._stop is None or self._thread is None:

@@ -29,7 +29,7 @@ import pytest_asyncio
 
 from docsum_shared.db import migrate
 from tests.fake_llm import FakeLLM, FakeLLMServer, free_port
-from tests.inprocess import InProcessStack
+from tests.inprocess import InProcessStack, gateway_client
 from tests.integration import launcher
 from tests.integration.helpers import delete_topics, eventually_blocking, read_topics
 
@@ -173,9 +173,7 @@ class Stack:
         eventually_blocking(healthy, timeout=timeout, interval=0.3, message="the gateway to start", stack=self)
 
     def client(self, owner: str = "alice") -> httpx.AsyncClient:
-        return httpx.AsyncClient(
-            base_url=self.gateway_url, headers={"Authorization": f"Bearer {self.keys[owner]}"}, timeout=60
-        )
+        return gateway_client(self.gateway_url, self.keys[owner])
 
     async def read_topics(self, topics: list[str]) -> list[Any]:
         """Every record now on `topics` (full names; `<topic>.dlq` for dead letters), from the beginning."""
