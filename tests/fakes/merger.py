@@ -41,6 +41,7 @@ class StoredTask:
     summary_truncated: bool = False
     merge_failures: int = 0
     summary_sentences: Cited = None
+    previous_task: str | None = None  # the task its documents are new versions of
     updated_at: datetime = field(default_factory=_now)
     last_active_at: datetime = field(default_factory=_now)
 
@@ -90,8 +91,9 @@ class FakeMergeRepository:
         options: TaskOptions = DEFAULT_OPTIONS,
         owner: str = "owner",
         expected_documents: int | None = None,
+        previous_task: str | None = None,
     ) -> StoredTask:
-        self.tasks[task_id] = StoredTask(owner, title, status, options, expected_documents)
+        self.tasks[task_id] = StoredTask(owner, title, status, options, expected_documents, previous_task=previous_task)
         return self.tasks[task_id]
 
     def add_document(
@@ -209,6 +211,20 @@ class FakeMergeRepository:
 
     async def store_node(self, node: MergeNode) -> None:
         self.nodes[node.scope_id, node.level, node.position] = node
+
+    async def previous_tree(self, task_id: str, document_id: str) -> tuple[list[ChunkState], list[MergeNode]] | None:
+        task = self.tasks[task_id]
+        previous = self.tasks.get(task.previous_task or "")
+        if previous is None or previous.owner != task.owner:
+            return None
+        name = self.documents[document_id].filename
+        ours = [i for i in self._documents_of(task_id) if self.documents[i].filename == name]
+        theirs = [i for i in self._documents_of(task.previous_task or "") if self.documents[i].filename == name]
+        n = ours.index(document_id)
+        if n >= len(theirs):
+            return None
+        nodes = [node for key, node in sorted(self.nodes.items()) if key[0] == theirs[n]]
+        return await self.load_chunks(theirs[n]), nodes
 
     async def touch_task(self, task_id: str) -> None:
         self.touched.append(task_id)

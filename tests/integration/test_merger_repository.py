@@ -41,12 +41,13 @@ class TestMergeRepository(MergerRepositoryContract):
         options: TaskOptions = DEFAULT_OPTIONS,
         owner: str = "owner",
         expected_documents: int | None = None,
+        previous: str | None = None,
     ) -> str:
         task_id = new_id("task")
         await self.pool.execute(
-            "INSERT INTO tasks (id, owner, title, status, options, expected_documents, last_active_at)"
-            " VALUES ($1, $2, $3, $4, $5, $6, now() - interval '1 hour')",
-            task_id, owner, title, status, options.model_dump_json(), expected_documents,
+            "INSERT INTO tasks (id, owner, title, status, options, expected_documents, previous_task, last_active_at)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7, now() - interval '1 hour')",
+            task_id, owner, title, status, options.model_dump_json(), expected_documents, previous,
         )  # fmt: skip
         return task_id
 

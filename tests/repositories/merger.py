@@ -65,8 +65,9 @@ class MergerRepositoryContract(ABC):
         options: TaskOptions = DEFAULT_OPTIONS,
         owner: str = "owner",
         expected_documents: int | None = None,
+        previous: str | None = None,
     ) -> str:
-        """A new task (last active an hour ago); its id."""
+        """A new task (last active an hour ago), its documents new versions of `previous`'s; its id."""
 
     @abstractmethod
     async def given_document(
@@ -250,6 +251,30 @@ class MergerRepositoryContract(ABC):
             MergeNode(scope, 1, 0, 2, "k10", "ab", SENTENCES),
         ]
         assert await self.stored_nodes(new_id("doc")) == []
+
+    async def test_a_new_versions_previous_tree_is_its_previous_documents_chunks_and_merge_nodes(self) -> None:
+        first = await self.given_task()
+        old = await self.given_document(first, filename="report.txt", chunks=[chunk(0), chunk(1)])
+        await self.given_document(first, filename="other.txt", position=1, chunks=[chunk(0)])
+        await self.repo.store_node(MergeNode(old, 1, 0, 2, "k10", "the top"))
+        await self.repo.store_node(MergeNode(old, 0, 0, 2, "k00", "a and b", SENTENCES))
+        second = await self.given_task(previous=first)
+        new = await self.given_document(second, filename="report.txt", chunks=[chunk(0)])
+        found = await self.repo.previous_tree(second, new)
+        assert found is not None
+        chunks, nodes = found
+        assert [c.index for c in chunks] == [0, 1]
+        assert nodes == [
+            MergeNode(old, 0, 0, 2, "k00", "a and b", SENTENCES),
+            MergeNode(old, 1, 0, 2, "k10", "the top"),
+        ]
+        # none for a name the previous task does not have, for a task naming none, nor across owners
+        named_anew = await self.given_document(second, filename="new.txt", position=1, chunks=[chunk(0)])
+        assert await self.repo.previous_tree(second, named_anew) is None
+        assert await self.repo.previous_tree(first, old) is None
+        stranger = await self.given_task(owner="mallory", previous=first)
+        theirs = await self.given_document(stranger, filename="report.txt", chunks=[chunk(0)])
+        assert await self.repo.previous_tree(stranger, theirs) is None
 
     async def test_touching_a_task_marks_it_active(self) -> None:
         task = await self.given_task()

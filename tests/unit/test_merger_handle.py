@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from dataclasses import dataclass, field, replace
 
 import pytest
@@ -287,3 +288,40 @@ async def test_a_strict_tasks_merges_build_on_no_unsupported_sentence_at_any_lev
     ]:
         assert summary and INVENTED in summary and cited is not None
         assert [s.support for s in cited if s.text == INVENTED] == ["unsupported"]
+
+
+def _stand_in_merge(request: SummaryRequest) -> SummaryResult:
+    """A merge that depends on every text it merged: ~250 characters led by its first text's."""
+    digest = hashlib.sha256("\x00".join(request.texts).encode()).hexdigest()
+    return SummaryResult(f"[{digest[:8]}] {request.texts[0][:240]}", "fake-1")
+
+
+async def test_a_new_version_is_merged_in_the_previous_versions_groups_so_a_page_at_the_top_redoes_only_its_path() -> (
+    None
+):
+    """A chunk summary more at the top: the new version's merges that the first did not make are its own
+    group's at each level and the top; the levels above keep pairing the texts they paired before."""
+    summaries = [english_prose(300, seed=700 + i).replace("\n\n", " ") for i in range(60)]
+    top = english_prose(300, seed=799).replace("\n\n", " ")
+    repo = FakeMergeRepository()
+    repo.add_task("v1")
+    repo.add_document("d1", "v1", filename="report.txt", chunks=_states(summaries))
+    for task, previous in (("v2", "v1"), ("v2-alone", None)):
+        repo.add_task(task, previous_task=previous)
+        repo.add_document(f"{task}-d", task, filename="report.txt", chunks=_states([top, *summaries]))
+    made: dict[str, set[tuple[str, ...]]] = {}
+    for task, document in (("v1", "d1"), ("v2", "v2-d"), ("v2-alone", "v2-alone-d")):
+        llm = FakeLLM(answer=_stand_in_merge, learned=1_200)
+        event = ChunkSummarized(task_id=task, document_id=document, chunk_id=f"{document}-c", chunk_index=0)
+        [out] = await handle(event, _deps(repo, llm))
+        assert isinstance(out, DocumentMerged) and out.outcome is DocumentOutcome.COMPLETED
+        made[task] = {r.texts for r in llm.calls}
+    levels = max(level for scope, level, _ in repo.nodes if scope == "v2-d")
+    assert levels >= 2
+    assert len(made["v2"] - made["v1"]) <= levels + 1
+    # the same document submitted as no version of the first: its groups are the draws' alone
+    assert len(made["v2-alone"] - made["v1"]) > len(made["v2"] - made["v1"])
+
+
+def _states(summaries: list[str]) -> list[ChunkState]:
+    return [ChunkState(i, ChunkStatus.COMPLETED, text, None) for i, text in enumerate(summaries)]

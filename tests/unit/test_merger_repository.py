@@ -28,10 +28,17 @@ class TestFakeMergeRepository(MergerRepositoryContract):
         options: TaskOptions = DEFAULT_OPTIONS,
         owner: str = "owner",
         expected_documents: int | None = None,
+        previous: str | None = None,
     ) -> str:
         task_id = new_id("task")
         task = self.fake.add_task(
-            task_id, status=status, title=title, options=options, owner=owner, expected_documents=expected_documents
+            task_id,
+            status=status,
+            title=title,
+            options=options,
+            owner=owner,
+            expected_documents=expected_documents,
+            previous_task=previous,
         )
         task.last_active_at -= timedelta(hours=1)
         return task_id

@@ -15,18 +15,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from docsum_llm.base import SummaryRequest
 from docsum_llm.cache import CallContext
+from docsum_shared.cited import without_unsupported
 from docsum_shared.errors import Fail, ItemFailed, Kind
 from docsum_shared.events import ChunkSummarized, DocumentMerged, DocumentOutcome, Event, TaskEvent, TaskFinished
 from docsum_shared.handlers import Handlers, required
+from docsum_shared.options import TaskOptions
 from docsum_shared.readmodel.schemas import TaskResult
 from docsum_shared.retry import PROVIDER, Backoff, Step, Tally, for_merges, llm_retry, retry_until
-from docsum_shared.states import DOCUMENT_FINAL, TASK_FINAL, TASK_HELD, DocumentStatus, TaskStatus, takes_work
+from docsum_shared.states import (
+    DOCUMENT_FINAL,
+    TASK_FINAL,
+    TASK_HELD,
+    ChunkStatus,
+    DocumentStatus,
+    TaskStatus,
+    takes_work,
+)
 
 from . import tree
 from .policy import (
@@ -37,6 +47,7 @@ from .policy import (
     chunks_all_final,
     decide_document,
     decide_task,
+    merged_from,
     with_failed_merge,
 )
 from .settings import MergerSettings
@@ -59,6 +70,9 @@ class Repository(Protocol):
     async def load_task(self, task_id: str) -> TaskWithDocuments | None: ...
     async def finish_task(self, task_id: str, status: TaskStatus, merged: Merged | None, error: str | None) -> None: ...
     async def store_node(self, node: tree.MergeNode) -> None: ...
+    async def previous_tree(
+        self, task_id: str, document_id: str
+    ) -> tuple[list[ChunkState], list[tree.MergeNode]] | None: ...
     async def touch_task(self, task_id: str) -> None: ...
     async def task_result(self, task_id: str) -> TaskResult | None: ...
 
@@ -109,6 +123,7 @@ async def merge_document(event: ChunkSummarized, deps: Deps) -> list[Event]:
                         lambda: deps.repo.record_document_merge_failure(doc.id),
                         deps,
                         leave_out=loaded.options.support == "strict",
+                        kept=await _previous_groups(event.task_id, doc.id, loaded.options, deps),
                     )
                 merged = replace(merged, text=merged.text + decision.note())  # after the sentences: none cites it
                 await deps.repo.complete_document(doc.id, merged, decision.coverage, list(decision.failed_indexes))
@@ -173,6 +188,7 @@ async def _merged(
     deps: Deps,
     *,
     leave_out: bool = False,
+    kept: Collection[tuple[str, ...]] = (),
 ) -> Merged:
     """The merged summary of `what` ("document <id>" or "task <id>") from `request`'s texts, whose
     sentences are `children`; ItemFailed when the provider refused it or kept failing. While it runs,
@@ -192,9 +208,29 @@ async def _merged(
     bounded = await deps.llm.bounded(request)
     async with _active(context.task_id, deps):
         return await retry_until(
-            lambda: tree.merge(deps.llm, deps.repo, bounded, context, scope_id, children, leave_out=leave_out),
+            lambda: tree.merge(
+                deps.llm, deps.repo, bounded, context, scope_id, children, leave_out=leave_out, kept=kept
+            ),
             llm_retry(limits, stored_attempts, then),
         )
+
+
+async def _previous_groups(task_id: str, document_id: str, options: TaskOptions, deps: Deps) -> list[tuple[str, ...]]:
+    """The groups of the merge tree of the document that this one is a new version of, as their texts
+    (none when it is none's): the new version's merge keeps each one its own texts hold again."""
+    previous = await deps.repo.previous_tree(task_id, document_id)
+    if previous is None:
+        return []
+    chunks, nodes = previous
+    texts, _ = merged_from(
+        [(c.summary or "", c.sentences) for c in chunks if c.status is ChunkStatus.COMPLETED], options
+    )
+    strict = options.support == "strict"
+    made = [
+        (n.inputs, n.level, without_unsupported(n.summary, n.sentences)[0] if strict and n.sentences else n.summary)
+        for n in nodes
+    ]
+    return tree.previous_groups(texts, made)
 
 
 @contextlib.asynccontextmanager

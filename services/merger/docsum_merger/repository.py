@@ -8,7 +8,7 @@ from docsum_llm.openai.prompts import PROMPT_VERSION
 from docsum_shared import lifecycle, metrics, outbox
 from docsum_shared.cited import from_json, to_json
 from docsum_shared.options import TaskOptions
-from docsum_shared.readmodel import views
+from docsum_shared.readmodel import queries, views
 from docsum_shared.readmodel.schemas import TaskResult
 from docsum_shared.states import TASK_TAKES_WORK, ChunkStatus, DocumentStatus, TaskStatus
 
@@ -154,6 +154,20 @@ class MergeRepository:
             node.scope_id, node.level, node.position, node.inputs, node.cache_key, node.summary,
             _json(node.sentences),
         )  # fmt: skip
+
+    async def previous_tree(self, task_id: str, document_id: str) -> tuple[list[ChunkState], list[MergeNode]] | None:
+        """The chunks and the merge nodes (by level and position) of the document that `document_id` is a
+        new version of (its task's `previous_task`'s, paired by key); None when it is none's."""
+        previous = await queries.previous_document(self.pool, task_id, document_id)
+        if previous is None:
+            return None
+        rows = await self.pool.fetch(
+            "SELECT scope_id, level, position, inputs, cache_key, summary, sentences::text FROM merge_nodes"
+            " WHERE scope_id = $1 ORDER BY level, position",
+            previous,
+        )
+        nodes = [MergeNode(r[0], r[1], r[2], r[3], r[4], r[5], _cited(r[6])) for r in rows]
+        return await self.load_chunks(previous), nodes
 
     async def touch_task(self, task_id: str) -> None:
         """The task is making progress (a merge is running): reconcile leaves it alone."""

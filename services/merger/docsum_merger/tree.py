@@ -11,12 +11,15 @@ request. A refusal as too long lowers the endpoint's budget and the merge is pla
 Each node's sentences take their sources from the sentences of the texts it merged
 (`citations.merged_sentences`), so the top's sentences resolve down to ranges of the documents. An
 answer from the cache keeps its sentences: a resumed tree maps them as the first run did.
+
+A new version of a document is merged in the previous version's groups wherever its texts are the
+same (`previous_groups`, from the nodes stored for it): only the groups an edit touched are merged again.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -66,6 +69,27 @@ def cited(result: SummaryResult, children: Sequence[Cited]) -> Cited:
     return merged_sentences(result, [c or () for c in children])
 
 
+def previous_groups(texts: Sequence[str], nodes: Sequence[tuple[int, int, str]]) -> list[tuple[str, ...]]:
+    """The groups, as their texts, of the tree a merge of `texts` made, from its stored nodes' (inputs,
+    level, summary) in order of level and position: each level's groups take their inputs' counts of
+    the texts in turn, and their summaries are the next level's texts. It stops at a level whose counts
+    do not add up to its texts (a node left from a plan made again under a lower budget)."""
+    groups: list[tuple[str, ...]] = []
+    above: list[str] = []
+    level_texts, level, taken = list(texts), 0, 0
+    for inputs, node_level, summary in nodes:
+        if node_level != level:
+            if taken != len(level_texts) or node_level != level + 1:
+                return groups
+            level_texts, level, taken, above = above, node_level, 0, []
+        if taken + inputs > len(level_texts):
+            return groups
+        groups.append(tuple(level_texts[taken : taken + inputs]))
+        taken += inputs
+        above.append(summary)
+    return groups
+
+
 class Nodes(Protocol):
     """Where a merge keeps its nodes (the merger's repository). Each is stored as soon as it is made,
     not at the merge's end: a re-drive counts them as progress while the merge runs. A node stored
@@ -110,17 +134,19 @@ async def merge(
     *,
     parallel: int = 4,
     leave_out: bool = False,
+    kept: Collection[tuple[str, ...]] = (),
 ) -> Merged:
     """The merged summary of `request`'s texts (whose sentences are `children`, one per text), within
     the endpoint's budget; with `leave_out` (a task asking for `support` "strict"), a level above
     another is made from its nodes' summaries without their unsupported sentences (each node is stored
-    whole). ItemFailed when the provider refuses even what cannot be made any smaller."""
+    whole); grouped as `kept` (a previous version's groups) wherever its texts allow. ItemFailed when the
+    provider refuses even what cannot be made any smaller."""
     if len(children) != len(request.texts):
         raise ValueError(f"{len(children)} texts' sentences for a merge of {len(request.texts)}")
     for _ in range(MAX_REPLANS):
         try:
             return await _merge_under(
-                await llm.budget(), llm, nodes, request, tuple(children), context, scope_id, parallel, leave_out
+                await llm.budget(), llm, nodes, request, tuple(children), context, scope_id, parallel, leave_out, kept
             )
         except _Refused as refused:
             if not await llm.learn(refused.refusal, refused.request):
@@ -142,6 +168,7 @@ async def _merge_under(
     scope_id: str,
     parallel: int,
     leave_out: bool = False,
+    kept: Collection[tuple[str, ...]] = (),
 ) -> Merged:
     slots = asyncio.Semaphore(parallel)
     calibration = llm.calibration
@@ -167,7 +194,7 @@ async def _merge_under(
 
     level = 0
     while budget is not None and not fits(request, budget, calibration):
-        groups = groups_by_content(request, budget, calibration)
+        groups = groups_by_content(request, budget, calibration, kept)
         if len(groups) == len(request.texts) and level > 0:
             break  # nothing pairs up any more: trim below and finish in one request
         results = await asyncio.gather(
