@@ -23,6 +23,7 @@ import uvloop
 from docsum_pipeline import plan
 from docsum_pipeline.inprocess import Bus, BusRecord, run_in_process
 
+from docsum_cli.client import KEEPALIVE_EXPIRY_S
 from docsum_shared.settings import Settings
 
 _ENVIRON = threading.Lock()  # os.environ is the process's: one stack's settings are read at a time
@@ -63,20 +64,16 @@ class _Lines(logging.Handler):
             out.write(self.format(record) + "\n")
 
 
-# uvicorn closes a connection idle for 5 s (its timeout_keep_alive), and httpx keeps one for 5 s too: a
-# request sent on it as the server closes it fails with a ReadError before any answer (a test's client
-# idle while it waits for another owner's task, then asking for its own). Idle connections are dropped
-# here well before the server would.
-CLIENT_KEEPALIVE_S = 2.0
-
 
 def gateway_client(base_url: str, key: str) -> httpx.AsyncClient:
-    """A test's client of the gateway at `base_url`, with the API key `key`."""
+    """A test's client of the gateway at `base_url`, with the API key `key`: it lets an idle connection
+    go before the gateway does, as the CLI's does (a test's client idle while it waits for another
+    owner's task, then asking for its own, met the race that KEEPALIVE_EXPIRY_S says)."""
     return httpx.AsyncClient(
         base_url=base_url,
         headers={"Authorization": f"Bearer {key}"},
         timeout=60,
-        limits=httpx.Limits(keepalive_expiry=CLIENT_KEEPALIVE_S),
+        limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S),
     )
 
 

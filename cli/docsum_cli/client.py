@@ -25,6 +25,10 @@ REDRIVE_PATIENCE_S = 15.0
 # with that task, and makes it only if it did not. The first retry goes at once (an answer lost on the way
 # back), the later ones give a restarting gateway time. A 409 (the first is being stored) waits its Retry-After.
 SUBMIT_RETRY_WAITS_S = (0.0, 1.0, 2.0, 4.0, 8.0)
+# How long an idle connection to the gateway is kept for the next request: less than the gateway (uvicorn,
+# 5 s) keeps its own, so the client lets one go first. Kept as long as the server keeps it (httpx's 5 s),
+# a request sent as the server closed the connection failed with "Server disconnected" before any answer.
+KEEPALIVE_EXPIRY_S = 2.0
 
 
 class GatewayError(Exception):
@@ -49,6 +53,7 @@ class Gateway:
             base_url=url or os.environ.get("DOCSUM_GATEWAY_URL", DEFAULT_URL),
             headers={"Authorization": f"Bearer {key}"},
             timeout=timeout_s,
+            limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S),
         )
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
