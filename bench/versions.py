@@ -54,6 +54,10 @@ MERGE_BUDGET_ENV = {"DOCSUM_LLM_CONTEXT_TOKENS": "1600"}
 FILENAME = "report.txt"
 PRINTED = ("2026-11-30", "2026-12-06")  # the PDF's first printing, and its reprint's
 TITLE = "Quarterly Operations Review"
+# The same three edits' calls before docsum chose its cuts and merge groups by the content (packed greedily
+# from the start, grouped by position), measured on the main of the day on a 100-page text of 61 chunks
+# (62 calls the first time): the figure the goal was set against, which the code no longer has a switch for.
+BEFORE = "before content-defined cuts and groups: 2, 63 and 2 calls (of 62 the first time)"
 
 
 @dataclass(frozen=True)
@@ -151,7 +155,7 @@ class VersionsResult:
         sources = sum(x.sources for r in self.runs for e in r.compared for x in (e.resolved, e.chunks_resolved))
         return (
             f"{calls}; the least share identical {100 * self.least_kept:.1f} %; sources resolved through the quote"
-            f" route {sources - self.unresolved} of {sources}"
+            f" route {sources - self.unresolved} of {sources}; {BEFORE}"
         )
 
     def table(self) -> str:
