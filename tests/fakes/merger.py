@@ -41,7 +41,6 @@ class StoredTask:
     summary_truncated: bool = False
     merge_failures: int = 0
     summary_sentences: Cited = None
-    previous_task: str | None = None  # the task its documents are new versions of
     updated_at: datetime = field(default_factory=_now)
     last_active_at: datetime = field(default_factory=_now)
 
@@ -91,9 +90,8 @@ class FakeMergeRepository:
         options: TaskOptions = DEFAULT_OPTIONS,
         owner: str = "owner",
         expected_documents: int | None = None,
-        previous_task: str | None = None,
     ) -> StoredTask:
-        self.tasks[task_id] = StoredTask(owner, title, status, options, expected_documents, previous_task=previous_task)
+        self.tasks[task_id] = StoredTask(owner, title, status, options, expected_documents)
         return self.tasks[task_id]
 
     def add_document(
@@ -214,12 +212,13 @@ class FakeMergeRepository:
 
     async def previous_tree(self, task_id: str, document_id: str) -> tuple[list[ChunkState], list[MergeNode]] | None:
         task = self.tasks[task_id]
-        previous = self.tasks.get(task.previous_task or "")
+        previous_id = task.options.previous_task or ""
+        previous = self.tasks.get(previous_id)
         if previous is None or previous.owner != task.owner:
             return None
         name = self.documents[document_id].filename
         ours = [i for i in self._documents_of(task_id) if self.documents[i].filename == name]
-        theirs = [i for i in self._documents_of(task.previous_task or "") if self.documents[i].filename == name]
+        theirs = [i for i in self._documents_of(previous_id) if self.documents[i].filename == name]
         n = ours.index(document_id)
         if n >= len(theirs):
             return None

@@ -44,6 +44,8 @@ class TestMergeRepository(MergerRepositoryContract):
         previous: str | None = None,
     ) -> str:
         task_id = new_id("task")
+        if previous is not None:
+            options = options.model_copy(update={"previous_task": previous})
         await self.pool.execute(
             "INSERT INTO tasks (id, owner, title, status, options, expected_documents, previous_task, last_active_at)"
             " VALUES ($1, $2, $3, $4, $5, $6, $7, now() - interval '1 hour')",

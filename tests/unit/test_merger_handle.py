@@ -307,7 +307,7 @@ async def test_a_new_version_is_merged_in_the_previous_versions_groups_so_a_page
     repo.add_task("v1")
     repo.add_document("d1", "v1", filename="report.txt", chunks=_states(summaries))
     for task, previous in (("v2", "v1"), ("v2-alone", None)):
-        repo.add_task(task, previous_task=previous)
+        repo.add_task(task, options=TaskOptions(previous_task=previous))
         repo.add_document(f"{task}-d", task, filename="report.txt", chunks=_states([top, *summaries]))
     made: dict[str, set[tuple[str, ...]]] = {}
     for task, document in (("v1", "d1"), ("v2", "v2-d"), ("v2-alone", "v2-alone-d")):

@@ -31,14 +31,10 @@ class TestFakeMergeRepository(MergerRepositoryContract):
         previous: str | None = None,
     ) -> str:
         task_id = new_id("task")
+        if previous is not None:
+            options = options.model_copy(update={"previous_task": previous})
         task = self.fake.add_task(
-            task_id,
-            status=status,
-            title=title,
-            options=options,
-            owner=owner,
-            expected_documents=expected_documents,
-            previous_task=previous,
+            task_id, status=status, title=title, options=options, owner=owner, expected_documents=expected_documents
         )
         task.last_active_at -= timedelta(hours=1)
         return task_id

@@ -218,6 +218,8 @@ async def _merged(
 async def _previous_groups(task_id: str, document_id: str, options: TaskOptions, deps: Deps) -> list[tuple[str, ...]]:
     """The groups of the merge tree of the document that this one is a new version of, as their texts
     (none when it is none's): the new version's merge keeps each one its own texts hold again."""
+    if options.previous_task is None:
+        return []  # a task naming no previous one: not even the query
     previous = await deps.repo.previous_tree(task_id, document_id)
     if previous is None:
         return []
