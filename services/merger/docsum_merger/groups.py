@@ -11,9 +11,10 @@ tree: about log(n) merges, not a new tree. The same rule serves every level.
 
 A new version of a document (its task names the previous one) also keeps the previous version's groups:
 a run of texts that was a group of the previous version's tree, at any level, is that group again
-(`kept`), and only the texts between such runs are grouped by their draws, as few groups as they fit
-in. Its answer is then in the cache, and the level above sees the same texts where nothing changed:
-an edit at the top no longer shifts which texts the levels above pair, whatever the draws say.
+(`kept`), and only the texts between such runs are grouped anew, in as few groups as fit them (a text
+left alone joins a neighbouring group). A kept group's answer is in the cache, and the level above sees
+the same texts where nothing changed: an edit at the top no longer shifts which texts the levels above
+pair, whatever the draws say.
 """
 
 from __future__ import annotations
