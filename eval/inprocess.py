@@ -46,8 +46,10 @@ from tests.integration.conftest import create_database, drop_database  # noqa: E
 OWNER = "eval"
 ENDED = {"COMPLETED", "COMPLETED_WITH_ERRORS", "FAILED", "CANCELLED", "EXPIRED"}
 POLL_S = 0.2  # between two reads of a task's view while it runs
-# A task whose view has not moved for this long is given up on (a provider that stopped answering): a
-# local model on a CPU answers a chunk in a minute or two, never in ten.
+# A task that has not moved for this long is given up on (a provider that stopped answering): a local
+# model on a CPU answers a chunk or a merge in a minute or two, never in ten. A merge tree's nodes count
+# as moves: the view shows none while a document's chunk summaries are merged, and a 1.5B model took over
+# ten minutes to merge the 74 of python-language-reference.docx, a node every ~100 s.
 STALL_S = 600.0
 QUOTE_CHARS = 20_000  # the most the text route answers at once (the gateway's MAX_QUOTE_CHARS)
 
@@ -139,7 +141,11 @@ class Pipeline:
             view: dict[str, Any] = answer.json()
             if view["status"] in ENDED:
                 return view
-            progress = (view["status"], [(d["status"], d["chunks"]) for d in view["documents"]])
+            scopes = [task_id, *(d["document_id"] for d in view["documents"])]
+            merged = await self.pool.fetchval(
+                "SELECT count(*) FROM merge_nodes WHERE scope_id = ANY($1::text[])", scopes
+            )
+            progress = (view["status"], [(d["status"], d["chunks"]) for d in view["documents"]], merged)
             if progress != seen:
                 seen, moved = progress, loop.time()
             elif loop.time() - moved > self.stall_s:
