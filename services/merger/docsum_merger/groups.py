@@ -75,12 +75,12 @@ def _kept_spans(
     """The runs of `request`'s texts, in order and apart, that are each a group of `kept` and still
     fit `budget` (a budget learned lower since may not hold the previous version's groups)."""
     by_first: dict[str, list[tuple[str, ...]]] = {}
-    for group in kept:
+    for group in sorted(kept, key=len, reverse=True):  # the longest first, where several start alike
         if len(group) >= 2:
             by_first.setdefault(group[0], []).append(group)
     texts, spans, i = request.texts, [], 0
     while i < len(texts):
-        for group in sorted(by_first.get(texts[i], ()), key=len, reverse=True):
+        for group in by_first.get(texts[i], ()):
             end = i + len(group)
             if texts[i:end] == group and fits(part_of(request, i, end), budget, calibration):
                 spans.append((i, end))

@@ -21,7 +21,6 @@ from typing import Protocol
 
 from docsum_llm.base import SummaryRequest
 from docsum_llm.cache import CallContext
-from docsum_shared.cited import without_unsupported
 from docsum_shared.errors import Fail, ItemFailed, Kind
 from docsum_shared.events import ChunkSummarized, DocumentMerged, DocumentOutcome, Event, TaskEvent, TaskFinished
 from docsum_shared.handlers import Handlers, required
@@ -32,7 +31,6 @@ from docsum_shared.states import (
     DOCUMENT_FINAL,
     TASK_FINAL,
     TASK_HELD,
-    ChunkStatus,
     DocumentStatus,
     TaskStatus,
     takes_work,
@@ -47,6 +45,7 @@ from .policy import (
     chunks_all_final,
     decide_document,
     decide_task,
+    merged_chunks,
     merged_from,
     with_failed_merge,
 )
@@ -224,14 +223,9 @@ async def _previous_groups(task_id: str, document_id: str, options: TaskOptions,
     if previous is None:
         return []
     chunks, nodes = previous
-    texts, _ = merged_from(
-        [(c.summary or "", c.sentences) for c in chunks if c.status is ChunkStatus.COMPLETED], options
-    )
-    strict = options.support == "strict"
-    made = [
-        (n.inputs, n.level, without_unsupported(n.summary, n.sentences)[0] if strict and n.sentences else n.summary)
-        for n in nodes
-    ]
+    texts, _ = merged_chunks(chunks, options)
+    shown, _ = merged_from([(n.summary, n.sentences) for n in nodes], options)  # as the levels above read them
+    made = [(n.inputs, n.level, text) for n, text in zip(nodes, shown, strict=True)]
     return tree.previous_groups(texts, made)
 
 

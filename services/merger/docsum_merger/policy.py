@@ -111,9 +111,16 @@ def decide_document(
     failed_indexes = tuple(c.index for c in failed)
     if len(done) == 1:  # stored as it is: a view leaves its unsupported sentences out (strict)
         return MergeChunks(None, done[0].summary or "", coverage, failed_indexes, (done[0].sentences,))
-    texts, cited = merged_from([(c.summary or "", c.sentences) for c in done], options)
+    texts, cited = merged_chunks(done, options)
     request = SummaryRequest(kind=SummaryKind.DOCUMENT, texts=texts, title=doc.filename)
     return MergeChunks(request.asked(options), None, coverage, failed_indexes, cited)
+
+
+def merged_chunks(chunks: list[ChunkState], options: TaskOptions) -> tuple[tuple[str, ...], tuple[Cited, ...]]:
+    """The texts a document's merge is made from, and their sentences: its completed chunks' summaries,
+    in order (`merged_from`)."""
+    done = sorted((c for c in chunks if c.status is ChunkStatus.COMPLETED), key=lambda c: c.index)
+    return merged_from([(c.summary or "", c.sentences) for c in done], options)
 
 
 def merged_from(summaries: list[tuple[str, Cited]], options: TaskOptions) -> tuple[tuple[str, ...], tuple[Cited, ...]]:

@@ -153,9 +153,8 @@ async def previous_documents(pool: asyncpg.Pool, task_id: str) -> list[asyncpg.R
     (`previous_sentences`, null when none are known): matched by key, the document key, else the filename;
     the n-th document of a key to the n-th of the previous task's, in their order."""
     return await pool.fetch(
-        _PAIRED + " SELECT d.id, p.id AS previous, pd.summary_sentences::text AS previous_sentences"
-        " FROM keyed d JOIN keyed p ON p.k = d.k AND p.n = d.n AND p.task_id <> d.task_id"
-        " JOIN documents pd ON pd.id = p.id WHERE d.task_id = $1",
+        _PAIRED + " SELECT paired.id, paired.previous, pd.summary_sentences::text AS previous_sentences"
+        " FROM paired JOIN documents pd ON pd.id = paired.previous",
         task_id,
     )
 
@@ -164,21 +163,22 @@ async def previous_document(pool: asyncpg.Pool, task_id: str, document_id: str) 
     """The id of the document that `document_id` (of `task_id`) is a new version of, paired as
     `previous_documents` pairs them; None when it is none's."""
     found: str | None = await pool.fetchval(
-        _PAIRED + " SELECT p.id FROM keyed d JOIN keyed p ON p.k = d.k AND p.n = d.n AND p.task_id <> d.task_id"
-        " WHERE d.task_id = $1 AND d.id = $2",
-        task_id, document_id,
-    )  # fmt: skip
+        _PAIRED + " SELECT previous FROM paired WHERE id = $2", task_id, document_id
+    )
     return found
 
 
-# The documents of task $1 and of its previous task (of the same owner and deployment), each with its key
-# (the document key, else the filename) and its place among the task's documents of that key.
+# `paired`: each document of task $1 (`id`) with the document of its previous task (of the same owner and
+# deployment) it is a new version of (`previous`): the same key (the document key, else the filename), and
+# the same place among the task's documents of that key.
 _PAIRED = (
     "WITH linked AS (SELECT p.id FROM tasks t JOIN tasks p ON p.id = t.previous_task AND p.owner = t.owner"
     "  AND p.deployment = t.deployment WHERE t.id = $1),"
     " keyed AS (SELECT d.id, d.task_id, coalesce(d.document_key, d.filename) AS k,"
     "  row_number() OVER (PARTITION BY d.task_id, coalesce(d.document_key, d.filename) ORDER BY d.position, d.id) AS n"
-    "  FROM documents d WHERE d.task_id = $1 OR d.task_id = (SELECT id FROM linked))"
+    "  FROM documents d WHERE d.task_id = $1 OR d.task_id = (SELECT id FROM linked)),"
+    " paired AS (SELECT d.id, p.id AS previous FROM keyed d JOIN keyed p ON p.k = d.k AND p.n = d.n"
+    "  AND p.task_id <> d.task_id WHERE d.task_id = $1)"
 )
 
 
