@@ -38,8 +38,8 @@ a batch keeps the values in force when it was created):
   ``expired``: the finished lines in its output file, the rest in its error file as ``batch_expired``.
   (A batch whose lines do not all fit in the window expires the same way.)
 - `batch_shuffle_output`: the output file in an order of its own (fixed by `seed` and the batch id).
-- `batch_fail_custom_ids` / `batch_fail_rate`: those lines answer 500 with OpenAI's server-error body,
-  in the error file.
+- `batch_fail_custom_ids` / `batch_fail_lines` (0-based positions in the input file): those lines answer
+  500 with OpenAI's server-error body, in the error file.
 - `batch_enqueued_token_limit`: a batch whose prompt tokens, with those of the model's batches still
   validating, in progress or finalizing, exceed it, ``failed`` with ``token_limit_exceeded``.
 - `batch_lose_create_next`: the next n creates are performed (the batch exists and runs) but their HTTP
@@ -131,7 +131,7 @@ DEFAULTS: dict[str, Any] = {
     "batch_expire_after_lines": None,  # only that many lines run; the batch expires at the window's end
     "batch_shuffle_output": False,  # the output file in an order of its own
     "batch_fail_custom_ids": [],  # these lines answer 500
-    "batch_fail_rate": 0.0,  # share of lines answering 500 (per custom_id and seed)
+    "batch_fail_lines": [],  # the lines at these 0-based positions of the input file answer 500
     "batch_enqueued_token_limit": None,  # per model: prompt tokens of active batches; beyond -> failed
     "batch_lose_create_next": 0,  # the next n creates are performed but their response is cut off
     "batch_hold": [],  # the HOLD_POINTS where requests wait while listed
@@ -175,7 +175,7 @@ def validate(name: str, value: Any) -> Any:
         return {k: [float(v[0]), float(v[1])] for k, v in value.items()}
     if name in ("batch_price_factor", "flex_price_factor"):
         return _number(name, value)
-    if name in ("flex_unavailable_rate", "batch_fail_rate"):
+    if name == "flex_unavailable_rate":
         return _number(name, value, share=True)
     if name == "batch_time_scale":
         return _number(name, value, positive=True)
@@ -196,6 +196,12 @@ def validate(name: str, value: Any) -> Any:
     if name == "batch_fail_custom_ids":
         if isinstance(value, str) or not isinstance(value, list | tuple) or not all(isinstance(c, str) for c in value):
             raise ValueError("batch_fail_custom_ids must be a list of custom_ids")
+        return list(value)
+    if name == "batch_fail_lines":
+        if not isinstance(value, list | tuple) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value
+        ):
+            raise ValueError("batch_fail_lines must be a list of 0-based line positions")
         return list(value)
     if name in ("batch_answer_text", "batch_answer_line"):
         markers = value.items() if isinstance(value, dict) else None
@@ -736,9 +742,7 @@ class BatchDesk:
         llm._attempts[sha] += 1
         context = llm.context_size()
         decision = llm._decide_content(sha, tokens, prompt, attempt)
-        failing = line.custom_id in knobs["batch_fail_custom_ids"] or (
-            knobs["batch_fail_rate"] and _draw(llm.seed, "batch_fail", line.custom_id) < knobs["batch_fail_rate"]
-        )
+        failing = line.custom_id in knobs["batch_fail_custom_ids"] or line.index in knobs["batch_fail_lines"]
         if decision.status == 200 and not decision.hung and failing:
             body_500 = _error_body(SERVER_ERROR_MESSAGE, "server_error", None)
             decision = _Decision(500, "batch_fail", body=body_500)

@@ -153,14 +153,15 @@ def test_the_output_keeps_the_input_order_unless_told_to_shuffle(llm: FakeLLM, c
 
 
 def test_lines_told_to_fail_and_lines_refused_land_in_the_error_file(llm: FakeLLM, client: openai.OpenAI) -> None:
-    llm.configure(batch_fail_custom_ids=["doc-1"])
-    rows = lines(4)
+    llm.configure(batch_fail_custom_ids=["doc-1"], batch_fail_lines=[3])
+    rows = lines(5)
     rows[2]["body"]["messages"][1]["content"] += " FAKE_LLM_REJECT"  # the provider refuses this prompt: 400
     done = poll(client, submit(client, rows).id, terminal)[-1]
     assert done.status == "completed" and done.request_counts is not None
-    assert (done.request_counts.completed, done.request_counts.failed) == (2, 2)
-    assert sorted(o["custom_id"] for o in read_jsonl(client, done.output_file_id)) == ["doc-0", "doc-3"]
+    assert (done.request_counts.completed, done.request_counts.failed) == (2, 3)
+    assert sorted(o["custom_id"] for o in read_jsonl(client, done.output_file_id)) == ["doc-0", "doc-4"]
     errors = {e["custom_id"]: e for e in read_jsonl(client, done.error_file_id)}
+    assert errors["doc-3"]["response"]["status_code"] == 500  # by its position
     assert errors["doc-1"]["error"] is None and errors["doc-1"]["response"]["status_code"] == 500
     assert errors["doc-1"]["response"]["body"]["error"] == {
         "message": SERVER_ERROR_MESSAGE,
@@ -172,7 +173,8 @@ def test_lines_told_to_fail_and_lines_refused_land_in_the_error_file(llm: FakeLL
     assert errors["doc-2"]["response"]["body"]["error"]["code"] == "invalid_prompt"
     # Failed lines are recorded, and not billed.
     costs = llm.summary(entries=False)["cost_by_tier"]["batch"]
-    assert costs["calls"] == 2 and sorted(e.status for e in llm.entries() if e.tier == "batch") == [200, 200, 400, 500]
+    assert costs["calls"] == 2
+    assert sorted(e.status for e in llm.entries() if e.tier == "batch") == [200, 200, 400, 500, 500]
 
 
 def test_an_expired_batch_keeps_its_finished_lines_and_reports_the_rest_as_batch_expired(
@@ -385,7 +387,8 @@ def test_batch_knobs_are_set_over_http_and_checked(llm: FakeLLM, server: FakeLLM
     with httpx.Client(base_url=server.url) as http:
         config = http.post("/_config", json={"batch_shuffle_output": True, "flex_unavailable_rate": 0.5}).json()
         assert (config["batch_shuffle_output"], config["flex_unavailable_rate"]) == (True, 0.5)
-        for bad in ({"batch_time_scale": 0}, {"flex_unavailable_rate": 2}, {"batch_fail_custom_ids": "x"}):
+        bad_fields = ({"batch_time_scale": 0}, {"flex_unavailable_rate": 2}, {"batch_fail_custom_ids": "x"})
+        for bad in (*bad_fields, {"batch_fail_lines": [-1]}, {"batch_fail_lines": [True]}):
             assert http.post("/_config", json=bad).status_code == 400, bad
         # All or nothing: a bad batch field leaves the realtime fields as they were.
         assert http.post("/_config", json={"latency_s": 1, "batch_line_s": -1}).status_code == 400
