@@ -32,7 +32,7 @@ import asyncpg
 import uvloop
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 
-from . import logs, metrics, telemetry
+from . import heap, logs, metrics, telemetry
 from .db import connect_pool, migrate
 from .errors import Kind, classify
 from .events import Event, Topic
@@ -364,6 +364,7 @@ def run_service(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
             loop.add_signal_handler(sig, stop.set)
         await main(stop)
 
+    heap.freeze_imports()
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(_main())
 

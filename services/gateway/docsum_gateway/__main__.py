@@ -6,7 +6,7 @@ import sys
 
 import uvicorn
 
-from docsum_shared import telemetry
+from docsum_shared import heap, telemetry
 from docsum_shared.health import listen
 
 from . import logs
@@ -32,6 +32,7 @@ def main() -> None:
     logs.configure(secrets=[*api_keys, *admin_key], log_format=settings.log_format)
     telemetry.setup("gateway", settings.trace_file)
     config = server(settings, create_app(settings, health_socket), loop="uvloop")  # uvloop: as every service's
+    heap.freeze_imports()
     uvicorn.Server(config).run(sockets=[api_socket])
 
 
