@@ -13,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import shutil
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -408,3 +410,46 @@ async def db(infra: dict[str, str]) -> AsyncIterator[asyncpg.Pool]:
     pool = await asyncpg.create_pool(infra["DATABASE_URL"], min_size=1, max_size=4)
     yield pool
     await pool.close()
+
+
+# --- a server of a test's own (the outage and kill -9 tests) ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Server:
+    """A server of the test's own: `script` run with `env` starts and stops it; `settings`, the stack's."""
+
+    script: str
+    env: dict[str, str]
+    settings: dict[str, str]
+
+    async def run(self, command: str) -> str:
+        done = await asyncio.to_thread(
+            subprocess.run, [str(ROOT / "scripts" / self.script), command], env=self.env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, f"{self.script} {command} failed:\n{done.stdout}\n{done.stderr}"
+        return done.stdout.strip()
+
+
+def own_state_dir() -> Path:
+    """A state dir for a server of the test's own; traversable by others (as root, scripts/postgres.sh
+    runs the server as the postgres user, who could not reach pytest's private temporary dirs)."""
+    path = Path(tempfile.mkdtemp(prefix="docsum-outage-"))
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+async def own_database() -> AsyncIterator[Server]:
+    # DATABASE_URL (an external server for the rest of the suite) would make `start` a no-op.
+    env = {name: value for name, value in os.environ.items() if name != "DATABASE_URL"}
+    state = own_state_dir()
+    env |= {"DOCSUM_STATE_DIR": str(state), "DOCSUM_PG_PORT": str(free_port())}
+    server = Server("postgres.sh", env, {})
+    try:
+        await server.run("start")
+        url = await create_database(await server.run("url"), "docsum_outage")
+        yield replace(server, settings={"DATABASE_URL": url})
+    finally:
+        await server.run("stop")
+        shutil.rmtree(state, ignore_errors=True)

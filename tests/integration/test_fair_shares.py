@@ -7,10 +7,14 @@ after at most the chunks admitted before it was ready, not after alice's backlog
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import re
+import signal
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import asyncpg
 import httpx
@@ -20,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from docsum_shared.events import Topic
 from tests.fake_llm import FakeLLMServer, LedgerEntry
-from tests.integration.conftest import SERVICES, Stack, StackFactory, create_database, drop_database
+from tests.integration.conftest import SERVICES, Server, Stack, StackFactory, create_database, drop_database
 from tests.integration.helpers import (
     chunk_calls,
     chunks_of,
@@ -288,6 +292,43 @@ async def test_kill_9_of_the_summarizer_mid_run_leaves_the_counters_consistent_a
     assert charged <= sum(costs.values())
     assert sum(costs.values()) - charged <= INFLIGHT * max(costs.values())
     assert paid_twice(entries) <= INFLIGHT  # at most the calls in flight when it was killed
+
+
+async def test_kill_9_of_postgresql_mid_run_leaves_the_counters_consistent_and_pays_nothing_twice(
+    make_stack: StackFactory, llm: FakeLLMServer, own_database: Server, slow_calls: None
+) -> None:
+    """The database itself killed -9 amid two owners' backlogs (its postmaster: the backends follow), down a
+    few seconds, started again (crash recovery): every charge and correction was made exactly once, in
+    the statements that committed before the kill or after the restart."""
+    url = own_database.settings["DATABASE_URL"]
+    stack = make_stack(SERVICES, **FAIR, DATABASE_URL=url, DOCSUM_LEASE_TTL_S="3", DOCSUM_ADMISSION_HOLD_S="5")
+    # Across the outage: a connection the pool lost is made again when next used.
+    async with asyncpg.create_pool(url, min_size=1, max_size=2) as db:
+        tasks = await _backlogs(stack, {"alice": 37, "bob": 38})
+
+        async def a_third_done() -> bool:
+            done = await db.fetchval("SELECT count(*) FROM chunks WHERE status = 'COMPLETED'")
+            return done >= await db.fetchval("SELECT count(*) FROM chunks") // 3 > 0
+
+        await eventually(a_third_done, timeout=90, interval=0.05, message="a third of the chunks", stack=stack)
+        data = Path(own_database.env["DOCSUM_STATE_DIR"]) / "postgres" / "data"
+        os.kill(int((data / "postmaster.pid").read_text().split()[0]), signal.SIGKILL)
+        await asyncio.sleep(3)  # the outage itself, not a synchronization
+        await own_database.run("start")
+        await _finished(stack, tasks)
+
+        counters = await _consistent(db)
+        entries = [e for _, marker in tasks.values() for e in chunk_calls(llm, marker)]
+        charged = await db.fetchval("SELECT sum(charged) FROM chunks")
+    assert set(counters) == {"alice", "bob"}
+    for owner, (counter, accounted) in counters.items():
+        assert counter == pytest.approx(accounted, rel=1e-9), owner
+        assert counter > 0
+    # Every chunk charged what its answer cost; an answer is paid again only if it could not be stored: a
+    # chunk in hand when the database went away (called then, or at a slot freed meanwhile), once each.
+    costs = {e.prompt_sha256: e.usage_prompt_tokens + 2 * e.completion_tokens for e in entries}
+    assert charged <= sum(costs.values())
+    assert paid_twice(entries) <= WINDOW
 
 
 async def test_two_summarizer_replicas_share_one_schedule(

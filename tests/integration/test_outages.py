@@ -11,18 +11,14 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import subprocess
-import tempfile
 from collections import Counter
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
-from pathlib import Path
 
 import asyncpg
 import pytest
 
 from tests.fake_llm import FakeLLMServer, LedgerEntry, free_port
-from tests.integration.conftest import ROOT, SERVICES, Stack, StackFactory, create_database
+from tests.integration.conftest import SERVICES, Server, Stack, StackFactory, own_state_dir
 from tests.integration.helpers import (
     calls,
     chunks_of,
@@ -42,35 +38,11 @@ pytestmark = pytest.mark.integration
 OUTAGE_S = 10.0  # how long the broker or the database stays down
 
 
-@dataclass(frozen=True)
-class Server:
-    """A server of the test's own: `script` run with `env` starts and stops it; `settings`, the stack's."""
-
-    script: str
-    env: dict[str, str]
-    settings: dict[str, str]
-
-    async def run(self, command: str) -> str:
-        done = await asyncio.to_thread(
-            subprocess.run, [str(ROOT / "scripts" / self.script), command], env=self.env, capture_output=True, text=True
-        )
-        assert done.returncode == 0, f"{self.script} {command} failed:\n{done.stdout}\n{done.stderr}"
-        return done.stdout.strip()
-
-
-def _state_dir() -> Path:
-    """A state dir for a server of the test's own; traversable by others (as root, scripts/postgres.sh
-    runs the server as the postgres user, who could not reach pytest's private temporary dirs)."""
-    path = Path(tempfile.mkdtemp(prefix="docsum-outage-"))
-    path.chmod(0o755)
-    return path
-
-
 @pytest.fixture
 async def own_broker() -> AsyncIterator[Server]:
     # KAFKA_BOOTSTRAP_SERVERS (an external broker for the rest of the suite) would make `start` a no-op.
     env = {name: value for name, value in os.environ.items() if name != "KAFKA_BOOTSTRAP_SERVERS"}
-    state = _state_dir()
+    state = own_state_dir()
     session = Server("kafka.sh", env, {})
     port = free_port()
     env |= {
@@ -86,22 +58,6 @@ async def own_broker() -> AsyncIterator[Server]:
         yield broker
     finally:
         await broker.run("stop")
-        shutil.rmtree(state, ignore_errors=True)
-
-
-@pytest.fixture
-async def own_database() -> AsyncIterator[Server]:
-    # DATABASE_URL (an external server for the rest of the suite) would make `start` a no-op.
-    env = {name: value for name, value in os.environ.items() if name != "DATABASE_URL"}
-    state = _state_dir()
-    env |= {"DOCSUM_STATE_DIR": str(state), "DOCSUM_PG_PORT": str(free_port())}
-    server = Server("postgres.sh", env, {})
-    try:
-        await server.run("start")
-        url = await create_database(await server.run("url"), "docsum_outage")
-        yield replace(server, settings={"DATABASE_URL": url})
-    finally:
-        await server.run("stop")
         shutil.rmtree(state, ignore_errors=True)
 
 
