@@ -13,8 +13,7 @@ import os
 import re
 import signal
 import time
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import asyncpg
 import httpx
@@ -262,6 +261,24 @@ async def _consistent(
     }
 
 
+def _a_third_done(db: asyncpg.Pool) -> Callable[[], Awaitable[bool]]:
+    """Whether a third of the chunks (of the test's own database) are summarized."""
+
+    async def done() -> bool:
+        completed = await db.fetchval("SELECT count(*) FROM chunks WHERE status = 'COMPLETED'")
+        return completed >= await db.fetchval("SELECT count(*) FROM chunks") // 3 > 0
+
+    return done
+
+
+def _each_accounted(counters: dict[str, tuple[float, float]], owners: set[str]) -> None:
+    """Every owner's counter (`_consistent`) equals what it was accounted, and is not zero."""
+    assert set(counters) == owners
+    for owner, (counter, accounted) in counters.items():
+        assert counter == pytest.approx(accounted, rel=1e-9), owner
+        assert counter > 0
+
+
 async def test_kill_9_of_the_summarizer_mid_run_leaves_the_counters_consistent_and_pays_nothing_twice(
     make_stack: StackFactory, llm: FakeLLMServer, own_db: tuple[str, asyncpg.Pool], slow_calls: None
 ) -> None:
@@ -269,20 +286,12 @@ async def test_kill_9_of_the_summarizer_mid_run_leaves_the_counters_consistent_a
     stack = make_stack(SERVICES, **FAIR, DATABASE_URL=url, DOCSUM_LEASE_TTL_S="3", DOCSUM_ADMISSION_HOLD_S="5")
     tasks = await _backlogs(stack, {"alice": 35, "bob": 36})
 
-    async def a_third_done() -> bool:
-        done = await db.fetchval("SELECT count(*) FROM chunks WHERE status = 'COMPLETED'")
-        return done >= await db.fetchval("SELECT count(*) FROM chunks") // 3 > 0
-
-    await eventually(a_third_done, timeout=90, interval=0.05, message="a third of the chunks", stack=stack)
+    await eventually(_a_third_done(db), timeout=90, interval=0.05, message="a third of the chunks", stack=stack)
     stack.kill("summarizer")
     stack.start("summarizer")
     await _finished(stack, tasks)
 
-    counters = await _consistent(db)
-    assert set(counters) == {"alice", "bob"}
-    for owner, (counter, accounted) in counters.items():
-        assert counter == pytest.approx(accounted, rel=1e-9), owner
-        assert counter > 0
+    _each_accounted(await _consistent(db), {"alice", "bob"})
     # Every answer charged at its usage, and none twice: what the chunks were charged is what the
     # stand-in's distinct answers cost, less at most the answers in flight at the kill (their holder
     # stored them in the result cache and died: the next holder's answer from there costs nothing).
@@ -306,13 +315,10 @@ async def test_kill_9_of_postgresql_mid_run_leaves_the_counters_consistent_and_p
     async with asyncpg.create_pool(url, min_size=1, max_size=2) as db:
         tasks = await _backlogs(stack, {"alice": 37, "bob": 38})
 
-        async def a_third_done() -> bool:
-            done = await db.fetchval("SELECT count(*) FROM chunks WHERE status = 'COMPLETED'")
-            return done >= await db.fetchval("SELECT count(*) FROM chunks") // 3 > 0
-
-        await eventually(a_third_done, timeout=90, interval=0.05, message="a third of the chunks", stack=stack)
-        data = Path(own_database.env["DOCSUM_STATE_DIR"]) / "postgres" / "data"
-        os.kill(int((data / "postmaster.pid").read_text().split()[0]), signal.SIGKILL)
+        await eventually(_a_third_done(db), timeout=90, interval=0.05, message="a third of the chunks", stack=stack)
+        postmaster = re.search(r"\(pid (\d+)\)", await own_database.run("status"))
+        assert postmaster is not None
+        os.kill(int(postmaster.group(1)), signal.SIGKILL)
         await asyncio.sleep(3)  # the outage itself, not a synchronization
         await own_database.run("start")
         await _finished(stack, tasks)
@@ -320,10 +326,7 @@ async def test_kill_9_of_postgresql_mid_run_leaves_the_counters_consistent_and_p
         counters = await _consistent(db)
         entries = [e for _, marker in tasks.values() for e in chunk_calls(llm, marker)]
         charged = await db.fetchval("SELECT sum(charged) FROM chunks")
-    assert set(counters) == {"alice", "bob"}
-    for owner, (counter, accounted) in counters.items():
-        assert counter == pytest.approx(accounted, rel=1e-9), owner
-        assert counter > 0
+    _each_accounted(counters, {"alice", "bob"})
     # Every chunk charged what its answer cost; an answer is paid again only if it could not be stored: a
     # chunk in hand when the database went away (called then, or at a slot freed meanwhile), once each.
     costs = {e.prompt_sha256: e.usage_prompt_tokens + 2 * e.completion_tokens for e in entries}
