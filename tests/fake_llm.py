@@ -78,6 +78,10 @@ its section, opened by "In all, " ("总之，" before CJK text): the cited sente
   enforced schema, sentences without ids). None: it follows the format;
 - `invented_sentence`: a weak model's other way, saying what it was not shown: each cited answer ends
   with this sentence, citing the request's first id (None: it says only what it was shown).
+- `copies_merges`: a model too small to merge, as Qwen2.5-Coder-1.5B was with the 74 chunk summaries
+  of a long DOCX: a request of several sections (<part>, <document>: a merge) is answered with its
+  first section copied whole, whatever bound the prompt states (``max_tokens`` still cuts it); cited,
+  each sentence gives its own id.
 
 Hostile answers: a prompt that holds `poison_marker` (a document telling the model what to write, say
 "write \\u0000 after each sentence") is obeyed, as the instruction-following models it stands for mostly
@@ -163,6 +167,7 @@ CONFIG_FIELDS = (
     "structured_output",
     "citation_fault",
     "invented_sentence",
+    "copies_merges",
     "poison_marker",
     "poison",
 )
@@ -281,6 +286,16 @@ _POISON_ENDS = {"nul": "\x00", "surrogate": "\\ud800"}
 
 def _poisoned(sentence: str, poison: str | None) -> str:
     return sentence + _POISON_ENDS.get(poison or "", "")
+
+
+def _copied(section: str, numbered: list[tuple[str, str]], response_format: Any) -> str:
+    """A section of the prompt given back as the answer: its numbered sentences, each citing its own id
+    (JSON under a citing schema, else a line each), or its text as it is."""
+    if not numbered:
+        return section.strip()
+    if _json_schema(response_format) is not None:
+        return json.dumps({"sentences": [{"text": t, "sources": [i]} for i, t in numbered]}, ensure_ascii=False)
+    return "\n".join(f"{t} [{i}]" for i, t in numbered)
 
 
 def _escaped(answer: str, poison: str | None) -> str:
@@ -465,6 +480,7 @@ class FakeLLM:
     structured_output: str = "enforce"  # what it does with a response_format: "enforce", "ignore", "refuse"
     citation_fault: str | None = None  # a weak model citing: "omit", "invent", "free" (None: as asked)
     invented_sentence: str | None = None  # a sentence each cited answer adds, said by nothing it was shown
+    copies_merges: bool = False  # a merge is answered with its first text copied (a model too small to merge)
     poison_marker: str | None = "FAKE_LLM_POISON"  # a prompt containing it gets a hostile answer; None disables
     poison: str = "nul"  # what that answer holds: "nul", "surrogate", "nesting" (see the module doc)
     ledger: list[LedgerEntry] = field(default_factory=list)
@@ -636,6 +652,10 @@ class FakeLLM:
             poison = self.poison if self.poison_marker and self.poison_marker in user else None
         sections = [body for _, body in _SECTION.findall(user)] or [user]
         numbered = [_NUMBERED.findall(body) for body in sections]
+        with self._lock:
+            copies = self.copies_merges and len(sections) > 1
+        if copies:
+            return _copied(sections[0], numbered[0], response_format)
         if any(numbered):
             return self._cited_answer([n[0] for n in numbered if n], response_format, bound, poison)
         firsts = []
@@ -1258,7 +1278,7 @@ def _validate(name: str, value: Any) -> Any:
         if isinstance(value, str) or not all(isinstance(m, str) and m for m in value):
             raise ValueError("models must be a list of names")
         return list(value)
-    if name in ("streaming", "ignores_stream"):
+    if name in ("streaming", "ignores_stream", "copies_merges"):
         if not isinstance(value, bool):
             raise ValueError(f"{name} must be true or false")
         return value

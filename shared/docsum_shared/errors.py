@@ -79,6 +79,12 @@ class ProviderUnavailable(LLMError):
         self.retry_after = retry_after
 
 
+class AnsweredWithInput(ProviderUnavailable):
+    """The model answered with a text it was given, copied, instead of a summary of it: a failed
+    attempt (a chunk's is asked again). A merge takes it as final, the same prompt being answered the
+    same way: the merge quotes its texts' sentences instead (the merger's tree)."""
+
+
 class RateLimited(LLMError):
     """429: the request was fine, its timing was not. Wait `retry_after` seconds (if given)."""
 

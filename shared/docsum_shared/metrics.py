@@ -52,6 +52,12 @@ LLM_ECHOES = Counter(
     " format instead of summarizing (a model copying its prompt).",
     ["model"],
 )
+MERGES_QUOTED = Counter(
+    "docsum_merges_quoted_total",
+    "Merge requests the model answered with one of their texts copied, made by quoting their texts' sentences"
+    " instead (a model too small to merge what it is given).",
+    ["model"],
+)
 LLM_TOKENS = Counter("docsum_llm_tokens_total", "Tokens the provider reported.", ["model", "direction"])
 LLM_COST = Counter("docsum_llm_cost_usd_total", "Cost of the answered calls, at DOCSUM_LLM_PRICES.", ["model"])
 BATCH_LINES = Counter(

@@ -187,3 +187,31 @@ async def test_a_sentence_no_source_says_is_unsupported_at_every_level_and_left_
         "SELECT c.summary FROM chunks c JOIN documents d ON d.id = c.document_id WHERE d.task_id = $1", task["task_id"]
     )
     assert chunks and all(INVENTED in c["summary"] for c in chunks)  # the stored summaries keep everything
+
+
+async def test_a_model_that_copies_what_it_should_merge_completes_with_quoted_merges_whose_sources_resolve(
+    provider: FakeLLMServer, _stack: InProcessStack, db: asyncpg.Pool
+) -> None:
+    """A model too small to merge answers every merge with its first text copied: each merge is made by
+    quoting its texts instead, at once (no merge prompt is sent twice), every sentence still resolves to
+    the documents, and the summaries made so say it."""
+    provider.llm.configure(copies_merges=True)
+    marker = new_marker()
+
+    def long_sentences(n_chars: int, seed: int) -> str:  # a sentence a paragraph: chunk summaries of ~300 chars
+        return tagged(english_prose(n_chars, seed=seed).replace(". ", ", and "), marker)
+
+    files = [
+        txt(f"{marker}-report.txt", long_sentences(9_000, 150)),
+        txt(f"{marker}-memo.txt", long_sentences(900, 151)),
+    ]
+    async with _stack.client() as client:
+        task = await wait_for_task(client, await submit(client, files, title=marker), _stack, timeout=120)
+    assert task["status"] == "COMPLETED", task
+    assert await resolved_sentences(db, task)
+    report, memo = task["documents"]
+    note = "[Partly quoted: the model answered a merge of this summary with its input copied"
+    assert note in report["summary"] and note in task["summary"], (report["summary"], task["summary"])
+    assert "Partly quoted" not in memo["summary"]  # one chunk: nothing merged
+    merges = [e.prompt for e in calls(provider, marker, 200) if "<part" in e.user or "<document" in e.user]
+    assert len(merges) == 2 and len(set(merges)) == 2, merges  # the report's and the task's, each asked once

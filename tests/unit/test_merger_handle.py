@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import pytest
@@ -13,9 +14,9 @@ from docsum_llm.cache import CallContext
 from docsum_llm.citations import check_sources, chunk_sentences
 from docsum_llm.extractive import ExtractiveBackend
 from docsum_merger.handlers import Deps, handle
-from docsum_merger.policy import ChunkState, Cited
+from docsum_merger.policy import DEFAULT_OPTIONS, ChunkState, Cited
 from docsum_merger.settings import MergerSettings
-from docsum_shared.errors import Poison, ProviderUnavailable, RequestRefused
+from docsum_shared.errors import AnsweredWithInput, Poison, ProviderUnavailable, RequestRefused
 from docsum_shared.events import ChunkSummarized, DocumentMerged, DocumentOutcome, TaskEvent, TaskFinished
 from docsum_shared.options import TaskOptions
 from docsum_shared.retry import Backoff
@@ -198,18 +199,27 @@ def _cut(text: str, size: int) -> list[tuple[int, str]]:
     return pieces
 
 
-async def test_sources_are_carried_from_the_chunks_through_every_merge_to_the_task() -> None:
-    backend = ExtractiveBackend()
-    texts = {"d": english_prose(9_000, seed=21), "e": english_prose(9_000, seed=22)}
+def _cited_documents(
+    texts: dict[str, str], answer: Callable[[SummaryRequest], SummaryResult], options: TaskOptions = DEFAULT_OPTIONS
+) -> FakeMergeRepository:
+    """Task "t" with a document of each of `texts` (its id -> its text), cut into chunks of ~700 characters,
+    each summarized by `answer` and its sentences given their sources in the document."""
     repo = FakeMergeRepository()
-    repo.add_task("t")
+    repo.add_task("t", options=options)
     for position, (document_id, text) in enumerate(texts.items()):
         chunks = []
         for index, (start, piece) in enumerate(_cut(text, 700)):
-            result = backend.summarize_sync(SummaryRequest(SummaryKind.CHUNK, (piece,)))
+            result = answer(SummaryRequest(SummaryKind.CHUNK, (piece,)))
             sentences = chunk_sentences(result, document_id, start, None)
             chunks.append(ChunkState(index, ChunkStatus.COMPLETED, result.text, None, sentences))
         repo.add_document(document_id, "t", filename=f"{document_id}.txt", position=position, chunks=chunks)
+    return repo
+
+
+async def test_sources_are_carried_from_the_chunks_through_every_merge_to_the_task() -> None:
+    backend = ExtractiveBackend()
+    texts = {"d": english_prose(9_000, seed=21), "e": english_prose(9_000, seed=22)}
+    repo = _cited_documents(texts, backend.summarize_sync)
     llm = FakeLLM(answer=backend.summarize_sync, window=600)
     for document_id in texts:
         event = ChunkSummarized(task_id="t", document_id=document_id, chunk_id=f"{document_id}-c", chunk_index=0)
@@ -263,15 +273,7 @@ async def test_a_strict_tasks_merges_build_on_no_unsupported_sentence_at_any_lev
         return replace(quoted, text=f"{INVENTED} {quoted.text}", sentences=(sentence, *quoted.sentences))
 
     texts = {"d": english_prose(9_000, seed=31), "e": english_prose(9_000, seed=32)}
-    repo = FakeMergeRepository()
-    repo.add_task("t", options=TaskOptions(support="strict"))
-    for position, (document_id, text) in enumerate(texts.items()):
-        chunks = []
-        for index, (start, piece) in enumerate(_cut(text, 700)):
-            result = answer(SummaryRequest(SummaryKind.CHUNK, (piece,)))
-            sentences = chunk_sentences(result, document_id, start, None)
-            chunks.append(ChunkState(index, ChunkStatus.COMPLETED, result.text, None, sentences))
-        repo.add_document(document_id, "t", filename=f"{document_id}.txt", position=position, chunks=chunks)
+    repo = _cited_documents(texts, answer, TaskOptions(support="strict"))
     llm = FakeLLM(answer=answer, window=600)
     for document_id in texts:
         event = ChunkSummarized(task_id="t", document_id=document_id, chunk_id=f"{document_id}-c", chunk_index=0)
@@ -325,3 +327,64 @@ async def test_a_new_version_is_merged_in_the_previous_versions_groups_so_a_page
 
 def _states(summaries: list[str]) -> list[ChunkState]:
     return [ChunkState(i, ChunkStatus.COMPLETED, text, None) for i, text in enumerate(summaries)]
+
+
+COPIED = AnsweredWithInput("LLM provider answered with the input itself instead of a summary")
+
+
+async def test_a_merge_answered_with_its_input_copied_quotes_its_texts_at_once_and_says_so() -> None:
+    """One group of a hierarchical merge is answered with a copy of its input (a model too small to
+    merge): it is made by quoting its texts, without asking again; its sentences keep their sources in
+    the document, the other groups are the model's, and the summary says it is partly quoted."""
+    backend = ExtractiveBackend()
+    text = english_prose(9_000, seed=41)
+    repo = _cited_documents({"d": text}, backend.summarize_sync)
+    calls = 0
+
+    def answer(request: SummaryRequest) -> SummaryResult:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # the second group of the first level
+            raise COPIED
+        return replace(backend.summarize_sync(request), model="fake-1")
+
+    llm = FakeLLM(answer=answer, learned=600)  # a budget known: merged in groups from the first call
+    [out] = await handle(ChunkSummarized(task_id="t", document_id="d", chunk_id="d-c", chunk_index=0), _deps(repo, llm))
+    assert isinstance(out, DocumentMerged) and out.outcome is DocumentOutcome.COMPLETED
+    document = repo.documents["d"]
+    assert document.merge_failures == 0 and len(llm.calls) == calls  # no attempt failed, none was repeated
+    quoted = repo.nodes["d", 0, 1]
+    assert [n.summary for k, n in sorted(repo.nodes.items()) if k != ("d", 0, 1)]  # the model's own nodes
+    assert quoted.sentences and all(s.support == "cited" and check_sources(s, {"d": text}) for s in quoted.sentences)
+    assert document.summary and document.summary.endswith(
+        "[Partly quoted: the model answered a merge of this summary with its input copied, so that merge quotes"
+        " the best sentences of the summaries it merges instead.]"
+    )
+    assert document.summary_model == "fake-1"  # the top was the model's
+    for sentence in document.summary_sentences or ():
+        assert document.summary[sentence.at[0] : sentence.at[1]] == sentence.text  # the note is no sentence
+
+
+async def test_a_task_merge_answered_with_its_input_copied_is_quoted_and_the_task_completes() -> None:
+    repo = _repo()
+    repo.documents["d"].status, repo.documents["d"].summary = DocumentStatus.COMPLETED, english_prose(600, seed=5)
+    repo.add_document(
+        "e", "t", filename="b.txt", position=1, status=DocumentStatus.COMPLETED, summary=english_prose(600, seed=6)
+    )
+    llm = FakeLLM(script=[COPIED])
+    merged = DocumentMerged(task_id="t", document_id="e", outcome=DocumentOutcome.COMPLETED)
+    [out] = await handle(merged, _deps(repo, llm))
+    task = repo.tasks["t"]
+    assert isinstance(out, TaskEvent) and task.status is TaskStatus.COMPLETED and len(llm.calls) == 1
+    assert task.summary and "Partly quoted: the model answered a merge" in task.summary
+    assert task.summary_model == ExtractiveBackend.model  # made by quoting, and named so
+
+
+async def test_a_provider_error_before_the_copy_is_still_a_failed_attempt_asked_again() -> None:
+    """Only a copy is final: a provider error before it is an attempt, as before."""
+    down = ProviderUnavailable("LLM provider error 502")
+    repo, llm = _repo(), FakeLLM(script=[down, COPIED])
+    [out] = await handle(SUMMARIZED, _deps(repo, llm))
+    assert isinstance(out, DocumentMerged) and out.outcome is DocumentOutcome.COMPLETED
+    assert repo.documents["d"].merge_failures == 1 and len(llm.calls) == 2
+    assert "Partly quoted" in (repo.documents["d"].summary or "")

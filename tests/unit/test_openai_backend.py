@@ -20,7 +20,7 @@ from docsum_llm.openai.client import (
     _repeats_the_input,
     _server_root,
 )
-from docsum_shared.errors import ContextLimitExceeded, ProviderUnavailable
+from docsum_shared.errors import AnsweredWithInput, ContextLimitExceeded, ProviderUnavailable
 from docsum_shared.settings import LLMSettings
 from tests.documents import english_prose
 from tests.fake_llm import FakeLLM, FakeLLMServer, LedgerEntry, free_port
@@ -77,6 +77,18 @@ def test_an_answer_that_only_repeats_its_input_is_no_summary() -> None:
     assert _repeats_the_input(text.upper(), request)
     assert not _repeats_the_input(text[:150], request)  # short answers are never judged so
     assert not _repeats_the_input("A different summary of the text. " * 10, request)
+
+
+@pytest.mark.parametrize("citations", ["json_schema", "text", "off"])
+async def test_a_merge_answered_with_its_first_text_copied_is_told_apart_from_a_failure(
+    citations: CitationMode, server: FakeLLMServer
+) -> None:
+    server.llm.configure(copies_merges=True)
+    backend = OpenAIBackend("stand-in-1", base_url=server.base_url, api_key="k", citations=citations)
+    texts = tuple(english_prose(700, seed=20 + i).replace("\n\n", " ") for i in range(3))
+    with pytest.raises(AnsweredWithInput, match="answered with the input itself"):
+        await backend.summarize(SummaryRequest(SummaryKind.DOCUMENT, texts, max_tokens=600))
+    assert (await backend.summarize(_chunk())).text  # a chunk (one text) is summarized as ever
 
 
 def test_a_completion_is_read_from_its_json_leniently_and_json_that_is_none_fails_the_call() -> None:

@@ -48,6 +48,7 @@ from openai.types.chat import ChatCompletionChunk
 
 from docsum_shared import metrics
 from docsum_shared.errors import (
+    AnsweredWithInput,
     ContextLimitExceeded,
     Kind,
     ProviderUnavailable,
@@ -218,7 +219,7 @@ class OpenAIBackend(SummarizerBackend):
             )
         result = self._cited(result, request)
         if _repeats_the_input(result.text, request):
-            raise ProviderUnavailable("LLM provider answered with the input itself instead of a summary")
+            raise AnsweredWithInput("LLM provider answered with the input itself instead of a summary")
         return result
 
     def _cited(self, answer: SummaryResult, request: SummaryRequest) -> SummaryResult:
@@ -288,7 +289,7 @@ class OpenAIBackend(SummarizerBackend):
         )
         result = self._cited(answer, request)
         if _repeats_the_input(result.text, request):
-            raise ProviderUnavailable("LLM provider answered with the input itself instead of a summary")
+            raise AnsweredWithInput("LLM provider answered with the input itself instead of a summary")
         return result
 
     def batch_api(self) -> BatchAPI:

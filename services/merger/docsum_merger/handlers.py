@@ -6,8 +6,9 @@ task-events with a final status (whoever ended the task: the task stage, cancel,
 task's result → task-finished, for the systems that read results off Kafka.
 
 The merger's LLM errors fail the document (or the task's summary), never the message: a provider
-that keeps failing is given as many attempts as a chunk gets, a refusal is final, and a refusal as
-too long lowers the budget and goes hierarchical.
+that keeps failing is given as many attempts as a chunk gets, a refusal is final, a refusal as too
+long lowers the budget and goes hierarchical, and an answer that copies its input is made by quoting
+instead (`tree`).
 """
 
 from __future__ import annotations
@@ -124,7 +125,8 @@ async def merge_document(event: ChunkSummarized, deps: Deps) -> list[Event]:
                         leave_out=loaded.options.support == "strict",
                         kept=await _previous_groups(event.task_id, doc.id, loaded.options, deps),
                     )
-                merged = replace(merged, text=merged.text + decision.note())  # after the sentences: none cites it
+                # After the sentences: none cites them.
+                merged = replace(merged, text=merged.text + merged.note() + decision.note())
                 await deps.repo.complete_document(doc.id, merged, decision.coverage, list(decision.failed_indexes))
             except ItemFailed as exc:
                 await deps.repo.fail_document(doc.id, f"the document's summary could not be made: {exc}")
@@ -158,6 +160,7 @@ async def finish_task(event: DocumentMerged, deps: Deps) -> list[Event]:
                     deps,
                     leave_out=task.options.support == "strict",
                 )
+                merged = replace(merged, text=merged.text + merged.note())
             except ItemFailed as exc:
                 decision = with_failed_merge(decision, str(exc))
         elif decision.summary is not None:

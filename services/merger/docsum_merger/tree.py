@@ -14,11 +14,17 @@ answer from the cache keeps its sentences: a resumed tree maps them as the first
 
 A new version of a document is merged in the previous version's groups wherever its texts are the
 same (`previous_groups`, from the nodes stored for it): only the groups an edit touched are merged again.
+
+A request the model answers with one of its texts copied (AnsweredWithInput: small local models do, at
+any length asked) is not asked again: at temperature 0 the same prompt gets the same copy. It is made
+extractively instead (`QUOTE`), from its texts' own sentences, so its citations hold; the merge counts
+it (`Merged.quoted`) and the summary says so (`Merged.note`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -27,14 +33,20 @@ from docsum_llm.base import SummaryRequest, SummaryResult
 from docsum_llm.budget import TokenCalibration, fits, next_level, part_of, trim_to_fit
 from docsum_llm.cache import CallContext
 from docsum_llm.citations import merged_sentences
+from docsum_llm.extractive import ExtractiveBackend
+from docsum_shared import metrics
 from docsum_shared.cited import without_unsupported
-from docsum_shared.errors import ContextLimitExceeded, ItemFailed
+from docsum_shared.errors import AnsweredWithInput, ContextLimitExceeded, ItemFailed
 
 from .groups import groups_by_content
 from .policy import Cited
 
+log = logging.getLogger("docsum_merger")
+
 # Each refusal lowers the budget, so this only bounds a provider that refuses whatever it is sent.
 MAX_REPLANS = 8
+# What makes a merge the model answered with its input copied: it quotes the texts' best sentences.
+QUOTE = ExtractiveBackend()
 
 
 @dataclass(frozen=True)
@@ -58,6 +70,18 @@ class Merged:
     model: str
     truncated: bool = False
     sentences: Cited = None
+    quoted: int = 0  # requests made extractively, the model having answered them with their input copied
+
+    def note(self) -> str:
+        """What a summary made partly of quotes says about itself (after its sentences: none cites it)."""
+        if not self.quoted:
+            return ""
+        merges = "a merge" if self.quoted == 1 else f"{self.quoted} merges"
+        return (
+            f"\n\n[Partly quoted: the model answered {merges} of this summary with its input copied, so "
+            f"{'that merge quotes' if self.quoted == 1 else 'those merges quote'} the best sentences of "
+            "the summaries it merges instead.]"
+        )
 
 
 def cited(result: SummaryResult, children: Sequence[Cited]) -> Cited:
@@ -172,14 +196,21 @@ async def _merge_under(
 ) -> Merged:
     slots = asyncio.Semaphore(parallel)
     calibration = llm.calibration
+    quoted = 0
 
     async def call(part: SummaryRequest) -> SummaryResult:
+        nonlocal quoted
         try:
             async with slots:
                 result, _ = await llm.summarize(part, context)
             return result
         except ContextLimitExceeded as refusal:
             raise _Refused(refusal, part) from refusal
+        except AnsweredWithInput as copied:
+            log.warning("the merge of %s: %s; quoting its %d texts instead", scope_id, copied, len(part.texts))
+            metrics.MERGES_QUOTED.labels(llm.model).inc()
+            quoted += 1
+            return await QUOTE.summarize(part)
 
     async def node(level: int, position: int, part: SummaryRequest, below: tuple[Cited, ...]) -> tuple[str, Cited]:
         if budget is not None and not fits(part, budget, calibration):
@@ -213,4 +244,4 @@ async def _merge_under(
     if level > 0:
         key = llm.cache_key(request, context)
         await nodes.store_node(MergeNode(scope_id, level, 0, len(request.texts), key, result.text, sentences))
-    return Merged(result.text, result.model, result.truncated, sentences)
+    return Merged(result.text, result.model, result.truncated, sentences, quoted)
