@@ -540,6 +540,9 @@ async def run_all(
             echoes, quoted = (counted(total, model) for total in (ECHOES, QUOTED))
             return answered, failed, resent.count, echoes, quoted
 
+        def since(before: tuple[int, ...]) -> tuple[int, ...]:
+            return tuple(now - then for now, then in zip(tally(), before, strict=True))
+
         async with running(model_settings(base_url, model, window, penalty)) as pipeline:
             if args.model_examples or args.model_pdfs:
                 pdfs = [Example(*e) for e in excerpts(args.model_pdfs, PDF_PAGES)]
@@ -547,9 +550,7 @@ async def run_all(
                 print(f"model: {name}, {len(run_examples.examples)} examples, {budget}", flush=True)
                 before = tally()
                 await evaluate_examples(run_examples, pipeline, match, precision)
-                answered, failed, sent_again, dropped, quoted = (
-                    now - then for now, then in zip(tally(), before, strict=True)
-                )
+                answered, failed, sent_again, dropped, quoted = since(before)
                 run_examples.answered, run_examples.calls_failed = answered, failed
                 run_examples.resent, run_examples.echoes_dropped, run_examples.quoted = sent_again, dropped, quoted
                 example_runs.append(run_examples)
@@ -558,9 +559,7 @@ async def run_all(
                 print(f"model: {name}, {len(chosen)} papers, {budget}", flush=True)
                 before = tally()
                 await evaluate(run, pipeline, golds, match, precision, in_flight=1, verbose=True)
-                answered, failed, sent_again, dropped, quoted = (
-                    now - then for now, then in zip(tally(), before, strict=True)
-                )
+                answered, failed, sent_again, dropped, quoted = since(before)
                 run.note = (
                     f"{answered} requests answered by the model, {answered / len(chosen):.0f} a paper; calls failed: "
                     f"{failed}; sent again on a new connection: {sent_again}; answer sentences dropped for "

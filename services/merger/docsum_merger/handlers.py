@@ -125,8 +125,7 @@ async def merge_document(event: ChunkSummarized, deps: Deps) -> list[Event]:
                         leave_out=loaded.options.support == "strict",
                         kept=await _previous_groups(event.task_id, doc.id, loaded.options, deps),
                     )
-                # After the sentences: none cites them.
-                merged = replace(merged, text=merged.text + merged.note() + decision.note())
+                merged = replace(merged, text=merged.text + decision.note())  # after the sentences: none cites it
                 await deps.repo.complete_document(doc.id, merged, decision.coverage, list(decision.failed_indexes))
             except ItemFailed as exc:
                 await deps.repo.fail_document(doc.id, f"the document's summary could not be made: {exc}")
@@ -160,7 +159,6 @@ async def finish_task(event: DocumentMerged, deps: Deps) -> list[Event]:
                     deps,
                     leave_out=task.options.support == "strict",
                 )
-                merged = replace(merged, text=merged.text + merged.note())
             except ItemFailed as exc:
                 decision = with_failed_merge(decision, str(exc))
         elif decision.summary is not None:
@@ -209,12 +207,13 @@ async def _merged(
 
     bounded = await deps.llm.bounded(request)
     async with _active(context.task_id, deps):
-        return await retry_until(
+        merged = await retry_until(
             lambda: tree.merge(
                 deps.llm, deps.repo, bounded, context, scope_id, children, leave_out=leave_out, kept=kept
             ),
             llm_retry(limits, stored_attempts, then),
         )
+    return replace(merged, text=merged.text + merged.note())  # after the sentences: none cites it
 
 
 async def _previous_groups(task_id: str, document_id: str, options: TaskOptions, deps: Deps) -> list[tuple[str, ...]]:
